@@ -1,0 +1,34 @@
+# tidelog: `make demo` and `make test` set everything up themselves on a fresh Debian machine.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: install debs test demo lint bench clean
+
+install: $(STAMP) debs
+
+# The virtualenv is rebuilt only when pyproject.toml changes.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+debs:
+	@bash scripts/install-debs.sh
+
+test: install
+	@bash scripts/run-tests.sh
+
+demo: install
+	$(VENV)/bin/tidelog demo
+
+lint: install
+	$(VENV)/bin/ruff check src tests bench tools
+
+bench: install
+	$(PY) bench/storage.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tidelog needs (ZooKeeper, kcat) when they are missing.
+set -euo pipefail
+missing=()
+[ -x /usr/share/zookeeper/bin/zkServer.sh ] || missing+=(zookeeper)
+command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+  echo "tidelog needs the Debian packages: ${missing[*]}" >&2
+  echo "run as root: apt-get update && apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "installing Debian packages: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

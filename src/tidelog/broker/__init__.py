@@ -1,0 +1,1 @@
+"""The asyncio shell of a broker: sockets, request dispatch, fetcher tasks, scheduler."""

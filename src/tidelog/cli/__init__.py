@@ -1,0 +1,1 @@
+"""The tidelog command: server, local cluster, topics, produce/consume, sim, bench."""

@@ -1,0 +1,1 @@
+"""tidelog's own asyncio Kafka client (fetchers, controller channel, CLI, Spark)."""

@@ -1,0 +1,1 @@
+"""Local clusters on this machine: a private ZooKeeper and broker processes."""

@@ -1,0 +1,1 @@
+"""The controller: election through ZooKeeper, leader election, LeaderAndIsr/UpdateMetadata/StopReplica."""

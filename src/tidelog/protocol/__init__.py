@@ -1,0 +1,1 @@
+"""Kafka's wire format: framing, generated message codecs, record batches, error codes."""

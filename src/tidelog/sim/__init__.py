@@ -1,0 +1,1 @@
+"""The deterministic simulator: virtual clock, network, crash-able disks, faults, invariants."""

@@ -1,0 +1,1 @@
+"""PySpark data source "tidelog": batch and streaming read, write."""
