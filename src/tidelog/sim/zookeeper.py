@@ -1,0 +1,206 @@
+"""A simulated ZooKeeper: znodes with versions (compare-and-set), ephemeral znodes owned by
+sessions, session expiry, sequential znodes and one-shot watches delivered as scheduled events.
+
+Only what Kafka's ZooKeeper mode uses is modelled: `/brokers/ids/<id>` ephemeral registrations
+(their creation zxid is the broker epoch), `/brokers/topics/<t>/partitions/<p>/state` written
+with the zk version as a compare-and-set (seed 000's `updateIsr`), `/isr_change_notification/`
+sequential znodes, and `/controller_epoch`. Data are Python values, not bytes.
+
+The session clock is the scheduler's: a session expires when no request or ping arrived for
+`timeout_ms`; its ephemeral znodes are then deleted and their watches fire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from tidelog.sim.clock import Scheduler
+
+
+class ZkCode(Enum):
+    OK = "ok"
+    NO_NODE = "no_node"
+    NODE_EXISTS = "node_exists"
+    BAD_VERSION = "bad_version"
+    SESSION_EXPIRED = "session_expired"
+
+
+@dataclass(slots=True)
+class Stat:
+    version: int
+    czxid: int
+    mzxid: int
+    ephemeral_owner: int  # 0 for a persistent znode
+
+
+@dataclass(slots=True)
+class ZNode:
+    data: Any
+    stat: Stat
+
+
+@dataclass(slots=True)
+class Session:
+    session_id: int
+    timeout_ms: int
+    last_seen_ms: int
+    expired: bool = False
+    ephemerals: set[str] = field(default_factory=set)
+
+
+WatchCallback = Callable[[str, str], None]  # (event type, path)
+
+
+class SimZooKeeper:
+    def __init__(self, scheduler: Scheduler, tick_ms: int = 100, watch_delay_ms: int = 1) -> None:
+        self.scheduler = scheduler
+        self.zxid = 0
+        self.nodes: dict[str, ZNode] = {"/": ZNode(None, Stat(0, 0, 0, 0))}
+        self.sessions: dict[int, Session] = {}
+        self._next_session = 0x1000
+        self._seq_counters: dict[str, int] = {}
+        self._data_watches: dict[str, list[WatchCallback]] = {}
+        self._child_watches: dict[str, list[WatchCallback]] = {}
+        self.watch_delay_ms = watch_delay_ms
+        self.tick_ms = tick_ms
+        self.expired_sessions: list[int] = []
+        self._ticking = False
+
+    def start(self) -> None:
+        """Start the periodic session-expiry check."""
+        if not self._ticking:
+            self._ticking = True
+            self.scheduler.schedule(self.tick_ms, self._tick)
+
+    def _tick(self) -> None:
+        self.expire_sessions()
+        self.scheduler.schedule(self.tick_ms, self._tick)
+
+    # -- sessions ------------------------------------------------------------------------
+    def create_session(self, timeout_ms: int) -> int:
+        self._next_session += 1
+        sid = self._next_session
+        self.sessions[sid] = Session(sid, timeout_ms, self.scheduler.now_ms)
+        return sid
+
+    def touch(self, session_id: int) -> bool:
+        """A request or ping from the session's client; False when the session is gone."""
+        s = self.sessions.get(session_id)
+        if s is None or s.expired:
+            return False
+        s.last_seen_ms = self.scheduler.now_ms
+        return True
+
+    def session_alive(self, session_id: int) -> bool:
+        s = self.sessions.get(session_id)
+        return s is not None and not s.expired
+
+    def expire_sessions(self) -> list[int]:
+        now = self.scheduler.now_ms
+        gone = [s for s in self.sessions.values()
+                if not s.expired and now - s.last_seen_ms > s.timeout_ms]
+        for s in gone:
+            self.expire(s.session_id)
+        return [s.session_id for s in gone]
+
+    def expire(self, session_id: int) -> None:
+        s = self.sessions.get(session_id)
+        if s is None or s.expired:
+            return
+        s.expired = True
+        self.expired_sessions.append(session_id)
+        for path in sorted(s.ephemerals):
+            if path in self.nodes:
+                self._delete(path)
+        s.ephemerals.clear()
+
+    def close_session(self, session_id: int) -> None:
+        self.expire(session_id)
+
+    # -- reads ---------------------------------------------------------------------------
+    def get(self, path: str, watch: WatchCallback | None = None) -> tuple[Any, Stat] | None:
+        if watch is not None:
+            self._data_watches.setdefault(path, []).append(watch)
+        node = self.nodes.get(path)
+        return None if node is None else (node.data, node.stat)
+
+    def exists(self, path: str, watch: WatchCallback | None = None) -> Stat | None:
+        got = self.get(path, watch)
+        return None if got is None else got[1]
+
+    def get_children(self, path: str, watch: WatchCallback | None = None) -> list[str]:
+        if watch is not None:
+            self._child_watches.setdefault(path, []).append(watch)
+        prefix = path.rstrip("/") + "/"
+        return sorted(p[len(prefix):] for p in self.nodes
+                      if p.startswith(prefix) and "/" not in p[len(prefix):])
+
+    # -- writes --------------------------------------------------------------------------
+    def create(self, path: str, data: Any = None, *, session_id: int = 0,
+               sequential: bool = False, make_parents: bool = True) -> tuple[ZkCode, str]:
+        if session_id and not self.touch(session_id):
+            return ZkCode.SESSION_EXPIRED, path
+        if sequential:
+            n = self._seq_counters.get(path, 0)
+            self._seq_counters[path] = n + 1
+            path = f"{path}{n:010d}"
+        if path in self.nodes:
+            return ZkCode.NODE_EXISTS, path
+        parent = path.rsplit("/", 1)[0] or "/"
+        if parent not in self.nodes:
+            if not make_parents:
+                return ZkCode.NO_NODE, path
+            self.create(parent, None)
+        self.zxid += 1
+        self.nodes[path] = ZNode(data, Stat(0, self.zxid, self.zxid, session_id))
+        if session_id:
+            self.sessions[session_id].ephemerals.add(path)
+        self._fire(self._data_watches, path, "created")
+        self._fire(self._child_watches, parent, "child")
+        return ZkCode.OK, path
+
+    def set_data(self, path: str, data: Any, version: int = -1, *,
+                 session_id: int = 0) -> tuple[ZkCode, Stat | None]:
+        """Compare-and-set when `version` >= 0: succeeds only if the znode is at `version`."""
+        if session_id and not self.touch(session_id):
+            return ZkCode.SESSION_EXPIRED, None
+        node = self.nodes.get(path)
+        if node is None:
+            return ZkCode.NO_NODE, None
+        if version >= 0 and node.stat.version != version:
+            return ZkCode.BAD_VERSION, node.stat
+        self.zxid += 1
+        node.data = data
+        node.stat = Stat(node.stat.version + 1, node.stat.czxid, self.zxid,
+                         node.stat.ephemeral_owner)
+        self._fire(self._data_watches, path, "changed")
+        return ZkCode.OK, node.stat
+
+    def delete(self, path: str, version: int = -1, *, session_id: int = 0) -> ZkCode:
+        if session_id and not self.touch(session_id):
+            return ZkCode.SESSION_EXPIRED
+        node = self.nodes.get(path)
+        if node is None:
+            return ZkCode.NO_NODE
+        if version >= 0 and node.stat.version != version:
+            return ZkCode.BAD_VERSION
+        self._delete(path)
+        return ZkCode.OK
+
+    def _delete(self, path: str) -> None:
+        node = self.nodes.pop(path)
+        self.zxid += 1
+        owner = node.stat.ephemeral_owner
+        if owner and owner in self.sessions:
+            self.sessions[owner].ephemerals.discard(path)
+        self._fire(self._data_watches, path, "deleted")
+        self._fire(self._child_watches, path.rsplit("/", 1)[0] or "/", "child")
+
+    def _fire(self, table: dict[str, list[WatchCallback]], path: str, event: str) -> None:
+        watchers = table.pop(path, None)
+        if watchers:
+            for cb in watchers:
+                self.scheduler.schedule(self.watch_delay_ms, cb, event, path)
