@@ -1,0 +1,84 @@
+"""Replication settings (Kafka's broker/topic keys) and the switches for the naive rules.
+
+``ReplicationConfig.from_properties({"replica.lag.time.max.ms": "5000", ...})`` reads Kafka's keys;
+unknown keys are ignored, bad values raise ``ValueError`` with a one-line message.
+
+The three "naive rule" switches exist so the simulator can show each historic bug:
+``truncate_to_hw`` (pre-KIP-101 follower truncation), ``fence_leader_epochs=False`` (pre-KIP-320:
+fetches and OffsetsForLeaderEpoch are not checked against the current leader epoch) and
+``maximal_isr=False`` (the HW is computed over the committed ISR only, ignoring a pending expand).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+
+_KEYS: dict[str, str] = {
+    "replica.lag.time.max.ms": "replica_lag_time_max_ms",
+    "replica.lag.max.messages": "replica_lag_max_messages",
+    "min.insync.replicas": "min_insync_replicas",
+    "unclean.leader.election.enable": "unclean_leader_election_enable",
+    "replica.fetch.backoff.ms": "replica_fetch_backoff_ms",
+    "replica.fetch.max.bytes": "replica_fetch_max_bytes",
+    "replica.fetch.response.max.bytes": "replica_fetch_response_max_bytes",
+    "replica.fetch.wait.max.ms": "replica_fetch_wait_max_ms",
+    "replica.fetch.min.bytes": "replica_fetch_min_bytes",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationConfig:
+    replica_lag_time_max_ms: int = 10_000
+    # None: the time rule only (Kafka >= 0.9). An int: also the pre-0.9 message-count rule (seed 003).
+    replica_lag_max_messages: int | None = None
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+    replica_fetch_backoff_ms: int = 1_000
+    replica_fetch_max_bytes: int = 1_048_576
+    replica_fetch_response_max_bytes: int = 10_485_760
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_min_bytes: int = 1
+    # seed 000: ReplicaManager.IsrChangePropagationBlackOut / IsrChangePropagationInterval
+    isr_change_propagation_blackout_ms: int = 5_000
+    isr_change_propagation_interval_ms: int = 60_000
+    # KIP-966: the HW does not advance while the ISR is smaller than min.insync.replicas.
+    hw_requires_min_isr: bool = True
+    # naive-rule switches (see the module docstring)
+    truncate_to_hw: bool = False
+    fence_leader_epochs: bool = True
+    maximal_isr: bool = True
+
+    def __post_init__(self) -> None:
+        if self.replica_lag_time_max_ms <= 0:
+            raise ValueError("replica.lag.time.max.ms must be > 0")
+        if self.replica_lag_max_messages is not None and self.replica_lag_max_messages < 0:
+            raise ValueError("replica.lag.max.messages must be >= 0")
+        if self.min_insync_replicas < 1:
+            raise ValueError("min.insync.replicas must be >= 1")
+        if self.replica_fetch_backoff_ms < 0 or self.replica_fetch_wait_max_ms < 0:
+            raise ValueError("replica.fetch.backoff.ms and replica.fetch.wait.max.ms must be >= 0")
+        if self.replica_fetch_max_bytes <= 0 or self.replica_fetch_response_max_bytes <= 0:
+            raise ValueError("replica.fetch.max.bytes and replica.fetch.response.max.bytes must be > 0")
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, object], **overrides: object) -> ReplicationConfig:
+        kwargs: dict[str, object] = {}
+        types = {f.name: f.type for f in fields(cls)}
+        for key, attr in _KEYS.items():
+            if key not in props:
+                continue
+            raw = props[key]
+            try:
+                if "bool" in str(types[attr]):
+                    value: object = raw if isinstance(raw, bool) else str(raw).strip().lower() == "true"
+                else:
+                    value = int(str(raw))
+            except ValueError:
+                raise ValueError(f"{key}: not an integer: {raw!r}") from None
+            kwargs[attr] = value
+        kwargs.update(overrides)
+        return cls(**kwargs)  # type: ignore[arg-type]
+
+    def with_(self, **changes: object) -> ReplicationConfig:
+        return replace(self, **changes)  # type: ignore[arg-type]
