@@ -62,7 +62,9 @@ _I8 = struct.Struct(">b")
 
 
 class CorruptRecordError(ValueError):
-    """A batch whose framing, magic or CRC is invalid (Kafka's CORRUPT_MESSAGE)."""
+    """A batch whose framing, magic, CRC or records are invalid (Kafka's CORRUPT_MESSAGE)."""
+
+    error_code = 2
 
     def __init__(self, message: str, position: int = 0) -> None:
         super().__init__(message)
@@ -80,6 +82,8 @@ class RecordBatch:
 
     def __init__(self, buf: bytes | bytearray | memoryview) -> None:
         self.buf = buf if isinstance(buf, memoryview) else memoryview(buf)
+        if len(self.buf) < HEADER_SIZE:
+            raise CorruptRecordError(f"{len(self.buf)} bytes cannot hold a record batch header")
 
     # -- header fields -------------------------------------------------------------------
     @property
@@ -177,8 +181,21 @@ class RecordBatch:
         return bool(self.attributes & CONTROL_FLAG_MASK)
 
     @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self.attributes & DELETE_HORIZON_FLAG_MASK)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """Set by the log cleaner (KIP-534): the base timestamp field then holds the horizon."""
+        return self.base_timestamp if self.has_delete_horizon else None
+
+    @property
     def has_producer_id(self) -> bool:
         return self.producer_id != NO_PRODUCER_ID
+
+    @property
+    def has_sequence(self) -> bool:
+        return self.base_sequence != NO_SEQUENCE
 
     @property
     def records_data(self) -> memoryview:
@@ -190,11 +207,20 @@ class RecordBatch:
         return crc32c.crc32c(self.buf[ATTRIBUTES_OFFSET:])
 
     def is_valid(self) -> bool:
-        return self.magic == CURRENT_MAGIC and self.compute_crc() == self.crc
+        return (
+            self.magic == CURRENT_MAGIC
+            and self.batch_length + LOG_OVERHEAD == len(self.buf)
+            and self.compute_crc() == self.crc
+        )
 
     def ensure_valid(self) -> None:
         if self.magic != CURRENT_MAGIC:
             raise CorruptRecordError(f"unsupported magic {self.magic} (only v2 is supported)")
+        if self.batch_length + LOG_OVERHEAD != len(self.buf):
+            raise CorruptRecordError(
+                f"record batch length field {self.batch_length} does not match its "
+                f"{len(self.buf)} bytes"
+            )
         stored, computed = self.crc, self.compute_crc()
         if stored != computed:
             raise CorruptRecordError(
@@ -208,6 +234,22 @@ class RecordBatch:
 
     def set_partition_leader_epoch(self, epoch: int) -> None:
         _I32.pack_into(self.buf, PARTITION_LEADER_EPOCH_OFFSET, epoch)
+
+    # -- in-place writer inside the CRC --------------------------------------------------
+    def set_max_timestamp(self, timestamp_type: int, max_timestamp: int) -> None:
+        """Set the timestamp type bit and the max timestamp, then recompute the CRC: what the
+        broker does for message.timestamp.type=LogAppendTime (Kafka's setMaxTimestamp). Records
+        keep their deltas; readers of a LogAppendTime batch use max_timestamp for every record."""
+        if self.timestamp_type == timestamp_type and self.max_timestamp == max_timestamp:
+            return
+        attributes = self.attributes & ~TIMESTAMP_TYPE_MASK
+        if timestamp_type == 1:
+            attributes |= TIMESTAMP_TYPE_MASK
+        elif timestamp_type != 0:
+            raise ValueError(f"timestamp type {timestamp_type} is neither 0 nor 1")
+        _I16.pack_into(self.buf, ATTRIBUTES_OFFSET, attributes)
+        _I64.pack_into(self.buf, MAX_TIMESTAMP_OFFSET, max_timestamp)
+        _U32.pack_into(self.buf, CRC_OFFSET, self.compute_crc())
 
     def __repr__(self) -> str:
         return (

@@ -31,8 +31,19 @@ from tidelog.protocol.records.batch import (
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG_MASK,
 )
+from tidelog.protocol.records.compression import NONE, compress
 
 Header = tuple[str, bytes | None]
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+# Precomputed single-byte zig-zag varints for -64..63: most lengths and deltas are small.
+_SMALL_VARINTS = {v: bytes([((v << 1) ^ (v >> 63)) & 0xFF]) for v in range(-64, 64)}
+
+END_TXN_MARKER_VERSION = 0
+CONTROL_RECORD_KEY_VERSION = 0
+CONTROL_TYPE_ABORT = 0
+CONTROL_TYPE_COMMIT = 1
 
 
 @dataclass(slots=True)
@@ -45,33 +56,42 @@ class Record:
 
 def write_varint(out: bytearray, value: int) -> None:
     """Zig-zag varint (Kafka's ByteUtils.writeVarlong; also used for 32-bit varints)."""
-    v = (value << 1) ^ (value >> 63)
-    v &= 0xFFFFFFFFFFFFFFFF
+    small = _SMALL_VARINTS.get(value)
+    if small is not None:
+        out += small
+        return
+    v = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
     while v >= 0x80:
         out.append((v & 0x7F) | 0x80)
         v >>= 7
     out.append(v)
 
 
-def _write_bytes(out: bytearray, data: bytes | None) -> None:
+def _write_bytes(out: bytearray, data: bytes | bytearray | memoryview | None) -> None:
     if data is None:
-        write_varint(out, -1)
+        out += b"\x01"  # zig-zag -1
     else:
         write_varint(out, len(data))
         out += data
 
 
 def encode_record(out: bytearray, offset_delta: int, timestamp_delta: int, record: Record) -> None:
-    body = bytearray()
-    body.append(0)  # record attributes: unused
+    """Append one record (length-prefixed) to `out`."""
+    body = bytearray(b"\x00")  # record attributes: unused
     write_varint(body, timestamp_delta)
     write_varint(body, offset_delta)
     _write_bytes(body, record.key)
     _write_bytes(body, record.value)
-    write_varint(body, len(record.headers))
-    for hkey, hvalue in record.headers:
-        _write_bytes(body, hkey.encode())
-        _write_bytes(body, hvalue)
+    headers = record.headers
+    if not headers:
+        body += b"\x00"
+    else:
+        write_varint(body, len(headers))
+        for hkey, hvalue in headers:
+            if hkey is None:
+                raise ValueError("a record header key cannot be null")
+            _write_bytes(body, hkey.encode())
+            _write_bytes(body, hvalue)
     write_varint(out, len(body))
     out += body
 
@@ -81,7 +101,8 @@ def build_batch(
     *,
     base_offset: int = 0,
     partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
-    compression: int = 0,
+    compression: int = NONE,
+    compression_level: int | None = None,
     base_timestamp: int | None = None,
     log_append_time: bool = False,
     producer_id: int = NO_PRODUCER_ID,
@@ -92,23 +113,35 @@ def build_batch(
     now_ms: int = 0,
 ) -> bytearray:
     """Encode `records` as one v2 batch. Returns a bytearray (writable, so that a broker-side
-    test can stamp offsets in place)."""
+    test can stamp offsets in place).
+
+    Timestamps: a record's own, else the batch base timestamp, which is `base_timestamp`, else
+    the first record timestamp given (as Kafka's producer does), else `now_ms`. With
+    `log_append_time` the batch is marked LogAppendTime and its max timestamp is `now_ms` (the
+    broker's append time), which readers use for every record.
+    """
     recs = list(records)
     if not recs:
         raise ValueError("a record batch needs at least one record")
+    if transactional and producer_id == NO_PRODUCER_ID:
+        raise ValueError("a transactional batch needs a producer id")
+    if producer_id != NO_PRODUCER_ID and producer_epoch == NO_PRODUCER_EPOCH:
+        raise ValueError("a batch with a producer id needs a producer epoch")
+    if not _INT32_MIN <= base_sequence <= _INT32_MAX:
+        raise ValueError(f"base sequence {base_sequence} is not an int32")
     if base_timestamp is None:
-        stamps = [r.timestamp for r in recs if r.timestamp is not None]
-        base_timestamp = min(stamps) if stamps else now_ms
+        base_timestamp = next((r.timestamp for r in recs if r.timestamp is not None), now_ms)
     body = bytearray()
-    max_timestamp = base_timestamp
+    max_timestamp = -1
     for i, rec in enumerate(recs):
         ts = base_timestamp if rec.timestamp is None else rec.timestamp
-        max_timestamp = max(max_timestamp, ts)
+        if ts > max_timestamp:
+            max_timestamp = ts
         encode_record(body, i, ts - base_timestamp, rec)
-    if compression:
-        from tidelog.protocol.records.compression import compress
-
-        body = bytearray(compress(compression, bytes(body)))
+    if log_append_time:
+        max_timestamp = now_ms
+    if compression != NONE:
+        body = bytearray(compress(compression, body, compression_level))
     attributes = compression & COMPRESSION_CODEC_MASK
     if log_append_time:
         attributes |= TIMESTAMP_TYPE_MASK
@@ -117,23 +150,26 @@ def build_batch(
     if control:
         attributes |= CONTROL_FLAG_MASK
     out = bytearray(HEADER_STRUCT.size)
-    HEADER_STRUCT.pack_into(
-        out,
-        0,
-        base_offset,
-        HEADER_STRUCT.size - LOG_OVERHEAD + len(body),
-        partition_leader_epoch,
-        CURRENT_MAGIC,
-        0,  # crc, filled below
-        attributes,
-        len(recs) - 1,
-        base_timestamp,
-        max_timestamp,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        len(recs),
-    )
+    try:
+        HEADER_STRUCT.pack_into(
+            out,
+            0,
+            base_offset,
+            HEADER_STRUCT.size - LOG_OVERHEAD + len(body),
+            partition_leader_epoch,
+            CURRENT_MAGIC,
+            0,  # crc, filled below
+            attributes,
+            len(recs) - 1,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(recs),
+        )
+    except struct.error as exc:
+        raise ValueError(f"a batch header field is out of range: {exc}") from exc
     out += body
     struct.pack_into(">I", out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
     return out
@@ -142,3 +178,31 @@ def build_batch(
 def build_values(values: Iterable[bytes], **kwargs: object) -> bytearray:
     """Shorthand: one batch holding these values with no keys."""
     return build_batch((Record(value=v) for v in values), **kwargs)  # type: ignore[arg-type]
+
+
+def build_end_transaction_marker(
+    *,
+    commit: bool,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    timestamp: int = 0,
+) -> bytearray:
+    """A control batch holding one COMMIT or ABORT marker, as the transaction coordinator has
+    the partition leaders write it (Kafka's EndTransactionMarker: key = version int16, type
+    int16; value = version int16, coordinatorEpoch int32)."""
+    key = struct.pack(
+        ">hh", CONTROL_RECORD_KEY_VERSION, CONTROL_TYPE_COMMIT if commit else CONTROL_TYPE_ABORT
+    )
+    value = struct.pack(">hi", END_TXN_MARKER_VERSION, coordinator_epoch)
+    return build_batch(
+        [Record(value=value, key=key, timestamp=timestamp)],
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        transactional=True,
+        control=True,
+    )
