@@ -566,7 +566,7 @@ class KafkaConfig:
         raw = self._values["log.dirs"]
         if raw is None:
             raw = self._values["log.dir"]
-        return _parse_list(raw)
+        return [d for d in _parse_list(raw) if d]
 
     @property
     def zk_connect(self) -> str:
@@ -637,7 +637,11 @@ class KafkaConfig:
         return ms if ms is not None else self._values["log.flush.scheduler.interval.ms"]
 
     def log_config(self) -> dict[str, Any]:
-        """The topic-level LogConfig defaults Kafka derives from the broker's log keys."""
+        """The topic-level LogConfig defaults Kafka derives from the broker's log keys.
+
+        Keys are the topic-level names (`segment.bytes`, `retention.ms`, ...), values are typed
+        (int/bool/float/str; `cleanup.policy` is the comma-separated string).
+        """
         out: dict[str, Any] = {
             topic_key: self._values[broker_key]
             for topic_key, broker_key in _LOG_CONFIG_SYNONYMS.items()
@@ -646,7 +650,7 @@ class KafkaConfig:
         out["segment.jitter.ms"] = self.log_roll_time_jitter_millis
         out["flush.ms"] = self.log_flush_interval_ms
         out["retention.ms"] = self.log_retention_time_millis
-        out["cleanup.policy"] = list(out["cleanup.policy"])
+        out["cleanup.policy"] = ",".join(out["cleanup.policy"])  # as a topic config string
         return dict(sorted(out.items()))
 
     # --- cross-key checks (Kafka's KafkaConfig.validateValues, the parts tidelog needs) -------

@@ -1,0 +1,41 @@
+"""Shared fixtures. Keep this file small and cheap to import; add fixtures below."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tidelog.cluster.zookeeper import ZooKeeperServer
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """One private, real ZooKeeper (Debian's) for the whole test session, on 127.0.0.1.
+
+    Started lazily by the first test that asks for it; killed with the test process even if
+    pytest itself is killed (die_with_parent).
+    """
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), die_with_parent=True)
+    server.start(timeout_s=60)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def zk_connect(zookeeper: ZooKeeperServer) -> str:
+    """A connect string with a fresh chroot, so each test sees an empty ZooKeeper tree."""
+    from kazoo.client import KazooClient
+
+    chroot = f"/t-{uuid.uuid4().hex[:12]}"
+    client = KazooClient(hosts=zookeeper.connect_string, timeout=10.0)
+    client.start(timeout=15)
+    try:
+        client.ensure_path(chroot)
+    finally:
+        client.stop()
+        client.close()
+    return zookeeper.connect_string + chroot
