@@ -1,0 +1,328 @@
+"""The controller's decisions, pure: cluster state and events in, ZooKeeper writes and
+controller requests out.
+
+Kafka's ZooKeeper-mode controller (seed 004) keeps a context — live brokers with their broker
+epochs, every partition's (leader, leader epoch, ISR, zk version, controller epoch) and the
+assignments — and reacts to broker startup and failure, ISR-change notifications and controlled
+shutdown. This module is that reaction without any I/O:
+
+1. an event method (`on_broker_startup`, `on_broker_failure`, `on_isr_change`,
+   `controlled_shutdown`, `elect_preferred_leaders`) returns a `Decision`: the new leader/ISR of
+   each partition to write to ZooKeeper as a compare-and-set on the zk version it was read at;
+2. the shell performs the writes and hands the outcome to `commit(decision, results)`, which
+   applies the writes that succeeded (bumping the zk version) and returns the LeaderAndIsr /
+   UpdateMetadata / StopReplica requests to send, per broker. A write that failed its
+   compare-and-set (a leader changed the ISR meanwhile) is re-read by the shell
+   (`refresh_partition`) and the event replayed, as Kafka's controller retries.
+
+Leader choice is `replication/election.py`'s rules, the same code the rest of tidelog uses. The
+simulator drives this class with its simulated ZooKeeper; the real controller of a later issue
+drives it with kazoo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from tidelog.replication import election
+from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
+
+NO_LEADER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionWrite:
+    """Write `state` to the partition's state znode iff its version is still `expected_zk_version`."""
+
+    tp: TopicPartition
+    state: LeaderAndIsrPartitionState
+    expected_zk_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsrRequest:
+    controller_id: int
+    controller_epoch: int
+    broker_epoch: int  # the receiver's broker epoch as the controller knows it (KIP-380)
+    partition_states: tuple[LeaderAndIsrPartitionState, ...]
+    live_leaders: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateMetadataRequest:
+    controller_id: int
+    controller_epoch: int
+    broker_epoch: int
+    partition_states: tuple[LeaderAndIsrPartitionState, ...]
+    live_brokers: tuple[tuple[int, int], ...]  # (broker id, broker epoch)
+
+
+@dataclass(frozen=True, slots=True)
+class StopReplicaRequest:
+    controller_id: int
+    controller_epoch: int
+    broker_epoch: int
+    partitions: tuple[TopicPartition, ...]
+    delete_partitions: bool
+
+
+ControllerRequest = LeaderAndIsrRequest | UpdateMetadataRequest | StopReplicaRequest
+
+
+@dataclass(slots=True)
+class Decision:
+    writes: list[PartitionWrite] = field(default_factory=list)
+    # Partitions whose LeaderAndIsr must be (re)sent even without a write (e.g. to a broker that
+    # just started), with the brokers to send it to.
+    resend: dict[TopicPartition, set[int]] = field(default_factory=dict)
+    stop_replicas: dict[int, set[TopicPartition]] = field(default_factory=dict)
+    update_metadata: bool = False
+    # Partitions that stay offline (no eligible leader): for the shell's statistics.
+    offline: list[TopicPartition] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ControllerStats:
+    elections: int = 0
+    unclean_elections: int = 0
+    failed_elections: int = 0
+    isr_removals: int = 0
+
+
+class ControllerCore:
+    def __init__(self, controller_id: int, controller_epoch: int, *,
+                 unclean_leader_election_enable: bool = False) -> None:
+        self.controller_id = controller_id
+        self.controller_epoch = controller_epoch
+        self.unclean_leader_election_enable = unclean_leader_election_enable
+        self.live_brokers: dict[int, int] = {}  # broker id -> broker epoch
+        self.shutting_down: set[int] = set()
+        self.assignments: dict[TopicPartition, tuple[int, ...]] = {}
+        self.partition_states: dict[TopicPartition, LeaderAndIsrPartitionState] = {}
+        # Brokers that came back after an unclean shutdown and have not caught up yet: not clean
+        # leader candidates (KIP-966's lesson). The shell reports them.
+        self.unclean_restarted: dict[TopicPartition, set[int]] = {}
+        self.stats = ControllerStats()
+
+    # -- state loading -------------------------------------------------------------------
+    def add_partition(self, tp: TopicPartition, replicas: Iterable[int]) -> None:
+        self.assignments[tp] = tuple(replicas)
+
+    def refresh_partition(self, tp: TopicPartition, state: LeaderAndIsrPartitionState) -> None:
+        """The partition's state as just read from ZooKeeper (after a failed compare-and-set or
+        an ISR-change notification)."""
+        self.partition_states[tp] = state
+        self._note_caught_up(tp, state)
+
+    def initial_leaders(self) -> Decision:
+        """New partitions: leader = first live assigned replica, ISR = live assigned replicas."""
+        d = Decision(update_metadata=True)
+        for tp, replicas in sorted(self.assignments.items()):
+            if tp in self.partition_states:
+                continue
+            live = [r for r in replicas if r in self.live_brokers]
+            if not live:
+                d.offline.append(tp)
+                continue
+            state = LeaderAndIsrPartitionState(
+                topic=tp.topic, partition=tp.partition, controller_epoch=self.controller_epoch,
+                leader=live[0], leader_epoch=0, isr=tuple(live), zk_version=0,
+                replicas=tuple(replicas), is_new=True)
+            d.writes.append(PartitionWrite(tp, state, -1))
+            self.stats.elections += 1
+        return d
+
+    # -- events --------------------------------------------------------------------------
+    def on_broker_startup(self, broker_id: int, broker_epoch: int) -> Decision:
+        """A broker registered (or re-registered with a new epoch: treated as bounced)."""
+        d = Decision(update_metadata=True)
+        if broker_id in self.live_brokers and self.live_brokers[broker_id] != broker_epoch:
+            # KIP-380: a new registration of a live broker is a failure then a startup.
+            failed = self.on_broker_failure(broker_id)
+            d.writes.extend(failed.writes)
+            d.offline.extend(failed.offline)
+        self.live_brokers[broker_id] = broker_epoch
+        self.shutting_down.discard(broker_id)
+        written = {w.tp for w in d.writes}
+        for tp, replicas in sorted(self.assignments.items()):
+            if broker_id not in replicas:
+                continue
+            state = self._current(tp, d)
+            if state is None:
+                continue
+            if state.leader == NO_LEADER or state.leader not in self.live_brokers:
+                w = self._elect(tp, state, reason="offline")
+                if w is not None:
+                    d.writes = [x for x in d.writes if x.tp != tp] + [w]
+                    continue
+                d.offline.append(tp)
+            if tp not in written:
+                d.resend.setdefault(tp, set()).add(broker_id)
+        return d
+
+    def on_broker_failure(self, broker_id: int) -> Decision:
+        """A broker's registration disappeared: move leadership off it, shrink it out of ISRs."""
+        d = Decision(update_metadata=True)
+        self.live_brokers.pop(broker_id, None)
+        self.shutting_down.discard(broker_id)
+        for tp, replicas in sorted(self.assignments.items()):
+            if broker_id not in replicas:
+                continue
+            state = self.partition_states.get(tp)
+            if state is None:
+                continue
+            if state.leader == broker_id or state.leader not in self.live_brokers:
+                w = self._elect(tp, state, reason="offline")
+                if w is None:
+                    w = self._remove_from_isr(tp, state, broker_id, leaderless=True)
+                    d.offline.append(tp)
+                if w is not None:
+                    d.writes.append(w)
+            elif broker_id in state.isr:
+                w = self._remove_from_isr(tp, state, broker_id, leaderless=False)
+                if w is not None:
+                    d.writes.append(w)
+        return d
+
+    def controlled_shutdown(self, broker_id: int) -> Decision:
+        """Move every leadership off `broker_id` and shrink it out of every ISR; then stop its
+        replicas (without deleting them)."""
+        d = Decision(update_metadata=True)
+        self.shutting_down.add(broker_id)
+        stop: set[TopicPartition] = set()
+        for tp, replicas in sorted(self.assignments.items()):
+            if broker_id not in replicas:
+                continue
+            state = self.partition_states.get(tp)
+            if state is None:
+                continue
+            stop.add(tp)
+            if state.leader == broker_id:
+                w = self._elect(tp, state, reason="controlled_shutdown")
+                if w is not None:
+                    d.writes.append(w)
+                    continue
+            if broker_id in state.isr and len(state.isr) > 1:
+                w = self._remove_from_isr(tp, state, broker_id, leaderless=False)
+                if w is not None:
+                    d.writes.append(w)
+        if stop:
+            d.stop_replicas[broker_id] = stop
+        return d
+
+    def on_isr_change(self, states: Mapping[TopicPartition, LeaderAndIsrPartitionState]) -> Decision:
+        """ISR-change notifications: re-read states, then UpdateMetadata to every live broker."""
+        for tp, state in states.items():
+            self.partition_states[tp] = state
+            self._note_caught_up(tp, state)
+        return Decision(update_metadata=True)
+
+    def elect_preferred_leaders(self) -> Decision:
+        d = Decision(update_metadata=True)
+        for tp, state in sorted(self.partition_states.items()):
+            w = self._elect(tp, state, reason="preferred")
+            if w is not None and w.state.leader != state.leader:
+                d.writes.append(w)
+        return d
+
+    def mark_unclean_restart(self, broker_id: int) -> None:
+        """`broker_id` registered after an unclean shutdown: until it is back in a partition's
+        ISR under another leader, it is no clean leader candidate for that partition."""
+        for tp, replicas in self.assignments.items():
+            if broker_id in replicas:
+                self.unclean_restarted.setdefault(tp, set()).add(broker_id)
+
+    def _note_caught_up(self, tp: TopicPartition, state: LeaderAndIsrPartitionState) -> None:
+        dirty = self.unclean_restarted.get(tp)
+        if dirty and state.leader not in (NO_LEADER, None):
+            dirty.difference_update(b for b in state.isr if b != state.leader)
+
+    # -- commit ----------------------------------------------------------------------------
+    def commit(self, decision: Decision,
+               results: Mapping[TopicPartition, int | None]) -> dict[int, list[ControllerRequest]]:
+        """Apply the writes that succeeded (`results[tp]` = new zk version, None = failed) and
+        build the requests to send per broker."""
+        out: dict[int, list[ControllerRequest]] = {}
+        leader_and_isr: dict[int, list[LeaderAndIsrPartitionState]] = {}
+        for w in decision.writes:
+            version = results.get(w.tp)
+            if version is None:
+                continue
+            state = replace(w.state, zk_version=version)
+            self.partition_states[w.tp] = state
+            self._note_caught_up(w.tp, state)
+            for r in self.assignments.get(w.tp, ()):
+                if r in self.live_brokers and r not in self.shutting_down:
+                    leader_and_isr.setdefault(r, []).append(state)
+        for tp, brokers in decision.resend.items():
+            state = self.partition_states.get(tp)
+            if state is None:
+                continue
+            for r in brokers:
+                if r in self.live_brokers and all(
+                        s.partition != tp.partition or s.topic != tp.topic
+                        for s in leader_and_isr.get(r, ())):
+                    leader_and_isr.setdefault(r, []).append(state)
+        for broker, states in sorted(leader_and_isr.items()):
+            leaders = tuple(sorted({s.leader for s in states if s.leader in self.live_brokers}))
+            out.setdefault(broker, []).append(LeaderAndIsrRequest(
+                self.controller_id, self.controller_epoch, self.live_brokers[broker],
+                tuple(states), leaders))
+        for broker, tps in sorted(decision.stop_replicas.items()):
+            if broker in self.live_brokers:
+                out.setdefault(broker, []).append(StopReplicaRequest(
+                    self.controller_id, self.controller_epoch, self.live_brokers[broker],
+                    tuple(sorted(tps)), False))
+        if decision.update_metadata:
+            states = tuple(s for _, s in sorted(self.partition_states.items()))
+            live = tuple(sorted(self.live_brokers.items()))
+            for broker, epoch in live:
+                out.setdefault(broker, []).append(UpdateMetadataRequest(
+                    self.controller_id, self.controller_epoch, epoch, states, live))
+        return out
+
+    # -- rules -----------------------------------------------------------------------------
+    def _current(self, tp: TopicPartition, d: Decision) -> LeaderAndIsrPartitionState | None:
+        for w in d.writes:
+            if w.tp == tp:
+                return w.state
+        return self.partition_states.get(tp)
+
+    def _elect(self, tp: TopicPartition, state: LeaderAndIsrPartitionState,
+               reason: str) -> PartitionWrite | None:
+        replicas = tuple(self.assignments.get(tp, state.replicas))
+        live = set(self.live_brokers) - self.shutting_down
+        if reason == "controlled_shutdown":
+            result = election.controlled_shutdown_leader_election(
+                replicas, state.isr, set(self.live_brokers), self.shutting_down)
+        elif reason == "preferred":
+            result = election.preferred_replica_leader_election(replicas, state.isr, live)
+        else:
+            result = election.offline_partition_leader_election(
+                replicas, state.isr, live, self.unclean_leader_election_enable,
+                not_clean_candidates=tuple(sorted(self.unclean_restarted.get(tp, ()))))
+        if result.leader is None:
+            self.stats.failed_elections += 1
+            return None
+        self.stats.elections += 1
+        if result.unclean:
+            self.stats.unclean_elections += 1
+        new = replace(state, leader=result.leader, leader_epoch=state.leader_epoch + 1,
+                      isr=tuple(result.isr), controller_epoch=self.controller_epoch,
+                      replicas=replicas, is_new=False)
+        return PartitionWrite(tp, new, state.zk_version)
+
+    def _remove_from_isr(self, tp: TopicPartition, state: LeaderAndIsrPartitionState,
+                         broker_id: int, leaderless: bool) -> PartitionWrite | None:
+        # Kafka keeps the last member in the ISR, so that it can lead again when it returns.
+        leader, isr = election.remove_replica_from_isr(state.leader, state.isr, broker_id)
+        if leaderless:
+            leader = NO_LEADER
+        if tuple(isr) == tuple(state.isr) and leader == state.leader:
+            return None
+        if len(isr) < len(state.isr):
+            self.stats.isr_removals += 1
+        new = replace(state, leader=leader, leader_epoch=state.leader_epoch + 1, isr=tuple(isr),
+                      controller_epoch=self.controller_epoch, is_new=False)
+        return PartitionWrite(tp, new, state.zk_version)

@@ -1,0 +1,175 @@
+"""The pure controller: events in, ZooKeeper writes and controller requests out."""
+
+from __future__ import annotations
+
+from tidelog.controller.core import (
+    NO_LEADER,
+    ControllerCore,
+    Decision,
+    LeaderAndIsrRequest,
+    StopReplicaRequest,
+    UpdateMetadataRequest,
+)
+from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
+
+TP = TopicPartition("t", 0)
+
+
+def cluster(brokers: dict[int, int] | None = None, *, unclean: bool = False,
+            replicas: tuple[int, ...] = (0, 1, 2)) -> ControllerCore:
+    core = ControllerCore(100, 1, unclean_leader_election_enable=unclean)
+    core.add_partition(TP, replicas)
+    for b, epoch in (brokers or {0: 10, 1: 11, 2: 12}).items():
+        core.live_brokers[b] = epoch
+    return core
+
+
+def apply_all(core: ControllerCore, d: Decision) -> dict[int, list]:
+    """Pretend every compare-and-set succeeded (ZooKeeper bumps the version by one)."""
+    return core.commit(d, {w.tp: w.expected_zk_version + 1 for w in d.writes})
+
+
+def started(core: ControllerCore) -> ControllerCore:
+    apply_all(core, core.initial_leaders())
+    return core
+
+
+def test_initial_leader_is_first_live_assigned_replica_and_everyone_hears():
+    core = cluster({1: 11, 2: 12})
+    d = core.initial_leaders()
+    assert [(w.state.leader, w.state.isr, w.expected_zk_version) for w in d.writes] == [(1, (1, 2), -1)]
+    out = apply_all(core, d)
+    lai = [r for r in out[1] if isinstance(r, LeaderAndIsrRequest)][0]
+    assert lai.broker_epoch == 11 and lai.partition_states[0].leader == 1
+    assert lai.partition_states[0].zk_version == 0
+    assert sorted(out) == [1, 2]
+    assert all(isinstance(out[b][-1], UpdateMetadataRequest) for b in out)
+
+
+def test_leader_failure_elects_next_isr_replica_with_a_new_epoch_as_a_cas():
+    core = started(cluster())
+    d = core.on_broker_failure(0)
+    (w,) = d.writes
+    assert w.state.leader == 1 and w.state.isr == (1, 2)
+    assert w.state.leader_epoch == 1 and w.expected_zk_version == 0
+    out = apply_all(core, d)
+    assert 0 not in out  # a dead broker gets nothing
+    assert core.partition_states[TP].zk_version == 1
+
+
+def test_follower_failure_shrinks_isr_and_bumps_epoch_but_keeps_leader():
+    core = started(cluster())
+    d = core.on_broker_failure(2)
+    (w,) = d.writes
+    assert (w.state.leader, w.state.isr, w.state.leader_epoch) == (0, (0, 1), 1)
+
+
+def test_last_replica_standing_stays_in_isr_and_partition_goes_offline():
+    core = started(cluster())
+    apply_all(core, core.on_broker_failure(1))
+    apply_all(core, core.on_broker_failure(2))
+    d = core.on_broker_failure(0)
+    assert d.offline == [TP]
+    (w,) = d.writes
+    assert w.state.leader == NO_LEADER and w.state.isr == (0,)
+    apply_all(core, d)
+    # 1 comes back: not in the ISR, unclean election off -> still offline.
+    d = core.on_broker_startup(1, 21)
+    assert d.writes == [] and d.offline == [TP]
+    # 0 comes back cleanly: it is the ISR, it leads again.
+    d = core.on_broker_startup(0, 22)
+    (w,) = d.writes
+    assert w.state.leader == 0
+
+
+def test_unclean_election_picks_a_live_replica_outside_the_isr_only_when_enabled():
+    for unclean, leader in ((False, None), (True, 1)):
+        core = started(cluster(unclean=unclean))
+        apply_all(core, core.on_broker_failure(1))
+        apply_all(core, core.on_broker_failure(2))
+        apply_all(core, core.on_broker_failure(0))
+        d = core.on_broker_startup(1, 30)
+        got = d.writes[0].state.leader if d.writes else None
+        assert got == leader
+        if unclean:
+            assert d.writes[0].state.isr == (1,) and core.stats.unclean_elections == 1
+
+
+def test_kip966_replica_back_from_unclean_shutdown_is_no_clean_candidate():
+    core = started(cluster())
+    apply_all(core, core.on_broker_failure(1))
+    apply_all(core, core.on_broker_failure(2))
+    apply_all(core, core.on_broker_failure(0))
+    assert core.partition_states[TP].isr == (0,)
+    core.mark_unclean_restart(0)
+    d = core.on_broker_startup(0, 40)
+    assert d.writes == [] and d.offline == [TP]
+    # Without the mark (a clean restart), the same broker leads again.
+    core.unclean_restarted.clear()
+    d = core.on_broker_startup(0, 41)
+    assert d.writes[0].state.leader == 0
+
+
+def test_unclean_mark_clears_once_back_in_the_isr_under_another_leader():
+    core = started(cluster())
+    core.mark_unclean_restart(2)
+    state = core.partition_states[TP]
+    core.on_isr_change({TP: LeaderAndIsrPartitionState(
+        "t", 0, 1, 0, state.leader_epoch, (0, 1, 2), state.zk_version + 1, (0, 1, 2))})
+    assert 2 not in core.unclean_restarted[TP]
+
+
+def test_bounced_broker_with_new_epoch_is_a_failure_then_a_startup():
+    core = started(cluster())
+    d = core.on_broker_startup(0, 99)  # 0 re-registered: new broker epoch
+    leaders = [w.state.leader for w in d.writes]
+    assert leaders and leaders[0] != 0  # leadership moved off the old registration first
+    out = apply_all(core, d)
+    lai = [r for r in out.get(0, []) if isinstance(r, LeaderAndIsrRequest)]
+    assert lai and lai[0].broker_epoch == 99
+
+
+def test_controlled_shutdown_moves_leadership_and_stops_replicas():
+    core = started(cluster())
+    d = core.controlled_shutdown(0)
+    (w,) = d.writes
+    assert w.state.leader == 1 and 0 not in w.state.isr
+    out = apply_all(core, d)
+    stop = [r for r in out[0] if isinstance(r, StopReplicaRequest)]
+    assert stop and stop[0].partitions == (TP,) and stop[0].delete_partitions is False
+    assert not any(isinstance(r, LeaderAndIsrRequest) for r in out[0])
+
+
+def test_failed_cas_is_not_applied_and_refresh_lets_the_event_replay():
+    core = started(cluster())
+    d = core.on_broker_failure(0)
+    out = core.commit(d, {TP: None})  # a leader changed the ISR meanwhile
+    assert core.partition_states[TP].leader == 0
+    assert not any(isinstance(r, LeaderAndIsrRequest) for rs in out.values() for r in rs)
+    # The shell re-reads: ISR is now (0, 1) at version 1.
+    core.refresh_partition(TP, LeaderAndIsrPartitionState("t", 0, 1, 0, 0, (0, 1), 1, (0, 1, 2)))
+    d = core.on_broker_failure(0)
+    (w,) = d.writes
+    assert w.expected_zk_version == 1 and w.state.leader == 1 and w.state.isr == (1,)
+
+
+def test_preferred_election_moves_leadership_back_to_first_replica():
+    core = started(cluster())
+    apply_all(core, core.on_broker_failure(0))
+    assert core.partition_states[TP].leader == 1
+    core.on_broker_startup(0, 50)
+    state = core.partition_states[TP]
+    core.refresh_partition(TP, LeaderAndIsrPartitionState(
+        "t", 0, 1, 1, state.leader_epoch, (1, 2, 0), state.zk_version + 1, (0, 1, 2)))
+    d = core.elect_preferred_leaders()
+    (w,) = d.writes
+    assert w.state.leader == 0
+
+
+def test_requests_carry_controller_epoch_and_each_receivers_broker_epoch():
+    core = started(cluster())
+    out = apply_all(core, core.on_broker_failure(2))
+    for broker, reqs in out.items():
+        for r in reqs:
+            assert r.controller_epoch == 1 and r.controller_id == 100
+            assert r.broker_epoch == core.live_brokers[broker]
