@@ -1,0 +1,118 @@
+"""The ApiVersions table tidelog's broker advertises, and the ApiVersions special cases.
+
+Ranges keep the non-flexible versions on purpose: aiokafka and librdkafka's group and admin
+paths speak only those (FindCoordinator <= 2, JoinGroup <= 5, SyncGroup <= 3, Heartbeat <= 3,
+LeaveGroup <= 1, CreateTopics <= 4). Every API listed here must be implemented by the broker
+(``broker/``) for every version in its range; "semantics" comments say what a version adds
+that the handler has to honour. Kafka 3.x/4.x clients probe ApiVersions v3/v4 first.
+"""
+
+from __future__ import annotations
+
+from tidelog.protocol.api_keys import ApiKey, api_spec
+from tidelog.protocol.errors import ErrorCode
+from tidelog.protocol.messages.api_versions import ApiVersion, ApiVersionsResponse
+
+__all__ = [
+    "BROKER_API_VERSIONS",
+    "CONTROLLER_API_VERSIONS",
+    "PRODUCE_MIN_ACCEPTED_VERSION",
+    "api_versions_response",
+    "is_supported",
+    "unsupported_api_versions_response",
+]
+
+# Produce is advertised from v0 but v0-2 are refused with UNSUPPORTED_VERSION
+# (KAFKA-18659: librdkafka stops compressing when the advertised minimum is 3).
+PRODUCE_MIN_ACCEPTED_VERSION = 3
+
+# api key -> (min, max) served to clients. The broker must implement all of these.
+BROKER_API_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.PRODUCE: (0, 9),  # 3+ accepted; v9 flexible
+    ApiKey.FETCH: (4, 12),  # v4+: record batch v2 and isolation_level; v7+ fetch sessions
+    # (may always answer session_id 0); v9+ current_leader_epoch fencing (KIP-320);
+    # v11 rack id; v12 flexible + diverging_epoch. v13+ need topic ids: not served.
+    ApiKey.LIST_OFFSETS: (0, 7),  # v0 old_style_offsets list; v4+ leader epoch; v6 flexible;
+    # v7 max timestamp (-3)
+    ApiKey.METADATA: (0, 12),  # v1 controller/rack/internal; v4 allow_auto_topic_creation;
+    # v7 leader_epoch; v9 flexible; v10+ topic ids may be the zero uuid
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),  # v2 current_leader_epoch; v3 replica_id
+    ApiKey.API_VERSIONS: (0, 4),  # v3 flexible with client software name/version
+    ApiKey.CREATE_TOPICS: (0, 7),  # v1 validate_only; v5 flexible + configs in response
+    ApiKey.DELETE_TOPICS: (0, 5),  # v4 flexible; v6 (delete by topic id) not served
+    ApiKey.DESCRIBE_CONFIGS: (0, 4),  # v1 synonyms; v3 documentation; v4 flexible
+    ApiKey.INIT_PRODUCER_ID: (0, 4),  # v3 producer id/epoch for bumping; v2 flexible
+    ApiKey.FIND_COORDINATOR: (0, 4),  # v1 key_type; v3 flexible; v4 batched coordinator_keys
+    ApiKey.JOIN_GROUP: (0, 7),  # v4 MEMBER_ID_REQUIRED round trip; v5 group_instance_id;
+    # v6 flexible; v7 protocol_type/name in the response
+    ApiKey.SYNC_GROUP: (0, 5),  # v3 group_instance_id; v4 flexible; v5 protocol_type/name
+    ApiKey.HEARTBEAT: (0, 4),  # v3 group_instance_id; v4 flexible
+    ApiKey.LEAVE_GROUP: (0, 4),  # v3 batch members; v4 flexible
+    ApiKey.OFFSET_COMMIT: (0, 8),  # v1 generation/member; v2-4 retention_time_ms; v6 leader
+    # epoch; v7 group_instance_id; v8 flexible
+    ApiKey.OFFSET_FETCH: (0, 7),  # v2 all partitions (null topics); v5 leader epoch;
+    # v6 flexible; v7 require_stable. v8 (several groups per request) not served.
+    ApiKey.LIST_GROUPS: (0, 4),  # v3 flexible; v4 states filter
+    ApiKey.DESCRIBE_GROUPS: (0, 5),  # v3 authorized operations; v4 group_instance_id; v5 flexible
+}
+
+# The inter-broker and controller channel (tidelog <-> tidelog): every schema version.
+CONTROLLER_API_VERSIONS: dict[int, tuple[int, int]] = {
+    key: (api_spec(key).min_version, api_spec(key).max_version)
+    for key in (
+        ApiKey.LEADER_AND_ISR,
+        ApiKey.STOP_REPLICA,
+        ApiKey.UPDATE_METADATA,
+        ApiKey.CONTROLLED_SHUTDOWN,
+        ApiKey.ALTER_PARTITION,
+    )
+}
+
+
+def _check_tables() -> None:
+    for table in (BROKER_API_VERSIONS, CONTROLLER_API_VERSIONS):
+        for key, (lo, hi) in table.items():
+            spec = api_spec(key)
+            if not spec.min_version <= lo <= hi <= spec.max_version:
+                raise AssertionError(f"{spec.name} {lo}-{hi} outside the schema's range")
+
+
+_check_tables()
+
+
+def advertised(include_controller_apis: bool = True) -> dict[int, tuple[int, int]]:
+    table = dict(BROKER_API_VERSIONS)
+    if include_controller_apis:
+        table.update(CONTROLLER_API_VERSIONS)
+    return dict(sorted(table.items()))
+
+
+def is_supported(api_key: int, api_version: int, include_controller_apis: bool = True) -> bool:
+    """Whether the broker serves this API version (Produce v0-2 is advertised, not served)."""
+    rng = advertised(include_controller_apis).get(api_key)
+    if rng is None or not rng[0] <= api_version <= rng[1]:
+        return False
+    return not (api_key == ApiKey.PRODUCE and api_version < PRODUCE_MIN_ACCEPTED_VERSION)
+
+
+def api_versions_response(
+    include_controller_apis: bool = True, throttle_time_ms: int = 0
+) -> ApiVersionsResponse:
+    """The successful ApiVersions answer (encode it at the version the client asked for)."""
+    return ApiVersionsResponse(
+        error_code=ErrorCode.NONE,
+        api_keys=[
+            ApiVersion(key, lo, hi) for key, (lo, hi) in advertised(include_controller_apis).items()
+        ],
+        throttle_time_ms=throttle_time_ms,
+    )
+
+
+def unsupported_api_versions_response() -> ApiVersionsResponse:
+    """Kafka's answer to an ApiVersions version it does not know: UNSUPPORTED_VERSION in a
+    v0 body whose only entry is ApiVersions' own range, so the client can retry lower."""
+    lo, hi = BROKER_API_VERSIONS[ApiKey.API_VERSIONS]
+    return ApiVersionsResponse(
+        error_code=ErrorCode.UNSUPPORTED_VERSION,
+        api_keys=[ApiVersion(ApiKey.API_VERSIONS, lo, hi)],
+    )
