@@ -3,7 +3,7 @@
 `ZooKeeperServer(data_dir, port=0)` writes its own `zoo.cfg` under `data_dir` (standalone, bound
 to 127.0.0.1 only, no admin HTTP server), starts `java ... ZooKeeperServerMain zoo.cfg` as a
 background process with its log in `data_dir/zookeeper.log`, and waits (bounded) until the
-server answers the `ruok` four-letter word. It does not use /etc/zookeeper or zkServer.sh, so
+server serves requests (the `srvr` four-letter word reports its mode). It does not use /etc/zookeeper or zkServer.sh, so
 several private servers can run side by side. The same data dir can be stopped and started
 again; the znodes survive. `ZooKeeperServer.attach(data_dir)` finds a server that an earlier
 process started there (pid and port are recorded in `data_dir/zookeeper.json`) so that a later
@@ -182,8 +182,22 @@ class ZooKeeperServer:
         except OSError:
             return False
 
+    def is_serving(self, timeout_s: float = 1.0) -> bool:
+        """True when the server serves client requests.
+
+        `ruok` answers `imok` as soon as the port is bound, before the database is loaded;
+        `srvr` says "not currently serving requests" until then.
+        """
+        if not self.port:
+            return False
+        try:
+            reply = four_letter_word(HOST, self.port, "srvr", timeout_s)
+        except OSError:
+            return False
+        return "Mode: standalone" in reply or "Mode: leader" in reply or "Mode: follower" in reply
+
     def start(self, timeout_s: float = 30.0) -> None:
-        """Start the JVM and wait until it answers `ruok`, at most `timeout_s` seconds."""
+        """Start the JVM and wait until it serves requests, at most `timeout_s` seconds."""
         if self.is_running():
             raise ZooKeeperError(f"ZooKeeper is already running (pid {self.pid})")
         auto_port = self.port == 0
@@ -326,10 +340,10 @@ class ZooKeeperServer:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 return False, f"java exited with status {proc.returncode}: {self._log_tail()}"
-            if self.ruok(timeout_s=0.5):
+            if self.is_serving(timeout_s=0.5):
                 return True, ""
             time.sleep(0.1)
-        return False, f"no answer to ruok on {HOST}:{self.port} in time: {self._log_tail()}"
+        return False, f"not serving on {HOST}:{self.port} in time: {self._log_tail()}"
 
     def _log_tail(self, lines: int = 3) -> str:
         try:
