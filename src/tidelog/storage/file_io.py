@@ -1,0 +1,160 @@
+"""The one narrow file interface of the log (so the simulator can swap in a crash-able disk).
+
+`OsFileIO` maps it onto real files with plain `os` calls: appends with `os.write` on an O_APPEND
+descriptor, reads with `os.pread`, durability with `os.fsync`. Paths are strings; a handle keeps
+its size in memory so that an append never needs a `stat`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+__all__ = ["FileHandle", "FileIO", "FileSlice", "OsFileHandle", "OsFileIO", "write_file_atomically"]
+
+
+@runtime_checkable
+class FileHandle(Protocol):
+    path: str
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Write at the end; returns the position written at."""
+        ...
+
+    def read(self, position: int, size: int) -> bytes | memoryview:
+        """Up to `size` bytes from `position` (fewer at the end of the file)."""
+        ...
+
+    def size(self) -> int: ...
+
+    def flush(self) -> None:
+        """Make everything written so far durable (fsync)."""
+        ...
+
+    def truncate(self, size: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class FileIO(Protocol):
+    def open(self, path: str) -> FileHandle:
+        """Open for read/append, creating the file when missing."""
+        ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def listdir(self, path: str) -> list[str]: ...
+
+    def makedirs(self, path: str) -> None: ...
+
+    def remove(self, path: str) -> None:
+        """Remove a file, or an empty directory."""
+        ...
+
+    def rename(self, src: str, dst: str) -> None:
+        """Atomically replace `dst` with `src` (durable once the directory is fsynced)."""
+        ...
+
+    def fsync_dir(self, path: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """A byte range of a segment file, for `os.sendfile` on the broker's fetch path."""
+
+    path: str
+    position: int
+    length: int
+
+    def __len__(self) -> int:
+        return self.length
+
+
+class OsFileHandle:
+    __slots__ = ("path", "_fd", "_size")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._size = os.fstat(self._fd).st_size
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        position = self._size
+        view = memoryview(data)
+        written = os.write(self._fd, view)
+        while written < len(view):  # regular files rarely write short, but may (signals, quotas)
+            written += os.write(self._fd, view[written:])
+        self._size += written
+        return position
+
+    def read(self, position: int, size: int) -> bytes:
+        return os.pread(self._fd, size, position)
+
+    def size(self) -> int:
+        return self._size
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self._fd, size)
+        self._size = size
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class OsFileIO:
+    """Real files."""
+
+    def open(self, path: str) -> OsFileHandle:
+        return OsFileHandle(path)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def listdir(self, path: str) -> list[str]:
+        return sorted(os.listdir(path))
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def remove(self, path: str) -> None:
+        if os.path.isdir(path):
+            os.rmdir(path)
+        else:
+            os.remove(path)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
+
+    def fsync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_file_atomically(file_io: FileIO, path: str, data: bytes) -> None:
+    """Kafka's checkpoint write: temp file, fsync, rename over the target, fsync the directory.
+    After a crash the file shows either the old or the new content, never a mix."""
+    tmp = path + ".tmp"
+    if file_io.exists(tmp):
+        file_io.remove(tmp)
+    handle = file_io.open(tmp)
+    try:
+        handle.truncate(0)
+        handle.append(data)
+        handle.flush()
+    finally:
+        handle.close()
+    file_io.rename(tmp, path)
+    file_io.fsync_dir(os.path.dirname(path) or ".")

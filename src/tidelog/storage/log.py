@@ -1,0 +1,758 @@
+"""Log: one partition's replica log — a list of segments plus the offsets Kafka tracks on them.
+
+    log_start_offset <= high_watermark <= log_end_offset,  recovery_point <= log_end_offset
+
+The log holds no clock (every time-dependent call takes `now_ms`) and does all I/O through a
+`FileIO`, so the simulator runs it over a crash-able in-memory disk.
+
+Append paths never decode records: the leader copies the incoming batches once into a bytearray,
+validates each batch header and CRC32C in one pass, stamps base offsets and the leader epoch in
+place (both lie outside the CRC), and writes the buffer with one `append`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import struct
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import crc32c
+
+from tidelog.protocol.records.batch import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    CURRENT_MAGIC,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    CorruptRecordError,
+    RecordBatch,
+)
+from tidelog.storage.epoch_cache import LeaderEpochFileCache
+from tidelog.storage.errors import (
+    InvalidOffsetError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    StorageError,
+)
+from tidelog.storage.file_io import FileIO, FileSlice
+from tidelog.storage.log_config import LogConfig
+from tidelog.storage.segment import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    PREFIX,
+    PREFIX_SIZE,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    parse_base_offset,
+)
+
+__all__ = ["FetchDataInfo", "Log", "LogAppendInfo", "parse_topic_partition"]
+
+logger = logging.getLogger(__name__)
+
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_U32 = struct.Struct(">I")
+_RECORD_COUNT_OFFSET = 57
+_MAX_TIMESTAMP_OFFSET = 35
+_EPOCH_OFFSET = 12
+_SCRATCH_SUFFIXES = (".tmp", DELETED_SUFFIX, ".cleaned", ".swap")
+
+
+@dataclass(slots=True)
+class LogAppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    valid_bytes: int
+    record_count: int
+    offset_of_max_timestamp: int = -1
+    batch_count: int = 0
+    log_append_time: int = -1  # now_ms when the topic stamps LogAppendTime, else -1
+
+
+@dataclass(slots=True)
+class FetchDataInfo:
+    """`records`: whole batches (a memoryview, or a FileSlice for sendfile). `first_offset` is
+    the offset the read started from (Kafka's fetchOffsetMetadata); the first batch may begin
+    before it when that offset lies inside a batch."""
+
+    records: memoryview | FileSlice
+    first_offset: int
+
+    @property
+    def size_in_bytes(self) -> int:
+        return len(self.records)
+
+
+def parse_topic_partition(dir_name: str) -> tuple[str, int] | None:
+    """`orders-3` -> ("orders", 3); None for a name that is not `<topic>-<partition>`."""
+    topic, sep, partition = dir_name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        return None
+    return topic, int(partition)
+
+
+class Log:
+    def __init__(
+        self,
+        dir: str,
+        config: LogConfig,
+        file_io: FileIO,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        now_ms: int = 0,
+        had_clean_shutdown: bool = False,
+    ) -> None:
+        self.dir = dir
+        self.config = config
+        self.file_io = file_io
+        self.topic_partition = parse_topic_partition(os.path.basename(os.path.normpath(dir)))
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self.high_watermark = log_start_offset
+        self.last_flush_ms = now_ms
+        self.closed = False
+        self._dir_dirty = False
+        self.leader_epoch_cache = LeaderEpochFileCache(file_io, dir, lambda: self.log_end_offset)
+        with self._io("load"):
+            self._load(had_clean_shutdown, now_ms)
+
+    # -- I/O error mapping -----------------------------------------------------------------
+    @contextmanager
+    def _io(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except OSError as exc:
+            raise KafkaStorageError(f"I/O error during {what} of log {self.dir}: {exc}") from exc
+
+    # -- loading and recovery --------------------------------------------------------------
+    def _new_segment(self, base_offset: int, now_ms: int) -> LogSegment:
+        self._dir_dirty = True
+        return LogSegment(
+            self.file_io,
+            self.dir,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_bytes=self.config.segment_index_bytes,
+            created_ms=now_ms,
+        )
+
+    def _load(self, had_clean_shutdown: bool, now_ms: int) -> None:
+        fio = self.file_io
+        fio.makedirs(self.dir)
+        names = fio.listdir(self.dir)
+        log_bases: set[int] = set()
+        for name in names:
+            if name.endswith(_SCRATCH_SUFFIXES):
+                # Leftovers of an interrupted checkpoint write or segment deletion.
+                fio.remove(os.path.join(self.dir, name))
+                self._dir_dirty = True
+                continue
+            base = parse_base_offset(name, LOG_SUFFIX)
+            if base is not None:
+                log_bases.add(base)
+        for name in names:
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                base = parse_base_offset(name, suffix)
+                if base is not None and base not in log_bases:
+                    logger.warning("%s: removing orphaned index file %s", self.dir, name)
+                    fio.remove(os.path.join(self.dir, name))
+                    self._dir_dirty = True
+        try:
+            self.leader_epoch_cache.load()
+            rebuild_epochs = False
+        except StorageError as exc:
+            logger.warning("%s: %s; rebuilding the leader epoch cache from the log", self.dir, exc)
+            rebuild_epochs = True
+
+        for base in sorted(log_bases):
+            self.segments.append(self._new_segment(base, now_ms))
+        self._dir_dirty = False
+        if not self.segments:
+            self.segments.append(self._new_segment(self.log_start_offset, now_ms))
+        self._bases = [s.base_offset for s in self.segments]
+
+        first_unflushed = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
+        recovered_epochs: list[tuple[int, int]] = []
+        i = 0
+        while i < len(self.segments):
+            segment = self.segments[i]
+            if i and segment.base_offset < self.segments[i - 1].next_offset:
+                logger.warning("%s: segment %d overlaps its predecessor", self.dir, segment.base_offset)
+                self._delete_segments_from(i)
+                break
+            must_recover = not had_clean_shutdown and i >= first_unflushed
+            if not must_recover and not segment.load_indexes():
+                must_recover = True
+            if must_recover:
+                truncated, epochs = segment.recover()
+                recovered_epochs.extend(epochs)
+                if truncated:
+                    logger.warning(
+                        "%s: truncated %d invalid bytes at offset %d of segment %d",
+                        self.dir, truncated, segment.next_offset, segment.base_offset,
+                    )
+                    self._dir_dirty = True
+                    self._delete_segments_from(i + 1)
+                    break
+            i += 1
+
+        self.log_end_offset = self.segments[-1].next_offset
+        if self.segments[-1].size == 0 and len(self.segments) > 1:
+            self.log_end_offset = max(self.segments[-1].base_offset, self.segments[-2].next_offset)
+        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        if self.log_start_offset > self.log_end_offset:
+            # The checkpointed start is past what survived: the log restarts there, empty.
+            self.truncate_fully_and_start_at(self.log_start_offset)
+            return
+        if rebuild_epochs:
+            self.leader_epoch_cache.rebuild(
+                [(b.partition_leader_epoch, b.base_offset) for b in self.batches(0)]
+            )
+        else:
+            for epoch, start in recovered_epochs:
+                self.leader_epoch_cache.assign(epoch, start)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self.recovery_point = (
+            self.log_end_offset
+            if had_clean_shutdown
+            else max(self.log_start_offset, min(self.recovery_point, self.log_end_offset))
+        )
+        self.high_watermark = self.log_start_offset
+        if self._dir_dirty:
+            self.file_io.fsync_dir(self.dir)
+            self._dir_dirty = False
+
+    def _delete_segments_from(self, index: int) -> None:
+        for segment in self.segments[index:]:
+            segment.delete()
+        if index < len(self.segments):
+            self._dir_dirty = True
+        del self.segments[index:]
+        self._bases = [s.base_offset for s in self.segments]
+
+    # -- offsets ---------------------------------------------------------------------------
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self.leader_epoch_cache.latest_epoch
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self.log_end_offset - self.recovery_point
+
+    def update_high_watermark(self, hw: int) -> int:
+        """Set the HW, clamped to [log_start_offset, log_end_offset]; in memory only."""
+        self.high_watermark = min(max(hw, self.log_start_offset), self.log_end_offset)
+        return self.high_watermark
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(largest epoch <= `epoch`, its end offset) per KIP-279; (-1, -1) when undefined."""
+        return self.leader_epoch_cache.end_offset_for(epoch)
+
+    def assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
+        """A new leader records its epoch at its LEO at once, before any append (KIP-279)."""
+        with self._io("epoch checkpoint"):
+            self.leader_epoch_cache.assign(epoch, start_offset)
+
+    # -- appends ---------------------------------------------------------------------------
+    def append_as_leader(
+        self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int
+    ) -> LogAppendInfo:
+        """Validate every batch (magic 2, CRC32C, size <= max.message.bytes, record count),
+        assign offsets from the LEO and stamp `leader_epoch`, then write. Nothing is written
+        unless every batch is valid."""
+        self._check_open()
+        buf = bytearray(records)  # the one copy: offsets and epoch are stamped into it
+        view = memoryview(buf)
+        n = len(buf)
+        max_size = self.config.max_message_bytes
+        log_append_time = now_ms if self.config.message_timestamp_type == "LogAppendTime" else -1
+        next_offset = first_offset = self.log_end_offset
+        batches: list[tuple[int, int, int]] = []
+        max_ts = -1
+        max_ts_offset = -1
+        record_count = 0
+        pos = 0
+        unpack = PREFIX.unpack_from
+        crc = crc32c.crc32c
+        while pos < n:
+            if n - pos < HEADER_SIZE:
+                raise CorruptRecordError(
+                    f"truncated record batch: {n - pos} bytes left at position {pos}", pos
+                )
+            _, length, _, magic, stored_crc, attributes, delta = unpack(view, pos)
+            size = length + LOG_OVERHEAD
+            if magic != CURRENT_MAGIC:
+                raise CorruptRecordError(f"unsupported magic {magic} (only v2 is supported)", pos)
+            if size < HEADER_SIZE:
+                raise CorruptRecordError(f"record batch size {size} is smaller than a header", pos)
+            if size > max_size:
+                raise RecordTooLargeError(size, max_size)
+            if pos + size > n:
+                raise CorruptRecordError(
+                    f"truncated record batch: {size} bytes declared, {n - pos} present", pos
+                )
+            end = pos + size
+            if crc(view[pos + ATTRIBUTES_OFFSET : end]) != stored_crc:
+                raise CorruptRecordError(f"record batch at position {pos} fails its CRC32C", pos)
+            count = _I32.unpack_from(view, pos + _RECORD_COUNT_OFFSET)[0]
+            if count <= 0 or delta != count - 1:
+                raise CorruptRecordError(
+                    f"record batch at position {pos} has {count} records but last offset delta "
+                    f"{delta}",
+                    pos,
+                )
+            if log_append_time >= 0:
+                # LogAppendTime topics: the broker's clock replaces the max timestamp (inside the
+                # CRC, so the CRC is recomputed for these batches only).
+                _I16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+                _I64.pack_into(buf, pos + _MAX_TIMESTAMP_OFFSET, log_append_time)
+                _U32.pack_into(buf, pos + CRC_OFFSET, crc(view[pos + ATTRIBUTES_OFFSET : end]))
+                batch_ts = log_append_time
+            else:
+                batch_ts = _I64.unpack_from(view, pos + _MAX_TIMESTAMP_OFFSET)[0]
+            _I64.pack_into(buf, pos, next_offset)
+            _I32.pack_into(buf, pos + _EPOCH_OFFSET, leader_epoch)
+            last = next_offset + delta
+            if batch_ts > max_ts:
+                max_ts, max_ts_offset = batch_ts, last
+            batches.append((pos, last, batch_ts))
+            record_count += count
+            next_offset = last + 1
+            pos = end
+        if not batches:
+            return LogAppendInfo(first_offset, first_offset - 1, -1, 0, 0)
+        with self._io("append"):
+            if leader_epoch >= 0:
+                self.leader_epoch_cache.assign(leader_epoch, first_offset)
+            self._write(view, batches, first_offset, next_offset - 1, max_ts, now_ms)
+        return LogAppendInfo(
+            first_offset, next_offset - 1, max_ts, n, record_count, max_ts_offset, len(batches),
+            log_append_time,
+        )
+
+    def append_as_follower(
+        self, records: bytes | bytearray | memoryview, now_ms: int
+    ) -> LogAppendInfo:
+        """Append batches that already carry the leader's offsets and epochs. The first offset
+        must be >= the LEO and offsets must increase (else InvalidOffsetError); each batch's CRC
+        is checked. A partial trailing batch (fetch responses may cut one) is ignored."""
+        self._check_open()
+        view = memoryview(records)
+        if view.ndim != 1 or view.itemsize != 1:
+            view = view.cast("B")
+        n = len(view)
+        expected = self.log_end_offset
+        batches: list[tuple[int, int, int]] = []
+        epochs: list[tuple[int, int]] = []
+        last_epoch = -2
+        max_ts = -1
+        max_ts_offset = -1
+        record_count = 0
+        first_offset = -1
+        pos = 0
+        unpack = PREFIX.unpack_from
+        crc = crc32c.crc32c
+        while n - pos >= PREFIX_SIZE:
+            base, length, epoch, magic, stored_crc, _, delta = unpack(view, pos)
+            size = length + LOG_OVERHEAD
+            if magic != CURRENT_MAGIC:
+                raise CorruptRecordError(f"unsupported magic {magic} (only v2 is supported)", pos)
+            if size < HEADER_SIZE:
+                raise CorruptRecordError(f"record batch size {size} is smaller than a header", pos)
+            if pos + size > n:
+                break  # partial trailing batch
+            end = pos + size
+            if crc(view[pos + ATTRIBUTES_OFFSET : end]) != stored_crc:
+                raise CorruptRecordError(f"record batch at offset {base} fails its CRC32C", pos)
+            if delta < 0:
+                raise CorruptRecordError(f"record batch at offset {base} has a negative delta", pos)
+            if base < expected:
+                if not batches:
+                    raise InvalidOffsetError(
+                        f"follower append at offset {base} is below the log end offset "
+                        f"{self.log_end_offset}",
+                        base,
+                        self.log_end_offset,
+                    )
+                raise InvalidOffsetError(
+                    f"out of order offsets in follower append: {base} after {expected - 1}",
+                    base,
+                    self.log_end_offset,
+                )
+            if first_offset < 0:
+                first_offset = base
+            last = base + delta
+            batch_ts = _I64.unpack_from(view, pos + _MAX_TIMESTAMP_OFFSET)[0]
+            if batch_ts > max_ts:
+                max_ts, max_ts_offset = batch_ts, last
+            if epoch != last_epoch:
+                if epoch >= 0:
+                    epochs.append((epoch, base))
+                last_epoch = epoch
+            batches.append((pos, last, batch_ts))
+            record_count += _I32.unpack_from(view, pos + _RECORD_COUNT_OFFSET)[0]
+            expected = last + 1
+            pos = end
+        if not batches:
+            leo = self.log_end_offset
+            return LogAppendInfo(leo, leo - 1, -1, 0, 0)
+        with self._io("append"):
+            for epoch, start in epochs:
+                self.leader_epoch_cache.assign(epoch, start)
+            self._write(view[:pos], batches, first_offset, expected - 1, max_ts, now_ms)
+        return LogAppendInfo(
+            first_offset, expected - 1, max_ts, pos, record_count, max_ts_offset, len(batches)
+        )
+
+    def _write(
+        self,
+        data: memoryview,
+        batches: list[tuple[int, int, int]],
+        first_offset: int,
+        last_offset: int,
+        max_timestamp: int,
+        now_ms: int,
+    ) -> None:
+        segment = self._maybe_roll(len(data), first_offset, last_offset, max_timestamp, now_ms)
+        segment.append(data, batches)
+        self.log_end_offset = last_offset + 1
+        if self.unflushed_messages >= self.config.flush_messages:
+            self.flush()
+
+    def _maybe_roll(
+        self, size: int, first_offset: int, last_offset: int, max_timestamp: int, now_ms: int
+    ) -> LogSegment:
+        segment = self.segments[-1]
+        config = self.config
+        if segment.size == 0:
+            if segment.can_hold(last_offset) and segment.base_offset <= first_offset:
+                return segment
+        elif not (
+            segment.size > config.segment_bytes - size
+            or segment.time_waited_for_roll(now_ms, max_timestamp)
+            > config.segment_ms - config.segment_jitter_ms
+            or segment.offset_index.is_full
+            or segment.time_index.is_full
+            or not segment.can_hold(last_offset)
+        ):
+            return segment
+        return self.roll(now_ms, max(first_offset, self.log_end_offset))
+
+    def roll(self, now_ms: int, base_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at `base_offset` (default: the LEO). The old segment gets
+        its final time index entry and is flushed, so the recovery point moves up to it."""
+        new_base = self.log_end_offset if base_offset is None else base_offset
+        with self._io("roll"):
+            old = self.segments[-1]
+            if old.size == 0:
+                # An empty active segment is replaced rather than kept as an empty file.
+                old.delete()
+                self.segments.pop()
+                self._bases.pop()
+                self._dir_dirty = True
+            else:
+                old.on_become_inactive()
+            segment = self._new_segment(new_base, now_ms)
+            if segment.size:
+                # A stale file with this name (cannot normally exist): start it empty.
+                segment.log.truncate(0)
+                segment.size = 0
+            self.segments.append(segment)
+            self._bases.append(new_base)
+            if old.size:
+                self.flush(self.log_end_offset)
+            if self.log_end_offset < new_base:
+                self.log_end_offset = new_base
+            self.last_flush_ms = now_ms
+        return segment
+
+    # -- reads -----------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self.closed:
+            raise KafkaStorageError(f"log {self.dir} is closed")
+
+    def _check_range(self, offset: int) -> None:
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(offset, self.log_start_offset, self.log_end_offset)
+
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        max_offset: int | None = None,
+        min_one_message: bool = True,
+    ) -> FetchDataInfo:
+        """Whole batches from the one holding `start_offset`, up to `max_bytes` (the first batch
+        even when larger, if `min_one_message`), none whose last offset >= `max_offset`.
+        Empty at the LEO; OffsetOutOfRangeError outside [log_start_offset, log_end_offset]."""
+        self._check_open()
+        self._check_range(start_offset)
+        if start_offset == self.log_end_offset or (
+            max_offset is not None and start_offset >= max_offset
+        ):
+            return FetchDataInfo(memoryview(b""), start_offset)
+        with self._io("read"):
+            i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
+            while i < len(self.segments):
+                found = self.segments[i].read(start_offset, max_bytes, max_offset, min_one_message)
+                if found is not None:
+                    return FetchDataInfo(found[0], start_offset)
+                i += 1
+        return FetchDataInfo(memoryview(b""), start_offset)
+
+    def read_slice(
+        self, start_offset: int, max_bytes: int, max_offset: int | None = None
+    ) -> FetchDataInfo:
+        """Like `read`, but a FileSlice for sendfile. The slice ends at a batch boundary when
+        it stops at `max_offset`; when `max_bytes` cuts it, the last batch may be partial, as
+        Kafka's FileRecords.slice (clients drop a partial trailing batch)."""
+        self._check_open()
+        self._check_range(start_offset)
+        empty = FetchDataInfo(FileSlice(self.active_segment.log_path, 0, 0), start_offset)
+        if start_offset == self.log_end_offset or (
+            max_offset is not None and start_offset >= max_offset
+        ):
+            return empty
+        with self._io("read"):
+            i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
+            while i < len(self.segments):
+                segment = self.segments[i]
+                found = segment.position_range(start_offset, max_offset)
+                if found is not None:
+                    start, end = found
+                    return FetchDataInfo(
+                        FileSlice(segment.log_path, start, min(end - start, max(max_bytes, 0))),
+                        start_offset,
+                    )
+                i += 1
+        return empty
+
+    def batches(self, start_offset: int = 0) -> Iterator[RecordBatch]:
+        """Every batch whose last offset >= `start_offset`, in order (tools, tests, checks)."""
+        i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
+        for segment in list(self.segments[i:]):
+            found = segment.translate_offset(start_offset)
+            if found is None:
+                continue
+            yield from segment.iter_batches(found[0])
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """ListOffsets by time, at batch granularity: (base offset, max timestamp) of the first
+        batch whose max timestamp >= `timestamp`, or None when every batch is older."""
+        for segment in self.segments:
+            if segment.max_timestamp < timestamp:
+                continue
+            _, offset = segment.time_index.lookup(timestamp - 1)
+            for batch in self.batches(max(offset, self.log_start_offset, segment.base_offset)):
+                if batch.max_timestamp >= timestamp:
+                    return max(batch.base_offset, self.log_start_offset), batch.max_timestamp
+            return None
+        return None
+
+    # -- truncation ------------------------------------------------------------------------
+    def truncate_to(self, target_offset: int) -> bool:
+        """Drop every batch holding an offset >= `target_offset` (a batch straddling it goes
+        whole). The epoch cache is truncated from the end; HW and recovery point are capped by
+        the new LEO. Returns False when there was nothing to drop."""
+        self._check_open()
+        if target_offset < 0:
+            raise ValueError(f"cannot truncate to a negative offset {target_offset}")
+        if target_offset >= self.log_end_offset:
+            return False
+        with self._io("truncation"):
+            if target_offset < self.segments[0].base_offset or target_offset < self.log_start_offset:
+                self.truncate_fully_and_start_at(target_offset)
+                return True
+            keep = bisect.bisect_right(self._bases, target_offset)
+            if keep < len(self.segments):
+                self._delete_segments_from(max(keep, 1))
+            segment = self.segments[-1]
+            segment.truncate_to(target_offset)
+            self.log_end_offset = segment.next_offset
+            if len(self.segments) > 1 and segment.size == 0:
+                self.log_end_offset = max(segment.base_offset, self.segments[-2].next_offset)
+            self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+            self.high_watermark = min(self.high_watermark, self.log_end_offset)
+            self.recovery_point = min(self.recovery_point, self.log_end_offset)
+            if self._dir_dirty:
+                self.file_io.fsync_dir(self.dir)
+                self._dir_dirty = False
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int, now_ms: int | None = None) -> None:
+        """Delete every segment and restart the log, empty, at `offset` (a follower whose
+        leader's log starts past its LEO)."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"cannot start a log at a negative offset {offset}")
+        with self._io("truncation"):
+            created = self.segments[-1].created_ms if now_ms is None else now_ms
+            self._delete_segments_from(0)
+            self.segments = [self._new_segment(offset, created)]
+            self._bases = [offset]
+            seg = self.segments[0]
+            if seg.size:
+                seg.log.truncate(0)
+                seg.size = 0
+            self.log_start_offset = offset
+            self.log_end_offset = offset
+            self.recovery_point = offset
+            self.high_watermark = offset
+            self.leader_epoch_cache.clear_and_flush()
+            self.file_io.fsync_dir(self.dir)
+            self._dir_dirty = False
+
+    # -- retention -------------------------------------------------------------------------
+    def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
+        """DeleteRecords: move the log start offset up (never past the HW). Segments wholly
+        below it go at the next `delete_old_segments`."""
+        if new_log_start_offset > self.high_watermark:
+            raise OffsetOutOfRangeError(
+                new_log_start_offset, self.log_start_offset, self.high_watermark
+            )
+        if new_log_start_offset <= self.log_start_offset:
+            return False
+        with self._io("log start offset update"):
+            self.log_start_offset = new_log_start_offset
+            self.leader_epoch_cache.truncate_from_start(new_log_start_offset)
+            self.recovery_point = max(self.recovery_point, new_log_start_offset)
+        return True
+
+    def delete_old_segments(self, now_ms: int) -> int:
+        """Kafka's retention: delete the oldest segments that breach retention.ms,
+        retention.bytes or lie wholly below the log start offset; only segments wholly below
+        the HW, and never the last (the active segment is rolled first when it must go).
+        Returns the number of segments deleted."""
+        self._check_open()
+        config = self.config
+        deleted = 0
+        with self._io("retention"):
+            if config.delete_enabled and config.retention_ms >= 0:
+                deleted += self._delete_while(
+                    lambda seg, _: now_ms - seg.largest_timestamp() > config.retention_ms, now_ms
+                )
+            if config.delete_enabled and config.retention_bytes >= 0:
+                excess = [self.size - config.retention_bytes]
+
+                def over_size(seg: LogSegment, _: LogSegment | None) -> bool:
+                    if excess[0] - seg.size >= 0:
+                        excess[0] -= seg.size
+                        return True
+                    return False
+
+                deleted += self._delete_while(over_size, now_ms)
+            deleted += self._delete_while(
+                lambda _, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset, now_ms
+            )
+        return deleted
+
+    def _delete_while(
+        self, predicate: Callable[[LogSegment, LogSegment | None], bool], now_ms: int
+    ) -> int:
+        doomed: list[LogSegment] = []
+        for i, segment in enumerate(self.segments):
+            nxt = self.segments[i + 1] if i + 1 < len(self.segments) else None
+            upper = nxt.base_offset if nxt is not None else self.log_end_offset
+            if self.high_watermark < upper:
+                break
+            if nxt is None and segment.size == 0:
+                break
+            if not predicate(segment, nxt):
+                break
+            doomed.append(segment)
+        if not doomed:
+            return 0
+        if len(doomed) == len(self.segments):
+            self.roll(now_ms)
+        for segment in doomed:
+            segment.delete()
+        del self.segments[: len(doomed)]
+        self._bases = [s.base_offset for s in self.segments]
+        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        self.high_watermark = max(self.high_watermark, self.log_start_offset)
+        self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self.file_io.fsync_dir(self.dir)
+        self._dir_dirty = False
+        return len(doomed)
+
+    # -- durability ------------------------------------------------------------------------
+    def flush(self, offset: int | None = None) -> None:
+        """Make everything below `offset` (default: the LEO) durable and move the recovery
+        point there. Segment files are fsynced whole; new or removed files get a dir fsync."""
+        self._check_open()
+        target = self.log_end_offset if offset is None else min(offset, self.log_end_offset)
+        with self._io("flush"):
+            if target > self.recovery_point:
+                first = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
+                for segment in self.segments[first:]:
+                    if segment.base_offset >= target and segment is not self.segments[first]:
+                        break
+                    segment.flush()
+            if self._dir_dirty:
+                self.file_io.fsync_dir(self.dir)
+                self._dir_dirty = False
+        if target > self.recovery_point:
+            self.recovery_point = target
+
+    def maybe_flush(self, now_ms: int) -> bool:
+        """flush.ms: flush when the last flush is older than it and something is unflushed."""
+        if self.unflushed_messages <= 0 and not self._dir_dirty:
+            self.last_flush_ms = now_ms
+            return False
+        if now_ms - self.last_flush_ms < self.config.flush_ms:
+            return False
+        self.flush()
+        self.last_flush_ms = now_ms
+        return True
+
+    def close(self) -> None:
+        """Write the indexes and close the files (no fsync of the log: `flush` first for a
+        clean shutdown)."""
+        if self.closed:
+            return
+        with self._io("close"):
+            for segment in self.segments:
+                segment.flush_indexes()
+                segment.close()
+        self.closed = True
+
+    def delete(self) -> None:
+        """Remove every file of this log and its directory."""
+        with self._io("delete"):
+            for segment in self.segments:
+                segment.delete()
+            for name in self.file_io.listdir(self.dir):
+                self.file_io.remove(os.path.join(self.dir, name))
+            self.file_io.remove(self.dir)
+        self.closed = True
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.dir!r}, log_start_offset={self.log_start_offset}, "
+            f"log_end_offset={self.log_end_offset}, high_watermark={self.high_watermark}, "
+            f"segments={len(self.segments)})"
+        )
