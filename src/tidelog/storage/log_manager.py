@@ -1,0 +1,255 @@
+"""LogManager: every partition log of a broker across its `log.dirs`.
+
+Each log dir holds one directory per partition (`<topic>-<partition>`), the checkpoint files
+`recovery-point-offset-checkpoint`, `log-start-offset-checkpoint` and
+`replication-offset-checkpoint` (HW), and, between a clean shutdown and the next start, the
+`.kafka_cleanshutdown` marker that lets the next start skip recovery.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+
+from tidelog.storage.checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    OffsetCheckpointFile,
+    TopicPartition,
+)
+from tidelog.storage.errors import KafkaStorageError, StorageError
+from tidelog.storage.file_io import FileIO, write_file_atomically
+from tidelog.storage.log import Log, parse_topic_partition
+from tidelog.storage.log_config import LogConfig
+
+__all__ = ["CLEAN_SHUTDOWN_FILE", "LogManager"]
+
+logger = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+DELETE_DIR_SUFFIX = "-delete"
+_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT)
+
+
+class LogManager:
+    def __init__(
+        self,
+        log_dirs: list[str],
+        config: LogConfig,
+        file_io: FileIO,
+        now_ms: int = 0,
+        topic_configs: dict[str, LogConfig] | None = None,
+    ) -> None:
+        if not log_dirs:
+            raise ValueError("log.dirs must name at least one directory")
+        self.log_dirs = [os.path.normpath(d) for d in log_dirs]
+        self.config = config
+        self.file_io = file_io
+        self.topic_configs: dict[str, LogConfig] = dict(topic_configs or {})
+        self.logs: dict[TopicPartition, Log] = {}
+        self.log_dir_of: dict[TopicPartition, str] = {}
+        self.offline_dirs: set[str] = set()
+        self.had_clean_shutdown: dict[str, bool] = {}
+        self.skipped: list[str] = []  # partition dirs that could not be loaded
+        for log_dir in self.log_dirs:
+            self._load_dir(log_dir, now_ms)
+
+    # -- loading ---------------------------------------------------------------------------
+    def _read_checkpoint(self, log_dir: str, name: str) -> dict[TopicPartition, int]:
+        try:
+            return OffsetCheckpointFile.in_dir(self.file_io, log_dir, name).read()
+        except StorageError as exc:
+            # A broken checkpoint costs a full recovery, never the broker.
+            logger.warning("%s; ignoring it", exc)
+            return {}
+
+    def _load_dir(self, log_dir: str, now_ms: int) -> None:
+        fio = self.file_io
+        try:
+            fio.makedirs(log_dir)
+            clean = fio.exists(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE))
+            names = fio.listdir(log_dir)
+        except OSError as exc:
+            logger.error("log dir %s is offline: %s", log_dir, exc)
+            self.offline_dirs.add(log_dir)
+            return
+        self.had_clean_shutdown[log_dir] = clean
+        recovery_points = self._read_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT)
+        start_offsets = self._read_checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT)
+        high_watermarks = self._read_checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT)
+        for name in names:
+            path = os.path.join(log_dir, name)
+            if name.endswith(DELETE_DIR_SUFFIX):
+                self._remove_tree(path)
+                continue
+            tp = parse_topic_partition(name)
+            if tp is None:
+                continue  # checkpoints, the marker, or foreign files: not ours to touch
+            if tp in self.logs:
+                logger.error("%s: partition %s-%d is also in %s; skipped", log_dir, *tp,
+                             self.log_dir_of[tp])
+                self.skipped.append(path)
+                continue
+            try:
+                fio.listdir(path)
+            except OSError:
+                continue  # a file named like a partition: not a log
+            try:
+                log = Log(
+                    path,
+                    self.config_for(tp[0]),
+                    fio,
+                    recovery_point=recovery_points.get(tp, 0),
+                    log_start_offset=start_offsets.get(tp, 0),
+                    now_ms=now_ms,
+                    had_clean_shutdown=clean,
+                )
+            except (StorageError, OSError) as exc:
+                logger.error("%s: cannot load %s: %s", log_dir, name, exc)
+                self.skipped.append(path)
+                continue
+            if tp in high_watermarks:
+                log.update_high_watermark(high_watermarks[tp])
+            self.logs[tp] = log
+            self.log_dir_of[tp] = log_dir
+        if clean:
+            try:
+                # From here on a crash must be detected as unclean.
+                fio.remove(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE))
+                fio.fsync_dir(log_dir)
+            except OSError as exc:
+                logger.error("log dir %s is offline: %s", log_dir, exc)
+                self.offline_dirs.add(log_dir)
+
+    def _remove_tree(self, path: str) -> None:
+        fio = self.file_io
+        try:
+            for name in fio.listdir(path):
+                child = os.path.join(path, name)
+                try:
+                    fio.listdir(child)
+                    self._remove_tree(child)
+                except OSError:
+                    fio.remove(child)
+            fio.remove(path)
+        except OSError as exc:
+            logger.warning("cannot remove %s: %s", path, exc)
+
+    # -- partitions ------------------------------------------------------------------------
+    def config_for(self, topic: str) -> LogConfig:
+        return self.topic_configs.get(topic, self.config)
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self.logs.get((topic, partition))
+
+    def all_logs(self) -> list[Log]:
+        return list(self.logs.values())
+
+    def get_or_create_log(
+        self, topic: str, partition: int, config: LogConfig | None = None, now_ms: int = 0
+    ) -> Log:
+        """The partition's log, created (in the log dir holding the fewest logs) if missing."""
+        tp = (topic, partition)
+        log = self.logs.get(tp)
+        if log is not None:
+            return log
+        if not topic or "/" in topic or partition < 0:
+            raise ValueError(f"invalid topic partition {topic!r}-{partition}")
+        if config is not None:
+            self.topic_configs[topic] = config
+        online = [d for d in self.log_dirs if d not in self.offline_dirs]
+        if not online:
+            raise KafkaStorageError("every log dir is offline")
+        counts = {d: 0 for d in online}
+        for d in self.log_dir_of.values():
+            if d in counts:
+                counts[d] += 1
+        log_dir = min(online, key=lambda d: (counts[d], online.index(d)))
+        log = Log(
+            os.path.join(log_dir, f"{topic}-{partition}"),
+            self.config_for(topic),
+            self.file_io,
+            now_ms=now_ms,
+        )
+        try:
+            self.file_io.fsync_dir(log_dir)  # the partition dir's name must survive a crash
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot create log {topic}-{partition}: {exc}") from exc
+        self.logs[tp] = log
+        self.log_dir_of[tp] = log_dir
+        return log
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        tp = (topic, partition)
+        log = self.logs.pop(tp, None)
+        if log is None:
+            return False
+        log_dir = self.log_dir_of.pop(tp)
+        log.delete()
+        try:
+            self.file_io.fsync_dir(log_dir)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot delete log {topic}-{partition}: {exc}") from exc
+        self.checkpoint_logs([log_dir])
+        return True
+
+    # -- periodic tasks --------------------------------------------------------------------
+    def cleanup_logs(self, now_ms: int) -> int:
+        """Retention for every log; returns the segments deleted."""
+        deleted = 0
+        for log in self.all_logs():
+            deleted += log.delete_old_segments(now_ms)
+        return deleted
+
+    def flush_dirty_logs(self, now_ms: int) -> None:
+        """flush.ms for every log (Kafka's kafka-log-flusher task)."""
+        for log in self.all_logs():
+            log.maybe_flush(now_ms)
+
+    def _by_dir(self, log_dirs: Iterable[str] | None) -> dict[str, dict[TopicPartition, Log]]:
+        wanted = list(log_dirs) if log_dirs is not None else self.log_dirs
+        grouped: dict[str, dict[TopicPartition, Log]] = {
+            d: {} for d in wanted if d not in self.offline_dirs
+        }
+        for tp, log in self.logs.items():
+            d = self.log_dir_of[tp]
+            if d in grouped:
+                grouped[d][tp] = log
+        return grouped
+
+    def checkpoint_logs(self, log_dirs: Iterable[str] | None = None) -> None:
+        """Write the recovery points and log start offsets of every log (per log dir)."""
+        for log_dir, logs in self._by_dir(log_dirs).items():
+            OffsetCheckpointFile.in_dir(self.file_io, log_dir, RECOVERY_POINT_CHECKPOINT).write(
+                {tp: log.recovery_point for tp, log in logs.items()}
+            )
+            OffsetCheckpointFile.in_dir(self.file_io, log_dir, LOG_START_OFFSET_CHECKPOINT).write(
+                {tp: log.log_start_offset for tp, log in logs.items()}
+            )
+
+    def checkpoint_high_watermarks(self, log_dirs: Iterable[str] | None = None) -> None:
+        """Write `replication-offset-checkpoint` from each log's `high_watermark`."""
+        for log_dir, logs in self._by_dir(log_dirs).items():
+            OffsetCheckpointFile.in_dir(self.file_io, log_dir, REPLICATION_OFFSET_CHECKPOINT).write(
+                {tp: log.high_watermark for tp, log in logs.items()}
+            )
+
+    def read_high_watermarks(self, log_dir: str) -> dict[TopicPartition, int]:
+        return OffsetCheckpointFile.in_dir(
+            self.file_io, log_dir, REPLICATION_OFFSET_CHECKPOINT
+        ).read()
+
+    def shutdown(self) -> None:
+        """Flush and close every log, write the checkpoints, then the clean-shutdown marker."""
+        for log in self.all_logs():
+            if not log.closed:
+                log.flush()
+                log.close()
+        self.checkpoint_logs()
+        self.checkpoint_high_watermarks()
+        for log_dir in self.log_dirs:
+            if log_dir in self.offline_dirs:
+                continue
+            write_file_atomically(self.file_io, os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), b"")
