@@ -1,0 +1,854 @@
+"""`KafkaZkClient`: Kafka 2.x's ZooKeeper operations over kazoo (Kafka's `KafkaZkClient`).
+
+Every call is synchronous and bounded (a connection loss is retried until
+`request_timeout_s`); the asyncio shell runs them in an executor. Watch and session callbacks
+run on kazoo's event thread and must not block; hand work to the event loop with
+`loop.call_soon_threadsafe`.
+
+Fencing, as in Kafka:
+- the **broker epoch** is the creation zxid (czxid) of `/brokers/ids/<id>`; a new session
+  re-registers and gets a larger one (KIP-380);
+- the **controller epoch** lives in `/controller_epoch` and is incremented in the same ZooKeeper
+  transaction that creates the ephemeral `/controller`, conditioned on the epoch znode's
+  version; that version (`epoch_zk_version`) is then checked by every controller write
+  (`checkControllerAndUpdate`), so a deposed controller's writes fail with
+  `ControllerMovedError`;
+- partition state writes are compare-and-set on the state znode's version (`zk_version`).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+    RuntimeInconsistency,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import ZnodeStat
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.retry import KazooRetry, RetryFailedError
+
+from tidelog.controller import zk_data
+from tidelog.controller.zk_data import (
+    CONTROLLER_EPOCH_PATH,
+    CONTROLLER_PATH,
+    INITIAL_CONTROLLER_EPOCH,
+    INITIAL_CONTROLLER_EPOCH_ZK_VERSION,
+    MATCH_ANY_VERSION,
+    BrokerInfo,
+    LeaderIsrAndControllerEpoch,
+    TopicPartitionT,
+)
+
+__all__ = [
+    "BrokerAlreadyRegisteredError",
+    "ControllerElection",
+    "ControllerMovedError",
+    "KafkaZkClient",
+    "TopicExistsError",
+    "WatchHandle",
+    "ZkClientError",
+]
+
+log = logging.getLogger(__name__)
+
+# In a failed ZooKeeper transaction the ops before the failing one report RolledBack and the
+# ops after it RuntimeInconsistency: neither is the cause.
+_NOT_THE_CAUSE = (RolledBackError, RuntimeInconsistency)
+
+T = TypeVar("T")
+
+
+class ZkClientError(RuntimeError):
+    """A ZooKeeper operation failed (connection, timeout, unexpected state)."""
+
+
+class ControllerMovedError(ZkClientError):
+    """/controller_epoch changed: this controller was deposed and must not write."""
+
+
+class BrokerAlreadyRegisteredError(ZkClientError):
+    """Another live session holds /brokers/ids/<id>."""
+
+
+class TopicExistsError(ZkClientError):
+    """/brokers/topics/<t> already exists."""
+
+
+@dataclass(frozen=True)
+class ControllerElection:
+    """The result of `try_elect_controller`; on a loss, the epoch currently in ZooKeeper."""
+
+    elected: bool
+    controller_epoch: int
+    epoch_zk_version: int
+    controller_id: int | None = None
+
+    def __iter__(self) -> Any:  # (elected, controller_epoch, epoch_zk_version)
+        return iter((self.elected, self.controller_epoch, self.epoch_zk_version))
+
+
+class WatchHandle:
+    """Stops a watch: after `cancel()` the callback is not called again."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class KafkaZkClient:
+    def __init__(
+        self,
+        connect_string: str,
+        *,
+        session_timeout_ms: int = 18000,
+        connection_timeout_ms: int | None = None,
+        request_timeout_s: float | None = None,
+    ) -> None:
+        """`connect_string` may end with a chroot (`127.0.0.1:2181/tidelog`)."""
+        self.connect_string = connect_string
+        self.session_timeout_ms = session_timeout_ms
+        self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
+        self.request_timeout_s = request_timeout_s or max(self.connection_timeout_ms / 1000, 1.0)
+        self._zk = KazooClient(
+            hosts=connect_string,
+            timeout=session_timeout_ms / 1000.0,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
+        )
+        self._lock = threading.Lock()
+        self._registered: BrokerInfo | None = None
+        self._broker_epoch: int | None = None
+        self._session_lost = False
+        self._new_session_handlers: list[Callable[[int], None]] = []
+        self._session_expired_handlers: list[Callable[[], None]] = []
+        self._closed = False
+        self._zk.add_listener(self._on_state)
+
+    @classmethod
+    def from_config(cls, config: Any) -> KafkaZkClient:
+        """From a `tidelog.broker.config.KafkaConfig`."""
+        return cls(
+            config.zk_connect,
+            session_timeout_ms=config.zookeeper_session_timeout_ms,
+            connection_timeout_ms=config.zk_connection_timeout_ms,
+        )
+
+    # --- session --------------------------------------------------------------------------------
+
+    def start(self, create_top_level_paths: bool = True) -> KafkaZkClient:
+        """Connect (bounded by the connection timeout) and create Kafka's persistent paths."""
+        try:
+            self._zk.start(timeout=self.connection_timeout_ms / 1000.0)
+        except KazooTimeoutError:
+            self._zk.stop()
+            self._zk.close()
+            raise ZkClientError(
+                f"could not connect to ZooKeeper at {self.connect_string}"
+                f" within {self.connection_timeout_ms} ms"
+            ) from None
+        if create_top_level_paths:
+            for path in zk_data.PERSISTENT_PATHS:
+                self._retry(self._zk.ensure_path, path)
+        return self
+
+    def close(self) -> None:
+        """Close the session: its ephemeral znodes (registration, /controller) go at once."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._zk.stop()
+        finally:
+            self._zk.close()
+
+    def __enter__(self) -> KafkaZkClient:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def session_id(self) -> int:
+        sid = self._zk.client_id
+        return int(sid[0]) if sid else 0
+
+    @property
+    def connected(self) -> bool:
+        return bool(self._zk.connected)
+
+    @property
+    def kazoo(self) -> KazooClient:
+        """The underlying kazoo client (for tests and tools)."""
+        return self._zk
+
+    def on_new_session(self, handler: Callable[[int], None]) -> None:
+        """Call `handler(new_broker_epoch_or_-1)` after a session expired and a new one began.
+
+        If a broker was registered, it is re-registered first and the handler gets the new
+        broker epoch (Kafka's `ZkSessionExpirationHandler` -> `registerBroker`).
+        """
+        self._new_session_handlers.append(handler)
+
+    def on_session_expired(self, handler: Callable[[], None]) -> None:
+        """Call `handler()` when the session is lost (ephemerals gone; a controller resigns)."""
+        self._session_expired_handlers.append(handler)
+
+    def _on_state(self, state: str) -> None:
+        # Runs on kazoo's connection thread: only flag and spawn, never block here.
+        if state == KazooState.LOST:
+            self._session_lost = True
+            for h in list(self._session_expired_handlers):
+                self._zk.handler.spawn(_safe_call, h)
+        elif state == KazooState.CONNECTED and self._session_lost and not self._closed:
+            self._session_lost = False
+            self._zk.handler.spawn(self._reinitialize_session)
+
+    def _reinitialize_session(self) -> None:
+        epoch = -1
+        info = self._registered
+        if info is not None:
+            try:
+                epoch = self.register_broker(info)
+            except Exception:
+                log.exception("re-registration of broker %d after session expiry failed",
+                              info.broker_id)
+        for h in list(self._new_session_handlers):
+            _safe_call(h, epoch)
+
+    def _retry(self, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        retry = KazooRetry(
+            max_tries=-1, delay=0.05, max_delay=0.5, deadline=self.request_timeout_s
+        )
+        try:
+            return retry(func, *args, **kwargs)
+        except RetryFailedError as e:
+            raise ZkClientError(
+                f"ZooKeeper request not answered within {self.request_timeout_s} s"
+            ) from e
+
+    # --- brokers ----------------------------------------------------------------------------------
+
+    def register_broker(self, info: BrokerInfo) -> int:
+        """Create the ephemeral /brokers/ids/<id>; returns the broker epoch (its czxid).
+
+        Refused with `BrokerAlreadyRegisteredError` while another session holds the id. A
+        node left by this very session (a retried create) counts as ours, as in Kafka's
+        `checkedEphemeralCreate`.
+        """
+        path = zk_data.broker_path(info.broker_id)
+        data = info.encode()
+        with self._lock:
+            try:
+                _, stat = self._retry(
+                    self._zk.create, path, data, ephemeral=True, include_data=True
+                )
+            except NodeExistsError:
+                existing = self._retry(self._zk.exists, path)
+                if existing is None or existing.ephemeralOwner != self.session_id:
+                    raise BrokerAlreadyRegisteredError(
+                        f"broker {info.broker_id} is already registered at {path} by another"
+                        " session"
+                    ) from None
+                stat = existing
+            self._registered = info
+            self._broker_epoch = int(stat.czxid)
+            log.info("registered broker %d at %s, broker epoch %d", info.broker_id, path,
+                     stat.czxid)
+            return int(stat.czxid)
+
+    @property
+    def broker_epoch(self) -> int | None:
+        """The epoch of this client's latest registration."""
+        return self._broker_epoch
+
+    def deregister_broker(self) -> None:
+        """Delete this client's own registration (before a clean exit)."""
+        info = self._registered
+        self._registered = None
+        if info is None:
+            return
+        path = zk_data.broker_path(info.broker_id)
+        stat = self._retry(self._zk.exists, path)
+        if stat is not None and stat.ephemeralOwner == self.session_id:
+            try:
+                self._retry(self._zk.delete, path, version=stat.version)
+            except (NoNodeError, BadVersionError):
+                pass
+
+    def get_broker(self, broker_id: int) -> tuple[BrokerInfo, int] | None:
+        """(registration, broker epoch) or None when the broker is not registered."""
+        try:
+            data, stat = self._retry(self._zk.get, zk_data.broker_path(broker_id))
+        except NoNodeError:
+            return None
+        return BrokerInfo.decode(broker_id, data), int(stat.czxid)
+
+    def get_all_broker_ids(self) -> list[int]:
+        children = self._retry(self._zk.get_children, zk_data.BROKER_IDS_PATH)
+        return sorted(int(c) for c in children if c.isdigit())
+
+    def get_all_brokers_and_epochs(self) -> dict[int, tuple[BrokerInfo, int]]:
+        out: dict[int, tuple[BrokerInfo, int]] = {}
+        for broker_id in self.get_all_broker_ids():
+            found = self.get_broker(broker_id)
+            if found is not None:  # it may have gone between the listing and the read
+                out[broker_id] = found
+        return out
+
+    def generate_broker_id(self, reserved_broker_max_id: int = 1000) -> int:
+        """A fresh broker id: /brokers/seqid's new version + reserved.broker.max.id."""
+        self._retry(self._zk.ensure_path, zk_data.BROKER_SEQUENCE_ID_PATH)
+        stat = self._retry(self._zk.set, zk_data.BROKER_SEQUENCE_ID_PATH, b"", -1)
+        return int(stat.version) + reserved_broker_max_id
+
+    def get_or_create_cluster_id(self, proposed: str | None = None) -> str:
+        """The cluster id in /cluster/id, created (url-safe base64 UUID) if missing."""
+        try:
+            data, _ = self._retry(self._zk.get, zk_data.CLUSTER_ID_PATH)
+            return zk_data.decode_cluster_id(data)
+        except NoNodeError:
+            pass
+        cluster_id = proposed or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22]
+        try:
+            self._retry(
+                self._zk.create, zk_data.CLUSTER_ID_PATH, zk_data.encode_cluster_id(cluster_id),
+                makepath=True,
+            )
+            return cluster_id
+        except NodeExistsError:
+            data, _ = self._retry(self._zk.get, zk_data.CLUSTER_ID_PATH)
+            return zk_data.decode_cluster_id(data)
+
+    # --- controller -------------------------------------------------------------------------------
+
+    def get_controller_id(self) -> int | None:
+        try:
+            data, _ = self._retry(self._zk.get, CONTROLLER_PATH)
+        except NoNodeError:
+            return None
+        return zk_data.decode_controller(data)
+
+    def get_controller_epoch(self) -> tuple[int, int] | None:
+        """(controller epoch, its znode version) or None before the first election."""
+        try:
+            data, stat = self._retry(self._zk.get, CONTROLLER_EPOCH_PATH)
+        except NoNodeError:
+            return None
+        return zk_data.decode_controller_epoch(data), int(stat.version)
+
+    def _maybe_create_controller_epoch(self) -> tuple[int, int]:
+        try:
+            self._retry(
+                self._zk.create, CONTROLLER_EPOCH_PATH,
+                zk_data.encode_controller_epoch(INITIAL_CONTROLLER_EPOCH),
+            )
+            return INITIAL_CONTROLLER_EPOCH, INITIAL_CONTROLLER_EPOCH_ZK_VERSION
+        except NodeExistsError:
+            found = self.get_controller_epoch()
+            if found is None:
+                raise ZkClientError(f"{CONTROLLER_EPOCH_PATH} vanished while read") from None
+            return found
+
+    def try_elect_controller(self, broker_id: int) -> ControllerElection:
+        """Create /controller and increment /controller_epoch in one transaction.
+
+        Kafka's `registerControllerAndIncrementControllerEpoch`. Elected: the new epoch and the
+        epoch znode's version (pass it to every controller write). Lost: `elected=False` with
+        the epoch in ZooKeeper and the current controller id.
+        """
+        found = self.get_controller_epoch()
+        cur_epoch, cur_version = found if found is not None else self._maybe_create_controller_epoch()
+        new_epoch = cur_epoch + 1
+
+        def attempt() -> list[Any]:
+            tx = self._zk.transaction()
+            tx.create(CONTROLLER_PATH, zk_data.encode_controller(broker_id), ephemeral=True)
+            tx.set_data(CONTROLLER_EPOCH_PATH, zk_data.encode_controller_epoch(new_epoch),
+                        cur_version)
+            return list(tx.commit())
+
+        results = self._retry(attempt)
+        if not any(isinstance(r, Exception) for r in results):
+            stat = results[1]
+            log.info("broker %d elected controller, epoch %d", broker_id, new_epoch)
+            return ControllerElection(True, new_epoch, int(stat.version), broker_id)
+        errors = [r for r in results if isinstance(r, Exception) and not isinstance(r, _NOT_THE_CAUSE)]
+        if errors and not all(isinstance(e, NodeExistsError | BadVersionError) for e in errors):
+            raise ZkClientError(f"controller election failed: {errors[0]!r}")
+        # Lost, or our own earlier attempt succeeded before a connection loss (Kafka's
+        # checkControllerAndEpoch): decide from what ZooKeeper holds now.
+        controller_id = self.get_controller_id()
+        now = self.get_controller_epoch()
+        epoch, version = now if now is not None else (cur_epoch, cur_version)
+        if controller_id == broker_id and epoch == new_epoch:
+            owner = self._retry(self._zk.exists, CONTROLLER_PATH)
+            if owner is not None and owner.ephemeralOwner == self.session_id:
+                return ControllerElection(True, epoch, version, broker_id)
+        return ControllerElection(False, epoch, version, controller_id)
+
+    def resign_controller(self, expected_epoch_zk_version: int) -> bool:
+        """Delete /controller if this session still owns it and the epoch has not moved."""
+        stat = self._retry(self._zk.exists, CONTROLLER_PATH)
+        if stat is None or stat.ephemeralOwner != self.session_id:
+            return False
+        try:
+            results = self._fenced(
+                expected_epoch_zk_version, lambda tx: tx.delete(CONTROLLER_PATH, stat.version)
+            )
+        except ControllerMovedError:
+            return False
+        return not any(isinstance(r, Exception) for r in results)
+
+    # --- controller-fenced writes -------------------------------------------------------------
+
+    def _fenced(
+        self, expected_epoch_zk_version: int | None, build: Callable[[Any], None]
+    ) -> list[Any]:
+        """Run the ops that `build(tx)` adds, after a check on /controller_epoch's version."""
+
+        def attempt() -> list[Any]:
+            tx = self._zk.transaction()
+            if expected_epoch_zk_version is not None:
+                tx.check(CONTROLLER_EPOCH_PATH, expected_epoch_zk_version)
+            build(tx)
+            return list(tx.commit())
+
+        results = self._retry(attempt)
+        if expected_epoch_zk_version is not None:
+            first = results[0]
+            if isinstance(first, BadVersionError | NoNodeError):
+                raise ControllerMovedError(
+                    f"{CONTROLLER_EPOCH_PATH} version is no longer {expected_epoch_zk_version}:"
+                    " another controller was elected"
+                )
+            results = results[1:]
+        return results
+
+    # --- topics -----------------------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        topic: str,
+        assignment: Mapping[int, Sequence[int]],
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Write /config/topics/<t> then /brokers/topics/<t> (Kafka's AdminZkClient order).
+
+        The controller's topic watch sees the assignment and creates the partition states.
+        """
+        if self._retry(self._zk.exists, zk_data.topic_path(topic)) is not None:
+            raise TopicExistsError(f"topic {topic!r} already exists")
+        self.set_topic_config(topic, config or {}, notify=False)
+        try:
+            self._retry(
+                self._zk.create, zk_data.topic_path(topic),
+                zk_data.encode_topic_assignment(assignment), makepath=True,
+            )
+        except NodeExistsError:
+            raise TopicExistsError(f"topic {topic!r} already exists") from None
+
+    def set_topic_assignment(
+        self,
+        topic: str,
+        assignment: Mapping[int, Sequence[int]],
+        expected_version: int = MATCH_ANY_VERSION,
+        expected_epoch_zk_version: int | None = None,
+    ) -> int:
+        """Overwrite a topic's assignment (partition additions); returns the new version."""
+        data = zk_data.encode_topic_assignment(assignment)
+        results = self._fenced(
+            expected_epoch_zk_version,
+            lambda tx: tx.set_data(zk_data.topic_path(topic), data, expected_version),
+        )
+        _raise_first(results)
+        return int(results[0].version)
+
+    def get_topic_assignment(self, topic: str) -> dict[int, list[int]] | None:
+        try:
+            data, _ = self._retry(self._zk.get, zk_data.topic_path(topic))
+        except NoNodeError:
+            return None
+        return zk_data.decode_topic_assignment(topic, data)
+
+    def get_all_topics(self) -> set[str]:
+        return set(self._retry(self._zk.get_children, zk_data.TOPICS_PATH))
+
+    def topic_exists(self, topic: str) -> bool:
+        return self._retry(self._zk.exists, zk_data.topic_path(topic)) is not None
+
+    def get_partitions_for_topics(self, topics: Iterable[str]) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for t in topics:
+            a = self.get_topic_assignment(t)
+            if a is not None:
+                out[t] = sorted(a)
+        return out
+
+    def delete_topic_znodes(self, topic: str, expected_epoch_zk_version: int | None = None) -> None:
+        """Remove /brokers/topics/<t> (with its partition states) and /config/topics/<t>.
+
+        The last step of a topic deletion, done by the controller: checked against the
+        controller epoch when `expected_epoch_zk_version` is given.
+        """
+        # A concurrent change (a partition state created meanwhile) fails the transaction
+        # with NoNode/NotEmpty: walk the tree again, a bounded number of times.
+        for _ in range(5):
+            paths = self._subtree(zk_data.topic_path(topic))
+            config_path = zk_data.topic_config_path(topic)
+            if self._retry(self._zk.exists, config_path) is not None:
+                paths.append(config_path)
+            if not paths:
+                return
+
+            def build(tx: Any, paths: list[str] = paths) -> None:
+                for p in paths:
+                    tx.delete(p)
+
+            results = self._fenced(expected_epoch_zk_version, build)
+            if not any(isinstance(r, NoNodeError | NotEmptyError) for r in results):
+                _raise_first(results)
+                return
+        raise ZkClientError(f"could not delete the znodes of topic {topic!r}: they keep changing")
+
+    def _subtree(self, root: str) -> list[str]:
+        """`root` and its descendants, deepest first (the order a delete needs)."""
+        out: list[str] = []
+
+        def walk(path: str) -> None:
+            try:
+                children = self._retry(self._zk.get_children, path)
+            except NoNodeError:
+                return
+            for c in children:
+                walk(f"{path}/{c}")
+            out.append(path)
+
+        walk(root)
+        return out
+
+    # --- partition state --------------------------------------------------------------------------
+
+    def create_partition_state(
+        self,
+        tp: TopicPartitionT,
+        state: LeaderIsrAndControllerEpoch,
+        expected_epoch_zk_version: int | None = None,
+    ) -> int:
+        """Create /brokers/topics/<t>/partitions/<p>/state; returns its zk version (0).
+
+        Raises kazoo's `NodeExistsError` if it exists, `NoNodeError` if the topic does not
+        (a deleted topic is never resurrected), `ControllerMovedError` when fenced.
+        """
+        for parent in (zk_data.topic_partitions_path(tp[0]), zk_data.topic_partition_path(tp)):
+            try:
+                self._retry(self._zk.create, parent, b"")
+            except NodeExistsError:
+                pass
+        data = state.encode()
+        results = self._fenced(
+            expected_epoch_zk_version,
+            lambda tx: tx.create(zk_data.partition_state_path(tp), data),
+        )
+        _raise_first(results)
+        return 0
+
+    def get_partition_state(self, tp: TopicPartitionT) -> LeaderIsrAndControllerEpoch | None:
+        """The state with `zk_version` set to the znode's version, or None."""
+        try:
+            data, stat = self._retry(self._zk.get, zk_data.partition_state_path(tp))
+        except NoNodeError:
+            return None
+        return LeaderIsrAndControllerEpoch.decode(tp, data, int(stat.version))
+
+    def get_partition_states(
+        self, tps: Iterable[TopicPartitionT]
+    ) -> dict[TopicPartitionT, LeaderIsrAndControllerEpoch]:
+        out: dict[TopicPartitionT, LeaderIsrAndControllerEpoch] = {}
+        for tp in tps:
+            s = self.get_partition_state(tp)
+            if s is not None:
+                out[tp] = s
+        return out
+
+    def update_leader_and_isr(
+        self,
+        tp: TopicPartitionT,
+        state: LeaderIsrAndControllerEpoch,
+        expected_zk_version: int,
+        expected_epoch_zk_version: int | None = None,
+    ) -> tuple[bool, int]:
+        """Compare-and-set the partition state; returns (ok, new zk version).
+
+        `expected_zk_version` is the state znode's version the caller last saw. A stale one
+        returns `(False, -1)`, unless ZooKeeper already holds exactly `state` (our own write
+        that succeeded before a connection loss: Kafka's `checkLeaderAndIsrZkData`), which
+        returns `(True, version)`.
+
+        The controller passes `expected_epoch_zk_version` (from `try_elect_controller`): the
+        write is then checked against /controller_epoch in the same transaction and raises
+        `ControllerMovedError` when another controller was elected since. A leader's ISR
+        update (seed 000's `updateIsr`) passes None and relies on the zk version alone.
+        """
+        path = zk_data.partition_state_path(tp)
+        data = state.encode()
+        results = self._fenced(
+            expected_epoch_zk_version,
+            lambda tx: tx.set_data(path, data, expected_zk_version),
+        )
+        result = results[0]
+        if isinstance(result, ZnodeStat):
+            return True, int(result.version)
+        if isinstance(result, BadVersionError):
+            current = self.get_partition_state(tp)
+            if current is not None and current.same_state(state):
+                return True, current.zk_version
+            return False, -1
+        if isinstance(result, NoNodeError):
+            return False, -1
+        raise ZkClientError(f"update of {path} failed: {result!r}")
+
+    # --- ISR change notifications -----------------------------------------------------------------
+
+    def propagate_isr_changes(self, partitions: Iterable[TopicPartitionT]) -> str:
+        """Create a sequential /isr_change_notification/isr_change_<seq>; returns its name."""
+        data = zk_data.encode_isr_change_notification(partitions)
+        path = self._retry(
+            self._zk.create,
+            f"{zk_data.ISR_CHANGE_NOTIFICATION_PATH}/{zk_data.ISR_CHANGE_PREFIX}",
+            data,
+            sequence=True,
+            makepath=True,
+        )
+        return path.rsplit("/", 1)[-1]
+
+    def get_all_isr_change_notifications(self) -> list[str]:
+        """The sequence numbers of pending notifications, oldest first."""
+        try:
+            children = self._retry(self._zk.get_children, zk_data.ISR_CHANGE_NOTIFICATION_PATH)
+        except NoNodeError:
+            return []
+        return sorted(
+            zk_data.isr_change_sequence_number(c)
+            for c in children
+            if c.startswith(zk_data.ISR_CHANGE_PREFIX)
+        )
+
+    def get_partitions_from_isr_change_notifications(
+        self, sequence_numbers: Iterable[str]
+    ) -> set[TopicPartitionT]:
+        out: set[TopicPartitionT] = set()
+        for seq in sequence_numbers:
+            path = _isr_change_path(seq)
+            try:
+                data, _ = self._retry(self._zk.get, path)
+            except NoNodeError:
+                continue  # deleted by an earlier controller
+            out |= zk_data.decode_isr_change_notification(path, data)
+        return out
+
+    def delete_isr_change_notifications(
+        self,
+        sequence_numbers: Iterable[str] | None = None,
+        expected_epoch_zk_version: int | None = None,
+    ) -> None:
+        """Delete the given notifications (all when None), fenced by the controller epoch."""
+        seqs = (
+            list(sequence_numbers)
+            if sequence_numbers is not None
+            else self.get_all_isr_change_notifications()
+        )
+        for seq in seqs:
+            _raise_first(
+                self._fenced(
+                    expected_epoch_zk_version, lambda tx, s=seq: tx.delete(_isr_change_path(s))
+                ),
+                ignore=(NoNodeError,),
+            )
+
+    # --- topic deletion ---------------------------------------------------------------------------
+
+    def create_delete_topic_path(self, topic: str) -> None:
+        """Mark a topic for deletion (/admin/delete_topics/<t>); idempotent."""
+        try:
+            self._retry(self._zk.create, zk_data.delete_topic_path(topic), b"", makepath=True)
+        except NodeExistsError:
+            pass
+
+    def get_topic_deletions(self) -> set[str]:
+        try:
+            return set(self._retry(self._zk.get_children, zk_data.DELETE_TOPICS_PATH))
+        except NoNodeError:
+            return set()
+
+    def is_topic_marked_for_deletion(self, topic: str) -> bool:
+        return self._retry(self._zk.exists, zk_data.delete_topic_path(topic)) is not None
+
+    def delete_topic_deletions(
+        self, topics: Iterable[str], expected_epoch_zk_version: int | None = None
+    ) -> None:
+        for topic in topics:
+            _raise_first(
+                self._fenced(
+                    expected_epoch_zk_version,
+                    lambda tx, t=topic: tx.delete(zk_data.delete_topic_path(t)),
+                ),
+                ignore=(NoNodeError,),
+            )
+
+    # --- topic configs ----------------------------------------------------------------------------
+
+    def set_topic_config(
+        self, topic: str, config: Mapping[str, Any], notify: bool = True
+    ) -> None:
+        """Set or create /config/topics/<t>; with `notify`, add a /config/changes entry."""
+        path = zk_data.topic_config_path(topic)
+        data = zk_data.encode_config(config)
+        try:
+            self._retry(self._zk.set, path, data)
+        except NoNodeError:
+            try:
+                self._retry(self._zk.create, path, data, makepath=True)
+            except NodeExistsError:
+                self._retry(self._zk.set, path, data)
+        if notify:
+            self._retry(
+                self._zk.create,
+                f"{zk_data.CONFIG_CHANGES_PATH}/{zk_data.CONFIG_CHANGE_PREFIX}",
+                zk_data.encode_config_change(f"topics/{topic}"),
+                sequence=True,
+                makepath=True,
+            )
+
+    def get_topic_config(self, topic: str) -> dict[str, str]:
+        """The topic's overrides ({} when none)."""
+        path = zk_data.topic_config_path(topic)
+        try:
+            data, _ = self._retry(self._zk.get, path)
+        except NoNodeError:
+            return {}
+        return zk_data.decode_config(path, data)
+
+    # --- watches ----------------------------------------------------------------------------------
+
+    def _watch_children(
+        self, path: str, callback: Callable[[list[str]], None]
+    ) -> WatchHandle:
+        handle = WatchHandle()
+        self._retry(self._zk.ensure_path, path)
+
+        def on_children(children: list[str]) -> bool | None:
+            if handle.cancelled:
+                return False
+            _safe_call(callback, sorted(children))
+            return None
+
+        ChildrenWatch(self._zk, path, on_children)
+        return handle
+
+    def watch_broker_changes(self, callback: Callable[[list[int]], None]) -> WatchHandle:
+        """`callback(sorted live broker ids)` now and on every change of /brokers/ids."""
+        return self._watch_children(
+            zk_data.BROKER_IDS_PATH,
+            lambda ids: callback(sorted(int(i) for i in ids if i.isdigit())),
+        )
+
+    def watch_topic_changes(self, callback: Callable[[set[str]], None]) -> WatchHandle:
+        """`callback(set of topics)` now and whenever a topic is created or removed."""
+        return self._watch_children(zk_data.TOPICS_PATH, lambda ts: callback(set(ts)))
+
+    def watch_isr_change_notifications(
+        self, callback: Callable[[list[str]], None]
+    ) -> WatchHandle:
+        """`callback(sorted sequence numbers)` now and whenever notifications change."""
+        return self._watch_children(
+            zk_data.ISR_CHANGE_NOTIFICATION_PATH,
+            lambda cs: callback(
+                sorted(
+                    zk_data.isr_change_sequence_number(c)
+                    for c in cs
+                    if c.startswith(zk_data.ISR_CHANGE_PREFIX)
+                )
+            ),
+        )
+
+    def watch_delete_topics(self, callback: Callable[[set[str]], None]) -> WatchHandle:
+        """`callback(set of topics marked for deletion)` now and on every change."""
+        return self._watch_children(zk_data.DELETE_TOPICS_PATH, lambda ts: callback(set(ts)))
+
+    def watch_controller(self, callback: Callable[[int | None], None]) -> WatchHandle:
+        """`callback(controller id or None)` now and whenever /controller changes."""
+        handle = WatchHandle()
+
+        def on_data(data: bytes | None, stat: ZnodeStat | None) -> bool | None:
+            if handle.cancelled:
+                return False
+            controller_id: int | None = None
+            if stat is not None and data:
+                try:
+                    controller_id = zk_data.decode_controller(data)
+                except zk_data.ZkDataError:
+                    log.warning("unreadable %s: %r", CONTROLLER_PATH, data)
+            _safe_call(callback, controller_id)
+            return None
+
+        DataWatch(self._zk, CONTROLLER_PATH, on_data)
+        return handle
+
+    def watch_topic_assignment(
+        self, topic: str, callback: Callable[[dict[int, list[int]] | None], None]
+    ) -> WatchHandle:
+        """`callback(assignment or None)` now and whenever /brokers/topics/<t> changes."""
+        handle = WatchHandle()
+
+        def on_data(data: bytes | None, stat: ZnodeStat | None) -> bool | None:
+            if handle.cancelled:
+                return False
+            assignment = None
+            if stat is not None and data:
+                try:
+                    assignment = zk_data.decode_topic_assignment(topic, data)
+                except zk_data.ZkDataError:
+                    log.warning("unreadable assignment of %s", topic)
+            _safe_call(callback, assignment)
+            return None
+
+        DataWatch(self._zk, zk_data.topic_path(topic), on_data)
+        return handle
+
+
+def _isr_change_path(seq: str) -> str:
+    return f"{zk_data.ISR_CHANGE_NOTIFICATION_PATH}/{zk_data.ISR_CHANGE_PREFIX}{seq}"
+
+
+def _raise_first(
+    results: Sequence[Any], ignore: tuple[type[BaseException], ...] = ()
+) -> None:
+    for r in results:
+        if isinstance(r, Exception) and not isinstance(r, _NOT_THE_CAUSE):
+            if ignore and isinstance(r, ignore):
+                continue
+            if isinstance(r, KazooException):
+                raise r
+            raise ZkClientError(repr(r))
+
+
+def _safe_call(fn: Callable[..., Any], *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception:
+        log.exception("ZooKeeper callback %r failed", fn)

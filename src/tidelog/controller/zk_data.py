@@ -1,0 +1,374 @@
+"""Kafka 2.x's ZooKeeper layout: znode paths and their JSON encodings (Kafka's `ZkData.scala`).
+
+Pure functions and value types only (no kazoo), so the simulator and tools can share them:
+
+    /controller                                  {"version":1,"brokerid":1,"timestamp":"..."}
+    /controller_epoch                            "7"
+    /brokers/ids/<id>  (ephemeral)               {"version":4,"host":..,"port":..,"endpoints":[..],
+                                                  "listener_security_protocol_map":{..},
+                                                  "jmx_port":-1,"timestamp":"..."}
+    /brokers/seqid                               (its version generates broker ids)
+    /brokers/topics/<t>                          {"version":2,"partitions":{"0":[1,2,3]},
+                                                  "adding_replicas":{},"removing_replicas":{}}
+    /brokers/topics/<t>/partitions/<p>/state     {"controller_epoch":1,"leader":1,"version":1,
+                                                  "leader_epoch":0,"isr":[1,2,3]}
+    /isr_change_notification/isr_change_<seq>    {"version":1,"partitions":[{"topic":t,"partition":p}]}
+    /admin/delete_topics/<t>                     (empty)
+    /config/topics/<t>                           {"version":1,"config":{"retention.ms":"1000"}}
+    /config/changes/config_change_<seq>          {"version":2,"entity_path":"topics/<t>"}
+    /cluster/id                                  {"version":"1","id":"..."}
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# (topic, partition); `tidelog.replication.types.TopicPartition` is a NamedTuple of the same
+# shape, so either can be passed and results compare equal to it.
+TopicPartitionT = tuple[str, int]
+
+CONTROLLER_PATH = "/controller"
+CONTROLLER_EPOCH_PATH = "/controller_epoch"
+BROKERS_PATH = "/brokers"
+BROKER_IDS_PATH = "/brokers/ids"
+BROKER_SEQUENCE_ID_PATH = "/brokers/seqid"
+TOPICS_PATH = "/brokers/topics"
+ISR_CHANGE_NOTIFICATION_PATH = "/isr_change_notification"
+ISR_CHANGE_PREFIX = "isr_change_"
+ADMIN_PATH = "/admin"
+DELETE_TOPICS_PATH = "/admin/delete_topics"
+CONFIG_PATH = "/config"
+CONFIG_TOPICS_PATH = "/config/topics"
+CONFIG_CHANGES_PATH = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
+CLUSTER_ID_PATH = "/cluster/id"
+
+# KafkaController.InitialControllerEpoch / InitialControllerEpochZkVersion
+INITIAL_CONTROLLER_EPOCH = 0
+INITIAL_CONTROLLER_EPOCH_ZK_VERSION = 0
+# ZkVersion.MatchAnyVersion
+MATCH_ANY_VERSION = -1
+BROKER_INFO_VERSION = 4  # Kafka 0.10.0 .. 2.6 (2.7 added "features" as version 5)
+ISR_CHANGE_NOTIFICATION_VERSION = 1
+
+# KafkaZkClient.createTopLevelPaths: the persistent paths every broker makes sure exist.
+PERSISTENT_PATHS = (
+    "/consumers",
+    BROKER_IDS_PATH,
+    TOPICS_PATH,
+    CONFIG_CHANGES_PATH,
+    DELETE_TOPICS_PATH,
+    BROKER_SEQUENCE_ID_PATH,
+    ISR_CHANGE_NOTIFICATION_PATH,
+    "/latest_producer_id_block",
+    "/log_dir_event_notification",
+    CONFIG_TOPICS_PATH,
+    "/config/clients",
+    "/config/users",
+    "/config/brokers",
+)
+
+
+class ZkDataError(ValueError):
+    """A znode holds data that is not what Kafka's layout says it should be."""
+
+
+def _encode(obj: Mapping[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode("utf-8")
+
+
+def _decode(path: str, data: bytes | None) -> Any:
+    if not data:
+        raise ZkDataError(f"{path}: empty znode")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ZkDataError(f"{path}: invalid JSON ({e})") from None
+
+
+def _now_ms_str() -> str:
+    return str(int(time.time() * 1000))
+
+
+# --- paths ------------------------------------------------------------------------------------
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS_PATH}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS_PATH}/{topic}"
+
+
+def topic_partitions_path(topic: str) -> str:
+    return f"{TOPICS_PATH}/{topic}/partitions"
+
+
+def topic_partition_path(tp: TopicPartitionT) -> str:
+    return f"{TOPICS_PATH}/{tp[0]}/partitions/{tp[1]}"
+
+
+def partition_state_path(tp: TopicPartitionT) -> str:
+    return f"{topic_partition_path(tp)}/state"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS_PATH}/{topic}"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS_PATH}/{topic}"
+
+
+def isr_change_sequence_number(name_or_path: str) -> str:
+    i = name_or_path.rfind(ISR_CHANGE_PREFIX)
+    return name_or_path[i + len(ISR_CHANGE_PREFIX) :] if i >= 0 else name_or_path
+
+
+# --- /controller, /controller_epoch -------------------------------------------------------------
+
+
+def encode_controller(broker_id: int, timestamp_ms: int | None = None) -> bytes:
+    ts = str(timestamp_ms) if timestamp_ms is not None else _now_ms_str()
+    return _encode({"version": 1, "brokerid": broker_id, "timestamp": ts})
+
+
+def decode_controller(data: bytes | None) -> int:
+    obj = _decode(CONTROLLER_PATH, data)
+    try:
+        return int(obj["brokerid"])
+    except (KeyError, TypeError, ValueError):
+        raise ZkDataError(f"{CONTROLLER_PATH}: no brokerid in {obj!r}") from None
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    return str(epoch).encode("ascii")
+
+
+def decode_controller_epoch(data: bytes | None) -> int:
+    try:
+        return int((data or b"").decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        raise ZkDataError(f"{CONTROLLER_EPOCH_PATH}: not an integer: {data!r}") from None
+
+
+# --- /brokers/ids/<id> ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BrokerEndPoint:
+    listener_name: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+    @property
+    def connection_string(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.listener_name}://{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A broker's registration: its advertised endpoints (Kafka's `BrokerInfo`/`Broker`)."""
+
+    broker_id: int
+    endpoints: tuple[BrokerEndPoint, ...]
+    rack: str | None = None
+    jmx_port: int = -1
+    version: int = BROKER_INFO_VERSION
+
+    @classmethod
+    def from_endpoints(
+        cls, broker_id: int, endpoints: Iterable[Any], rack: str | None = None
+    ) -> BrokerInfo:
+        """From any objects with listener_name/host/port/security_protocol (KafkaConfig's)."""
+        eps = tuple(
+            BrokerEndPoint(e.listener_name, e.host, int(e.port), e.security_protocol)
+            for e in endpoints
+        )
+        return cls(broker_id, eps, rack)
+
+    def endpoint(self, listener_name: str = "PLAINTEXT") -> BrokerEndPoint | None:
+        return next((e for e in self.endpoints if e.listener_name == listener_name), None)
+
+    def encode(self, timestamp_ms: int | None = None) -> bytes:
+        # The top-level host/port are for old clients: the first PLAINTEXT endpoint, if any.
+        plain = next((e for e in self.endpoints if e.security_protocol == "PLAINTEXT"), None)
+        obj: dict[str, Any] = {
+            "version": self.version,
+            "host": plain.host if plain else None,
+            "port": plain.port if plain else -1,
+            "endpoints": [e.connection_string for e in self.endpoints],
+            "jmx_port": self.jmx_port,
+            "timestamp": str(timestamp_ms) if timestamp_ms is not None else _now_ms_str(),
+        }
+        if self.rack is not None:
+            obj["rack"] = self.rack
+        obj["listener_security_protocol_map"] = {
+            e.listener_name: e.security_protocol for e in self.endpoints
+        }
+        return _encode(obj)
+
+    @classmethod
+    def decode(cls, broker_id: int, data: bytes | None) -> BrokerInfo:
+        path = broker_path(broker_id)
+        obj = _decode(path, data)
+        try:
+            version = int(obj["version"])
+            jmx_port = int(obj.get("jmx_port", -1))
+            if version == 1:
+                eps: tuple[BrokerEndPoint, ...] = (
+                    BrokerEndPoint("PLAINTEXT", obj["host"], int(obj["port"])),
+                )
+            else:
+                proto_map = obj.get("listener_security_protocol_map") or {}
+                parsed = []
+                for conn in obj["endpoints"]:
+                    name, _, hostport = conn.partition("://")
+                    host, _, port = hostport.rpartition(":")
+                    parsed.append(
+                        BrokerEndPoint(
+                            name, host.strip("[]"), int(port), proto_map.get(name, name)
+                        )
+                    )
+                eps = tuple(parsed)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ZkDataError(f"{path}: invalid broker registration ({e!r})") from None
+        return cls(broker_id, eps, obj.get("rack"), jmx_port, version)
+
+
+# --- /brokers/topics/<t> ----------------------------------------------------------------------
+
+
+def encode_topic_assignment(assignment: Mapping[int, Sequence[int]]) -> bytes:
+    partitions = {str(p): list(replicas) for p, replicas in sorted(assignment.items())}
+    return _encode(
+        {"version": 2, "partitions": partitions, "adding_replicas": {}, "removing_replicas": {}}
+    )
+
+
+def decode_topic_assignment(topic: str, data: bytes | None) -> dict[int, list[int]]:
+    obj = _decode(topic_path(topic), data)
+    try:
+        return {int(p): [int(r) for r in replicas] for p, replicas in obj["partitions"].items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ZkDataError(f"{topic_path(topic)}: invalid assignment ({e!r})") from None
+
+
+# --- /brokers/topics/<t>/partitions/<p>/state ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LeaderIsrAndControllerEpoch:
+    """A partition's state znode: Kafka's `LeaderIsrAndControllerEpoch` (+ the znode version).
+
+    `zk_version` is the version of the state znode (Kafka's `partitionEpoch`/`zkVersion`), the
+    compare-and-set token of every later update; -1 when not read from ZooKeeper.
+    """
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    zk_version: int = -1
+
+    def encode(self) -> bytes:
+        return _encode(
+            {
+                "controller_epoch": self.controller_epoch,
+                "leader": self.leader,
+                "version": 1,
+                "leader_epoch": self.leader_epoch,
+                "isr": list(self.isr),
+            }
+        )
+
+    @classmethod
+    def decode(cls, tp: TopicPartitionT, data: bytes | None, zk_version: int) -> LeaderIsrAndControllerEpoch:
+        path = partition_state_path(tp)
+        obj = _decode(path, data)
+        try:
+            return cls(
+                leader=int(obj["leader"]),
+                leader_epoch=int(obj["leader_epoch"]),
+                isr=tuple(int(b) for b in obj["isr"]),
+                controller_epoch=int(obj["controller_epoch"]),
+                zk_version=zk_version,
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise ZkDataError(f"{path}: invalid partition state ({e!r})") from None
+
+    def same_state(self, other: LeaderIsrAndControllerEpoch) -> bool:
+        """Equal apart from the zk version (Kafka's `checkLeaderAndIsrZkData`)."""
+        return (
+            self.leader == other.leader
+            and self.leader_epoch == other.leader_epoch
+            and tuple(self.isr) == tuple(other.isr)
+            and self.controller_epoch == other.controller_epoch
+        )
+
+
+# --- notifications and configs ----------------------------------------------------------------
+
+
+def encode_isr_change_notification(partitions: Iterable[TopicPartitionT]) -> bytes:
+    items = sorted({(str(t), int(p)) for t, p in partitions})
+    return _encode(
+        {
+            "version": ISR_CHANGE_NOTIFICATION_VERSION,
+            "partitions": [{"topic": t, "partition": p} for t, p in items],
+        }
+    )
+
+
+def decode_isr_change_notification(path: str, data: bytes | None) -> set[TopicPartitionT]:
+    obj = _decode(path, data)
+    try:
+        return {(str(e["topic"]), int(e["partition"])) for e in obj["partitions"]}
+    except (KeyError, TypeError, ValueError) as e:
+        raise ZkDataError(f"{path}: invalid ISR change notification ({e!r})") from None
+
+
+def encode_config(config: Mapping[str, Any]) -> bytes:
+    return _encode({"version": 1, "config": {str(k): _config_str(v) for k, v in config.items()}})
+
+
+def _config_str(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list | tuple):
+        return ",".join(str(x) for x in v)
+    return str(v)
+
+
+def decode_config(path: str, data: bytes | None) -> dict[str, str]:
+    if not data:
+        return {}
+    obj = _decode(path, data)
+    config = obj.get("config") if isinstance(obj, dict) else None
+    if not isinstance(config, dict):
+        return {}
+    return {str(k): str(v) for k, v in config.items()}
+
+
+def encode_config_change(entity_path: str) -> bytes:
+    return _encode({"version": 2, "entity_path": entity_path})
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _encode({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes | None) -> str:
+    obj = _decode(CLUSTER_ID_PATH, data)
+    try:
+        return str(obj["id"])
+    except (KeyError, TypeError):
+        raise ZkDataError(f"{CLUSTER_ID_PATH}: no id in {obj!r}") from None
+
