@@ -24,6 +24,7 @@ _KEYS: dict[str, str] = {
     "replica.fetch.response.max.bytes": "replica_fetch_response_max_bytes",
     "replica.fetch.wait.max.ms": "replica_fetch_wait_max_ms",
     "replica.fetch.min.bytes": "replica_fetch_min_bytes",
+    "replica.socket.timeout.ms": "replica_socket_timeout_ms",
 }
 
 
@@ -39,6 +40,8 @@ class ReplicationConfig:
     replica_fetch_response_max_bytes: int = 10_485_760
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_min_bytes: int = 1
+    # a fetcher request with no answer after this long counts as failed (lost request/response)
+    replica_socket_timeout_ms: int = 30_000
     # seed 000: ReplicaManager.IsrChangePropagationBlackOut / IsrChangePropagationInterval
     isr_change_propagation_blackout_ms: int = 5_000
     isr_change_propagation_interval_ms: int = 60_000
@@ -58,6 +61,8 @@ class ReplicationConfig:
             raise ValueError("min.insync.replicas must be >= 1")
         if self.replica_fetch_backoff_ms < 0 or self.replica_fetch_wait_max_ms < 0:
             raise ValueError("replica.fetch.backoff.ms and replica.fetch.wait.max.ms must be >= 0")
+        if self.replica_socket_timeout_ms <= 0:
+            raise ValueError("replica.socket.timeout.ms must be > 0")
         if self.replica_fetch_max_bytes <= 0 or self.replica_fetch_response_max_bytes <= 0:
             raise ValueError("replica.fetch.max.bytes and replica.fetch.response.max.bytes must be > 0")
 

@@ -1,0 +1,706 @@
+"""The replica fetcher of seed 002 as a pure component: one ``ReplicaFetcher`` per source broker.
+
+Kafka's ``AbstractFetcherThread`` loops ``maybeTruncate(); maybeFetch()``. Here the loop belongs
+to the shell: ``poll_requests(now_ms)`` returns the requests to send now (at most one of each kind
+in flight: OffsetsForLeaderEpoch, ListOffsets, Fetch), ``handle_response(request, response,
+now_ms)`` applies an answer, ``on_request_failed(request, now_ms)`` a network error. The fetcher
+reads and writes the local logs through the ``logs`` callable it is given (the follower's
+``Log``); it never touches a socket or a clock.
+
+Per partition (``PartitionFetchState``): the fetch offset, the current leader epoch, the state
+(Truncating / Fetching) and a back-off deadline. ``PartitionStates.update_and_move_to_end`` gives
+fairness: a partition that just received data goes to the back of the fetch order.
+
+Truncation (``maybe_truncate``): a partition starts in Truncating. With leader epochs it asks the
+leader OffsetsForLeaderEpoch(current leader epoch, its latest local epoch) and truncates to
+min(its end offset for the epoch the leader answered, the leader's end offset); when it does
+not know the leader's epoch it truncates to the end of its own largest smaller epoch and asks
+again, until the fork is found (KIP-279). Without epochs (no epoch in the log, or
+``truncate_to_hw``: pre-KIP-101) it truncates to the HW (its initial fetch offset).
+
+Fetch response errors (seed 002's table):
+- NONE: append as follower; follower HW = min(own LEO, leader's HW) (seed 001); move to the end.
+- OFFSET_OUT_OF_RANGE: ``fetch_offset_and_truncate``: ListOffsets(latest); if the leader's LEO is
+  below ours, truncate to it; else ListOffsets(earliest) and fetch from max(leader start, our
+  LEO), truncating fully first if the leader starts after our LEO.
+- FENCED_LEADER_EPOCH: if our epoch is the one the request carried, the partition is removed and
+  marked failed until a new LeaderAndIsr arrives; else retried after back-off.
+- UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER, anything else: back off and retry.
+- corrupt records: back off and retry; storage error: that partition is marked failed, the
+  others continue.
+A response for a partition whose fetch offset, epoch or state changed since the request was
+built is ignored (KAFKA-18991), as is any response to a request that is no longer in flight.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any
+
+from tidelog.protocol.records.batch import CorruptRecordError
+from tidelog.replication.config import ReplicationConfig
+from tidelog.replication.errors import Errors
+from tidelog.replication.types import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    UNDEFINED_EPOCH,
+    UNDEFINED_EPOCH_OFFSET,
+    AddFetcher,
+    EpochEndOffset,
+    FetcherAction,
+    FetchPartitionData,
+    ListOffsetsPartitionResult,
+    RemoveFetcher,
+    TopicPartition,
+)
+
+try:  # the storage layer's error classes, when it is installed
+    from tidelog.storage.errors import KafkaStorageError, StorageError
+except ImportError:  # pragma: no cover - storage lands concurrently
+
+    class StorageError(Exception):  # type: ignore[no-redef]
+        pass
+
+    class KafkaStorageError(StorageError):  # type: ignore[no-redef]
+        pass
+
+
+class ReplicaState(Enum):
+    TRUNCATING = "Truncating"
+    FETCHING = "Fetching"
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionFetchState:
+    fetch_offset: int
+    current_leader_epoch: int
+    state: ReplicaState = ReplicaState.FETCHING
+    delay_until_ms: int = 0
+
+    def is_delayed(self, now_ms: int) -> bool:
+        return now_ms < self.delay_until_ms
+
+    def is_ready_for_fetch(self, now_ms: int) -> bool:
+        return self.state is ReplicaState.FETCHING and not self.is_delayed(now_ms)
+
+    def is_truncating(self, now_ms: int) -> bool:
+        return self.state is ReplicaState.TRUNCATING and not self.is_delayed(now_ms)
+
+
+class PartitionStates:
+    """Partitions in fetch order (Kafka's ``PartitionStates``)."""
+
+    def __init__(self) -> None:
+        self._map: OrderedDict[TopicPartition, PartitionFetchState] = OrderedDict()
+
+    def update_and_move_to_end(self, tp: TopicPartition, state: PartitionFetchState) -> None:
+        self._map.pop(tp, None)
+        self._map[tp] = state
+
+    def update(self, tp: TopicPartition, state: PartitionFetchState) -> None:
+        """Replace the state, keeping the partition's place in the order."""
+        self._map[tp] = state
+
+    def remove(self, tp: TopicPartition) -> None:
+        self._map.pop(tp, None)
+
+    def state_value(self, tp: TopicPartition) -> PartitionFetchState | None:
+        return self._map.get(tp)
+
+    def partition_state_map(self) -> dict[TopicPartition, PartitionFetchState]:
+        return dict(self._map)
+
+    def partition_set(self) -> set[TopicPartition]:
+        return set(self._map)
+
+    def items(self) -> list[tuple[TopicPartition, PartitionFetchState]]:
+        return list(self._map.items())
+
+    def __contains__(self, tp: object) -> bool:
+        return tp in self._map
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    def __iter__(self) -> Iterator[TopicPartition]:
+        return iter(list(self._map))
+
+
+# ---------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartition:
+    fetch_offset: int
+    current_leader_epoch: int
+    log_start_offset: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    request_id: int
+    source_broker: int
+    replica_id: int
+    broker_epoch: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    partitions: Mapping[TopicPartition, FetchPartition] = field(default_factory=dict)
+
+    def fetch_args(self) -> dict[TopicPartition, tuple[int, int, int, int]]:
+        """The ``partitions`` argument of ``ReplicaManager.fetch_messages``."""
+        return {
+            tp: (p.fetch_offset, p.current_leader_epoch, p.log_start_offset, p.max_bytes)
+            for tp, p in self.partitions.items()
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsForLeaderEpochRequest:
+    request_id: int
+    source_broker: int
+    replica_id: int
+    # tp -> (current_leader_epoch, leader_epoch to look up)
+    partitions: Mapping[TopicPartition, tuple[int, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsRequest:
+    request_id: int
+    source_broker: int
+    replica_id: int
+    # tp -> (current_leader_epoch, LATEST_TIMESTAMP or EARLIEST_TIMESTAMP)
+    partitions: Mapping[TopicPartition, tuple[int, int]] = field(default_factory=dict)
+
+
+FetcherRequest = FetchRequest | OffsetsForLeaderEpochRequest | ListOffsetsRequest
+
+
+@dataclass(slots=True)
+class FetchResult:
+    """What ``process_fetch_response`` did (for traces and metrics)."""
+
+    appended: dict[TopicPartition, Any] = field(default_factory=dict)  # tp -> LogAppendInfo
+    errors: dict[TopicPartition, Errors] = field(default_factory=dict)
+    ignored: set[TopicPartition] = field(default_factory=set)
+    failed: set[TopicPartition] = field(default_factory=set)
+
+
+# The follower's log for a partition, or None when it is not (or no longer) a local follower.
+LogLookup = Callable[[TopicPartition], Any]
+
+
+class ReplicaFetcher:
+    def __init__(
+        self,
+        broker_id: int,
+        source_broker: int,
+        logs: LogLookup,
+        config: ReplicationConfig | None = None,
+        *,
+        broker_epoch: int = 0,
+        first_request_id: int = 0,
+    ) -> None:
+        self.broker_id = broker_id
+        self.source_broker = source_broker
+        self.config = config or ReplicationConfig()
+        self.broker_epoch = broker_epoch
+        self._logs = logs
+        self.partition_states = PartitionStates()
+        self.failed_partitions: set[TopicPartition] = set()
+        # tp -> the ListOffsets timestamp being asked (out-of-range handling in progress)
+        self._offset_resets: dict[TopicPartition, int] = {}
+        self._in_flight: dict[type, tuple[FetcherRequest, int]] = {}
+        self._next_request_id = first_request_id
+
+    # ------------------------------------------------------------------ partitions
+    def add_partitions(
+        self, initial: Mapping[TopicPartition, tuple[int, int]], now_ms: int
+    ) -> None:
+        """``{tp: (fetch_offset, leader_epoch)}``: start each in Truncating (KIP-101/279). A
+        partition already here with the same leader epoch keeps its state (Kafka does the same)."""
+        for tp, (fetch_offset, leader_epoch) in initial.items():
+            self.failed_partitions.discard(tp)
+            current = self.partition_states.state_value(tp)
+            if current is not None and current.current_leader_epoch == leader_epoch:
+                continue
+            self._offset_resets.pop(tp, None)
+            self.partition_states.update_and_move_to_end(
+                tp, PartitionFetchState(fetch_offset, leader_epoch, ReplicaState.TRUNCATING)
+            )
+
+    def remove_partitions(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            self.partition_states.remove(tp)
+            self._offset_resets.pop(tp, None)
+
+    def mark_partition_failed(self, tp: TopicPartition) -> None:
+        self.remove_partitions([tp])
+        self.failed_partitions.add(tp)
+
+    @property
+    def is_idle(self) -> bool:
+        return len(self.partition_states) == 0 and not self._in_flight
+
+    def in_flight(self) -> list[FetcherRequest]:
+        return [request for request, _ in self._in_flight.values()]
+
+    # ------------------------------------------------------------------ the loop
+    def poll_requests(self, now_ms: int) -> list[FetcherRequest]:
+        """Everything to send now: at most one request of each kind in flight. A request without
+        an answer for ``replica.socket.timeout.ms`` counts as failed first."""
+        for request, sent_ms in list(self._in_flight.values()):
+            if now_ms - sent_ms >= self.config.replica_socket_timeout_ms:
+                self.on_request_failed(request, now_ms)
+        out: list[FetcherRequest] = []
+        for build in (self.maybe_truncate, self.build_list_offsets, self.build_fetch):
+            request = build(now_ms)
+            if request is not None:
+                out.append(request)
+        return out
+
+    def handle_response(self, request: FetcherRequest, response: Mapping[TopicPartition, Any],
+                        now_ms: int) -> FetchResult | None:
+        if isinstance(request, FetchRequest):
+            return self.process_fetch_response(request, response, now_ms)
+        if isinstance(request, OffsetsForLeaderEpochRequest):
+            self.process_offsets_for_leader_epoch_response(request, response, now_ms)
+        else:
+            self.process_list_offsets_response(request, response, now_ms)
+        return None
+
+    def on_request_failed(self, request: FetcherRequest, now_ms: int) -> None:
+        """The request or its response was lost / timed out: back off its partitions."""
+        if not self._take_in_flight(request):
+            return
+        self._delay_partitions(request.partitions, now_ms)
+
+    def next_wakeup_ms(self, now_ms: int) -> int | None:
+        """When something may change without a response: a back-off ending or a timeout."""
+        times = [st.delay_until_ms for _, st in self.partition_states.items()
+                 if st.delay_until_ms > now_ms]
+        times += [sent + self.config.replica_socket_timeout_ms for _, sent in self._in_flight.values()]
+        return min(times) if times else None
+
+    def _new_request_id(self) -> int:
+        self._next_request_id += 1
+        return self._next_request_id
+
+    def _send(self, request: FetcherRequest, now_ms: int) -> FetcherRequest:
+        self._in_flight[type(request)] = (request, now_ms)
+        return request
+
+    def _take_in_flight(self, request: FetcherRequest) -> bool:
+        current = self._in_flight.get(type(request))
+        if current is None or current[0].request_id != request.request_id:
+            return False  # an old or unknown request: nothing to do
+        del self._in_flight[type(request)]
+        return True
+
+    def _delay_partitions(self, tps: Iterable[TopicPartition], now_ms: int) -> None:
+        until = now_ms + self.config.replica_fetch_backoff_ms
+        for tp in tps:
+            state = self.partition_states.state_value(tp)
+            if state is not None:
+                self.partition_states.update_and_move_to_end(tp, replace(state, delay_until_ms=until))
+
+    def _on_partition_fenced(self, tp: TopicPartition, request_epoch: int) -> bool:
+        """FENCED_LEADER_EPOCH: our epoch is older than the leader's. If it is still the one we
+        sent, stop until LeaderAndIsr brings the new epoch (False); else retry (True)."""
+        state = self.partition_states.state_value(tp)
+        if state is None:
+            return False
+        if state.current_leader_epoch == request_epoch:
+            self.mark_partition_failed(tp)
+            return False
+        return True
+
+    # ------------------------------------------------------------------ truncation
+    def maybe_truncate(self, now_ms: int) -> OffsetsForLeaderEpochRequest | None:
+        with_epochs: dict[TopicPartition, tuple[int, int]] = {}
+        for tp, state in self.partition_states.items():
+            if not state.is_truncating(now_ms):
+                continue
+            log = self._logs(tp)
+            if log is None:
+                continue
+            latest_epoch = log.latest_epoch
+            if self.config.truncate_to_hw or latest_epoch is None:
+                self._truncate_to_high_watermark(tp, state, log)
+            else:
+                with_epochs[tp] = (state.current_leader_epoch, latest_epoch)
+        if not with_epochs or OffsetsForLeaderEpochRequest in self._in_flight:
+            return None
+        request = OffsetsForLeaderEpochRequest(
+            self._new_request_id(), self.source_broker, self.broker_id, with_epochs
+        )
+        return self._send(request, now_ms)  # type: ignore[return-value]
+
+    def _truncate_to_high_watermark(self, tp: TopicPartition, state: PartitionFetchState,
+                                    log: Any) -> None:
+        # seed 002's truncateToHighWatermark: the initial fetch offset is the HW.
+        offset = min(state.fetch_offset, log.log_end_offset)
+        if not self._truncate(tp, log, offset):
+            return
+        self.partition_states.update(
+            tp, PartitionFetchState(offset, state.current_leader_epoch, ReplicaState.FETCHING)
+        )
+
+    def _truncate(self, tp: TopicPartition, log: Any, offset: int) -> bool:
+        try:
+            if offset < log.log_end_offset:
+                log.truncate_to(offset)
+            return True
+        except StorageError:
+            self.mark_partition_failed(tp)
+            return False
+
+    def process_offsets_for_leader_epoch_response(
+        self,
+        request: OffsetsForLeaderEpochRequest,
+        response: Mapping[TopicPartition, EpochEndOffset],
+        now_ms: int,
+    ) -> None:
+        if not self._take_in_flight(request):
+            return
+        with_error: set[TopicPartition] = set()
+        for tp, (request_epoch, _) in request.partitions.items():
+            state = self.partition_states.state_value(tp)
+            if (
+                state is None
+                or state.state is not ReplicaState.TRUNCATING
+                or state.current_leader_epoch != request_epoch
+            ):
+                continue  # changed since the request: its answer no longer applies
+            answer = response.get(tp)
+            if answer is None:
+                with_error.add(tp)
+                continue
+            if answer.error == Errors.FENCED_LEADER_EPOCH:
+                if self._on_partition_fenced(tp, request_epoch):
+                    with_error.add(tp)
+                continue
+            if answer.error != Errors.NONE:
+                with_error.add(tp)
+                continue
+            log = self._logs(tp)
+            if log is None:
+                continue
+            offset, completed = self.get_offset_truncation_state(state, log, answer)
+            if not self._truncate(tp, log, offset):
+                continue
+            self.partition_states.update(
+                tp,
+                PartitionFetchState(
+                    offset,
+                    state.current_leader_epoch,
+                    ReplicaState.FETCHING if completed else ReplicaState.TRUNCATING,
+                ),
+            )
+        self._delay_partitions(with_error, now_ms)
+
+    @staticmethod
+    def get_offset_truncation_state(
+        state: PartitionFetchState, log: Any, leader: EpochEndOffset
+    ) -> tuple[int, bool]:
+        """KIP-279: (offset to truncate to, whether truncation is complete)."""
+        replica_end = log.log_end_offset
+        if leader.end_offset == UNDEFINED_EPOCH_OFFSET:
+            # The leader knows no such epoch: fall back to the initial fetch offset (the HW).
+            return min(state.fetch_offset, replica_end), True
+        if leader.leader_epoch == UNDEFINED_EPOCH:
+            return min(leader.end_offset, replica_end), True
+        follower_epoch, follower_end = log.end_offset_for_epoch(leader.leader_epoch)
+        if follower_end == UNDEFINED_EPOCH_OFFSET:
+            return min(leader.end_offset, replica_end), True
+        if follower_epoch != leader.leader_epoch:
+            # We do not have the epoch the leader answered with: cut to the end of our largest
+            # epoch below it and ask again with our new latest epoch.
+            return min(follower_end, replica_end), False
+        return min(follower_end, leader.end_offset, replica_end), True
+
+    # ------------------------------------------------------------------ out of range
+    def build_list_offsets(self, now_ms: int) -> ListOffsetsRequest | None:
+        if ListOffsetsRequest in self._in_flight or not self._offset_resets:
+            return None
+        parts: dict[TopicPartition, tuple[int, int]] = {}
+        for tp, timestamp in self._offset_resets.items():
+            state = self.partition_states.state_value(tp)
+            if state is not None and not state.is_delayed(now_ms):
+                parts[tp] = (state.current_leader_epoch, timestamp)
+        if not parts:
+            return None
+        request = ListOffsetsRequest(self._new_request_id(), self.source_broker, self.broker_id, parts)
+        return self._send(request, now_ms)  # type: ignore[return-value]
+
+    def process_list_offsets_response(
+        self,
+        request: ListOffsetsRequest,
+        response: Mapping[TopicPartition, ListOffsetsPartitionResult],
+        now_ms: int,
+    ) -> None:
+        """seed 002's ``fetchOffsetAndTruncate``, one ListOffsets round at a time."""
+        if not self._take_in_flight(request):
+            return
+        with_error: set[TopicPartition] = set()
+        for tp, (request_epoch, timestamp) in request.partitions.items():
+            state = self.partition_states.state_value(tp)
+            if (
+                state is None
+                or self._offset_resets.get(tp) != timestamp
+                or state.current_leader_epoch != request_epoch
+            ):
+                continue
+            answer = response.get(tp)
+            if answer is None or answer.error != Errors.NONE:
+                if answer is not None and answer.error == Errors.FENCED_LEADER_EPOCH:
+                    if self._on_partition_fenced(tp, request_epoch):
+                        with_error.add(tp)
+                else:
+                    with_error.add(tp)
+                continue
+            log = self._logs(tp)
+            if log is None:
+                continue
+            replica_end = log.log_end_offset
+            if timestamp == LATEST_TIMESTAMP:
+                leader_end = answer.offset
+                if leader_end < replica_end:
+                    # Case 1 (unclean election): the leader is behind us; cut to its end.
+                    if self._truncate(tp, log, leader_end):
+                        self._reset_done(tp, state, leader_end)
+                else:
+                    self._offset_resets[tp] = EARLIEST_TIMESTAMP
+            else:
+                leader_start = answer.offset
+                # Case 2: we are below the leader's log start (it deleted old segments), or the
+                # leader grew past us meanwhile: fetch from the higher of the two.
+                if leader_start > replica_end:
+                    try:
+                        log.truncate_fully_and_start_at(leader_start)
+                    except StorageError:
+                        self.mark_partition_failed(tp)
+                        continue
+                self._reset_done(tp, state, max(leader_start, replica_end))
+        self._delay_partitions(with_error, now_ms)
+
+    def _reset_done(self, tp: TopicPartition, state: PartitionFetchState, offset: int) -> None:
+        self._offset_resets.pop(tp, None)
+        self.partition_states.update_and_move_to_end(
+            tp, PartitionFetchState(offset, state.current_leader_epoch, ReplicaState.FETCHING)
+        )
+
+    # ------------------------------------------------------------------ fetch
+    def build_fetch(self, now_ms: int) -> FetchRequest | None:
+        if FetchRequest in self._in_flight:
+            return None
+        parts: dict[TopicPartition, FetchPartition] = {}
+        for tp, state in self.partition_states.items():
+            if not state.is_ready_for_fetch(now_ms) or tp in self._offset_resets:
+                continue
+            log = self._logs(tp)
+            if log is None:
+                continue
+            parts[tp] = FetchPartition(
+                state.fetch_offset,
+                state.current_leader_epoch,
+                log.log_start_offset,
+                self.config.replica_fetch_max_bytes,
+            )
+        if not parts:
+            return None
+        request = FetchRequest(
+            self._new_request_id(),
+            self.source_broker,
+            self.broker_id,
+            self.broker_epoch,
+            self.config.replica_fetch_wait_max_ms,
+            self.config.replica_fetch_min_bytes,
+            self.config.replica_fetch_response_max_bytes,
+            parts,
+        )
+        return self._send(request, now_ms)  # type: ignore[return-value]
+
+    def process_fetch_response(
+        self,
+        request: FetchRequest,
+        response: Mapping[TopicPartition, FetchPartitionData],
+        now_ms: int,
+    ) -> FetchResult:
+        result = FetchResult()
+        if not self._take_in_flight(request):
+            result.ignored.update(response)
+            return result
+        with_error: set[TopicPartition] = set()
+        for tp, data in response.items():
+            sent = request.partitions.get(tp)
+            state = self.partition_states.state_value(tp)
+            if (
+                sent is None
+                or state is None
+                or state.state is not ReplicaState.FETCHING
+                or tp in self._offset_resets
+                or state.fetch_offset != sent.fetch_offset
+                or state.current_leader_epoch != sent.current_leader_epoch
+            ):
+                result.ignored.add(tp)
+                continue
+            error = data.error
+            if error != Errors.NONE:
+                result.errors[tp] = error
+            if error == Errors.NONE:
+                self._handle_partition_data(tp, state, data, now_ms, result, with_error)
+            elif error == Errors.OFFSET_OUT_OF_RANGE:
+                self._offset_resets[tp] = LATEST_TIMESTAMP
+            elif error == Errors.FENCED_LEADER_EPOCH:
+                if self._on_partition_fenced(tp, sent.current_leader_epoch):
+                    with_error.add(tp)
+                elif tp in self.failed_partitions:
+                    result.failed.add(tp)
+            else:  # UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER, storage errors at the leader, ...
+                with_error.add(tp)
+        self._delay_partitions(with_error, now_ms)
+        return result
+
+    def _handle_partition_data(
+        self,
+        tp: TopicPartition,
+        state: PartitionFetchState,
+        data: FetchPartitionData,
+        now_ms: int,
+        result: FetchResult,
+        with_error: set[TopicPartition],
+    ) -> None:
+        log = self._logs(tp)
+        if log is None:
+            result.ignored.add(tp)
+            return
+        try:
+            info = self.process_partition_data(tp, state.fetch_offset, log, data, now_ms)
+        except CorruptRecordError:
+            # Possibly a transient state of the leader's log: retry after the back-off.
+            result.errors[tp] = Errors.CORRUPT_MESSAGE
+            with_error.add(tp)
+            return
+        except (StorageError, OffsetMismatchError) as e:
+            result.errors[tp] = (
+                Errors.KAFKA_STORAGE_ERROR if isinstance(e, KafkaStorageError) else Errors.UNKNOWN_SERVER_ERROR
+            )
+            self.mark_partition_failed(tp)
+            result.failed.add(tp)
+            return
+        if info is not None and info.valid_bytes > 0 and tp in self.partition_states:
+            result.appended[tp] = info
+            self.partition_states.update_and_move_to_end(
+                tp, PartitionFetchState(info.last_offset + 1, state.current_leader_epoch)
+            )
+
+    @staticmethod
+    def process_partition_data(
+        tp: TopicPartition, fetch_offset: int, log: Any, data: FetchPartitionData, now_ms: int
+    ) -> Any:
+        """Append the fetched batches as follower, then follower HW = min(LEO, leader HW)."""
+        if log.log_end_offset != fetch_offset:
+            raise OffsetMismatchError(
+                f"{tp}: fetch offset {fetch_offset} != local log end offset {log.log_end_offset}"
+            )
+        info = None
+        if len(data.records) > 0:
+            info = log.append_as_follower(data.records, now_ms)
+        if data.high_watermark >= 0:
+            log.update_high_watermark(min(log.log_end_offset, data.high_watermark))
+        # Follow the leader's log start offset (retention / DeleteRecords), never past our HW.
+        if log.log_start_offset < data.log_start_offset <= log.high_watermark:
+            log.maybe_increment_log_start_offset(data.log_start_offset)
+        return info
+
+
+class OffsetMismatchError(Exception):
+    """The local log moved under the fetcher (Kafka's "Offset mismatch" IllegalStateException)."""
+
+
+class FetcherManager:
+    """The follower side of one broker: a ``ReplicaFetcher`` per source broker, driven by the
+    ``AddFetcher`` / ``RemoveFetcher`` actions of ``ReplicaManager.become_leader_or_follower``."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        logs: LogLookup,
+        config: ReplicationConfig | None = None,
+        *,
+        broker_epoch: int = 0,
+    ) -> None:
+        self.broker_id = broker_id
+        self.config = config or ReplicationConfig()
+        self.broker_epoch = broker_epoch
+        self._logs = logs
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._source_of: dict[TopicPartition, int] = {}
+        self._request_ids = 0
+
+    def apply(self, actions: Iterable[FetcherAction], now_ms: int) -> None:
+        for action in actions:
+            if isinstance(action, RemoveFetcher):
+                self.remove_partitions([action.tp])
+            elif isinstance(action, AddFetcher):
+                source = self._source_of.get(action.tp)
+                if source is not None and source != action.source_broker:
+                    self.remove_partitions([action.tp])
+                fetcher = self.fetchers.get(action.source_broker)
+                if fetcher is None:
+                    # Distinct id ranges per fetcher keep request ids unique on this broker.
+                    self._request_ids += 1
+                    fetcher = ReplicaFetcher(
+                        self.broker_id, action.source_broker, self._logs, self.config,
+                        broker_epoch=self.broker_epoch, first_request_id=self._request_ids << 32,
+                    )
+                    self.fetchers[action.source_broker] = fetcher
+                fetcher.add_partitions({action.tp: (action.fetch_offset, action.leader_epoch)}, now_ms)
+                self._source_of[action.tp] = action.source_broker
+
+    def remove_partitions(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            source = self._source_of.pop(tp, None)
+            if source is not None and source in self.fetchers:
+                self.fetchers[source].remove_partitions([tp])
+
+    def shutdown_idle_fetchers(self) -> None:
+        for source in [s for s, f in self.fetchers.items() if f.is_idle]:
+            del self.fetchers[source]
+
+    def poll_requests(self, now_ms: int) -> list[FetcherRequest]:
+        out: list[FetcherRequest] = []
+        for fetcher in list(self.fetchers.values()):
+            out.extend(fetcher.poll_requests(now_ms))
+        return out
+
+    def handle_response(self, request: FetcherRequest, response: Mapping[TopicPartition, Any],
+                        now_ms: int) -> FetchResult | None:
+        fetcher = self.fetchers.get(request.source_broker)
+        if fetcher is None:
+            return None
+        return fetcher.handle_response(request, response, now_ms)
+
+    def on_request_failed(self, request: FetcherRequest, now_ms: int) -> None:
+        fetcher = self.fetchers.get(request.source_broker)
+        if fetcher is not None:
+            fetcher.on_request_failed(request, now_ms)
+
+    @property
+    def failed_partitions(self) -> set[TopicPartition]:
+        out: set[TopicPartition] = set()
+        for fetcher in self.fetchers.values():
+            out |= fetcher.failed_partitions
+        return out
+
+    def source_of(self, tp: TopicPartition) -> int | None:
+        return self._source_of.get(tp)
+
+    def next_wakeup_ms(self, now_ms: int) -> int | None:
+        times = [t for f in self.fetchers.values() if (t := f.next_wakeup_ms(now_ms)) is not None]
+        return min(times) if times else None

@@ -1,0 +1,553 @@
+"""ReplicaManager: the replication state of one broker, pure (seed 004).
+
+A dict of ``Partition`` objects over the ``Log`` objects of a ``LogManager``, answering the
+controller (LeaderAndIsr, StopReplica), producers (Produce), followers and consumers (Fetch,
+OffsetsForLeaderEpoch, ListOffsets), plus the periodic tasks' logic (``isr-expiration``:
+``maybe_shrink_isr``; ``highwatermark-checkpoint``: ``high_watermarks``;
+``isr-change-propagation``: ``isr_changes_to_propagate``). The shell decides when things run and
+carries out the returned actions: ISR proposals to write to ZooKeeper, fetcher changes, and the
+completions of delayed produce/fetch requests (``poll_completed``).
+
+Delayed operations are re-checked whenever a partition's LEO, HW, ISR or role changes (seed 000's
+``tryCompleteDelayedRequests``); completions queue up and ``poll_completed(now_ms)`` returns them
+together with the requests that timed out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidelog.protocol.records.batch import CorruptRecordError
+from tidelog.replication.config import ReplicationConfig
+from tidelog.replication.errors import Errors, ReplicationError
+from tidelog.replication.fetcher import FetchRequest
+from tidelog.replication.isr_policy import policy_for
+from tidelog.replication.partition import Partition
+from tidelog.replication.purgatory import (
+    DelayedFetch,
+    DelayedOperationPurgatory,
+    DelayedProduce,
+    FetchParams,
+    FetchPartitionStatus,
+    ProducePartitionStatus,
+)
+from tidelog.replication.types import (
+    CONSUMER_REPLICA_ID,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    AddFetcher,
+    CompleteFetch,
+    Completion,
+    EpochEndOffset,
+    FetcherAction,
+    FetchPartitionData,
+    LeaderAndIsrPartitionState,
+    ListOffsetsPartitionResult,
+    ProducePartitionResult,
+    ProposeIsr,
+    RemoveFetcher,
+    TopicPartition,
+)
+from tidelog.storage.errors import OffsetOutOfRangeError, StorageError
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsrResult:
+    error: Errors
+    partition_errors: dict[TopicPartition, Errors] = field(default_factory=dict)
+    fetcher_actions: list[FetcherAction] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class StopReplicaResult:
+    error: Errors
+    partition_errors: dict[TopicPartition, Errors] = field(default_factory=dict)
+    fetcher_actions: list[FetcherAction] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceOutcome:
+    results: dict[TopicPartition, ProducePartitionResult] | None
+    delayed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FetchOutcome:
+    results: dict[TopicPartition, FetchPartitionData] | None
+    delayed: bool = False
+    isr_proposals: tuple[ProposeIsr, ...] = ()
+
+
+def _error_of(exc: BaseException) -> Errors:
+    if isinstance(exc, ReplicationError):
+        return exc.error
+    if isinstance(exc, CorruptRecordError):
+        return Errors.CORRUPT_MESSAGE
+    code = getattr(exc, "error_code", None)
+    try:
+        return Errors(code) if code is not None else Errors.UNKNOWN_SERVER_ERROR
+    except ValueError:
+        return Errors.UNKNOWN_SERVER_ERROR
+
+
+def _as_bytes(records: Any) -> Any:
+    # A memoryview may point into a buffer the log later changes: copy before it leaves here.
+    # A FileSlice (sendfile) passes through for the real broker to send.
+    return bytes(records) if isinstance(records, memoryview | bytearray) else records
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        broker_id: int,
+        log_manager: Any,
+        config: ReplicationConfig | None = None,
+        *,
+        broker_epoch: int = 0,
+        initial_high_watermarks: Mapping[TopicPartition, int] | None = None,
+        now_ms: int = 0,
+    ) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.log_manager = log_manager
+        self.config = config or ReplicationConfig()
+        self.controller_epoch = -1
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self._initial_hws = dict(initial_high_watermarks or {})
+        self._eligible: Mapping[int, int] | None = None
+        self.produce_purgatory = DelayedOperationPurgatory("Produce")
+        self.fetch_purgatory = DelayedOperationPurgatory("Fetch")
+        self._completed: list[Completion] = []
+        self._dirty: set[TopicPartition] = set()
+        self._draining = False
+        self._isr_change_set: set[TopicPartition] = set()
+        self._last_isr_change_ms = now_ms
+        self._last_isr_propagation_ms = now_ms
+
+    # ------------------------------------------------------------------ lookups
+    def partition(self, tp: TopicPartition) -> Partition | None:
+        return self.partitions.get(tp)
+
+    def logs_for_fetcher(self, tp: TopicPartition) -> Any:
+        """The ``logs`` callable for ``ReplicaFetcher``: the log of a local follower, else None."""
+        p = self.partitions.get(tp)
+        return p.log if p is not None and not p.is_leader else None
+
+    def leader_partitions(self) -> list[Partition]:
+        return [p for p in self.partitions.values() if p.is_leader]
+
+    def set_eligible_brokers(self, brokers: Mapping[int, int] | None) -> None:
+        """Live, unfenced brokers and their broker epochs (KIP-841/903); None: all eligible."""
+        self._eligible = dict(brokers) if brokers is not None else None
+
+    def _is_replica_eligible(self, broker_id: int, broker_epoch: int | None) -> bool:
+        if self._eligible is None:
+            return True
+        epoch = self._eligible.get(broker_id)
+        if epoch is None:
+            return False
+        return broker_epoch is None or broker_epoch == epoch
+
+    def _get_or_create_partition(self, tp: TopicPartition) -> Partition:
+        p = self.partitions.get(tp)
+        if p is None:
+            log = self.log_manager.get_or_create_log(tp.topic, tp.partition)
+            hw = self._initial_hws.pop(tp, None)
+            if hw is not None:
+                log.update_high_watermark(hw)
+            p = Partition(
+                tp, self.broker_id, log, self.config,
+                policy=policy_for(self.config), is_replica_eligible=self._is_replica_eligible,
+            )
+            self.partitions[tp] = p
+        return p
+
+    # ------------------------------------------------------------------ controller requests
+    def become_leader_or_follower(
+        self,
+        controller_id: int,
+        controller_epoch: int,
+        partition_states: Iterable[LeaderAndIsrPartitionState],
+        live_leaders: Collection[int],
+        now_ms: int,
+    ) -> LeaderAndIsrResult:
+        if controller_epoch < self.controller_epoch:
+            return LeaderAndIsrResult(Errors.STALE_CONTROLLER_EPOCH)
+        self.controller_epoch = controller_epoch
+        errors: dict[TopicPartition, Errors] = {}
+        actions: list[FetcherAction] = []
+        for state in partition_states:
+            tp = state.tp
+            if self.broker_id not in state.replicas:
+                errors[tp] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            try:
+                p = self._get_or_create_partition(tp)
+            except StorageError as e:
+                errors[tp] = _error_of(e)
+                continue
+            if state.leader_epoch < p.leader_epoch or (
+                state.leader_epoch == p.leader_epoch and state.zk_version <= p.zk_version
+            ):
+                errors[tp] = Errors.STALE_CONTROLLER_EPOCH
+                continue
+            errors[tp] = Errors.NONE
+            self._dirty.add(tp)
+            try:
+                if state.leader_epoch == p.leader_epoch:
+                    p.update_assignment(state)  # same epoch, newer zk version: AR/ISR only
+                elif state.leader == self.broker_id:
+                    p.make_leader(state, now_ms)
+                    actions.append(RemoveFetcher(tp))
+                else:
+                    changed = p.make_follower(state, now_ms)
+                    if state.leader not in live_leaders:
+                        actions.append(RemoveFetcher(tp))  # wait for a live leader
+                    elif changed:
+                        actions.append(RemoveFetcher(tp))
+                        # Start from the HW, in Truncating: the fetcher finds the real
+                        # truncation point (KIP-101/279) or truncates to it (pre-KIP-101).
+                        actions.append(
+                            AddFetcher(tp, state.leader, p.high_watermark, state.leader_epoch)
+                        )
+            except StorageError as e:
+                errors[tp] = _error_of(e)
+        self._drain(now_ms)
+        return LeaderAndIsrResult(Errors.NONE, errors, actions)
+
+    def stop_replicas(
+        self,
+        controller_id: int,
+        controller_epoch: int,
+        partitions: Mapping[TopicPartition, bool],
+        now_ms: int,
+    ) -> StopReplicaResult:
+        """``{tp: delete}``: stop fetching; with delete, drop the partition and its log."""
+        if controller_epoch < self.controller_epoch:
+            return StopReplicaResult(Errors.STALE_CONTROLLER_EPOCH)
+        self.controller_epoch = controller_epoch
+        errors: dict[TopicPartition, Errors] = {}
+        actions: list[FetcherAction] = []
+        for tp, delete in partitions.items():
+            actions.append(RemoveFetcher(tp))
+            errors[tp] = Errors.NONE
+            if delete:
+                self.partitions.pop(tp, None)
+                try:
+                    self.log_manager.delete_log(tp.topic, tp.partition)
+                except StorageError as e:
+                    errors[tp] = _error_of(e)
+            self._dirty.add(tp)
+        self._drain(now_ms)
+        return StopReplicaResult(Errors.NONE, errors, actions)
+
+    # ------------------------------------------------------------------ produce
+    def append_records(
+        self,
+        acks: int,
+        entries_per_partition: Mapping[TopicPartition, Any],
+        timeout_ms: int,
+        now_ms: int,
+        request_key: Hashable | None = None,
+    ) -> ProduceOutcome:
+        if acks not in (-1, 0, 1):
+            return ProduceOutcome(
+                {tp: ProducePartitionResult(Errors.INVALID_REQUIRED_ACKS) for tp in entries_per_partition}
+            )
+        results: dict[TopicPartition, ProducePartitionResult] = {}
+        required: dict[TopicPartition, int] = {}
+        for tp, records in entries_per_partition.items():
+            p = self.partitions.get(tp)
+            if p is None:
+                results[tp] = ProducePartitionResult(Errors.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            try:
+                info = p.append_records_to_leader(records, acks, now_ms)
+            except (ReplicationError, StorageError, CorruptRecordError) as e:
+                results[tp] = ProducePartitionResult(_error_of(e))
+                continue
+            results[tp] = ProducePartitionResult(
+                Errors.NONE, info.first_offset, p.log_start_offset, info.log_append_time
+            )
+            required[tp] = info.last_offset + 1
+            self._dirty.add(tp)
+        outcome = ProduceOutcome(results)
+        if acks == -1 and required:
+            if request_key is None:
+                raise ValueError("append_records(acks=-1) needs a request_key to answer later")
+            statuses = {
+                tp: ProducePartitionStatus(required.get(tp, -1), result, tp in required)
+                for tp, result in results.items()
+            }
+            op = DelayedProduce(request_key, now_ms + timeout_ms, statuses, self._check_replicas)
+            done = self.produce_purgatory.try_complete_else_watch(op, now_ms)
+            outcome = (
+                ProduceOutcome(dict(done.results)) if done is not None  # type: ignore[union-attr]
+                else ProduceOutcome(None, delayed=True)
+            )
+        self._drain(now_ms)
+        return outcome
+
+    def _check_replicas(self, tp: TopicPartition, required_offset: int) -> tuple[bool, Errors]:
+        p = self.partitions.get(tp)
+        if p is None:
+            return True, Errors.NOT_LEADER_OR_FOLLOWER
+        return p.check_enough_replicas_reach_offset(required_offset)
+
+    # ------------------------------------------------------------------ fetch
+    def fetch_messages(
+        self,
+        replica_id: int,
+        fetch_max_wait_ms: int,
+        fetch_min_bytes: int,
+        fetch_max_bytes: int,
+        partitions: Mapping[TopicPartition, tuple[int, int, int, int]],
+        now_ms: int,
+        request_key: Hashable | None = None,
+        broker_epoch: int | None = None,
+    ) -> FetchOutcome:
+        params = FetchParams(
+            replica_id, fetch_max_wait_ms, fetch_min_bytes, fetch_max_bytes, broker_epoch,
+            {tp: FetchPartitionStatus(*args) for tp, args in partitions.items()},
+        )
+        results, proposals, read_bytes, any_error = self._read_from_local_log(params, now_ms)
+        if (
+            fetch_max_wait_ms <= 0
+            or not partitions
+            or read_bytes >= fetch_min_bytes
+            or any_error
+            or request_key is None
+        ):
+            self._drain(now_ms)
+            return FetchOutcome(results, False, tuple(proposals))
+        op = DelayedFetch(
+            request_key, now_ms + fetch_max_wait_ms, params, self._readable_bytes, self._complete_fetch
+        )
+        done = self.fetch_purgatory.try_complete_else_watch(op, now_ms)
+        self._drain(now_ms)
+        if done is not None:
+            assert isinstance(done, CompleteFetch)
+            return FetchOutcome(dict(done.results), False, tuple(proposals) + done.isr_proposals)
+        return FetchOutcome(None, True, tuple(proposals))
+
+    def fetch(self, request: FetchRequest, now_ms: int, request_key: Hashable | None = None) -> FetchOutcome:
+        """Serve a follower's ``FetchRequest`` dataclass (the simulator's shortcut)."""
+        return self.fetch_messages(
+            request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes,
+            request.fetch_args(), now_ms, request_key, request.broker_epoch,
+        )
+
+    def _leader_partition(self, tp: TopicPartition, current_leader_epoch: int) -> Partition:
+        p = self.partitions.get(tp)
+        if p is None:
+            raise ReplicationError(Errors.UNKNOWN_TOPIC_OR_PARTITION, str(tp))
+        error = p.check_current_leader_epoch(current_leader_epoch)
+        if error != Errors.NONE:
+            raise ReplicationError(error, f"{tp}: request epoch {current_leader_epoch}, ours {p.leader_epoch}")
+        if not p.is_leader:
+            raise ReplicationError(Errors.NOT_LEADER_OR_FOLLOWER, str(tp))
+        return p
+
+    def _read_from_local_log(
+        self, params: FetchParams, now_ms: int
+    ) -> tuple[dict[TopicPartition, FetchPartitionData], list[ProposeIsr], int, bool]:
+        """Read every partition; for a follower, record its fetch (ISR expand, HW)."""
+        is_follower = params.replica_id >= 0
+        results: dict[TopicPartition, FetchPartitionData] = {}
+        proposals: list[ProposeIsr] = []
+        limit = params.max_bytes
+        min_one_message = True
+        total = 0
+        any_error = False
+        for tp, st in params.partitions.items():
+            try:
+                p = self._leader_partition(tp, st.current_leader_epoch)
+                if is_follower and params.replica_id not in p.remote_replicas:
+                    raise ReplicationError(Errors.NOT_LEADER_OR_FOLLOWER, f"{params.replica_id} not a replica of {tp}")
+                # Kafka answers with the HW as of the read, before this fetch moves it.
+                hw = p.high_watermark
+                leo = p.log_end_offset
+                log_start = p.log_start_offset
+                info = p.log.read(
+                    st.fetch_offset,
+                    max(0, min(st.max_bytes, limit)),
+                    max_offset=None if is_follower else hw,
+                    min_one_message=min_one_message,
+                )
+            except OffsetOutOfRangeError:
+                results[tp] = FetchPartitionData(Errors.OFFSET_OUT_OF_RANGE, p.high_watermark, p.log_start_offset)
+                any_error = True
+                continue
+            except (ReplicationError, StorageError) as e:
+                results[tp] = FetchPartitionData(_error_of(e))
+                any_error = True
+                continue
+            size = len(info.records)
+            if size:
+                min_one_message = False
+            limit -= size
+            total += size
+            results[tp] = FetchPartitionData(Errors.NONE, hw, log_start, _as_bytes(info.records))
+            if is_follower:
+                before = p.high_watermark
+                proposal = p.update_follower_fetch_state(
+                    params.replica_id, st.fetch_offset, st.log_start_offset, now_ms, leo,
+                    params.broker_epoch,
+                )
+                if proposal is not None:
+                    proposals.append(proposal)
+                if p.high_watermark != before:
+                    self._dirty.add(tp)
+        return results, proposals, total, any_error
+
+    def _readable_bytes(self, params: FetchParams) -> tuple[int, bool]:
+        """DelayedFetch's check, without side effects: (bytes readable, must complete now)."""
+        is_follower = params.replica_id >= 0
+        total = 0
+        for tp, st in params.partitions.items():
+            p = self.partitions.get(tp)
+            if p is None or not p.is_leader:
+                return total, True  # leadership moved: answer now (with the error)
+            if p.check_current_leader_epoch(st.current_leader_epoch) != Errors.NONE:
+                return total, True
+            end = p.log_end_offset if is_follower else p.high_watermark
+            if st.fetch_offset > p.log_end_offset or st.fetch_offset < p.log_start_offset:
+                return total, True  # the log was truncated or moved: answer now
+            if st.fetch_offset < end:
+                try:
+                    info = p.log.read(st.fetch_offset, st.max_bytes, max_offset=None if is_follower else end)
+                except (StorageError, OffsetOutOfRangeError):
+                    return total, True
+                total += len(info.records)
+        return total, False
+
+    def _complete_fetch(self, request_key: Hashable, params: FetchParams, now_ms: int) -> CompleteFetch:
+        results, proposals, _, _ = self._read_from_local_log(params, now_ms)
+        return CompleteFetch(request_key, results, tuple(proposals))
+
+    # ------------------------------------------------------------------ epochs and offsets
+    def last_offset_for_leader_epoch(
+        self, replica_id: int, partitions: Mapping[TopicPartition, tuple[int, int]]
+    ) -> dict[TopicPartition, EpochEndOffset]:
+        out: dict[TopicPartition, EpochEndOffset] = {}
+        for tp, (current_leader_epoch, leader_epoch) in partitions.items():
+            p = self.partitions.get(tp)
+            if p is None:
+                out[tp] = EpochEndOffset(Errors.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            try:
+                out[tp] = p.last_offset_for_leader_epoch(current_leader_epoch, leader_epoch)
+            except StorageError as e:
+                out[tp] = EpochEndOffset(_error_of(e))
+        return out
+
+    def list_offsets(
+        self, replica_id: int, partitions: Mapping[TopicPartition, tuple[int, int]]
+    ) -> dict[TopicPartition, ListOffsetsPartitionResult]:
+        """Earliest / latest only (timestamp search is the broker's, over ``Log``)."""
+        out: dict[TopicPartition, ListOffsetsPartitionResult] = {}
+        for tp, (current_leader_epoch, timestamp) in partitions.items():
+            try:
+                p = self._leader_partition(tp, current_leader_epoch)
+            except ReplicationError as e:
+                out[tp] = ListOffsetsPartitionResult(e.error)
+                continue
+            if timestamp == EARLIEST_TIMESTAMP:
+                offset = p.log_start_offset
+            elif timestamp == LATEST_TIMESTAMP:
+                if replica_id != CONSUMER_REPLICA_ID:
+                    offset = p.log_end_offset
+                else:
+                    # KIP-207: a new leader whose HW has not reached its epoch start yet cannot
+                    # say where committed data ends.
+                    start = p.leader_epoch_start_offset
+                    if start is not None and p.high_watermark < start:
+                        out[tp] = ListOffsetsPartitionResult(Errors.OFFSET_NOT_AVAILABLE)
+                        continue
+                    offset = p.high_watermark
+            else:
+                out[tp] = ListOffsetsPartitionResult(Errors.INVALID_REQUEST)
+                continue
+            out[tp] = ListOffsetsPartitionResult(Errors.NONE, offset, p.leader_epoch)
+        return out
+
+    # ------------------------------------------------------------------ ISR
+    def maybe_shrink_isr(self, now_ms: int) -> list[ProposeIsr]:
+        """The ``isr-expiration`` task over every led partition."""
+        out: list[ProposeIsr] = []
+        for p in self.partitions.values():
+            proposal = p.maybe_shrink_isr(now_ms)
+            if proposal is not None:
+                out.append(proposal)
+        return out
+
+    def on_isr_update_result(
+        self,
+        tp: TopicPartition,
+        ok: bool,
+        new_zk_version: int,
+        isr: Sequence[int],
+        now_ms: int,
+        leader_epoch: int | None = None,
+    ) -> None:
+        p = self.partitions.get(tp)
+        if p is None or p.pending_isr is None:
+            return
+        before = p.isr
+        p.on_isr_update_result(ok, new_zk_version, isr, leader_epoch)
+        if p.isr != before:
+            self._isr_change_set.add(tp)  # seed 000's recordIsrChange
+            self._last_isr_change_ms = now_ms
+        self._dirty.add(tp)
+        self._drain(now_ms)
+
+    def isr_changes_to_propagate(self, now_ms: int) -> set[TopicPartition]:
+        """seed 000's maybePropagateIsrChanges: hand out the changed partitions once no change
+        came for the blackout (5 s) or the last propagation is older than the interval (60 s)."""
+        if self._isr_change_set and (
+            self._last_isr_change_ms + self.config.isr_change_propagation_blackout_ms < now_ms
+            or self._last_isr_propagation_ms + self.config.isr_change_propagation_interval_ms < now_ms
+        ):
+            out = set(self._isr_change_set)
+            self._isr_change_set.clear()
+            self._last_isr_propagation_ms = now_ms
+            return out
+        return set()
+
+    def high_watermarks(self) -> dict[TopicPartition, int]:
+        """For the ``highwatermark-checkpoint`` task (``replication-offset-checkpoint``)."""
+        return {tp: p.high_watermark for tp, p in self.partitions.items()}
+
+    # ------------------------------------------------------------------ delayed operations
+    def _drain(self, now_ms: int) -> None:
+        """Re-check delayed operations of every partition that changed. A completed fetch reads
+        again and may move a HW, which marks more partitions: loop until quiet."""
+        if self._draining:
+            return
+        self._draining = True
+        try:
+            while self._dirty:
+                tp = self._dirty.pop()
+                self._completed.extend(self.produce_purgatory.check_and_complete(tp, now_ms))
+                self._completed.extend(self.fetch_purgatory.check_and_complete(tp, now_ms))
+        finally:
+            self._draining = False
+
+    def poll_completed(self, now_ms: int) -> list[Completion]:
+        """Delayed requests that are done (replicated, failed, or timed out by ``now_ms``)."""
+        self._drain(now_ms)
+        self._completed.extend(self.produce_purgatory.expire(now_ms))
+        self._completed.extend(self.fetch_purgatory.expire(now_ms))
+        self._drain(now_ms)
+        out, self._completed = self._completed, []
+        return out
+
+    def next_deadline_ms(self) -> int | None:
+        times = [t for t in (self.produce_purgatory.next_deadline_ms(),
+                             self.fetch_purgatory.next_deadline_ms()) if t is not None]
+        return min(times) if times else None
+
+    def has_pending_completions(self) -> bool:
+        return bool(self._completed)
