@@ -423,3 +423,34 @@ def test_a_deposed_controller_cannot_delete_isr_notifications(
     with pytest.raises(ControllerMovedError):
         client.delete_isr_change_notifications(None, epoch_version + 1)
     assert len(client.get_all_isr_change_notifications()) == 1
+
+
+def test_watches_survive_a_session_expiry(
+    zk_connect: str, make_client: Callable[..., KafkaZkClient]
+) -> None:
+    observer = make_client(session_timeout_ms=4000)
+    seen: list[int | None] = []
+    observer.watch_controller(seen.append)
+    wait_for(lambda: seen == [None])
+    renewed = threading.Event()
+    observer.on_new_session(lambda epoch: renewed.set())
+    expire_session(zk_connect, observer)
+    assert renewed.wait(30)
+    other = make_client()
+    assert other.try_elect_controller(9).elected
+    wait_for(lambda: seen[-1] == 9)
+
+
+def test_client_from_kafka_config(zookeeper: Any, zk_connect: str) -> None:
+    from tidelog.broker.config import KafkaConfig
+
+    config = KafkaConfig.from_text(
+        f"zookeeper.connect={zk_connect}\nzookeeper.session.timeout.ms=5000\n"
+    )
+    client = KafkaZkClient.from_config(config)
+    assert (client.session_timeout_ms, client.connection_timeout_ms) == (5000, 5000)
+    with client:
+        assert client.connected
+        info = BrokerInfo.from_endpoints(1, config.advertised_listeners)
+        assert client.register_broker(info) > 0
+    assert not client.connected

@@ -3,11 +3,11 @@
 `ZooKeeperServer(data_dir, port=0)` writes its own `zoo.cfg` under `data_dir` (standalone, bound
 to 127.0.0.1 only, no admin HTTP server), starts `java ... ZooKeeperServerMain zoo.cfg` as a
 background process with its log in `data_dir/zookeeper.log`, and waits (bounded) until the
-server serves requests (the `srvr` four-letter word reports its mode). It does not use /etc/zookeeper or zkServer.sh, so
-several private servers can run side by side. The same data dir can be stopped and started
-again; the znodes survive. `ZooKeeperServer.attach(data_dir)` finds a server that an earlier
-process started there (pid and port are recorded in `data_dir/zookeeper.json`) so that a later
-command can stop it.
+server serves requests (the `srvr` four-letter word reports its mode; `ruok` answers earlier).
+It does not use /etc/zookeeper or zkServer.sh, so several private servers can run side by side.
+The same data dir can be stopped and started again; the znodes survive.
+`ZooKeeperServer.attach(data_dir)` finds a server that an earlier process started there (pid and
+port are recorded in `data_dir/zookeeper.json`) so that a later command can stop it.
 
 Layout of `data_dir`: `zoo.cfg`, `data/` (ZooKeeper's snapshots and transaction logs),
 `zookeeper.log`, `zookeeper.json`.

@@ -210,11 +210,13 @@ class KafkaZkClient:
 
     def _on_state(self, state: str) -> None:
         # Runs on kazoo's connection thread: only flag and spawn, never block here.
+        if self._closed:  # our own close() also reports LOST: not an expiry
+            return
         if state == KazooState.LOST:
             self._session_lost = True
             for h in list(self._session_expired_handlers):
                 self._zk.handler.spawn(_safe_call, h)
-        elif state == KazooState.CONNECTED and self._session_lost and not self._closed:
+        elif state == KazooState.CONNECTED and self._session_lost:
             self._session_lost = False
             self._zk.handler.spawn(self._reinitialize_session)
 
