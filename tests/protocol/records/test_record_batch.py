@@ -180,6 +180,19 @@ def test_bad_framing_raises_with_the_position_of_the_bad_batch() -> None:
         assert info.value.error_code == 2  # CORRUPT_MESSAGE
 
 
+def test_a_length_beyond_the_maximum_batch_size_is_corrupt_not_partial() -> None:
+    buf, sizes = _three_batches()
+    garbage_length = bytearray(buf)
+    struct.pack_into(">i", garbage_length, sizes[0] + LENGTH_OFFSET, 2**31 - 1)
+    assert len(list(iter_batches(garbage_length))) == 1  # without a bound: looks partial
+    it = iter_batches(garbage_length, max_batch_size=1 << 20)
+    next(it)
+    with pytest.raises(CorruptRecordError, match="exceeds") as info:
+        next(it)
+    assert info.value.position == sizes[0]
+    assert complete_batches_size(buf, max_batch_size=max(sizes)) == len(buf)
+
+
 def test_batch_size_at_needs_the_length_and_magic_before_answering() -> None:
     buf, sizes = _three_batches()
     view = memoryview(buf)

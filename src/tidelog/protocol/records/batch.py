@@ -259,23 +259,32 @@ class RecordBatch:
         )
 
 
-def batch_size_at(buf: memoryview, position: int) -> int | None:
+def batch_size_at(buf: memoryview, position: int, max_batch_size: int | None = None) -> int | None:
     """The total size of the batch starting at `position`, or None when the header is incomplete.
 
-    Raises CorruptRecordError when the length field cannot describe a v2 batch.
+    Raises CorruptRecordError when the length field cannot describe a v2 batch, or describes one
+    larger than `max_batch_size` (Kafka's reader takes its max message size the same way, so that
+    a garbage length is not mistaken for a batch still arriving).
     """
     if len(buf) - position < LOG_OVERHEAD + 5:
         return None
     length = _I32.unpack_from(buf, position + LENGTH_OFFSET)[0]
     if length < HEADER_SIZE - LOG_OVERHEAD:
         raise CorruptRecordError(f"record batch size {length} is smaller than a header", position)
+    if max_batch_size is not None and length + LOG_OVERHEAD > max_batch_size:
+        raise CorruptRecordError(
+            f"record batch size {length + LOG_OVERHEAD} exceeds the maximum {max_batch_size}",
+            position,
+        )
     magic = _I8.unpack_from(buf, position + MAGIC_OFFSET)[0]
     if magic != CURRENT_MAGIC:
         raise CorruptRecordError(f"unsupported magic {magic} (only v2 is supported)", position)
     return length + LOG_OVERHEAD
 
 
-def iter_batches(buf: bytes | bytearray | memoryview, start: int = 0) -> Iterator[RecordBatch]:
+def iter_batches(
+    buf: bytes | bytearray | memoryview, start: int = 0, max_batch_size: int | None = None
+) -> Iterator[RecordBatch]:
     """Yield every complete batch in `buf`; a partial trailing batch ends the iteration cleanly
     (Kafka fetch responses may cut the last batch). Bad framing raises CorruptRecordError with
     the position of the bad batch."""
@@ -283,16 +292,18 @@ def iter_batches(buf: bytes | bytearray | memoryview, start: int = 0) -> Iterato
     position = start
     end = len(view)
     while position < end:
-        size = batch_size_at(view, position)
+        size = batch_size_at(view, position, max_batch_size)
         if size is None or position + size > end:
             return
         yield RecordBatch(view[position : position + size])
         position += size
 
 
-def complete_batches_size(buf: bytes | bytearray | memoryview) -> int:
+def complete_batches_size(
+    buf: bytes | bytearray | memoryview, max_batch_size: int | None = None
+) -> int:
     """Bytes of `buf` covered by complete batches (the valid prefix; framing errors raise)."""
     total = 0
-    for batch in iter_batches(buf):
+    for batch in iter_batches(buf, max_batch_size=max_batch_size):
         total += batch.size_in_bytes
     return total

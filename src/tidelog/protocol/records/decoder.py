@@ -20,6 +20,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import partial
 from typing import NamedTuple
 
 from tidelog.protocol.records.batch import (
@@ -34,6 +35,7 @@ Header = tuple[str, bytes | None]
 Headers = tuple[Header, ...]
 
 _NO_HEADERS: Headers = ()
+
 # The smallest record: length, attributes, timestampDelta, offsetDelta, key, value, headerCount.
 _MIN_RECORD_SIZE = 7
 
@@ -60,13 +62,12 @@ class RecordColumns:
         return len(self.offsets)
 
     def rows(self) -> list[DecodedRecord]:
-        new = tuple.__new__
-        return [
-            new(DecodedRecord, row)
-            for row in zip(
-                self.offsets, self.timestamps, self.keys, self.values, self.headers, strict=True
-            )
-        ]
+        rows = zip(self.offsets, self.timestamps, self.keys, self.values, self.headers, strict=True)
+        return list(map(_make_decoded_record, rows))
+
+
+# tuple.__new__ bound to the class: builds a DecodedRecord in C, skipping NamedTuple's __new__.
+_make_decoded_record = partial(tuple.__new__, DecodedRecord)
 
 
 class ControlRecordType(IntEnum):
