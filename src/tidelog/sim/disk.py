@@ -173,6 +173,8 @@ class MemoryFileIO:
     def listdir(self, path: str) -> list[str]:
         p = _norm(path)
         self._maybe_fail(p)
+        if p in self.files:
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory", p)
         if p not in self.dirs:
             raise FileNotFoundError(errno.ENOENT, "no such directory", p)
         names = {os.path.basename(f) for f in self.files if os.path.dirname(f) == p}

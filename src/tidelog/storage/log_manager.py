@@ -94,8 +94,12 @@ class LogManager:
                 continue
             try:
                 fio.listdir(path)
-            except OSError:
+            except (NotADirectoryError, FileNotFoundError):
                 continue  # a file named like a partition: not a log
+            except OSError as exc:
+                logger.error("%s: cannot load %s: %s", log_dir, name, exc)
+                self.skipped.append(path)
+                continue
             try:
                 log = Log(
                     path,

@@ -1,0 +1,56 @@
+"""LogConfig: Kafka's topic keys, defaults and validation."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidelog.storage.log_config import LONG_MAX, LogConfig
+
+
+def test_defaults_are_kafkas() -> None:
+    c = LogConfig()
+    assert c.segment_bytes == 1 << 30
+    assert c.segment_ms == 604_800_000 and c.retention_ms == 604_800_000
+    assert c.index_interval_bytes == 4096 and c.segment_index_bytes == 10 * 1024 * 1024
+    assert c.retention_bytes == -1
+    assert c.flush_messages == LONG_MAX and c.flush_ms == LONG_MAX
+    assert c.max_message_bytes == 1048588
+    assert c.min_insync_replicas == 1 and c.unclean_leader_election_enable is False
+    assert c.to_dict()["segment.bytes"] == 1 << 30
+
+
+def test_from_dict_parses_kafka_keys_over_a_base() -> None:
+    c = LogConfig.from_dict({"segment.bytes": "1048576", "min.insync.replicas": 2,
+                             "unclean.leader.election.enable": "true",
+                             "cleanup.policy": "compact,delete"})
+    assert c.segment_bytes == 1048576 and c.min_insync_replicas == 2
+    assert c.unclean_leader_election_enable is True and c.delete_enabled
+    d = LogConfig.from_dict({"retention.ms": "-1"}, base=c)
+    assert d.retention_ms == -1 and d.segment_bytes == 1048576
+    assert not LogConfig.from_dict({"cleanup.policy": "compact"}).delete_enabled
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("segment.bytes", "10"),  # below Kafka's minimum of 14
+        ("segment.bytes", "lots"),
+        ("segment.ms", 0),
+        ("retention.ms", -2),
+        ("min.insync.replicas", 0),
+        ("unclean.leader.election.enable", "yes"),
+        ("cleanup.policy", "shred"),
+        ("message.timestamp.type", "WallClock"),
+        ("max.message.bytes", 1.5),
+        ("flush.messages", True),
+        ("min.cleanable.dirty.ratio", "2"),
+    ],
+)
+def test_bad_values_name_the_key(key: str, value: object) -> None:
+    with pytest.raises(ValueError, match=f"configuration {key}"):
+        LogConfig.from_dict({key: value})
+
+
+def test_an_unknown_key_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown configuration segment.size"):
+        LogConfig.from_dict({"segment.size": 5})

@@ -1,0 +1,134 @@
+"""LogManager: log dirs, partition dirs, checkpoints, clean shutdown, recovery on start."""
+
+from __future__ import annotations
+
+import random
+
+from storage_helpers import batch
+
+from tidelog.sim.disk import MemoryFileIO
+from tidelog.storage.checkpoint import OffsetCheckpointFile
+from tidelog.storage.log_config import LogConfig
+from tidelog.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
+
+DIRS = ["/disk1", "/disk2"]
+
+
+def test_logs_are_spread_over_the_log_dirs_one_dir_per_partition() -> None:
+    fio = MemoryFileIO()
+    m = LogManager(DIRS, LogConfig(), fio)
+    for p in range(4):
+        m.get_or_create_log("orders", p)
+    assert m.get_or_create_log("orders", 0) is m.get_log("orders", 0)
+    assert fio.listdir("/disk1") == ["orders-0", "orders-2"]
+    assert fio.listdir("/disk2") == ["orders-1", "orders-3"]
+    assert m.get_log("orders", 9) is None
+    assert len(m.all_logs()) == 4
+
+
+def test_topic_configs_apply_to_their_logs() -> None:
+    fio = MemoryFileIO()
+    special = LogConfig.from_dict({"segment.bytes": "4096"})
+    m = LogManager(DIRS, LogConfig(), fio, topic_configs={"small": special})
+    assert m.get_or_create_log("small", 0).config.segment_bytes == 4096
+    assert m.get_or_create_log("big", 0).config.segment_bytes == 1 << 30
+
+
+def test_a_clean_shutdown_skips_recovery_and_restores_every_offset() -> None:
+    fio = MemoryFileIO()
+    m = LogManager(DIRS, LogConfig(), fio)
+    for p in range(3):
+        log = m.get_or_create_log("t", p)
+        for _ in range(p + 2):
+            log.append_as_leader(batch(), 1, 0)
+        log.update_high_watermark(p + 1)
+    m.shutdown()
+    assert fio.exists(f"/disk1/{CLEAN_SHUTDOWN_FILE}")
+    assert OffsetCheckpointFile(fio, "/disk1/replication-offset-checkpoint").read() == {
+        ("t", 0): 1, ("t", 2): 3,
+    }
+    fio.crash()  # nothing is lost: everything was flushed
+    again = LogManager(DIRS, LogConfig(), fio)
+    assert again.had_clean_shutdown == {"/disk1": True, "/disk2": True}
+    assert not fio.exists(f"/disk1/{CLEAN_SHUTDOWN_FILE}")  # the next crash is unclean
+    got = {tp: (log.log_end_offset, log.high_watermark, log.recovery_point)
+           for tp, log in again.logs.items()}
+    assert got == {("t", 0): (2, 1, 2), ("t", 1): (3, 2, 3), ("t", 2): (4, 3, 4)}
+
+
+def test_an_unclean_start_recovers_from_the_checkpointed_recovery_points() -> None:
+    fio = MemoryFileIO()
+    m = LogManager(DIRS, LogConfig(), fio)
+    log = m.get_or_create_log("t", 0)
+    for _ in range(5):
+        log.append_as_leader(batch(), 0, 0)
+    log.flush()
+    m.checkpoint_logs()
+    for _ in range(5):
+        log.append_as_leader(batch(), 0, 0)
+    fio.crash(random.Random(3), tear=True)
+    again = LogManager(DIRS, LogConfig(), fio)
+    recovered = again.get_log("t", 0)
+    assert recovered is not None
+    assert 5 <= recovered.log_end_offset <= 10
+    assert again.had_clean_shutdown["/disk1"] is False
+
+
+def test_broken_checkpoints_and_garbage_do_not_stop_the_start() -> None:
+    fio = MemoryFileIO()
+    m = LogManager(DIRS, LogConfig(), fio)
+    m.get_or_create_log("t", 0).append_as_leader(batch(), 0, 0)
+    m.shutdown()
+    fio.write_file("/disk1/recovery-point-offset-checkpoint", b"7\n0\n")
+    fio.write_file("/disk1/log-start-offset-checkpoint", b"0\n5\n")
+    fio.write_file("/disk1/junk-x", b"not a partition")
+    fio.write_file("/disk1/stray-3", b"a file named like a partition")
+    fio.write_file("/disk1/gone-1-delete/00000000000000000000.log", b"")
+    again = LogManager(DIRS, LogConfig(), fio)
+    assert list(again.logs) == [("t", 0)]
+    assert again.get_log("t", 0).log_end_offset == 1  # type: ignore[union-attr]
+    assert not fio.exists("/disk1/gone-1-delete")
+
+
+def test_a_failing_partition_is_skipped_and_a_failing_dir_goes_offline() -> None:
+    fio = MemoryFileIO()
+    m = LogManager(DIRS, LogConfig(), fio)
+    m.get_or_create_log("t", 0)
+    m.get_or_create_log("t", 1)
+    m.shutdown()
+    fio.fail_io("/disk1/t-0")
+    again = LogManager(DIRS, LogConfig(), fio)
+    assert list(again.logs) == [("t", 1)] and again.skipped == ["/disk1/t-0"]
+    fio.heal()
+    fio.fail_io("/disk2")
+    third = LogManager(DIRS, LogConfig(), fio)
+    assert third.offline_dirs == {"/disk2"}
+    assert third.get_or_create_log("new", 0).dir == "/disk1/new-0"
+
+
+def test_delete_log_removes_its_dir_and_checkpoint_entries() -> None:
+    fio = MemoryFileIO()
+    m = LogManager(["/d"], LogConfig(), fio)
+    m.get_or_create_log("t", 0).append_as_leader(batch(), 0, 0)
+    m.get_or_create_log("t", 1)
+    m.checkpoint_logs()
+    assert m.delete_log("t", 0)
+    assert not m.delete_log("t", 0)
+    assert fio.listdir("/d") == ["log-start-offset-checkpoint", "recovery-point-offset-checkpoint",
+                                 "t-1"]
+    assert OffsetCheckpointFile(fio, "/d/recovery-point-offset-checkpoint").read() == {("t", 1): 0}
+
+
+def test_cleanup_and_flush_tasks_run_over_every_log() -> None:
+    fio = MemoryFileIO()
+    config = LogConfig.from_dict({"segment.bytes": "200", "retention.ms": "1000",
+                                  "flush.ms": "500"})
+    m = LogManager(["/d"], config, fio)
+    log = m.get_or_create_log("t", 0)
+    for i in range(6):
+        log.append_as_leader(batch(b"x" * 60, timestamp=i), 0, now_ms=i)
+    log.update_high_watermark(log.log_end_offset)
+    m.flush_dirty_logs(600)
+    assert log.recovery_point == log.log_end_offset
+    assert m.cleanup_logs(now_ms=5000) >= 1
+    assert log.log_start_offset == log.log_end_offset == 6
