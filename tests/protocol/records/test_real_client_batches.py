@@ -1,6 +1,6 @@
-"""Batches written by real clients (kafka-python's builder; librdkafka via confluent-kafka,
-captured off the wire by tools/capture_record_fixtures.py) parse, validate and decode to exactly
-the records the tool gave the client."""
+"""Batches written by real clients (the kafka-python and aiokafka builders; librdkafka via
+confluent-kafka, captured off the wire by tools/capture_record_fixtures.py) parse, validate and
+decode to exactly the records the tool gave the client."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def _batches(entry: dict[str, Any]) -> list[RecordBatch]:
 
 def test_every_client_and_codec_is_covered() -> None:
     covered = {(e["client"], e["codec"]) for e in ENTRIES}
-    for client in ("kafka-python", "confluent-kafka"):
+    for client in ("kafka-python", "aiokafka", "confluent-kafka"):
         for codec in CODECS_BY_NAME:
             assert (client, codec) in covered
 
