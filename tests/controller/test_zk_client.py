@@ -454,3 +454,29 @@ def test_client_from_kafka_config(zookeeper: Any, zk_connect: str) -> None:
         info = BrokerInfo.from_endpoints(1, config.advertised_listeners)
         assert client.register_broker(info) > 0
     assert not client.connected
+
+
+def test_batched_partition_state_writes(make_client: Callable[..., KafkaZkClient]) -> None:
+    client = make_client()
+    _, _, epoch_version = client.try_elect_controller(1)
+    client.create_topic("big", {p: [1, 2] for p in range(20)})
+    states = {("big", p): LeaderIsrAndControllerEpoch(1, 0, (1, 2), 1) for p in range(20)}
+    assert client.create_partition_states(states, epoch_version) == {tp: True for tp in states}
+    again = {("big", 0): states[("big", 0)]}
+    assert client.create_partition_states(again, epoch_version) == {("big", 0): False}
+    with pytest.raises(NoNodeError):
+        client.create_partition_states({("nope", 0): states[("big", 0)]}, epoch_version)
+
+    shrunk = LeaderIsrAndControllerEpoch(1, 0, (1,), 1)
+    updates = [(tp, shrunk, 0) for tp in states]
+    updates[3] = (("big", 3), LeaderIsrAndControllerEpoch(2, 1, (2,), 1), 7)  # stale version
+    results = client.update_leader_and_isr_many(updates, epoch_version)
+    assert results[("big", 3)] == (False, -1)
+    assert all(results[tp] == (True, 1) for tp in states if tp != ("big", 3))
+    assert client.get_partition_states(states)[("big", 5)] == LeaderIsrAndControllerEpoch(
+        1, 0, (1,), 1, 1)
+
+    with pytest.raises(ControllerMovedError):
+        client.update_leader_and_isr_many([(("big", 0), shrunk, 1)], epoch_version + 1)
+    with pytest.raises(ControllerMovedError):
+        client.create_partition_states({("big", 0): shrunk}, epoch_version + 1)

@@ -29,12 +29,15 @@ from typing import Any, TypeVar
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     BadVersionError,
+    ConnectionLoss,
     KazooException,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
+    OperationTimeoutError,
     RolledBackError,
     RuntimeInconsistency,
+    SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
@@ -424,22 +427,58 @@ class KafkaZkClient:
         """Run the ops that `build(tx)` adds, after a check on /controller_epoch's version."""
 
         def attempt() -> list[Any]:
-            tx = self._zk.transaction()
-            if expected_epoch_zk_version is not None:
-                tx.check(CONTROLLER_EPOCH_PATH, expected_epoch_zk_version)
-            build(tx)
-            return list(tx.commit())
+            return list(self._fenced_tx(expected_epoch_zk_version, build).commit())
 
-        results = self._retry(attempt)
+        return self._strip_check(expected_epoch_zk_version, self._retry(attempt))
+
+    def _fenced_tx(self, expected_epoch_zk_version: int | None, build: Callable[[Any], None]) -> Any:
+        tx = self._zk.transaction()
         if expected_epoch_zk_version is not None:
-            first = results[0]
-            if isinstance(first, BadVersionError | NoNodeError):
-                raise ControllerMovedError(
-                    f"{CONTROLLER_EPOCH_PATH} version is no longer {expected_epoch_zk_version}:"
-                    " another controller was elected"
-                )
-            results = results[1:]
-        return results
+            tx.check(CONTROLLER_EPOCH_PATH, expected_epoch_zk_version)
+        build(tx)
+        return tx
+
+    @staticmethod
+    def _strip_check(expected_epoch_zk_version: int | None, results: list[Any]) -> list[Any]:
+        if expected_epoch_zk_version is None:
+            return results
+        if isinstance(results[0], BadVersionError | NoNodeError):
+            raise ControllerMovedError(
+                f"{CONTROLLER_EPOCH_PATH} version is no longer {expected_epoch_zk_version}:"
+                " another controller was elected"
+            )
+        return results[1:]
+
+    def _fenced_many(
+        self,
+        expected_epoch_zk_version: int | None,
+        builds: Sequence[tuple[Any, Callable[[Any], None]]],
+    ) -> dict[Any, list[Any]]:
+        """`_fenced` for many transactions at once, pipelined (one round trip, not N).
+
+        A transaction whose answer is lost to a connection problem is retried on its own.
+        """
+        started = [
+            (key, build, self._fenced_tx(expected_epoch_zk_version, build).commit_async())
+            for key, build in builds
+        ]
+        out: dict[Any, list[Any]] = {}
+        moved: ControllerMovedError | None = None
+        for key, build, pending in started:
+            try:
+                raw = list(pending.get(timeout=self.request_timeout_s))
+            except (ConnectionLoss, OperationTimeoutError, SessionExpiredError, KazooTimeoutError):
+                raw = None
+            try:
+                if raw is None:
+                    out[key] = self._fenced(expected_epoch_zk_version, build)
+                else:
+                    out[key] = self._strip_check(expected_epoch_zk_version, raw)
+            except ControllerMovedError as e:
+                moved = e  # collect every answer first: none is left in flight
+        if moved is not None:
+            raise moved
+        return out
 
     # --- topics -----------------------------------------------------------------------------------
 
@@ -569,6 +608,46 @@ class KafkaZkClient:
         _raise_first(results)
         return 0
 
+    def create_partition_states(
+        self,
+        states: Mapping[TopicPartitionT, LeaderIsrAndControllerEpoch],
+        expected_epoch_zk_version: int | None = None,
+    ) -> dict[TopicPartitionT, bool]:
+        """Create many state znodes, pipelined; True = created, False = already existed.
+
+        Raises `NoNodeError` if a topic does not exist, `ControllerMovedError` when fenced.
+        """
+        keys = [(tp[0], tp[1]) for tp in states]
+        # Parents first, level by level (/partitions, then /partitions/<p>), pipelined.
+        self._create_empty_nodes(sorted({zk_data.topic_partitions_path(t) for t, _ in keys}))
+        self._create_empty_nodes([zk_data.topic_partition_path(tp) for tp in keys])
+        builds = []
+        for key, state in zip(keys, states.values(), strict=True):
+            path, data = zk_data.partition_state_path(key), state.encode()
+            builds.append((key, lambda tx, p=path, d=data: tx.create(p, d)))
+        out: dict[TopicPartitionT, bool] = {}
+        for key, results in self._fenced_many(expected_epoch_zk_version, builds).items():
+            if isinstance(results[0], NodeExistsError):
+                out[key] = False
+            else:
+                _raise_first(results)
+                out[key] = True
+        return out
+
+    def _create_empty_nodes(self, paths: Sequence[str]) -> None:
+        """Create persistent empty znodes, pipelined; existing ones are fine."""
+        pending = [(p, self._zk.create_async(p, b"")) for p in paths]
+        for p, result in pending:
+            try:
+                result.get(timeout=self.request_timeout_s)
+            except NodeExistsError:
+                pass
+            except (ConnectionLoss, OperationTimeoutError, KazooTimeoutError):
+                try:
+                    self._retry(self._zk.create, p, b"")
+                except NodeExistsError:
+                    pass
+
     def get_partition_state(self, tp: TopicPartitionT) -> LeaderIsrAndControllerEpoch | None:
         """The state with `zk_version` set to the znode's version, or None."""
         try:
@@ -612,7 +691,35 @@ class KafkaZkClient:
             expected_epoch_zk_version,
             lambda tx: tx.set_data(path, data, expected_zk_version),
         )
-        result = results[0]
+        return self._state_update_result(tp, state, results[0])
+
+    def update_leader_and_isr_many(
+        self,
+        updates: Iterable[tuple[TopicPartitionT, LeaderIsrAndControllerEpoch, int]],
+        expected_epoch_zk_version: int | None = None,
+    ) -> dict[TopicPartitionT, tuple[bool, int]]:
+        """`update_leader_and_isr` for many (tp, state, expected_zk_version), pipelined.
+
+        Kafka's controller writes a whole election round this way. Raises
+        `ControllerMovedError` if the controller epoch moved on.
+        """
+        builds = []
+        states: dict[TopicPartitionT, LeaderIsrAndControllerEpoch] = {}
+        for tp, state, expected in updates:
+            key = (tp[0], tp[1])
+            states[key] = state
+            path, data = zk_data.partition_state_path(key), state.encode()
+            builds.append(
+                (key, lambda tx, p=path, d=data, v=expected: tx.set_data(p, d, v))
+            )
+        results = self._fenced_many(expected_epoch_zk_version, builds)
+        return {
+            tp: self._state_update_result(tp, states[tp], res[0]) for tp, res in results.items()
+        }
+
+    def _state_update_result(
+        self, tp: TopicPartitionT, state: LeaderIsrAndControllerEpoch, result: Any
+    ) -> tuple[bool, int]:
         if isinstance(result, ZnodeStat):
             return True, int(result.version)
         if isinstance(result, BadVersionError):
@@ -622,7 +729,7 @@ class KafkaZkClient:
             return False, -1
         if isinstance(result, NoNodeError):
             return False, -1
-        raise ZkClientError(f"update of {path} failed: {result!r}")
+        raise ZkClientError(f"update of {zk_data.partition_state_path(tp)} failed: {result!r}")
 
     # --- ISR change notifications -----------------------------------------------------------------
 
