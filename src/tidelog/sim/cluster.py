@@ -1,0 +1,306 @@
+"""A whole simulated cluster: scheduler, network, ZooKeeper, controller, brokers, clients and
+the invariant checker, all derived from one seed.
+
+`SimCluster(SimConfig(seed=...))` builds it; `start()` boots the brokers and the controller;
+`run_events(n)` / `run_for(ms)` advance virtual time (the invariants are checked after every
+event); `heal()` ends every fault; `settle()` runs until the replicas converge; `final_checks()`
+returns the end-of-run violations (NoAckedLoss, consumed data stable, convergence).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidelog.replication.config import ReplicationConfig
+from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
+from tidelog.sim.client import Consumer, Producer
+from tidelog.sim.clock import Scheduler
+from tidelog.sim.controller import SimController, read_state, state_path
+from tidelog.sim.invariants import InvariantChecker, Violation, batch_signatures
+from tidelog.sim.messages import CLIENT_BASE, CONTROLLER_NODE, ZK_NODE, ZkRequest, ZkResponse
+from tidelog.sim.network import LinkConfig, Network
+from tidelog.sim.node import SimBroker
+from tidelog.sim.trace import Trace
+from tidelog.sim.zookeeper import SimZooKeeper, ZkCode
+from tidelog.storage.log_config import LogConfig
+
+
+@dataclass(slots=True)
+class SimConfig:
+    seed: int = 0
+    brokers: int = 3
+    topic: str = "t"
+    partitions: int = 1
+    replication_factor: int = 3
+    replication: ReplicationConfig = field(default_factory=lambda: ReplicationConfig(
+        replica_lag_time_max_ms=1000, min_insync_replicas=2, replica_fetch_backoff_ms=100,
+        replica_fetch_wait_max_ms=100, isr_change_propagation_blackout_ms=200,
+        isr_change_propagation_interval_ms=1000))
+    log_properties: dict[str, Any] = field(default_factory=lambda: {"segment.bytes": 64 * 1024})
+    session_timeout_ms: int = 1500
+    request_timeout_ms: int = 1000
+    fetcher_tick_ms: int = 50
+    hw_checkpoint_ms: int = 500
+    isr_propagation_tick_ms: int = 100
+    os_flush_ms: int = 1000
+    link: LinkConfig = field(default_factory=LinkConfig)
+    # KIP-966's lesson: a broker back from an unclean shutdown is no clean leader candidate.
+    kip966_unclean_restart_rule: bool = True
+    trace: bool = True
+    trace_limit: int | None = 5000
+    check_invariants: bool = True
+
+
+class SimCluster:
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.scheduler = Scheduler()
+        self.network = Network(self.scheduler, random.Random(self.rng.getrandbits(64)),
+                               config.link)
+        self.zk = SimZooKeeper(self.scheduler)
+        self.trace = Trace(config.trace, config.trace_limit)
+        self.log_config = LogConfig.from_dict(config.log_properties)
+        self.tps = [TopicPartition(config.topic, p) for p in range(config.partitions)]
+        n = config.brokers
+        rf = min(config.replication_factor, n)
+        self.assignments = {tp: tuple((tp.partition + i) % n for i in range(rf)) for tp in self.tps}
+        self.network.register(ZK_NODE, self._zk_receive)
+        self.network.register(CONTROLLER_NODE, lambda src, msg: None)
+        self.nodes = [SimBroker(self, b) for b in range(n)]
+        self.controller: SimController | None = None
+        self.producers: list[Producer] = []
+        self.consumers: list[Consumer] = []
+        self.checker = InvariantChecker(self)
+        self.checker.enabled = config.check_invariants
+        if config.check_invariants:
+            self.scheduler.after_event = self.checker.check
+        self._leader_cache: dict[TopicPartition, tuple[int, int]] = {}
+
+    # -- lookups ----------------------------------------------------------------------------
+    def node(self, broker_id: int) -> SimBroker | None:
+        return self.nodes[broker_id] if 0 <= broker_id < len(self.nodes) else None
+
+    def zk_state(self, tp: TopicPartition) -> LeaderAndIsrPartitionState | None:
+        return read_state(self.zk, tp)
+
+    def leader_of(self, tp: TopicPartition) -> tuple[int, int]:
+        """(leader, leader epoch) as a client's metadata would say: from ZooKeeper."""
+        s = read_state(self.zk, tp)
+        return (-1, -1) if s is None else (s.leader, s.leader_epoch)
+
+    def acting_leader(self, tp: TopicPartition) -> SimBroker | None:
+        """The running broker that leads `tp` in the ZooKeeper state's epoch, if any."""
+        s = read_state(self.zk, tp)
+        if s is None or s.leader < 0:
+            return None
+        node = self.nodes[s.leader]
+        p = node.partition(tp)
+        if not node.running or p is None or not p.is_leader or p.leader_epoch != s.leader_epoch:
+            return None
+        return node
+
+    def trace_add(self, entry: tuple[Any, ...]) -> None:
+        if self.trace.enabled:
+            self.trace.add((self.scheduler.now_ms, *entry))
+
+    # -- life -----------------------------------------------------------------------------
+    def start(self, controller_delay_ms: int = 20) -> None:
+        self.zk.start()
+        for node in self.nodes:
+            node.start()
+        self.scheduler.schedule(controller_delay_ms, self._start_controller)
+
+    def _start_controller(self) -> None:
+        if self.controller is not None:
+            self.controller.resign()
+        self.controller = SimController(self)
+        self.trace_add(("controller", None, ("epoch", self.controller.core.controller_epoch)))
+        self.controller.start()
+
+    def failover_controller(self) -> None:
+        self._start_controller()
+
+    def add_producer(self, tp: TopicPartition, acks: int) -> Producer:
+        p = Producer(CLIENT_BASE + len(self.producers) + 100 * len(self.consumers), tp, acks,
+                     self.scheduler, self.network, self.leader_of)
+        self.producers.append(p)
+        return p
+
+    def add_consumer(self, tp: TopicPartition) -> Consumer:
+        c = Consumer(CLIENT_BASE + 1000 + len(self.consumers), tp, self.scheduler,
+                     self.network, self.leader_of)
+        self.consumers.append(c)
+        c.start()
+        return c
+
+    def run_events(self, n: int) -> int:
+        return self.scheduler.run_events(n)
+
+    def run_for(self, ms: int, max_events: int | None = None) -> int:
+        return self.scheduler.run_for(ms, max_events)
+
+    def heal(self) -> None:
+        """End every fault: links healed, paused brokers resumed, stopped ones restarted."""
+        self.network.heal()
+        for node in self.nodes:
+            if node.paused:
+                node.resume()
+            if not node.running:
+                node.start()
+        self.trace_add(("heal", None))
+
+    def offline_by_kip966(self, tp: TopicPartition) -> bool:
+        """No leader because every ISR member came back from an unclean shutdown: KIP-966's
+        rule keeps the partition offline rather than risk electing a replica that lost acked
+        data (Kafka without ELR does the same). Unavailable, not unsafe."""
+        s = read_state(self.zk, tp)
+        ctl = self.controller
+        if s is None or s.leader != -1 or ctl is None:
+            return False
+        dirty = ctl.core.unclean_restarted.get(tp, set())
+        return bool(s.isr) and all(r in dirty for r in s.isr)
+
+    def converged(self) -> bool:
+        for tp in self.tps:
+            if self.offline_by_kip966(tp):
+                continue
+            s = read_state(self.zk, tp)
+            leader = self.acting_leader(tp)
+            if s is None or leader is None:
+                return False
+            lp = leader.partition(tp)
+            replicas = self.assignments[tp]
+            if set(s.isr) != set(replicas) or set(lp.isr) != set(replicas):
+                return False
+            leo = lp.log_end_offset
+            if lp.high_watermark != leo:
+                return False
+            for r in replicas:
+                node = self.nodes[r]
+                if not node.running or node.log_end_offset(tp) != leo:
+                    return False
+        return True
+
+    def settle(self, max_ms: int = 60_000, step_ms: int = 200) -> bool:
+        """Run until every replica converged (bounded by `max_ms` of virtual time)."""
+        waited = 0
+        while waited < max_ms:
+            if self.converged():
+                return True
+            self.run_for(step_ms)
+            waited += step_ms
+        return self.converged()
+
+    # -- end of run -----------------------------------------------------------------------
+    def final_checks(self) -> list[Violation]:
+        """NoAckedLoss, consumed data stable, replicas identical batch by batch."""
+        out: list[Violation] = []
+        now = self.scheduler.now_ms
+
+        def fail(name: str, tp: TopicPartition | None, detail: str) -> None:
+            out.append(Violation(now, name, tp, detail))
+
+        for tp in self.tps:
+            leader = self.acting_leader(tp)
+            if leader is None and self.offline_by_kip966(tp):
+                # Acked data must still be on some replica's disk.
+                held: set[tuple[int, int]] = set()
+                for r in self.assignments[tp]:
+                    log = self.nodes[r].log(tp)
+                    if log is not None:
+                        held.update((sig[0], sig[3]) for sig in batch_signatures(log))
+                for prod in self.producers:
+                    if prod.tp == tp and prod.acks == -1:
+                        for crc, offset in prod.acked.items():
+                            if (offset, crc) not in held:
+                                fail("NoAckedLoss", tp, f"acked write at offset {offset} is on "
+                                     "no replica (partition offline)")
+                continue
+            if leader is None:
+                fail("Converged", tp, "no leader after healing")
+                continue
+            ref = batch_signatures(leader.log(tp))
+            by_offset = {sig[0]: sig for sig in ref}
+            for r in self.assignments[tp]:
+                node = self.nodes[r]
+                if node is leader or not node.running:
+                    continue
+                theirs = batch_signatures(node.log(tp))
+                if theirs != ref:
+                    diff = next((i for i, (a, b) in enumerate(zip(ref, theirs, strict=False))
+                                 if a != b), min(len(ref), len(theirs)))
+                    fail("Converged", tp, f"replica {r} differs from leader {leader.broker_id} "
+                         f"at batch #{diff} ({len(theirs)} vs {len(ref)} batches)")
+            for prod in self.producers:
+                if prod.tp != tp or prod.acks != -1:
+                    continue
+                for crc, offset in prod.acked.items():
+                    sig = by_offset.get(offset)
+                    if sig is None or sig[3] != crc:
+                        fail("NoAckedLoss", tp, f"acked write at offset {offset} (crc {crc:#x}) "
+                             f"is gone: log has {sig}")
+            for cons in self.consumers:
+                if cons.tp != tp:
+                    continue
+                for offset, crc in cons.consumed.items():
+                    sig = by_offset.get(offset)
+                    if sig is None or sig[3] != crc:
+                        fail("ConsumedStable", tp, f"consumed offset {offset} changed: {sig}")
+                for prev, got in cons.offset_violations[:3]:
+                    fail("ConsumerOffsets", tp, f"consumer at {prev} received offset {got}")
+        return out
+
+    # -- ZooKeeper server ---------------------------------------------------------------------
+    def _zk_receive(self, src: int, msg: Any) -> None:
+        if not isinstance(msg, ZkRequest):
+            return
+        zk = self.zk
+        op = msg.op
+        sid = msg.session_id
+        kind = op[0]
+        if kind == "connect":
+            sid = zk.create_session(op[1])
+            self.network.send(ZK_NODE, src, ZkResponse(msg.corr_id, sid, op, "ok", sid))
+            return
+        if not zk.touch(sid):
+            if kind != "ping" or sid:
+                self.network.send(ZK_NODE, src, ZkResponse(msg.corr_id, sid, op,
+                                                           "session_expired"))
+            return
+        if kind == "ping":
+            return
+        if kind == "register":
+            code, path = zk.create(f"/brokers/ids/{op[1]}", op[2], session_id=sid)
+            stat = zk.exists(path)
+            result = stat.czxid if code is ZkCode.OK and stat is not None else None
+            self.network.send(ZK_NODE, src, ZkResponse(msg.corr_id, sid, op, code.value, result))
+        elif kind == "update_isr":
+            prop = op[1]
+            path = state_path(prop.tp)
+            got = zk.get(path)
+            if got is None:
+                self.network.send(ZK_NODE, src, ZkResponse(msg.corr_id, sid, op, "no_node"))
+                return
+            current, stat = got
+            new = _with_isr(current, prop)
+            code, new_stat = zk.set_data(path, new, prop.zk_version, session_id=sid)
+            if code is ZkCode.BAD_VERSION and current == new:
+                # Kafka's checkLeaderAndIsrZkData: our own earlier write (its answer was lost).
+                code, new_stat = ZkCode.OK, stat
+            version = new_stat.version if new_stat is not None else -1
+            self.network.send(ZK_NODE, src, ZkResponse(msg.corr_id, sid, op, code.value, version))
+        elif kind == "isr_change":
+            zk.create("/isr_change_notification/isr_change_", op[1], sequential=True,
+                      session_id=sid)
+            self.network.send(ZK_NODE, src, ZkResponse(msg.corr_id, sid, op, "ok"))
+
+
+def _with_isr(current: LeaderAndIsrPartitionState, prop: Any) -> LeaderAndIsrPartitionState:
+    from dataclasses import replace
+
+    return replace(current, leader=prop.leader, leader_epoch=prop.leader_epoch,
+                   isr=tuple(prop.new_isr), controller_epoch=prop.controller_epoch,
+                   zk_version=current.zk_version)

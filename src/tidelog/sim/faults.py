@@ -1,0 +1,204 @@
+"""Faults chosen by the seed.
+
+`FaultInjector` wakes up at random intervals and picks one fault among the enabled kinds:
+
+- `drop`, `duplicate`, `reorder`, `delay`: a fault on one directed link between brokers for a
+  while (message loss, duplication, reordering, extra latency);
+- `partition`: cut one broker off from the other brokers, or from ZooKeeper, or from everyone;
+- `crash`: stop a broker — clean (controlled shutdown first), kill -9 (the page cache survives)
+  or lossy (power loss: unflushed writes are lost) — and restart it later;
+- `pause`: freeze a broker for longer than the ZooKeeper session timeout (a zombie);
+- `slow`: make one broker's links slow (a slow follower);
+- `burst`: a burst of produce traffic.
+
+Limits keep a run inside the precondition of NoAckedLoss ("one ISR member's disk stays
+intact"): at most `max_down` brokers are stopped or frozen at once and at most one broker is
+recovering from a lossy crash at a time. Every choice uses the injector's own `random.Random`
+seeded from the run's seed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tidelog.sim.messages import ZK_NODE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tidelog.sim.cluster import SimCluster
+
+ALL_FAULTS = ("drop", "duplicate", "reorder", "delay", "partition", "crash", "pause", "slow",
+              "burst")
+
+
+@dataclass(slots=True)
+class FaultStats:
+    injected: dict[str, int] = field(default_factory=dict)
+
+    def count(self, kind: str) -> None:
+        self.injected[kind] = self.injected.get(kind, 0) + 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.injected.values())
+
+
+class FaultInjector:
+    def __init__(self, cluster: SimCluster, kinds: Iterable[str] = ALL_FAULTS, *,
+                 rng: random.Random | None = None, mean_interval_ms: int = 700,
+                 max_down: int | None = None) -> None:
+        self.cluster = cluster
+        self.kinds = tuple(k for k in ALL_FAULTS if k in set(kinds))
+        unknown = set(kinds) - set(ALL_FAULTS)
+        if unknown:
+            raise ValueError(f"unknown fault kind(s): {', '.join(sorted(unknown))}; "
+                             f"choose from {', '.join(ALL_FAULTS)}")
+        self.rng = rng or random.Random(cluster.rng.getrandbits(64))
+        self.mean_interval_ms = mean_interval_ms
+        self.max_down = (cluster.config.brokers - 1) if max_down is None else max_down
+        self.active = False
+        self.stats = FaultStats()
+
+    def start(self, delay_ms: int = 300) -> None:
+        if self.kinds and not self.active:
+            self.active = True
+            self.cluster.scheduler.schedule(delay_ms, self._tick)
+
+    def stop(self) -> None:
+        self.active = False
+
+    def _tick(self) -> None:
+        if not self.active:
+            return
+        kind = self.rng.choice(self.kinds)
+        getattr(self, "_" + kind)()
+        self.cluster.scheduler.schedule(
+            max(1, int(self.rng.expovariate(1 / self.mean_interval_ms))), self._tick)
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _down_count(self) -> int:
+        return sum(1 for n in self.cluster.nodes if not n.running or n.paused)
+
+    def _pick_running(self) -> int | None:
+        running = [n.broker_id for n in self.cluster.nodes if n.running and not n.paused]
+        return self.rng.choice(running) if running else None
+
+    def _later(self, lo: int, hi: int, fn: object, *args: object) -> None:
+        self.cluster.scheduler.schedule(self.rng.randint(lo, hi), fn, *args)  # type: ignore[arg-type]
+
+    def _note(self, kind: str, *details: object) -> None:
+        self.stats.count(kind)
+        self.cluster.trace_add(("fault", None, kind, *details))
+
+    def _link_pair(self) -> tuple[int, int]:
+        n = self.cluster.config.brokers
+        a = self.rng.randrange(n)
+        b = self.rng.randrange(n - 1)
+        return a, b if b < a else b + 1
+
+    # -- the faults -------------------------------------------------------------------------
+    def _link_fault(self, kind: str, **settings: float | int) -> None:
+        if self.cluster.config.brokers < 2:
+            return
+        src, dst = self._link_pair()
+        cfg = self.cluster.network.link(src, dst)
+        old = (cfg.drop, cfg.duplicate, cfg.reorder, cfg.extra_delay_ms)
+        for k, v in settings.items():
+            setattr(cfg, k, v)
+        self._note(kind, (src, dst))
+
+        def restore() -> None:
+            cfg.drop, cfg.duplicate, cfg.reorder, cfg.extra_delay_ms = old
+        self._later(200, 2000, restore)
+
+    def _drop(self) -> None:
+        self._link_fault("drop", drop=self.rng.choice((0.1, 0.3, 1.0)))
+
+    def _duplicate(self) -> None:
+        self._link_fault("duplicate", duplicate=0.3)
+
+    def _reorder(self) -> None:
+        self._link_fault("reorder", reorder=0.3)
+
+    def _delay(self) -> None:
+        self._link_fault("delay", extra_delay_ms=self.rng.randint(20, 400))
+
+    def _slow(self) -> None:
+        b = self._pick_running()
+        if b is None:
+            return
+        net = self.cluster.network
+        extra = self.rng.randint(100, 1500)
+        cfgs = [net.link(b, o.broker_id) for o in self.cluster.nodes if o.broker_id != b]
+        for cfg in cfgs:
+            cfg.extra_delay_ms = extra
+        self._note("slow", ("broker", b), ("delay", extra))
+
+        def restore() -> None:
+            for cfg in cfgs:
+                cfg.extra_delay_ms = 0
+        self._later(1000, 4000, restore)
+
+    def _partition(self) -> None:
+        b = self._pick_running()
+        if b is None:
+            return
+        net = self.cluster.network
+        brokers = {n.broker_id for n in self.cluster.nodes} - {b}
+        shape = self.rng.choice(("brokers", "zookeeper", "all"))
+        others = brokers if shape == "brokers" else {ZK_NODE} if shape == "zookeeper" else (
+            brokers | {ZK_NODE})
+        net.partition({b}, others)
+        self._note("partition", ("broker", b), shape)
+
+        def heal() -> None:
+            for o in others:
+                net.unblock(b, o)
+        self._later(300, 3 * self.cluster.config.session_timeout_ms, heal)
+
+    def _crash(self) -> None:
+        if self._down_count() >= self.max_down:
+            return
+        b = self._pick_running()
+        if b is None:
+            return
+        node = self.cluster.nodes[b]
+        lossy_ok = not any(n.dirty for n in self.cluster.nodes)
+        kinds = ["clean", "kill"] + (["lossy"] if lossy_ok else [])
+        kind = self.rng.choice(kinds)
+        self._note("crash", ("broker", b), kind)
+        if kind == "clean" and self.cluster.controller is not None:
+            self.cluster.controller.controlled_shutdown(b)
+            self.cluster.scheduler.schedule(30, node.stop, "clean")
+        else:
+            node.stop(kind)
+        self._later(300, 3000, self._restart, b)
+
+    def _restart(self, b: int) -> None:
+        node = self.cluster.nodes[b]
+        if not node.running:
+            self.cluster.trace_add(("fault", None, "restart", ("broker", b)))
+            node.start()
+
+    def _pause(self) -> None:
+        if self._down_count() >= self.max_down:
+            return
+        b = self._pick_running()
+        if b is None:
+            return
+        st = self.cluster.config.session_timeout_ms
+        duration = self.rng.randint(st + st // 2, 3 * st)
+        self.cluster.nodes[b].pause()
+        self._note("pause", ("broker", b), ("ms", duration))
+        self.cluster.scheduler.schedule(duration, self.cluster.nodes[b].resume)
+
+    def _burst(self) -> None:
+        producers = [p for p in self.cluster.producers]
+        if not producers:
+            return
+        p = self.rng.choice(producers)
+        n = self.rng.randint(10, 60)
+        self._note("burst", ("records", n))
+        p.produce(n)

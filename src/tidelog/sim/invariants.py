@@ -1,0 +1,169 @@
+"""The invariants of DESIGN.md, checked after every simulated event and at the end of a run.
+
+After every event (cheap, incremental):
+- LeaderInIsr: a replica acting as leader is in the ISR it believes.
+- OneLeaderPerEpoch: no two brokers ever act as leader of one partition in one leader epoch.
+- ValidHighWatermark: a leader's HW does not exceed the real LEO of any live member of the ISR
+  it computes the HW over (current members plus pending additions).
+- MonotonicHighWatermark: while a broker leads a partition in one epoch its HW never decreases.
+- StrongIsr: below the leader's HW, the leader and every live member of the ISR recorded in
+  ZooKeeper hold the same batches (offset range, leader epoch, CRC). Checked when the leader,
+  its epoch, its HW or a member's LEO changed, on the newest committed batch; the whole prefix is
+  compared every `full_check_every` checks and at the end.
+- ConsumersBelowHw: checked where consumer fetches are served (`node.py`).
+
+A replica that restarted after a lossy crash is exempt from ValidHighWatermark/StrongIsr until it
+has left the ISR or caught up again: a page-cache loss on an ISR member breaks these in Kafka
+too; what must still hold then is NoAckedLoss, checked at the end.
+
+At the end, after healing (`final_checks`): NoAckedLoss (every acks=all write is in the log at
+its offset), consumed data never changed, and every replica converged batch by batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tidelog.replication.types import TopicPartition
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tidelog.sim.cluster import SimCluster
+
+BatchSig = tuple[int, int, int, int]  # (base offset, last offset, partition leader epoch, crc)
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    time_ms: int
+    invariant: str
+    tp: TopicPartition | None
+    detail: str
+
+    def __str__(self) -> str:
+        where = f" {self.tp}" if self.tp is not None else ""
+        return f"[{self.time_ms}ms] {self.invariant}{where}: {self.detail}"
+
+
+@dataclass(slots=True)
+class InvariantChecker:
+    cluster: SimCluster
+    full_check_every: int = 200
+    violations: list[Violation] = field(default_factory=list)
+    leaders_by_epoch: dict[tuple[TopicPartition, int], int] = field(default_factory=dict)
+    last_hw: dict[tuple[TopicPartition, int, int], int] = field(default_factory=dict)
+    _strong_keys: dict[TopicPartition, Any] = field(default_factory=dict)
+    _checks: int = 0
+    enabled: bool = True
+    # Stop recording after this many (a broken rule tends to repeat on every event).
+    max_violations: int = 50
+
+    def fail(self, invariant: str, tp: TopicPartition | None, detail: str) -> None:
+        if len(self.violations) < self.max_violations:
+            v = Violation(self.cluster.scheduler.now_ms, invariant, tp, detail)
+            self.violations.append(v)
+            self.cluster.trace_add(("VIOLATION", None, invariant, str(tp), detail))
+
+    # -- after every event ---------------------------------------------------------------
+    def check(self) -> None:
+        if not self.enabled:
+            return
+        self._checks += 1
+        full = self._checks % self.full_check_every == 0
+        cluster = self.cluster
+        for node in cluster.nodes:
+            if not node.running:
+                continue
+            for tp, (epoch, hw, isr, maximal) in node.leader_views():
+                bid = node.broker_id
+                if bid not in isr:
+                    self.fail("LeaderInIsr", tp, f"leader {bid} not in its ISR {sorted(isr)}")
+                key = (tp, epoch)
+                other = self.leaders_by_epoch.get(key)
+                if other is None:
+                    self.leaders_by_epoch[key] = bid
+                elif other != bid:
+                    self.fail("OneLeaderPerEpoch", tp,
+                              f"brokers {other} and {bid} both lead epoch {epoch}")
+                hkey = (tp, bid, epoch)
+                prev = self.last_hw.get(hkey)
+                if prev is not None and hw < prev:
+                    self.fail("MonotonicHighWatermark", tp,
+                              f"leader {bid} epoch {epoch} HW {prev} -> {hw}")
+                self.last_hw[hkey] = hw
+                for m in maximal:
+                    if m == bid:
+                        continue
+                    peer = cluster.node(m)
+                    if peer is None or not peer.running or peer.is_dirty(tp):
+                        continue
+                    leo = peer.log_end_offset(tp)
+                    if leo is not None and leo < hw:
+                        self.fail("ValidHighWatermark", tp,
+                                  f"leader {bid} HW {hw} > LEO {leo} of ISR member {m}")
+                self._strong_isr(node, tp, epoch, hw, full)
+
+    def _strong_isr(self, leader: Any, tp: TopicPartition, epoch: int, hw: int,
+                    full: bool) -> None:
+        zk = self.cluster.zk_state(tp)
+        if zk is None or zk.leader != leader.broker_id or zk.leader_epoch != epoch or hw <= 0:
+            return
+        members = []
+        for m in zk.isr:
+            if m == leader.broker_id:
+                continue
+            peer = self.cluster.node(m)
+            if peer is None or not peer.running or peer.is_dirty(tp):
+                continue
+            leo = peer.log_end_offset(tp)
+            if leo is None:
+                continue
+            members.append((m, peer, leo))
+        if not members:
+            return
+        key = (leader.broker_id, epoch, hw, tuple((m, leo) for m, _, leo in members))
+        if not full and self._strong_keys.get(tp) == key:
+            return
+        self._strong_keys[tp] = key
+        log = leader.log(tp)
+        if full:
+            mine = batch_signatures(log, 0, hw)
+            for m, peer, leo in members:
+                theirs = batch_signatures(peer.log(tp), 0, min(hw, leo))
+                upto = min(len(mine), len(theirs))
+                if mine[:upto] != theirs[:upto]:
+                    first = next(i for i in range(upto) if mine[i] != theirs[i])
+                    self.fail("StrongIsr", tp, f"leader {leader.broker_id} and {m} differ below "
+                              f"HW {hw}: {mine[first]} vs {theirs[first]}")
+            return
+        sig = batch_at(log, hw - 1)
+        for m, peer, leo in members:
+            if leo < hw:
+                continue
+            other = batch_at(peer.log(tp), hw - 1)
+            if sig != other:
+                self.fail("StrongIsr", tp, f"leader {leader.broker_id} and {m} differ at "
+                          f"offset {hw - 1} (HW {hw}): {sig} vs {other}")
+
+
+def batch_signatures(log: Any, start: int = 0, end: int | None = None) -> list[BatchSig]:
+    """(base offset, last offset, epoch, crc) of each batch of `log` overlapping [start, end)."""
+    out: list[BatchSig] = []
+    for b in log.batches(start):
+        if end is not None and b.base_offset >= end:
+            break
+        out.append((b.base_offset, b.last_offset, b.partition_leader_epoch, b.crc))
+    return out
+
+
+def batch_at(log: Any, offset: int) -> BatchSig | None:
+    """The signature of the batch holding `offset`, or None."""
+    for b in log.batches(offset):
+        if b.base_offset <= offset <= b.last_offset:
+            return (b.base_offset, b.last_offset, b.partition_leader_epoch, b.crc)
+        return None
+    return None
+
+
+def crc_by_offset(log: Any) -> dict[int, int]:
+    return {b.base_offset: b.crc for b in log.batches(0)}

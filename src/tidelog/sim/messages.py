@@ -1,0 +1,108 @@
+"""What travels on the simulated network: Python objects, no wire codec.
+
+Controller requests are `controller/core.py`'s dataclasses, fetch requests are the fetcher's own
+(`replication/fetcher.py`); this module only adds the envelopes the simulator needs around them
+(correlation ids, the sender's broker epoch) and the client and ZooKeeper messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidelog.replication.types import TopicPartition
+
+ZK_NODE = 1000
+CONTROLLER_NODE = 1001
+CLIENT_BASE = 2000
+
+
+@dataclass(slots=True)
+class ProduceRequest:
+    corr_id: int
+    acks: int
+    timeout_ms: int
+    tp: TopicPartition
+    records: bytes
+
+
+@dataclass(slots=True)
+class ProduceResponse:
+    corr_id: int
+    tp: TopicPartition
+    error: int
+    base_offset: int
+
+
+@dataclass(slots=True)
+class ConsumerFetchRequest:
+    corr_id: int
+    tp: TopicPartition
+    fetch_offset: int
+    current_leader_epoch: int
+    max_wait_ms: int
+
+
+@dataclass(slots=True)
+class ConsumerFetchResponse:
+    corr_id: int
+    tp: TopicPartition
+    error: int
+    high_watermark: int
+    records: bytes
+
+
+@dataclass(slots=True)
+class ReplicaFetchRequest:
+    """A follower's fetch; `request` is the fetcher's own request object."""
+
+    corr_id: int
+    broker_epoch: int
+    request: Any
+
+
+@dataclass(slots=True)
+class ReplicaFetchResponse:
+    corr_id: int
+    request: Any
+    response: Any
+
+
+@dataclass(slots=True)
+class EpochRequest:
+    """OffsetsForLeaderEpoch from a follower; `request` is the fetcher's own object."""
+
+    corr_id: int
+    request: Any
+
+
+@dataclass(slots=True)
+class EpochResponse:
+    corr_id: int
+    request: Any
+    response: Any
+
+
+@dataclass(slots=True)
+class ControllerMessage:
+    request: Any
+
+
+@dataclass(slots=True)
+class ZkRequest:
+    """An operation a broker asks of ZooKeeper: ('ping',), ('register', id, data),
+    ('update_isr', tp, state_dict, expected_version), ('isr_change', [tps])."""
+
+    corr_id: int
+    session_id: int
+    op: tuple[Any, ...]
+
+
+@dataclass(slots=True)
+class ZkResponse:
+    corr_id: int
+    session_id: int
+    op: tuple[Any, ...]
+    code: str
+    result: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)

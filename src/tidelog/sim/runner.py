@@ -1,0 +1,129 @@
+"""Random runs: a seed in, a summary out.
+
+`run_seed(seed, steps)` builds a cluster from the seed, runs producers (acks=all and acks=1) and
+a consumer per partition while the seed's faults play, for `steps` scheduler events; then it
+heals everything, lets the cluster settle and runs the end-of-run checks. The invariants are
+checked after every event throughout. Same seed, same run: `RunSummary.trace_digest` is the hash
+of the whole trace.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tidelog.sim.cluster import SimCluster, SimConfig
+from tidelog.sim.faults import ALL_FAULTS, FaultInjector
+from tidelog.sim.invariants import Violation
+from tidelog.sim.trace import format_entry
+
+
+@dataclass(slots=True)
+class RunSummary:
+    seed: int
+    events: int = 0
+    virtual_ms: int = 0
+    elections: int = 0
+    unclean_elections: int = 0
+    isr_shrinks: int = 0
+    isr_expands: int = 0
+    acked: int = 0  # acks=all
+    acked_leader_only: int = 0  # acks=1
+    consumed: int = 0
+    lost: int = 0  # acks=all writes missing at the end
+    faults: dict[str, int] = field(default_factory=dict)
+    violations: list[Violation] = field(default_factory=list)
+    converged: bool = False
+    offline: int = 0  # partitions left offline by KIP-966's rule (unavailable, not unsafe)
+    trace_digest: str = ""
+    wall_s: float = 0.0
+    trace_tail: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations and self.converged
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.wall_s if self.wall_s > 0 else 0.0
+
+    def report(self) -> str:
+        lines = [f"seed {self.seed}: {len(self.violations)} violation(s), converged="
+                 f"{self.converged}; replay with: tidelog sim --seed {self.seed} "
+                 f"--steps <same steps>"]
+        lines += [f"  {v}" for v in self.violations[:20]]
+        if self.trace_tail:
+            lines.append("  last trace entries:")
+            lines += [f"    {line}" for line in self.trace_tail]
+        return "\n".join(lines)
+
+
+def build_cluster(seed: int, *, brokers: int = 3, partitions: int = 1,
+                  config: SimConfig | None = None, trace: bool = True) -> SimCluster:
+    base = config or SimConfig()
+    cfg = replace(base, seed=seed, brokers=brokers, partitions=partitions, trace=trace,
+                  replication_factor=min(base.replication_factor, brokers))
+    if cfg.replication.min_insync_replicas > cfg.replication_factor:
+        cfg = replace(cfg, replication=cfg.replication.with_(
+            min_insync_replicas=cfg.replication_factor))
+    return SimCluster(cfg)
+
+
+def run_seed(seed: int, steps: int = 2000, *, brokers: int = 3, partitions: int = 1,
+             faults: Iterable[str] = ALL_FAULTS, produce_interval_ms: int = 25,
+             settle_ms: int = 60_000, config: SimConfig | None = None, trace: bool = True,
+             tail: int = 60) -> RunSummary:
+    t0 = time.perf_counter()
+    cluster = build_cluster(seed, brokers=brokers, partitions=partitions, config=config,
+                            trace=trace)
+    cluster.start()
+    rng = cluster.rng
+    for tp in cluster.tps:
+        cluster.add_producer(tp, -1)
+        cluster.add_producer(tp, 1)
+        cluster.add_consumer(tp)
+    producing = [True]
+
+    def produce_loop(p: Any) -> None:
+        if not producing[0]:
+            return
+        p.produce(1)
+        cluster.scheduler.schedule(max(1, int(rng.expovariate(1 / produce_interval_ms))),
+                                   produce_loop, p)
+
+    for p in cluster.producers:
+        cluster.scheduler.schedule(200 + rng.randint(0, produce_interval_ms), produce_loop, p)
+    injector = FaultInjector(cluster, faults)
+    injector.start(500)
+    cluster.run_events(steps)
+    injector.stop()
+    producing[0] = False
+    cluster.heal()
+    converged = cluster.settle(settle_ms)
+    # Let consumers read up to the final HW before comparing.
+    cluster.run_for(500)
+    final = cluster.final_checks()
+    summary = RunSummary(seed=seed)
+    summary.events = cluster.scheduler.events_run
+    summary.virtual_ms = cluster.scheduler.now_ms
+    ctl = cluster.controller
+    if ctl is not None:
+        summary.elections = ctl.stats.elections
+        summary.unclean_elections = ctl.stats.unclean_elections
+    summary.isr_shrinks = sum(n.stats.isr_shrinks for n in cluster.nodes)
+    summary.isr_expands = sum(n.stats.isr_expands for n in cluster.nodes)
+    summary.acked = sum(len(p.acked) for p in cluster.producers if p.acks == -1)
+    summary.acked_leader_only = sum(len(p.acked) for p in cluster.producers if p.acks == 1)
+    summary.consumed = sum(len(c.consumed) for c in cluster.consumers)
+    summary.lost = sum(1 for v in final if v.invariant == "NoAckedLoss")
+    summary.faults = dict(injector.stats.injected)
+    summary.violations = list(cluster.checker.violations) + final
+    summary.converged = converged
+    summary.offline = sum(1 for tp in cluster.tps if cluster.offline_by_kip966(tp))
+    summary.trace_digest = cluster.trace.digest()
+    summary.wall_s = time.perf_counter() - t0
+    if not summary.ok:
+        summary.trace_tail = [format_entry(e) for e in cluster.trace.tail(tail)]
+    return summary
