@@ -59,29 +59,62 @@ def _kafka_python_view(buf: bytes) -> list[tuple[object, ...]]:
     return [(r.offset, r.timestamp, r.key, r.value, tuple(r.headers)) for r in batch]
 
 
-@settings(max_examples=120, deadline=None)
+producer_st = st.none() | st.tuples(
+    st.integers(min_value=0, max_value=2**63 - 1),
+    st.integers(min_value=0, max_value=2**15 - 1),
+    st.integers(min_value=0, max_value=2**31 - 1),
+    st.booleans(),
+)
+
+
+@settings(max_examples=150, deadline=None)
 @given(
     records=st.lists(record_st, min_size=1, max_size=25),
     codec=st.sampled_from(CODECS),
     base_offset=st.integers(min_value=0, max_value=2**62),
     now_ms=st.integers(min_value=0, max_value=2**45),
+    producer=producer_st,
+    log_append_time=st.booleans(),
 )
 def test_round_trip_with_every_codec(
-    records: list[Record], codec: int, base_offset: int, now_ms: int
+    records: list[Record],
+    codec: int,
+    base_offset: int,
+    now_ms: int,
+    producer: tuple[int, int, int, bool] | None,
+    log_append_time: bool,
 ) -> None:
-    buf = build_batch(records, base_offset=base_offset, compression=codec, now_ms=now_ms)
+    pid, epoch, sequence, transactional = producer or (-1, -1, -1, False)
+    buf = build_batch(
+        records,
+        base_offset=base_offset,
+        compression=codec,
+        now_ms=now_ms,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=sequence,
+        transactional=transactional,
+        log_append_time=log_append_time,
+    )
     batch = RecordBatch(buf)
     batch.ensure_valid()
     assert batch.compression_type == codec
     assert batch.record_count == len(records)
+    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (pid, epoch, sequence)
+    assert batch.is_transactional is transactional
+    assert batch.timestamp_type == int(log_append_time)
     decoded = decode_records(batch)
     timestamps = _expected_timestamps(records, now_ms)
     assert [r.offset for r in decoded] == list(range(base_offset, base_offset + len(records)))
-    assert [r.timestamp for r in decoded] == timestamps
+    if log_append_time:
+        assert batch.max_timestamp == now_ms
+        assert [r.timestamp for r in decoded] == [now_ms] * len(records)
+    else:
+        assert batch.max_timestamp == max(timestamps)
+        assert [r.timestamp for r in decoded] == timestamps
     assert [r.key for r in decoded] == [r.key for r in records]
     assert [r.value for r in decoded] == [r.value for r in records]
     assert [r.headers for r in decoded] == [tuple(r.headers) for r in records]
-    assert batch.max_timestamp == max(timestamps)
     # An independent reader agrees with what was written and with our reading of it.
     assert _kafka_python_view(buf) == [tuple(r) for r in decoded]
 
