@@ -24,7 +24,9 @@ from functools import partial
 from typing import NamedTuple
 
 from tidelog.protocol.records.batch import (
+    COMPRESSION_CODEC_MASK,
     CURRENT_MAGIC,
+    TIMESTAMP_TYPE_MASK,
     CorruptRecordError,
     RecordBatch,
     iter_batches,
@@ -122,14 +124,14 @@ def decode_columns(batch: RecordBatch, *, verify_crc: bool = True) -> RecordColu
         _seq,
         count,
     ) = batch.header()
-    codec = attributes & 0x07
+    codec = attributes & COMPRESSION_CODEC_MASK
     data = decompress(codec, batch.records_data)
     if count < 0 or count > len(data) // _MIN_RECORD_SIZE:
         raise CorruptRecordError(
             f"record count {count} does not fit a records section of {len(data)} bytes"
         )
     # LogAppendTime: every record carries the batch's max timestamp (set by the broker).
-    fixed_timestamp = max_timestamp if attributes & 0x08 else None
+    fixed_timestamp = max_timestamp if attributes & TIMESTAMP_TYPE_MASK else None
     columns = RecordColumns()
     _decode_into(columns, data, count, base_offset, base_timestamp, fixed_timestamp)
     return columns
