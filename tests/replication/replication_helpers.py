@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tidelog.protocol.records.builder import build_values
 from tidelog.replication import (
+    FetcherManager,
+    FetchRequest,
     LeaderAndIsrPartitionState,
+    OffsetsForLeaderEpochRequest,
     Partition,
+    ReplicaManager,
     ReplicationConfig,
     TopicPartition,
 )
 from tidelog.sim.disk import MemoryFileIO
 from tidelog.storage.log import Log
 from tidelog.storage.log_config import LogConfig
+from tidelog.storage.log_manager import LogManager
 
 TP = TopicPartition("orders", 0)
 
@@ -54,3 +61,109 @@ def leader_partition(
 def fetch(p: Partition, replica_id: int, offset: int, now_ms: int):
     """A follower fetch as the leader sees it: the follower's LEO is its fetch offset."""
     return p.update_follower_fetch_state(replica_id, offset, 0, now_ms, p.log_end_offset)
+
+
+class MiniCluster:
+    """A few brokers' ReplicaManagers and FetcherManagers over one in-memory disk, with the shell's
+    part played synchronously: requests are answered at once, ISR proposals are applied to a dict
+    standing for ZooKeeper's partition state with a compare-and-set on its version, and the test
+    plays the controller (``elect``). Brokers can be stopped and restarted (a restart keeps what
+    the log files hold, like a clean restart)."""
+
+    def __init__(self, n: int = 3, config: ReplicationConfig | None = None,
+                 replicas: tuple[int, ...] | None = None) -> None:
+        self.io = MemoryFileIO()
+        self.config = config or ReplicationConfig(replica_fetch_wait_max_ms=0)
+        self.replicas = replicas or tuple(range(1, n + 1))
+        self.now = 0
+        self.controller_epoch = 1
+        self.zk: dict[TopicPartition, LeaderAndIsrPartitionState] = {}
+        self.brokers: dict[int, tuple] = {}
+        self.live: set[int] = set()
+        self.cas_failures = 0
+        for b in self.replicas:
+            self.start(b)
+
+    def start(self, b: int) -> None:
+        lm = LogManager([f"/broker-{b}"], LogConfig(), self.io, now_ms=self.now)
+        rm = ReplicaManager(b, lm, self.config, now_ms=self.now)
+        fm = FetcherManager(b, rm.logs_for_fetcher, self.config)
+        self.brokers[b] = (lm, rm, fm)
+        self.live.add(b)
+        for st in self.zk.values():
+            self._send_leader_and_isr(b, st)
+
+    def stop(self, b: int) -> None:
+        self.live.discard(b)
+        lm = self.brokers[b][0]
+        lm.shutdown()
+
+    def rm(self, b: int):
+        return self.brokers[b][1]
+
+    def fm(self, b: int):
+        return self.brokers[b][2]
+
+    def log(self, b: int, tp: TopicPartition = TP):
+        return self.brokers[b][1].partition(tp).log
+
+    def elect(self, leader: int, isr: tuple[int, ...], tp: TopicPartition = TP) -> LeaderAndIsrPartitionState:
+        old = self.zk.get(tp)
+        st = LeaderAndIsrPartitionState(
+            tp.topic, tp.partition, self.controller_epoch, leader,
+            old.leader_epoch + 1 if old else 0, isr, old.zk_version + 1 if old else 0, self.replicas,
+        )
+        self.zk[tp] = st
+        for b in sorted(self.live):
+            self._send_leader_and_isr(b, st)
+        return st
+
+    def _send_leader_and_isr(self, b: int, st: LeaderAndIsrPartitionState) -> None:
+        rm, fm = self.rm(b), self.fm(b)
+        result = rm.become_leader_or_follower(0, self.controller_epoch, [st], self.live, self.now)
+        fm.apply(result.fetcher_actions, self.now)
+
+    def apply_proposals(self, proposals) -> None:
+        for p in proposals:
+            cur = self.zk[p.tp]
+            ok = cur.zk_version == p.zk_version and cur.leader == p.leader
+            if ok:
+                cur = replace(cur, isr=p.new_isr, zk_version=cur.zk_version + 1)
+                self.zk[p.tp] = cur
+            else:
+                self.cas_failures += 1
+            if p.leader in self.live:
+                self.rm(p.leader).on_isr_update_result(p.tp, ok, cur.zk_version, p.new_isr, self.now)
+
+    def serve(self, req):
+        rm = self.rm(req.source_broker)
+        if isinstance(req, FetchRequest):
+            outcome = rm.fetch(req, self.now)
+            self.apply_proposals(outcome.isr_proposals)
+            return outcome.results
+        if isinstance(req, OffsetsForLeaderEpochRequest):
+            return rm.last_offset_for_leader_epoch(req.replica_id, req.partitions)
+        return rm.list_offsets(req.replica_id, req.partitions)
+
+    def step(self, dt: int = 10) -> None:
+        self.now += dt
+        for b in sorted(self.live):
+            fm = self.fm(b)
+            for req in fm.poll_requests(self.now):
+                if req.source_broker not in self.live:
+                    fm.on_request_failed(req, self.now)
+                    continue
+                fm.handle_response(req, self.serve(req), self.now)
+        for b in sorted(self.live):
+            self.apply_proposals(self.rm(b).maybe_shrink_isr(self.now))
+
+    def run(self, steps: int = 20, dt: int = 10) -> None:
+        for _ in range(steps):
+            self.step(dt)
+
+    def produce(self, b: int, n: int, acks: int = 1, tp: TopicPartition = TP, key: object = None):
+        return self.rm(b).append_records(acks, {tp: records(n)}, 30_000, self.now, request_key=key)
+
+    def batches(self, b: int, tp: TopicPartition = TP) -> list[tuple[int, int, int]]:
+        """(base offset, last offset, leader epoch) of each batch: the replicas' common history."""
+        return [(x.base_offset, x.last_offset, x.partition_leader_epoch) for x in self.log(b, tp).batches()]

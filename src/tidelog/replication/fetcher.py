@@ -343,21 +343,23 @@ class ReplicaFetcher:
     def _truncate_to_high_watermark(self, tp: TopicPartition, state: PartitionFetchState,
                                     log: Any) -> None:
         # seed 002's truncateToHighWatermark: the initial fetch offset is the HW.
-        offset = min(state.fetch_offset, log.log_end_offset)
-        if not self._truncate(tp, log, offset):
+        offset = self._truncate(tp, log, min(state.fetch_offset, log.log_end_offset))
+        if offset is None:
             return
         self.partition_states.update(
             tp, PartitionFetchState(offset, state.current_leader_epoch, ReplicaState.FETCHING)
         )
 
-    def _truncate(self, tp: TopicPartition, log: Any, offset: int) -> bool:
+    def _truncate(self, tp: TopicPartition, log: Any, offset: int) -> int | None:
+        """Truncate to ``offset``; returns the offset to fetch from next (the new LEO: a batch
+        straddling ``offset`` goes whole), or None when the log failed."""
         try:
             if offset < log.log_end_offset:
                 log.truncate_to(offset)
-            return True
+            return min(offset, log.log_end_offset)
         except StorageError:
             self.mark_partition_failed(tp)
-            return False
+            return None
 
     def process_offsets_for_leader_epoch_response(
         self,
@@ -390,8 +392,9 @@ class ReplicaFetcher:
             log = self._logs(tp)
             if log is None:
                 continue
-            offset, completed = self.get_offset_truncation_state(state, log, answer)
-            if not self._truncate(tp, log, offset):
+            target, completed = self.get_offset_truncation_state(state, log, answer)
+            offset = self._truncate(tp, log, target)
+            if offset is None:
                 continue
             self.partition_states.update(
                 tp,
@@ -471,8 +474,9 @@ class ReplicaFetcher:
                 leader_end = answer.offset
                 if leader_end < replica_end:
                     # Case 1 (unclean election): the leader is behind us; cut to its end.
-                    if self._truncate(tp, log, leader_end):
-                        self._reset_done(tp, state, leader_end)
+                    offset = self._truncate(tp, log, leader_end)
+                    if offset is not None:
+                        self._reset_done(tp, state, offset)
                 else:
                     self._offset_resets[tp] = EARLIEST_TIMESTAMP
             else:
