@@ -13,6 +13,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from tidelog.protocol.errors import ErrorCode
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -64,9 +66,12 @@ INT_RANGES = {
 }
 
 
-def _scalar(kind: str) -> st.SearchStrategy[Any]:
+def _scalar(kind: str, kio_safe: bool = False) -> st.SearchStrategy[Any]:
     if kind in INT_RANGES:
         lo, hi = INT_RANGES[kind]
+        if kio_safe and kind in ("int32", "int64"):
+            # kio turns *_ms fields into timedeltas and timestamps into datetimes
+            lo, hi = -1, 2**31 - 1
         return st.integers(lo, hi)
     if kind == "bool":
         return st.booleans()
@@ -82,7 +87,7 @@ def _scalar(kind: str) -> st.SearchStrategy[Any]:
 
 
 def message_strategy(
-    msg: Any, classes: dict[str, type], version: int, max_list: int = 2
+    msg: Any, classes: dict[str, type], version: int, max_list: int = 2, kio_safe: bool = False
 ) -> st.SearchStrategy[Any]:
     """Random instances of ``msg``'s root class with every field of ``version`` populated."""
 
@@ -93,8 +98,10 @@ def message_strategy(
                 continue
             if f.is_struct:
                 elem: st.SearchStrategy[Any] = st.deferred(lambda f=f: struct(f.struct))
+            elif kio_safe and f.py.endswith("error_code"):
+                elem = st.sampled_from([int(code) for code in ErrorCode])  # kio uses an enum
             else:
-                elem = _scalar(f.type)
+                elem = _scalar(f.type, kio_safe)
             value = st.lists(elem, max_size=max_list) if f.is_array else elem
             if version in f.nullable:
                 value = st.none() | value

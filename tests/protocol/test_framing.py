@@ -1,0 +1,80 @@
+"""FrameReader: bytes in, complete frames out, bounded by socket.request.max.bytes."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidelog.protocol.framing import FrameError, FrameReader, frame_size_prefix
+
+
+def framed(*payloads: bytes) -> bytes:
+    return b"".join(struct.pack(">i", len(p)) + p for p in payloads)
+
+
+def test_whole_frames_in_one_chunk_come_out_as_slices_of_it() -> None:
+    reader = FrameReader()
+    data = framed(b"abc", b"", b"defg")
+    frames = reader.feed(data)
+    assert [bytes(f) for f in frames] == [b"abc", b"", b"defg"]
+    assert frames[0].obj is data  # zero-copy: a view of the caller's immutable chunk
+    assert reader.buffered == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    payloads=st.lists(st.binary(max_size=40), max_size=6),
+    cuts=st.lists(st.integers(0, 400), max_size=8),
+)
+def test_any_chunking_yields_the_same_frames(payloads: list[bytes], cuts: list[int]) -> None:
+    data = framed(*payloads)
+    points = sorted({min(c, len(data)) for c in cuts})
+    chunks = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+    reader = FrameReader()
+    frames = [bytes(f) for chunk in chunks for f in reader.feed(chunk)]
+    assert frames == payloads
+    assert reader.buffered == 0
+
+
+def test_frame_larger_than_the_limit_is_rejected_from_its_size_prefix_alone() -> None:
+    reader = FrameReader(max_frame_bytes=1024)
+    assert reader.feed(framed(b"x" * 1024))[0].nbytes == 1024
+    with pytest.raises(FrameError, match="socket.request.max.bytes=1024"):
+        reader.feed(frame_size_prefix(1025))
+    with pytest.raises(FrameError):  # the stream position is lost: stays failed
+        reader.feed(framed(b"ok"))
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
+        b"\xff\xff\xff\xfe",
+    ],
+    ids=["http", "tls-client-hello", "negative-size"],
+)
+def test_garbage_is_rejected_without_buffering_it(garbage: bytes) -> None:
+    reader = FrameReader()
+    with pytest.raises(FrameError):
+        reader.feed(garbage)
+    assert reader.buffered == 0
+
+
+def test_split_size_prefix_and_reused_caller_buffer() -> None:
+    reader = FrameReader()
+    data = bytearray(framed(b"hello", b"world"))
+    assert reader.feed(data[:2]) == []
+    first = reader.feed(data[2:9])
+    second = reader.feed(data[9:])
+    data[:] = b"\x00" * len(data)  # the caller reuses its buffer: frames must not change
+    assert [bytes(f) for f in first + second] == [b"hello", b"world"]
+
+
+def test_a_frame_announced_but_never_completed_holds_only_what_arrived() -> None:
+    reader = FrameReader(max_frame_bytes=10_000_000)
+    assert reader.feed(frame_size_prefix(9_000_000) + b"abc") == []
+    assert reader.buffered == 3
