@@ -86,7 +86,8 @@ class MiniCluster:
 
     def start(self, b: int) -> None:
         lm = LogManager([f"/broker-{b}"], LogConfig(), self.io, now_ms=self.now)
-        rm = ReplicaManager(b, lm, self.config, now_ms=self.now)
+        hws = lm.read_high_watermarks(f"/broker-{b}")  # replication-offset-checkpoint
+        rm = ReplicaManager(b, lm, self.config, now_ms=self.now, initial_high_watermarks=hws)
         fm = FetcherManager(b, rm.logs_for_fetcher, self.config)
         self.brokers[b] = (lm, rm, fm)
         self.live.add(b)
@@ -148,14 +149,24 @@ class MiniCluster:
     def step(self, dt: int = 10) -> None:
         self.now += dt
         for b in sorted(self.live):
-            fm = self.fm(b)
-            for req in fm.poll_requests(self.now):
-                if req.source_broker not in self.live:
-                    fm.on_request_failed(req, self.now)
-                    continue
-                fm.handle_response(req, self.serve(req), self.now)
+            self.step_broker(b)
         for b in sorted(self.live):
             self.apply_proposals(self.rm(b).maybe_shrink_isr(self.now))
+
+    def step_broker(self, b: int, lose_responses: bool = False) -> list:
+        """Send broker b's fetcher requests and deliver the answers (or lose them)."""
+        fm = self.fm(b)
+        sent = fm.poll_requests(self.now)
+        for req in sent:
+            if req.source_broker not in self.live:
+                fm.on_request_failed(req, self.now)
+                continue
+            response = self.serve(req)
+            if lose_responses:
+                fm.on_request_failed(req, self.now)
+            else:
+                fm.handle_response(req, response, self.now)
+        return sent
 
     def run(self, steps: int = 20, dt: int = 10) -> None:
         for _ in range(steps):

@@ -1,0 +1,309 @@
+"""ReplicaManager: controller requests with epoch fencing, acks=all, delayed fetch, consumers
+below the HW, ISR change propagation (seeds 000 and 004)."""
+
+from __future__ import annotations
+
+import pytest
+from replication_helpers import TP, MiniCluster, records, state
+
+from tidelog.replication import (
+    CONSUMER_REPLICA_ID,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    AddFetcher,
+    CompleteFetch,
+    CompleteProduce,
+    Errors,
+    RemoveFetcher,
+    ReplicaManager,
+    ReplicationConfig,
+    TopicPartition,
+)
+from tidelog.sim.disk import MemoryFileIO
+from tidelog.storage.log_config import LogConfig
+from tidelog.storage.log_manager import LogManager
+
+
+def manager(broker: int = 1, config: ReplicationConfig | None = None, **kw) -> ReplicaManager:
+    lm = LogManager([f"/broker-{broker}"], LogConfig(), MemoryFileIO())
+    return ReplicaManager(broker, lm, config or ReplicationConfig(), **kw)
+
+
+# ---------------------------------------------------------------- LeaderAndIsr
+
+
+def test_a_stale_controller_epoch_is_refused_as_a_whole() -> None:
+    rm = manager()
+    assert rm.become_leader_or_follower(0, 5, [state(1, 0, (1, 2, 3), controller_epoch=5)], {1, 2, 3}, 0).error == Errors.NONE
+    result = rm.become_leader_or_follower(0, 4, [state(2, 1, (2, 3), controller_epoch=4)], {1, 2, 3}, 0)
+    assert result.error == Errors.STALE_CONTROLLER_EPOCH and result.partition_errors == {}
+    assert rm.partition(TP).is_leader and rm.partition(TP).leader_epoch == 0
+
+
+def test_partition_states_with_an_old_epoch_or_for_other_brokers_are_refused() -> None:
+    rm = manager(1)
+    rm.become_leader_or_follower(0, 1, [state(1, 3, (1, 2, 3), zk_version=3)], {1, 2, 3}, 0)
+    other = TopicPartition("orders", 7)
+    result = rm.become_leader_or_follower(
+        0, 1,
+        [state(2, 2, (2, 3), zk_version=9), state(2, 0, (2, 3), replicas=(2, 3), tp=other),
+         state(1, 3, (1, 2), zk_version=3)],
+        {1, 2, 3}, 0,
+    )
+    assert result.partition_errors == {TP: Errors.STALE_CONTROLLER_EPOCH, other: Errors.UNKNOWN_TOPIC_OR_PARTITION}
+    assert rm.partition(other) is None
+
+
+def test_followers_get_fetchers_from_the_hw_in_their_leaders_epoch() -> None:
+    rm = manager(2)
+    result = rm.become_leader_or_follower(0, 1, [state(1, 0, (1, 2, 3))], {1, 2, 3}, 0)
+    assert result.fetcher_actions == [RemoveFetcher(TP), AddFetcher(TP, 1, 0, 0)]
+    # Same epoch, newer zk version (an ISR change): no fetcher restart.
+    result = rm.become_leader_or_follower(0, 1, [state(1, 0, (1, 2), zk_version=1)], {1, 2, 3}, 0)
+    assert result.fetcher_actions == [] and rm.partition(TP).isr == {1, 2}
+    # New epoch, same leader (KAFKA-7164): restart from truncation.
+    result = rm.become_leader_or_follower(0, 1, [state(1, 1, (1, 2), zk_version=2)], {1, 2, 3}, 0)
+    assert result.fetcher_actions == [RemoveFetcher(TP), AddFetcher(TP, 1, 0, 1)]
+    # A leader that is not alive: stop fetching, wait for the next LeaderAndIsr.
+    result = rm.become_leader_or_follower(0, 1, [state(3, 2, (3,), zk_version=3)], {1, 2}, 0)
+    assert result.fetcher_actions == [RemoveFetcher(TP)]
+    # Becoming leader removes the fetcher.
+    result = rm.become_leader_or_follower(0, 1, [state(2, 3, (2,), zk_version=4)], {2}, 0)
+    assert result.fetcher_actions == [RemoveFetcher(TP)] and rm.partition(TP).is_leader
+
+
+def test_hw_is_restored_from_the_checkpoint_when_the_partition_is_created() -> None:
+    lm = LogManager(["/b1"], LogConfig(), MemoryFileIO())
+    lm.get_or_create_log(TP.topic, TP.partition).append_as_leader(records(5), 0, 0)
+    rm = ReplicaManager(1, lm, initial_high_watermarks={TP: 3})
+    rm.become_leader_or_follower(0, 1, [state(2, 1, (1, 2))], {1, 2}, 0)
+    assert rm.high_watermarks() == {TP: 3}
+
+
+# ---------------------------------------------------------------- produce
+
+
+def test_acks_all_completes_once_every_isr_member_has_the_data() -> None:
+    c = MiniCluster(config=ReplicationConfig(replica_fetch_wait_max_ms=0, min_insync_replicas=2))
+    c.elect(1, (1, 2, 3))
+    outcome = c.produce(1, 3, acks=-1, key="req-1")
+    assert outcome.delayed and outcome.results is None
+    assert c.rm(1).poll_completed(c.now) == []
+    c.step_broker(2)  # fetches the data
+    c.step_broker(3)
+    c.step_broker(2)  # the next fetches report the new LEOs
+    assert c.rm(1).poll_completed(c.now) == []
+    c.step_broker(3)
+    done = c.rm(1).poll_completed(c.now)
+    assert done == [CompleteProduce("req-1", {TP: done[0].results[TP]})]
+    assert done[0].results[TP].error == Errors.NONE and done[0].results[TP].base_offset == 0
+
+
+def test_acks_all_times_out_when_followers_do_not_fetch() -> None:
+    c = MiniCluster(config=ReplicationConfig(replica_fetch_wait_max_ms=0, replica_lag_time_max_ms=60_000))
+    c.elect(1, (1, 2, 3))
+    c.rm(1).append_records(-1, {TP: records(1)}, timeout_ms=1_000, now_ms=0, request_key="k")
+    assert c.rm(1).next_deadline_ms() == 1_000
+    assert c.rm(1).poll_completed(999) == []
+    [done] = c.rm(1).poll_completed(1_000)
+    assert done.results[TP].error == Errors.REQUEST_TIMED_OUT
+
+
+def test_acks_all_with_too_small_an_isr_is_refused_and_acks_1_is_not() -> None:
+    c = MiniCluster(config=ReplicationConfig(replica_fetch_wait_max_ms=0, min_insync_replicas=2))
+    c.elect(1, (1,))
+    assert c.produce(1, 1, acks=-1, key="k").results[TP].error == Errors.NOT_ENOUGH_REPLICAS
+    assert c.produce(1, 1, acks=1).results[TP].error == Errors.NONE
+    assert c.produce(1, 1, acks=2).results[TP].error == Errors.INVALID_REQUIRED_ACKS
+
+
+def test_pending_acks_all_fails_when_the_isr_falls_below_min_insync() -> None:
+    c = MiniCluster(n=2, config=ReplicationConfig(replica_fetch_wait_max_ms=0, min_insync_replicas=2,
+                                                  replica_lag_time_max_ms=1_000))
+    c.elect(1, (1, 2))
+    assert c.produce(1, 1, acks=-1, key="k").delayed
+    c.stop(2)
+    c.run(steps=11, dt=100)  # 2 is shrunk out: ISR [1] < 2
+    assert c.zk[TP].isr == (1,)
+    [done] = c.rm(1).poll_completed(c.now)
+    assert done.results[TP].error == Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+
+def test_pending_acks_all_fails_when_leadership_moves() -> None:
+    c = MiniCluster()
+    c.elect(1, (1, 2, 3))
+    assert c.produce(1, 1, acks=-1, key="k").delayed
+    c.elect(2, (2, 3))
+    [done] = c.rm(1).poll_completed(c.now)
+    assert done.results[TP].error == Errors.NOT_LEADER_OR_FOLLOWER
+
+
+def test_produce_to_a_follower_or_unknown_partition() -> None:
+    c = MiniCluster()
+    c.elect(1, (1, 2, 3))
+    assert c.produce(2, 1).results[TP].error == Errors.NOT_LEADER_OR_FOLLOWER
+    other = TopicPartition("nope", 0)
+    assert c.rm(1).append_records(1, {other: records(1)}, 1_000, 0).results[other].error == (
+        Errors.UNKNOWN_TOPIC_OR_PARTITION
+    )
+    bad = bytearray(records(2))
+    bad[-1] ^= 1
+    assert c.rm(1).append_records(1, {TP: bytes(bad)}, 1_000, 0).results[TP].error == Errors.CORRUPT_MESSAGE
+
+
+# ---------------------------------------------------------------- fetch
+
+
+def consumer_fetch(rm: ReplicaManager, offset: int, now_ms: int, epoch: int = -1, **kw):
+    return rm.fetch_messages(CONSUMER_REPLICA_ID, kw.pop("max_wait", 0), kw.pop("min_bytes", 1),
+                             1 << 20, {TP: (offset, epoch, 0, 1 << 20)}, now_ms, **kw)
+
+
+def test_consumers_read_only_below_the_hw() -> None:
+    c = MiniCluster()
+    c.elect(1, (1, 2, 3))
+    c.produce(1, 2)
+    c.run(3)
+    c.produce(1, 3)  # not replicated yet: offsets 2..4 are above the HW
+    result = consumer_fetch(c.rm(1), 0, c.now).results[TP]
+    assert result.high_watermark == 2
+    from tidelog.protocol.records.batch import iter_batches
+
+    assert [b.last_offset for b in iter_batches(result.records)] == [1]
+    assert consumer_fetch(c.rm(1), 2, c.now).results[TP].records == b""
+    assert consumer_fetch(c.rm(1), 6, c.now).results[TP].error == Errors.OFFSET_OUT_OF_RANGE
+
+
+def test_fetches_are_fenced_by_the_current_leader_epoch() -> None:
+    c = MiniCluster()
+    c.elect(1, (1, 2, 3))
+    c.elect(1, (1, 2, 3))  # epoch 1
+    rm = c.rm(1)
+    assert consumer_fetch(rm, 0, 0, epoch=0).results[TP].error == Errors.FENCED_LEADER_EPOCH
+    assert consumer_fetch(rm, 0, 0, epoch=2).results[TP].error == Errors.UNKNOWN_LEADER_EPOCH
+    assert consumer_fetch(rm, 0, 0, epoch=1).results[TP].error == Errors.NONE
+    zombie = rm.fetch_messages(2, 0, 1, 1 << 20, {TP: (0, 0, 0, 1 << 20)}, 0)
+    assert zombie.results[TP].error == Errors.FENCED_LEADER_EPOCH
+    assert c.rm(2).fetch_messages(3, 0, 1, 1 << 20, {TP: (0, 1, 0, 1 << 20)}, 0).results[TP].error == (
+        Errors.NOT_LEADER_OR_FOLLOWER
+    )
+    # pre-KIP-320: nothing checked
+    naive = MiniCluster(config=ReplicationConfig(replica_fetch_wait_max_ms=0, fence_leader_epochs=False))
+    naive.elect(1, (1, 2, 3))
+    naive.elect(1, (1, 2, 3))
+    assert naive.rm(1).fetch_messages(2, 0, 1, 1 << 20, {TP: (0, 0, 0, 1 << 20)}, 0).results[TP].error == Errors.NONE
+
+
+def test_delayed_fetch_waits_for_min_bytes_then_completes_when_the_hw_moves() -> None:
+    c = MiniCluster()
+    c.elect(1, (1, 2))
+    rm = c.rm(1)
+    outcome = consumer_fetch(rm, 0, c.now, max_wait=500, min_bytes=1, request_key="f1")
+    assert outcome.delayed
+    c.produce(1, 2)  # above the HW: a consumer still has nothing
+    assert rm.poll_completed(c.now) == []
+    c.run(2)  # follower 2 fetches twice: the HW moves to 2
+    [done] = rm.poll_completed(c.now)
+    assert isinstance(done, CompleteFetch) and done.request_key == "f1"
+    assert done.results[TP].high_watermark == 2 and len(done.results[TP].records) > 0
+
+
+def test_delayed_fetch_answers_empty_at_max_wait() -> None:
+    c = MiniCluster()
+    c.elect(1, (1, 2, 3))
+    assert consumer_fetch(c.rm(1), 0, 100, max_wait=500, request_key="f").delayed
+    assert c.rm(1).poll_completed(599) == []
+    [done] = c.rm(1).poll_completed(600)
+    assert done.results[TP].error == Errors.NONE and done.results[TP].records == b""
+
+
+@pytest.mark.parametrize("shell_reports_offline", [True, False])
+def test_a_held_fetch_from_a_replica_that_went_offline_does_not_re_add_it(shell_reports_offline: bool) -> None:
+    # KIP-841: 3's fetch at the LEO is held; 3 dies and the controller removes it from the ISR
+    # (same leader epoch here, so epoch fencing does not help); the held fetch is released by
+    # new data: the leader must not propose 3 back.
+    c = MiniCluster()
+    c.elect(1, (1, 2, 3))
+    rm = c.rm(1)
+    held = rm.fetch_messages(3, 500, 1, 1 << 20, {TP: (0, 0, 0, 1 << 20)}, c.now, request_key="held")
+    assert held.delayed
+    removed = state(1, 0, (1, 2), zk_version=1)
+    assert rm.become_leader_or_follower(0, 1, [removed], {1, 2}, c.now).partition_errors == {TP: Errors.NONE}
+    if shell_reports_offline:
+        rm.set_eligible_brokers({1: 10, 2: 11})
+    c.produce(1, 1)
+    [done] = rm.poll_completed(c.now)
+    assert done.request_key == "held" and len(done.results[TP].records) > 0
+    if shell_reports_offline:
+        assert done.isr_proposals == () and rm.partition(TP).pending_isr is None
+    else:  # the bug KIP-841 fixed
+        assert [p.new_isr for p in done.isr_proposals] == [(1, 2, 3)]
+
+
+# ---------------------------------------------------------------- epochs, offsets, stop
+
+
+def test_last_offset_for_leader_epoch_and_list_offsets() -> None:
+    c = MiniCluster()
+    c.elect(1, (1, 2, 3))
+    c.produce(1, 3)
+    c.elect(1, (1, 2, 3))  # epoch 1 starts at 3
+    c.produce(1, 2)
+    rm = c.rm(1)
+    answer = rm.last_offset_for_leader_epoch(2, {TP: (1, 0)})[TP]
+    assert (answer.error, answer.leader_epoch, answer.end_offset) == (Errors.NONE, 0, 3)
+    assert rm.last_offset_for_leader_epoch(2, {TP: (0, 0)})[TP].error == Errors.FENCED_LEADER_EPOCH
+    assert c.rm(2).last_offset_for_leader_epoch(3, {TP: (1, 0)})[TP].error == Errors.NOT_LEADER_OR_FOLLOWER
+    offsets = rm.list_offsets(2, {TP: (1, LATEST_TIMESTAMP)})[TP]
+    assert (offsets.offset, offsets.leader_epoch) == (5, 1)
+    assert rm.list_offsets(2, {TP: (1, EARLIEST_TIMESTAMP)})[TP].offset == 0
+    # KIP-207: the new epoch's HW (0) is below its start offset (3): consumers must wait.
+    assert rm.list_offsets(CONSUMER_REPLICA_ID, {TP: (1, LATEST_TIMESTAMP)})[TP].error == Errors.OFFSET_NOT_AVAILABLE
+    c.run(3)
+    assert rm.list_offsets(CONSUMER_REPLICA_ID, {TP: (1, LATEST_TIMESTAMP)})[TP].offset == 5
+
+
+def test_stop_replicas_removes_fetchers_and_deletes_when_asked() -> None:
+    c = MiniCluster()
+    c.elect(1, (1, 2, 3))
+    rm2 = c.rm(2)
+    assert rm2.stop_replicas(0, 0, {TP: True}, 0).error == Errors.STALE_CONTROLLER_EPOCH
+    result = rm2.stop_replicas(0, 1, {TP: False}, 0)
+    assert result.fetcher_actions == [RemoveFetcher(TP)] and rm2.partition(TP) is not None
+    result = rm2.stop_replicas(0, 1, {TP: True}, 0)
+    assert rm2.partition(TP) is None and c.brokers[2][0].get_log(TP.topic, TP.partition) is None
+
+
+# ---------------------------------------------------------------- ISR changes
+
+
+def test_isr_changes_propagate_after_a_quiet_blackout_or_the_interval() -> None:
+    c = MiniCluster(config=ReplicationConfig(replica_fetch_wait_max_ms=0, replica_lag_time_max_ms=1_000))
+    c.elect(1, (1, 2, 3))
+    rm = c.rm(1)
+    c.stop(3)
+    c.run(steps=11, dt=100)  # 3 shrunk out at ~1100
+    assert c.zk[TP].isr == (1, 2)
+    changed_at = c.now
+    assert rm.isr_changes_to_propagate(changed_at + 5_000) == set()  # within the 5 s blackout
+    assert rm.isr_changes_to_propagate(changed_at + 5_001) == {TP}
+    assert rm.isr_changes_to_propagate(changed_at + 6_000) == set()  # cleared
+
+
+def test_isr_changes_propagate_at_least_every_interval_under_constant_change() -> None:
+    rm = manager(1, ReplicationConfig(replica_lag_time_max_ms=100))
+    rm.become_leader_or_follower(0, 1, [state(1, 0, (1, 2, 3))], {1, 2, 3}, 0)
+    whole_log = {TP: (0, 0, 0, 1 << 20)}
+    propagated_at = []
+    version = 0
+    for now in range(1_000, 70_000, 1_000):  # 3 leaves or rejoins every second: never quiet
+        rm.fetch_messages(2, 0, 1, 1 << 20, whole_log, now)
+        if 3 in rm.partition(TP).isr:
+            [proposal] = rm.maybe_shrink_isr(now)
+        else:
+            [proposal] = rm.fetch_messages(3, 0, 1, 1 << 20, whole_log, now).isr_proposals
+        version += 1
+        rm.on_isr_update_result(TP, True, version, proposal.new_isr, now)
+        if rm.isr_changes_to_propagate(now):
+            propagated_at.append(now)
+    assert propagated_at == [61_000]
