@@ -1,0 +1,354 @@
+"""One TCP connection to one Kafka-protocol broker: version negotiation and pipelining.
+
+:class:`BrokerConnection` opens the socket, asks ApiVersions (falling back to v0 when the broker
+answers UNSUPPORTED_VERSION, as Kafka's clients do), and then lets many requests be in flight at
+once. Requests are written in the order ``send`` is called; Kafka brokers answer a connection's
+requests in order, and each response is matched to its request by correlation id.
+
+A request that times out fails alone: its late answer is discarded and the connection stays up
+for the others. A closed or broken socket fails every request in flight with
+:class:`KafkaConnectionError`; the connection is then ``closed`` and is not reopened (the pool in
+``client/cluster.py`` opens a new one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from struct import Struct
+from typing import Any
+
+from tidelog.client.errors import (
+    KafkaConnectionError,
+    RequestTimedOutError,
+    UnsupportedVersionError,
+)
+from tidelog.protocol.api_keys import ApiKey, api_spec
+from tidelog.protocol.codec import decode_response, encode_request
+from tidelog.protocol.errors import DecodeError, ErrorCode
+from tidelog.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameReader
+from tidelog.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
+
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "BrokerConnection"]
+
+_CORRELATION = Struct(">i")
+_SOFTWARE_NAME = "tidelog"
+
+
+def _software_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("tidelog")
+    except Exception:  # noqa: BLE001 - a source checkout without metadata
+        return "0.0.0"
+
+
+class _Pending:
+    __slots__ = ("api_key", "api_version", "future")
+
+    def __init__(self, api_key: int, api_version: int, future: asyncio.Future[Any]) -> None:
+        self.api_key = api_key
+        self.api_version = api_version
+        self.future = future
+
+
+class _Protocol(asyncio.Protocol):
+    """Feeds bytes to the connection; tracks write flow control for ``drain``."""
+
+    def __init__(self, conn: BrokerConnection) -> None:
+        self._conn = conn
+        self.paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+
+    def data_received(self, data: bytes) -> None:
+        self._conn._on_data(data)
+
+    def eof_received(self) -> bool:
+        return False  # close the transport; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._conn._on_lost(exc)
+        self._wake(exc)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self._wake(None)
+
+    def _wake(self, exc: Exception | None) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                if exc is None:
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(KafkaConnectionError(str(exc)))
+
+    async def drain(self) -> None:
+        if not self.paused:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._drain_waiters.append(waiter)
+        await waiter
+
+
+class BrokerConnection:
+    """A pipelined connection to one broker. Use ``await connect()`` before ``send``."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        client_id: str = "tidelog",
+        request_timeout_ms: int = 30000,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    ) -> None:
+        if request_timeout_ms <= 0:
+            raise ValueError("request.timeout.ms must be positive")
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.max_frame_bytes = max_frame_bytes
+        self.closed = False
+        self.node_id: int | None = None  # set by the cluster client; informational here
+        self._transport: asyncio.Transport | None = None
+        self._protocol: _Protocol | None = None
+        self._frames = FrameReader(max_frame_bytes)
+        self._next_correlation_id = 0
+        self._pending: dict[int, _Pending] = {}
+        # correlation ids whose caller gave up (timeout, cancel): their answers are dropped
+        self._abandoned: set[int] = set()
+        self._api_versions: dict[int, tuple[int, int]] = {}
+        self._close_reason: str = "connection not open"
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else ("open" if self._transport else "new")
+        return f"<BrokerConnection {self.host}:{self.port} node={self.node_id} {state}>"
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def connect(self, timeout_s: float = 10.0) -> None:
+        """Open the socket and negotiate API versions (bounded by ``timeout_s`` in total)."""
+        if self._transport is not None or self.closed:
+            raise KafkaConnectionError(f"{self.host}:{self.port}: connect() called twice")
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout_s):
+                try:
+                    transport, protocol = await loop.create_connection(
+                        lambda: _Protocol(self), self.host, self.port
+                    )
+                except OSError as exc:
+                    self.closed = True
+                    raise KafkaConnectionError(
+                        f"cannot connect to {self.host}:{self.port}: {exc.strerror or exc}"
+                    ) from exc
+                self._transport = transport  # type: ignore[assignment]
+                self._protocol = protocol
+                self._close_reason = f"connection to {self.host}:{self.port} closed"
+                await self._negotiate()
+        except TimeoutError:
+            await self.close()
+            raise KafkaConnectionError(
+                f"connecting to {self.host}:{self.port} timed out after {timeout_s:g} s"
+            ) from None
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _negotiate(self) -> None:
+        spec = api_spec(ApiKey.API_VERSIONS)
+        version = spec.max_version
+        request = ApiVersionsRequest(_SOFTWARE_NAME, _software_version())
+        for _ in range(3):  # highest, then what the broker says it serves, then v0
+            response: ApiVersionsResponse = await self._send(request, version, None, True)
+            if response.error_code == ErrorCode.UNSUPPORTED_VERSION and version > 0:
+                # The broker's own ApiVersions range is in the (v0) body of its answer.
+                broker_max = next(
+                    (e.max_version for e in response.api_keys if e.api_key == ApiKey.API_VERSIONS),
+                    0,
+                )
+                lower = min(broker_max, spec.max_version)
+                version = lower if lower < version else 0
+                continue
+            if response.error_code != ErrorCode.NONE:
+                raise KafkaConnectionError(
+                    f"{self.host}:{self.port}: ApiVersions failed with error {response.error_code}"
+                )
+            self._api_versions = {
+                e.api_key: (e.min_version, e.max_version) for e in response.api_keys
+            }
+            return
+        raise UnsupportedVersionError(f"{self.host}:{self.port}: no common ApiVersions version")
+
+    async def close(self) -> None:
+        """Close the socket; every request still in flight fails with KafkaConnectionError."""
+        if self.closed and self._transport is None:
+            return
+        self.closed = True
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            transport.close()
+        self._fail_all(KafkaConnectionError(f"connection to {self.host}:{self.port} closed"))
+
+    # -- versions -------------------------------------------------------------------------
+
+    @property
+    def api_versions(self) -> dict[int, tuple[int, int]]:
+        """The broker's ApiVersions table: api key -> (min, max)."""
+        return dict(self._api_versions)
+
+    def api_version_range(self, api_key: int) -> tuple[int, int] | None:
+        """The versions of ``api_key`` both sides speak, or None if there are none."""
+        broker = self._api_versions.get(api_key)
+        if broker is None:
+            return None
+        spec = api_spec(api_key)
+        lo, hi = max(broker[0], spec.min_version), min(broker[1], spec.max_version)
+        return (lo, hi) if lo <= hi else None
+
+    def pick_version(self, api_key: int, api_version: int | None = None) -> int:
+        """``api_version`` if the broker serves it, else the highest common version."""
+        rng = self.api_version_range(api_key)
+        name = api_spec(api_key).name
+        if rng is None:
+            raise UnsupportedVersionError(
+                f"broker {self.host}:{self.port} does not serve {name} in a version tidelog speaks"
+            )
+        if api_version is None:
+            return rng[1]
+        if not rng[0] <= api_version <= rng[1]:
+            raise UnsupportedVersionError(
+                f"broker {self.host}:{self.port} serves {name} v{rng[0]}-{rng[1]}, "
+                f"not v{api_version}"
+            )
+        return api_version
+
+    # -- requests -------------------------------------------------------------------------
+
+    async def send(
+        self, request: Any, api_version: int | None = None, *, timeout_ms: int | None = None
+    ) -> Any:
+        """Send ``request`` and return the decoded response dataclass.
+
+        ``timeout_ms`` overrides ``request_timeout_ms`` for this request (long-polling fetches
+        need more than their ``max_wait_ms``).
+        """
+        version = self.pick_version(request.API_KEY, api_version)
+        return await self._send(request, version, timeout_ms, False)
+
+    async def send_no_response(self, request: Any, api_version: int | None = None) -> None:
+        """Send a request the broker does not answer (Produce with acks=0)."""
+        version = self.pick_version(request.API_KEY, api_version)
+        self._write(request, version)
+        await self._drain()
+
+    def _write(self, request: Any, version: int) -> int:
+        if self.closed or self._transport is None:
+            raise KafkaConnectionError(self._close_reason)
+        correlation_id = self._next_correlation_id
+        self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
+        try:
+            parts = encode_request(request, version, correlation_id, self.client_id)
+        except Exception as exc:  # struct.error, bad field types: the caller's request is wrong
+            raise ValueError(f"cannot encode {type(request).__name__} v{version}: {exc}") from exc
+        self._transport.writelines(parts)
+        return correlation_id
+
+    async def _drain(self) -> None:
+        if self._protocol is not None:
+            await self._protocol.drain()
+
+    async def _send(
+        self, request: Any, version: int, timeout_ms: int | None, negotiating: bool
+    ) -> Any:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        correlation_id = self._write(request, version)
+        self._pending[correlation_id] = _Pending(request.API_KEY, version, future)
+        timeout_s = (timeout_ms if timeout_ms is not None else self.request_timeout_ms) / 1000
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._drain()
+                return await future
+        except TimeoutError:
+            raise RequestTimedOutError(
+                f"{api_spec(request.API_KEY).name} v{version} to {self.host}:{self.port} "
+                f"got no response within {timeout_s * 1000:g} ms"
+            ) from None
+        finally:
+            if self._pending.pop(correlation_id, None) is not None and not self.closed:
+                self._abandoned.add(correlation_id)
+
+    # -- incoming -------------------------------------------------------------------------
+
+    def _on_data(self, data: bytes) -> None:
+        try:
+            frames = self._frames.feed(data)
+        except DecodeError as exc:
+            self._abort(f"bad frame from {self.host}:{self.port}: {exc}")
+            return
+        for frame in frames:
+            if len(frame) < 4:
+                self._abort(f"{self.host}:{self.port} sent a {len(frame)}-byte response")
+                return
+            (correlation_id,) = _CORRELATION.unpack_from(frame, 0)
+            pending = self._pending.pop(correlation_id, None)
+            if pending is None:
+                if correlation_id in self._abandoned:
+                    self._abandoned.discard(correlation_id)
+                    continue
+                self._abort(
+                    f"{self.host}:{self.port} answered unknown correlation id {correlation_id}"
+                )
+                return
+            if pending.future.done():
+                continue
+            try:
+                _, body = decode_response(pending.api_key, pending.api_version, frame)
+            except DecodeError as exc:
+                body = self._decode_fallback(pending, frame, exc)
+                if isinstance(body, Exception):
+                    pending.future.set_exception(body)
+                    continue
+            pending.future.set_result(body)
+
+    @staticmethod
+    def _decode_fallback(pending: _Pending, frame: memoryview, exc: DecodeError) -> Any:
+        # An ApiVersions error answer is always a v0 body, whatever version was asked.
+        if pending.api_key == ApiKey.API_VERSIONS and pending.api_version > 0:
+            try:
+                return decode_response(pending.api_key, 0, frame)[1]
+            except DecodeError:
+                pass
+        return KafkaConnectionError(
+            f"malformed {api_spec(pending.api_key).name} v{pending.api_version} response: {exc}"
+        )
+
+    def _abort(self, reason: str) -> None:
+        self._close_reason = reason
+        self.closed = True
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            transport.abort()
+        self._fail_all(KafkaConnectionError(reason))
+
+    def _on_lost(self, exc: Exception | None) -> None:
+        if not self.closed:
+            self._close_reason = f"{self.host}:{self.port} closed the connection" + (
+                f": {exc}" if exc else ""
+            )
+        self.closed = True
+        self._transport = None
+        self._fail_all(KafkaConnectionError(self._close_reason))
+
+    def _fail_all(self, error: Exception) -> None:
+        pending, self._pending = self._pending, {}
+        self._abandoned.clear()
+        for entry in pending.values():
+            if not entry.future.done():
+                entry.future.set_exception(error)
