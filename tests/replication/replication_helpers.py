@@ -72,7 +72,7 @@ class MiniCluster:
 
     def __init__(self, n: int = 3, config: ReplicationConfig | None = None,
                  replicas: tuple[int, ...] | None = None) -> None:
-        self.io = MemoryFileIO()
+        self.ios: dict[int, MemoryFileIO] = {}  # one disk per broker: crashes are per broker
         self.config = config or ReplicationConfig(replica_fetch_wait_max_ms=0)
         self.replicas = replicas or tuple(range(1, n + 1))
         self.now = 0
@@ -85,7 +85,8 @@ class MiniCluster:
             self.start(b)
 
     def start(self, b: int) -> None:
-        lm = LogManager([f"/broker-{b}"], LogConfig(), self.io, now_ms=self.now)
+        io = self.ios.setdefault(b, MemoryFileIO())
+        lm = LogManager([f"/broker-{b}"], LogConfig(), io, now_ms=self.now)
         hws = lm.read_high_watermarks(f"/broker-{b}")  # replication-offset-checkpoint
         rm = ReplicaManager(b, lm, self.config, now_ms=self.now, initial_high_watermarks=hws)
         fm = FetcherManager(b, rm.logs_for_fetcher, self.config)
@@ -98,6 +99,11 @@ class MiniCluster:
         self.live.discard(b)
         lm = self.brokers[b][0]
         lm.shutdown()
+
+    def crash(self, b: int) -> None:
+        """Power loss on broker b: everything written since its last flush is gone."""
+        self.live.discard(b)
+        self.ios[b].crash()
 
     def rm(self, b: int):
         return self.brokers[b][1]

@@ -125,7 +125,11 @@ class Partition:
             leo = self.log_end_offset
             self.log.assign_epoch_start_offset(state.leader_epoch, leo)
             self.leader_epoch = state.leader_epoch
-            self.leader_epoch_start_offset = leo
+            # After a restart in the same epoch the cache already holds its real start offset.
+            latest = self.log.leader_epoch_cache.latest_entry
+            self.leader_epoch_start_offset = (
+                latest[1] if latest is not None and latest[0] == state.leader_epoch else leo
+            )
             for replica in self.remote_replicas.values():
                 # Resetting on every new epoch (Kafka: only on a new leader) is stricter: the HW
                 # waits for a fetch in this epoch before counting a follower's LEO.
