@@ -54,3 +54,11 @@ def test_max_events_bounds_a_run_that_would_never_end():
 
     s.schedule(0, forever)
     assert s.run_until(10, max_events=1000) == 1000
+
+
+def test_a_fired_timer_is_no_longer_active():
+    s = Scheduler()
+    t = s.schedule(1, lambda: None)
+    assert t.active
+    s.run_until(5)
+    assert not t.active

@@ -72,6 +72,7 @@ class Scheduler:
             callback = entry[2]
             if callback is None:
                 continue
+            entry[2] = None  # fired: the Timer is no longer active
             self.now_ms = entry[0]
             self.events_run += 1
             callback(*entry[3])

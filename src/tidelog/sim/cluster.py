@@ -48,6 +48,11 @@ class SimConfig:
     link: LinkConfig = field(default_factory=LinkConfig)
     # KIP-966's lesson: a broker back from an unclean shutdown is no clean leader candidate.
     kip966_unclean_restart_rule: bool = True
+    # KIP-841/903: brokers tell the core which brokers (and broker epochs) are alive, so that a
+    # late fetch cannot re-add an offline or re-registered replica to the ISR.
+    kip841_eligibility: bool = True
+    # partition -> replicas (first = preferred leader); default: round robin from the partition
+    assignments: dict[int, tuple[int, ...]] | None = None
     trace: bool = True
     trace_limit: int | None = 5000
     check_invariants: bool = True
@@ -67,6 +72,8 @@ class SimCluster:
         n = config.brokers
         rf = min(config.replication_factor, n)
         self.assignments = {tp: tuple((tp.partition + i) % n for i in range(rf)) for tp in self.tps}
+        for p, replicas in (config.assignments or {}).items():
+            self.assignments[TopicPartition(config.topic, p)] = tuple(replicas)
         self.network.register(ZK_NODE, self._zk_receive)
         self.network.register(CONTROLLER_NODE, lambda src, msg: None)
         self.nodes = [SimBroker(self, b) for b in range(n)]
@@ -77,23 +84,36 @@ class SimCluster:
         self.checker.enabled = config.check_invariants
         if config.check_invariants:
             self.scheduler.after_event = self.checker.check
-        self._leader_cache: dict[TopicPartition, tuple[int, int]] = {}
+        self._state_cache: dict[TopicPartition, tuple[Any, Any]] = {}
+        self._paths: dict[TopicPartition, str] = {}
 
     # -- lookups ----------------------------------------------------------------------------
     def node(self, broker_id: int) -> SimBroker | None:
         return self.nodes[broker_id] if 0 <= broker_id < len(self.nodes) else None
 
     def zk_state(self, tp: TopicPartition) -> LeaderAndIsrPartitionState | None:
-        return read_state(self.zk, tp)
+        """The partition's state znode, cached until the znode changes (checked per event)."""
+        path = self._paths.get(tp)
+        if path is None:
+            path = self._paths[tp] = state_path(tp)
+        node = self.zk.nodes.get(path)
+        if node is None or node.data is None:
+            return None
+        cached = self._state_cache.get(tp)
+        if cached is not None and cached[0] is node.stat:
+            return cached[1]
+        state = read_state(self.zk, tp)
+        self._state_cache[tp] = (node.stat, state)
+        return state
 
     def leader_of(self, tp: TopicPartition) -> tuple[int, int]:
         """(leader, leader epoch) as a client's metadata would say: from ZooKeeper."""
-        s = read_state(self.zk, tp)
+        s = self.zk_state(tp)
         return (-1, -1) if s is None else (s.leader, s.leader_epoch)
 
     def acting_leader(self, tp: TopicPartition) -> SimBroker | None:
         """The running broker that leads `tp` in the ZooKeeper state's epoch, if any."""
-        s = read_state(self.zk, tp)
+        s = self.zk_state(tp)
         if s is None or s.leader < 0:
             return None
         node = self.nodes[s.leader]

@@ -59,6 +59,8 @@ class Network:
         self.incarnation: dict[int, int] = {}
         self._last_arrival: dict[tuple[int, int], int] = {}
         self.stats = NetworkStats()
+        # Scripted interception (scenarios): a rule returning True drops the message.
+        self.rules: list[Callable[[int, int, Any], bool]] = []
         # Optional tap: called with (src, dst, msg, fate) for tracing.
         self.tap: Callable[[int, int, Any, str], None] | None = None
 
@@ -116,6 +118,13 @@ class Network:
             if self.tap is not None:
                 self.tap(src, dst, msg, "blocked")
             return
+        if self.rules:
+            for rule in self.rules:
+                if rule(src, dst, msg):
+                    self.stats.dropped += 1
+                    if self.tap is not None:
+                        self.tap(src, dst, msg, "ruled out")
+                    return
         cfg = self.links.get(key) or self.default
         rng = self.rng
         if cfg.drop and rng.random() < cfg.drop:

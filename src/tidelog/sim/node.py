@@ -148,7 +148,7 @@ class SimBroker:
         self._every(max(1, cfg.session_timeout_ms // 3), self._ping, inc)
         self._every(cfg.os_flush_ms, self._os_flush, inc)
 
-    def stop(self, kind: str = "clean") -> None:
+    def stop(self, kind: str = "clean", tear: bool | None = None) -> None:
         """kind: "clean" (SIGTERM after controlled shutdown), "kill" (kill -9: the page cache
         survives), "lossy" (power loss: unflushed writes are lost, the last may be torn)."""
         if not self.running:
@@ -161,7 +161,9 @@ class SimBroker:
             if self.session_id:
                 self.cluster.zk.close_session(self.session_id)
         if kind == "lossy":
-            self.file_io.crash(self.cluster.rng, self.cluster.rng.random() < 0.5)
+            if tear is None:
+                tear = self.cluster.rng.random() < 0.5
+            self.file_io.crash(self.cluster.rng, tear)
         self.clean_shutdown = kind == "clean"
         self.running = False
         self.paused = False
@@ -440,7 +442,8 @@ class SimBroker:
                            ("isr", tuple(s.isr)), ("err", int(res.error or err)))
         elif isinstance(req, UpdateMetadataRequest):
             self.live_brokers = dict(req.live_brokers)
-            rm.set_eligible_brokers(self.live_brokers)
+            if self.cluster.config.kip841_eligibility:
+                rm.set_eligible_brokers(self.live_brokers)
         elif isinstance(req, StopReplicaRequest):
             res = rm.stop_replicas(req.controller_id, req.controller_epoch,
                                    {tp: req.delete_partitions for tp in req.partitions}, now)
@@ -572,6 +575,10 @@ class SimBroker:
             self._zk_send(("isr_change", tuple(sorted(tps))))
 
     def _os_flush(self, inc: int) -> None:
+        self.flush_logs()
+
+    def flush_logs(self) -> None:
+        """The page cache written back: everything appended so far survives a power loss."""
         if self.log_manager is None:
             return
         for log in self.log_manager.all_logs():

@@ -1,0 +1,596 @@
+"""The historic replication bugs of `correctness.md` as named, scripted simulations.
+
+Each scenario runs twice: with tidelog's rules (it must end with no violation) and with the naive
+rule the fix replaced (`--naive`: it must be caught — the simulator has to be able to see the
+bug, not only pass the fix). The naive rules are switches of the real core and shell:
+
+- `truncate_to_hw` (pre-KIP-101: a follower truncates to its HW instead of asking the leader
+  OffsetsForLeaderEpoch),
+- `fence_leader_epochs=False` (pre-KIP-320: fetches are not checked against the leader epoch),
+- `maximal_isr=False` (the HW over the committed ISR only, ignoring a pending expand),
+- `kip841_eligibility=False` (the leader may re-add a replica the controller knows is offline),
+- `kip966_unclean_restart_rule=False` + `hw_requires_min_isr=False` (the last replica standing is
+  re-elected after an unclean shutdown).
+
+Every step is recorded as a snapshot of every replica's LEO, HW, role and ISR (the diagrams of
+seed 001): `tidelog sim --scenario NAME --trace` prints them as a table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from rich.table import Table
+
+from tidelog.replication.config import ReplicationConfig
+from tidelog.sim.client import Producer
+from tidelog.sim.cluster import SimCluster, SimConfig
+from tidelog.sim.invariants import Violation
+from tidelog.sim.messages import CONTROLLER_NODE, ZK_NODE, ReplicaFetchRequest, ReplicaFetchResponse
+
+Rule = Callable[[int, int, Any], bool]
+
+
+@dataclass(slots=True)
+class Snapshot:
+    label: str
+    time_ms: int
+    brokers: list[tuple[int, str, str, int, int, int, str]]  # id, status, role, epoch, LEO, HW, ISR
+    zk: str
+
+
+@dataclass(slots=True)
+class ScenarioResult:
+    name: str
+    naive: bool
+    steps: list[Snapshot] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+    expected_naive: tuple[str, ...] = ()
+    allowed: tuple[str, ...] = ()
+    digest: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def unexpected(self) -> list[Violation]:
+        return [v for v in self.violations if v.invariant not in self.allowed]
+
+    @property
+    def caught(self) -> list[Violation]:
+        return [v for v in self.violations if v.invariant in self.expected_naive]
+
+    @property
+    def as_expected(self) -> bool:
+        return bool(self.caught) if self.naive else not self.unexpected
+
+    def verdict(self) -> str:
+        mode = "naive rule" if self.naive else "tidelog's rules"
+        if self.naive:
+            head = (f"{self.name} ({mode}): bug caught" if self.caught
+                    else f"{self.name} ({mode}): NOT caught")
+        else:
+            head = (f"{self.name} ({mode}): no violation" if not self.unexpected
+                    else f"{self.name} ({mode}): FAILED")
+        lines = [head]
+        lines += [f"  {v}" for v in self.violations[:12]]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def table(self) -> Table:
+        n = len(self.steps[0].brokers) if self.steps else 0
+        t = Table(title=f"{self.name}{' (naive)' if self.naive else ''}: LEO / HW / ISR per step")
+        t.add_column("step")
+        t.add_column("t ms", justify="right")
+        for b in range(n):
+            t.add_column(f"broker {b}")
+        t.add_column("ZooKeeper state")
+        for s in self.steps:
+            cells = []
+            for _, status, role, epoch, leo, hw, isr in s.brokers:
+                if status != "up":
+                    cells.append(status)
+                else:
+                    cell = f"{role} e{epoch} LEO {leo} HW {hw}"
+                    cells.append(cell + (f"\nISR {isr}" if isr else ""))
+            t.add_row(s.label, str(s.time_ms), *cells, s.zk)
+        return t
+
+
+class ScenarioRun:
+    """Helpers for scripts: boot, produce and wait, crash/restart, block messages, snapshot."""
+
+    def __init__(self, name: str, naive: bool, config: SimConfig) -> None:
+        self.name = name
+        self.naive = naive
+        self.cluster = SimCluster(config)
+        self.tp = self.cluster.tps[0]
+        self.result = ScenarioResult(name, naive)
+        self._producers: dict[int, Producer] = {}
+
+    # -- time -------------------------------------------------------------------------------
+    def run_for(self, ms: int) -> None:
+        self.cluster.run_for(ms)
+
+    def run_until(self, pred: Callable[[], bool], max_ms: int = 20_000, step_ms: int = 5) -> bool:
+        waited = 0
+        while not pred():
+            if waited >= max_ms:
+                self.result.notes.append(f"waited {max_ms} ms in vain at {self.cluster.scheduler.now_ms} ms")
+                return False
+            self.cluster.run_for(step_ms)
+            waited += step_ms
+        return True
+
+    # -- views -----------------------------------------------------------------------------
+    def node(self, b: int) -> Any:
+        return self.cluster.nodes[b]
+
+    def part(self, b: int) -> Any:
+        return self.cluster.nodes[b].partition(self.tp)
+
+    def leo(self, b: int) -> int:
+        v = self.cluster.nodes[b].log_end_offset(self.tp)
+        return -1 if v is None else v
+
+    def hw(self, b: int) -> int:
+        p = self.part(b)
+        return -1 if p is None else p.high_watermark
+
+    def zk(self) -> Any:
+        return self.cluster.zk_state(self.tp)
+
+    def leader_is(self, b: int, min_epoch: int = 0) -> bool:
+        s = self.zk()
+        p = self.part(b)
+        return (s is not None and s.leader == b and s.leader_epoch >= min_epoch and p is not None
+                and p.is_leader and p.leader_epoch == s.leader_epoch)
+
+    def isr_is(self, members: set[int]) -> bool:
+        s = self.zk()
+        return s is not None and set(s.isr) == members
+
+    # -- actions -----------------------------------------------------------------------------
+    def boot(self) -> None:
+        c = self.cluster
+        c.start()
+        replicas = set(c.assignments[self.tp])
+        self.run_until(lambda: c.acting_leader(self.tp) is not None and self.isr_is(replicas))
+        self.snapshot("boot")
+
+    def producer(self, acks: int) -> Producer:
+        p = self._producers.get(acks)
+        if p is None:
+            p = self._producers[acks] = self.cluster.add_producer(self.tp, acks)
+        return p
+
+    def produce(self, n: int, acks: int = -1, wait: bool = True, max_ms: int = 5000) -> int:
+        """Send `n` one-record batches; with `wait`, run until each is answered (or timed out).
+        Returns how many were acknowledged."""
+        p = self.producer(acks)
+        before = len(p.acked)
+        for _ in range(n):
+            p.produce(1)
+        if wait:
+            self.run_until(lambda: not p._inflight, max_ms)
+        return len(p.acked) - before
+
+    def stop(self, b: int, kind: str = "kill", tear: bool = False) -> None:
+        if kind == "clean" and self.cluster.controller is not None:
+            self.cluster.controller.controlled_shutdown(b)
+            self.run_for(30)
+        self.node(b).stop(kind, tear=tear)
+
+    def start(self, b: int) -> None:
+        self.node(b).start()
+
+    def flush(self, b: int) -> None:
+        self.node(b).flush_logs()
+
+    def rule(self, rule: Rule) -> Rule:
+        self.cluster.network.rules.append(rule)
+        return rule
+
+    def unrule(self, rule: Rule) -> None:
+        if rule in self.cluster.network.rules:
+            self.cluster.network.rules.remove(rule)
+
+    def wait_registered(self, b: int) -> bool:
+        ctl = self.cluster.controller
+        return self.run_until(lambda: ctl is not None and self.node(b).broker_epoch > 0
+                              and ctl.core.live_brokers.get(b) == self.node(b).broker_epoch)
+
+    def wait_gone(self, b: int) -> bool:
+        ctl = self.cluster.controller
+        return self.run_until(lambda: ctl is not None and b not in ctl.core.live_brokers)
+
+    # -- records ------------------------------------------------------------------------------
+    def snapshot(self, label: str) -> None:
+        rows = []
+        for node in self.cluster.nodes:
+            status = "down" if not node.running else "paused" if node.paused else "up"
+            p = node.partition(self.tp)
+            if p is None:
+                rows.append((node.broker_id, status if status != "up" else "no replica", "-",
+                             -1, -1, -1, ""))
+                continue
+            role = "leader" if p.is_leader else "follower"
+            isr = ",".join(map(str, sorted(p.isr))) if p.is_leader else ""
+            if p.is_leader and p.pending_isr is not None:
+                isr += f" (+{','.join(map(str, sorted(set(p.pending_isr) - set(p.isr))))} pending)"
+            rows.append((node.broker_id, status, role, p.leader_epoch, p.log_end_offset,
+                         p.high_watermark, isr))
+        s = self.zk()
+        zk = "-" if s is None else f"leader {s.leader} e{s.leader_epoch} ISR {list(s.isr)} v{s.zk_version}"
+        self.result.steps.append(Snapshot(label, self.cluster.scheduler.now_ms, rows, zk))
+
+    def finish(self, settle_ms: int = 30_000) -> ScenarioResult:
+        c = self.cluster
+        c.network.rules.clear()
+        c.heal()
+        c.settle(settle_ms)
+        c.run_for(300)
+        self.snapshot("healed")
+        self.result.violations = list(c.checker.violations) + c.final_checks()
+        self.result.digest = c.trace.digest()
+        return self.result
+
+
+# ------------------------------------------------------------------------------------ rules
+
+
+def fetch_responses(src: int, dst: int, *, min_hw: int | None = None) -> Rule:
+    """Drop replica-fetch responses from `src` to `dst` (those carrying a HW >= `min_hw`)."""
+
+    def rule(s: int, d: int, msg: Any) -> bool:
+        if s != src or d != dst or not isinstance(msg, ReplicaFetchResponse):
+            return False
+        if min_hw is None:
+            return True
+        resp = msg.response
+        return isinstance(resp, dict) and any(
+            getattr(v, "high_watermark", -1) >= min_hw for v in resp.values())
+    return rule
+
+
+def fetch_requests(src: int, dst: int) -> Rule:
+    def rule(s: int, d: int, msg: Any) -> bool:
+        return s == src and d == dst and isinstance(msg, ReplicaFetchRequest)
+    return rule
+
+
+def all_messages(a: int, b: int) -> Rule:
+    def rule(s: int, d: int, msg: Any) -> bool:
+        return (s, d) in ((a, b), (b, a))
+    return rule
+
+
+# ------------------------------------------------------------------------------ scenarios
+
+
+def _base(**replication: Any) -> SimConfig:
+    defaults: dict[str, Any] = dict(
+        replica_lag_time_max_ms=1000, min_insync_replicas=2, replica_fetch_backoff_ms=100,
+        replica_fetch_wait_max_ms=100, isr_change_propagation_blackout_ms=200,
+        isr_change_propagation_interval_ms=1000)
+    defaults.update(replication)
+    return SimConfig(replication=ReplicationConfig(**defaults), trace_limit=None)
+
+
+def kip101(sc: ScenarioRun) -> None:
+    """Leader 0 (B), followers 1 (A) and 2 (C), min.isr=1. m1 commits. m2 is replicated and
+    acked, but the leader's answers carrying HW=2 are lost, so A still has HW=1. C dies: the
+    controller shrinks the ISR and bumps the leader epoch, and A becomes follower again in the
+    new epoch. Pre-KIP-101, A truncates to its HW and cuts m2; then B dies and A is elected:
+    m2 is gone. With KIP-101, A asks B OffsetsForLeaderEpoch and keeps m2."""
+    sc.boot()
+    sc.produce(1)
+    sc.run_until(lambda: sc.hw(1) >= 1 and sc.hw(2) >= 1)
+    sc.snapshot("m1 committed")
+    sc.rule(fetch_responses(0, 1, min_hw=2))
+    sc.rule(fetch_responses(0, 2, min_hw=2))
+    sc.produce(1)
+    sc.snapshot("m2 acked, HW=2 lost")
+    sc.stop(2, "kill")
+    sc.wait_gone(2)
+    sc.run_until(lambda: (sc.part(1) is not None and sc.part(1).leader_epoch >= 1))
+    sc.run_for(50)
+    sc.snapshot("C dead: new epoch")
+    sc.stop(0, "kill")
+    sc.run_until(lambda: sc.leader_is(1))
+    sc.snapshot("B dead: A leads")
+    sc.produce(1, acks=-1)
+    sc.start(0)
+    sc.start(2)
+    sc.run_for(1000)
+    sc.snapshot("B, C back")
+
+
+def kip101_divergence(sc: ScenarioRun) -> None:
+    """RF=2. Ten acked records; stop the follower, then the leader, which loses its last five
+    (not yet flushed) in a power loss. The leader comes back first (new epoch) and takes ten
+    more records at offsets 5..14. The follower returns: both logs must become identical batch
+    by batch. Pre-KIP-101 the follower truncates to its HW (10) and keeps its own 5..9."""
+    sc.boot()
+    sc.produce(5)
+    sc.flush(0)
+    sc.produce(5)
+    sc.run_until(lambda: sc.leo(1) >= 10 and sc.hw(1) >= 10)
+    sc.snapshot("10 acked")
+    sc.stop(1, "clean")
+    sc.wait_gone(1)
+    sc.stop(0, "lossy", tear=False)
+    sc.snapshot("both down, 0 lost 5..9")
+    sc.start(0)
+    sc.run_until(lambda: sc.leader_is(0, 1))
+    sc.produce(10)
+    sc.snapshot("0 back, 10 more")
+    sc.start(1)
+    sc.run_until(lambda: sc.leo(1) >= sc.leo(0) and sc.isr_is({0, 1}), 5000)
+    sc.snapshot("1 back")
+
+
+def kip279(sc: ScenarioRun) -> None:
+    """RF=2, unclean election on, min.isr=1, acks=1. Stop and start the two brokers in turn
+    three times, writing 1, 3, 1, 2 records in between. Both logs must end with the same
+    batches: the follower repeats OffsetsForLeaderEpoch until it finds where they fork."""
+    sc.boot()
+    sc.produce(1, acks=1)
+    sc.run_until(lambda: sc.leo(1) >= 1)
+    sc.snapshot("wrote 1")
+    sc.stop(1, "clean")
+    sc.wait_gone(1)
+    sc.produce(3, acks=1)
+    sc.snapshot("1 down, wrote 3")
+    sc.stop(0, "clean")
+    sc.wait_gone(0)
+    sc.start(1)
+    sc.run_until(lambda: sc.leader_is(1))
+    sc.produce(1, acks=1)
+    sc.snapshot("0 down, 1 leads, wrote 1")
+    sc.stop(1, "clean")
+    sc.wait_gone(1)
+    sc.start(0)
+    sc.run_until(lambda: sc.leader_is(0, 2))
+    sc.produce(2, acks=1)
+    sc.snapshot("1 down, 0 leads, wrote 2")
+    sc.start(1)
+    sc.run_until(lambda: sc.leo(1) == sc.leo(0) and sc.isr_is({0, 1}), 5000)
+    sc.snapshot("1 back")
+
+
+def kip320(sc: ScenarioRun) -> None:
+    """Leader 0 and replica 1 at 50, replica 2 at 40 (in the ISR, lagging). Broker 1 loses its
+    ZooKeeper session and misses every LeaderAndIsr, but keeps fetching. 2 leads (new epoch)
+    from 40; 0 comes back, truncates to 40 and replicates 40..59 of the new epoch; leadership
+    returns to 0. 1's retried fetch at 50 must be refused (its leader epoch is stale): pre-KIP-320
+    it is served, and 1 ends with its own 40..49 under the new epoch's 50..59."""
+    sc.boot()
+    sc.produce(40, acks=1)
+    sc.run_until(lambda: min(sc.leo(0), sc.leo(1), sc.leo(2)) >= 40)
+    slow = sc.rule(fetch_responses(0, 2))
+    sc.produce(10, acks=1)
+    sc.run_until(lambda: sc.leo(1) >= 50)
+    sc.snapshot("0,1 at 50; 2 at 40")
+    # 1 loses ZooKeeper and the controller, but not broker 0.
+    zk_cut = sc.rule(lambda s, d, m: (s, d) in ((1, ZK_NODE), (ZK_NODE, 1), (CONTROLLER_NODE, 1)))
+    sc.wait_gone(1)
+    sc.snapshot("1 lost its session")
+    sc.stop(0, "kill")
+    sc.unrule(slow)
+    sc.run_until(lambda: sc.leader_is(2))
+    sc.snapshot("2 leads from 40")
+    sc.start(0)
+    sc.produce(20, acks=1)
+    sc.run_until(lambda: sc.leo(0) >= sc.leo(2) and sc.isr_is({0, 2}), 5000)
+    sc.snapshot("0 follows, truncated to 40")
+    sc.stop(2, "kill")
+    sc.run_until(lambda: sc.leader_is(0, 3))
+    sc.start(2)
+    sc.run_for(1500)
+    sc.snapshot("0 leads again")
+    sc.unrule(zk_cut)
+    sc.run_for(3000)
+    sc.snapshot("1 back in touch")
+
+
+def maximal_isr(sc: ScenarioRun) -> None:
+    """ISR [0,1]; 2 catches up and the leader proposes ISR [0,1,2] (the ZooKeeper write is
+    slow). Meanwhile 10 records reach 1 but not 2. With the maximal ISR the HW waits for 2;
+    without it the HW advances over [0,1] and the records are acked. The write lands; 0 and 1
+    die; 2 is elected: the acked records are gone."""
+    sc.boot()
+    cut = sc.rule(fetch_requests(2, 0))
+    sc.run_until(lambda: sc.isr_is({0, 1}))
+    sc.produce(5)
+    sc.snapshot("2 out of the ISR")
+    sc.cluster.network.link(0, ZK_NODE).extra_delay_ms = 600
+    leader = sc.part(0)
+    sc.rule(lambda s, d, m: (s == 0 and d == 2 and isinstance(m, ReplicaFetchResponse)
+                             and leader.pending_isr is not None))
+    sc.unrule(cut)
+    sc.run_until(lambda: leader.pending_isr is not None and 2 in leader.pending_isr)
+    sc.snapshot("expand to 2 pending")
+    sc.produce(10, wait=False)
+    sc.run_for(300)
+    sc.snapshot("10 records on 0,1")
+    sc.run_until(lambda: sc.isr_is({0, 1, 2}))
+    sc.snapshot("ISR [0,1,2] written")
+    sc.stop(0, "kill")
+    sc.stop(1, "kill")
+    sc.run_until(lambda: sc.leader_is(2))
+    sc.snapshot("0,1 dead: 2 leads")
+    sc.start(0)
+    sc.start(1)
+    sc.run_for(1500)
+
+
+def kip841(sc: ScenarioRun) -> None:
+    """A fetch from broker 2 at the LEO is on its way (a slow link); 2 dies; the controller
+    removes it from the ISR; then the late fetch arrives. The leader must not add 2 back: the
+    controller's metadata says it is offline. Pre-KIP-841 the leader re-adds a dead replica."""
+    sc.boot()
+    sc.produce(5)
+    sc.run_until(lambda: sc.leo(2) >= 5 and sc.hw(2) >= 5)
+    sc.cluster.network.link(2, 0).extra_delay_ms = 2 * sc.cluster.config.session_timeout_ms
+    sc.run_for(150)
+    sc.stop(2, "kill")
+    sc.snapshot("2 dies, its fetch in flight")
+    sc.wait_gone(2)
+    sc.run_until(lambda: sc.isr_is({0, 1}))
+    sc.snapshot("controller removed 2")
+    ctl = sc.cluster.controller
+
+    def offline_in_isr() -> None:
+        s = sc.zk()
+        if s is not None and 2 in s.isr and ctl is not None and 2 not in ctl.core.live_brokers:
+            sc.cluster.checker.fail("OfflineReplicaInIsr", sc.tp,
+                                    f"ISR {list(s.isr)} holds offline broker 2")
+
+    for _ in range(200):
+        sc.run_for(20)
+        offline_in_isr()
+    sc.snapshot("late fetch arrived")
+
+
+def kip966(sc: ScenarioRun) -> None:
+    """ISR {2,0,1} (leader 2), min.isr=2. Partitions push 0 and then 1 out of the ISR; 2, the
+    last replica standing, crashes uncleanly and loses its unflushed tail, which 1 still has.
+    Naively 2 is re-elected and 0 and 1 truncate to it: acked records are gone everywhere.
+    With KIP-966's rule 2 is no clean candidate: the partition stays offline, the data stays on 1."""
+    sc.boot()
+    sc.produce(5)
+    sc.flush(2)
+    sc.produce(5)
+    cut0 = sc.rule(fetch_requests(0, 2))
+    sc.run_until(lambda: sc.isr_is({1, 2}))
+    sc.produce(3)
+    sc.snapshot("0 out of the ISR")
+    cut1 = sc.rule(fetch_requests(1, 2))
+    sc.run_until(lambda: sc.isr_is({2}))
+    sc.produce(2)
+    sc.snapshot("1 out: 2 stands alone")
+    sc.stop(2, "lossy", tear=False)
+    sc.wait_gone(2)
+    sc.snapshot("2 lost its tail")
+    sc.unrule(cut0)
+    sc.unrule(cut1)
+    sc.start(2)
+    sc.wait_registered(2)
+    sc.run_for(2000)
+    sc.snapshot("2 restarted")
+
+
+def stale_fetch_response(sc: ScenarioRun) -> None:
+    """A fetch response sent in one leader epoch arrives after the follower moved to the next
+    epoch (and started truncating): it must be ignored (KAFKA-18991)."""
+    sc.boot()
+    sc.produce(5)
+    sc.run_until(lambda: sc.leo(1) >= 5)
+    sc.cluster.network.link(0, 1).extra_delay_ms = 400
+    sc.produce(3, wait=False)
+    sc.run_for(20)
+    sc.stop(2, "kill")
+    sc.wait_gone(2)
+    sc.snapshot("epoch bumped, response in flight")
+    sc.run_for(600)
+    sc.cluster.network.link(0, 1).extra_delay_ms = 0
+    sc.produce(3)
+    sc.snapshot("after")
+
+
+def out_of_range(sc: ScenarioRun) -> None:
+    """A follower whose fetch offset is past the new leader's LEO gets OFFSET_OUT_OF_RANGE and
+    must recover (truncate to the leader's end and go on), never stop (KAFKA-7414). Unclean
+    election elects the short replica 2; the follower truncates to its HW (the pre-KIP-101 rule
+    is used here to land its fetch offset past the new leader's LEO)."""
+    sc.boot()
+    sc.produce(5)
+    cut = sc.rule(fetch_requests(2, 0))
+    sc.run_until(lambda: sc.isr_is({0, 1}))
+    sc.produce(10)
+    sc.snapshot("2 behind, out of the ISR")
+    sc.stop(0, "kill")
+    sc.stop(1, "kill")
+    sc.unrule(cut)
+    sc.run_until(lambda: sc.leader_is(2))
+    sc.snapshot("unclean: 2 leads")
+    sc.start(1)
+    sc.run_until(lambda: sc.leo(1) == sc.leo(2) and sc.isr_is({1, 2}), 5000)
+    sc.snapshot("1 recovered")
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    title: str
+    script: Callable[[ScenarioRun], None]
+    config: Callable[[bool], SimConfig]
+    naive_rule: str | None
+    expect_naive: tuple[str, ...] = ()
+    allowed: tuple[str, ...] = ()
+
+
+def _cfg(brokers: int = 3, assignment: tuple[int, ...] | None = None, *,
+         sim: dict[str, Any] | None = None, **replication: Any) -> SimConfig:
+    cfg = _base(**replication)
+    cfg = replace(cfg, brokers=brokers, replication_factor=len(assignment or range(brokers)),
+                  assignments={0: assignment} if assignment else None, **(sim or {}))
+    return cfg
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario("kip101", "KIP-101: truncating to a stale HW loses acked data", kip101,
+             # A long lag time: C leaves the ISR through the controller (an epoch bump), not
+             # through the leader's shrink.
+             lambda naive: _cfg(3, (0, 1, 2), min_insync_replicas=1, truncate_to_hw=naive,
+                                replica_lag_time_max_ms=30_000),
+             "truncate_to_hw", ("NoAckedLoss", "ValidHighWatermark", "StrongIsr")),
+    Scenario("kip101_divergence", "KIP-101: leader lost its unflushed tail; logs must converge",
+             kip101_divergence,
+             lambda naive: _cfg(2, (0, 1), min_insync_replicas=1, truncate_to_hw=naive,
+                                sim={"os_flush_ms": 10**9, "kip966_unclean_restart_rule": False}),
+             "truncate_to_hw", ("Converged", "StrongIsr"),
+             # The leader's page-cache loss happened while the follower was out of the ISR:
+             # those acked records are lost by the scenario's own premise.
+             allowed=("NoAckedLoss", "ConsumedStable")),
+    Scenario("kip279", "KIP-279: fast leader changes; logs must converge", kip279,
+             lambda naive: _cfg(2, (0, 1), min_insync_replicas=1,
+                                unclean_leader_election_enable=True, truncate_to_hw=naive),
+             "truncate_to_hw", ("Converged", "StrongIsr")),
+    Scenario("kip320", "KIP-320: a zombie follower's fetch is fenced by the leader epoch", kip320,
+             lambda naive: _cfg(3, (0, 1, 2), min_insync_replicas=1,
+                                replica_lag_time_max_ms=30_000, fence_leader_epochs=not naive),
+             "fence_leader_epochs=False", ("Converged", "StrongIsr")),
+    Scenario("maximal_isr", "KIP-497 rule: HW over current + pending ISR members", maximal_isr,
+             lambda naive: _cfg(3, (0, 1, 2), min_insync_replicas=2, maximal_isr=not naive),
+             "maximal_isr=False", ("NoAckedLoss", "ValidHighWatermark")),
+    Scenario("kip841", "KIP-841: a late fetch must not re-add an offline replica", kip841,
+             lambda naive: _cfg(3, (0, 1, 2), sim={"kip841_eligibility": not naive}),
+             "no eligibility check", ("OfflineReplicaInIsr",)),
+    Scenario("kip966", "KIP-966: last replica standing after an unclean shutdown", kip966,
+             lambda naive: _cfg(3, (2, 0, 1), min_insync_replicas=2, hw_requires_min_isr=not naive,
+                                sim={"os_flush_ms": 10**9,
+                                     "kip966_unclean_restart_rule": not naive}),
+             "re-elect last replica standing", ("NoAckedLoss",)),
+    Scenario("stale_fetch_response", "KAFKA-18991: a response from an older epoch is ignored",
+             stale_fetch_response, lambda naive: _cfg(3, (0, 1, 2), min_insync_replicas=1), None),
+    Scenario("out_of_range", "KAFKA-7414: out-of-range is never fatal for a follower",
+             out_of_range,
+             lambda naive: _cfg(3, (0, 1, 2), min_insync_replicas=1,
+                                unclean_leader_election_enable=True, truncate_to_hw=True),
+             None,
+             # Unclean election loses acked data by definition.
+             allowed=("NoAckedLoss", "ConsumedStable")),
+)}
+
+
+def run_scenario(name: str, naive: bool = False) -> ScenarioResult:
+    scenario = SCENARIOS[name]
+    if naive and scenario.naive_rule is None:
+        raise ValueError(f"scenario {name} has no naive rule to compare with")
+    run = ScenarioRun(name, naive, scenario.config(naive))
+    run.result.expected_naive = scenario.expect_naive
+    run.result.allowed = scenario.allowed
+    scenario.script(run)
+    return run.finish()
