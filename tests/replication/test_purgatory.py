@@ -1,0 +1,49 @@
+"""The purgatory's bookkeeping: watch per key, complete once, expire by deadline."""
+
+from __future__ import annotations
+
+from tidelog.replication import DelayedOperationPurgatory, DelayedProduce, Errors, TopicPartition
+from tidelog.replication.purgatory import ProducePartitionStatus
+from tidelog.replication.types import ProducePartitionResult
+
+A, B = TopicPartition("t", 0), TopicPartition("t", 1)
+
+
+def produce_op(key: str, deadline: int, hw: dict[TopicPartition, int]) -> DelayedProduce:
+    statuses = {tp: ProducePartitionStatus(5, ProducePartitionResult(Errors.NONE, 4)) for tp in (A, B)}
+    return DelayedProduce(key, deadline, statuses, lambda tp, required: (hw[tp] >= required, Errors.NONE))
+
+
+def test_an_operation_on_two_partitions_completes_once_when_both_are_done() -> None:
+    hw = {A: 0, B: 0}
+    purgatory = DelayedOperationPurgatory("Produce")
+    assert purgatory.try_complete_else_watch(produce_op("r", 1_000, hw), 0) is None
+    assert len(purgatory) == 1 and set(purgatory.watched_keys()) == {A, B}
+    hw[A] = 5
+    assert purgatory.check_and_complete(A, 10) == []
+    hw[B] = 5
+    [done] = purgatory.check_and_complete(B, 20)
+    assert done.request_key == "r" and done.results[A].base_offset == 4
+    assert len(purgatory) == 0
+    assert purgatory.check_and_complete(A, 30) == []  # the stale watch under A is dropped
+    assert purgatory.expire(5_000) == []
+    assert purgatory.next_deadline_ms() is None
+
+
+def test_expiry_answers_the_unfinished_partitions_with_a_timeout() -> None:
+    hw = {A: 5, B: 0}
+    purgatory = DelayedOperationPurgatory("Produce")
+    purgatory.try_complete_else_watch(produce_op("late", 1_000, hw), 0)
+    purgatory.try_complete_else_watch(produce_op("later", 2_000, hw), 0)
+    assert purgatory.next_deadline_ms() == 1_000
+    assert purgatory.expire(999) == []
+    [done] = purgatory.expire(1_000)
+    assert done.request_key == "late"
+    assert (done.results[A].error, done.results[B].error) == (Errors.NONE, Errors.REQUEST_TIMED_OUT)
+    assert purgatory.next_deadline_ms() == 2_000
+
+
+def test_an_operation_that_can_complete_at_once_is_not_watched() -> None:
+    purgatory = DelayedOperationPurgatory("Produce")
+    done = purgatory.try_complete_else_watch(produce_op("now", 1_000, {A: 9, B: 9}), 0)
+    assert done is not None and done.results[B].error == Errors.NONE and len(purgatory) == 0
