@@ -25,11 +25,13 @@ def test_assign_keeps_epochs_increasing_and_ignores_repeats(fio: MemoryFileIO) -
     assert c.assign(1, 0)
     assert not c.assign(1, 5)  # same epoch, later offset: no change
     assert c.assign(3, 10)
-    assert not c.assign(2, 12)  # a stale epoch for new data keeps the history
-    assert c.entries == [(1, 0), (3, 10)]
+    assert c.assign(4, 20)
     # a new epoch at an earlier offset rewrites the conflicting tail (Kafka's assign)
-    assert c.assign(4, 8)
-    assert c.entries == [(1, 0), (4, 8)]
+    assert c.assign(5, 15)
+    assert c.entries == [(1, 0), (3, 10), (5, 15)]
+    # an older epoch for later data (a follower copying its leader): the data wins
+    assert c.assign(2, 30)
+    assert c.entries == [(1, 0), (2, 30)]
     assert not c.assign(-1, 20)
 
 

@@ -126,18 +126,14 @@ class LeaderEpochFileCache:
 
     # -- updates ---------------------------------------------------------------------------
     def assign(self, epoch: int, start_offset: int) -> bool:
-        """Record that `epoch` starts at `start_offset`. Entries with an epoch >= it or a start
-        offset >= it are removed first (they describe a history this log no longer has).
-        Returns whether the cache changed (and was flushed)."""
+        """Record that `epoch` starts at `start_offset` (Kafka's assign). Entries with an epoch
+        >= it or a start offset >= it are removed first: they describe a history the log no
+        longer has (a follower's data is the truth). Returns whether the cache changed (and
+        was flushed)."""
         if epoch < 0 or start_offset < 0:
             return False
-        if self._epochs:
-            last_epoch, last_start = self._epochs[-1], self._starts[-1]
-            if epoch == last_epoch and start_offset >= last_start:
-                return False
-            if epoch < last_epoch and start_offset >= last_start:
-                # A stale epoch for new data (cannot come from a valid leader): keep history.
-                return False
+        if self._epochs and epoch == self._epochs[-1] and start_offset >= self._starts[-1]:
+            return False
         while self._epochs and (self._epochs[-1] >= epoch or self._starts[-1] >= start_offset):
             self._epochs.pop()
             self._starts.pop()

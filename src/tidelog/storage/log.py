@@ -211,8 +211,6 @@ class Log:
             i += 1
 
         self.log_end_offset = self.segments[-1].next_offset
-        if self.segments[-1].size == 0 and len(self.segments) > 1:
-            self.log_end_offset = max(self.segments[-1].base_offset, self.segments[-2].next_offset)
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         if self.log_start_offset > self.log_end_offset:
             # The checkpointed start is past what survived: the log restarts there, empty.
@@ -223,8 +221,13 @@ class Log:
                 [(b.partition_leader_epoch, b.base_offset) for b in self.batches(0)]
             )
         else:
+            # Entries past the surviving data go first; then epochs found by recovery that the
+            # checkpoint lacks (only newer ones, as Kafka's LogSegment.recover).
+            self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             for epoch, start in recovered_epochs:
-                self.leader_epoch_cache.assign(epoch, start)
+                latest = self.leader_epoch_cache.latest_epoch
+                if latest is None or epoch > latest:
+                    self.leader_epoch_cache.assign(epoch, start)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self.recovery_point = (
@@ -591,9 +594,10 @@ class Log:
                 self._delete_segments_from(max(keep, 1))
             segment = self.segments[-1]
             segment.truncate_to(target_offset)
+            # Durable at once: an undone truncation under newer appends would resurrect
+            # batches below the recovery point.
+            segment.flush()
             self.log_end_offset = segment.next_offset
-            if len(self.segments) > 1 and segment.size == 0:
-                self.log_end_offset = max(segment.base_offset, self.segments[-2].next_offset)
             self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             self.high_watermark = min(self.high_watermark, self.log_end_offset)
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
