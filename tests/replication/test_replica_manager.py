@@ -40,6 +40,16 @@ def test_a_stale_controller_epoch_is_refused_as_a_whole() -> None:
     assert rm.partition(TP).is_leader and rm.partition(TP).leader_epoch == 0
 
 
+def test_a_request_for_an_earlier_registration_of_this_broker_is_refused() -> None:
+    # KIP-380: the broker bounced (new ZooKeeper registration, broker epoch 7).
+    rm = manager(broker_epoch=7)
+    result = rm.become_leader_or_follower(0, 1, [state(1, 0, (1, 2, 3))], {1, 2, 3}, 0, broker_epoch=6)
+    assert result.error == Errors.STALE_BROKER_EPOCH and rm.partition(TP) is None
+    assert rm.stop_replicas(0, 1, {TP: True}, 0, broker_epoch=6).error == Errors.STALE_BROKER_EPOCH
+    ok = rm.become_leader_or_follower(0, 1, [state(1, 0, (1, 2, 3))], {1, 2, 3}, 0, broker_epoch=7)
+    assert ok.error == Errors.NONE and rm.partition(TP).is_leader
+
+
 def test_partition_states_with_an_old_epoch_or_for_other_brokers_are_refused() -> None:
     rm = manager(1)
     rm.become_leader_or_follower(0, 1, [state(1, 3, (1, 2, 3), zk_version=3)], {1, 2, 3}, 0)

@@ -469,28 +469,45 @@ class ReplicaFetcher:
             log = self._logs(tp)
             if log is None:
                 continue
-            replica_end = log.log_end_offset
             if timestamp == LATEST_TIMESTAMP:
-                leader_end = answer.offset
-                if leader_end < replica_end:
-                    # Case 1 (unclean election): the leader is behind us; cut to its end.
-                    offset = self._truncate(tp, log, leader_end)
-                    if offset is not None:
-                        self._reset_done(tp, state, offset)
-                else:
-                    self._offset_resets[tp] = EARLIEST_TIMESTAMP
+                offset = self.fetch_offset_and_truncate(tp, log, leader_end_offset=answer.offset)
             else:
-                leader_start = answer.offset
-                # Case 2: we are below the leader's log start (it deleted old segments), or the
-                # leader grew past us meanwhile: fetch from the higher of the two.
-                if leader_start > replica_end:
-                    try:
-                        log.truncate_fully_and_start_at(leader_start)
-                    except StorageError:
-                        self.mark_partition_failed(tp)
-                        continue
-                self._reset_done(tp, state, max(leader_start, replica_end))
+                offset = self.fetch_offset_and_truncate(tp, log, leader_start_offset=answer.offset)
+            if offset is None:
+                self._offset_resets[tp] = EARLIEST_TIMESTAMP  # the leader's start is needed too
+            elif offset >= 0:
+                self._reset_done(tp, state, offset)
         self._delay_partitions(with_error, now_ms)
+
+    def fetch_offset_and_truncate(
+        self,
+        tp: TopicPartition,
+        log: Any,
+        *,
+        leader_end_offset: int | None = None,
+        leader_start_offset: int | None = None,
+    ) -> int | None:
+        """seed 002's ``fetchOffsetAndTruncate`` in two rounds: with the leader's LEO (round 1)
+        and, if needed, its log start offset (round 2). Returns the offset to fetch from, None
+        when round 2 is needed, -1 when the log failed.
+
+        Case 1 (unclean election): the leader's LEO is below ours: truncate to it.
+        Case 2: otherwise fetch from max(leader's log start, our LEO); if the leader's log starts
+        past our LEO (it deleted what we miss), restart our log empty at its start."""
+        replica_end = log.log_end_offset
+        if leader_end_offset is not None:
+            if leader_end_offset < replica_end:
+                offset = self._truncate(tp, log, leader_end_offset)
+                return -1 if offset is None else offset
+            return None
+        assert leader_start_offset is not None
+        if leader_start_offset > replica_end:
+            try:
+                log.truncate_fully_and_start_at(leader_start_offset)
+            except StorageError:
+                self.mark_partition_failed(tp)
+                return -1
+        return max(leader_start_offset, replica_end)
 
     def _reset_done(self, tp: TopicPartition, state: PartitionFetchState, offset: int) -> None:
         self._offset_resets.pop(tp, None)

@@ -172,9 +172,14 @@ class ReplicaManager:
         partition_states: Iterable[LeaderAndIsrPartitionState],
         live_leaders: Collection[int],
         now_ms: int,
+        broker_epoch: int | None = None,
     ) -> LeaderAndIsrResult:
+        """``broker_epoch``: the epoch of this broker's registration the controller addressed
+        (KIP-380); a request meant for an earlier registration is refused."""
         if controller_epoch < self.controller_epoch:
             return LeaderAndIsrResult(Errors.STALE_CONTROLLER_EPOCH)
+        if broker_epoch is not None and broker_epoch < self.broker_epoch:
+            return LeaderAndIsrResult(Errors.STALE_BROKER_EPOCH)
         self.controller_epoch = controller_epoch
         errors: dict[TopicPartition, Errors] = {}
         actions: list[FetcherAction] = []
@@ -223,10 +228,13 @@ class ReplicaManager:
         controller_epoch: int,
         partitions: Mapping[TopicPartition, bool],
         now_ms: int,
+        broker_epoch: int | None = None,
     ) -> StopReplicaResult:
         """``{tp: delete}``: stop fetching; with delete, drop the partition and its log."""
         if controller_epoch < self.controller_epoch:
             return StopReplicaResult(Errors.STALE_CONTROLLER_EPOCH)
+        if broker_epoch is not None and broker_epoch < self.broker_epoch:
+            return StopReplicaResult(Errors.STALE_BROKER_EPOCH)
         self.controller_epoch = controller_epoch
         errors: dict[TopicPartition, Errors] = {}
         actions: list[FetcherAction] = []
