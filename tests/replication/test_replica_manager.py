@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from replication_helpers import TP, MiniCluster, records, state
 
+from tidelog.protocol.records.builder import build_values
 from tidelog.replication import (
     CONSUMER_REPLICA_ID,
     EARLIEST_TIMESTAMP,
@@ -271,6 +272,35 @@ def test_last_offset_for_leader_epoch_and_list_offsets() -> None:
     assert rm.list_offsets(CONSUMER_REPLICA_ID, {TP: (1, LATEST_TIMESTAMP)})[TP].error == Errors.OFFSET_NOT_AVAILABLE
     c.run(3)
     assert rm.list_offsets(CONSUMER_REPLICA_ID, {TP: (1, LATEST_TIMESTAMP)})[TP].offset == 5
+
+
+def test_list_offsets_by_timestamp_finds_the_first_batch_at_or_after_it() -> None:
+    c = MiniCluster()
+    c.elect(1, (1, 2, 3))
+    for ts in (100, 200, 300):
+        c.rm(1).append_records(1, {TP: build_values([b"x"], base_timestamp=ts)}, 1_000, c.now)
+    c.run(3)
+    c.rm(1).append_records(1, {TP: build_values([b"y"], base_timestamp=400)}, 1_000, c.now)
+    rm = c.rm(1)
+    found = rm.list_offsets(CONSUMER_REPLICA_ID, {TP: (-1, 150)})[TP]
+    assert (found.error, found.offset, found.timestamp) == (Errors.NONE, 1, 200)
+    # offset 3 (ts 400) is above the HW: a consumer does not see it, a replica does
+    assert rm.list_offsets(CONSUMER_REPLICA_ID, {TP: (-1, 350)})[TP].offset == -1
+    assert rm.list_offsets(2, {TP: (-1, 350)})[TP].offset == 3
+    assert rm.list_offsets(CONSUMER_REPLICA_ID, {TP: (-1, 999)})[TP].offset == -1
+    assert rm.list_offsets(CONSUMER_REPLICA_ID, {TP: (-1, -7)})[TP].error == Errors.INVALID_REQUEST
+
+
+def test_a_follower_long_poll_at_the_leo_is_answered_when_the_leader_appends() -> None:
+    c = MiniCluster()
+    c.elect(1, (1, 2, 3))
+    rm = c.rm(1)
+    held = rm.fetch_messages(2, 500, 1, 1 << 20, {TP: (0, 0, 0, 1 << 20)}, c.now, request_key="f2")
+    assert held.delayed
+    c.produce(1, 2)
+    [done] = rm.poll_completed(c.now)
+    assert done.request_key == "f2" and done.results[TP].error == Errors.NONE
+    assert len(done.results[TP].records) > 0
 
 
 def test_stop_replicas_removes_fetchers_and_deletes_when_asked() -> None:

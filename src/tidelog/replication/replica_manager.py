@@ -397,7 +397,8 @@ class ReplicaManager:
                 min_one_message = False
             limit -= size
             total += size
-            results[tp] = FetchPartitionData(Errors.NONE, hw, log_start, _as_bytes(info.records))
+            # No transactions yet: the last stable offset is the HW.
+            results[tp] = FetchPartitionData(Errors.NONE, hw, log_start, _as_bytes(info.records), hw)
             if is_follower:
                 before = p.high_watermark
                 proposal = p.update_follower_fetch_state(
@@ -454,7 +455,8 @@ class ReplicaManager:
     def list_offsets(
         self, replica_id: int, partitions: Mapping[TopicPartition, tuple[int, int]]
     ) -> dict[TopicPartition, ListOffsetsPartitionResult]:
-        """Earliest / latest only (timestamp search is the broker's, over ``Log``)."""
+        """Earliest, latest, or the first batch with a max timestamp >= a time (for consumers
+        only below the HW; offset -1 when there is none)."""
         out: dict[TopicPartition, ListOffsetsPartitionResult] = {}
         for tp, (current_leader_epoch, timestamp) in partitions.items():
             try:
@@ -475,6 +477,18 @@ class ReplicaManager:
                         out[tp] = ListOffsetsPartitionResult(Errors.OFFSET_NOT_AVAILABLE)
                         continue
                     offset = p.high_watermark
+            elif timestamp >= 0:
+                try:
+                    found = p.log.offset_for_timestamp(timestamp)
+                except StorageError as e:
+                    out[tp] = ListOffsetsPartitionResult(_error_of(e))
+                    continue
+                limit = p.log_end_offset if replica_id != CONSUMER_REPLICA_ID else p.high_watermark
+                if found is None or found[0] >= limit:
+                    out[tp] = ListOffsetsPartitionResult(Errors.NONE, -1, p.leader_epoch)
+                else:
+                    out[tp] = ListOffsetsPartitionResult(Errors.NONE, found[0], p.leader_epoch, found[1])
+                continue
             else:
                 out[tp] = ListOffsetsPartitionResult(Errors.INVALID_REQUEST)
                 continue

@@ -119,6 +119,7 @@ class ListOffsetsPartitionResult:
     error: Errors
     offset: int = -1
     leader_epoch: int = UNDEFINED_EPOCH
+    timestamp: int = -1  # the found batch's max timestamp, for a search by time
 
 
 @dataclass(frozen=True, slots=True)
