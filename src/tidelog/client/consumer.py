@@ -1,0 +1,331 @@
+"""An assign-based consumer: the caller chooses partitions and offsets (no group yet).
+
+``poll`` fetches every assigned partition from its leader (one Fetch per leader, concurrently),
+decodes the record batches, and returns records in offset order per partition. Positions that
+need a reset (``seek_to_beginning``/``seek_to_end``, no offset given, or OFFSET_OUT_OF_RANGE
+under ``auto.offset.reset``) are resolved with ListOffsets first. Leader changes
+(NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, broken connections) refresh the metadata and the
+next fetch goes to the new leader.
+
+Consumer groups can be layered on later: they only decide ``assign`` and commit ``position``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tidelog.client.cluster import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    FetchResult,
+    KafkaClient,
+)
+from tidelog.client.errors import (
+    BrokerResponseError,
+    KafkaClientError,
+    KafkaConnectionError,
+    RequestTimedOutError,
+)
+from tidelog.client.metadata import TopicPartition
+from tidelog.protocol.errors import ErrorCode
+from tidelog.protocol.records import CorruptRecordError, decode_records, iter_batches
+
+__all__ = [
+    "OFFSET_BEGINNING",
+    "OFFSET_END",
+    "Consumer",
+    "ConsumerRecord",
+    "OffsetOutOfRangeError",
+]
+
+# Logical offsets accepted by assign() and seek() (librdkafka's RD_KAFKA_OFFSET_BEGINNING/END).
+OFFSET_BEGINNING = -2
+OFFSET_END = -1
+
+_LEADER_ERRORS = {
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.REPLICA_NOT_AVAILABLE,
+    ErrorCode.KAFKA_STORAGE_ERROR,
+    ErrorCode.OFFSET_NOT_AVAILABLE,
+    ErrorCode.NETWORK_EXCEPTION,
+    ErrorCode.REQUEST_TIMED_OUT,
+}
+
+
+class OffsetOutOfRangeError(BrokerResponseError):
+    """OFFSET_OUT_OF_RANGE with ``auto.offset.reset=none``."""
+
+    def __init__(self, tp: TopicPartition, offset: int) -> None:
+        super().__init__(ErrorCode.OFFSET_OUT_OF_RANGE, f"{tp} offset {offset}")
+        self.topic_partition = tp
+        self.offset = offset
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+class Consumer:
+    """Reads assigned partitions. ``auto_offset_reset``: earliest, latest or none."""
+
+    def __init__(
+        self,
+        client: KafkaClient,
+        *,
+        auto_offset_reset: str = "latest",
+        fetch_max_wait_ms: int = 500,
+        fetch_min_bytes: int = 1,
+        fetch_max_bytes: int = 52428800,
+        max_partition_fetch_bytes: int = 1048576,
+        check_crcs: bool = True,
+    ) -> None:
+        if auto_offset_reset not in ("earliest", "latest", "none"):
+            raise ValueError(
+                f"auto.offset.reset must be earliest, latest or none, not {auto_offset_reset!r}"
+            )
+        self.client = client
+        self.auto_offset_reset = auto_offset_reset
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.fetch_min_bytes = fetch_min_bytes
+        self.fetch_max_bytes = fetch_max_bytes
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.check_crcs = check_crcs
+        # next offset to return per partition; None: to be reset, with the wanted timestamp
+        self._position: dict[TopicPartition, int] = {}
+        self._reset: dict[TopicPartition, int] = {}
+        self._buffer: dict[TopicPartition, deque[ConsumerRecord]] = {}
+        self._high_watermark: dict[TopicPartition, int] = {}
+        self._closed = False
+
+    # -- assignment and positions ---------------------------------------------------------
+
+    def assign(
+        self, partitions: Iterable[TopicPartition | tuple[TopicPartition, int | None]]
+    ) -> None:
+        """Replace the assignment. Each entry is a partition (position from
+        ``auto.offset.reset``) or (partition, offset) with an offset >= 0, OFFSET_BEGINNING or
+        OFFSET_END."""
+        self._position.clear()
+        self._reset.clear()
+        self._buffer.clear()
+        self._high_watermark.clear()
+        for entry in partitions:
+            if isinstance(entry, TopicPartition):
+                tp, offset = entry, None
+            else:
+                tp, offset = TopicPartition(*entry[0]), entry[1]
+            self._set(tp, offset)
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._position) | set(self._reset)
+
+    def _set(self, tp: TopicPartition, offset: int | None) -> None:
+        self._buffer.pop(tp, None)
+        self._position.pop(tp, None)
+        self._reset.pop(tp, None)
+        if offset is None:
+            if self.auto_offset_reset == "none":
+                raise ValueError(f"{tp}: no offset given and auto.offset.reset is none")
+            offset = OFFSET_BEGINNING if self.auto_offset_reset == "earliest" else OFFSET_END
+        if offset == OFFSET_BEGINNING:
+            self._reset[tp] = EARLIEST_TIMESTAMP
+        elif offset == OFFSET_END:
+            self._reset[tp] = LATEST_TIMESTAMP
+        elif offset >= 0:
+            self._position[tp] = offset
+        else:
+            raise ValueError(f"{tp}: invalid offset {offset}")
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Read ``tp`` from ``offset`` next (OFFSET_BEGINNING / OFFSET_END also accepted)."""
+        if tp not in self.assignment():
+            raise ValueError(f"{tp} is not assigned")
+        self._set(tp, offset)
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        for tp in partitions or tuple(self.assignment()):
+            self.seek(tp, OFFSET_BEGINNING)
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        for tp in partitions or tuple(self.assignment()):
+            self.seek(tp, OFFSET_END)
+
+    def position(self, tp: TopicPartition) -> int | None:
+        """The offset of the next record ``poll`` returns for ``tp`` (None until reset)."""
+        buffered = self._buffer.get(tp)
+        if buffered:
+            return buffered[0].offset
+        return self._position.get(tp)
+
+    def high_watermark(self, tp: TopicPartition) -> int | None:
+        """The high watermark seen in the last fetch of ``tp``."""
+        return self._high_watermark.get(tp)
+
+    async def close(self) -> None:
+        self._closed = True
+        self.assign([])
+
+    # -- polling --------------------------------------------------------------------------
+
+    async def poll(self, max_records: int = 500, timeout_ms: int = 1000) -> list[ConsumerRecord]:
+        """Up to ``max_records`` records, waiting at most about ``timeout_ms`` for some."""
+        if self._closed:
+            raise KafkaConnectionError("consumer closed")
+        if max_records <= 0:
+            raise ValueError("max_records must be positive")
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            if self._reset:
+                await self._reset_positions()
+            records = self._drain(max_records)
+            if records:
+                return records
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if remaining_ms <= 0 or not self._position:
+                return []
+            await self._fetch_once(min(self.fetch_max_wait_ms, remaining_ms))
+
+    def _drain(self, max_records: int) -> list[ConsumerRecord]:
+        out: list[ConsumerRecord] = []
+        for buffered in self._buffer.values():
+            while buffered and len(out) < max_records:
+                out.append(buffered.popleft())
+            if len(out) >= max_records:
+                break
+        return out
+
+    async def _reset_positions(self) -> None:
+        wanted = dict(self._reset)
+        results = await self.client.list_offsets(wanted)
+        for tp, result in results.items():
+            if self._reset.get(tp) != wanted[tp]:
+                continue  # sought again meanwhile
+            if result.error == ErrorCode.NONE and result.offset >= 0:
+                del self._reset[tp]
+                self._position[tp] = result.offset
+            elif not _retriable(result.error):
+                raise BrokerResponseError(result.error, f"ListOffsets for {tp}")
+
+    async def _fetch_once(self, max_wait_ms: int) -> None:
+        by_leader: dict[int, dict[TopicPartition, tuple[int, int, int]]] = {}
+        missing: list[str] = []
+        for tp, offset in self._position.items():
+            if self._buffer.get(tp):
+                continue
+            part = self.client.metadata.partition(tp)
+            if part is None or part.leader < 0:
+                missing.append(tp.topic)
+                continue
+            by_leader.setdefault(part.leader, {})[tp] = (offset, part.leader_epoch, -1)
+        if missing:
+            await self._refresh(missing)
+            if not by_leader:
+                return
+        if not by_leader:
+            return
+        leaders = list(by_leader)
+        answers = await asyncio.gather(
+            *(
+                self.client.fetch_from(
+                    leader,
+                    by_leader[leader],
+                    max_bytes=self.fetch_max_bytes,
+                    partition_max_bytes=self.max_partition_fetch_bytes,
+                    max_wait_ms=max_wait_ms,
+                    min_bytes=self.fetch_min_bytes,
+                )
+                for leader in leaders
+            ),
+            return_exceptions=True,
+        )
+        stale: set[str] = set()
+        for leader, answer in zip(leaders, answers, strict=True):
+            if isinstance(answer, (KafkaConnectionError, RequestTimedOutError)):
+                stale.update(tp.topic for tp in by_leader[leader])
+                continue
+            if isinstance(answer, BaseException):
+                raise answer
+            for tp, result in answer.items():
+                if tp in by_leader[leader]:
+                    self._handle(tp, by_leader[leader][tp][0], result, stale)
+        if stale:
+            await self._refresh(sorted(stale))
+
+    def _handle(
+        self, tp: TopicPartition, fetch_offset: int, result: FetchResult, stale: set[str]
+    ) -> None:
+        if self._position.get(tp) != fetch_offset:
+            return  # sought or reassigned while the fetch was out
+        code = result.error
+        if code == ErrorCode.NONE:
+            self._high_watermark[tp] = result.high_watermark
+            self._append(tp, fetch_offset, result.records)
+        elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            if self.auto_offset_reset == "none":
+                raise OffsetOutOfRangeError(tp, fetch_offset)
+            del self._position[tp]
+            self._reset[tp] = (
+                EARLIEST_TIMESTAMP if self.auto_offset_reset == "earliest" else LATEST_TIMESTAMP
+            )
+        elif code in _LEADER_ERRORS or _retriable(code):
+            stale.add(tp.topic)
+        else:
+            raise BrokerResponseError(code, f"Fetch {tp} at offset {fetch_offset}")
+
+    def _append(self, tp: TopicPartition, position: int, records: bytes | memoryview) -> None:
+        out: deque[ConsumerRecord] = deque()
+        next_position = position
+        try:
+            for batch in iter_batches(records):
+                if batch.next_offset <= next_position:
+                    continue  # a compressed batch the fetch started inside of
+                if not batch.is_control_batch:
+                    for rec in decode_records(batch, verify_crc=self.check_crcs):
+                        if rec.offset >= next_position:
+                            out.append(
+                                ConsumerRecord(
+                                    tp.topic,
+                                    tp.partition,
+                                    rec.offset,
+                                    rec.timestamp,
+                                    rec.key,
+                                    rec.value,
+                                    rec.headers,
+                                )
+                            )
+                next_position = batch.next_offset
+        except CorruptRecordError as exc:
+            raise BrokerResponseError(ErrorCode.CORRUPT_MESSAGE, f"{tp}: {exc}") from exc
+        self._position[tp] = next_position
+        if out:
+            self._buffer[tp] = out
+
+    async def _refresh(self, topics: list[str]) -> None:
+        # Back off first: the cluster needs a moment to elect and publish a new leader.
+        await asyncio.sleep(self.client.retry_backoff_ms / 1000)
+        try:
+            await self.client.refresh_metadata(sorted(set(topics)))
+        except KafkaClientError:
+            pass
+
+
+def _retriable(code: int) -> bool:
+    try:
+        return ErrorCode(code).retriable
+    except ValueError:
+        return False
