@@ -160,6 +160,10 @@ def test_produce_to_a_follower_or_unknown_partition() -> None:
     bad = bytearray(records(2))
     bad[-1] ^= 1
     assert c.rm(1).append_records(1, {TP: bytes(bad)}, 1_000, 0).results[TP].error == Errors.CORRUPT_MESSAGE
+    assert c.rm(1).append_records(1, {TP: b"\x00" * 30}, 1_000, 0).results[TP].error == Errors.CORRUPT_MESSAGE
+    empty = c.rm(1).append_records(-1, {TP: b""}, 1_000, 0, request_key="e")
+    assert not empty.delayed and empty.results[TP].error == Errors.NONE and empty.results[TP].base_offset == -1
+    assert c.log(1).log_end_offset == 0
 
 
 # ---------------------------------------------------------------- fetch

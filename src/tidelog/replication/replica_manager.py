@@ -276,6 +276,9 @@ class ReplicaManager:
             except (ReplicationError, StorageError, CorruptRecordError) as e:
                 results[tp] = ProducePartitionResult(_error_of(e))
                 continue
+            if info.valid_bytes == 0:  # nothing to append (empty records): Kafka answers offset -1
+                results[tp] = ProducePartitionResult(Errors.NONE, -1, p.log_start_offset)
+                continue
             results[tp] = ProducePartitionResult(
                 Errors.NONE, info.first_offset, p.log_start_offset, info.log_append_time
             )
