@@ -1,0 +1,691 @@
+"""`KafkaController`: the ZooKeeper-elected controller, run on every broker (Kafka 2.x).
+
+Every broker runs one. It campaigns for `/controller` at startup and whenever the znode goes
+away; the winner increments `/controller_epoch` in the same transaction (`KafkaZkClient`),
+loads the cluster (live brokers with their epochs, topics, assignments, partition states) into
+the pure `ControllerCore`, opens a channel to every live broker, watches ZooKeeper and acts.
+
+One event queue, as Kafka's `ControllerEventManager`: every ZooKeeper watch, every
+ControlledShutdown request and every scheduled check becomes an event, handled one at a time in
+arrival order by a single task. kazoo's callbacks (its own thread) only enqueue. ZooKeeper calls
+run in a worker thread (`asyncio.to_thread`) and are awaited by the handler, so the queue stays
+strictly sequential.
+
+An event runs the core (`Decision`), writes the partition states as compare-and-sets fenced by
+the controller epoch's znode version (a write after another controller was elected fails with
+`ControllerMovedError`, upon which this controller resigns), commits the results into the core
+and queues the resulting LeaderAndIsr / UpdateMetadata / StopReplica requests per broker on the
+`ControllerChannelManager`. A lost compare-and-set (a leader changed the ISR meanwhile) re-reads
+the partition and replays the event, a bounded number of times.
+
+Events: broker change (join, leave, bounce = new broker epoch), topic change (new assignment ->
+initial leaders), ISR change notifications, topic deletion, controlled shutdown, the preferred
+leader rebalance check (`auto.leader.rebalance.enable`), controller change / re-election, and
+ZooKeeper session expiry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+from kazoo.exceptions import NoNodeError
+
+from tidelog.controller.channel_manager import (
+    LEADER_DURING_DELETE,
+    ControllerChannelManager,
+)
+from tidelog.controller.core import (
+    ControllerCore,
+    Decision,
+    StopReplicaRequest,
+    UpdateMetadataRequest,
+)
+from tidelog.controller.zk_client import (
+    ControllerMovedError,
+    KafkaZkClient,
+    WatchHandle,
+)
+from tidelog.controller.zk_data import BrokerInfo, LeaderIsrAndControllerEpoch
+from tidelog.protocol.errors import ErrorCode
+from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
+
+__all__ = ["KafkaController"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+MAX_EVENT_ATTEMPTS = 5
+
+
+def to_zk_state(state: LeaderAndIsrPartitionState) -> LeaderIsrAndControllerEpoch:
+    return LeaderIsrAndControllerEpoch(state.leader, state.leader_epoch, tuple(state.isr),
+                                       state.controller_epoch)
+
+
+def from_zk_state(tp: TopicPartition, state: LeaderIsrAndControllerEpoch,
+                  replicas: Iterable[int]) -> LeaderAndIsrPartitionState:
+    return LeaderAndIsrPartitionState(
+        topic=tp.topic, partition=tp.partition, controller_epoch=state.controller_epoch,
+        leader=state.leader, leader_epoch=state.leader_epoch, isr=tuple(state.isr),
+        zk_version=state.zk_version, replicas=tuple(replicas))
+
+
+class _Event:
+    __slots__ = ("name", "handler", "future")
+
+    def __init__(self, name: str, handler: Callable[[], Awaitable[Any]],
+                 future: asyncio.Future[Any] | None) -> None:
+        self.name = name
+        self.handler = handler
+        self.future = future
+
+
+class KafkaController:
+    """The controller of one broker; active only on the broker that won `/controller`."""
+
+    def __init__(self, config: Any, zk_client: KafkaZkClient, broker_id: int) -> None:
+        self.config = config
+        self.zk_client = zk_client
+        self.broker_id = broker_id
+        self.is_active = False
+        self.active_controller_id: int | None = None
+        self.controller_epoch = 0
+        self.epoch_zk_version = -1
+        self.core: ControllerCore | None = None
+        self.channel: ControllerChannelManager | None = None
+        self.topics: set[str] = set()
+        self.topics_to_be_deleted: set[str] = set()
+        self._deleting: dict[str, dict[TopicPartition, tuple[int, ...]]] = {}
+        self._deletion_assignments: dict[str, dict[TopicPartition, tuple[int, ...]]] = {}
+        self._watches: list[WatchHandle] = []
+        self._controller_watch: WatchHandle | None = None
+        self._queue: asyncio.Queue[_Event] = asyncio.Queue()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event_task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._rebalance_task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._topics_without_partitions: set[str] = set()
+        # observable history, for tools and tests: (controller epoch) of each time we won
+        self.elections_won: list[int] = []
+
+    # -- configuration ---------------------------------------------------------------------
+    def _cfg(self, key: str, default: Any) -> Any:
+        try:
+            return self.config.get(key)
+        except Exception:  # noqa: BLE001 - a config object without the key
+            return default
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def startup(self) -> None:
+        """Start the event queue, watch /controller and campaign (Kafka's `Startup` event)."""
+        self._loop = asyncio.get_running_loop()
+        self._event_task = self._loop.create_task(self._process_events(),
+                                                  name=f"controller-{self.broker_id}-events")
+        self.zk_client.on_session_expired(
+            lambda: self._enqueue_threadsafe("Expire", self._on_session_expired))
+        self.zk_client.on_new_session(
+            lambda _epoch: self._enqueue_threadsafe("RegisterBrokerAndReelect", self._reelect))
+        self._controller_watch = await self._zk(
+            self.zk_client.watch_controller,
+            lambda cid: self._enqueue_threadsafe(
+                "ControllerChange", lambda: self._on_controller_change(cid)))
+        self.enqueue("Startup", self._elect)
+
+    async def shutdown(self) -> None:
+        """Stop handling events, resign, and give /controller up for a quick failover."""
+        if self._closing:
+            return
+        self._closing = True
+        if self._controller_watch is not None:
+            self._controller_watch.cancel()
+        if self._event_task is not None:
+            self._event_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._event_task
+        while not self._queue.empty():
+            ev = self._queue.get_nowait()
+            if ev.future is not None and not ev.future.done():
+                ev.future.set_exception(RuntimeError("controller shut down"))
+                ev.future.exception()
+        was_active, version = self.is_active, self.epoch_zk_version
+        await self._on_resignation()
+        if was_active:
+            with contextlib.suppress(Exception):
+                await self._zk(self.zk_client.resign_controller, version)
+        for t in list(self._tasks):
+            t.cancel()
+
+    # -- the event queue ---------------------------------------------------------------------
+    def enqueue(self, name: str, handler: Callable[[], Awaitable[T]]) -> asyncio.Future[T]:
+        """Queue an event; the future completes with the handler's result."""
+        fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        if self._closing:
+            fut.set_exception(RuntimeError("controller shut down"))
+            fut.exception()
+            return fut
+        self._queue.put_nowait(_Event(name, handler, fut))
+        return fut
+
+    def _enqueue_threadsafe(self, name: str, handler: Callable[[], Awaitable[Any]]) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed() or self._closing:
+            return
+        loop.call_soon_threadsafe(self._put, _Event(name, handler, None))
+
+    def _put(self, ev: _Event) -> None:
+        if not self._closing:
+            self._queue.put_nowait(ev)
+
+    async def _process_events(self) -> None:
+        while True:
+            ev = await self._queue.get()
+            try:
+                result = await ev.handler()
+            except ControllerMovedError as e:
+                log.info("controller %d: %s while handling %s: resigning", self.broker_id, e,
+                         ev.name)
+                await self._on_resignation()
+                self._set(ev, exc=e)
+                continue
+            except asyncio.CancelledError:
+                self._set(ev, exc=RuntimeError("controller shut down"))
+                raise
+            except Exception as e:
+                log.exception("controller %d: event %s failed", self.broker_id, ev.name)
+                self._set(ev, exc=e)
+                continue
+            self._set(ev, result=result)
+
+    @staticmethod
+    def _set(ev: _Event, result: Any = None, exc: BaseException | None = None) -> None:
+        f = ev.future
+        if f is None or f.done():
+            return
+        if exc is not None:
+            f.set_exception(exc)
+            f.exception()
+        else:
+            f.set_result(result)
+
+    async def _zk(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- election ---------------------------------------------------------------------------
+    async def _elect(self) -> None:
+        if self._closing:
+            return
+        current = await self._zk(self.zk_client.get_controller_id)
+        if current is not None:
+            self.active_controller_id = current
+            if current != self.broker_id and self.is_active:
+                await self._on_resignation()
+            return
+        election = await self._zk(self.zk_client.try_elect_controller, self.broker_id)
+        self.active_controller_id = election.controller_id
+        if not election.elected:
+            log.info("broker %d: broker %s is the controller (epoch %d)", self.broker_id,
+                     election.controller_id, election.controller_epoch)
+            return
+        self.controller_epoch = election.controller_epoch
+        self.epoch_zk_version = election.epoch_zk_version
+        self.active_controller_id = self.broker_id
+        try:
+            await self._on_controller_failover()
+        except ControllerMovedError:
+            raise
+        except Exception:
+            # Kafka's triggerControllerMove: give the role up so that another broker tries.
+            log.exception("controller %d: failover failed; resigning", self.broker_id)
+            await self._on_resignation()
+            with contextlib.suppress(Exception):
+                await self._zk(self.zk_client.resign_controller, self.epoch_zk_version)
+
+    async def _on_controller_change(self, controller_id: int | None) -> None:
+        self.active_controller_id = controller_id
+        if controller_id is None:
+            await self._reelect()
+        elif controller_id != self.broker_id and self.is_active:
+            await self._on_resignation()
+
+    async def _reelect(self) -> None:
+        if self.is_active:
+            current = await self._zk(self.zk_client.get_controller_id)
+            if current == self.broker_id:
+                return
+            await self._on_resignation()
+        await self._elect()
+
+    async def _on_session_expired(self) -> None:
+        # Our ephemeral /controller is gone with the session: stop acting at once.
+        await self._on_resignation()
+
+    async def _on_controller_failover(self) -> None:
+        log.info("controller %d: elected, controller epoch %d", self.broker_id,
+                 self.controller_epoch)
+        core = ControllerCore(
+            self.broker_id, self.controller_epoch,
+            unclean_leader_election_enable=bool(self._cfg("unclean.leader.election.enable", False)))
+        brokers, assignments, states, deletions = await self._zk(self._load_context)
+        self.core = core
+        self.is_active = True
+        self.elections_won.append(self.controller_epoch)
+        self.channel = ControllerChannelManager(
+            self.broker_id,
+            socket_timeout_ms=int(self._cfg("controller.socket.timeout.ms", 30000)),
+            listener_name=self._inter_broker_listener(),
+            leader_epochs=self._leader_epoch_of,
+        )
+        for b, (info, epoch) in sorted(brokers.items()):
+            core.live_brokers[b] = epoch
+            self.channel.add_broker(b, info)
+        self.topics = {tp.topic for tp in assignments} | set(self._topics_without_partitions)
+        for tp, replicas in sorted(assignments.items()):
+            core.add_partition(tp, replicas)
+            s = states.get(tp)
+            if s is not None:
+                core.refresh_partition(tp, from_zk_state(tp, s, replicas))
+        # Kafka's failover: UpdateMetadata to every live broker, LeaderAndIsr with the current
+        # state to every live replica (a broker that missed a change catches up), then elect
+        # leaders for offline and new partitions.
+        resend = Decision(update_metadata=True)
+        for tp, replicas in core.assignments.items():
+            if tp in core.partition_states:
+                resend.resend[tp] = {r for r in replicas if r in core.live_brokers}
+        self._send(core.commit(resend, {}))
+        dead = sorted({b for tp, s in core.partition_states.items()
+                       for b in (s.leader, *s.isr, *core.assignments[tp])
+                       if b >= 0 and b not in core.live_brokers})
+        for b in dead:
+            await self._execute(lambda b=b: core.on_broker_failure(b))
+        await self._execute(core.initial_leaders)
+        # Watches fire at once with the current children: changes since the load are events.
+        self._watches = [
+            await self._zk(self.zk_client.watch_broker_changes,
+                           lambda _ids: self._enqueue_threadsafe("BrokerChange",
+                                                                 self._on_broker_change)),
+            await self._zk(self.zk_client.watch_topic_changes,
+                           lambda _ts: self._enqueue_threadsafe("TopicChange",
+                                                                self._on_topic_change)),
+            await self._zk(self.zk_client.watch_isr_change_notifications,
+                           lambda _s: self._enqueue_threadsafe("IsrChangeNotification",
+                                                               self._on_isr_change)),
+            await self._zk(self.zk_client.watch_delete_topics,
+                           lambda _ts: self._enqueue_threadsafe("TopicDeletion",
+                                                                self._on_topic_deletion)),
+        ]
+        if deletions:
+            self.enqueue("TopicDeletion", self._on_topic_deletion)
+        if self._cfg("auto.leader.rebalance.enable", True):
+            interval = float(self._cfg("leader.imbalance.check.interval.seconds", 300))
+            self._rebalance_task = asyncio.get_running_loop().create_task(
+                self._schedule_rebalance(max(interval, 0.1)))
+
+    def _load_context(self) -> tuple[dict[int, tuple[BrokerInfo, int]],
+                                     dict[TopicPartition, tuple[int, ...]],
+                                     dict[TopicPartition, LeaderIsrAndControllerEpoch], set[str]]:
+        """Every ZooKeeper read of a failover, in one worker-thread call."""
+        zk = self.zk_client
+        brokers = zk.get_all_brokers_and_epochs()
+        assignments: dict[TopicPartition, tuple[int, ...]] = {}
+        empty: set[str] = set()
+        for topic in sorted(zk.get_all_topics()):
+            a = zk.get_topic_assignment(topic)
+            if not a:
+                empty.add(topic)
+                continue
+            for p, replicas in a.items():
+                assignments[TopicPartition(topic, p)] = tuple(replicas)
+        self._topics_without_partitions = empty
+        states = {TopicPartition(*tp): s
+                  for tp, s in zk.get_partition_states(list(assignments)).items()}
+        return brokers, assignments, states, zk.get_topic_deletions()
+
+    def _inter_broker_listener(self) -> str:
+        try:
+            return str(self.config.inter_broker_listener_name)
+        except Exception:  # noqa: BLE001
+            return "PLAINTEXT"
+
+    def _leader_epoch_of(self, tp: TopicPartition) -> int:
+        s = self.core.partition_states.get(tp) if self.core is not None else None
+        return s.leader_epoch if s is not None else -1
+
+    async def _on_resignation(self) -> None:
+        """Kafka's `onControllerResignation`: unwatch, stop the channel, forget the context."""
+        if not self.is_active and self.channel is None:
+            return
+        log.info("controller %d: resigning (epoch %d)", self.broker_id, self.controller_epoch)
+        self.is_active = False
+        for w in self._watches:
+            w.cancel()
+        self._watches = []
+        if self._rebalance_task is not None:
+            self._rebalance_task.cancel()
+            self._rebalance_task = None
+        channel, self.channel = self.channel, None
+        if channel is not None:
+            await channel.shutdown()
+        self.core = None
+        self.topics = set()
+        self.topics_to_be_deleted = set()
+        self._deleting = {}
+        self._deletion_assignments = {}
+
+    # -- carrying out decisions ----------------------------------------------------------------
+    def _send(self, requests: dict[int, list[Any]]) -> None:
+        if self.channel is not None:
+            self.channel.send_all(requests)
+
+    async def _execute(self, event: Callable[[], Decision]) -> Decision | None:
+        """Run `event`, write its partition states (fenced CAS), commit, send the requests.
+
+        A write that lost its compare-and-set is re-read and the event replayed (bounded).
+        """
+        core = self.core
+        if core is None or not self.is_active:
+            return None
+        decision: Decision | None = None
+        for attempt in range(MAX_EVENT_ATTEMPTS):
+            decision = event()
+            results = await self._zk(self._write_states, decision) if decision.writes else {}
+            if self.core is not core:
+                return None
+            self._send(core.commit(decision, results))
+            failed = [w.tp for w in decision.writes if results.get(w.tp) is None]
+            if not failed:
+                break
+            if attempt == MAX_EVENT_ATTEMPTS - 1:
+                log.warning("controller %d: giving up on %d partition state writes",
+                            self.broker_id, len(failed))
+                break
+            fresh = await self._zk(self.zk_client.get_partition_states, failed)
+            for tp in failed:
+                s = fresh.get(tp)
+                if s is not None and tp in core.assignments:
+                    core.refresh_partition(tp, from_zk_state(tp, s, core.assignments[tp]))
+        return decision
+
+    def _write_states(self, decision: Decision) -> dict[TopicPartition, int | None]:
+        """The ZooKeeper side of `_execute` (worker thread): creates, then pipelined CAS."""
+        zk = self.zk_client
+        results: dict[TopicPartition, int | None] = {}
+        creates: dict[str, dict[TopicPartition, LeaderIsrAndControllerEpoch]] = {}
+        updates = []
+        for w in decision.writes:
+            if w.expected_zk_version < 0:
+                creates.setdefault(w.tp.topic, {})[w.tp] = to_zk_state(w.state)
+            else:
+                updates.append((w.tp, to_zk_state(w.state), w.expected_zk_version))
+        for topic, states in sorted(creates.items()):
+            try:
+                created = zk.create_partition_states(states, self.epoch_zk_version)
+            except NoNodeError:
+                # The topic was deleted meanwhile: never resurrect it.
+                self._forget_topic_partitions(topic)
+                for tp in states:
+                    results[tp] = None
+                continue
+            for tp, ok in created.items():
+                results[TopicPartition(*tp)] = 0 if ok else None
+        if updates:
+            for tp, (ok, version) in zk.update_leader_and_isr_many(
+                    updates, self.epoch_zk_version).items():
+                results[TopicPartition(*tp)] = version if ok else None
+        return results
+
+    def _forget_topic_partitions(self, topic: str) -> dict[TopicPartition, tuple[int, ...]]:
+        core = self.core
+        removed: dict[TopicPartition, tuple[int, ...]] = {}
+        if core is None:
+            return removed
+        for tp in [tp for tp in core.assignments if tp.topic == topic]:
+            removed[tp] = core.assignments.pop(tp)
+            core.partition_states.pop(tp, None)
+            core.unclean_restarted.pop(tp, None)
+        return removed
+
+    # -- broker changes --------------------------------------------------------------------------
+    async def _on_broker_change(self) -> None:
+        core, channel = self.core, self.channel
+        if core is None or channel is None:
+            return
+        current = await self._zk(self.zk_client.get_all_brokers_and_epochs)
+        known = dict(core.live_brokers)
+        dead = sorted(set(known) - set(current))
+        started = sorted(b for b in current if b not in known)
+        bounced = sorted(b for b in current if b in known and known[b] != current[b][1])
+        if dead or started or bounced:
+            log.info("controller %d: brokers joined %s, left %s, bounced %s", self.broker_id,
+                     started, dead, bounced)
+        for b in dead:
+            await channel.remove_broker(b)
+            await self._execute(lambda b=b: core.on_broker_failure(b))
+        for b in bounced + started:
+            info, epoch = current[b]
+            if b in bounced:
+                # Requests queued for the old incarnation carry its epoch: drop them.
+                await channel.remove_broker(b)
+            channel.add_broker(b, info)
+            await self._execute(lambda b=b, e=epoch: core.on_broker_startup(b, e))
+        if (started or bounced) and self.topics_to_be_deleted:
+            await self._resume_deletions()
+
+    # -- topics ------------------------------------------------------------------------------------
+    async def _on_topic_change(self) -> None:
+        core = self.core
+        if core is None:
+            return
+        topics = await self._zk(self.zk_client.get_all_topics)
+        new = sorted(topics - self.topics)
+        gone = self.topics - topics
+        for t in gone:
+            self._forget_topic_partitions(t)
+        self.topics = set(topics)
+        if not new:
+            return
+        assignments = await self._zk(
+            lambda: {t: self.zk_client.get_topic_assignment(t) for t in new})
+        added = 0
+        for t, a in sorted(assignments.items()):
+            for p, replicas in sorted((a or {}).items()):
+                core.add_partition(TopicPartition(t, p), replicas)
+                added += 1
+        log.info("controller %d: new topics %s (%d partitions)", self.broker_id, new, added)
+        await self._execute(core.initial_leaders)
+
+    async def _on_isr_change(self) -> None:
+        core = self.core
+        if core is None:
+            return
+        seqs = await self._zk(self.zk_client.get_all_isr_change_notifications)
+        if not seqs:
+            return
+        tps = await self._zk(self.zk_client.get_partitions_from_isr_change_notifications, seqs)
+        await self._zk(self.zk_client.delete_isr_change_notifications, seqs,
+                       self.epoch_zk_version)
+        known = [TopicPartition(*tp) for tp in tps if TopicPartition(*tp) in core.assignments]
+        fresh = await self._zk(self.zk_client.get_partition_states, known)
+        states = {TopicPartition(*tp): from_zk_state(TopicPartition(*tp), s,
+                                                     core.assignments[TopicPartition(*tp)])
+                  for tp, s in fresh.items() if TopicPartition(*tp) in core.assignments}
+        await self._execute(lambda: core.on_isr_change(states))
+
+    # -- topic deletion (Kafka's TopicDeletionManager, simplified) ---------------------------------
+    async def _on_topic_deletion(self) -> None:
+        if self.core is None:
+            return
+        marked = await self._zk(self.zk_client.get_topic_deletions)
+        if not self._cfg("delete.topic.enable", True):
+            await self._zk(self.zk_client.delete_topic_deletions, marked, self.epoch_zk_version)
+            return
+        unknown = {t for t in marked if t not in self.topics and t not in self._deletion_assignments}
+        if unknown:
+            await self._zk(self.zk_client.delete_topic_deletions, unknown, self.epoch_zk_version)
+        self.topics_to_be_deleted |= marked - unknown
+        await self._resume_deletions()
+
+    async def _resume_deletions(self) -> None:
+        core, channel = self.core, self.channel
+        if core is None or channel is None:
+            return
+        for topic in sorted(self.topics_to_be_deleted - set(self._deleting)):
+            if topic not in self._deletion_assignments:
+                # From now on the topic's partitions are not the controller's to elect.
+                self._deletion_assignments[topic] = self._forget_topic_partitions(topic)
+            assignment = self._deletion_assignments[topic]
+            replicas = {r for rs in assignment.values() for r in rs}
+            dead = sorted(r for r in replicas if r not in core.live_brokers)
+            if dead:
+                log.info("controller %d: deletion of %s waits for brokers %s", self.broker_id,
+                         topic, dead)
+                continue
+            self._deleting[topic] = assignment
+            # Clients and brokers first learn the partitions are going (leader -2).
+            dying = tuple(
+                LeaderAndIsrPartitionState(
+                    topic=tp.topic, partition=tp.partition, controller_epoch=core.controller_epoch,
+                    leader=LEADER_DURING_DELETE, leader_epoch=-1, isr=(), zk_version=-1,
+                    replicas=rs)
+                for tp, rs in sorted(assignment.items()))
+            live = tuple(sorted(core.live_brokers.items()))
+            for b, epoch in live:
+                channel.send(b, UpdateMetadataRequest(
+                    core.controller_id, core.controller_epoch, epoch, dying, live))
+            futures = []
+            for b in sorted(replicas):
+                tps = tuple(sorted(tp for tp, rs in assignment.items() if b in rs))
+                futures.append(channel.send(b, StopReplicaRequest(
+                    core.controller_id, core.controller_epoch, core.live_brokers[b], tps, True)))
+            self._spawn(self._await_stop_replicas(topic, futures))
+
+    async def _await_stop_replicas(self, topic: str, futures: list[asyncio.Future[Any]]) -> None:
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        ok = True
+        for r in results:
+            if isinstance(r, BaseException):
+                ok = False
+            else:
+                errors = [e.error_code for e in getattr(r, "partition_errors", ()) if e.error_code]
+                if getattr(r, "error_code", 0) or errors:
+                    ok = False
+        self.enqueue("TopicDeletionStopReplicaResponseReceived",
+                     lambda: self._complete_deletion(topic, ok))
+
+    async def _complete_deletion(self, topic: str, ok: bool) -> None:
+        if self.core is None or topic not in self._deleting:
+            return
+        del self._deleting[topic]
+        if not ok:
+            log.info("controller %d: a replica of %s did not stop; retrying the deletion",
+                     self.broker_id, topic)
+            await asyncio.sleep(0.2)
+            await self._resume_deletions()
+            return
+        await self._zk(self.zk_client.delete_topic_znodes, topic, self.epoch_zk_version)
+        await self._zk(self.zk_client.delete_topic_deletions, [topic], self.epoch_zk_version)
+        self.topics.discard(topic)
+        self.topics_to_be_deleted.discard(topic)
+        self._deletion_assignments.pop(topic, None)
+        log.info("controller %d: deleted topic %s", self.broker_id, topic)
+
+    # -- controlled shutdown -----------------------------------------------------------------------
+    async def controlled_shutdown(self, broker_id: int,
+                                  broker_epoch: int = -1) -> tuple[int, list[TopicPartition]]:
+        """Handle a broker's ControlledShutdown request: (error code, partitions it still leads).
+
+        The broker repeats the request until no partition remains (Kafka's
+        `controlled.shutdown.max.retries`). Answered NOT_CONTROLLER on a non-controller.
+        """
+        if not self.is_active:
+            return int(ErrorCode.NOT_CONTROLLER), []
+        try:
+            return await self.enqueue(
+                "ControlledShutdown", lambda: self._on_controlled_shutdown(broker_id, broker_epoch))
+        except ControllerMovedError:
+            return int(ErrorCode.NOT_CONTROLLER), []
+
+    async def _on_controlled_shutdown(self, broker_id: int,
+                                      broker_epoch: int) -> tuple[int, list[TopicPartition]]:
+        core = self.core
+        if core is None:
+            return int(ErrorCode.NOT_CONTROLLER), []
+        cached = core.live_brokers.get(broker_id)
+        if cached is None:
+            return int(ErrorCode.BROKER_NOT_AVAILABLE), []
+        if broker_epoch >= 0 and broker_epoch < cached:
+            return int(ErrorCode.STALE_BROKER_EPOCH), []
+        log.info("controller %d: controlled shutdown of broker %d", self.broker_id, broker_id)
+        await self._execute(lambda: core.controlled_shutdown(broker_id))
+        remaining = sorted(
+            tp for tp, s in core.partition_states.items()
+            if s.leader == broker_id and len(core.assignments.get(tp, ())) > 1)
+        return int(ErrorCode.NONE), remaining
+
+    # -- preferred leaders -------------------------------------------------------------------------
+    async def elect_preferred_leaders(self) -> int:
+        """Move every partition whose preferred replica can lead back to it; returns how many."""
+        return await self.enqueue("PreferredReplicaLeaderElection",
+                                  lambda: self._elect_preferred(None))
+
+    async def _schedule_rebalance(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            self.enqueue("AutoPreferredReplicaLeaderElection", self._check_imbalance)
+
+    def imbalanced_brokers(self) -> set[int]:
+        """Brokers whose share of not-led preferred partitions exceeds
+        `leader.imbalance.per.broker.percentage` (Kafka's checkAndTriggerAutoLeaderRebalance)."""
+        core = self.core
+        if core is None:
+            return set()
+        pct = float(self._cfg("leader.imbalance.per.broker.percentage", 10))
+        out: set[int] = set()
+        for b in core.live_brokers:
+            if b in core.shutting_down:
+                continue
+            preferred = [tp for tp, rs in core.assignments.items() if rs and rs[0] == b]
+            if not preferred:
+                continue
+            not_led = [tp for tp in preferred
+                       if tp in core.partition_states and core.partition_states[tp].leader != b]
+            if len(not_led) / len(preferred) > pct / 100:
+                out.add(b)
+        return out
+
+    async def _check_imbalance(self) -> int:
+        imbalanced = self.imbalanced_brokers()
+        if not imbalanced:
+            return 0
+        return await self._elect_preferred(imbalanced)
+
+    async def _elect_preferred(self, brokers: set[int] | None) -> int:
+        core = self.core
+        if core is None:
+            return 0
+
+        def event() -> Decision:
+            d = core.elect_preferred_leaders()
+            if brokers is not None:
+                d.writes = [w for w in d.writes if core.assignments[w.tp][0] in brokers]
+            return d
+
+        decision = await self._execute(event)
+        return len(decision.writes) if decision is not None else 0
+
+    # -- introspection ---------------------------------------------------------------------------
+    def partition_state(self, tp: TopicPartition) -> LeaderAndIsrPartitionState | None:
+        return self.core.partition_states.get(tp) if self.core is not None else None
+
+    def __repr__(self) -> str:
+        role = "active" if self.is_active else f"standby (controller {self.active_controller_id})"
+        return f"<KafkaController broker={self.broker_id} {role} epoch={self.controller_epoch}>"

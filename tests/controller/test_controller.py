@@ -1,0 +1,464 @@
+"""The ZooKeeper-elected controller against a real ZooKeeper.
+
+Brokers are played by a small asyncio listener that registers in ZooKeeper like a broker,
+records the controller requests it receives and answers them (a boundary mock: these tests are
+about the controller's decisions, ZooKeeper writes and requests, not about the broker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from tidelog.broker.config import KafkaConfig
+from tidelog.controller import zk_data
+from tidelog.controller.admin import AdminZkClient
+from tidelog.controller.controller import KafkaController
+from tidelog.controller.zk_client import ControllerMovedError, KafkaZkClient
+from tidelog.controller.zk_data import BrokerEndPoint, BrokerInfo, LeaderIsrAndControllerEpoch
+from tidelog.protocol.api_keys import ApiKey, api_spec
+from tidelog.protocol.api_versions import api_versions_response
+from tidelog.protocol.codec import decode_request, encode_response
+from tidelog.protocol.framing import FrameReader
+from tidelog.protocol.messages.leader_and_isr import (
+    LeaderAndIsrPartitionError,
+    LeaderAndIsrResponse,
+)
+from tidelog.protocol.messages.stop_replica import StopReplicaPartitionError, StopReplicaResponse
+from tidelog.protocol.messages.update_metadata import UpdateMetadataResponse
+from tidelog.replication.types import TopicPartition
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@dataclass
+class Received:
+    api_key: int
+    version: int
+    body: Any
+
+
+@dataclass
+class FakeBroker:
+    """A listener that answers LeaderAndIsr / UpdateMetadata / StopReplica with success."""
+
+    broker_id: int
+    zk_connect: str
+    received: list[Received] = field(default_factory=list)
+    server: asyncio.AbstractServer | None = None
+    zk: KafkaZkClient | None = None
+    port: int = 0
+    broker_epoch: int = -1
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        await self.register()
+
+    async def register(self) -> None:
+        self.zk = KafkaZkClient(self.zk_connect, session_timeout_ms=6000)
+        await asyncio.to_thread(self.zk.start)
+        info = BrokerInfo(self.broker_id, (BrokerEndPoint("PLAINTEXT", "127.0.0.1", self.port),))
+        self.broker_epoch = await asyncio.to_thread(self.zk.register_broker, info)
+
+    async def deregister(self) -> None:
+        """The broker's session ends: its registration disappears (a crash, to the controller)."""
+        if self.zk is not None:
+            await asyncio.to_thread(self.zk.close)
+            self.zk = None
+
+    async def stop(self) -> None:
+        await self.deregister()
+        if self.server is not None:
+            self.server.close()
+
+    def of(self, api_key: int) -> list[Any]:
+        return [r.body for r in self.received if r.api_key == api_key]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        frames = FrameReader()
+        try:
+            while data := await reader.read(65536):
+                for frame in frames.feed(data):
+                    header, body = decode_request(frame)
+                    key, version = header.request_api_key, header.request_api_version
+                    if key == ApiKey.API_VERSIONS:
+                        response: Any = api_versions_response()
+                    else:
+                        self.received.append(Received(key, version, body))
+                        response = _answer(key, body)
+                    hv = api_spec(key).response_header_version(version)
+                    writer.writelines(encode_response(hv, header.correlation_id, response, version))
+                    await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+
+def _answer(key: int, body: Any) -> Any:
+    if key == ApiKey.LEADER_AND_ISR:
+        errors = [LeaderAndIsrPartitionError(t.topic_name, p.partition_index, 0)
+                  for t in body.topic_states for p in t.partition_states]
+        return LeaderAndIsrResponse(error_code=0, partition_errors=errors)
+    if key == ApiKey.UPDATE_METADATA:
+        return UpdateMetadataResponse(error_code=0)
+    if key == ApiKey.STOP_REPLICA:
+        errors = [StopReplicaPartitionError(t.topic_name, p.partition_index, 0)
+                  for t in body.topic_states for p in t.partition_states]
+        return StopReplicaResponse(error_code=0, partition_errors=errors)
+    raise AssertionError(f"unexpected api key {key}")
+
+
+def lai_states(body: Any) -> dict[TopicPartition, Any]:
+    return {TopicPartition(t.topic_name, p.partition_index): p
+            for t in body.topic_states for p in t.partition_states}
+
+
+async def wait_for(cond: Callable[[], Any], timeout_s: float = 20.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what or cond}")
+
+
+def config(**overrides: Any) -> KafkaConfig:
+    props = {"zookeeper.connect": "127.0.0.1:1", "auto.leader.rebalance.enable": "false"}
+    props.update({k.replace("_", "."): str(v) for k, v in overrides.items()})
+    return KafkaConfig(props)
+
+
+class Cluster:
+    """Fake brokers plus a real KafkaController on each (each with its own ZK session)."""
+
+    def __init__(self, zk_connect: str) -> None:
+        self.zk_connect = zk_connect
+        self.brokers: dict[int, FakeBroker] = {}
+        self.controllers: dict[int, KafkaController] = {}
+        self.admin_zk = KafkaZkClient(zk_connect)
+
+    async def start_broker(self, broker_id: int) -> FakeBroker:
+        b = FakeBroker(broker_id, self.zk_connect)
+        await b.start()
+        self.brokers[broker_id] = b
+        return b
+
+    async def start_controller(self, broker_id: int, **cfg: Any) -> KafkaController:
+        b = self.brokers[broker_id]
+        assert b.zk is not None
+        c = KafkaController(config(**cfg), b.zk, broker_id)
+        await c.startup()
+        self.controllers[broker_id] = c
+        return c
+
+    async def stop_controller(self, broker_id: int) -> None:
+        c = self.controllers.pop(broker_id, None)
+        if c is not None:
+            await c.shutdown()
+
+    def active(self) -> KafkaController | None:
+        act = [c for c in self.controllers.values() if c.is_active]
+        assert len(act) <= 1, "two active controllers in one process"
+        return act[0] if act else None
+
+    def state(self, topic: str, p: int) -> LeaderIsrAndControllerEpoch | None:
+        return self.admin_zk.get_partition_state((topic, p))
+
+    async def close(self) -> None:
+        for bid in list(self.controllers):
+            await self.stop_controller(bid)
+        for b in self.brokers.values():
+            await b.stop()
+        self.admin_zk.close()
+
+
+def with_cluster(scenario: Callable[[Cluster], Awaitable[None]]) -> Callable[[str], None]:
+    """A test that runs `scenario` on a fresh event loop with a fresh cluster (no plugin)."""
+
+    def test(zk_connect: str) -> None:
+        async def main() -> None:
+            c = Cluster(zk_connect)
+            await asyncio.to_thread(c.admin_zk.start)
+            try:
+                await scenario(c)
+            finally:
+                await c.close()
+
+        asyncio.run(main())
+
+    test.__name__ = scenario.__name__
+    test.__doc__ = scenario.__doc__
+    return test
+
+
+async def three_brokers(cluster: Cluster, **cfg: Any) -> KafkaController:
+    for bid in (1, 2, 3):
+        await cluster.start_broker(bid)
+    ctl = await cluster.start_controller(1, **cfg)
+    await wait_for(lambda: ctl.is_active, what="broker 1 elected")
+    return ctl
+
+
+async def create_topic(cluster: Cluster, name: str, assignment: dict[int, list[int]]) -> None:
+    admin = AdminZkClient(cluster.admin_zk)
+    await asyncio.to_thread(admin.create_topic, name, 0, 0, None, assignment)
+    await wait_for(lambda: all(cluster.state(name, p) for p in assignment),
+                   what=f"partition states of {name}")
+
+
+# ------------------------------------------------------------------------------------ tests
+
+
+@with_cluster
+async def test_first_broker_wins_election_and_tells_every_broker(cluster: Cluster) -> None:
+    ctl = await three_brokers(cluster)
+    other = await cluster.start_controller(2)
+    assert ctl.controller_epoch == 1
+    assert cluster.admin_zk.get_controller_id() == 1
+    assert cluster.admin_zk.get_controller_epoch() == (1, ctl.epoch_zk_version)
+    await wait_for(lambda: other.active_controller_id == 1, what="standby learns the controller")
+    assert not other.is_active
+    for b in cluster.brokers.values():
+        ums = await wait_for(lambda b=b: b.of(ApiKey.UPDATE_METADATA), what="UpdateMetadata")
+        um = ums[-1]
+        assert (um.controller_id, um.controller_epoch) == (1, 1)
+        assert um.broker_epoch == b.broker_epoch  # KIP-380: the receiver's own epoch
+        assert sorted(x.id for x in um.live_brokers) == [1, 2, 3]
+
+
+@with_cluster
+async def test_topic_creation_elects_first_live_replica_and_sends_leader_and_isr(
+        cluster: Cluster) -> None:
+    ctl = await three_brokers(cluster)
+    await create_topic(cluster, "orders", {0: [2, 3, 1], 1: [3, 1, 2]})
+    s0, s1 = cluster.state("orders", 0), cluster.state("orders", 1)
+    assert s0 is not None and s1 is not None
+    assert (s0.leader, s0.leader_epoch, s0.isr, s0.controller_epoch) == (2, 0, (2, 3, 1), 1)
+    assert (s1.leader, s1.isr) == (3, (3, 1, 2))
+    for bid, b in cluster.brokers.items():
+        reqs = await wait_for(lambda b=b: [r for r in b.of(ApiKey.LEADER_AND_ISR)
+                                           if lai_states(r)], what=f"LeaderAndIsr to {bid}")
+        states = lai_states(reqs[-1])
+        assert set(states) == {TopicPartition("orders", 0), TopicPartition("orders", 1)}
+        p0 = states[TopicPartition("orders", 0)]
+        assert (p0.leader, p0.isr, p0.replicas, p0.is_new) == (2, [2, 3, 1], [2, 3, 1], True)
+        assert reqs[-1].broker_epoch == b.broker_epoch
+        assert {ll.broker_id for ll in reqs[-1].live_leaders} == {2, 3}
+        assert all(ll.port == cluster.brokers[ll.broker_id].port for ll in reqs[-1].live_leaders)
+    assert ctl.partition_state(TopicPartition("orders", 0)).zk_version == 0  # type: ignore[union-attr]
+
+
+@with_cluster
+async def test_broker_loss_elects_a_new_leader_from_the_isr(cluster: Cluster) -> None:
+    await three_brokers(cluster)
+    await create_topic(cluster, "t", {0: [3, 2, 1], 1: [1, 3, 2]})
+    b2 = cluster.brokers[2]
+    before = len(b2.of(ApiKey.LEADER_AND_ISR))
+    await cluster.brokers[3].deregister()
+    s0 = await wait_for(lambda: (s := cluster.state("t", 0)) and s.leader != 3 and s,
+                        what="new leader of t-0")
+    assert (s0.leader, s0.leader_epoch, s0.isr) == (2, 1, (2, 1))
+    s1 = await wait_for(lambda: (s := cluster.state("t", 1)) and 3 not in s.isr and s,
+                        what="3 out of the ISR of t-1")
+    assert (s1.leader, s1.leader_epoch, s1.isr) == (1, 1, (1, 2))
+    reqs = await wait_for(lambda: b2.of(ApiKey.LEADER_AND_ISR)[before:], what="LeaderAndIsr")
+    got = {tp: st for r in reqs for tp, st in lai_states(r).items()}
+    assert (got[TopicPartition("t", 0)].leader, got[TopicPartition("t", 0)].leader_epoch) == (2, 1)
+    um = await wait_for(lambda: [u for u in b2.of(ApiKey.UPDATE_METADATA)
+                                 if sorted(x.id for x in u.live_brokers) == [1, 2]],
+                        what="UpdateMetadata without broker 3")
+    assert um
+
+
+@with_cluster
+async def test_last_isr_member_lost_leaves_partition_offline_until_it_returns(
+        cluster: Cluster) -> None:
+    await three_brokers(cluster)
+    await create_topic(cluster, "solo", {0: [3]})
+    await cluster.brokers[3].deregister()
+    s = await wait_for(lambda: (s := cluster.state("solo", 0)) and s.leader == -1 and s,
+                       what="offline partition")
+    assert s.isr == (3,)  # kept, so that 3 can lead again (no unclean election)
+    b3 = cluster.brokers[3]
+    await b3.register()
+    s = await wait_for(lambda: (s := cluster.state("solo", 0)) and s.leader == 3 and s,
+                       what="3 leads again")
+    assert s.leader_epoch == 2
+    reqs = await wait_for(lambda: [r for r in b3.of(ApiKey.LEADER_AND_ISR)
+                                   if r.broker_epoch == b3.broker_epoch], what="LAI to new 3")
+    assert lai_states(reqs[-1])[TopicPartition("solo", 0)].leader == 3
+
+
+@with_cluster
+async def test_failover_to_a_second_controller_with_a_higher_epoch(cluster: Cluster) -> None:
+    first = await three_brokers(cluster)
+    second = await cluster.start_controller(2)
+    await create_topic(cluster, "f", {0: [1, 2, 3]})
+    await wait_for(lambda: second.active_controller_id == 1, what="standby sees controller 1")
+    b3 = cluster.brokers[3]
+    await cluster.stop_controller(1)
+    await cluster.brokers[1].deregister()
+    await wait_for(lambda: second.is_active, what="broker 2 takes over")
+    assert second.controller_epoch == first.controller_epoch + 1 == 2
+    assert cluster.admin_zk.get_controller_id() == 2
+    s = await wait_for(lambda: (s := cluster.state("f", 0)) and s.leader == 2 and s,
+                       what="leader moved off the dead broker 1")
+    assert s.controller_epoch == 2 and s.isr == (2, 3)
+    reqs = await wait_for(lambda: [r for r in b3.of(ApiKey.LEADER_AND_ISR)
+                                   if r.controller_epoch == 2], what="LAI from controller 2")
+    assert all(r.controller_id == 2 for r in reqs)
+
+
+@with_cluster
+async def test_stale_controller_write_is_refused_and_it_resigns(cluster: Cluster) -> None:
+    ctl = await three_brokers(cluster)
+    # Another controller was elected (the epoch znode moved on) before this one noticed.
+    kz = cluster.admin_zk.kazoo
+    await asyncio.to_thread(kz.set, zk_data.CONTROLLER_EPOCH_PATH, b"7")
+    with pytest.raises(ControllerMovedError):
+        await asyncio.to_thread(cluster.admin_zk.update_leader_and_isr, ("x", 0),
+                                LeaderIsrAndControllerEpoch(1, 0, (1,), 1), 0,
+                                ctl.epoch_zk_version)
+    await asyncio.to_thread(AdminZkClient(cluster.admin_zk).create_topic, "late", 1, 1)
+    await wait_for(lambda: not ctl.is_active, what="the stale controller resigns")
+    await asyncio.sleep(0.3)
+    assert cluster.state("late", 0) is None  # its fenced write never landed
+
+
+@with_cluster
+async def test_topic_deletion_stops_and_deletes_replicas_then_removes_znodes(
+        cluster: Cluster) -> None:
+    await three_brokers(cluster)
+    await create_topic(cluster, "gone", {0: [1, 2], 1: [2, 3]})
+    await asyncio.to_thread(AdminZkClient(cluster.admin_zk).delete_topic, "gone")
+    await wait_for(lambda: not cluster.admin_zk.topic_exists("gone"), what="znodes removed")
+    assert cluster.admin_zk.get_topic_deletions() == set()
+    stops = {bid: [tuple((t.topic_name, p.partition_index, p.delete_partition)
+                         for t in r.topic_states for p in t.partition_states)
+                   for r in b.of(ApiKey.STOP_REPLICA)]
+             for bid, b in cluster.brokers.items()}
+    assert stops[1] == [(("gone", 0, True),)]
+    assert stops[2] == [(("gone", 0, True), ("gone", 1, True))]
+    assert stops[3] == [(("gone", 1, True),)]
+    um = [u for u in cluster.brokers[1].of(ApiKey.UPDATE_METADATA)
+          if any(p.leader == -2 for t in u.topic_states for p in t.partition_states)]
+    assert um, "brokers are told the partitions are being deleted (leader -2)"
+
+
+@with_cluster
+async def test_deletion_waits_for_a_dead_replica(cluster: Cluster) -> None:
+    await three_brokers(cluster)
+    await create_topic(cluster, "wait", {0: [1, 3]})
+    await cluster.brokers[3].deregister()
+    await wait_for(lambda: 3 not in cluster.state("wait", 0).isr, what="3 out")  # type: ignore[union-attr]
+    await asyncio.to_thread(AdminZkClient(cluster.admin_zk).delete_topic, "wait")
+    await asyncio.sleep(0.5)
+    assert cluster.admin_zk.topic_exists("wait")
+    await cluster.brokers[3].register()
+    await wait_for(lambda: not cluster.admin_zk.topic_exists("wait"), what="deleted after return")
+
+
+@with_cluster
+async def test_controlled_shutdown_moves_leadership_off_first(cluster: Cluster) -> None:
+    ctl = await three_brokers(cluster)
+    await create_topic(cluster, "cs", {0: [3, 1, 2], 1: [1, 3, 2]})
+    await create_topic(cluster, "cs1", {0: [3]})
+    b3 = cluster.brokers[3]
+    err, remaining = await ctl.controlled_shutdown(3, b3.broker_epoch)
+    assert err == 0
+    assert remaining == []  # cs1-0 has one replica: not counted, as in Kafka
+    s0, s1 = cluster.state("cs", 0), cluster.state("cs", 1)
+    assert s0 is not None and s1 is not None
+    assert (s0.leader, s0.isr) == (1, (1, 2))
+    assert (s1.leader, s1.isr) == (1, (1, 2))
+    stops = await wait_for(lambda: b3.of(ApiKey.STOP_REPLICA), what="StopReplica to 3")
+    stopped = {(t.topic_name, p.partition_index, p.delete_partition)
+               for r in stops for t in r.topic_states for p in t.partition_states}
+    assert stopped == {("cs", 0, False), ("cs", 1, False), ("cs1", 0, False)}
+    err, _ = await ctl.controlled_shutdown(3, b3.broker_epoch - 1)
+    assert err == 77  # STALE_BROKER_EPOCH
+    err, _ = await ctl.controlled_shutdown(9, 1)
+    assert err == 8  # BROKER_NOT_AVAILABLE
+    standby = await cluster.start_controller(2)
+    assert await standby.controlled_shutdown(3, b3.broker_epoch) == (41, [])  # NOT_CONTROLLER
+
+
+@with_cluster
+async def test_isr_change_notification_becomes_update_metadata(cluster: Cluster) -> None:
+    await three_brokers(cluster)
+    await create_topic(cluster, "isr", {0: [1, 2, 3]})
+    zk = cluster.admin_zk
+    s = cluster.state("isr", 0)
+    assert s is not None
+    # The leader shrinks the ISR itself (CAS on the zk version) and notifies the controller.
+    ok, _ = zk.update_leader_and_isr(("isr", 0), LeaderIsrAndControllerEpoch(1, 0, (1, 2), 1),
+                                     s.zk_version)
+    assert ok
+    await asyncio.to_thread(zk.propagate_isr_changes, [("isr", 0)])
+    b3 = cluster.brokers[3]
+    await wait_for(lambda: [u for u in b3.of(ApiKey.UPDATE_METADATA)
+                            for t in u.topic_states for p in t.partition_states
+                            if t.topic_name == "isr" and p.isr == [1, 2]],
+                   what="UpdateMetadata with the shrunk ISR")
+    await wait_for(lambda: zk.get_all_isr_change_notifications() == [],
+                   what="notifications deleted")
+
+
+@with_cluster
+async def test_bounced_broker_gets_requests_with_its_new_epoch(cluster: Cluster) -> None:
+    await three_brokers(cluster)
+    await create_topic(cluster, "b", {0: [2, 3]})
+    b2 = cluster.brokers[2]
+    old = b2.broker_epoch
+    await b2.deregister()
+    await b2.register()
+    assert b2.broker_epoch > old
+    reqs = await wait_for(lambda: [r for r in b2.of(ApiKey.LEADER_AND_ISR)
+                                   if r.broker_epoch == b2.broker_epoch and lai_states(r)],
+                          what="LeaderAndIsr with the new broker epoch")
+    assert TopicPartition("b", 0) in lai_states(reqs[-1])
+
+
+@with_cluster
+async def test_preferred_leader_rebalance_moves_leadership_back(cluster: Cluster) -> None:
+    for bid in (1, 2, 3):
+        await cluster.start_broker(bid)
+    ctl = await cluster.start_controller(
+        1, auto_leader_rebalance_enable="true", leader_imbalance_check_interval_seconds=1)
+    await wait_for(lambda: ctl.is_active, what="elected")
+    await create_topic(cluster, "pref", {0: [3, 1], 1: [1, 3]})
+    await cluster.brokers[3].deregister()
+    await wait_for(lambda: cluster.state("pref", 0).leader == 1, what="1 leads")  # type: ignore[union-attr]
+    await cluster.brokers[3].register()
+    # 3 rejoins the ISR (the leader would do this after it caught up).
+    s = cluster.state("pref", 0)
+    assert s is not None
+    ok, _ = cluster.admin_zk.update_leader_and_isr(
+        ("pref", 0), LeaderIsrAndControllerEpoch(1, s.leader_epoch, (1, 3), s.controller_epoch),
+        s.zk_version)
+    assert ok
+    await asyncio.to_thread(cluster.admin_zk.propagate_isr_changes, [("pref", 0)])
+    s = await wait_for(lambda: (s := cluster.state("pref", 0)) and s.leader == 3 and s,
+                       timeout_s=15, what="preferred leader 3 restored")
+    assert s.isr == (1, 3) or set(s.isr) == {1, 3}
+    assert ctl.imbalanced_brokers() == set()
+
+
+@with_cluster
+async def test_controller_shutdown_releases_the_role(cluster: Cluster) -> None:
+    await three_brokers(cluster)
+    second = await cluster.start_controller(3)
+    await cluster.stop_controller(1)  # broker 1 stays registered; only its controller stops
+    await wait_for(lambda: second.is_active, what="broker 3 takes over at once")
+    assert second.controller_epoch == 2
+    with contextlib.suppress(Exception):
+        assert cluster.admin_zk.get_controller_id() == 3
