@@ -11,6 +11,8 @@ import click
 COMMANDS: dict[str, str] = {
     "log": "tidelog.cli.log_cmd:log",
     "demo": "tidelog.cli.demo:demo",
+    "produce": "tidelog.cli.produce_cmd:produce",
+    "consume": "tidelog.cli.consume_cmd:consume",
 }
 
 

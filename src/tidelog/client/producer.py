@@ -124,6 +124,7 @@ class Producer:
         retry_backoff_ms: int = 100,
         buffer_memory: int = 33554432,
         max_block_ms: int = 60000,
+        max_request_size: int = 1048576,
     ) -> None:
         self.client = client
         self.acks = parse_acks(acks)
@@ -142,6 +143,7 @@ class Producer:
         self.retry_backoff_ms = retry_backoff_ms
         self.buffer_memory = buffer_memory
         self.max_block_ms = max_block_ms
+        self.max_request_size = max_request_size
         self.producer_id = -1
         self.producer_epoch = -1
         self._next_sequence: dict[TopicPartition, int] = {}
@@ -228,7 +230,13 @@ class Producer:
             timestamp_ms = int(time.time() * 1000)
         queue = self._queue(tp)
         batch = queue.batches[-1] if queue.batches else None
-        if batch is None or batch.closed or (batch.size + size > self.batch_size and batch.records):
+        # While a batch of this partition is in flight, the next one may grow past batch.size
+        # up to max.request.size: one batch in flight per partition would otherwise cap
+        # throughput at batch.size per round trip.
+        limit = self.batch_size
+        if batch is not None and len(queue.batches) == 2 and queue.batches[0].closed:
+            limit = max(self.batch_size, self.max_request_size)
+        if batch is None or batch.closed or (batch.size + size > limit and batch.records):
             if batch is not None and not batch.closed:
                 queue.wakeup.set()  # the previous batch is full: send it now
             batch = _Batch(tp, time.monotonic())
@@ -243,8 +251,10 @@ class Producer:
         batch.size += size
         self._incomplete.add(future)
         future.add_done_callback(self._incomplete.discard)
-        if batch.size >= self.batch_size or self.linger_ms == 0 or self._flushing:
+        if batch.size >= limit or self.linger_ms == 0 or self._flushing:
             queue.wakeup.set()
+            # let the sender run: a caller looping over send() never suspends otherwise
+            await asyncio.sleep(0)
         elif len(batch.records) == 1:
             queue.wakeup.set()  # start its linger timer
         return future
