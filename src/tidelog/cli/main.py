@@ -13,6 +13,7 @@ COMMANDS: dict[str, str] = {
     "demo": "tidelog.cli.demo:demo",
     "produce": "tidelog.cli.produce_cmd:produce",
     "consume": "tidelog.cli.consume_cmd:consume",
+    "sim": "tidelog.cli.sim_cmd:sim",
 }
 
 

@@ -55,11 +55,18 @@ class InvariantChecker:
     _strong_keys: dict[TopicPartition, Any] = field(default_factory=dict)
     _verified: dict[tuple[TopicPartition, int, int], int] = field(default_factory=dict)
     _checks: int = 0
+    counts: dict[str, int] = field(default_factory=dict)  # every failed check, repeats included
+    _seen: set[tuple[str, TopicPartition | None, str]] = field(default_factory=set)
     enabled: bool = True
     # Stop recording after this many (a broken rule tends to repeat on every event).
     max_violations: int = 50
 
     def fail(self, invariant: str, tp: TopicPartition | None, detail: str) -> None:
+        self.counts[invariant] = self.counts.get(invariant, 0) + 1
+        key = (invariant, tp, detail)
+        if key in self._seen:
+            return  # the same broken state seen again on the next event
+        self._seen.add(key)
         if len(self.violations) < self.max_violations:
             v = Violation(self.cluster.scheduler.now_ms, invariant, tp, detail)
             self.violations.append(v)
@@ -109,7 +116,7 @@ class InvariantChecker:
                     if pp is None:
                         continue
                     leo = pp.log.log_end_offset
-                    if leo < hw and not peer.is_dirty(tp):
+                    if leo < hw and not peer.is_dirty(tp, epoch):
                         self.fail("ValidHighWatermark", tp,
                                   f"leader {bid} HW {hw} > LEO {leo} of ISR member {m}")
                 self._strong_isr(node, tp, epoch, hw, full)
@@ -128,7 +135,7 @@ class InvariantChecker:
             if m == leader.broker_id:
                 continue
             peer = self.cluster.node(m)
-            if peer is None or not peer.running or peer.is_dirty(tp):
+            if peer is None or not peer.running or peer.is_dirty(tp, epoch):
                 continue
             leo = peer.log_end_offset(tp)
             if leo is None:

@@ -96,7 +96,9 @@ class SimBroker:
         self.broker_epoch = -1
         self.clean_shutdown = True  # how the previous process ended
         self.live_brokers: dict[int, int] = {}
-        self.dirty: set[TopicPartition] = set()  # lossy-restarted, not caught up since
+        # Partitions whose log this broker lost in a power loss -> the ZooKeeper leader epoch at
+        # the time: leaders of that epoch or older still count on data that is gone.
+        self.dirty: dict[TopicPartition, int] = {}
         self._backlog: list[tuple[int, Any]] = []
         self._corr = 0
         self._inflight: dict[int, tuple[Any, Any]] = {}  # corr -> (fetcher request, timer)
@@ -172,7 +174,11 @@ class SimBroker:
         self.rm = None
         self.fm = None
         if kind == "lossy":
-            self.dirty = set(self.cluster.tps)
+            for tp in self.cluster.tps:
+                state = self.cluster.zk_state(tp)
+                # Never cleared: only leaders of this epoch or older are exempt, and a leader
+                # keeps its epoch only until the controller handles this broker's bounce.
+                self.dirty[tp] = state.leader_epoch if state is not None else 0
 
     def pause(self) -> None:
         if self.running and not self.paused:
@@ -219,21 +225,24 @@ class SimBroker:
         log = self.log(tp)
         return None if log is None else log.log_end_offset
 
-    def is_dirty(self, tp: TopicPartition) -> bool:
-        if tp not in self.dirty:
-            return False
-        # Caught up again: out of every leader's ISR since, or back at the leader's HW.
-        leader = self.cluster.acting_leader(tp)
-        if leader is None or leader is self:
-            return True
-        p = leader.rm.partitions.get(tp) if leader.rm is not None else None
-        leo = self.log_end_offset(tp)
-        if p is None or leo is None:
-            return True
-        if self.broker_id not in p.maximal_isr or leo >= p.high_watermark:
-            self.dirty.discard(tp)
-            return False
-        return True
+    def is_dirty(self, tp: TopicPartition, leader_epoch: int) -> bool:
+        """True if a leader in `leader_epoch` may still count on data this broker lost in a
+        power loss (its view of this replica predates the crash). A lossy crash of an ISR
+        member breaks ValidHighWatermark/StrongIsr for such a leader in Kafka too; what must
+        hold then is NoAckedLoss (checked at the end)."""
+        crashed_in = self.dirty.get(tp)
+        return crashed_in is not None and leader_epoch <= crashed_in
+
+    def recovering(self) -> bool:
+        """Lost data in a power loss and not yet back in the ISR of a running leader of a newer
+        epoch (the fault injector allows one such broker at a time)."""
+        for tp, crashed_in in self.dirty.items():
+            leader = self.cluster.acting_leader(tp)
+            p = leader.partition(tp) if leader is not None else None
+            if (not self.running or p is None or p.leader_epoch <= crashed_in
+                    or self.broker_id not in p.isr):
+                return True
+        return False
 
     def partition(self, tp: TopicPartition) -> Any:
         return None if self.rm is None else self.rm.partitions.get(tp)
@@ -248,6 +257,12 @@ class SimBroker:
         self._handle(src, msg)
 
     def _handle(self, src: int, msg: Any) -> None:
+        if self.broker_epoch < 0 and not isinstance(msg, ZkResponse | _Retry):
+            # Kafka processes requests only once the broker is registered (they wait in the
+            # socket backlog); then a request meant for the previous process's registration is
+            # refused by its older broker epoch.
+            self._backlog.append((src, msg))
+            return
         if isinstance(msg, ReplicaFetchRequest):
             self._on_replica_request(src, msg)
         elif isinstance(msg, ReplicaFetchResponse):
@@ -535,6 +550,7 @@ class SimBroker:
         self._zk_send(("connect", self.cluster.config.session_timeout_ms))
 
     def _registered(self, broker_epoch: int) -> None:
+        first = self.broker_epoch < 0
         self.broker_epoch = broker_epoch
         self.stats.registrations += 1
         self.trace("registered", ("epoch", broker_epoch))
@@ -544,6 +560,10 @@ class SimBroker:
             self.fm.broker_epoch = broker_epoch
             for f in self.fm.fetchers.values():
                 f.broker_epoch = broker_epoch
+        if first and self._backlog and not self.paused:
+            backlog, self._backlog = self._backlog, []
+            for src, msg in backlog:
+                self._handle(src, msg)
 
     def _ping(self, inc: int) -> None:
         if self.session_id:

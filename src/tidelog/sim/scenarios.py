@@ -73,7 +73,12 @@ class ScenarioResult:
             head = (f"{self.name} ({mode}): no violation" if not self.unexpected
                     else f"{self.name} ({mode}): FAILED")
         lines = [head]
-        lines += [f"  {v}" for v in self.violations[:12]]
+        by_kind: dict[str, list[Violation]] = {}
+        for v in self.violations:
+            by_kind.setdefault(v.invariant, []).append(v)
+        for kind, vs in by_kind.items():
+            tag = " (allowed here)" if kind in self.allowed else ""
+            lines.append(f"  {kind}{tag}: {len(vs)} distinct; first: {vs[0]}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 

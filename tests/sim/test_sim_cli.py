@@ -1,0 +1,39 @@
+"""`tidelog sim`: random runs with a summary table, scenarios with a step table."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from tidelog.cli.main import cli
+
+
+def test_sim_runs_seeds_and_prints_a_summary() -> None:
+    res = CliRunner().invoke(cli, ["sim", "--seed", "3", "--seeds", "2", "--steps", "800"],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "tidelog sim" in res.output and "2 run(s)" in res.output
+
+
+def test_sim_scenario_trace_prints_every_replica_per_step() -> None:
+    res = CliRunner().invoke(cli, ["sim", "--scenario", "kip101", "--trace"],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "LEO" in res.output and "m2 acked" in res.output and "no violation" in res.output
+
+
+def test_sim_naive_scenario_exits_zero_when_the_bug_is_caught() -> None:
+    res = CliRunner().invoke(cli, ["sim", "--scenario", "maximal_isr", "--naive"])
+    assert res.exit_code == 0, res.output
+    assert "bug caught" in res.output
+
+
+def test_sim_rejects_unknown_faults_and_scenarios() -> None:
+    res = CliRunner().invoke(cli, ["sim", "--faults", "meteor"])
+    assert res.exit_code != 0 and "unknown fault" in res.output
+    res = CliRunner().invoke(cli, ["sim", "--scenario", "nope"])
+    assert res.exit_code != 0 and "unknown scenario" in res.output
+
+
+def test_sim_lists_scenarios() -> None:
+    res = CliRunner().invoke(cli, ["sim", "--list-scenarios"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and "kip320" in res.output
