@@ -14,6 +14,8 @@ COMMANDS: dict[str, str] = {
     "produce": "tidelog.cli.produce_cmd:produce",
     "consume": "tidelog.cli.consume_cmd:consume",
     "sim": "tidelog.cli.sim_cmd:sim",
+    "cluster": "tidelog.cli.cluster_cmd:cluster",
+    "topics": "tidelog.cli.topics_cmd:topics",
 }
 
 
