@@ -140,7 +140,9 @@ def kio_friendly(msg: Any, classes: dict[str, type], version: int) -> st.SearchS
 
 
 @pytest.mark.parametrize(("modname", "kind", "version"), CASES)
-@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+# derandomized: kio's own value limits must not make this test flaky; tidelog's codecs get
+# fresh random inputs in test_message_roundtrip.py
+@settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_tidelog_and_kio_agree(modname: str, kind: str, version: int, data: st.DataObject) -> None:
     module = importlib.import_module(f"tidelog.protocol.messages.{modname}")

@@ -61,11 +61,9 @@ def decode_request(frame: memoryview | bytes) -> tuple[RequestHeader, Any]:
     if not spec.min_version <= api_version <= spec.max_version:
         raise UnsupportedVersionError(api_key, api_version, correlation_id)
     header, pos = decode_request_header(view, spec.request_header_version(api_version))
-    body, end = spec.module.decode_request(api_version, view, pos)
-    if end != len(view):
-        raise DecodeError(
-            f"{spec.name} v{api_version} request has {len(view) - end} trailing bytes"
-        )
+    # Bytes after the body are ignored, as Kafka does: librdkafka's all-topics Metadata v12
+    # request carries three stray bytes after its tagged fields.
+    body, _ = spec.module.decode_request(api_version, view, pos)
     return header, body
 
 
