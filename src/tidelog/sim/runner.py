@@ -35,6 +35,7 @@ class RunSummary:
     lost: int = 0  # acks=all writes missing at the end
     faults: dict[str, int] = field(default_factory=dict)
     violations: list[Violation] = field(default_factory=list)
+    event_violations: int = 0  # of those, found by the per-event checks (not the end checks)
     converged: bool = False
     offline: int = 0  # partitions left offline by KIP-966's rule (unavailable, not unsafe)
     trace_digest: str = ""
@@ -120,6 +121,7 @@ def run_seed(seed: int, steps: int = 2000, *, brokers: int = 3, partitions: int 
     summary.lost = sum(1 for v in final if v.invariant == "NoAckedLoss")
     summary.faults = dict(injector.stats.injected)
     summary.violations = list(cluster.checker.violations) + final
+    summary.event_violations = len(cluster.checker.violations)
     summary.converged = converged
     summary.offline = sum(1 for tp in cluster.tps if cluster.offline_by_kip966(tp))
     summary.trace_digest = cluster.trace.digest()
