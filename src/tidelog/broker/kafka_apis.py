@@ -1,0 +1,838 @@
+"""`KafkaApis`: one handler per Kafka API, mapping the generated wire dataclasses to the broker's
+replica manager, metadata cache and ZooKeeper (Kafka's `KafkaApis`, ZooKeeper mode).
+
+Every refusal is Kafka's error code for that case. Requests at a version outside the advertised
+range close the connection (as Kafka does), except Produce v0-2, which is advertised (librdkafka
+needs v0 in the table to compress) and answered with UNSUPPORTED_VERSION per partition.
+
+Consumer group APIs are advertised by the protocol table but belong to a group coordinator that
+is not part of this module: `register_handler` plugs one in; until then FindCoordinator answers
+COORDINATOR_NOT_AVAILABLE and the other group APIs close the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from tidelog.broker.metadata_cache import BrokerEndpoint, PartitionMetadata
+from tidelog.broker.socket_server import CloseConnection, RequestContext
+from tidelog.controller.admin import AdminError, validate_topic_name
+from tidelog.protocol.api_keys import ApiKey
+from tidelog.protocol.api_versions import (
+    PRODUCE_MIN_ACCEPTED_VERSION,
+    api_versions_response,
+    is_supported,
+)
+from tidelog.protocol.errors import ErrorCode
+from tidelog.protocol.messages import (
+    controlled_shutdown as m_cs,
+)
+from tidelog.protocol.messages import (
+    create_topics as m_ct,
+)
+from tidelog.protocol.messages import (
+    delete_topics as m_dt,
+)
+from tidelog.protocol.messages import (
+    describe_configs as m_dc,
+)
+from tidelog.protocol.messages import (
+    fetch as m_fetch,
+)
+from tidelog.protocol.messages import (
+    find_coordinator as m_fc,
+)
+from tidelog.protocol.messages import (
+    init_producer_id as m_ipi,
+)
+from tidelog.protocol.messages import (
+    leader_and_isr as m_lai,
+)
+from tidelog.protocol.messages import (
+    list_offsets as m_lo,
+)
+from tidelog.protocol.messages import (
+    metadata as m_md,
+)
+from tidelog.protocol.messages import (
+    offset_for_leader_epoch as m_ofle,
+)
+from tidelog.protocol.messages import (
+    produce as m_produce,
+)
+from tidelog.protocol.messages import (
+    stop_replica as m_sr,
+)
+from tidelog.protocol.messages import (
+    update_metadata as m_um,
+)
+from tidelog.protocol.records.batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET
+from tidelog.replication.errors import Errors
+from tidelog.replication.types import (
+    CONSUMER_REPLICA_ID,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    LeaderAndIsrPartitionState,
+    TopicPartition,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tidelog.broker.server import BrokerServer
+
+__all__ = ["KafkaApis"]
+
+logger = logging.getLogger(__name__)
+
+# ListOffsets special timestamps beyond earliest/latest.
+MAX_TIMESTAMP = -3
+# Kafka's debugging replica id: ListOffsets / Fetch allowed on followers, reading to the LEO.
+DEBUGGING_REPLICA_ID = -2
+
+# DescribeConfigs config_source values (Kafka's DescribeConfigsResponse.ConfigSource).
+DYNAMIC_TOPIC_CONFIG = 1
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+_CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6,
+                 "list": 7, "password": 9}
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+
+_I32 = __import__("struct").Struct(">i")
+
+ApiHandler = Callable[[RequestContext, Any], Awaitable[Any | None]]
+
+
+def _code(error: Any) -> int:
+    return int(error)
+
+
+def _config_str(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list | tuple):
+        return ",".join(str(x) for x in v)
+    return str(v)
+
+
+def _validate_single_batch(records: Any) -> int:
+    """Produce v3+: exactly one magic-2 batch per partition (Kafka's
+    `ProduceRequest.validateRecords`). Returns an error code, 0 when fine."""
+    if records is None or len(records) == 0:
+        return ErrorCode.INVALID_RECORD
+    n = len(records)
+    if n < HEADER_SIZE:
+        return ErrorCode.CORRUPT_MESSAGE
+    size = _I32.unpack_from(records, 8)[0] + LOG_OVERHEAD
+    if records[MAGIC_OFFSET] != 2:
+        return ErrorCode.INVALID_RECORD
+    if size < HEADER_SIZE or size > n:
+        return ErrorCode.CORRUPT_MESSAGE
+    if size < n:
+        return ErrorCode.INVALID_RECORD  # more than one batch
+    return 0
+
+
+class KafkaApis:
+    def __init__(self, server: BrokerServer) -> None:
+        self.server = server
+        self.config = server.config
+        self.broker_id = server.broker_id
+        self.handlers: dict[int, ApiHandler] = {
+            ApiKey.API_VERSIONS: self.handle_api_versions,
+            ApiKey.METADATA: self.handle_metadata,
+            ApiKey.PRODUCE: self.handle_produce,
+            ApiKey.FETCH: self.handle_fetch,
+            ApiKey.LIST_OFFSETS: self.handle_list_offsets,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
+            ApiKey.CREATE_TOPICS: self.handle_create_topics,
+            ApiKey.DELETE_TOPICS: self.handle_delete_topics,
+            ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs,
+            ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
+            ApiKey.LEADER_AND_ISR: self.handle_leader_and_isr,
+            ApiKey.UPDATE_METADATA: self.handle_update_metadata,
+            ApiKey.STOP_REPLICA: self.handle_stop_replica,
+            ApiKey.CONTROLLED_SHUTDOWN: self.handle_controlled_shutdown,
+            ApiKey.FIND_COORDINATOR: self.handle_find_coordinator_unavailable,
+        }
+        self.requests_handled = 0
+
+    def register_handler(self, api_key: int, handler: ApiHandler) -> None:
+        """Plug in a handler (e.g. a group coordinator's) for an advertised API."""
+        self.handlers[api_key] = handler
+
+    @property
+    def rm(self) -> Any:
+        return self.server.replica_manager
+
+    @property
+    def cache(self) -> Any:
+        return self.server.metadata_cache
+
+    # ------------------------------------------------------------------ dispatch
+    async def handle(self, ctx: RequestContext, request: Any) -> Any | None:
+        key, version = ctx.header.request_api_key, ctx.api_version
+        self.requests_handled += 1
+        if key == ApiKey.PRODUCE and version < PRODUCE_MIN_ACCEPTED_VERSION:
+            return self._produce_error_response(request, ErrorCode.UNSUPPORTED_VERSION)
+        if not is_supported(key, version):
+            raise CloseConnection(f"api key {key} version {version} is not served")
+        handler = self.handlers.get(key)
+        if handler is None:
+            raise CloseConnection(f"api key {key} has no handler on this broker")
+        return await handler(ctx, request)
+
+    def _known_partition_error(self, tp: TopicPartition, error: int) -> int:
+        """A partition this broker does not host: NOT_LEADER_OR_FOLLOWER when the cluster has
+        it (the client's metadata is stale), UNKNOWN_TOPIC_OR_PARTITION otherwise (Kafka)."""
+        if error == Errors.UNKNOWN_TOPIC_OR_PARTITION and self.cache.partition(tp) is not None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return error
+
+    def _stale_broker_epoch(self, broker_epoch: int) -> bool:
+        # KIP-380: -1 means "not sent" (an older controller); older than ours is stale.
+        return broker_epoch != -1 and broker_epoch < self.server.broker_epoch
+
+    # ------------------------------------------------------------------ ApiVersions
+    async def handle_api_versions(self, ctx: RequestContext, request: Any) -> Any:
+        return api_versions_response(include_controller_apis=True)
+
+    # ------------------------------------------------------------------ Metadata
+    async def handle_metadata(self, ctx: RequestContext, request: m_md.MetadataRequest) -> Any:
+        version = ctx.api_version
+        cache = self.cache
+        if request.topics is None or (version == 0 and not request.topics):
+            names: list[str | None] = list(cache.topics())
+            explicit = False
+        else:
+            names = [t.name for t in request.topics]
+            explicit = True
+        allow_auto = request.allow_auto_topic_creation if version >= 4 else True
+        topics: list[m_md.MetadataResponseTopic] = []
+        seen: set[str | None] = set()
+        for name in names:
+            if name in seen:
+                continue
+            seen.add(name)
+            if name is not None and cache.contains_topic(name):
+                topics.append(self._topic_metadata(name))
+                continue
+            error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if name is not None and explicit:
+                try:
+                    validate_topic_name(name)
+                except AdminError:
+                    error = ErrorCode.INVALID_TOPIC_EXCEPTION
+                else:
+                    if allow_auto and self.config.get("auto.create.topics.enable"):
+                        error = await self._auto_create_topic(name)
+            topics.append(m_md.MetadataResponseTopic(error_code=error, name=name or ""))
+        brokers = [
+            m_md.MetadataResponseBroker(b.broker_id, b.host, b.port, b.rack)
+            for b in (cache.brokers[i] for i in cache.alive_broker_ids())
+        ]
+        if not brokers:  # before the first UpdateMetadata: at least this broker is known
+            me = self.server.advertised_endpoint
+            brokers = [m_md.MetadataResponseBroker(self.broker_id, me[0], me[1],
+                                                   self.config.get("broker.rack"))]
+        return m_md.MetadataResponse(
+            brokers=brokers,
+            cluster_id=self.server.cluster_id,
+            controller_id=cache.controller_id if cache.controller_id is not None else -1,
+            topics=topics,
+        )
+
+    def _topic_metadata(self, topic: str) -> m_md.MetadataResponseTopic:
+        parts = []
+        for index, pm in sorted(self.cache.topic_partitions(topic).items()):
+            alive = pm.leader >= 0 and self.cache.is_alive(pm.leader)
+            parts.append(m_md.MetadataResponsePartition(
+                error_code=ErrorCode.NONE if alive else ErrorCode.LEADER_NOT_AVAILABLE,
+                partition_index=index,
+                leader_id=pm.leader if alive else -1,
+                leader_epoch=pm.leader_epoch,
+                replica_nodes=list(pm.replicas),
+                isr_nodes=list(pm.isr),
+                offline_replicas=list(pm.offline_replicas),
+            ))
+        return m_md.MetadataResponseTopic(error_code=ErrorCode.NONE, name=topic,
+                                          is_internal=topic.startswith("__"), partitions=parts)
+
+    async def _auto_create_topic(self, topic: str) -> int:
+        partitions = self.config.get("num.partitions")
+        rf = self.config.get("default.replication.factor")
+        try:
+            await asyncio.to_thread(self.server.admin.create_topic, topic, partitions, rf)
+            logger.info("auto-created topic %s (%d partitions, RF %d)", topic, partitions, rf)
+        except AdminError as e:
+            if e.error_code == ErrorCode.TOPIC_ALREADY_EXISTS:
+                return ErrorCode.LEADER_NOT_AVAILABLE
+            return int(e.error_code)
+        except Exception as e:
+            logger.warning("auto-creating topic %s failed: %s", topic, e)
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return ErrorCode.LEADER_NOT_AVAILABLE
+
+    # ------------------------------------------------------------------ Produce
+    def _produce_error_response(self, request: Any, error: int) -> m_produce.ProduceResponse:
+        return m_produce.ProduceResponse(responses=[
+            m_produce.TopicProduceResponse(t.name, [
+                m_produce.PartitionProduceResponse(index=p.index, error_code=error, base_offset=-1)
+                for p in t.partition_data
+            ])
+            for t in request.topic_data
+        ])
+
+    async def handle_produce(
+        self, ctx: RequestContext, request: m_produce.ProduceRequest
+    ) -> m_produce.ProduceResponse | None:
+        acks = request.acks
+        order: list[tuple[str, list[int]]] = []
+        errors: dict[TopicPartition, int] = {}
+        entries: dict[TopicPartition, Any] = {}
+        for t in request.topic_data:
+            order.append((t.name, [p.index for p in t.partition_data]))
+            for p in t.partition_data:
+                tp = TopicPartition(t.name, p.index)
+                if tp in entries or tp in errors:
+                    errors[tp] = ErrorCode.INVALID_REQUEST  # the same partition twice
+                    entries.pop(tp, None)
+                    continue
+                err = _validate_single_batch(p.records)
+                if err:
+                    errors[tp] = err
+                else:
+                    entries[tp] = p.records
+        results: dict[TopicPartition, Any] = {}
+        if entries:
+            results = await self.rm.append_records(acks, entries, request.timeout_ms)
+        failed = bool(errors) or any(r.error != Errors.NONE for r in results.values())
+        if acks == 0:
+            if failed:
+                # Kafka closes the connection so that an acks=0 producer learns something failed.
+                raise CloseConnection("acks=0 produce failed")
+            return None
+        responses = []
+        for topic, indexes in order:
+            parts = []
+            for index in indexes:
+                tp = TopicPartition(topic, index)
+                if tp in errors:
+                    parts.append(m_produce.PartitionProduceResponse(
+                        index=index, error_code=errors[tp], base_offset=-1))
+                    continue
+                r = results.get(tp)
+                if r is None:
+                    continue
+                code = self._known_partition_error(tp, _code(r.error))
+                parts.append(m_produce.PartitionProduceResponse(
+                    index=index, error_code=code, base_offset=r.base_offset,
+                    log_append_time_ms=r.log_append_time_ms, log_start_offset=r.log_start_offset,
+                ))
+            responses.append(m_produce.TopicProduceResponse(topic, parts))
+        return m_produce.ProduceResponse(responses=responses)
+
+    # ------------------------------------------------------------------ Fetch
+    async def handle_fetch(self, ctx: RequestContext, request: m_fetch.FetchRequest) -> Any:
+        version = ctx.api_version
+        if version >= 7 and request.session_id != 0:
+            # tidelog keeps no fetch sessions (it always answers session id 0 = full fetches).
+            return m_fetch.FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+        partitions: dict[TopicPartition, tuple[int, int, int, int]] = {}
+        order: list[tuple[str, list[int]]] = []
+        for t in request.topics:
+            order.append((t.topic, [p.partition for p in t.partitions]))
+            for p in t.partitions:
+                partitions[TopicPartition(t.topic, p.partition)] = (
+                    p.fetch_offset, p.current_leader_epoch, p.log_start_offset,
+                    p.partition_max_bytes,
+                )
+        replica_id = request.replica_id
+        results = await self.rm.fetch_messages(
+            replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes, partitions
+        ) if partitions else {}
+        responses = []
+        for topic, indexes in order:
+            parts = []
+            for index in indexes:
+                tp = TopicPartition(topic, index)
+                r = results.get(tp)
+                if r is None:
+                    continue
+                code = _code(r.error)
+                if replica_id < 0:
+                    code = self._known_partition_error(tp, code)
+                ok = code == ErrorCode.NONE
+                parts.append(m_fetch.PartitionData(
+                    partition_index=index,
+                    error_code=code,
+                    high_watermark=r.high_watermark,
+                    # No transactions: the last stable offset is the HW.
+                    last_stable_offset=r.high_watermark if ok else -1,
+                    log_start_offset=r.log_start_offset,
+                    aborted_transactions=None,
+                    records=r.records if ok else b"",
+                ))
+            responses.append(m_fetch.FetchableTopicResponse(topic=topic, partitions=parts))
+        return m_fetch.FetchResponse(error_code=0, session_id=0, responses=responses)
+
+    # ------------------------------------------------------------------ ListOffsets
+    async def handle_list_offsets(
+        self, ctx: RequestContext, request: m_lo.ListOffsetsRequest
+    ) -> m_lo.ListOffsetsResponse:
+        version = ctx.api_version
+        replica_id = request.replica_id
+        topics = []
+        for t in request.topics:
+            parts = []
+            for p in t.partitions:
+                tp = TopicPartition(t.name, p.partition_index)
+                error, offset, timestamp, epoch = self._list_offset(
+                    replica_id, tp, p.current_leader_epoch, p.timestamp, request.isolation_level
+                )
+                resp = m_lo.ListOffsetsPartitionResponse(
+                    partition_index=p.partition_index, error_code=error,
+                    timestamp=timestamp, offset=offset, leader_epoch=epoch,
+                )
+                if version == 0:
+                    resp.old_style_offsets = [offset] if error == 0 and offset >= 0 else []
+                parts.append(resp)
+            topics.append(m_lo.ListOffsetsTopicResponse(name=t.name, partitions=parts))
+        return m_lo.ListOffsetsResponse(topics=topics)
+
+    def _list_offset(
+        self, replica_id: int, tp: TopicPartition, current_leader_epoch: int, timestamp: int,
+        isolation_level: int,
+    ) -> tuple[int, int, int, int]:
+        """(error, offset, timestamp, leader epoch) for one partition."""
+        core = self.rm.core
+        p = core.partition(tp)
+        if replica_id == DEBUGGING_REPLICA_ID:
+            # Tools (tidelog topics describe) read any replica's log ends, leader or not.
+            if p is None:
+                return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1
+            if timestamp == EARLIEST_TIMESTAMP:
+                return 0, p.log_start_offset, -1, p.leader_epoch
+            if timestamp == LATEST_TIMESTAMP:
+                return 0, p.log_end_offset, -1, p.leader_epoch
+        if timestamp in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
+            rid = replica_id if replica_id >= 0 else CONSUMER_REPLICA_ID
+            r = core.list_offsets(rid, {tp: (current_leader_epoch, timestamp)})[tp]
+            code = self._known_partition_error(tp, _code(r.error))
+            return code, r.offset if code == 0 else -1, -1, r.leader_epoch if code == 0 else -1
+        if p is None:
+            return self._known_partition_error(tp, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), -1, -1, -1
+        err = p.check_current_leader_epoch(current_leader_epoch)
+        if err != Errors.NONE:
+            return _code(err), -1, -1, -1
+        if not p.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1, -1
+        upper = p.log_end_offset if replica_id >= 0 else p.high_watermark
+        if timestamp == MAX_TIMESTAMP:
+            best: tuple[int, int] | None = None
+            for b in p.log.batches(p.log_start_offset):
+                if b.base_offset >= upper:
+                    break
+                if best is None or b.max_timestamp > best[1]:
+                    best = (b.base_offset, b.max_timestamp)
+            if best is None:
+                return 0, -1, -1, -1
+            return 0, best[0], best[1], p.leader_epoch
+        if timestamp < 0:
+            return ErrorCode.INVALID_REQUEST, -1, -1, -1
+        found = p.log.offset_for_timestamp(timestamp)
+        if found is None or found[0] >= upper:
+            return 0, -1, -1, -1
+        return 0, found[0], found[1], p.leader_epoch
+
+    # ------------------------------------------------------------------ OffsetForLeaderEpoch
+    async def handle_offset_for_leader_epoch(
+        self, ctx: RequestContext, request: m_ofle.OffsetForLeaderEpochRequest
+    ) -> m_ofle.OffsetForLeaderEpochResponse:
+        wanted: dict[TopicPartition, tuple[int, int]] = {}
+        for t in request.topics:
+            for p in t.partitions:
+                wanted[TopicPartition(t.topic, p.partition)] = (p.current_leader_epoch, p.leader_epoch)
+        results = self.rm.last_offset_for_leader_epoch(request.replica_id, wanted)
+        topics = []
+        for t in request.topics:
+            parts = []
+            for p in t.partitions:
+                tp = TopicPartition(t.topic, p.partition)
+                r = results[tp]
+                parts.append(m_ofle.EpochEndOffset(
+                    error_code=self._known_partition_error(tp, _code(r.error)),
+                    partition=p.partition, leader_epoch=r.leader_epoch, end_offset=r.end_offset,
+                ))
+            topics.append(m_ofle.OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))
+        return m_ofle.OffsetForLeaderEpochResponse(topics=topics)
+
+    # ------------------------------------------------------------------ admin
+    def _not_controller(self) -> bool:
+        """ZooKeeper-mode admin requests go to the active controller (when one runs here)."""
+        controller = self.server.controller
+        return controller is not None and not getattr(controller, "is_active", False)
+
+    async def _wait_until(self, predicate: Callable[[], bool], timeout_ms: int) -> bool:
+        deadline = time.monotonic() + timeout_ms / 1000
+        while not predicate():
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.02)
+        return True
+
+    async def handle_create_topics(
+        self, ctx: RequestContext, request: m_ct.CreateTopicsRequest
+    ) -> m_ct.CreateTopicsResponse:
+        names = [t.name for t in request.topics]
+        dup = {n for n in names if names.count(n) > 1}
+        results: list[m_ct.CreatableTopicResult] = []
+        created: list[m_ct.CreatableTopicResult] = []
+        for t in request.topics:
+            res = m_ct.CreatableTopicResult(name=t.name, error_message=None)
+            results.append(res)
+            if t.name in dup:
+                res.error_code = ErrorCode.INVALID_REQUEST
+                res.error_message = f"Create topics request from client contains the topic {t.name} more than once"
+                continue
+            if self._not_controller():
+                res.error_code = ErrorCode.NOT_CONTROLLER
+                continue
+            partitions, rf = t.num_partitions, t.replication_factor
+            assignment = None
+            if t.assignments:
+                if partitions != -1 or rf != -1:
+                    res.error_code = ErrorCode.INVALID_REQUEST
+                    res.error_message = ("Both numPartitions or replicationFactor and "
+                                         "replicasAssignments were set. Both cannot be used at the same time.")
+                    continue
+                assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments}
+            else:
+                if partitions == -1:
+                    partitions = self.config.get("num.partitions")
+                if rf == -1:
+                    rf = self.config.get("default.replication.factor")
+            configs = {c.name: c.value for c in t.configs if c.value is not None}
+            try:
+                assigned = await asyncio.to_thread(
+                    self.server.admin.create_topic, t.name, partitions, rf, configs, assignment,
+                    request.validate_only,
+                )
+            except AdminError as e:
+                res.error_code = int(e.error_code)
+                res.error_message = e.message
+                continue
+            except Exception as e:
+                res.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
+                res.error_message = str(e)
+                continue
+            res.num_partitions = len(assigned)
+            res.replication_factor = len(next(iter(assigned.values()))) if assigned else -1
+            res.configs = [m_ct.CreatableTopicConfigs(name=k, value=v, config_source=DYNAMIC_TOPIC_CONFIG)
+                           for k, v in sorted(configs.items())]
+            if not request.validate_only:
+                created.append(res)
+        if created and request.timeout_ms > 0:
+            # Kafka's DelayedCreatePartitions: answer when the controller has elected leaders.
+            ok = await self._wait_until(
+                lambda: all(self.cache.has_leaders(r.name) for r in created), request.timeout_ms
+            )
+            if not ok:
+                for r in created:
+                    if not self.cache.has_leaders(r.name):
+                        r.error_code = ErrorCode.REQUEST_TIMED_OUT
+                        r.error_message = "Timed out waiting for the topic's leaders to be elected"
+        return m_ct.CreateTopicsResponse(topics=results)
+
+    async def handle_delete_topics(
+        self, ctx: RequestContext, request: m_dt.DeleteTopicsRequest
+    ) -> m_dt.DeleteTopicsResponse:
+        if ctx.api_version >= 6:
+            names = [t.name for t in request.topics]
+        else:
+            names = list(request.topic_names)
+        results: list[m_dt.DeletableTopicResult] = []
+        waiting: list[m_dt.DeletableTopicResult] = []
+        for name in names:
+            res = m_dt.DeletableTopicResult(name=name)
+            results.append(res)
+            if name is None:
+                res.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+                continue
+            if not self.config.get("delete.topic.enable"):
+                res.error_code = ErrorCode.TOPIC_DELETION_DISABLED
+                continue
+            if self._not_controller():
+                res.error_code = ErrorCode.NOT_CONTROLLER
+                continue
+            try:
+                await asyncio.to_thread(self.server.admin.delete_topic, name)
+            except AdminError as e:
+                res.error_code = int(e.error_code)
+                res.error_message = e.message
+                continue
+            except Exception as e:
+                res.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
+                res.error_message = str(e)
+                continue
+            waiting.append(res)
+        if waiting and request.timeout_ms > 0:
+            ok = await self._wait_until(
+                lambda: not any(self.cache.contains_topic(r.name) for r in waiting),
+                request.timeout_ms,
+            )
+            if not ok:
+                for r in waiting:
+                    if self.cache.contains_topic(r.name):
+                        r.error_code = ErrorCode.REQUEST_TIMED_OUT
+        return m_dt.DeleteTopicsResponse(responses=results)
+
+    async def handle_describe_configs(
+        self, ctx: RequestContext, request: m_dc.DescribeConfigsRequest
+    ) -> m_dc.DescribeConfigsResponse:
+        results = []
+        for r in request.resources:
+            res = m_dc.DescribeConfigsResult(
+                error_code=0, error_message=None, resource_type=r.resource_type,
+                resource_name=r.resource_name,
+            )
+            results.append(res)
+            keys = set(r.configuration_keys) if r.configuration_keys is not None else None
+            if r.resource_type == RESOURCE_TOPIC:
+                try:
+                    validate_topic_name(r.resource_name)
+                    exists = await asyncio.to_thread(self.server.zk_client.topic_exists, r.resource_name)
+                    overrides = await asyncio.to_thread(
+                        self.server.zk_client.get_topic_config, r.resource_name) if exists else {}
+                except AdminError as e:
+                    res.error_code, res.error_message = int(e.error_code), e.message
+                    continue
+                if not exists:
+                    res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    res.error_message = f"Topic {r.resource_name} does not exist"
+                    continue
+                res.configs = self._topic_configs(overrides, keys)
+            elif r.resource_type == RESOURCE_BROKER:
+                if r.resource_name not in ("", str(self.broker_id)):
+                    res.error_code = ErrorCode.INVALID_REQUEST
+                    res.error_message = f"Unexpected broker id, expected {self.broker_id} but received {r.resource_name}"
+                    continue
+                res.configs = self._broker_configs(keys)
+            else:
+                res.error_code = ErrorCode.INVALID_REQUEST
+                res.error_message = f"Unsupported resource type {r.resource_type}"
+        return m_dc.DescribeConfigsResponse(results=results)
+
+    def _topic_configs(self, overrides: dict[str, str], keys: set[str] | None) -> list[Any]:
+        from tidelog.broker.config import _LOG_CONFIG_SYNONYMS
+
+        defaults = self.config.log_config()
+        out = []
+        for name in sorted(set(defaults) | set(overrides)):
+            if keys is not None and name not in keys:
+                continue
+            if name in overrides:
+                value, source, is_default = overrides[name], DYNAMIC_TOPIC_CONFIG, False
+            else:
+                broker_key = _LOG_CONFIG_SYNONYMS.get(name)
+                set_on_broker = broker_key is not None and self.config.is_set(broker_key)
+                value = _config_str(defaults[name])
+                source = STATIC_BROKER_CONFIG if set_on_broker else DEFAULT_CONFIG
+                is_default = not set_on_broker
+            out.append(m_dc.DescribeConfigsResourceResult(
+                name=name, value=value, read_only=False, is_default=is_default,
+                config_source=source, is_sensitive=False, documentation=None,
+            ))
+        return out
+
+    def _broker_configs(self, keys: set[str] | None) -> list[Any]:
+        from tidelog.broker.config import CONFIG_DEFS
+
+        out = []
+        for name, value in sorted(self.config.values().items()):
+            if keys is not None and name not in keys:
+                continue
+            spec = CONFIG_DEFS[name]
+            sensitive = spec.type == "password"
+            set_here = self.config.is_set(name)
+            out.append(m_dc.DescribeConfigsResourceResult(
+                name=name, value=None if sensitive else _config_str(value), read_only=True,
+                is_default=not set_here,
+                config_source=STATIC_BROKER_CONFIG if set_here else DEFAULT_CONFIG,
+                is_sensitive=sensitive, config_type=_CONFIG_TYPES.get(spec.type, 0),
+                documentation=None,
+            ))
+        return out
+
+    async def handle_init_producer_id(
+        self, ctx: RequestContext, request: m_ipi.InitProducerIdRequest
+    ) -> m_ipi.InitProducerIdResponse:
+        if request.transactional_id:
+            # Transactions need a transaction coordinator, which tidelog does not have.
+            return m_ipi.InitProducerIdResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        try:
+            pid = await asyncio.to_thread(self.server.producer_id_manager.generate_producer_id)
+        except Exception as e:
+            logger.warning("allocating a producer id failed: %s", e)
+            return m_ipi.InitProducerIdResponse(error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        return m_ipi.InitProducerIdResponse(error_code=0, producer_id=pid, producer_epoch=0)
+
+    async def handle_find_coordinator_unavailable(
+        self, ctx: RequestContext, request: m_fc.FindCoordinatorRequest
+    ) -> m_fc.FindCoordinatorResponse:
+        err = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if ctx.api_version >= 4:
+            return m_fc.FindCoordinatorResponse(coordinators=[
+                m_fc.Coordinator(key=k, node_id=-1, host="", port=-1, error_code=err,
+                                 error_message=None)
+                for k in request.coordinator_keys
+            ])
+        return m_fc.FindCoordinatorResponse(error_code=err, error_message=None, node_id=-1,
+                                            host="", port=-1)
+
+    # ------------------------------------------------------------------ controller requests
+    async def handle_leader_and_isr(
+        self, ctx: RequestContext, request: m_lai.LeaderAndIsrRequest
+    ) -> m_lai.LeaderAndIsrResponse:
+        version = ctx.api_version
+        wire_states: list[m_lai.LeaderAndIsrPartitionState] = list(request.ungrouped_partition_states)
+        topic_ids: dict[str, Any] = {}
+        for ts in request.topic_states:
+            topic_ids[ts.topic_name] = ts.topic_id
+            for ps in ts.partition_states:
+                ps.topic_name = ts.topic_name
+                wire_states.append(ps)
+        if self._stale_broker_epoch(request.broker_epoch):
+            logger.info("refusing LeaderAndIsr with stale broker epoch %d (ours %d)",
+                        request.broker_epoch, self.server.broker_epoch)
+            return self._leader_and_isr_response(version, ErrorCode.STALE_BROKER_EPOCH,
+                                                 wire_states, {}, topic_ids)
+        for leader in request.live_leaders:
+            self.cache.remember_endpoint(BrokerEndpoint(leader.broker_id, leader.host_name, leader.port))
+        await self.server.ensure_topic_configs({s.topic_name for s in wire_states})
+        states = [
+            LeaderAndIsrPartitionState(
+                s.topic_name, s.partition_index, s.controller_epoch, s.leader, s.leader_epoch,
+                tuple(s.isr), s.partition_epoch, tuple(s.replicas), s.is_new,
+            )
+            for s in wire_states
+        ]
+        result = self.rm.become_leader_or_follower(
+            request.controller_id, request.controller_epoch, states,
+            {lead.broker_id for lead in request.live_leaders},
+        )
+        errors = {tp: _code(e) for tp, e in result.partition_errors.items()}
+        return self._leader_and_isr_response(version, _code(result.error), wire_states, errors,
+                                             topic_ids)
+
+    @staticmethod
+    def _leader_and_isr_response(
+        version: int, error: int, states: list[Any], errors: dict[TopicPartition, int],
+        topic_ids: dict[str, Any],
+    ) -> m_lai.LeaderAndIsrResponse:
+        if error:
+            errs = {TopicPartition(s.topic_name, s.partition_index): error for s in states}
+            top = error
+        else:
+            errs, top = errors, 0
+        if version < 5:
+            return m_lai.LeaderAndIsrResponse(error_code=top, partition_errors=[
+                m_lai.LeaderAndIsrPartitionError(s.topic_name, s.partition_index,
+                                                 errs.get(TopicPartition(s.topic_name, s.partition_index), 0))
+                for s in states
+            ])
+        by_topic: dict[str, list[Any]] = {}
+        for s in states:
+            by_topic.setdefault(s.topic_name, []).append(m_lai.LeaderAndIsrPartitionError(
+                partition_index=s.partition_index,
+                error_code=errs.get(TopicPartition(s.topic_name, s.partition_index), 0)))
+        return m_lai.LeaderAndIsrResponse(error_code=top, topics=[
+            m_lai.LeaderAndIsrTopicError(topic_id=topic_ids.get(t), partition_errors=pe)
+            for t, pe in by_topic.items()
+        ])
+
+    async def handle_update_metadata(
+        self, ctx: RequestContext, request: m_um.UpdateMetadataRequest
+    ) -> m_um.UpdateMetadataResponse:
+        if self._stale_broker_epoch(request.broker_epoch):
+            return m_um.UpdateMetadataResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
+        wire_states = list(request.ungrouped_partition_states)
+        for ts in request.topic_states:
+            for ps in ts.partition_states:
+                ps.topic_name = ts.topic_name
+                wire_states.append(ps)
+        listener = self.server.inter_broker_listener_name
+        brokers = []
+        for b in request.live_brokers:
+            host, port = b.v0_host, b.v0_port
+            if b.endpoints:
+                ep = next((e for e in b.endpoints if e.listener == listener), None) or next(
+                    (e for e in b.endpoints if e.listener in ("", "PLAINTEXT")), b.endpoints[0])
+                host, port = ep.host, ep.port
+            brokers.append(BrokerEndpoint(b.id, host, port, b.rack or None))
+        states = [
+            PartitionMetadata(s.topic_name, s.partition_index, s.controller_epoch, s.leader,
+                              s.leader_epoch, tuple(s.isr), s.zk_version, tuple(s.replicas),
+                              tuple(s.offline_replicas))
+            for s in wire_states
+        ]
+        if not self.cache.update(request.controller_id, request.controller_epoch, brokers, states):
+            return m_um.UpdateMetadataResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
+        # KIP-841: only live brokers may join an ISR (their epochs are not on the wire here).
+        self.rm.core.set_eligible_brokers({b.broker_id: -1 for b in brokers})
+        return m_um.UpdateMetadataResponse(error_code=0)
+
+    async def handle_stop_replica(
+        self, ctx: RequestContext, request: m_sr.StopReplicaRequest
+    ) -> m_sr.StopReplicaResponse:
+        version = ctx.api_version
+        wanted: dict[TopicPartition, bool] = {}
+        if version == 0:
+            for p in request.ungrouped_partitions:
+                wanted[TopicPartition(p.topic_name, p.partition_index)] = request.delete_partitions
+        elif version <= 2:
+            for t in request.topics:
+                for i in t.partition_indexes:
+                    wanted[TopicPartition(t.name, i)] = request.delete_partitions
+        else:
+            for ts in request.topic_states:
+                for ps in ts.partition_states:
+                    wanted[TopicPartition(ts.topic_name, ps.partition_index)] = ps.delete_partition
+        if self._stale_broker_epoch(request.broker_epoch):
+            return m_sr.StopReplicaResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
+        result = self.rm.stop_replicas(request.controller_id, request.controller_epoch, wanted)
+        if result.error != Errors.NONE:
+            return m_sr.StopReplicaResponse(error_code=_code(result.error))
+        return m_sr.StopReplicaResponse(error_code=0, partition_errors=[
+            m_sr.StopReplicaPartitionError(tp.topic, tp.partition,
+                                           _code(result.partition_errors.get(tp, Errors.NONE)))
+            for tp in wanted
+        ])
+
+    async def handle_controlled_shutdown(
+        self, ctx: RequestContext, request: m_cs.ControlledShutdownRequest
+    ) -> m_cs.ControlledShutdownResponse:
+        controller = self.server.controller
+        if controller is None or not getattr(controller, "is_active", False):
+            return m_cs.ControlledShutdownResponse(error_code=ErrorCode.NOT_CONTROLLER)
+        try:
+            error, remaining = await controller.controlled_shutdown(
+                request.broker_id, request.broker_epoch)
+        except Exception as e:
+            logger.warning("controlled shutdown of broker %d failed: %s", request.broker_id, e)
+            return m_cs.ControlledShutdownResponse(error_code=ErrorCode.UNKNOWN_SERVER_ERROR)
+        return m_cs.ControlledShutdownResponse(error_code=int(error), remaining_partitions=[
+            m_cs.RemainingPartition(topic, partition) for topic, partition in remaining
+        ])
+
+
+def partitions_by_topic(tps: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for tp in tps:
+        out.setdefault(tp.topic, []).append(tp.partition)
+    return out

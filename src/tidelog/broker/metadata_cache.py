@@ -1,0 +1,117 @@
+"""`MetadataCache`: the cluster as the controller last described it (Kafka's ZK-mode
+`MetadataCache`), filled by UpdateMetadata requests and read by the Metadata API, auto topic
+creation, the replica fetchers (leader addresses) and CreateTopics/DeleteTopics (waiting for the
+controller to act).
+
+Kafka's rule for a stale request: an UpdateMetadata whose controller epoch is older than the
+newest one seen is refused (STALE_CONTROLLER_EPOCH) and changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tidelog.replication.types import TopicPartition
+
+__all__ = ["BrokerEndpoint", "MetadataCache", "PartitionMetadata"]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEndpoint:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMetadata:
+    topic: str
+    partition: int
+    controller_epoch: int
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    zk_version: int
+    replicas: tuple[int, ...]
+    offline_replicas: tuple[int, ...] = ()
+
+
+# Kafka's LeaderAndIsr.LeaderDuringDelete: the controller marks partitions of a topic being
+# deleted with this leader in UpdateMetadata; the cache then drops them.
+LEADER_DURING_DELETE = -2
+
+
+@dataclass(slots=True)
+class MetadataCache:
+    broker_id: int
+    listener_name: str = "PLAINTEXT"
+    controller_id: int | None = None
+    controller_epoch: int = -1
+    brokers: dict[int, BrokerEndpoint] = field(default_factory=dict)
+    partitions: dict[str, dict[int, PartitionMetadata]] = field(default_factory=dict)
+    # Endpoints learnt from LeaderAndIsr's live_leaders (used before an UpdateMetadata arrives).
+    known_endpoints: dict[int, BrokerEndpoint] = field(default_factory=dict)
+    updates: int = 0
+
+    def update(
+        self,
+        controller_id: int,
+        controller_epoch: int,
+        brokers: list[BrokerEndpoint],
+        partition_states: list[PartitionMetadata],
+    ) -> bool:
+        """Apply an UpdateMetadata; False (nothing applied) when its controller epoch is stale."""
+        if controller_epoch < self.controller_epoch:
+            return False
+        self.controller_epoch = controller_epoch
+        self.controller_id = controller_id
+        self.brokers = {b.broker_id: b for b in brokers}
+        for b in brokers:
+            self.known_endpoints[b.broker_id] = b
+        for st in partition_states:
+            if st.leader == LEADER_DURING_DELETE:
+                parts = self.partitions.get(st.topic)
+                if parts is not None:
+                    parts.pop(st.partition, None)
+                    if not parts:
+                        del self.partitions[st.topic]
+                continue
+            self.partitions.setdefault(st.topic, {})[st.partition] = st
+        self.updates += 1
+        return True
+
+    def remember_endpoint(self, endpoint: BrokerEndpoint) -> None:
+        self.known_endpoints[endpoint.broker_id] = endpoint
+
+    # ------------------------------------------------------------------ queries
+    def alive_broker_ids(self) -> list[int]:
+        return sorted(self.brokers)
+
+    def is_alive(self, broker_id: int) -> bool:
+        return broker_id in self.brokers
+
+    def endpoint(self, broker_id: int) -> BrokerEndpoint | None:
+        return self.brokers.get(broker_id) or self.known_endpoints.get(broker_id)
+
+    def topics(self) -> list[str]:
+        return sorted(self.partitions)
+
+    def contains_topic(self, topic: str) -> bool:
+        return topic in self.partitions
+
+    def topic_partitions(self, topic: str) -> dict[int, PartitionMetadata]:
+        return dict(self.partitions.get(topic, {}))
+
+    def partition(self, tp: TopicPartition) -> PartitionMetadata | None:
+        return self.partitions.get(tp.topic, {}).get(tp.partition)
+
+    def leader_of(self, tp: TopicPartition) -> int | None:
+        st = self.partition(tp)
+        return None if st is None or st.leader < 0 else st.leader
+
+    def has_leaders(self, topic: str) -> bool:
+        parts = self.partitions.get(topic)
+        return bool(parts) and all(
+            p.leader >= 0 and p.leader in self.brokers for p in parts.values()
+        )

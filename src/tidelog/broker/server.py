@@ -1,0 +1,329 @@
+"""`BrokerServer`: one tidelog broker process (Kafka's `KafkaServer`, ZooKeeper mode).
+
+Start-up, in Kafka's order: ZooKeeper session -> cluster id -> broker id (generated from
+`/brokers/seqid` when `broker.id=-1`) -> `LogManager` (load + recovery; the HW checkpoints are
+read with it) -> replica manager -> socket servers (one per listener; port 0 binds a free port
+and that port is advertised) -> registration `/brokers/ids/<id>` (its czxid is the broker epoch)
+-> scheduled tasks -> the controller, if a factory was given.
+
+Shutdown: controlled shutdown first (when `controlled.shutdown.enable` and a controller is
+elected: ask it, over the wire, to move leadership off this broker; retried
+`controlled.shutdown.max.retries` times), then stop accepting, stop the controller and the
+fetchers, close connections, checkpoint HWs, close the logs with the clean-shutdown marker, and
+deregister from ZooKeeper.
+
+The controller hook: `controller_factory(config, zk_client, broker_id)` returns an object with
+`async startup()`, `async shutdown()`, `is_active: bool` and
+`async controlled_shutdown(broker_id, broker_epoch) -> (error_code, [(topic, partition), ...])`
+(the partitions still led by that broker). ControlledShutdown requests are routed to it; the
+controller talks to brokers (LeaderAndIsr / UpdateMetadata / StopReplica) over the wire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from tidelog.broker.config import KafkaConfig
+from tidelog.broker.kafka_apis import KafkaApis
+from tidelog.broker.metadata_cache import MetadataCache
+from tidelog.broker.producer_id_manager import ProducerIdManager
+from tidelog.broker.replica_manager import BrokerReplicaManager, now_ms
+from tidelog.broker.socket_server import RequestContext, SocketServer
+from tidelog.controller.admin import AdminZkClient
+from tidelog.controller.zk_client import KafkaZkClient
+from tidelog.controller.zk_data import BrokerInfo
+from tidelog.replication.config import ReplicationConfig
+from tidelog.storage.file_io import OsFileIO
+from tidelog.storage.log_config import LogConfig
+from tidelog.storage.log_manager import LogManager
+
+__all__ = ["BrokerServer", "replication_config_from"]
+
+logger = logging.getLogger(__name__)
+
+ControllerFactory = Callable[[KafkaConfig, KafkaZkClient, int], Any]
+
+_REPLICATION_KEYS = (
+    "replica.lag.time.max.ms", "replica.lag.max.messages", "min.insync.replicas",
+    "unclean.leader.election.enable", "replica.fetch.backoff.ms", "replica.fetch.max.bytes",
+    "replica.fetch.response.max.bytes", "replica.fetch.wait.max.ms", "replica.fetch.min.bytes",
+    "replica.socket.timeout.ms",
+)
+
+
+def replication_config_from(config: KafkaConfig) -> ReplicationConfig:
+    props = {k: config.get(k) for k in _REPLICATION_KEYS if config.get(k) is not None}
+    return ReplicationConfig.from_properties(props)
+
+
+class BrokerServer:
+    def __init__(
+        self, config: KafkaConfig, controller_factory: ControllerFactory | None = None
+    ) -> None:
+        self.config = config
+        self.controller_factory = controller_factory
+        self.broker_id: int = config.get("broker.id")
+        self.cluster_id: str | None = None
+        self.zk_client: KafkaZkClient = None  # type: ignore[assignment]
+        self.admin: AdminZkClient = None  # type: ignore[assignment]
+        self.log_manager: LogManager = None  # type: ignore[assignment]
+        self.replica_manager: BrokerReplicaManager = None  # type: ignore[assignment]
+        self.metadata_cache: MetadataCache = None  # type: ignore[assignment]
+        self.producer_id_manager: ProducerIdManager = None  # type: ignore[assignment]
+        self.apis: KafkaApis = None  # type: ignore[assignment]
+        self.controller: Any = None
+        self.socket_servers: dict[str, SocketServer] = {}
+        self.bound_ports: dict[str, int] = {}
+        self.inter_broker_listener_name: str = config.inter_broker_listener_name
+        self._registered = False
+        self._started = False
+        self._stopping = False
+        self._shutdown_done = asyncio.Event()
+        self._topic_configs_checked: set[str] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def broker_epoch(self) -> int:
+        return self.replica_manager.broker_epoch if self.replica_manager is not None else -1
+
+    @property
+    def port(self) -> int:
+        """The bound port of the inter-broker listener (the first listener otherwise)."""
+        if self.inter_broker_listener_name in self.bound_ports:
+            return self.bound_ports[self.inter_broker_listener_name]
+        return next(iter(self.bound_ports.values()))
+
+    @property
+    def advertised_endpoint(self) -> tuple[str, int]:
+        for ep in self._advertised():
+            if ep.listener_name == self.inter_broker_listener_name:
+                return ep.host, ep.port
+        ep = self._advertised()[0]
+        return ep.host, ep.port
+
+    def _advertised(self) -> list[Any]:
+        out = []
+        for ep in self.config.advertised_listeners:
+            port = ep.port or self.bound_ports.get(ep.listener_name, 0)
+            host = ep.host or socket.getfqdn()
+            out.append(type(ep)(ep.listener_name, host, port, ep.security_protocol)
+                       if (port != ep.port or host != ep.host) else ep)
+        return out
+
+    def endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
+        """Where to reach a broker (for the replica fetchers)."""
+        if broker_id == self.broker_id:
+            return self.advertised_endpoint
+        ep = self.metadata_cache.endpoint(broker_id) if self.metadata_cache else None
+        return (ep.host, ep.port) if ep is not None else None
+
+    # ------------------------------------------------------------------ startup
+    async def startup(self) -> None:
+        if self._started:
+            return
+        self._loop = asyncio.get_running_loop()
+        cfg = self.config
+        self.zk_client = KafkaZkClient.from_config(cfg)
+        await asyncio.to_thread(self.zk_client.start)
+        try:
+            await self._startup_after_zk()
+        except BaseException:
+            await self._abort_startup()
+            raise
+        self._started = True
+
+    async def _startup_after_zk(self) -> None:
+        cfg = self.config
+        zk = self.zk_client
+        self.cluster_id = await asyncio.to_thread(zk.get_or_create_cluster_id)
+        if self.broker_id < 0:
+            self.broker_id = await asyncio.to_thread(
+                zk.generate_broker_id, cfg.get("reserved.broker.max.id"))
+        self.admin = AdminZkClient(zk)
+        self.producer_id_manager = ProducerIdManager(self.broker_id, zk.kazoo)
+        base = LogConfig.from_dict(cfg.log_config())
+        topic_configs = await asyncio.to_thread(self._read_topic_configs, base)
+        self.log_manager = await asyncio.to_thread(
+            LogManager, cfg.log_dirs, base, OsFileIO(), now_ms(), topic_configs)
+        self.metadata_cache = MetadataCache(self.broker_id, self.inter_broker_listener_name)
+        self.replica_manager = BrokerReplicaManager(
+            self.broker_id, self.log_manager, replication_config_from(cfg),
+            zk_client=zk, endpoint_of=self.endpoint_of,
+            num_replica_fetchers=cfg.get("num.replica.fetchers"),
+            high_watermark_checkpoint_interval_ms=cfg.get("replica.high.watermark.checkpoint.interval.ms"),
+            log_retention_check_interval_ms=cfg.get("log.retention.check.interval.ms"),
+            log_flush_scheduler_interval_ms=cfg.get("log.flush.scheduler.interval.ms"),
+            recovery_point_checkpoint_interval_ms=cfg.get("log.flush.offset.checkpoint.interval.ms") or 60_000,
+            producer_id_expiration_ms=cfg.get("producer.id.expiration.ms"),
+        )
+        self.apis = KafkaApis(self)
+        for ep in cfg.listeners:
+            server = SocketServer(
+                ep.host, ep.port, self._handle,
+                max_request_bytes=cfg.get("socket.request.max.bytes"),
+                connections_max_idle_ms=cfg.get("connections.max.idle.ms"),
+                max_connections=cfg.get("max.connections"),
+                send_buffer_bytes=cfg.get("socket.send.buffer.bytes"),
+                receive_buffer_bytes=cfg.get("socket.receive.buffer.bytes"),
+            )
+            self.bound_ports[ep.listener_name] = await server.start()
+            self.socket_servers[ep.listener_name] = server
+            logger.info("broker %d listening on %s:%d (%s)", self.broker_id, ep.host or "*",
+                        self.bound_ports[ep.listener_name], ep.listener_name)
+        info = BrokerInfo.from_endpoints(self.broker_id, self._advertised(), cfg.get("broker.rack"))
+        epoch = await asyncio.to_thread(zk.register_broker, info)
+        self._registered = True
+        self.replica_manager.set_broker_epoch(epoch)
+        loop = asyncio.get_running_loop()
+        zk.on_new_session(lambda e: loop.call_soon_threadsafe(self._on_new_session, e))
+        self.replica_manager.start()
+        if self.controller_factory is not None:
+            self.controller = self.controller_factory(cfg, zk, self.broker_id)
+            result = self.controller.startup()
+            if inspect.isawaitable(result):
+                await result
+        logger.info("broker %d started (broker epoch %d, cluster %s)", self.broker_id, epoch,
+                    self.cluster_id)
+
+    def _read_topic_configs(self, base: LogConfig) -> dict[str, LogConfig]:
+        out: dict[str, LogConfig] = {}
+        for topic in self.zk_client.get_all_topics():
+            overrides = self.zk_client.get_topic_config(topic)
+            self._topic_configs_checked.add(topic)
+            if overrides:
+                try:
+                    out[topic] = LogConfig.from_dict(overrides, base)
+                except ValueError as e:
+                    logger.warning("topic %s: ignoring invalid config overrides: %s", topic, e)
+        return out
+
+    async def ensure_topic_configs(self, topics: set[str]) -> None:
+        """Before a partition's log is created here, load its topic's config overrides."""
+        new = [t for t in topics if t not in self._topic_configs_checked]
+        for topic in new:
+            try:
+                overrides = await asyncio.to_thread(self.zk_client.get_topic_config, topic)
+            except Exception as e:
+                logger.warning("reading the config of topic %s failed: %s", topic, e)
+                continue
+            self._topic_configs_checked.add(topic)
+            if overrides:
+                try:
+                    self.log_manager.topic_configs[topic] = LogConfig.from_dict(
+                        overrides, self.log_manager.config)
+                except ValueError as e:
+                    logger.warning("topic %s: ignoring invalid config overrides: %s", topic, e)
+
+    def _on_new_session(self, broker_epoch: int) -> None:
+        if broker_epoch >= 0 and self.replica_manager is not None:
+            logger.info("broker %d re-registered after a ZooKeeper session expiry: epoch %d",
+                        self.broker_id, broker_epoch)
+            self.replica_manager.set_broker_epoch(broker_epoch)
+
+    async def _abort_startup(self) -> None:
+        for server in self.socket_servers.values():
+            with contextlib.suppress(Exception):
+                await server.shutdown(grace_s=0.1)
+        if self.replica_manager is not None:
+            with contextlib.suppress(Exception):
+                await self.replica_manager.shutdown()
+        if self.log_manager is not None:
+            with contextlib.suppress(Exception):
+                self.log_manager.shutdown()
+        if self.zk_client is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.zk_client.close)
+
+    async def _handle(self, ctx: RequestContext, request: Any) -> Any:
+        return await self.apis.handle(ctx, request)
+
+    # ------------------------------------------------------------------ shutdown
+    async def controlled_shutdown(self) -> bool:
+        """Ask the active controller to move leadership off this broker (Kafka's
+        `KafkaServer.controlledShutdown`); True when it reports nothing left."""
+        from tidelog.client.connection import BrokerConnection
+        from tidelog.protocol.messages.controlled_shutdown import ControlledShutdownRequest
+
+        retries = self.config.get("controlled.shutdown.max.retries")
+        backoff_s = self.config.get("controlled.shutdown.retry.backoff.ms") / 1000
+        for attempt in range(max(1, retries)):
+            controller_id = await asyncio.to_thread(self.zk_client.get_controller_id)
+            if controller_id is None:
+                logger.info("controlled shutdown: no controller elected; skipping")
+                return False
+            endpoint = await self._controller_endpoint(controller_id)
+            if endpoint is not None:
+                conn = BrokerConnection(endpoint[0], endpoint[1], client_id=f"broker-{self.broker_id}",
+                                        request_timeout_ms=self.config.get("controller.socket.timeout.ms"))
+                try:
+                    await conn.connect(timeout_s=5)
+                    resp = await conn.send(ControlledShutdownRequest(self.broker_id, self.broker_epoch))
+                    if resp.error_code == 0 and not resp.remaining_partitions:
+                        logger.info("controlled shutdown of broker %d succeeded", self.broker_id)
+                        return True
+                    logger.info("controlled shutdown attempt %d: error %d, %d partitions remain",
+                                attempt + 1, resp.error_code, len(resp.remaining_partitions))
+                except Exception as e:
+                    logger.info("controlled shutdown attempt %d failed: %s", attempt + 1, e)
+                finally:
+                    await conn.close()
+            if attempt + 1 < retries:
+                await asyncio.sleep(backoff_s)
+        return False
+
+    async def _controller_endpoint(self, controller_id: int) -> tuple[str, int] | None:
+        local = self.endpoint_of(controller_id)
+        if local is not None:
+            return local
+        found = await asyncio.to_thread(self.zk_client.get_broker, controller_id)
+        if found is None:
+            return None
+        ep = found[0].endpoint(self.inter_broker_listener_name) or (
+            found[0].endpoints[0] if found[0].endpoints else None)
+        return (ep.host, ep.port) if ep is not None else None
+
+    async def shutdown(self) -> None:
+        if self._stopping:
+            await self._shutdown_done.wait()
+            return
+        self._stopping = True
+        try:
+            if self._started and self._registered and self.config.get("controlled.shutdown.enable"):
+                try:
+                    await self.controlled_shutdown()
+                except Exception as e:
+                    logger.warning("controlled shutdown failed: %s", e)
+            for server in self.socket_servers.values():
+                server.stop_accepting()
+            if self.controller is not None:
+                try:
+                    result = self.controller.shutdown()
+                    if inspect.isawaitable(result):
+                        await result
+                except Exception as e:
+                    logger.warning("controller shutdown failed: %s", e)
+            if self.replica_manager is not None:
+                await self.replica_manager.shutdown()
+            for server in self.socket_servers.values():
+                await server.shutdown(grace_s=1.0)
+            if self.log_manager is not None:
+                # Writes the HW, recovery point and log start checkpoints, then the marker.
+                await asyncio.to_thread(self.log_manager.shutdown)
+            if self.zk_client is not None:
+                with contextlib.suppress(Exception):
+                    if self._registered:
+                        await asyncio.to_thread(self.zk_client.deregister_broker)
+                await asyncio.to_thread(self.zk_client.close)
+            logger.info("broker %d shut down", self.broker_id)
+        finally:
+            self._shutdown_done.set()
+
+    async def wait_for_shutdown(self) -> None:
+        await self._shutdown_done.wait()

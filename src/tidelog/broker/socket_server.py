@@ -1,0 +1,242 @@
+"""The broker's network layer: Kafka's `SocketServer` on asyncio.
+
+One asyncio task per connection reads size-prefixed frames (`FrameReader`, which enforces
+`socket.request.max.bytes` from the size prefix alone) and handles them strictly one after the
+other, as Kafka's processor mutes a channel while its request is in flight: responses leave in
+request order and a long-polling fetch holds only its own connection. A response is a list of
+buffers written with `writelines` (record data is never joined into a copy) followed by
+`drain()`, so a slow reader slows down only its own connection (backpressure).
+
+Bad input never takes the broker down: a malformed frame, an unknown API key or an unsupported
+version (other than ApiVersions, which gets UNSUPPORTED_VERSION in a v0 body) closes that
+connection only. A connection with no request for `connections.max.idle.ms` is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidelog.protocol.api_keys import ApiKey, api_spec
+from tidelog.protocol.api_versions import unsupported_api_versions_response
+from tidelog.protocol.codec import UnsupportedVersionError, decode_request, encode_response
+from tidelog.protocol.errors import DecodeError
+from tidelog.protocol.framing import FrameError, FrameReader
+from tidelog.protocol.headers import RequestHeader
+
+__all__ = ["CloseConnection", "RequestContext", "SocketServer"]
+
+logger = logging.getLogger(__name__)
+
+_READ_CHUNK = 256 * 1024
+
+
+class CloseConnection(Exception):  # noqa: N818 - Kafka's "close the channel" action
+    """Raised by a handler: close this connection without answering (Kafka does this for
+    unsupported versions, and for a failed acks=0 produce so the client notices)."""
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """What a handler knows about the request besides its body."""
+
+    header: RequestHeader
+    client_host: str
+    client_port: int
+    connection_id: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def api_version(self) -> int:
+        return self.header.request_api_version
+
+
+# A handler returns the response dataclass, or None for "no response" (Produce with acks=0).
+Handler = Callable[[RequestContext, Any], Awaitable[Any | None]]
+
+
+class SocketServer:
+    """Listens on one (host, port); ``handler(context, request)`` answers decoded requests."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        handler: Handler,
+        *,
+        max_request_bytes: int = 104857600,
+        connections_max_idle_ms: int = 600_000,
+        max_connections: int = 2**31 - 1,
+        send_buffer_bytes: int = -1,
+        receive_buffer_bytes: int = -1,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.handler = handler
+        self.max_request_bytes = max_request_bytes
+        self.connections_max_idle_ms = connections_max_idle_ms
+        self.max_connections = max_connections
+        self.send_buffer_bytes = send_buffer_bytes
+        self.receive_buffer_bytes = receive_buffer_bytes
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: dict[int, asyncio.Task[None]] = {}
+        self._writers: dict[int, asyncio.StreamWriter] = {}
+        self._next_id = 0
+        self.bound_port: int | None = None
+        self.closed_by_error = 0  # connections closed because of bad input (for tests/metrics)
+
+    # ------------------------------------------------------------------ life cycle
+    async def start(self) -> int:
+        """Bind and start accepting; returns the bound port (useful with port 0)."""
+        self._server = await asyncio.start_server(
+            self._on_connection, self.host or None, self.port, reuse_address=True,
+            limit=_READ_CHUNK,
+        )
+        sockets = self._server.sockets or []
+        if not sockets:
+            raise OSError(f"could not bind {self.host}:{self.port}")
+        self.bound_port = int(sockets[0].getsockname()[1])
+        return self.bound_port
+
+    def stop_accepting(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def shutdown(self, grace_s: float = 1.0) -> None:
+        """Stop accepting, then close every connection (in-flight requests get `grace_s`)."""
+        self.stop_accepting()
+        tasks = list(self._connections.values())
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace_s)
+            for t in pending:
+                t.cancel()
+            for t in pending:
+                with contextlib.suppress(BaseException):
+                    await t
+        for w in list(self._writers.values()):
+            w.close()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), timeout=grace_s)
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    # ------------------------------------------------------------------ connections
+    async def _on_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        if len(self._connections) >= self.max_connections:
+            writer.close()
+            return
+        self._next_id += 1
+        conn_id = self._next_id
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[conn_id] = task
+        self._writers[conn_id] = writer
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self.send_buffer_bytes > 0:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
+                if self.receive_buffer_bytes > 0:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        try:
+            await self._serve(conn_id, reader, writer, str(peer[0]), int(peer[1]))
+        except (ConnectionError, asyncio.IncompleteReadError, OSError):
+            pass  # the client went away
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            logger.exception("connection %d from %s failed", conn_id, peer)
+        finally:
+            self._connections.pop(conn_id, None)
+            self._writers.pop(conn_id, None)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), timeout=1.0)
+
+    async def _serve(
+        self,
+        conn_id: int,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        host: str,
+        port: int,
+    ) -> None:
+        frames = FrameReader(self.max_request_bytes)
+        idle_s = self.connections_max_idle_ms / 1000 if self.connections_max_idle_ms > 0 else None
+        while True:
+            try:
+                data = await asyncio.wait_for(reader.read(_READ_CHUNK), timeout=idle_s)
+            except TimeoutError:
+                logger.debug("closing idle connection %d from %s:%d", conn_id, host, port)
+                return
+            if not data:
+                return
+            try:
+                batch = frames.feed(data)
+            except FrameError as e:
+                self.closed_by_error += 1
+                logger.warning("closing connection from %s:%d: %s", host, port, e)
+                return
+            for frame in batch:
+                if not await self._handle_frame(conn_id, frame, writer, host, port):
+                    self.closed_by_error += 1
+                    return
+
+    async def _handle_frame(
+        self,
+        conn_id: int,
+        frame: memoryview,
+        writer: asyncio.StreamWriter,
+        host: str,
+        port: int,
+    ) -> bool:
+        """Handle one request; False means: close the connection."""
+        try:
+            header, body = decode_request(frame)
+        except UnsupportedVersionError as e:
+            if e.api_key == ApiKey.API_VERSIONS:
+                # KIP-511: answer in a v0 body (header v0) so the client can retry lower.
+                await self._write(
+                    writer, encode_response(0, e.correlation_id, unsupported_api_versions_response(), 0)
+                )
+                return True
+            logger.warning("closing connection from %s:%d: %s", host, port, e)
+            return False
+        except DecodeError as e:
+            logger.warning("closing connection from %s:%d: malformed request: %s", host, port, e)
+            return False
+        except Exception as e:  # a codec bug must not take the broker down
+            logger.warning("closing connection from %s:%d: undecodable request: %r", host, port, e)
+            return False
+        ctx = RequestContext(header, host, port, conn_id)
+        try:
+            response = await self.handler(ctx, body)
+        except CloseConnection as e:
+            logger.info("closing connection from %s:%d: %s", host, port, e)
+            return False
+        if response is None:
+            return True
+        version = header.request_api_version
+        spec = api_spec(header.request_api_key)
+        buffers = encode_response(
+            spec.response_header_version(version), header.correlation_id, response, version
+        )
+        await self._write(writer, buffers)
+        return True
+
+    @staticmethod
+    async def _write(writer: asyncio.StreamWriter, buffers: list[Any]) -> None:
+        writer.writelines(buffers)
+        await writer.drain()
