@@ -148,3 +148,40 @@ class ScriptedBroker:
             await writer.drain()
         except ConnectionError:
             pass
+
+
+def metadata_answer(
+    brokers: dict[int, int],
+    leaders: dict[tuple[str, int], int],
+    leader_epoch: int = 0,
+    controller_id: int = -1,
+) -> Any:
+    """A MetadataResponse: ``brokers`` {node id: port on 127.0.0.1}, ``leaders`` {(topic,
+    partition): leader node id}."""
+    from tidelog.protocol.messages.metadata import (
+        MetadataResponse,
+        MetadataResponseBroker,
+        MetadataResponsePartition,
+        MetadataResponseTopic,
+    )
+
+    topics: dict[str, list[Any]] = {}
+    for (topic, partition), leader in sorted(leaders.items()):
+        topics.setdefault(topic, []).append(
+            MetadataResponsePartition(
+                error_code=0,
+                partition_index=partition,
+                leader_id=leader,
+                leader_epoch=leader_epoch,
+                replica_nodes=sorted(brokers),
+                isr_nodes=sorted(brokers),
+            )
+        )
+    return MetadataResponse(
+        brokers=[MetadataResponseBroker(n, "127.0.0.1", p) for n, p in sorted(brokers.items())],
+        cluster_id="scripted",
+        controller_id=controller_id,
+        topics=[
+            MetadataResponseTopic(error_code=0, name=t, partitions=ps) for t, ps in topics.items()
+        ],
+    )

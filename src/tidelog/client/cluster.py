@@ -455,18 +455,21 @@ class KafkaClient:
         max_wait_ms: int = 500,
         min_bytes: int = 1,
         isolation_level: int = 0,
-        current_leader_epoch: int = -1,
+        current_leader_epoch: int | None = None,
         last_fetched_epoch: int = -1,
         replica_id: int = -1,
     ) -> FetchResult:
         """Fetch one partition from its leader (retrying leader moves and network errors).
-        OFFSET_OUT_OF_RANGE and other non-retriable errors are returned in the result."""
+        OFFSET_OUT_OF_RANGE and other non-retriable errors are returned in the result.
+        ``current_leader_epoch`` None: the epoch in the metadata (KIP-320 fencing)."""
 
         async def attempt() -> tuple[int, FetchResult]:
-            leader = (await self._leader(tp)).leader
+            part = await self._leader(tp)
+            leader = part.leader
+            epoch = part.leader_epoch if current_leader_epoch is None else current_leader_epoch
             results = await self.fetch_from(
                 leader,
-                {tp: (offset, current_leader_epoch, last_fetched_epoch)},
+                {tp: (offset, epoch, last_fetched_epoch)},
                 max_bytes=max_bytes,
                 partition_max_bytes=max_bytes,
                 max_wait_ms=max_wait_ms,
