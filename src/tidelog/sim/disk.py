@@ -84,6 +84,14 @@ class MemoryFileHandle:
         self._fs.bytes_written += len(file.data) - position
         return position
 
+    def append_parts(self, parts: list[memoryview]) -> int:
+        file = self._check()
+        position = len(file.data)
+        for part in parts:
+            file.data += part
+        self._fs.bytes_written += len(file.data) - position
+        return position
+
     def read(self, position: int, size: int) -> bytes:
         file = self._check()
         return bytes(file.data[position : position + size])

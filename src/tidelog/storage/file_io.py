@@ -11,6 +11,11 @@ import os
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+try:
+    _IOV_MAX = max(16, min(1024, os.sysconf("SC_IOV_MAX")))
+except (AttributeError, ValueError, OSError):
+    _IOV_MAX = 16
+
 __all__ = ["FileHandle", "FileIO", "FileSlice", "OsFileHandle", "OsFileIO", "write_file_atomically"]
 
 
@@ -25,6 +30,9 @@ class FileHandle(Protocol):
     def read(self, position: int, size: int) -> bytes | memoryview:
         """Up to `size` bytes from `position` (fewer at the end of the file)."""
         ...
+
+    # Optional: `append_parts(parts: list[memoryview]) -> int` writes the concatenation of
+    # `parts` at the end (writev); the log falls back to `append(b"".join(parts))`.
 
     def size(self) -> int: ...
 
@@ -90,6 +98,20 @@ class OsFileHandle:
         while written < len(view):  # regular files rarely write short, but may (signals, quotas)
             written += os.write(self._fd, view[written:])
         self._size += written
+        return position
+
+    def append_parts(self, parts: list[memoryview]) -> int:
+        """Write the concatenation of `parts` at the end with writev (no joining copy)."""
+        position = self._size
+        for i in range(0, len(parts), _IOV_MAX):
+            chunk = parts[i : i + _IOV_MAX]
+            want = sum(len(p) for p in chunk)
+            written = os.writev(self._fd, chunk)
+            if written < want:  # a short writev: finish the chunk with plain writes
+                rest = memoryview(b"".join(chunk))[written:]
+                while len(rest):
+                    rest = rest[os.write(self._fd, rest) :]
+            self._size += want
         return position
 
     def read(self, position: int, size: int) -> bytes:

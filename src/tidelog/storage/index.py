@@ -13,6 +13,7 @@ flush/roll/close, and `from_bytes` checks a file's sanity so that a corrupt one 
 from __future__ import annotations
 
 import bisect
+import struct
 import sys
 from array import array
 
@@ -23,6 +24,19 @@ __all__ = ["OFFSET_ENTRY_SIZE", "OffsetIndex", "TIME_ENTRY_SIZE", "TimeIndex"]
 OFFSET_ENTRY_SIZE = 8
 TIME_ENTRY_SIZE = 12
 _BIG_ENDIAN = sys.byteorder == "big"
+
+
+class _TimeEntryPacker:
+    """Packs (timestamp int64, relative offset int32) pairs big-endian in one struct call."""
+
+    def pack_many(self, timestamps: array, relative: array) -> bytes:
+        flat: list[int] = [0] * (2 * len(timestamps))
+        flat[0::2] = timestamps
+        flat[1::2] = relative
+        return struct.pack(">" + "qi" * len(timestamps), *flat)
+
+
+_TIME_ENTRY = _TimeEntryPacker()
 
 
 def _to_big_endian(values: array) -> bytes:
@@ -97,10 +111,12 @@ class OffsetIndex:
         del self._relative[:]
         del self._positions[:]
 
-    def to_bytes(self) -> bytes:
-        interleaved = array("i", bytes(8 * len(self._relative)))
-        interleaved[0::2] = self._relative
-        interleaved[1::2] = self._positions
+    def to_bytes(self, start: int = 0) -> bytes:
+        """The file bytes of entries[start:]."""
+        relative = self._relative[start:]
+        interleaved = array("i", bytes(8 * len(relative)))
+        interleaved[0::2] = relative
+        interleaved[1::2] = self._positions[start:]
         return _to_big_endian(interleaved)
 
     def load_bytes(self, data: bytes, segment_size: int) -> None:
@@ -184,14 +200,12 @@ class TimeIndex:
         del self._timestamps[:]
         del self._relative[:]
 
-    def to_bytes(self) -> bytes:
-        out = bytearray()
-        ts = _to_big_endian(self._timestamps)
-        rel = _to_big_endian(self._relative)
-        for i in range(len(self._timestamps)):
-            out += ts[8 * i : 8 * i + 8]
-            out += rel[4 * i : 4 * i + 4]
-        return bytes(out)
+    def to_bytes(self, start: int = 0) -> bytes:
+        """The file bytes of entries[start:]."""
+        count = len(self._timestamps) - start
+        if count <= 0:
+            return b""
+        return _TIME_ENTRY.pack_many(self._timestamps[start:], self._relative[start:])
 
     def load_bytes(self, data: bytes, max_relative_offset: int) -> None:
         if len(data) % TIME_ENTRY_SIZE:

@@ -16,6 +16,7 @@ import bisect
 import logging
 import os
 import struct
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -65,6 +66,21 @@ _RECORD_COUNT_OFFSET = 57
 _MAX_TIMESTAMP_OFFSET = 35
 _EPOCH_OFFSET = 12
 _SCRATCH_SUFFIXES = (".tmp", DELETED_SUFFIX, ".cleaned", ".swap")
+
+
+_SCRATCH = threading.local()
+_SCRATCH_MAX = 16 * 1024 * 1024  # larger appends get a buffer of their own
+_VECTORED_MIN = 256 * 1024  # appends from this size on are written with writev
+
+
+def _scratch_view(size: int) -> memoryview:
+    if size > _SCRATCH_MAX:
+        return memoryview(bytearray(size))
+    buf: bytearray | None = getattr(_SCRATCH, "buf", None)
+    if buf is None or len(buf) < size:
+        buf = bytearray(max(size, 64 * 1024))
+        _SCRATCH.buf = buf
+    return memoryview(buf)[:size]
 
 
 @dataclass(slots=True)
@@ -201,6 +217,7 @@ class Log:
                 truncated, epochs = segment.recover()
                 recovered_epochs.extend(epochs)
                 if truncated:
+                    segment.log.flush()  # the cut must be durable before anything is appended
                     logger.warning(
                         "%s: truncated %d invalid bytes at offset %d of segment %d",
                         self.dir, truncated, segment.next_offset, segment.base_offset,
@@ -287,9 +304,20 @@ class Log:
         assign offsets from the LEO and stamp `leader_epoch`, then write. Nothing is written
         unless every batch is valid."""
         self._check_open()
-        buf = bytearray(records)  # the one copy: offsets and epoch are stamped into it
-        view = memoryview(buf)
-        n = len(buf)
+        src = records if isinstance(records, memoryview) else memoryview(records)
+        if src.ndim != 1 or src.itemsize != 1:
+            src = src.cast("B")
+        n = len(src)
+        # Large appends are written with writev: only the 61-byte headers are copied (to stamp
+        # them), the record bytes go from the caller's buffer. Small ones are copied once into a
+        # reused per-thread buffer (a fresh bytearray costs page faults) and written at once.
+        vectored = n >= _VECTORED_MIN
+        headers = bytearray()
+        if vectored:
+            view = src
+        else:
+            view = _scratch_view(n)
+            view[:] = src
         max_size = self.config.max_message_bytes
         log_append_time = now_ms if self.config.message_timestamp_type == "LogAppendTime" else -1
         next_offset = first_offset = self.log_end_offset
@@ -327,17 +355,27 @@ class Log:
                     f"{delta}",
                     pos,
                 )
+            if vectored:
+                at = len(headers)
+                headers += view[pos : pos + HEADER_SIZE]
+                target: bytearray | memoryview = headers
+            else:
+                at = pos
+                target = view
             if log_append_time >= 0:
                 # LogAppendTime topics: the broker's clock replaces the max timestamp (inside the
                 # CRC, so the CRC is recomputed for these batches only).
-                _I16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
-                _I64.pack_into(buf, pos + _MAX_TIMESTAMP_OFFSET, log_append_time)
-                _U32.pack_into(buf, pos + CRC_OFFSET, crc(view[pos + ATTRIBUTES_OFFSET : end]))
+                _I16.pack_into(target, at + ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+                _I64.pack_into(target, at + _MAX_TIMESTAMP_OFFSET, log_append_time)
+                head_crc = crc(bytes(target[at + ATTRIBUTES_OFFSET : at + HEADER_SIZE]))
+                _U32.pack_into(
+                    target, at + CRC_OFFSET, crc(view[pos + HEADER_SIZE : end], head_crc)
+                )
                 batch_ts = log_append_time
             else:
                 batch_ts = _I64.unpack_from(view, pos + _MAX_TIMESTAMP_OFFSET)[0]
-            _I64.pack_into(buf, pos, next_offset)
-            _I32.pack_into(buf, pos + _EPOCH_OFFSET, leader_epoch)
+            _I64.pack_into(target, at, next_offset)
+            _I32.pack_into(target, at + _EPOCH_OFFSET, leader_epoch)
             last = next_offset + delta
             if batch_ts > max_ts:
                 max_ts, max_ts_offset = batch_ts, last
@@ -347,10 +385,21 @@ class Log:
             pos = end
         if not batches:
             return LogAppendInfo(first_offset, first_offset - 1, -1, 0, 0)
-        with self._io("append"):
-            if leader_epoch >= 0:
+        data: memoryview | list[memoryview] = view
+        if vectored:
+            stamped = memoryview(headers)
+            parts: list[memoryview] = []
+            for i, (start, _, _) in enumerate(batches):
+                stop = batches[i + 1][0] if i + 1 < len(batches) else n
+                parts.append(stamped[i * HEADER_SIZE : (i + 1) * HEADER_SIZE])
+                parts.append(view[start + HEADER_SIZE : stop])
+            data = parts
+        try:  # (not the _io context manager: this is the hot path)
+            if leader_epoch >= 0 and leader_epoch != self.leader_epoch_cache.latest_epoch:
                 self.leader_epoch_cache.assign(leader_epoch, first_offset)
-            self._write(view, batches, first_offset, next_offset - 1, max_ts, now_ms)
+            self._write(data, n, batches, first_offset, next_offset - 1, max_ts, now_ms)
+        except OSError as exc:
+            raise KafkaStorageError(f"I/O error during append to log {self.dir}: {exc}") from exc
         return LogAppendInfo(
             first_offset, next_offset - 1, max_ts, n, record_count, max_ts_offset, len(batches),
             log_append_time,
@@ -425,22 +474,23 @@ class Log:
         with self._io("append"):
             for epoch, start in epochs:
                 self.leader_epoch_cache.assign(epoch, start)
-            self._write(view[:pos], batches, first_offset, expected - 1, max_ts, now_ms)
+            self._write(view[:pos], pos, batches, first_offset, expected - 1, max_ts, now_ms)
         return LogAppendInfo(
             first_offset, expected - 1, max_ts, pos, record_count, max_ts_offset, len(batches)
         )
 
     def _write(
         self,
-        data: memoryview,
+        data: memoryview | list[memoryview],
+        size: int,
         batches: list[tuple[int, int, int]],
         first_offset: int,
         last_offset: int,
         max_timestamp: int,
         now_ms: int,
     ) -> None:
-        segment = self._maybe_roll(len(data), first_offset, last_offset, max_timestamp, now_ms)
-        segment.append(data, batches)
+        segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp, now_ms)
+        segment.append(data, batches, size)
         self.log_end_offset = last_offset + 1
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush()
@@ -517,13 +567,15 @@ class Log:
             max_offset is not None and start_offset >= max_offset
         ):
             return FetchDataInfo(memoryview(b""), start_offset)
-        with self._io("read"):
+        try:
             i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
             while i < len(self.segments):
                 found = self.segments[i].read(start_offset, max_bytes, max_offset, min_one_message)
                 if found is not None:
                     return FetchDataInfo(found[0], start_offset)
                 i += 1
+        except OSError as exc:
+            raise KafkaStorageError(f"I/O error during read of log {self.dir}: {exc}") from exc
         return FetchDataInfo(memoryview(b""), start_offset)
 
     def read_slice(
@@ -590,10 +642,19 @@ class Log:
                 self.truncate_fully_and_start_at(target_offset)
                 return True
             keep = bisect.bisect_right(self._bases, target_offset)
+            # The new LEO: the target, or the base of the first batch dropped when it starts
+            # before the target (a batch holding the target goes whole).
+            new_end = target_offset
+            for segment in self.segments[max(keep, 1) - 1 :]:
+                found = segment.translate_offset(target_offset)
+                if found is not None:
+                    new_end = min(target_offset, found[1])
+                    break
             if keep < len(self.segments):
                 self._delete_segments_from(max(keep, 1))
             segment = self.segments[-1]
             segment.truncate_to(target_offset)
+            segment.next_offset = max(segment.base_offset, new_end)
             # Durable at once: an undone truncation under newer appends would resurrect
             # batches below the recovery point.
             segment.flush()

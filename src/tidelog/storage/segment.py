@@ -92,24 +92,39 @@ class LogSegment:
         self.created_ms = created_ms
         self.bytes_since_last_index_entry = 0
         self._indexes_dirty = True
+        # Entries already in the index files ([offset, time]); None = rewrite them whole.
+        self._persisted: list[int] | None = None
+        self._index_handles: dict[str, FileHandle] = {}
 
     # -- appends ---------------------------------------------------------------------------
     def can_hold(self, last_offset: int) -> bool:
         return 0 <= last_offset - self.base_offset <= _INT32_MAX
 
     def append(
-        self, data: bytes | bytearray | memoryview, batches: list[tuple[int, int, int]]
+        self,
+        data: bytes | bytearray | memoryview | list[memoryview],
+        batches: list[tuple[int, int, int]],
+        size: int | None = None,
     ) -> None:
-        """Write `data` (whole batches) at the end. `batches` = (position in data, last offset,
-        max timestamp) per batch, in order, for the indexes."""
-        position = self.log.append(data)
+        """Write `data` (whole batches, or a list of buffers that concatenate to them; `size`
+        is then their total) at the end. `batches` = (position in data, last offset, max
+        timestamp) per batch, in order, for the indexes."""
+        if isinstance(data, list):
+            append_parts = getattr(self.log, "append_parts", None)
+            if append_parts is not None:
+                position = append_parts(data)
+            else:
+                position = self.log.append(b"".join(data))
+            end = size if size is not None else sum(len(p) for p in data)
+        else:
+            position = self.log.append(data)
+            end = len(data)
         interval = self.index_interval_bytes
         since = self.bytes_since_last_index_entry
         max_ts = self.max_timestamp
         max_ts_offset = self.offset_of_max_timestamp
         offset_index = self.offset_index
         time_index = self.time_index
-        end = len(data)
         count = len(batches)
         if self.rolling_based_timestamp is None and count:
             self.rolling_based_timestamp = batches[0][2]
@@ -239,6 +254,7 @@ class LogSegment:
         [(partition leader epoch, base offset)] of the valid batches whose epoch changes)."""
         self.offset_index.reset()
         self.time_index.reset()
+        self._persisted = None
         self.bytes_since_last_index_entry = 0
         self.max_timestamp = -1
         self.offset_of_max_timestamp = self.base_offset
@@ -403,6 +419,7 @@ class LogSegment:
         self.size = position
         self.offset_index.truncate_to_position(position)
         self.time_index.truncate_to(first_removed_base)
+        self._persisted = None
         self.next_offset = max(self.base_offset, min(offset, first_removed_base))
         # Kafka re-derives the max timestamp from the time index, then the unindexed tail.
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry
@@ -421,22 +438,39 @@ class LogSegment:
         return removed
 
     # -- durability / lifecycle ------------------------------------------------------------
+    def _index_handle(self, path: str) -> FileHandle:
+        handle = self._index_handles.get(path)
+        if handle is None:
+            handle = self._index_handles[path] = self.file_io.open(path)
+        return handle
+
     def flush_indexes(self) -> None:
+        """Write the index files: only the new entries when the files hold a prefix of them
+        (appends), else the whole index (after a truncation, a recovery or a load)."""
         if not self._indexes_dirty:
             return
-        for path, data in (
-            (self.index_path, self.offset_index.to_bytes()),
-            (self.time_index_path, self.time_index.to_bytes()),
+        persisted = self._persisted
+        for i, (path, index) in enumerate(
+            ((self.index_path, self.offset_index), (self.time_index_path, self.time_index))
         ):
-            handle = self.file_io.open(path)
-            try:
+            handle = self._index_handle(path)
+            if persisted is None:
                 handle.truncate(0)
-                if data:
-                    handle.append(data)
-                handle.flush()
-            finally:
-                handle.close()
+                data = index.to_bytes()
+            elif persisted[i] == len(index):
+                continue
+            else:
+                data = index.to_bytes(persisted[i])
+            if data:
+                handle.append(data)
+            handle.flush()
+        self._persisted = [len(self.offset_index), len(self.time_index)]
         self._indexes_dirty = False
+
+    def _close_index_handles(self) -> None:
+        for handle in self._index_handles.values():
+            handle.close()
+        self._index_handles.clear()
 
     def flush(self) -> None:
         """fsync the log, then write the indexes (they are rebuilt if lost)."""
@@ -449,9 +483,11 @@ class LogSegment:
         self._indexes_dirty = True
 
     def close(self) -> None:
+        self._close_index_handles()
         self.log.close()
 
     def delete(self) -> None:
+        self._close_index_handles()
         self.log.close()
         for path in (self.log_path, self.index_path, self.time_index_path):
             if self.file_io.exists(path):
