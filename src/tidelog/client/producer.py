@@ -237,12 +237,13 @@ class Producer:
         if batch is not None and len(queue.batches) == 2 and queue.batches[0].closed:
             limit = max(self.batch_size, self.max_request_size)
         if batch is None or batch.closed or (batch.size + size > limit and batch.records):
-            if batch is not None and not batch.closed:
-                queue.wakeup.set()  # the previous batch is full: send it now
+            if batch is not None:
+                if not batch.closed:
+                    queue.wakeup.set()  # the previous batch is full: send it now
+                if key is None and partition == self._sticky.get(topic):
+                    self._sticky.pop(topic, None)  # the next keyless record moves on
             batch = _Batch(tp, time.monotonic())
             queue.batches.append(batch)
-            if key is None:
-                self._sticky.pop(topic, None)  # next keyless record picks a new partition
         future: asyncio.Future[tuple[TopicPartition, int]] = (
             asyncio.get_running_loop().create_future()
         )
