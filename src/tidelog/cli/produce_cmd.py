@@ -173,7 +173,7 @@ def produce(
         idempotence = acks == "all"
     elif idempotence and acks != "all":
         fail("--idempotence requires --acks all")
-    stdin = None if count is not None else click.get_text_stream("stdin")
+    stdin = None if count is not None else sys.stdin
     summary = asyncio.run(
         _produce(
             bootstrap_server,
