@@ -67,6 +67,8 @@ class BrokerThread:
         return self
 
     def stop(self) -> None:
+        if self.loop.is_closed():
+            return
         try:
             if self.loop.is_running():
                 self.run(self.server.shutdown(), timeout=60)
@@ -127,17 +129,17 @@ class ActingController:
 
     def create_topic(self, topic: str, assignment: Mapping[int, Sequence[int]],
                      config: Mapping[str, Any] | None = None, write_assignment: bool = True,
-                     live: Sequence[int] | None = None) -> None:
+                     live: Sequence[int] | None = None, isr: Sequence[int] | None = None) -> None:
         if write_assignment:
             self.zk.create_topic(topic, assignment, config or {})
         self.topic_ids.setdefault(topic, uuid.uuid4())
         live_ids = set(live) if live is not None else set(self.brokers)
         for p, replicas in assignment.items():
             leader = next((r for r in replicas if r in live_ids), -1)
-            isr = tuple(r for r in replicas if r in live_ids)
-            st = LeaderIsrAndControllerEpoch(leader, 0, isr, self.controller_epoch)
+            in_sync = tuple(r for r in (isr if isr is not None else replicas) if r in live_ids)
+            st = LeaderIsrAndControllerEpoch(leader, 0, in_sync, self.controller_epoch)
             self.zk.create_partition_state((topic, p), st)
-            self.states[(topic, p)] = {"leader": leader, "leader_epoch": 0, "isr": list(isr),
+            self.states[(topic, p)] = {"leader": leader, "leader_epoch": 0, "isr": list(in_sync),
                                        "zk_version": 0, "replicas": list(replicas)}
         self.send_leader_and_isr(topic, [p for p in assignment], live=live_ids)
         self.send_update_metadata(live=live_ids)
@@ -233,3 +235,52 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float = 15, interval_s: 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(interval_s)
+
+
+# ---------------------------------------------------------------- wire request shorthands
+
+
+def produce_request(topic: str, partition: int, records: Any, acks: int = -1,
+                    timeout_ms: int = 10000) -> Any:
+    from tidelog.protocol.messages.produce import (
+        PartitionProduceData,
+        ProduceRequest,
+        TopicProduceData,
+    )
+
+    return ProduceRequest(acks=acks, timeout_ms=timeout_ms, topic_data=[
+        TopicProduceData(topic, [PartitionProduceData(partition, bytes(records) if records is not None else None)])
+    ])
+
+
+def produce(port: int, topic: str, partition: int, records: Any, acks: int = -1,
+            timeout_ms: int = 10000, api_version: int | None = None) -> Any:
+    """(error_code, base_offset) of a one-partition produce."""
+    resp = send(port, produce_request(topic, partition, records, acks, timeout_ms), api_version,
+                timeout_ms=timeout_ms + 10000)
+    p = resp.responses[0].partition_responses[0]
+    return p.error_code, p.base_offset
+
+
+def fetch_request(topic: str, partition: int, offset: int, *, replica_id: int = -1,
+                  max_wait_ms: int = 0, min_bytes: int = 1, max_bytes: int = 1 << 20,
+                  current_leader_epoch: int = -1) -> Any:
+    from tidelog.protocol.messages.fetch import FetchPartition, FetchRequest, FetchTopic
+
+    return FetchRequest(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+                        max_bytes=max_bytes, topics=[FetchTopic(topic=topic, partitions=[
+                            FetchPartition(partition=partition, fetch_offset=offset,
+                                           current_leader_epoch=current_leader_epoch,
+                                           partition_max_bytes=max_bytes)])])
+
+
+def fetch(port: int, topic: str, partition: int, offset: int, **kwargs: Any) -> Any:
+    """The PartitionData of a one-partition fetch."""
+    resp = send(port, fetch_request(topic, partition, offset, **kwargs))
+    return resp.responses[0].partitions[0]
+
+
+def values_of(records: Any) -> list[bytes]:
+    from tidelog.protocol.records.decoder import iter_records  # type: ignore[attr-defined]
+
+    return [r.value for r in iter_records(bytes(records))]

@@ -1,0 +1,55 @@
+"""Fixtures for the broker tests: real ZooKeeper chroots and real BrokerServer instances."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from harness import ActingController, BrokerThread, broker_props  # noqa: E402
+
+from tidelog.cluster.zookeeper import ZooKeeperServer  # noqa: E402
+
+
+def new_chroot(zookeeper: ZooKeeperServer) -> str:
+    from kazoo.client import KazooClient
+
+    chroot = f"/b-{uuid.uuid4().hex[:12]}"
+    client = KazooClient(hosts=zookeeper.connect_string, timeout=10.0)
+    client.start(timeout=15)
+    try:
+        client.ensure_path(chroot)
+    finally:
+        client.stop()
+        client.close()
+    return zookeeper.connect_string + chroot
+
+
+@pytest.fixture(scope="module")
+def module_zk(zookeeper: ZooKeeperServer) -> str:
+    return new_chroot(zookeeper)
+
+
+@pytest.fixture(scope="module")
+def one_broker(module_zk: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
+    """One broker shared by a module's tests (each test uses its own topics)."""
+    b = BrokerThread(broker_props(1, module_zk, tmp_path_factory.mktemp("broker1"),
+                                  **{"connections.max.idle.ms": 60000})).start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture(scope="module")
+def controller(module_zk: str, one_broker: BrokerThread) -> Iterator[ActingController]:
+    c = ActingController(module_zk, [one_broker])
+    try:
+        yield c
+    finally:
+        c.close()
