@@ -1,0 +1,251 @@
+"""The network layer: bad input closes only the offending connection, limits are enforced from
+the size prefix, responses keep request order, idle connections are reaped, and ApiVersions /
+Produce version edge cases are answered as Kafka answers them."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import time
+from typing import Any
+
+import pytest
+from harness import BrokerThread, produce_request, send
+
+from tidelog.broker.socket_server import RequestContext, SocketServer
+from tidelog.protocol.api_keys import ApiKey
+from tidelog.protocol.codec import decode_response, encode_request
+from tidelog.protocol.errors import ErrorCode
+from tidelog.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from tidelog.protocol.messages.metadata import MetadataRequest
+from tidelog.protocol.records.builder import build_values
+
+pytestmark = pytest.mark.integration
+
+
+def _connect(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.settimeout(10)
+    return s
+
+
+def _frame(request: Any, version: int, corr: int) -> bytes:
+    return b"".join(bytes(b) for b in encode_request(request, version, corr))
+
+
+def _read_frame(s: socket.socket) -> bytes:
+    def exact(n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = s.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("closed")
+            buf += chunk
+        return buf
+    size = struct.unpack(">i", exact(4))[0]
+    return exact(size)
+
+
+def _is_closed(s: socket.socket, timeout: float = 5.0) -> bool:
+    s.settimeout(timeout)
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def _api_versions_ok(port: int) -> bool:
+    resp = send(port, ApiVersionsRequest())
+    return resp.error_code == 0 and any(k.api_key == ApiKey.PRODUCE for k in resp.api_keys)
+
+
+def test_garbage_closes_only_that_connection(one_broker: BrokerThread) -> None:
+    good = _connect(one_broker.port)
+    bad = _connect(one_broker.port)
+    try:
+        bad.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # reads as a ~1.2 GB frame size
+        assert _is_closed(bad)
+        good.sendall(_frame(ApiVersionsRequest(), 0, 7))
+        _, resp = decode_response(ApiKey.API_VERSIONS, 0, _read_frame(good))
+        assert resp.error_code == 0
+    finally:
+        good.close()
+        bad.close()
+    assert _api_versions_ok(one_broker.port)
+
+
+@pytest.mark.parametrize("payload", [
+    struct.pack(">hhi", 3, 5, 1) + b"\xff\xff",  # Metadata v5 with a truncated header/body
+    struct.pack(">hhi", 999, 0, 1) + b"\x00\x00",  # unknown api key
+    struct.pack(">hhi", ApiKey.FETCH, 3, 1) + b"\x00" * 40,  # Fetch v3: below the served range
+    b"\x00\x01",  # shorter than any header
+])
+def test_malformed_or_unserved_requests_close_the_connection(one_broker: BrokerThread, payload: bytes) -> None:
+    s = _connect(one_broker.port)
+    try:
+        s.sendall(struct.pack(">i", len(payload)) + payload)
+        assert _is_closed(s)
+    finally:
+        s.close()
+    assert _api_versions_ok(one_broker.port)
+
+
+def test_negative_frame_size_closes(one_broker: BrokerThread) -> None:
+    s = _connect(one_broker.port)
+    try:
+        s.sendall(struct.pack(">i", -5))
+        assert _is_closed(s)
+    finally:
+        s.close()
+
+
+def test_unsupported_api_versions_version_gets_a_v0_answer(one_broker: BrokerThread) -> None:
+    s = _connect(one_broker.port)
+    try:
+        # ApiVersions v99: header v1 (key, version, correlation id, client id), empty body.
+        body = struct.pack(">hhih", ApiKey.API_VERSIONS, 99, 42, -1)
+        s.sendall(struct.pack(">i", len(body)) + body)
+        header, resp = decode_response(ApiKey.API_VERSIONS, 0, _read_frame(s))
+        assert header.correlation_id == 42
+        assert isinstance(resp, ApiVersionsResponse)
+        assert resp.error_code == ErrorCode.UNSUPPORTED_VERSION
+        assert [(k.api_key, k.min_version) for k in resp.api_keys] == [(ApiKey.API_VERSIONS, 0)]
+        # The connection stays usable: the client retries at a version the broker knows.
+        s.sendall(_frame(ApiVersionsRequest(), 3, 43))
+        _, resp = decode_response(ApiKey.API_VERSIONS, 3, _read_frame(s))
+        assert resp.error_code == 0
+    finally:
+        s.close()
+
+
+def test_produce_v2_is_advertised_but_refused(one_broker: BrokerThread) -> None:
+    resp = send(one_broker.port, ApiVersionsRequest())
+    produce_range = next((k.min_version, k.max_version) for k in resp.api_keys if k.api_key == ApiKey.PRODUCE)
+    assert produce_range[0] == 0
+    s = _connect(one_broker.port)
+    try:
+        req = produce_request("anything", 0, build_values([b"x"]), acks=1)
+        s.sendall(_frame(req, 2, 5))
+        _, resp = decode_response(ApiKey.PRODUCE, 2, _read_frame(s))
+        assert resp.responses[0].partition_responses[0].error_code == ErrorCode.UNSUPPORTED_VERSION
+    finally:
+        s.close()
+
+
+def test_responses_keep_request_order_behind_a_long_poll(one_broker: BrokerThread, controller: Any) -> None:
+    from harness import fetch_request
+
+    controller.create_topic("order", {0: [1]})
+    s = _connect(one_broker.port)
+    try:
+        # A fetch that parks for 400 ms, pipelined with a Metadata request on the same
+        # connection: Kafka answers one request per connection at a time, in order.
+        start = time.monotonic()
+        s.sendall(_frame(fetch_request("order", 0, 0, max_wait_ms=400, min_bytes=1), 11, 1)
+                  + _frame(MetadataRequest(topics=[]), 9, 2))
+        first = _read_frame(s)
+        second = _read_frame(s)
+        elapsed = time.monotonic() - start
+        assert struct.unpack_from(">i", first)[0] == 1
+        assert struct.unpack_from(">i", second)[0] == 2
+        _, fetched = decode_response(ApiKey.FETCH, 11, first)
+        assert fetched.responses[0].partitions[0].error_code == 0
+        assert elapsed >= 0.35  # the long poll really waited (no data arrived)
+    finally:
+        s.close()
+
+
+# ---------------------------------------------------------------- SocketServer alone
+
+
+class _Echo:
+    """A handler standing in for KafkaApis (the boundary this test is not about)."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    async def __call__(self, ctx: RequestContext, request: Any) -> Any:
+        self.seen.append(ctx.header.correlation_id)
+        return ApiVersionsResponse(error_code=0)
+
+
+def _run_server(coro_fn: Any) -> Any:
+    async def main() -> Any:
+        return await coro_fn()
+    return asyncio.run(main())
+
+
+def test_request_size_limit_is_enforced_from_the_size_prefix() -> None:
+    async def scenario() -> tuple[bool, bool]:
+        handler = _Echo()
+        server = SocketServer("127.0.0.1", 0, handler, max_request_bytes=64)
+        port = await server.start()
+        try:
+            ok_frame = _frame(ApiVersionsRequest(), 0, 1)
+            assert len(ok_frame) - 4 <= 64
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            w.write(ok_frame)
+            await w.drain()
+            size = struct.unpack(">i", await r.readexactly(4))[0]
+            await r.readexactly(size)
+            # 65 bytes declared: refused before any of the payload is buffered.
+            w.write(struct.pack(">i", 65))
+            await w.drain()
+            closed = await asyncio.wait_for(r.read(1), 5) == b""
+            w.close()
+            return handler.seen == [1], closed
+        finally:
+            await server.shutdown()
+
+    assert _run_server(scenario) == (True, True)
+
+
+def test_idle_connections_are_reaped() -> None:
+    async def scenario() -> tuple[bool, float]:
+        server = SocketServer("127.0.0.1", 0, _Echo(), connections_max_idle_ms=200)
+        port = await server.start()
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            start = time.monotonic()
+            closed = await asyncio.wait_for(r.read(1), 5) == b""
+            w.close()
+            return closed, time.monotonic() - start
+        finally:
+            await server.shutdown()
+
+    closed, after = _run_server(scenario)
+    assert closed and after >= 0.15
+
+
+def test_a_slow_reader_does_not_block_other_connections() -> None:
+    """Backpressure is per connection: a client that never reads its (large) responses stalls
+    only itself, while another connection is served."""
+
+    class Big:
+        async def __call__(self, ctx: RequestContext, request: Any) -> Any:
+            from tidelog.protocol.api_versions import api_versions_response
+            return api_versions_response()
+
+    async def scenario() -> bool:
+        server = SocketServer("127.0.0.1", 0, Big())
+        port = await server.start()
+        try:
+            r1, w1 = await asyncio.open_connection("127.0.0.1", port)
+            frame = _frame(ApiVersionsRequest(), 0, 1)
+            w1.write(frame * 20000)  # ~20000 responses nobody reads
+            await w1.drain()
+            r2, w2 = await asyncio.open_connection("127.0.0.1", port)
+            w2.write(_frame(ApiVersionsRequest(), 0, 9))
+            await w2.drain()
+            size = struct.unpack(">i", await asyncio.wait_for(r2.readexactly(4), 5))[0]
+            data = await r2.readexactly(size)
+            w1.close()
+            w2.close()
+            return struct.unpack_from(">i", data)[0] == 9
+        finally:
+            await server.shutdown(grace_s=0.2)
+
+    assert _run_server(scenario)
