@@ -16,17 +16,19 @@ def test_scenario_holds_with_tidelogs_rules(name: str) -> None:
     result = run_scenario(name)
     assert not result.unexpected, result.verdict()
     assert len(result.steps) >= 3  # the script really ran its steps
+    assert result.notes == []  # and every state it waited for was reached
 
 
 @pytest.mark.parametrize("name", NAIVE)
 def test_naive_rule_is_caught_in_the_same_scenario(name: str) -> None:
     result = run_scenario(name, naive=True)
     assert result.caught, result.verdict()
+    assert result.notes == []
 
 
 def test_every_historic_bug_of_correctness_md_has_a_scenario() -> None:
-    for name in ("kip101", "kip101_divergence", "kip279", "kip320", "maximal_isr", "kip841",
-                 "kip966", "stale_fetch_response", "out_of_range"):
+    for name in ("kip101", "kip101_divergence", "kip279", "kip320", "kafka7164", "maximal_isr",
+                 "kip841", "kip966", "stale_fetch_response", "out_of_range"):
         assert name in SCENARIOS
 
 

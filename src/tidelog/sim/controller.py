@@ -93,6 +93,7 @@ class SimController:
         for b in sorted(set(known) - set(current)):
             self.cluster.trace_add(("broker_failure", None, ("broker", b)))
             self._execute(lambda b=b: self.core.on_broker_failure(b))
+            self.cluster.nodes[b].failure_handled()
         for b, epoch in sorted(current.items()):
             if known.get(b) == epoch:
                 continue
@@ -100,6 +101,8 @@ class SimController:
             if not clean[b] and self.cluster.config.kip966_unclean_restart_rule:
                 self.core.mark_unclean_restart(b)
             self._execute(lambda b=b, e=epoch: self.core.on_broker_startup(b, e))
+            if b in known:
+                self.cluster.nodes[b].failure_handled()  # a bounce: failure, then startup
 
     def _on_isr_changes(self, event: str, path: str) -> None:
         if not self.active:

@@ -96,9 +96,10 @@ class SimBroker:
         self.broker_epoch = -1
         self.clean_shutdown = True  # how the previous process ended
         self.live_brokers: dict[int, int] = {}
-        # Partitions whose log this broker lost in a power loss -> the ZooKeeper leader epoch at
-        # the time: leaders of that epoch or older still count on data that is gone.
-        self.dirty: dict[TopicPartition, int] = {}
+        # Partitions whose log this broker lost in a power loss -> the first leader epoch
+        # written after the controller handled this broker's failure (None: not yet). Leaders of
+        # older epochs may still count on data that is gone.
+        self.dirty: dict[TopicPartition, int | None] = {}
         self._backlog: list[tuple[int, Any]] = []
         self._corr = 0
         self._inflight: dict[int, tuple[Any, Any]] = {}  # corr -> (fetcher request, timer)
@@ -175,10 +176,7 @@ class SimBroker:
         self.fm = None
         if kind == "lossy":
             for tp in self.cluster.tps:
-                state = self.cluster.zk_state(tp)
-                # Never cleared: only leaders of this epoch or older are exempt, and a leader
-                # keeps its epoch only until the controller handles this broker's bounce.
-                self.dirty[tp] = state.leader_epoch if state is not None else 0
+                self.dirty[tp] = None
 
     def pause(self) -> None:
         if self.running and not self.paused:
@@ -230,17 +228,27 @@ class SimBroker:
         power loss (its view of this replica predates the crash). A lossy crash of an ISR
         member breaks ValidHighWatermark/StrongIsr for such a leader in Kafka too; what must
         hold then is NoAckedLoss (checked at the end)."""
-        crashed_in = self.dirty.get(tp)
-        return crashed_in is not None and leader_epoch <= crashed_in
+        if tp not in self.dirty:
+            return False
+        handled_in = self.dirty[tp]
+        return handled_in is None or leader_epoch < handled_in
+
+    def failure_handled(self) -> None:
+        """The controller has handled this broker's failure (or bounce): leader epochs from now
+        on were decided without counting on its lost data."""
+        for tp, handled_in in self.dirty.items():
+            if handled_in is None:
+                state = self.cluster.zk_state(tp)
+                self.dirty[tp] = state.leader_epoch if state is not None else 0
 
     def recovering(self) -> bool:
         """Lost data in a power loss and not yet back in the ISR of a running leader of a newer
         epoch (the fault injector allows one such broker at a time)."""
-        for tp, crashed_in in self.dirty.items():
+        for tp, handled_in in self.dirty.items():
             leader = self.cluster.acting_leader(tp)
             p = leader.partition(tp) if leader is not None else None
-            if (not self.running or p is None or p.leader_epoch <= crashed_in
-                    or self.broker_id not in p.isr):
+            if (not self.running or p is None or handled_in is None
+                    or p.leader_epoch < handled_in or self.broker_id not in p.isr):
                 return True
         return False
 

@@ -399,6 +399,37 @@ def kip320(sc: ScenarioRun) -> None:
     sc.snapshot("1 back in touch")
 
 
+def kafka7164(sc: ScenarioRun) -> None:
+    """Follower 1 misses a whole leader epoch (the controller cannot reach it; its ZooKeeper
+    session is fine). Leader 0 at 50, 1 at 50, 2 at 40. 0 dies, 2 leads from 40, 0 comes back
+    and truncates to 40, takes 40..59 of the new epoch; 2 dies and 0 leads again. 1 now hears of
+    the newest epoch with the same leader it had: it must still truncate (OffsetsForLeaderEpoch),
+    or it keeps its own 40..49 under the new epoch's 50..59."""
+    sc.boot()
+    sc.produce(40, acks=1)
+    sc.run_until(lambda: min(sc.leo(0), sc.leo(1), sc.leo(2)) >= 40)
+    slow = sc.rule(fetch_responses(0, 2))
+    sc.produce(10, acks=1)
+    sc.run_until(lambda: sc.leo(1) >= 50)
+    deaf = sc.rule(lambda s, d, m: s == CONTROLLER_NODE and d == 1)
+    sc.snapshot("0,1 at 50; 2 at 40; 1 deaf")
+    sc.stop(0, "kill")
+    sc.unrule(slow)
+    sc.run_until(lambda: sc.leader_is(2))
+    sc.snapshot("2 leads from 40")
+    sc.start(0)
+    sc.produce(20, acks=1)
+    sc.run_until(lambda: sc.leo(0) >= sc.leo(2) and 0 in sc.zk().isr, 5000)
+    sc.snapshot("0 follows 2")
+    sc.unrule(deaf)
+    sc.stop(2, "kill")
+    sc.run_until(lambda: sc.leader_is(0, 2))
+    sc.run_for(1500)
+    sc.snapshot("0 leads again; 1 hears")
+    sc.start(2)
+    sc.run_for(1500)
+
+
 def maximal_isr(sc: ScenarioRun) -> None:
     """ISR [0,1]; 2 catches up and the leader proposes ISR [0,1,2] (the ZooKeeper write is
     slow). Meanwhile 10 records reach 1 but not 2. With the maximal ISR the HW waits for 2;
@@ -567,6 +598,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              lambda naive: _cfg(3, (0, 1, 2), min_insync_replicas=1,
                                 replica_lag_time_max_ms=30_000, fence_leader_epochs=not naive),
              "fence_leader_epochs=False", ("Converged", "StrongIsr")),
+    Scenario("kafka7164", "KAFKA-7164: truncate on every epoch change, same leader or not",
+             kafka7164,
+             # 2 before 1 in preference order: the deaf broker 1 is never the one elected.
+             lambda naive: _cfg(3, (0, 2, 1), min_insync_replicas=1,
+                                replica_lag_time_max_ms=30_000),
+             None),
     Scenario("maximal_isr", "KIP-497 rule: HW over current + pending ISR members", maximal_isr,
              lambda naive: _cfg(3, (0, 1, 2), min_insync_replicas=2, maximal_isr=not naive),
              "maximal_isr=False", ("NoAckedLoss", "ValidHighWatermark")),
