@@ -240,12 +240,16 @@ class LocalCluster:
                              connection_timeout_ms=3000).start(create_top_level_paths=False)
 
     def wait_until_ready(self, broker_ids: Sequence[int], deadline: float,
-                         progress: Progress = _no_progress) -> None:
-        """Until `broker_ids` are registered with their current processes and a controller is
-        elected; a broker process that exits meanwhile fails at once with its log's tail."""
+                         progress: Progress = _no_progress,
+                         stale_epochs: Mapping[int, int] | None = None) -> None:
+        """Until `broker_ids` are registered and a controller is elected; a broker process that
+        exits meanwhile fails at once with its log's tail. A registration whose broker epoch is
+        in `stale_epochs` is the previous (killed) process's, whose ZooKeeper session has not
+        expired yet: it does not count."""
         from kazoo.exceptions import NoNodeError
 
         want = set(broker_ids)
+        stale = dict(stale_epochs or {})
         last = ""
         zk = None
         try:
@@ -260,6 +264,10 @@ class LocalCluster:
                     if zk is None:
                         zk = self._zk_client()
                     registered = set(zk.get_all_broker_ids())
+                    for bid in sorted(registered & set(stale)):
+                        found = zk.get_broker(bid)
+                        if found is None or found[1] == stale[bid]:
+                            registered.discard(bid)
                     controller = zk.get_controller_id()
                 except (NoNodeError, Exception):  # noqa: BLE001 - ZooKeeper still coming up
                     registered = set()
@@ -330,10 +338,36 @@ class LocalCluster:
         self._broker(broker_id)
         if self.alive(broker_id):
             return f"broker {broker_id} is already running (pid {self.brokers[broker_id].pid})"
+        deadline = time.monotonic() + timeout_s
+        stale = self._wait_previous_session_gone(broker_id, deadline, progress)
         self._spawn(broker_id)
         self.save()
-        self.wait_until_ready([broker_id], time.monotonic() + timeout_s, progress)
+        self.wait_until_ready([broker_id], deadline, progress, stale)
         return f"broker {broker_id} started (pid {self.brokers[broker_id].pid})"
+
+    def _wait_previous_session_gone(self, broker_id: int, deadline: float,
+                                    progress: Progress) -> dict[int, int]:
+        """A killed broker's registration lives until its ZooKeeper session expires, and a new
+        process could not register meanwhile (Kafka refuses it too): wait for it to go.
+        Returns {broker: stale epoch} if it is still there at the deadline."""
+        zk = None
+        try:
+            zk = self._zk_client()
+            found = zk.get_broker(broker_id)
+            if found is None:
+                return {}
+            progress(f"waiting for broker {broker_id}'s previous ZooKeeper session to expire")
+            while time.monotonic() < deadline:
+                again = zk.get_broker(broker_id)
+                if again is None or again[1] != found[1]:
+                    return {}
+                time.sleep(0.2)
+            return {broker_id: found[1]}
+        except Exception:  # noqa: BLE001 - ZooKeeper unreachable: the wait after spawn reports it
+            return {}
+        finally:
+            if zk is not None:
+                zk.close()
 
     def _broker(self, broker_id: int) -> BrokerProcess:
         b = self.brokers.get(broker_id)
