@@ -89,7 +89,7 @@ def test_no_reachable_server_is_a_clear_error() -> None:
 
 def test_create_describe_and_delete_topics(tansu: str, topic_name: str) -> None:
     async def main() -> None:
-        async with KafkaClient(tansu) as client:
+        async with KafkaClient(tansu, retries=1, retry_backoff_ms=10) as client:
             created = await client.create_topics(
                 [NewTopic(topic_name, 3, 1, configs={"retention.ms": "3600000"})]
             )

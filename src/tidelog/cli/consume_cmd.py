@@ -192,4 +192,4 @@ def _print_table(topic: str, records: list[ConsumerRecord]) -> None:
             _text(rec.key) or "",
             _text(rec.value) or "",
         )
-    Console().print(table)
+    Console(file=sys.stdout).print(table)

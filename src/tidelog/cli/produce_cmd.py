@@ -310,7 +310,7 @@ def _print_summary(summary: dict[str, object]) -> None:
         "-" if no_acks or not latencies else f"{percentile(latencies, 50) * 1000:.2f} ms",
         "-" if no_acks or not latencies else f"{percentile(latencies, 99) * 1000:.2f} ms",
     )
-    console = Console()
+    console = Console(file=sys.stdout)  # the stream in use now (click swaps it in tests)
     console.print(table)
     kinds: dict[str, int] = summary["error_kinds"]  # type: ignore[assignment]
     for kind, n in sorted(kinds.items()):

@@ -294,16 +294,26 @@ class KafkaClient:
         return self.metadata.leader_for(tp)
 
     async def partitions_for(self, topic: str, *, refresh: bool = False) -> list[int]:
-        """Partition ids of ``topic``; raises BrokerResponseError if the topic is unknown."""
+        """Partition ids of ``topic``. A retriable topic error (a topic just created whose
+        metadata has not spread yet, LEADER_NOT_AVAILABLE) is retried with backoff up to
+        ``retries`` times; then, or for other errors, BrokerResponseError is raised."""
         meta = self.metadata.topics.get(topic)
-        if refresh or meta is None:
+        if not refresh and meta is not None and meta.error == ErrorCode.NONE:
+            return sorted(meta.partitions)
+        code: int = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await self._backoff(attempt - 1)
             await self.refresh_metadata([topic])
             meta = self.metadata.topics.get(topic)
-        if meta is None:
-            raise BrokerResponseError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, topic)
-        if meta.error != ErrorCode.NONE:
-            raise BrokerResponseError(meta.error, topic)
-        return sorted(meta.partitions)
+            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if meta is None else meta.error
+            if code == ErrorCode.NONE and meta is not None and meta.partitions:
+                return sorted(meta.partitions)
+            if code == ErrorCode.NONE:
+                code = ErrorCode.LEADER_NOT_AVAILABLE  # listed without partitions yet
+            if not _is_retriable(code):
+                break
+        raise BrokerResponseError(code, topic)
 
     async def _leader(self, tp: TopicPartition) -> PartitionMetadata:
         """The partition's metadata, refreshed if its leader is not known."""
@@ -533,8 +543,9 @@ class KafkaClient:
         for topic in response.responses:
             for p in topic.partitions:
                 diverging = None
-                if p.diverging_epoch.epoch >= 0:
-                    diverging = (p.diverging_epoch.epoch, p.diverging_epoch.end_offset)
+                de = p.diverging_epoch  # None when absent (newer generated codecs)
+                if de is not None and de.epoch >= 0:
+                    diverging = (de.epoch, de.end_offset)
                 out[TopicPartition(topic.topic, p.partition_index)] = FetchResult(
                     _code(p.error_code or response.error_code),
                     p.high_watermark,
