@@ -98,3 +98,32 @@ def test_checker_reports_two_leaders_in_one_epoch() -> None:
     c.checker.leaders_by_epoch[(tp, 0)] = 2  # as if broker 2 had led epoch 0 before
     c.run_for(200)
     assert any(v.invariant == "OneLeaderPerEpoch" for v in c.checker.violations)
+
+
+def test_brokers_obey_the_current_controller_and_refuse_an_older_one() -> None:
+    from dataclasses import replace
+
+    from tidelog.controller.core import LeaderAndIsrRequest
+    from tidelog.sim.messages import CONTROLLER_NODE, ControllerMessage
+
+    c = booted()
+    tp = c.tps[0]
+    old = c.controller
+    c.failover_controller()
+    c.run_for(200)
+    new = c.controller
+    assert new.core.controller_epoch == old.core.controller_epoch + 1
+    state = c.zk_state(tp)
+
+    def send(controller_epoch: int, leader_epoch: int) -> None:
+        forged = replace(state, leader=1, leader_epoch=leader_epoch, isr=(1,),
+                         controller_epoch=controller_epoch)
+        req = LeaderAndIsrRequest(CONTROLLER_NODE, controller_epoch, c.nodes[1].broker_epoch,
+                                  (forged,), (1,))
+        c.network.send(CONTROLLER_NODE, 1, ControllerMessage(req))
+        c.run_for(50)
+
+    send(old.core.controller_epoch, state.leader_epoch + 1)
+    assert not c.nodes[1].partition(tp).is_leader
+    send(new.core.controller_epoch, state.leader_epoch + 1)
+    assert c.nodes[1].partition(tp).is_leader

@@ -60,3 +60,19 @@ def test_larger_clusters_and_several_partitions() -> None:
 def test_without_faults_nothing_is_lost_and_everything_converges() -> None:
     s = run_seed(7, STEPS, faults=())
     assert s.ok and s.faults == {} and s.acked > 50 and s.lost == 0
+
+
+def test_replay_is_identical_across_processes_and_hash_seeds() -> None:
+    import subprocess
+    import sys
+
+    code = ("from tidelog.sim.runner import run_seed; "
+            "print(run_seed(11, 1200, brokers=5, partitions=3).trace_digest)")
+    digests = set()
+    for hash_seed in ("1", "2"):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env={**os.environ, "PYTHONHASHSEED": hash_seed}, timeout=120,
+                             check=True)
+        digests.add(out.stdout.strip())
+    assert len(digests) == 1
+    assert digests == {run_seed(11, 1200, brokers=5, partitions=3).trace_digest}

@@ -214,6 +214,20 @@ class SimCluster:
             waited += step_ms
         return self.converged()
 
+    def consumers_caught_up(self) -> bool:
+        for cons in self.consumers:
+            leader = self.acting_leader(cons.tp)
+            if leader is not None and cons.position < leader.partition(cons.tp).high_watermark:
+                return False
+        return True
+
+    def drain_consumers(self, max_ms: int = 5000, step_ms: int = 100) -> bool:
+        waited = 0
+        while not self.consumers_caught_up() and waited < max_ms:
+            self.run_for(step_ms)
+            waited += step_ms
+        return self.consumers_caught_up()
+
     # -- end of run -----------------------------------------------------------------------
     def final_checks(self) -> list[Violation]:
         """NoAckedLoss, consumed data stable, replicas identical batch by batch."""
@@ -262,9 +276,19 @@ class SimCluster:
                     if sig is None or sig[3] != crc:
                         fail("NoAckedLoss", tp, f"acked write at offset {offset} (crc {crc:#x}) "
                              f"is gone: log has {sig}")
+            acked_all = {off for prod in self.producers if prod.tp == tp and prod.acks == -1
+                         for off in prod.acked.values()}
             for cons in self.consumers:
                 if cons.tp != tp:
                     continue
+                if cons.position >= leader.partition(tp).high_watermark:
+                    missing = sorted(acked_all - set(cons.consumed))
+                    if missing:
+                        fail("AckedConsumed", tp, f"{len(missing)} acked offsets never consumed, "
+                             f"first {missing[0]}")
+                else:
+                    fail("ConsumerStuck", tp, f"consumer at {cons.position} never reached HW "
+                         f"{leader.partition(tp).high_watermark}")
                 for offset, crc in cons.consumed.items():
                     sig = by_offset.get(offset)
                     if sig is None or sig[3] != crc:

@@ -9,7 +9,9 @@
   or lossy (power loss: unflushed writes are lost) — and restart it later;
 - `pause`: freeze a broker for longer than the ZooKeeper session timeout (a zombie);
 - `slow`: make one broker's links slow (a slow follower);
-- `burst`: a burst of produce traffic.
+- `burst`: a burst of produce traffic;
+- `controller`: a controller failover (a new controller epoch; the old one's requests in flight
+  must be refused).
 
 Limits keep a run inside the precondition of NoAckedLoss ("one ISR member's disk stays
 intact"): at most `max_down` brokers are stopped or frozen at once and at most one broker is
@@ -30,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tidelog.sim.cluster import SimCluster
 
 ALL_FAULTS = ("drop", "duplicate", "reorder", "delay", "partition", "crash", "pause", "slow",
-              "burst")
+              "burst", "controller")
 # Process faults move leadership and the ISR, where the bugs live: draw them more often.
 WEIGHTS = {"crash": 3, "pause": 2, "partition": 2}
 
@@ -195,6 +197,10 @@ class FaultInjector:
         self.cluster.nodes[b].pause()
         self._note("pause", ("broker", b), ("ms", duration))
         self.cluster.scheduler.schedule(duration, self.cluster.nodes[b].resume)
+
+    def _controller(self) -> None:
+        self._note("controller")
+        self.cluster.failover_controller()
 
     def _burst(self) -> None:
         producers = [p for p in self.cluster.producers]

@@ -12,12 +12,14 @@ After every event (cheap, incremental):
   compared every `full_check_every` checks and at the end.
 - ConsumersBelowHw: checked where consumer fetches are served (`node.py`).
 
-A replica that restarted after a lossy crash is exempt from ValidHighWatermark/StrongIsr until it
-has left the ISR or caught up again: a page-cache loss on an ISR member breaks these in Kafka
-too; what must still hold then is NoAckedLoss, checked at the end.
+A replica that lost data in a lossy crash is exempt from ValidHighWatermark/StrongIsr for leaders
+whose epoch was decided before the controller handled its failure (`SimBroker.is_dirty`): a
+page-cache loss on an ISR member breaks these in Kafka too; what must still hold then is
+NoAckedLoss, checked at the end.
 
-At the end, after healing (`final_checks`): NoAckedLoss (every acks=all write is in the log at
-its offset), consumed data never changed, and every replica converged batch by batch.
+At the end, after healing (`SimCluster.final_checks`): NoAckedLoss (every acks=all write is in
+the log at its offset), acked ⊆ consumed, consumed data never changed, and every replica
+converged batch by batch.
 """
 
 from __future__ import annotations

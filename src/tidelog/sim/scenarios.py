@@ -535,6 +535,39 @@ def stale_fetch_response(sc: ScenarioRun) -> None:
     sc.snapshot("after")
 
 
+def stale_controller(sc: ScenarioRun) -> None:
+    """A controller failover; then a LeaderAndIsr from the old controller (lower controller
+    epoch) naming another leader arrives. Every broker must refuse it (seed 004)."""
+    sc.boot()
+    sc.produce(5)
+    old = sc.cluster.controller
+    assert old is not None
+    sc.cluster.failover_controller()
+    sc.run_for(200)
+    sc.snapshot("controller failed over")
+    state = sc.zk()
+    from dataclasses import replace as _replace
+
+    from tidelog.controller.core import LeaderAndIsrRequest
+    from tidelog.sim.messages import ControllerMessage
+
+    forged = _replace(state, leader=1, leader_epoch=state.leader_epoch + 1, isr=(1,),
+                      controller_epoch=old.core.controller_epoch)
+    for b in (0, 1, 2):
+        req = LeaderAndIsrRequest(old.controller_id, old.core.controller_epoch,
+                                  sc.node(b).broker_epoch, (forged,), (1,))
+        sc.cluster.network.send(CONTROLLER_NODE, b, ControllerMessage(req))
+    sc.run_for(100)
+    sc.snapshot("stale LeaderAndIsr delivered")
+    for b in (0, 1, 2):
+        p = sc.part(b)
+        if p is not None and p.leader_epoch == forged.leader_epoch:
+            sc.cluster.checker.fail("StaleControllerObeyed", sc.tp,
+                                    f"broker {b} applied epoch {forged.leader_epoch} from "
+                                    f"controller epoch {old.core.controller_epoch}")
+    sc.produce(5)
+
+
 def out_of_range(sc: ScenarioRun) -> None:
     """A follower whose fetch offset is past the new leader's LEO gets OFFSET_OUT_OF_RANGE and
     must recover (truncate to the leader's end and go on), never stop (KAFKA-7414). Unclean
@@ -617,6 +650,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "re-elect last replica standing", ("NoAckedLoss",)),
     Scenario("stale_fetch_response", "KAFKA-18991: a response from an older epoch is ignored",
              stale_fetch_response, lambda naive: _cfg(3, (0, 1, 2), min_insync_replicas=1), None),
+    Scenario("stale_controller", "a stale controller's LeaderAndIsr is refused", stale_controller,
+             lambda naive: _cfg(3, (0, 1, 2)), None),
     Scenario("out_of_range", "KAFKA-7414: out-of-range is never fatal for a follower",
              out_of_range,
              lambda naive: _cfg(3, (0, 1, 2), min_insync_replicas=1,
