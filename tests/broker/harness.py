@@ -45,11 +45,11 @@ def broker_props(broker_id: int, zk_connect: str, log_dir: Path, **extra: Any) -
 class BrokerThread:
     """A BrokerServer running on a private event loop in a daemon thread."""
 
-    def __init__(self, props: Mapping[str, str]) -> None:
+    def __init__(self, props: Mapping[str, str], controller_factory: Any = None) -> None:
         self.props = dict(props)
         self.config = KafkaConfig(self.props)
         self.loop = asyncio.new_event_loop()
-        self.server = BrokerServer(self.config)
+        self.server = BrokerServer(self.config, controller_factory=controller_factory)
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
 

@@ -1,0 +1,151 @@
+"""BrokerServer life cycle and `tidelog server`: registration and broker epochs, HW checkpoints
+and the clean-shutdown marker across restarts, generated broker ids, the controller hook (with
+tidelog's real controller), controlled shutdown, and the command line (config errors, SIGTERM)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import new_chroot
+from harness import ActingController, BrokerThread, broker_props, fetch, produce, send, wait_until
+
+from tidelog.cluster.zookeeper import ZooKeeperServer
+from tidelog.controller.zk_client import KafkaZkClient
+from tidelog.protocol.messages import controlled_shutdown as m_cs
+from tidelog.protocol.messages import create_topics as m_ct
+from tidelog.protocol.records.builder import build_values
+from tidelog.storage.checkpoint import OffsetCheckpointFile
+from tidelog.storage.file_io import OsFileIO
+from tidelog.storage.log_manager import CLEAN_SHUTDOWN_FILE
+
+pytestmark = pytest.mark.integration
+
+
+def _hw_checkpoint(log_dir: Path) -> dict:
+    return OffsetCheckpointFile.in_dir(OsFileIO(), str(log_dir), "replication-offset-checkpoint").read()
+
+
+def test_registration_checkpoints_and_restart(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    zk = new_chroot(zookeeper)
+    log_dir = tmp_path / "b1"
+    props = broker_props(1, zk, log_dir, **{"replica.high.watermark.checkpoint.interval.ms": 100})
+    b = BrokerThread(props).start()
+    ctl = ActingController(zk, [b])
+    try:
+        info = ctl.zk.get_broker(1)
+        assert info is not None
+        registration, epoch = info
+        assert epoch == b.server.broker_epoch > 0
+        assert registration.endpoint("PLAINTEXT").port == b.port  # port 0 -> the bound port
+        ctl.create_topic("ck", {0: [1]})
+        assert produce(b.port, "ck", 0, build_values([b"1", b"2", b"3"])) == (0, 0)
+        # The highwatermark-checkpoint task writes the HW while the broker runs.
+        wait_until(lambda: _hw_checkpoint(log_dir).get(("ck", 0)) == 3, timeout_s=5,
+                   what="HW checkpoint")
+        assert not (log_dir / CLEAN_SHUTDOWN_FILE).exists()
+    finally:
+        b.stop()
+    assert (log_dir / CLEAN_SHUTDOWN_FILE).exists()
+    assert ctl.zk.get_broker(1) is None  # deregistered
+    b = BrokerThread(props).start()
+    try:
+        assert b.server.broker_epoch > epoch  # a new registration, a larger epoch
+        log = b.call(lambda: b.server.log_manager.get_log("ck", 0))
+        assert log.log_end_offset == 3 and log.high_watermark == 3
+        ctl.brokers = {1: b}
+        ctl.send_leader_and_isr("ck", [0])
+        ctl.send_update_metadata()
+        assert produce(b.port, "ck", 0, build_values([b"4"])) == (0, 3)
+        assert fetch(b.port, "ck", 0, 0).high_watermark == 4
+    finally:
+        b.stop()
+        ctl.close()
+
+
+def test_generated_broker_id(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    zk = new_chroot(zookeeper)
+    b = BrokerThread(broker_props(-1, zk, tmp_path / "gen")).start()
+    try:
+        assert b.broker_id > 1000  # reserved.broker.max.id + /brokers/seqid's version
+    finally:
+        b.stop()
+
+
+def test_with_the_real_controller(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    """The controller factory hook with tidelog's KafkaController: CreateTopics is answered once
+    the controller has elected leaders and sent LeaderAndIsr/UpdateMetadata over the wire;
+    ControlledShutdown is routed to it; shutdown runs the controlled shutdown."""
+    controller_mod = pytest.importorskip("tidelog.controller.controller")
+    zk = new_chroot(zookeeper)
+    props = broker_props(1, zk, tmp_path / "c1", **{"controlled.shutdown.enable": "true",
+                                                    "controlled.shutdown.retry.backoff.ms": 100})
+    b = BrokerThread(props, controller_factory=controller_mod.KafkaController).start()
+    try:
+        wait_until(lambda: getattr(b.server.controller, "is_active", False), what="controller elected")
+        resp = send(b.port, m_ct.CreateTopicsRequest(
+            topics=[m_ct.CreatableTopic("via-controller", 2, 1)], timeout_ms=10000))
+        assert resp.topics[0].error_code == 0
+        for p in (0, 1):
+            assert produce(b.port, "via-controller", p, build_values([b"x"]), acks=-1) == (0, 0)
+        cs = send(b.port, m_cs.ControlledShutdownRequest(broker_id=1, broker_epoch=b.server.broker_epoch))
+        assert cs.error_code == 0 and cs.remaining_partitions == []
+        assert b.run(b.server.controlled_shutdown())
+    finally:
+        b.stop()
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def _tidelog(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tidelog", *args], capture_output=True, text=True,
+                          timeout=60, **kwargs)  # type: ignore[call-overload]
+
+
+def test_server_command_config_errors_are_one_line(tmp_path: Path) -> None:
+    cfg = tmp_path / "server.properties"
+    cfg.write_text("broker.id=1\nzookeeper.connect=127.0.0.1:1\nlog.dirs=/tmp/x\nno.such.key=1\n")
+    r = _tidelog("server", str(cfg))
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == ["error: no.such.key: unknown configuration key"]
+    cfg.write_text("broker.id=1\nlog.dirs=/tmp/x\n")
+    r = _tidelog("server", str(cfg))
+    assert r.returncode == 1 and "zookeeper.connect" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = _tidelog("server", str(cfg), "--override", "num.partitions=zero")
+    assert r.returncode == 1 and r.stderr.startswith("error: num.partitions:")
+    r = _tidelog("server", str(tmp_path / "missing.properties"))
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_server_command_runs_and_stops_on_sigterm(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    zk = new_chroot(zookeeper)
+    cfg = tmp_path / "server.properties"
+    log_dir = tmp_path / "data"
+    cfg.write_text(f"broker.id=5\nzookeeper.connect={zk}\nlog.dirs={log_dir}\n"
+                   "listeners=PLAINTEXT://127.0.0.1:0\n")
+    proc = subprocess.Popen([sys.executable, "-m", "tidelog", "server", str(cfg),
+                             "--override", "controlled.shutdown.enable=false"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    zkc = KafkaZkClient(zk).start()
+    try:
+        wait_until(lambda: zkc.get_broker(5) is not None, timeout_s=30, what="registration")
+        port = zkc.get_broker(5)[0].endpoint("PLAINTEXT").port
+        assert port > 0
+        from tidelog.protocol.messages.api_versions import ApiVersionsRequest
+        assert send(port, ApiVersionsRequest()).error_code == 0
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        assert (log_dir / CLEAN_SHUTDOWN_FILE).exists()
+        assert zkc.get_broker(5) is None
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        zkc.close()
+    _, err = proc.communicate(timeout=5)
+    assert "started on port" in err
