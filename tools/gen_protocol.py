@@ -196,7 +196,9 @@ def py_default(f: Field, cls: dict[str, str]) -> tuple[str, bool]:
             return "None", False
         return "[]", True
     if f.is_struct:
-        if d == "null":
+        # Tagged structs are absent (None) unless sent: decoding never builds throwaway
+        # default instances (FetchResponse partitions have three of them).
+        if d == "null" or f.tag is not None:
             return "None", False
         return f"{cls[f.type]}()", True
     t = f.type
@@ -220,7 +222,12 @@ def py_default(f: Field, cls: dict[str, str]) -> tuple[str, bool]:
 def annotation(f: Field, cls: dict[str, str]) -> str:
     inner = cls[f.type] if f.is_struct else PY_TYPES[f.type]
     ann = f"list[{inner}]" if f.is_array else inner
-    if f.nullable.lo <= f.nullable.hi or f.default == "null" or f.type == "records":
+    if (
+        f.nullable.lo <= f.nullable.hi
+        or f.default == "null"
+        or f.type == "records"
+        or (f.is_struct and not f.is_array and f.tag is not None)
+    ):
         ann += " | None"
     return ann
 
@@ -353,10 +360,33 @@ class Gen:
                 return [line, f"{target} = _uuid({target})"]
             return [line]
         null = "_nullable" if nullable else ""
-        if compact:
+        if compact and in_array:
             kind = {"string": "string", "bytes": "bytes", "records": "records"}[t]
             fn = f"_rc{null}_{kind}"
             return [f"{target}, p = {fn}(b, p, n)"]
+        if compact:
+            # inlined: these sit on the hot path (records of Produce/Fetch, topic names)
+            ln = self.var("l")
+            if t == "string":
+                val = f"str(b[p:{ln}], 'utf-8')"
+            elif t == "bytes":
+                val = f"bytes(b[p:{ln}])"
+            else:
+                val = f"b[p:{ln}]"
+            lines = [f"{ln} = b[p]; p += 1", f"if {ln} > 127: {ln}, p = _uvt(b, p, {ln})"]
+            if nullable:
+                lines += [f"if {ln} == 0: {target} = None", "else:"]
+            else:
+                lines += [
+                    f"if {ln} == 0: raise DecodeError('null in a non-nullable field')",
+                    "else:",
+                ]
+            lines += [
+                f"    {ln} += p - 1",
+                f"    if {ln} > n: raise DecodeError('field runs past the end of the buffer')",
+                f"    {target} = {val}; p = {ln}",
+            ]
+            return lines
         if t == "string":
             return [f"{target}, p = _rs(b, p, n, {nullable})"]
         raise SystemExit(f"unsupported legacy array element {t}")
@@ -609,7 +639,16 @@ class Gen:
                 for f in tagged:
                     dflt, mutable = py_default(f, self.cls)
                     src = f"o.{f.py}"
-                    if dflt == "None":
+                    if f.is_struct and not f.is_array and f.default != "null":
+                        cond = f"(_ts := {src}) is not None and _ts != _DEF_{self.cls[f.type]}"
+                        if all(sf.type in FIXED and not sf.is_array for sf in f.struct.fields):
+                            # inline comparison with the defaults, no __eq__
+                            checks = [
+                                f"_ts.{sf.py} != {py_default(sf, self.cls)[0]}"
+                                for sf in f.struct.fields
+                            ] + ["_ts.unknown_tagged_fields"]
+                            cond = f"(_ts := {src}) is not None and ({' or '.join(checks)})"
+                    elif dflt == "None":
                         cond = f"{src} is not None"
                     elif f.is_array:
                         cond = f"{src}"
@@ -829,7 +868,7 @@ def build_module(msgs: list[Message]) -> str:
     for m, cmap in zip(msgs, cls_maps, strict=True):
         for st in m.structs.values():
             for f in st.fields:
-                if f.is_struct and f.tagged.lo <= f.tagged.hi and f.default != "null":
+                if f.is_struct and f.tag is not None and f.default != "null":
                     line = f"_DEF_{cmap[f.type]} = {cmap[f.type]}()"
                     if line not in defaults:
                         defaults.append(line)

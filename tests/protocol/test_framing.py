@@ -78,3 +78,10 @@ def test_a_frame_announced_but_never_completed_holds_only_what_arrived() -> None
     reader = FrameReader(max_frame_bytes=10_000_000)
     assert reader.feed(frame_size_prefix(9_000_000) + b"abc") == []
     assert reader.buffered == 3
+
+
+def test_chunk_ending_exactly_after_a_size_prefix() -> None:
+    reader = FrameReader()
+    data = framed(b"abc", b"z")
+    assert [bytes(f) for f in reader.feed(data[:11])] == [b"abc"]  # + the 4-byte prefix of "z"
+    assert [bytes(f) for f in reader.feed(data[11:])] == [b"z"]

@@ -70,7 +70,7 @@ class FrameReader:
         pos = 0
         end = len(view)
         pending = self._pending
-        if pending:
+        if pending or self._need >= 0:
             # finish the frame (or the size prefix) started by an earlier chunk
             if self._need < 0:
                 take = min(4 - len(pending), end)

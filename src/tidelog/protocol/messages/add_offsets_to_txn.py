@@ -74,9 +74,21 @@ def _e_AddOffsetsToTxnRequest_v0(o, ap):
     ap(_s3)
 
 def _d_AddOffsetsToTxnRequest_v3(b, p, n):
-    f_transactional_id, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_transactional_id = str(b[p:_l1], 'utf-8'); p = _l1
     f_producer_id, f_producer_epoch = _S2.unpack_from(b, p); p += 10
-    f_group_id, p = _rc_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l2], 'utf-8'); p = _l2
     o = AddOffsetsToTxnRequest(f_transactional_id, f_producer_id, f_producer_epoch, f_group_id)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

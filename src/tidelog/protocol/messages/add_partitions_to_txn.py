@@ -95,15 +95,21 @@ def _e_AddPartitionsToTxnTopic_v0(o, ap):
     ap(_pack('>%di' % len(_a3), *_a3))
 
 def _d_AddPartitionsToTxnTopic_v3(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
-        raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
     else:
-        f_partitions = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
+        raise DecodeError('null or negative length in a non-nullable array')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    else:
+        f_partitions = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     o = AddPartitionsToTxnTopic(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -122,19 +128,25 @@ def _e_AddPartitionsToTxnTopic_v3(o, ap):
     else: ap(b'\x00')
 
 def _d_AddPartitionsToTxnTransaction_v4(b, p, n):
-    f_transactional_id, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_transactional_id = str(b[p:_l1], 'utf-8'); p = _l1
     f_producer_id, f_producer_epoch, f_verify_only = _S2.unpack_from(b, p); p += 11
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c1):
-            _e2, p = _d_AddPartitionsToTxnTopic_v3(b, p, n)
-            f_topics.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_AddPartitionsToTxnTopic_v3(b, p, n)
+            f_topics.append(_e3)
     o = AddPartitionsToTxnTransaction(f_transactional_id, f_producer_id, f_producer_epoch, f_verify_only, f_topics)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -182,19 +194,25 @@ def _e_AddPartitionsToTxnRequest_v0(o, ap):
         _e_AddPartitionsToTxnTopic_v0(_e4, ap)
 
 def _d_AddPartitionsToTxnRequest_v3(b, p, n):
-    f_v3_and_below_transactional_id, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_v3_and_below_transactional_id = str(b[p:_l1], 'utf-8'); p = _l1
     f_v3_and_below_producer_id, f_v3_and_below_producer_epoch = _S4.unpack_from(b, p); p += 10
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_v3_and_below_topics = []
-        for _ in range(_c1):
-            _e2, p = _d_AddPartitionsToTxnTopic_v3(b, p, n)
-            f_v3_and_below_topics.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_AddPartitionsToTxnTopic_v3(b, p, n)
+            f_v3_and_below_topics.append(_e3)
     o = AddPartitionsToTxnRequest([], f_v3_and_below_transactional_id, f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, f_v3_and_below_topics)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -343,18 +361,24 @@ def _e_AddPartitionsToTxnTopicResult_v0(o, ap):
         _e_AddPartitionsToTxnPartitionResult_v0(_e4, ap)
 
 def _d_AddPartitionsToTxnTopicResult_v3(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results_by_partition = []
-        for _ in range(_c1):
-            _e2, p = _d_AddPartitionsToTxnPartitionResult_v3(b, p, n)
-            f_results_by_partition.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_AddPartitionsToTxnPartitionResult_v3(b, p, n)
+            f_results_by_partition.append(_e3)
     o = AddPartitionsToTxnTopicResult(f_name, f_results_by_partition)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -374,18 +398,24 @@ def _e_AddPartitionsToTxnTopicResult_v3(o, ap):
     else: ap(b'\x00')
 
 def _d_AddPartitionsToTxnResult_v4(b, p, n):
-    f_transactional_id, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_transactional_id = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_results = []
-        for _ in range(_c1):
-            _e2, p = _d_AddPartitionsToTxnTopicResult_v3(b, p, n)
-            f_topic_results.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_AddPartitionsToTxnTopicResult_v3(b, p, n)
+            f_topic_results.append(_e3)
     o = AddPartitionsToTxnResult(f_transactional_id, f_topic_results)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

@@ -98,8 +98,20 @@ def _e_EntityData_v0(o, ap):
     if _s3 is not None: ap(_s3)
 
 def _d_EntityData_v1(b, p, n):
-    f_entity_type, p = _rc_string(b, p, n)
-    f_entity_name, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_entity_type = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_entity_name = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_entity_name = str(b[p:_l2], 'utf-8'); p = _l2
     o = EntityData(f_entity_type, f_entity_name)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -136,7 +148,13 @@ def _e_OpData_v0(o, ap):
     ap(_S1.pack(o.value, o.remove))
 
 def _d_OpData_v1(b, p, n):
-    f_key, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_key = str(b[p:_l1], 'utf-8'); p = _l1
     f_value, f_remove = _S1.unpack_from(b, p); p += 9
     o = OpData(f_key, f_value, f_remove)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -346,8 +364,20 @@ def _e_AlterClientQuotasResponseEntityData_v0(o, ap):
     if _s3 is not None: ap(_s3)
 
 def _d_AlterClientQuotasResponseEntityData_v1(b, p, n):
-    f_entity_type, p = _rc_string(b, p, n)
-    f_entity_name, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_entity_type = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_entity_name = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_entity_name = str(b[p:_l2], 'utf-8'); p = _l2
     o = AlterClientQuotasResponseEntityData(f_entity_type, f_entity_name)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -398,18 +428,24 @@ def _e_AlterClientQuotasResponseEntryData_v0(o, ap):
 
 def _d_AlterClientQuotasResponseEntryData_v1(b, p, n):
     f_error_code, = _S0.unpack_from(b, p); p += 2
-    f_error_message, p = _rc_nullable_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_entity = []
-        for _ in range(_c1):
-            _e2, p = _d_AlterClientQuotasResponseEntityData_v1(b, p, n)
-            f_entity.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_AlterClientQuotasResponseEntityData_v1(b, p, n)
+            f_entity.append(_e3)
     o = AlterClientQuotasResponseEntryData(f_error_code, f_error_message, f_entity)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

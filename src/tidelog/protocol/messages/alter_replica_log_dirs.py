@@ -85,15 +85,21 @@ def _e_AlterReplicaLogDirTopic_v0(o, ap):
     ap(_pack('>%di' % len(_a3), *_a3))
 
 def _d_AlterReplicaLogDirTopic_v2(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
-        raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
     else:
-        f_partitions = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
+        raise DecodeError('null or negative length in a non-nullable array')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    else:
+        f_partitions = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     o = AlterReplicaLogDirTopic(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -139,18 +145,24 @@ def _e_AlterReplicaLogDir_v0(o, ap):
         _e_AlterReplicaLogDirTopic_v0(_e4, ap)
 
 def _d_AlterReplicaLogDir_v2(b, p, n):
-    f_path, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_path = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c1):
-            _e2, p = _d_AlterReplicaLogDirTopic_v2(b, p, n)
-            f_topics.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_AlterReplicaLogDirTopic_v2(b, p, n)
+            f_topics.append(_e3)
     o = AlterReplicaLogDir(f_path, f_topics)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -307,18 +319,24 @@ def _e_AlterReplicaLogDirTopicResult_v0(o, ap):
         _e_AlterReplicaLogDirPartitionResult_v0(_e4, ap)
 
 def _d_AlterReplicaLogDirTopicResult_v2(b, p, n):
-    f_topic_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_topic_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
-        for _ in range(_c1):
-            _e2, p = _d_AlterReplicaLogDirPartitionResult_v2(b, p, n)
-            f_partitions.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_AlterReplicaLogDirPartitionResult_v2(b, p, n)
+            f_partitions.append(_e3)
     o = AlterReplicaLogDirTopicResult(f_topic_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

@@ -66,7 +66,13 @@ class AlterUserScramCredentialsRequest:
 
 
 def _d_ScramCredentialDeletion_v0(b, p, n):
-    f_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_mechanism, = _S0.unpack_from(b, p); p += 1
     o = ScramCredentialDeletion(f_name, f_mechanism)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -84,10 +90,28 @@ def _e_ScramCredentialDeletion_v0(o, ap):
     else: ap(b'\x00')
 
 def _d_ScramCredentialUpsertion_v0(b, p, n):
-    f_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_mechanism, f_iterations = _S1.unpack_from(b, p); p += 5
-    f_salt, p = _rc_bytes(b, p, n)
-    f_salted_password, p = _rc_bytes(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_salt = bytes(b[p:_l2]); p = _l2
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_salted_password = bytes(b[p:_l3]); p = _l3
     o = ScramCredentialUpsertion(f_name, f_mechanism, f_iterations, f_salt, f_salted_password)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -193,9 +217,21 @@ class AlterUserScramCredentialsResponse:
 
 
 def _d_AlterUserScramCredentialsResult_v0(b, p, n):
-    f_user, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_user = str(b[p:_l1], 'utf-8'); p = _l1
     f_error_code, = _S2.unpack_from(b, p); p += 2
-    f_error_message, p = _rc_nullable_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_error_message = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l2], 'utf-8'); p = _l2
     o = AlterUserScramCredentialsResult(f_user, f_error_code, f_error_message)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

@@ -58,8 +58,20 @@ def _e_ApiVersionsRequest_v0(o, ap):
     pass
 
 def _d_ApiVersionsRequest_v3(b, p, n):
-    f_client_software_name, p = _rc_string(b, p, n)
-    f_client_software_version, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_client_software_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_client_software_version = str(b[p:_l2], 'utf-8'); p = _l2
     o = ApiVersionsRequest(f_client_software_name, f_client_software_version)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -160,7 +172,13 @@ def _e_ApiVersion_v3(o, ap):
     else: ap(b'\x00')
 
 def _d_SupportedFeatureKey_v3(b, p, n):
-    f_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_min_version, f_max_version = _S1.unpack_from(b, p); p += 4
     o = SupportedFeatureKey(f_name, f_min_version, f_max_version)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -178,7 +196,13 @@ def _e_SupportedFeatureKey_v3(o, ap):
     else: ap(b'\x00')
 
 def _d_FinalizedFeatureKey_v3(b, p, n):
-    f_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_max_version_level, f_min_version_level = _S1.unpack_from(b, p); p += 4
     o = FinalizedFeatureKey(f_name, f_max_version_level, f_min_version_level)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

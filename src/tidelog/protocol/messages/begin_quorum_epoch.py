@@ -126,18 +126,24 @@ def _e_TopicData_v0(o, ap):
         _e_PartitionData_v0(_e4, ap)
 
 def _d_TopicData_v1(b, p, n):
-    f_topic_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_topic_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
-        for _ in range(_c1):
-            _e2, p = _d_PartitionData_v1(b, p, n)
-            f_partitions.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_PartitionData_v1(b, p, n)
+            f_partitions.append(_e3)
     o = TopicData(f_topic_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -157,8 +163,20 @@ def _e_TopicData_v1(o, ap):
     else: ap(b'\x00')
 
 def _d_LeaderEndpoint_v1(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    f_host, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_host = str(b[p:_l2], 'utf-8'); p = _l2
     f_port, = _S4.unpack_from(b, p); p += 2
     o = LeaderEndpoint(f_name, f_host, f_port)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -209,30 +227,36 @@ def _e_BeginQuorumEpochRequest_v0(o, ap):
         _e_TopicData_v0(_e4, ap)
 
 def _d_BeginQuorumEpochRequest_v1(b, p, n):
-    f_cluster_id, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_cluster_id = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_cluster_id = str(b[p:_l1], 'utf-8'); p = _l1
     f_voter_id, = _S3.unpack_from(b, p); p += 4
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c1):
-            _e2, p = _d_TopicData_v1(b, p, n)
-            f_topics.append(_e2)
-    _c3 = b[p]; p += 1
-    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
-    _c3 -= 1
-    if _c3 < 0:
+        for _ in range(_c2):
+            _e3, p = _d_TopicData_v1(b, p, n)
+            f_topics.append(_e3)
+    _c4 = b[p]; p += 1
+    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+    _c4 -= 1
+    if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_leader_endpoints = []
-        for _ in range(_c3):
-            _e4, p = _d_LeaderEndpoint_v1(b, p, n)
-            f_leader_endpoints.append(_e4)
+        for _ in range(_c4):
+            _e5, p = _d_LeaderEndpoint_v1(b, p, n)
+            f_leader_endpoints.append(_e5)
     o = BeginQuorumEpochRequest(f_cluster_id, f_voter_id, f_topics, f_leader_endpoints)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -362,18 +386,24 @@ def _e_BeginQuorumEpochResponseTopicData_v0(o, ap):
         _e_BeginQuorumEpochResponsePartitionData_v0(_e4, ap)
 
 def _d_BeginQuorumEpochResponseTopicData_v1(b, p, n):
-    f_topic_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_topic_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
-        for _ in range(_c1):
-            _e2, p = _d_BeginQuorumEpochResponsePartitionData_v1(b, p, n)
-            f_partitions.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_BeginQuorumEpochResponsePartitionData_v1(b, p, n)
+            f_partitions.append(_e3)
     o = BeginQuorumEpochResponseTopicData(f_topic_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -394,7 +424,13 @@ def _e_BeginQuorumEpochResponseTopicData_v1(o, ap):
 
 def _d_NodeEndpoint_v1(b, p, n):
     f_node_id, = _S3.unpack_from(b, p); p += 4
-    f_host, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_host = str(b[p:_l1], 'utf-8'); p = _l1
     f_port, = _S4.unpack_from(b, p); p += 2
     o = NodeEndpoint(f_node_id, f_host, f_port)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -76,8 +76,20 @@ class BrokerRegistrationRequest:
 
 
 def _d_Listener_v0(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    f_host, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_host = str(b[p:_l2], 'utf-8'); p = _l2
     f_port, f_security_protocol = _S0.unpack_from(b, p); p += 4
     o = Listener(f_name, f_host, f_port, f_security_protocol)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -99,7 +111,13 @@ def _e_Listener_v0(o, ap):
     else: ap(b'\x00')
 
 def _d_Feature_v0(b, p, n):
-    f_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_min_supported_version, f_max_supported_version = _S1.unpack_from(b, p); p += 4
     o = Feature(f_name, f_min_supported_version, f_max_supported_version)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -118,32 +136,44 @@ def _e_Feature_v0(o, ap):
 
 def _d_BrokerRegistrationRequest_v0(b, p, n):
     f_broker_id, = _S2.unpack_from(b, p); p += 4
-    f_cluster_id, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_cluster_id = str(b[p:_l1], 'utf-8'); p = _l1
     f_incarnation_id, = _S3.unpack_from(b, p); p += 16
     f_incarnation_id = _uuid(f_incarnation_id)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_listeners = []
-        for _ in range(_c1):
-            _e2, p = _d_Listener_v0(b, p, n)
-            f_listeners.append(_e2)
-    _c3 = b[p]; p += 1
-    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
-    _c3 -= 1
-    if _c3 < 0:
+        for _ in range(_c2):
+            _e3, p = _d_Listener_v0(b, p, n)
+            f_listeners.append(_e3)
+    _c4 = b[p]; p += 1
+    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+    _c4 -= 1
+    if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_features = []
-        for _ in range(_c3):
-            _e4, p = _d_Feature_v0(b, p, n)
-            f_features.append(_e4)
-    f_rack, p = _rc_nullable_string(b, p, n)
+        for _ in range(_c4):
+            _e5, p = _d_Feature_v0(b, p, n)
+            f_features.append(_e5)
+    _l6 = b[p]; p += 1
+    if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+    if _l6 == 0: f_rack = None
+    else:
+        _l6 += p - 1
+        if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack = str(b[p:_l6], 'utf-8'); p = _l6
     o = BrokerRegistrationRequest(f_broker_id, f_cluster_id, f_incarnation_id, f_listeners, f_features, f_rack, False, [], -1)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -175,32 +205,44 @@ def _e_BrokerRegistrationRequest_v0(o, ap):
 
 def _d_BrokerRegistrationRequest_v1(b, p, n):
     f_broker_id, = _S2.unpack_from(b, p); p += 4
-    f_cluster_id, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_cluster_id = str(b[p:_l1], 'utf-8'); p = _l1
     f_incarnation_id, = _S3.unpack_from(b, p); p += 16
     f_incarnation_id = _uuid(f_incarnation_id)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_listeners = []
-        for _ in range(_c1):
-            _e2, p = _d_Listener_v0(b, p, n)
-            f_listeners.append(_e2)
-    _c3 = b[p]; p += 1
-    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
-    _c3 -= 1
-    if _c3 < 0:
+        for _ in range(_c2):
+            _e3, p = _d_Listener_v0(b, p, n)
+            f_listeners.append(_e3)
+    _c4 = b[p]; p += 1
+    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+    _c4 -= 1
+    if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_features = []
-        for _ in range(_c3):
-            _e4, p = _d_Feature_v0(b, p, n)
-            f_features.append(_e4)
-    f_rack, p = _rc_nullable_string(b, p, n)
+        for _ in range(_c4):
+            _e5, p = _d_Feature_v0(b, p, n)
+            f_features.append(_e5)
+    _l6 = b[p]; p += 1
+    if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+    if _l6 == 0: f_rack = None
+    else:
+        _l6 += p - 1
+        if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack = str(b[p:_l6], 'utf-8'); p = _l6
     f_is_migrating_zk_broker, = _S4.unpack_from(b, p); p += 1
     o = BrokerRegistrationRequest(f_broker_id, f_cluster_id, f_incarnation_id, f_listeners, f_features, f_rack, f_is_migrating_zk_broker, [], -1)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -234,45 +276,57 @@ def _e_BrokerRegistrationRequest_v1(o, ap):
 
 def _d_BrokerRegistrationRequest_v2(b, p, n):
     f_broker_id, = _S2.unpack_from(b, p); p += 4
-    f_cluster_id, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_cluster_id = str(b[p:_l1], 'utf-8'); p = _l1
     f_incarnation_id, = _S3.unpack_from(b, p); p += 16
     f_incarnation_id = _uuid(f_incarnation_id)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_listeners = []
-        for _ in range(_c1):
-            _e2, p = _d_Listener_v0(b, p, n)
-            f_listeners.append(_e2)
-    _c3 = b[p]; p += 1
-    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
-    _c3 -= 1
-    if _c3 < 0:
+        for _ in range(_c2):
+            _e3, p = _d_Listener_v0(b, p, n)
+            f_listeners.append(_e3)
+    _c4 = b[p]; p += 1
+    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+    _c4 -= 1
+    if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_features = []
-        for _ in range(_c3):
-            _e4, p = _d_Feature_v0(b, p, n)
-            f_features.append(_e4)
-    f_rack, p = _rc_nullable_string(b, p, n)
+        for _ in range(_c4):
+            _e5, p = _d_Feature_v0(b, p, n)
+            f_features.append(_e5)
+    _l6 = b[p]; p += 1
+    if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+    if _l6 == 0: f_rack = None
+    else:
+        _l6 += p - 1
+        if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack = str(b[p:_l6], 'utf-8'); p = _l6
     f_is_migrating_zk_broker, = _S4.unpack_from(b, p); p += 1
-    _c5 = b[p]; p += 1
-    if _c5 > 127: _c5, p = _uvt(b, p, _c5)
-    _c5 -= 1
-    if _c5 < 0:
+    _c7 = b[p]; p += 1
+    if _c7 > 127: _c7, p = _uvt(b, p, _c7)
+    _c7 -= 1
+    if _c7 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_log_dirs = []
-        for _ in range(_c5):
-            _e6 = _S3.unpack_from(b, p)[0]; p += 16
-            _e6 = _uuid(_e6)
-            f_log_dirs.append(_e6)
+        for _ in range(_c7):
+            _e8 = _S3.unpack_from(b, p)[0]; p += 16
+            _e8 = _uuid(_e8)
+            f_log_dirs.append(_e8)
     o = BrokerRegistrationRequest(f_broker_id, f_cluster_id, f_incarnation_id, f_listeners, f_features, f_rack, f_is_migrating_zk_broker, f_log_dirs, -1)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -309,45 +363,57 @@ def _e_BrokerRegistrationRequest_v2(o, ap):
 
 def _d_BrokerRegistrationRequest_v3(b, p, n):
     f_broker_id, = _S2.unpack_from(b, p); p += 4
-    f_cluster_id, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_cluster_id = str(b[p:_l1], 'utf-8'); p = _l1
     f_incarnation_id, = _S3.unpack_from(b, p); p += 16
     f_incarnation_id = _uuid(f_incarnation_id)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_listeners = []
-        for _ in range(_c1):
-            _e2, p = _d_Listener_v0(b, p, n)
-            f_listeners.append(_e2)
-    _c3 = b[p]; p += 1
-    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
-    _c3 -= 1
-    if _c3 < 0:
+        for _ in range(_c2):
+            _e3, p = _d_Listener_v0(b, p, n)
+            f_listeners.append(_e3)
+    _c4 = b[p]; p += 1
+    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+    _c4 -= 1
+    if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_features = []
-        for _ in range(_c3):
-            _e4, p = _d_Feature_v0(b, p, n)
-            f_features.append(_e4)
-    f_rack, p = _rc_nullable_string(b, p, n)
+        for _ in range(_c4):
+            _e5, p = _d_Feature_v0(b, p, n)
+            f_features.append(_e5)
+    _l6 = b[p]; p += 1
+    if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+    if _l6 == 0: f_rack = None
+    else:
+        _l6 += p - 1
+        if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack = str(b[p:_l6], 'utf-8'); p = _l6
     f_is_migrating_zk_broker, = _S4.unpack_from(b, p); p += 1
-    _c5 = b[p]; p += 1
-    if _c5 > 127: _c5, p = _uvt(b, p, _c5)
-    _c5 -= 1
-    if _c5 < 0:
+    _c7 = b[p]; p += 1
+    if _c7 > 127: _c7, p = _uvt(b, p, _c7)
+    _c7 -= 1
+    if _c7 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_log_dirs = []
-        for _ in range(_c5):
-            _e6 = _S3.unpack_from(b, p)[0]; p += 16
-            _e6 = _uuid(_e6)
-            f_log_dirs.append(_e6)
+        for _ in range(_c7):
+            _e8 = _S3.unpack_from(b, p)[0]; p += 16
+            _e8 = _uuid(_e8)
+            f_log_dirs.append(_e8)
     f_previous_broker_epoch, = _S5.unpack_from(b, p); p += 8
     o = BrokerRegistrationRequest(f_broker_id, f_cluster_id, f_incarnation_id, f_listeners, f_features, f_rack, f_is_migrating_zk_broker, f_log_dirs, f_previous_broker_epoch)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

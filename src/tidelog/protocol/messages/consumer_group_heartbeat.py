@@ -89,37 +89,67 @@ def _e_TopicPartitions_v0(o, ap):
     else: ap(b'\x00')
 
 def _d_ConsumerGroupHeartbeatRequest_v0(b, p, n):
-    f_group_id, p = _rc_string(b, p, n)
-    f_member_id, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l2], 'utf-8'); p = _l2
     f_member_epoch, = _S1.unpack_from(b, p); p += 4
-    f_instance_id, p = _rc_nullable_string(b, p, n)
-    f_rack_id, p = _rc_nullable_string(b, p, n)
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: f_instance_id = None
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_instance_id = str(b[p:_l3], 'utf-8'); p = _l3
+    _l4 = b[p]; p += 1
+    if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+    if _l4 == 0: f_rack_id = None
+    else:
+        _l4 += p - 1
+        if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack_id = str(b[p:_l4], 'utf-8'); p = _l4
     f_rebalance_timeout_ms, = _S1.unpack_from(b, p); p += 4
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
-        if _c1 != -1: raise DecodeError('invalid array length')
+    _c5 = b[p]; p += 1
+    if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+    _c5 -= 1
+    if _c5 < 0:
+        if _c5 != -1: raise DecodeError('invalid array length')
         f_subscribed_topic_names = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_subscribed_topic_names = []
-        for _ in range(_c1):
-            _e2, p = _rc_string(b, p, n)
-            f_subscribed_topic_names.append(_e2)
-    f_server_assignor, p = _rc_nullable_string(b, p, n)
-    _c3 = b[p]; p += 1
-    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
-    _c3 -= 1
-    if _c3 < 0:
-        if _c3 != -1: raise DecodeError('invalid array length')
+        for _ in range(_c5):
+            _e6, p = _rc_string(b, p, n)
+            f_subscribed_topic_names.append(_e6)
+    _l7 = b[p]; p += 1
+    if _l7 > 127: _l7, p = _uvt(b, p, _l7)
+    if _l7 == 0: f_server_assignor = None
+    else:
+        _l7 += p - 1
+        if _l7 > n: raise DecodeError('field runs past the end of the buffer')
+        f_server_assignor = str(b[p:_l7], 'utf-8'); p = _l7
+    _c8 = b[p]; p += 1
+    if _c8 > 127: _c8, p = _uvt(b, p, _c8)
+    _c8 -= 1
+    if _c8 < 0:
+        if _c8 != -1: raise DecodeError('invalid array length')
         f_topic_partitions = None
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_partitions = []
-        for _ in range(_c3):
-            _e4, p = _d_TopicPartitions_v0(b, p, n)
-            f_topic_partitions.append(_e4)
+        for _ in range(_c8):
+            _e9, p = _d_TopicPartitions_v0(b, p, n)
+            f_topic_partitions.append(_e9)
     o = ConsumerGroupHeartbeatRequest(f_group_id, f_member_id, f_member_epoch, f_instance_id, f_rack_id, f_rebalance_timeout_ms, f_subscribed_topic_names, None, f_server_assignor, f_topic_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -168,38 +198,74 @@ def _e_ConsumerGroupHeartbeatRequest_v0(o, ap):
     else: ap(b'\x00')
 
 def _d_ConsumerGroupHeartbeatRequest_v1(b, p, n):
-    f_group_id, p = _rc_string(b, p, n)
-    f_member_id, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l2], 'utf-8'); p = _l2
     f_member_epoch, = _S1.unpack_from(b, p); p += 4
-    f_instance_id, p = _rc_nullable_string(b, p, n)
-    f_rack_id, p = _rc_nullable_string(b, p, n)
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: f_instance_id = None
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_instance_id = str(b[p:_l3], 'utf-8'); p = _l3
+    _l4 = b[p]; p += 1
+    if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+    if _l4 == 0: f_rack_id = None
+    else:
+        _l4 += p - 1
+        if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack_id = str(b[p:_l4], 'utf-8'); p = _l4
     f_rebalance_timeout_ms, = _S1.unpack_from(b, p); p += 4
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
-        if _c1 != -1: raise DecodeError('invalid array length')
+    _c5 = b[p]; p += 1
+    if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+    _c5 -= 1
+    if _c5 < 0:
+        if _c5 != -1: raise DecodeError('invalid array length')
         f_subscribed_topic_names = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_subscribed_topic_names = []
-        for _ in range(_c1):
-            _e2, p = _rc_string(b, p, n)
-            f_subscribed_topic_names.append(_e2)
-    f_subscribed_topic_regex, p = _rc_nullable_string(b, p, n)
-    f_server_assignor, p = _rc_nullable_string(b, p, n)
-    _c3 = b[p]; p += 1
-    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
-    _c3 -= 1
-    if _c3 < 0:
-        if _c3 != -1: raise DecodeError('invalid array length')
+        for _ in range(_c5):
+            _e6, p = _rc_string(b, p, n)
+            f_subscribed_topic_names.append(_e6)
+    _l7 = b[p]; p += 1
+    if _l7 > 127: _l7, p = _uvt(b, p, _l7)
+    if _l7 == 0: f_subscribed_topic_regex = None
+    else:
+        _l7 += p - 1
+        if _l7 > n: raise DecodeError('field runs past the end of the buffer')
+        f_subscribed_topic_regex = str(b[p:_l7], 'utf-8'); p = _l7
+    _l8 = b[p]; p += 1
+    if _l8 > 127: _l8, p = _uvt(b, p, _l8)
+    if _l8 == 0: f_server_assignor = None
+    else:
+        _l8 += p - 1
+        if _l8 > n: raise DecodeError('field runs past the end of the buffer')
+        f_server_assignor = str(b[p:_l8], 'utf-8'); p = _l8
+    _c9 = b[p]; p += 1
+    if _c9 > 127: _c9, p = _uvt(b, p, _c9)
+    _c9 -= 1
+    if _c9 < 0:
+        if _c9 != -1: raise DecodeError('invalid array length')
         f_topic_partitions = None
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c9 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_partitions = []
-        for _ in range(_c3):
-            _e4, p = _d_TopicPartitions_v0(b, p, n)
-            f_topic_partitions.append(_e4)
+        for _ in range(_c9):
+            _e10, p = _d_TopicPartitions_v0(b, p, n)
+            f_topic_partitions.append(_e10)
     o = ConsumerGroupHeartbeatRequest(f_group_id, f_member_id, f_member_epoch, f_instance_id, f_rack_id, f_rebalance_timeout_ms, f_subscribed_topic_names, f_subscribed_topic_regex, f_server_assignor, f_topic_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -355,10 +421,22 @@ def _e_Assignment_v0(o, ap):
 
 def _d_ConsumerGroupHeartbeatResponse_v0(b, p, n):
     f_throttle_time_ms, f_error_code = _S2.unpack_from(b, p); p += 6
-    f_error_message, p = _rc_nullable_string(b, p, n)
-    f_member_id, p = _rc_nullable_string(b, p, n)
-    f_member_epoch, f_heartbeat_interval_ms, _m1 = _S3.unpack_from(b, p); p += 9
-    if _m1 < 0: f_assignment = None
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_member_id = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l2], 'utf-8'); p = _l2
+    f_member_epoch, f_heartbeat_interval_ms, _m3 = _S3.unpack_from(b, p); p += 9
+    if _m3 < 0: f_assignment = None
     else: f_assignment, p = _d_Assignment_v0(b, p, n)
     o = ConsumerGroupHeartbeatResponse(f_throttle_time_ms, f_error_code, f_error_message, f_member_id, f_member_epoch, f_heartbeat_interval_ms, f_assignment)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

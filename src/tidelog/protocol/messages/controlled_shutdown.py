@@ -131,7 +131,13 @@ def _e_RemainingPartition_v0(o, ap):
     ap(_S0.pack(o.partition_index))
 
 def _d_RemainingPartition_v3(b, p, n):
-    f_topic_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_topic_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_partition_index, = _S0.unpack_from(b, p); p += 4
     o = RemainingPartition(f_topic_name, f_partition_index)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -69,8 +69,20 @@ class ControllerRegistrationRequest:
 
 
 def _d_Listener_v0(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    f_host, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_host = str(b[p:_l2], 'utf-8'); p = _l2
     f_port, f_security_protocol = _S0.unpack_from(b, p); p += 4
     o = Listener(f_name, f_host, f_port, f_security_protocol)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -92,7 +104,13 @@ def _e_Listener_v0(o, ap):
     else: ap(b'\x00')
 
 def _d_Feature_v0(b, p, n):
-    f_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_min_supported_version, f_max_supported_version = _S1.unpack_from(b, p); p += 4
     o = Feature(f_name, f_min_supported_version, f_max_supported_version)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -188,7 +206,13 @@ class ControllerRegistrationResponse:
 
 def _d_ControllerRegistrationResponse_v0(b, p, n):
     f_throttle_time_ms, f_error_code = _S3.unpack_from(b, p); p += 6
-    f_error_message, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
     o = ControllerRegistrationResponse(f_throttle_time_ms, f_error_code, f_error_message)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

@@ -132,10 +132,28 @@ def _e_AclCreation_v1(o, ap):
 
 def _d_AclCreation_v2(b, p, n):
     f_resource_type, = _S3.unpack_from(b, p); p += 1
-    f_resource_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_resource_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_resource_pattern_type, = _S3.unpack_from(b, p); p += 1
-    f_principal, p = _rc_string(b, p, n)
-    f_host, p = _rc_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_principal = str(b[p:_l2], 'utf-8'); p = _l2
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_host = str(b[p:_l3], 'utf-8'); p = _l3
     f_operation, f_permission_type = _S2.unpack_from(b, p); p += 2
     o = AclCreation(f_resource_type, f_resource_name, f_resource_pattern_type, f_principal, f_host, f_operation, f_permission_type)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -281,7 +299,13 @@ def _e_AclCreationResult_v0(o, ap):
 
 def _d_AclCreationResult_v2(b, p, n):
     f_error_code, = _S1.unpack_from(b, p); p += 2
-    f_error_message, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
     o = AclCreationResult(f_error_code, f_error_message)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

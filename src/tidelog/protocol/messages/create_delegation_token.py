@@ -83,8 +83,20 @@ def _e_CreatableRenewers_v0(o, ap):
     ap(_s3)
 
 def _d_CreatableRenewers_v2(b, p, n):
-    f_principal_type, p = _rc_string(b, p, n)
-    f_principal_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_principal_type = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_principal_name = str(b[p:_l2], 'utf-8'); p = _l2
     o = CreatableRenewers(f_principal_type, f_principal_name)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -152,19 +164,31 @@ def _e_CreateDelegationTokenRequest_v2(o, ap):
     else: ap(b'\x00')
 
 def _d_CreateDelegationTokenRequest_v3(b, p, n):
-    f_owner_principal_type, p = _rc_nullable_string(b, p, n)
-    f_owner_principal_name, p = _rc_nullable_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_owner_principal_type = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_owner_principal_type = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_owner_principal_name = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_owner_principal_name = str(b[p:_l2], 'utf-8'); p = _l2
+    _c3 = b[p]; p += 1
+    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
+    _c3 -= 1
+    if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_renewers = []
-        for _ in range(_c1):
-            _e2, p = _d_CreatableRenewers_v2(b, p, n)
-            f_renewers.append(_e2)
+        for _ in range(_c3):
+            _e4, p = _d_CreatableRenewers_v2(b, p, n)
+            f_renewers.append(_e4)
     f_max_lifetime_ms, = _S2.unpack_from(b, p); p += 8
     o = CreateDelegationTokenRequest(f_owner_principal_type, f_owner_principal_name, f_renewers, f_max_lifetime_ms)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -277,11 +301,35 @@ def _e_CreateDelegationTokenResponse_v0(o, ap):
 
 def _d_CreateDelegationTokenResponse_v2(b, p, n):
     f_error_code, = _S0.unpack_from(b, p); p += 2
-    f_principal_type, p = _rc_string(b, p, n)
-    f_principal_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_principal_type = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_principal_name = str(b[p:_l2], 'utf-8'); p = _l2
     f_issue_timestamp_ms, f_expiry_timestamp_ms, f_max_timestamp_ms = _S5.unpack_from(b, p); p += 24
-    f_token_id, p = _rc_string(b, p, n)
-    f_hmac, p = _rc_bytes(b, p, n)
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_token_id = str(b[p:_l3], 'utf-8'); p = _l3
+    _l4 = b[p]; p += 1
+    if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+    if _l4 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l4 += p - 1
+        if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+        f_hmac = bytes(b[p:_l4]); p = _l4
     f_throttle_time_ms, = _S1.unpack_from(b, p); p += 4
     o = CreateDelegationTokenResponse(f_error_code, f_principal_type, f_principal_name, '', '', f_issue_timestamp_ms, f_expiry_timestamp_ms, f_max_timestamp_ms, f_token_id, f_hmac, f_throttle_time_ms)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -314,13 +362,49 @@ def _e_CreateDelegationTokenResponse_v2(o, ap):
 
 def _d_CreateDelegationTokenResponse_v3(b, p, n):
     f_error_code, = _S0.unpack_from(b, p); p += 2
-    f_principal_type, p = _rc_string(b, p, n)
-    f_principal_name, p = _rc_string(b, p, n)
-    f_token_requester_principal_type, p = _rc_string(b, p, n)
-    f_token_requester_principal_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_principal_type = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_principal_name = str(b[p:_l2], 'utf-8'); p = _l2
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_token_requester_principal_type = str(b[p:_l3], 'utf-8'); p = _l3
+    _l4 = b[p]; p += 1
+    if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+    if _l4 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l4 += p - 1
+        if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+        f_token_requester_principal_name = str(b[p:_l4], 'utf-8'); p = _l4
     f_issue_timestamp_ms, f_expiry_timestamp_ms, f_max_timestamp_ms = _S5.unpack_from(b, p); p += 24
-    f_token_id, p = _rc_string(b, p, n)
-    f_hmac, p = _rc_bytes(b, p, n)
+    _l5 = b[p]; p += 1
+    if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+    if _l5 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l5 += p - 1
+        if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+        f_token_id = str(b[p:_l5], 'utf-8'); p = _l5
+    _l6 = b[p]; p += 1
+    if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+    if _l6 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l6 += p - 1
+        if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+        f_hmac = bytes(b[p:_l6]); p = _l6
     f_throttle_time_ms, = _S1.unpack_from(b, p); p += 4
     o = CreateDelegationTokenResponse(f_error_code, f_principal_type, f_principal_name, f_token_requester_principal_type, f_token_requester_principal_name, f_issue_timestamp_ms, f_expiry_timestamp_ms, f_max_timestamp_ms, f_token_id, f_hmac, f_throttle_time_ms)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -130,20 +130,26 @@ def _e_CreatePartitionsTopic_v0(o, ap):
             _e_CreatePartitionsAssignment_v0(_e4, ap)
 
 def _d_CreatePartitionsTopic_v2(b, p, n):
-    f_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_count, = _S0.unpack_from(b, p); p += 4
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
-        if _c1 != -1: raise DecodeError('invalid array length')
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
+        if _c2 != -1: raise DecodeError('invalid array length')
         f_assignments = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_assignments = []
-        for _ in range(_c1):
-            _e2, p = _d_CreatePartitionsAssignment_v2(b, p, n)
-            f_assignments.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_CreatePartitionsAssignment_v2(b, p, n)
+            f_assignments.append(_e3)
     o = CreatePartitionsTopic(f_name, f_count, f_assignments)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -278,9 +284,21 @@ def _e_CreatePartitionsTopicResult_v0(o, ap):
     if _s3 is not None: ap(_s3)
 
 def _d_CreatePartitionsTopicResult_v2(b, p, n):
-    f_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_error_code, = _S1.unpack_from(b, p); p += 2
-    f_error_message, p = _rc_nullable_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_error_message = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l2], 'utf-8'); p = _l2
     o = CreatePartitionsTopicResult(f_name, f_error_code, f_error_message)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

@@ -142,8 +142,20 @@ def _e_CreatableTopicConfig_v0(o, ap):
     if _s3 is not None: ap(_s3)
 
 def _d_CreatableTopicConfig_v5(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    f_value, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_value = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_value = str(b[p:_l2], 'utf-8'); p = _l2
     o = CreatableTopicConfig(f_name, f_value)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -204,30 +216,36 @@ def _e_CreatableTopic_v0(o, ap):
         _e_CreatableTopicConfig_v0(_e6, ap)
 
 def _d_CreatableTopic_v5(b, p, n):
-    f_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_num_partitions, f_replication_factor = _S4.unpack_from(b, p); p += 6
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_assignments = []
-        for _ in range(_c1):
-            _e2, p = _d_CreatableReplicaAssignment_v5(b, p, n)
-            f_assignments.append(_e2)
-    _c3 = b[p]; p += 1
-    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
-    _c3 -= 1
-    if _c3 < 0:
+        for _ in range(_c2):
+            _e3, p = _d_CreatableReplicaAssignment_v5(b, p, n)
+            f_assignments.append(_e3)
+    _c4 = b[p]; p += 1
+    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+    _c4 -= 1
+    if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_configs = []
-        for _ in range(_c3):
-            _e4, p = _d_CreatableTopicConfig_v5(b, p, n)
-            f_configs.append(_e4)
+        for _ in range(_c4):
+            _e5, p = _d_CreatableTopicConfig_v5(b, p, n)
+            f_configs.append(_e5)
     o = CreatableTopic(f_name, f_num_partitions, f_replication_factor, f_assignments, f_configs)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -375,8 +393,20 @@ class CreateTopicsResponse:
 
 
 def _d_CreatableTopicConfigs_v5(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    f_value, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_value = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_value = str(b[p:_l2], 'utf-8'); p = _l2
     f_read_only, f_config_source, f_is_sensitive = _S6.unpack_from(b, p); p += 3
     o = CreatableTopicConfigs(f_name, f_value, f_read_only, f_config_source, f_is_sensitive)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -465,22 +495,34 @@ def _dt_CreatableTopicResult_v5(b, p, n, o):
     return p
 
 def _d_CreatableTopicResult_v5(b, p, n):
-    f_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_error_code, = _S2.unpack_from(b, p); p += 2
-    f_error_message, p = _rc_nullable_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_error_message = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l2], 'utf-8'); p = _l2
     f_num_partitions, f_replication_factor = _S4.unpack_from(b, p); p += 6
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
-        if _c1 != -1: raise DecodeError('invalid array length')
+    _c3 = b[p]; p += 1
+    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
+    _c3 -= 1
+    if _c3 < 0:
+        if _c3 != -1: raise DecodeError('invalid array length')
         f_configs = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_configs = []
-        for _ in range(_c1):
-            _e2, p = _d_CreatableTopicConfigs_v5(b, p, n)
-            f_configs.append(_e2)
+        for _ in range(_c3):
+            _e4, p = _d_CreatableTopicConfigs_v5(b, p, n)
+            f_configs.append(_e4)
     o = CreatableTopicResult(f_name, ZERO_UUID, f_error_code, f_error_message, 0, f_num_partitions, f_replication_factor, f_configs)
     if b[p]: p = _dt_CreatableTopicResult_v5(b, p, n, o)
     else: p += 1
@@ -515,23 +557,35 @@ def _e_CreatableTopicResult_v5(o, ap):
     else: ap(b'\x00')
 
 def _d_CreatableTopicResult_v7(b, p, n):
-    f_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_topic_id, f_error_code = _S8.unpack_from(b, p); p += 18
     f_topic_id = _uuid(f_topic_id)
-    f_error_message, p = _rc_nullable_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_error_message = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l2], 'utf-8'); p = _l2
     f_num_partitions, f_replication_factor = _S4.unpack_from(b, p); p += 6
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
-        if _c1 != -1: raise DecodeError('invalid array length')
+    _c3 = b[p]; p += 1
+    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
+    _c3 -= 1
+    if _c3 < 0:
+        if _c3 != -1: raise DecodeError('invalid array length')
         f_configs = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_configs = []
-        for _ in range(_c1):
-            _e2, p = _d_CreatableTopicConfigs_v5(b, p, n)
-            f_configs.append(_e2)
+        for _ in range(_c3):
+            _e4, p = _d_CreatableTopicConfigs_v5(b, p, n)
+            f_configs.append(_e4)
     o = CreatableTopicResult(f_name, f_topic_id, f_error_code, f_error_message, 0, f_num_partitions, f_replication_factor, f_configs)
     if b[p]: p = _dt_CreatableTopicResult_v5(b, p, n, o)
     else: p += 1

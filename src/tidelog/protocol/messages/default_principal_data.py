@@ -42,8 +42,20 @@ class DefaultPrincipalData:
 
 
 def _d_DefaultPrincipalData_v0(b, p, n):
-    f_type, p = _rc_string(b, p, n)
-    f_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_type = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l2], 'utf-8'); p = _l2
     f_token_authenticated, = _S0.unpack_from(b, p); p += 1
     o = DefaultPrincipalData(f_type, f_name, f_token_authenticated)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

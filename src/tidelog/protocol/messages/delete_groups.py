@@ -150,7 +150,13 @@ def _e_DeletableGroupResult_v0(o, ap):
     ap(_S1.pack(o.error_code))
 
 def _d_DeletableGroupResult_v2(b, p, n):
-    f_group_id, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l1], 'utf-8'); p = _l1
     f_error_code, = _S1.unpack_from(b, p); p += 2
     o = DeletableGroupResult(f_group_id, f_error_code)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

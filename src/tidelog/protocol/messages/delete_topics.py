@@ -58,7 +58,13 @@ class DeleteTopicsRequest:
 
 
 def _d_DeleteTopicState_v6(b, p, n):
-    f_name, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_name = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_topic_id, = _S0.unpack_from(b, p); p += 16
     f_topic_id = _uuid(f_topic_id)
     o = DeleteTopicState(f_name, f_topic_id)
@@ -215,7 +221,13 @@ def _e_DeletableTopicResult_v0(o, ap):
     ap(_S2.pack(o.error_code))
 
 def _d_DeletableTopicResult_v4(b, p, n):
-    f_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_error_code, = _S2.unpack_from(b, p); p += 2
     o = DeletableTopicResult(f_name, ZERO_UUID, f_error_code, None)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -233,9 +245,21 @@ def _e_DeletableTopicResult_v4(o, ap):
     else: ap(b'\x00')
 
 def _d_DeletableTopicResult_v5(b, p, n):
-    f_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_error_code, = _S2.unpack_from(b, p); p += 2
-    f_error_message, p = _rc_nullable_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_error_message = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l2], 'utf-8'); p = _l2
     o = DeletableTopicResult(f_name, ZERO_UUID, f_error_code, f_error_message)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -257,10 +281,22 @@ def _e_DeletableTopicResult_v5(o, ap):
     else: ap(b'\x00')
 
 def _d_DeletableTopicResult_v6(b, p, n):
-    f_name, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_name = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_topic_id, f_error_code = _S3.unpack_from(b, p); p += 18
     f_topic_id = _uuid(f_topic_id)
-    f_error_message, p = _rc_nullable_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_error_message = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l2], 'utf-8'); p = _l2
     o = DeletableTopicResult(f_name, f_topic_id, f_error_code, f_error_message)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

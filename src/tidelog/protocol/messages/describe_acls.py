@@ -139,10 +139,28 @@ def _e_DescribeAclsRequest_v1(o, ap):
 
 def _d_DescribeAclsRequest_v2(b, p, n):
     f_resource_type_filter, = _S3.unpack_from(b, p); p += 1
-    f_resource_name_filter, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_resource_name_filter = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_resource_name_filter = str(b[p:_l1], 'utf-8'); p = _l1
     f_pattern_type_filter, = _S3.unpack_from(b, p); p += 1
-    f_principal_filter, p = _rc_nullable_string(b, p, n)
-    f_host_filter, p = _rc_nullable_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_principal_filter = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_principal_filter = str(b[p:_l2], 'utf-8'); p = _l2
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: f_host_filter = None
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_host_filter = str(b[p:_l3], 'utf-8'); p = _l3
     f_operation, f_permission_type = _S2.unpack_from(b, p); p += 2
     o = DescribeAclsRequest(f_resource_type_filter, f_resource_name_filter, f_pattern_type_filter, f_principal_filter, f_host_filter, f_operation, f_permission_type)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -250,8 +268,20 @@ def _e_AclDescription_v0(o, ap):
     ap(_S2.pack(o.operation, o.permission_type))
 
 def _d_AclDescription_v2(b, p, n):
-    f_principal, p = _rc_string(b, p, n)
-    f_host, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_principal = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_host = str(b[p:_l2], 'utf-8'); p = _l2
     f_operation, f_permission_type = _S2.unpack_from(b, p); p += 2
     o = AclDescription(f_principal, f_host, f_operation, f_permission_type)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -328,19 +358,25 @@ def _e_DescribeAclsResource_v1(o, ap):
 
 def _d_DescribeAclsResource_v2(b, p, n):
     f_resource_type, = _S3.unpack_from(b, p); p += 1
-    f_resource_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_resource_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_pattern_type, = _S3.unpack_from(b, p); p += 1
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_acls = []
-        for _ in range(_c1):
-            _e2, p = _d_AclDescription_v2(b, p, n)
-            f_acls.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_AclDescription_v2(b, p, n)
+            f_acls.append(_e3)
     o = DescribeAclsResource(f_resource_type, f_resource_name, f_pattern_type, f_acls)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -421,18 +457,24 @@ def _e_DescribeAclsResponse_v1(o, ap):
 
 def _d_DescribeAclsResponse_v2(b, p, n):
     f_throttle_time_ms, f_error_code = _S7.unpack_from(b, p); p += 6
-    f_error_message, p = _rc_nullable_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_resources = []
-        for _ in range(_c1):
-            _e2, p = _d_DescribeAclsResource_v2(b, p, n)
-            f_resources.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_DescribeAclsResource_v2(b, p, n)
+            f_resources.append(_e3)
     o = DescribeAclsResponse(f_throttle_time_ms, f_error_code, f_error_message, f_resources)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

@@ -86,9 +86,21 @@ def _e_ComponentData_v0(o, ap):
     if _s3 is not None: ap(_s3)
 
 def _d_ComponentData_v1(b, p, n):
-    f_entity_type, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_entity_type = str(b[p:_l1], 'utf-8'); p = _l1
     f_match_type, = _S2.unpack_from(b, p); p += 1
-    f_match, p = _rc_nullable_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_match = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_match = str(b[p:_l2], 'utf-8'); p = _l2
     o = ComponentData(f_entity_type, f_match_type, f_match)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -238,8 +250,20 @@ def _e_EntityData_v0(o, ap):
     if _s3 is not None: ap(_s3)
 
 def _d_EntityData_v1(b, p, n):
-    f_entity_type, p = _rc_string(b, p, n)
-    f_entity_name, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_entity_type = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_entity_name = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_entity_name = str(b[p:_l2], 'utf-8'); p = _l2
     o = EntityData(f_entity_type, f_entity_name)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -276,7 +300,13 @@ def _e_ValueData_v0(o, ap):
     ap(_S5.pack(o.value))
 
 def _d_ValueData_v1(b, p, n):
-    f_key, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_key = str(b[p:_l1], 'utf-8'); p = _l1
     f_value, = _S5.unpack_from(b, p); p += 8
     o = ValueData(f_key, f_value)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -398,19 +428,25 @@ def _e_DescribeClientQuotasResponse_v0(o, ap):
 
 def _d_DescribeClientQuotasResponse_v1(b, p, n):
     f_throttle_time_ms, f_error_code = _S7.unpack_from(b, p); p += 6
-    f_error_message, p = _rc_nullable_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
-        if _c1 != -1: raise DecodeError('invalid array length')
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
+        if _c2 != -1: raise DecodeError('invalid array length')
         f_entries = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_entries = []
-        for _ in range(_c1):
-            _e2, p = _d_EntryData_v1(b, p, n)
-            f_entries.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_EntryData_v1(b, p, n)
+            f_entries.append(_e3)
     o = DescribeClientQuotasResponse(f_throttle_time_ms, f_error_code, f_error_message, f_entries)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

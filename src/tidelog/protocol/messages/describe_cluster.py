@@ -124,9 +124,21 @@ class DescribeClusterResponse:
 
 def _d_DescribeClusterBroker_v0(b, p, n):
     f_broker_id, = _S2.unpack_from(b, p); p += 4
-    f_host, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_host = str(b[p:_l1], 'utf-8'); p = _l1
     f_port, = _S2.unpack_from(b, p); p += 4
-    f_rack, p = _rc_nullable_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_rack = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack = str(b[p:_l2], 'utf-8'); p = _l2
     o = DescribeClusterBroker(f_broker_id, f_host, f_port, f_rack)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -150,20 +162,32 @@ def _e_DescribeClusterBroker_v0(o, ap):
 
 def _d_DescribeClusterResponse_v0(b, p, n):
     f_throttle_time_ms, f_error_code = _S3.unpack_from(b, p); p += 6
-    f_error_message, p = _rc_nullable_string(b, p, n)
-    f_cluster_id, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_cluster_id = str(b[p:_l2], 'utf-8'); p = _l2
     f_controller_id, = _S2.unpack_from(b, p); p += 4
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c3 = b[p]; p += 1
+    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
+    _c3 -= 1
+    if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_brokers = []
-        for _ in range(_c1):
-            _e2, p = _d_DescribeClusterBroker_v0(b, p, n)
-            f_brokers.append(_e2)
+        for _ in range(_c3):
+            _e4, p = _d_DescribeClusterBroker_v0(b, p, n)
+            f_brokers.append(_e4)
     f_cluster_authorized_operations, = _S2.unpack_from(b, p); p += 4
     o = DescribeClusterResponse(f_throttle_time_ms, f_error_code, f_error_message, 1, f_cluster_id, f_controller_id, f_brokers, f_cluster_authorized_operations)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -193,21 +217,33 @@ def _e_DescribeClusterResponse_v0(o, ap):
 
 def _d_DescribeClusterResponse_v1(b, p, n):
     f_throttle_time_ms, f_error_code = _S3.unpack_from(b, p); p += 6
-    f_error_message, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
     f_endpoint_type, = _S4.unpack_from(b, p); p += 1
-    f_cluster_id, p = _rc_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_cluster_id = str(b[p:_l2], 'utf-8'); p = _l2
     f_controller_id, = _S2.unpack_from(b, p); p += 4
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c3 = b[p]; p += 1
+    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
+    _c3 -= 1
+    if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_brokers = []
-        for _ in range(_c1):
-            _e2, p = _d_DescribeClusterBroker_v0(b, p, n)
-            f_brokers.append(_e2)
+        for _ in range(_c3):
+            _e4, p = _d_DescribeClusterBroker_v0(b, p, n)
+            f_brokers.append(_e4)
     f_cluster_authorized_operations, = _S2.unpack_from(b, p); p += 4
     o = DescribeClusterResponse(f_throttle_time_ms, f_error_code, f_error_message, f_endpoint_type, f_cluster_id, f_controller_id, f_brokers, f_cluster_authorized_operations)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -97,19 +97,25 @@ def _e_DescribeConfigsResource_v0(o, ap):
 
 def _d_DescribeConfigsResource_v4(b, p, n):
     f_resource_type, = _S3.unpack_from(b, p); p += 1
-    f_resource_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
-        if _c1 != -1: raise DecodeError('invalid array length')
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_resource_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
+        if _c2 != -1: raise DecodeError('invalid array length')
         f_configuration_keys = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_configuration_keys = []
-        for _ in range(_c1):
-            _e2, p = _rc_string(b, p, n)
-            f_configuration_keys.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _rc_string(b, p, n)
+            f_configuration_keys.append(_e3)
     o = DescribeConfigsResource(f_resource_type, f_resource_name, f_configuration_keys)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -310,8 +316,20 @@ def _e_DescribeConfigsSynonym_v1(o, ap):
     ap(_S3.pack(o.source))
 
 def _d_DescribeConfigsSynonym_v4(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    f_value, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_value = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_value = str(b[p:_l2], 'utf-8'); p = _l2
     f_source, = _S3.unpack_from(b, p); p += 1
     o = DescribeConfigsSynonym(f_name, f_value, f_source)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -448,22 +466,40 @@ def _e_DescribeConfigsResourceResult_v3(o, ap):
     if _s7 is not None: ap(_s7)
 
 def _d_DescribeConfigsResourceResult_v4(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    f_value, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_value = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_value = str(b[p:_l2], 'utf-8'); p = _l2
     f_read_only, f_config_source, f_is_sensitive = _S8.unpack_from(b, p); p += 3
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c3 = b[p]; p += 1
+    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
+    _c3 -= 1
+    if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_synonyms = []
-        for _ in range(_c1):
-            _e2, p = _d_DescribeConfigsSynonym_v4(b, p, n)
-            f_synonyms.append(_e2)
+        for _ in range(_c3):
+            _e4, p = _d_DescribeConfigsSynonym_v4(b, p, n)
+            f_synonyms.append(_e4)
     f_config_type, = _S3.unpack_from(b, p); p += 1
-    f_documentation, p = _rc_nullable_string(b, p, n)
+    _l5 = b[p]; p += 1
+    if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+    if _l5 == 0: f_documentation = None
+    else:
+        _l5 += p - 1
+        if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+        f_documentation = str(b[p:_l5], 'utf-8'); p = _l5
     o = DescribeConfigsResourceResult(f_name, f_value, f_read_only, False, f_config_source, f_is_sensitive, f_synonyms, f_config_type, f_documentation)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -610,20 +646,32 @@ def _e_DescribeConfigsResult_v3(o, ap):
 
 def _d_DescribeConfigsResult_v4(b, p, n):
     f_error_code, = _S2.unpack_from(b, p); p += 2
-    f_error_message, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
     f_resource_type, = _S3.unpack_from(b, p); p += 1
-    f_resource_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_resource_name = str(b[p:_l2], 'utf-8'); p = _l2
+    _c3 = b[p]; p += 1
+    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
+    _c3 -= 1
+    if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_configs = []
-        for _ in range(_c1):
-            _e2, p = _d_DescribeConfigsResourceResult_v4(b, p, n)
-            f_configs.append(_e2)
+        for _ in range(_c3):
+            _e4, p = _d_DescribeConfigsResourceResult_v4(b, p, n)
+            f_configs.append(_e4)
     o = DescribeConfigsResult(f_error_code, f_error_message, f_resource_type, f_resource_name, f_configs)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

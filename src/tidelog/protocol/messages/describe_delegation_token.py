@@ -79,8 +79,20 @@ def _e_DescribeDelegationTokenOwner_v0(o, ap):
     ap(_s3)
 
 def _d_DescribeDelegationTokenOwner_v2(b, p, n):
-    f_principal_type, p = _rc_string(b, p, n)
-    f_principal_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_principal_type = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_principal_name = str(b[p:_l2], 'utf-8'); p = _l2
     o = DescribeDelegationTokenOwner(f_principal_type, f_principal_name)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -226,8 +238,20 @@ def _e_DescribedDelegationTokenRenewer_v0(o, ap):
     ap(_s3)
 
 def _d_DescribedDelegationTokenRenewer_v2(b, p, n):
-    f_principal_type, p = _rc_string(b, p, n)
-    f_principal_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_principal_type = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_principal_name = str(b[p:_l2], 'utf-8'); p = _l2
     o = DescribedDelegationTokenRenewer(f_principal_type, f_principal_name)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -301,22 +325,46 @@ def _e_DescribedDelegationToken_v0(o, ap):
         _e_DescribedDelegationTokenRenewer_v0(_e10, ap)
 
 def _d_DescribedDelegationToken_v2(b, p, n):
-    f_principal_type, p = _rc_string(b, p, n)
-    f_principal_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_principal_type = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_principal_name = str(b[p:_l2], 'utf-8'); p = _l2
     f_issue_timestamp, f_expiry_timestamp, f_max_timestamp = _S3.unpack_from(b, p); p += 24
-    f_token_id, p = _rc_string(b, p, n)
-    f_hmac, p = _rc_bytes(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_token_id = str(b[p:_l3], 'utf-8'); p = _l3
+    _l4 = b[p]; p += 1
+    if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+    if _l4 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l4 += p - 1
+        if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+        f_hmac = bytes(b[p:_l4]); p = _l4
+    _c5 = b[p]; p += 1
+    if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+    _c5 -= 1
+    if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_renewers = []
-        for _ in range(_c1):
-            _e2, p = _d_DescribedDelegationTokenRenewer_v2(b, p, n)
-            f_renewers.append(_e2)
+        for _ in range(_c5):
+            _e6, p = _d_DescribedDelegationTokenRenewer_v2(b, p, n)
+            f_renewers.append(_e6)
     o = DescribedDelegationToken(f_principal_type, f_principal_name, '', '', f_issue_timestamp, f_expiry_timestamp, f_max_timestamp, f_token_id, f_hmac, f_renewers)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -349,24 +397,60 @@ def _e_DescribedDelegationToken_v2(o, ap):
     else: ap(b'\x00')
 
 def _d_DescribedDelegationToken_v3(b, p, n):
-    f_principal_type, p = _rc_string(b, p, n)
-    f_principal_name, p = _rc_string(b, p, n)
-    f_token_requester_principal_type, p = _rc_string(b, p, n)
-    f_token_requester_principal_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_principal_type = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_principal_name = str(b[p:_l2], 'utf-8'); p = _l2
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_token_requester_principal_type = str(b[p:_l3], 'utf-8'); p = _l3
+    _l4 = b[p]; p += 1
+    if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+    if _l4 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l4 += p - 1
+        if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+        f_token_requester_principal_name = str(b[p:_l4], 'utf-8'); p = _l4
     f_issue_timestamp, f_expiry_timestamp, f_max_timestamp = _S3.unpack_from(b, p); p += 24
-    f_token_id, p = _rc_string(b, p, n)
-    f_hmac, p = _rc_bytes(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l5 = b[p]; p += 1
+    if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+    if _l5 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l5 += p - 1
+        if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+        f_token_id = str(b[p:_l5], 'utf-8'); p = _l5
+    _l6 = b[p]; p += 1
+    if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+    if _l6 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l6 += p - 1
+        if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+        f_hmac = bytes(b[p:_l6]); p = _l6
+    _c7 = b[p]; p += 1
+    if _c7 > 127: _c7, p = _uvt(b, p, _c7)
+    _c7 -= 1
+    if _c7 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_renewers = []
-        for _ in range(_c1):
-            _e2, p = _d_DescribedDelegationTokenRenewer_v2(b, p, n)
-            f_renewers.append(_e2)
+        for _ in range(_c7):
+            _e8, p = _d_DescribedDelegationTokenRenewer_v2(b, p, n)
+            f_renewers.append(_e8)
     o = DescribedDelegationToken(f_principal_type, f_principal_name, f_token_requester_principal_type, f_token_requester_principal_name, f_issue_timestamp, f_expiry_timestamp, f_max_timestamp, f_token_id, f_hmac, f_renewers)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

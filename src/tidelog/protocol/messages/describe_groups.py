@@ -288,12 +288,48 @@ def _e_DescribedGroupMember_v4(o, ap):
     ap(_s11)
 
 def _d_DescribedGroupMember_v5(b, p, n):
-    f_member_id, p = _rc_string(b, p, n)
-    f_group_instance_id, p = _rc_nullable_string(b, p, n)
-    f_client_id, p = _rc_string(b, p, n)
-    f_client_host, p = _rc_string(b, p, n)
-    f_member_metadata, p = _rc_bytes(b, p, n)
-    f_member_assignment, p = _rc_bytes(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_group_instance_id = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_instance_id = str(b[p:_l2], 'utf-8'); p = _l2
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_client_id = str(b[p:_l3], 'utf-8'); p = _l3
+    _l4 = b[p]; p += 1
+    if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+    if _l4 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l4 += p - 1
+        if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+        f_client_host = str(b[p:_l4], 'utf-8'); p = _l4
+    _l5 = b[p]; p += 1
+    if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+    if _l5 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l5 += p - 1
+        if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_metadata = bytes(b[p:_l5]); p = _l5
+    _l6 = b[p]; p += 1
+    if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+    if _l6 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l6 += p - 1
+        if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_assignment = bytes(b[p:_l6]); p = _l6
     o = DescribedGroupMember(f_member_id, f_group_instance_id, f_client_id, f_client_host, f_member_metadata, f_member_assignment)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -497,21 +533,45 @@ def _e_DescribedGroup_v4(o, ap):
 
 def _d_DescribedGroup_v5(b, p, n):
     f_error_code, = _S1.unpack_from(b, p); p += 2
-    f_group_id, p = _rc_string(b, p, n)
-    f_group_state, p = _rc_string(b, p, n)
-    f_protocol_type, p = _rc_string(b, p, n)
-    f_protocol_data, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_state = str(b[p:_l2], 'utf-8'); p = _l2
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_protocol_type = str(b[p:_l3], 'utf-8'); p = _l3
+    _l4 = b[p]; p += 1
+    if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+    if _l4 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l4 += p - 1
+        if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+        f_protocol_data = str(b[p:_l4], 'utf-8'); p = _l4
+    _c5 = b[p]; p += 1
+    if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+    _c5 -= 1
+    if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
-        for _ in range(_c1):
-            _e2, p = _d_DescribedGroupMember_v5(b, p, n)
-            f_members.append(_e2)
+        for _ in range(_c5):
+            _e6, p = _d_DescribedGroupMember_v5(b, p, n)
+            f_members.append(_e6)
     f_authorized_operations, = _S0.unpack_from(b, p); p += 4
     o = DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -79,18 +79,24 @@ def _e_PartitionData_v0(o, ap):
     else: ap(b'\x00')
 
 def _d_TopicData_v0(b, p, n):
-    f_topic_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_topic_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
-        for _ in range(_c1):
-            _e2, p = _d_PartitionData_v0(b, p, n)
-            f_partitions.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_PartitionData_v0(b, p, n)
+            f_partitions.append(_e3)
     o = TopicData(f_topic_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -342,30 +348,36 @@ def _e_DescribeQuorumResponsePartitionData_v1(o, ap):
 
 def _d_DescribeQuorumResponsePartitionData_v2(b, p, n):
     f_partition_index, f_error_code = _S5.unpack_from(b, p); p += 6
-    f_error_message, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
     f_leader_id, f_leader_epoch, f_high_watermark = _S6.unpack_from(b, p); p += 16
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_current_voters = []
-        for _ in range(_c1):
-            _e2, p = _d_ReplicaState_v2(b, p, n)
-            f_current_voters.append(_e2)
-    _c3 = b[p]; p += 1
-    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
-    _c3 -= 1
-    if _c3 < 0:
+        for _ in range(_c2):
+            _e3, p = _d_ReplicaState_v2(b, p, n)
+            f_current_voters.append(_e3)
+    _c4 = b[p]; p += 1
+    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+    _c4 -= 1
+    if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_observers = []
-        for _ in range(_c3):
-            _e4, p = _d_ReplicaState_v2(b, p, n)
-            f_observers.append(_e4)
+        for _ in range(_c4):
+            _e5, p = _d_ReplicaState_v2(b, p, n)
+            f_observers.append(_e5)
     o = DescribeQuorumResponsePartitionData(f_partition_index, f_error_code, f_error_message, f_leader_id, f_leader_epoch, f_high_watermark, f_current_voters, f_observers)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -392,18 +404,24 @@ def _e_DescribeQuorumResponsePartitionData_v2(o, ap):
     else: ap(b'\x00')
 
 def _d_DescribeQuorumResponseTopicData_v0(b, p, n):
-    f_topic_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_topic_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
-        for _ in range(_c1):
-            _e2, p = _d_DescribeQuorumResponsePartitionData_v0(b, p, n)
-            f_partitions.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_DescribeQuorumResponsePartitionData_v0(b, p, n)
+            f_partitions.append(_e3)
     o = DescribeQuorumResponseTopicData(f_topic_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -423,18 +441,24 @@ def _e_DescribeQuorumResponseTopicData_v0(o, ap):
     else: ap(b'\x00')
 
 def _d_DescribeQuorumResponseTopicData_v1(b, p, n):
-    f_topic_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_topic_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
-        for _ in range(_c1):
-            _e2, p = _d_DescribeQuorumResponsePartitionData_v1(b, p, n)
-            f_partitions.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_DescribeQuorumResponsePartitionData_v1(b, p, n)
+            f_partitions.append(_e3)
     o = DescribeQuorumResponseTopicData(f_topic_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -454,18 +478,24 @@ def _e_DescribeQuorumResponseTopicData_v1(o, ap):
     else: ap(b'\x00')
 
 def _d_DescribeQuorumResponseTopicData_v2(b, p, n):
-    f_topic_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_topic_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
-        for _ in range(_c1):
-            _e2, p = _d_DescribeQuorumResponsePartitionData_v2(b, p, n)
-            f_partitions.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_DescribeQuorumResponsePartitionData_v2(b, p, n)
+            f_partitions.append(_e3)
     o = DescribeQuorumResponseTopicData(f_topic_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -485,8 +515,20 @@ def _e_DescribeQuorumResponseTopicData_v2(o, ap):
     else: ap(b'\x00')
 
 def _d_Listener_v2(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    f_host, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_host = str(b[p:_l2], 'utf-8'); p = _l2
     f_port, = _S7.unpack_from(b, p); p += 2
     o = Listener(f_name, f_host, f_port)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -593,29 +635,35 @@ def _e_DescribeQuorumResponse_v1(o, ap):
 
 def _d_DescribeQuorumResponse_v2(b, p, n):
     f_error_code, = _S8.unpack_from(b, p); p += 2
-    f_error_message, p = _rc_nullable_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c1):
-            _e2, p = _d_DescribeQuorumResponseTopicData_v2(b, p, n)
-            f_topics.append(_e2)
-    _c3 = b[p]; p += 1
-    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
-    _c3 -= 1
-    if _c3 < 0:
+        for _ in range(_c2):
+            _e3, p = _d_DescribeQuorumResponseTopicData_v2(b, p, n)
+            f_topics.append(_e3)
+    _c4 = b[p]; p += 1
+    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+    _c4 -= 1
+    if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_nodes = []
-        for _ in range(_c3):
-            _e4, p = _d_Node_v2(b, p, n)
-            f_nodes.append(_e4)
+        for _ in range(_c4):
+            _e5, p = _d_Node_v2(b, p, n)
+            f_nodes.append(_e5)
     o = DescribeQuorumResponse(f_error_code, f_error_message, f_topics, f_nodes)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

@@ -65,7 +65,13 @@ class DescribeTopicPartitionsRequest:
 
 
 def _d_TopicRequest_v0(b, p, n):
-    f_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     o = TopicRequest(f_name)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -81,7 +87,13 @@ def _e_TopicRequest_v0(o, ap):
     else: ap(b'\x00')
 
 def _d_Cursor_v0(b, p, n):
-    f_topic_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_topic_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_partition_index, = _S0.unpack_from(b, p); p += 4
     o = Cursor(f_topic_name, f_partition_index)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -269,20 +281,26 @@ def _e_DescribeTopicPartitionsResponsePartition_v0(o, ap):
 
 def _d_DescribeTopicPartitionsResponseTopic_v0(b, p, n):
     f_error_code, = _S3.unpack_from(b, p); p += 2
-    f_name, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_name = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_topic_id, f_is_internal = _S4.unpack_from(b, p); p += 17
     f_topic_id = _uuid(f_topic_id)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
-        for _ in range(_c1):
-            _e2, p = _d_DescribeTopicPartitionsResponsePartition_v0(b, p, n)
-            f_partitions.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_DescribeTopicPartitionsResponsePartition_v0(b, p, n)
+            f_partitions.append(_e3)
     f_topic_authorized_operations, = _S0.unpack_from(b, p); p += 4
     o = DescribeTopicPartitionsResponseTopic(f_error_code, f_name, f_topic_id, f_is_internal, f_partitions, f_topic_authorized_operations)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -307,7 +325,13 @@ def _e_DescribeTopicPartitionsResponseTopic_v0(o, ap):
     else: ap(b'\x00')
 
 def _d_DescribeTopicPartitionsResponseCursor_v0(b, p, n):
-    f_topic_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_topic_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_partition_index, = _S0.unpack_from(b, p); p += 4
     o = DescribeTopicPartitionsResponseCursor(f_topic_name, f_partition_index)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -53,7 +53,13 @@ class DescribeUserScramCredentialsRequest:
 
 
 def _d_UserName_v0(b, p, n):
-    f_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     o = UserName(f_name)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -160,20 +166,32 @@ def _e_CredentialInfo_v0(o, ap):
     else: ap(b'\x00')
 
 def _d_DescribeUserScramCredentialsResult_v0(b, p, n):
-    f_user, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_user = str(b[p:_l1], 'utf-8'); p = _l1
     f_error_code, = _S1.unpack_from(b, p); p += 2
-    f_error_message, p = _rc_nullable_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_error_message = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l2], 'utf-8'); p = _l2
+    _c3 = b[p]; p += 1
+    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
+    _c3 -= 1
+    if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_credential_infos = []
-        for _ in range(_c1):
-            _e2, p = _d_CredentialInfo_v0(b, p, n)
-            f_credential_infos.append(_e2)
+        for _ in range(_c3):
+            _e4, p = _d_CredentialInfo_v0(b, p, n)
+            f_credential_infos.append(_e4)
     o = DescribeUserScramCredentialsResult(f_user, f_error_code, f_error_message, f_credential_infos)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -200,18 +218,24 @@ def _e_DescribeUserScramCredentialsResult_v0(o, ap):
 
 def _d_DescribeUserScramCredentialsResponse_v0(b, p, n):
     f_throttle_time_ms, f_error_code = _S2.unpack_from(b, p); p += 6
-    f_error_message, p = _rc_nullable_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results = []
-        for _ in range(_c1):
-            _e2, p = _d_DescribeUserScramCredentialsResult_v0(b, p, n)
-            f_results.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_DescribeUserScramCredentialsResult_v0(b, p, n)
+            f_results.append(_e3)
     o = DescribeUserScramCredentialsResponse(f_throttle_time_ms, f_error_code, f_error_message, f_results)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

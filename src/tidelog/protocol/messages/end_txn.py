@@ -67,7 +67,13 @@ def _e_EndTxnRequest_v0(o, ap):
     ap(_S1.pack(o.producer_id, o.producer_epoch, o.committed))
 
 def _d_EndTxnRequest_v3(b, p, n):
-    f_transactional_id, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_transactional_id = str(b[p:_l1], 'utf-8'); p = _l1
     f_producer_id, f_producer_epoch, f_committed = _S1.unpack_from(b, p); p += 11
     o = EndTxnRequest(f_transactional_id, f_producer_id, f_producer_epoch, f_committed)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -47,9 +47,27 @@ class EnvelopeRequest:
 
 
 def _d_EnvelopeRequest_v0(b, p, n):
-    f_request_data, p = _rc_bytes(b, p, n)
-    f_request_principal, p = _rc_nullable_bytes(b, p, n)
-    f_client_host_address, p = _rc_bytes(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_request_data = bytes(b[p:_l1]); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_request_principal = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_request_principal = bytes(b[p:_l2]); p = _l2
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_client_host_address = bytes(b[p:_l3]); p = _l3
     o = EnvelopeRequest(f_request_data, f_request_principal, f_client_host_address)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -105,7 +123,13 @@ class EnvelopeResponse:
 
 
 def _d_EnvelopeResponse_v0(b, p, n):
-    f_response_data, p = _rc_nullable_bytes(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_response_data = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_response_data = bytes(b[p:_l1]); p = _l1
     f_error_code, = _S0.unpack_from(b, p); p += 2
     o = EnvelopeResponse(f_response_data, f_error_code)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

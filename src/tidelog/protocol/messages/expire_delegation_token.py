@@ -64,7 +64,13 @@ def _e_ExpireDelegationTokenRequest_v0(o, ap):
     ap(_S1.pack(o.expiry_time_period_ms))
 
 def _d_ExpireDelegationTokenRequest_v2(b, p, n):
-    f_hmac, p = _rc_bytes(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_hmac = bytes(b[p:_l1]); p = _l1
     f_expiry_time_period_ms, = _S1.unpack_from(b, p); p += 8
     o = ExpireDelegationTokenRequest(f_hmac, f_expiry_time_period_ms)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -99,7 +99,7 @@ class FetchRequest:
     API_KEY: ClassVar[int] = 1
     cluster_id: str | None = None
     replica_id: int = -1
-    replica_state: ReplicaState = _field(default_factory=ReplicaState)
+    replica_state: ReplicaState | None = None
     max_wait_ms: int = 0
     min_bytes: int = 0
     max_bytes: int = 2147483647
@@ -287,18 +287,24 @@ def _e_FetchTopic_v9(o, ap):
         _e_FetchPartition_v9(_e4, ap)
 
 def _d_FetchTopic_v12(b, p, n):
-    f_topic, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_topic = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
-        for _ in range(_c1):
-            _e2, p = _d_FetchPartition_v12(b, p, n)
-            f_partitions.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_FetchPartition_v12(b, p, n)
+            f_partitions.append(_e3)
     o = FetchTopic(f_topic, ZERO_UUID, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -399,15 +405,21 @@ def _e_ForgottenTopic_v7(o, ap):
     ap(_pack('>%di' % len(_a3), *_a3))
 
 def _d_ForgottenTopic_v12(b, p, n):
-    f_topic, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
-        raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
     else:
-        f_partitions = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_topic = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
+        raise DecodeError('null or negative length in a non-nullable array')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    else:
+        f_partitions = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     o = ForgottenTopic(f_topic, ZERO_UUID, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -460,7 +472,7 @@ def _d_FetchRequest_v0(b, p, n):
         for _ in range(_c1):
             _e2, p = _d_FetchTopic_v0(b, p, n)
             f_topics.append(_e2)
-    return FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, 2147483647, 0, 0, -1, f_topics, [], ''), p
+    return FetchRequest(None, f_replica_id, None, f_max_wait_ms, f_min_bytes, 2147483647, 0, 0, -1, f_topics, [], ''), p
 
 def _e_FetchRequest_v0(o, ap):
     _a1 = o.topics
@@ -478,7 +490,7 @@ def _d_FetchRequest_v3(b, p, n):
         for _ in range(_c1):
             _e2, p = _d_FetchTopic_v0(b, p, n)
             f_topics.append(_e2)
-    return FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, 0, 0, -1, f_topics, [], ''), p
+    return FetchRequest(None, f_replica_id, None, f_max_wait_ms, f_min_bytes, f_max_bytes, 0, 0, -1, f_topics, [], ''), p
 
 def _e_FetchRequest_v3(o, ap):
     _a1 = o.topics
@@ -496,7 +508,7 @@ def _d_FetchRequest_v4(b, p, n):
         for _ in range(_c1):
             _e2, p = _d_FetchTopic_v0(b, p, n)
             f_topics.append(_e2)
-    return FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, 0, -1, f_topics, [], ''), p
+    return FetchRequest(None, f_replica_id, None, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, 0, -1, f_topics, [], ''), p
 
 def _e_FetchRequest_v4(o, ap):
     _a1 = o.topics
@@ -514,7 +526,7 @@ def _d_FetchRequest_v5(b, p, n):
         for _ in range(_c1):
             _e2, p = _d_FetchTopic_v5(b, p, n)
             f_topics.append(_e2)
-    return FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, 0, -1, f_topics, [], ''), p
+    return FetchRequest(None, f_replica_id, None, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, 0, -1, f_topics, [], ''), p
 
 def _e_FetchRequest_v5(o, ap):
     _a1 = o.topics
@@ -541,7 +553,7 @@ def _d_FetchRequest_v7(b, p, n):
         for _ in range(_c3):
             _e4, p = _d_ForgottenTopic_v7(b, p, n)
             f_forgotten_topics_data.append(_e4)
-    return FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, ''), p
+    return FetchRequest(None, f_replica_id, None, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, ''), p
 
 def _e_FetchRequest_v7(o, ap):
     _a1 = o.topics
@@ -572,7 +584,7 @@ def _d_FetchRequest_v9(b, p, n):
         for _ in range(_c3):
             _e4, p = _d_ForgottenTopic_v7(b, p, n)
             f_forgotten_topics_data.append(_e4)
-    return FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, ''), p
+    return FetchRequest(None, f_replica_id, None, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, ''), p
 
 def _e_FetchRequest_v9(o, ap):
     _a1 = o.topics
@@ -608,7 +620,7 @@ def _d_FetchRequest_v11(b, p, n):
         raise DecodeError('null or negative length in a non-nullable field')
     elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
     else: f_rack_id = str(b[p:p + _l5], 'utf-8'); p += _l5
-    return FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id), p
+    return FetchRequest(None, f_replica_id, None, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id), p
 
 def _e_FetchRequest_v11(o, ap):
     _a1 = o.topics
@@ -638,7 +650,13 @@ def _dt_FetchRequest_v12(b, p, n, o):
         if end > n: raise DecodeError('tagged field runs past the end of the buffer')
         if tag == 0:
             n0 = n; n = end
-            x, p = _rc_nullable_string(b, p, n)
+            _l1 = b[p]; p += 1
+            if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+            if _l1 == 0: x = None
+            else:
+                _l1 += p - 1
+                if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+                x = str(b[p:_l1], 'utf-8'); p = _l1
             n = n0
             if p != end: raise DecodeError('tagged field size mismatch')
             o.cluster_id = x
@@ -673,8 +691,14 @@ def _d_FetchRequest_v12(b, p, n):
         for _ in range(_c3):
             _e4, p = _d_ForgottenTopic_v12(b, p, n)
             f_forgotten_topics_data.append(_e4)
-    f_rack_id, p = _rc_string(b, p, n)
-    o = FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id)
+    _l5 = b[p]; p += 1
+    if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+    if _l5 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l5 += p - 1
+        if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack_id = str(b[p:_l5], 'utf-8'); p = _l5
+    o = FetchRequest(None, f_replica_id, None, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id)
     if b[p]: p = _dt_FetchRequest_v12(b, p, n, o)
     else: p += 1
     return o, p
@@ -732,8 +756,14 @@ def _d_FetchRequest_v13(b, p, n):
         for _ in range(_c3):
             _e4, p = _d_ForgottenTopic_v13(b, p, n)
             f_forgotten_topics_data.append(_e4)
-    f_rack_id, p = _rc_string(b, p, n)
-    o = FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id)
+    _l5 = b[p]; p += 1
+    if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+    if _l5 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l5 += p - 1
+        if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack_id = str(b[p:_l5], 'utf-8'); p = _l5
+    o = FetchRequest(None, f_replica_id, None, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id)
     if b[p]: p = _dt_FetchRequest_v12(b, p, n, o)
     else: p += 1
     return o, p
@@ -781,7 +811,13 @@ def _dt_FetchRequest_v15(b, p, n, o):
         if end > n: raise DecodeError('tagged field runs past the end of the buffer')
         if tag == 0:
             n0 = n; n = end
-            x, p = _rc_nullable_string(b, p, n)
+            _l1 = b[p]; p += 1
+            if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+            if _l1 == 0: x = None
+            else:
+                _l1 += p - 1
+                if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+                x = str(b[p:_l1], 'utf-8'); p = _l1
             n = n0
             if p != end: raise DecodeError('tagged field size mismatch')
             o.cluster_id = x
@@ -822,8 +858,14 @@ def _d_FetchRequest_v15(b, p, n):
         for _ in range(_c3):
             _e4, p = _d_ForgottenTopic_v13(b, p, n)
             f_forgotten_topics_data.append(_e4)
-    f_rack_id, p = _rc_string(b, p, n)
-    o = FetchRequest(None, -1, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id)
+    _l5 = b[p]; p += 1
+    if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+    if _l5 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l5 += p - 1
+        if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack_id = str(b[p:_l5], 'utf-8'); p = _l5
+    o = FetchRequest(None, -1, None, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id)
     if b[p]: p = _dt_FetchRequest_v15(b, p, n, o)
     else: p += 1
     return o, p
@@ -844,7 +886,7 @@ def _e_FetchRequest_v15(o, ap):
         if _s101 is not None: ap(_s101)
         ap = _tap
         _tg.append((0, b''.join(_tb)))
-    if (_ts := o.replica_state).replica_id != -1 or _ts.replica_epoch != -1 or _ts.unknown_tagged_fields:
+    if (_ts := o.replica_state) is not None and (_ts.replica_id != -1 or _ts.replica_epoch != -1 or _ts.unknown_tagged_fields):
         _tb = []
         _tap = ap; ap = _tb.append
         _e_ReplicaState_v15(o.replica_state, ap)
@@ -887,8 +929,14 @@ def _d_FetchRequest_v17(b, p, n):
         for _ in range(_c3):
             _e4, p = _d_ForgottenTopic_v13(b, p, n)
             f_forgotten_topics_data.append(_e4)
-    f_rack_id, p = _rc_string(b, p, n)
-    o = FetchRequest(None, -1, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id)
+    _l5 = b[p]; p += 1
+    if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+    if _l5 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l5 += p - 1
+        if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack_id = str(b[p:_l5], 'utf-8'); p = _l5
+    o = FetchRequest(None, -1, None, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id)
     if b[p]: p = _dt_FetchRequest_v15(b, p, n, o)
     else: p += 1
     return o, p
@@ -909,7 +957,7 @@ def _e_FetchRequest_v17(o, ap):
         if _s101 is not None: ap(_s101)
         ap = _tap
         _tg.append((0, b''.join(_tb)))
-    if (_ts := o.replica_state).replica_id != -1 or _ts.replica_epoch != -1 or _ts.unknown_tagged_fields:
+    if (_ts := o.replica_state) is not None and (_ts.replica_id != -1 or _ts.replica_epoch != -1 or _ts.unknown_tagged_fields):
         _tb = []
         _tap = ap; ap = _tb.append
         _e_ReplicaState_v15(o.replica_state, ap)
@@ -987,9 +1035,9 @@ class PartitionData:
     high_watermark: int = 0
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    diverging_epoch: EpochEndOffset = _field(default_factory=EpochEndOffset)
-    current_leader: LeaderIdAndEpoch = _field(default_factory=LeaderIdAndEpoch)
-    snapshot_id: SnapshotId = _field(default_factory=SnapshotId)
+    diverging_epoch: EpochEndOffset | None = None
+    current_leader: LeaderIdAndEpoch | None = None
+    snapshot_id: SnapshotId | None = None
     aborted_transactions: list[AbortedTransaction] | None = _field(default_factory=list)
     preferred_read_replica: int = -1
     records: Records | None = None
@@ -1090,7 +1138,7 @@ def _d_PartitionData_v0(b, p, n):
         f_records = None
     elif p + _l1 > n: raise DecodeError('field runs past the end of the buffer')
     else: f_records = b[p:p + _l1]; p += _l1
-    return PartitionData(f_partition_index, f_error_code, f_high_watermark, -1, -1, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), [], -1, f_records), p
+    return PartitionData(f_partition_index, f_error_code, f_high_watermark, -1, -1, None, None, None, [], -1, f_records), p
 
 def _e_PartitionData_v0(o, ap):
     _s1 = o.records
@@ -1117,7 +1165,7 @@ def _d_PartitionData_v4(b, p, n):
         f_records = None
     elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
     else: f_records = b[p:p + _l3]; p += _l3
-    return PartitionData(f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, -1, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), f_aborted_transactions, -1, f_records), p
+    return PartitionData(f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, -1, None, None, None, f_aborted_transactions, -1, f_records), p
 
 def _e_PartitionData_v4(o, ap):
     _a1 = o.aborted_transactions
@@ -1149,7 +1197,7 @@ def _d_PartitionData_v5(b, p, n):
         f_records = None
     elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
     else: f_records = b[p:p + _l3]; p += _l3
-    return PartitionData(f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), f_aborted_transactions, -1, f_records), p
+    return PartitionData(f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, None, None, None, f_aborted_transactions, -1, f_records), p
 
 def _e_PartitionData_v5(o, ap):
     _a1 = o.aborted_transactions
@@ -1181,7 +1229,7 @@ def _d_PartitionData_v11(b, p, n):
         f_records = None
     elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
     else: f_records = b[p:p + _l3]; p += _l3
-    return PartitionData(f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), f_aborted_transactions, f_preferred_read_replica, f_records), p
+    return PartitionData(f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, None, None, None, f_aborted_transactions, f_preferred_read_replica, f_records), p
 
 def _e_PartitionData_v11(o, ap):
     _a1 = o.aborted_transactions
@@ -1248,8 +1296,14 @@ def _d_PartitionData_v12(b, p, n):
             _e2, p = _d_AbortedTransaction_v12(b, p, n)
             f_aborted_transactions.append(_e2)
     f_preferred_read_replica, = _S7.unpack_from(b, p); p += 4
-    f_records, p = _rc_nullable_records(b, p, n)
-    o = PartitionData(f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), f_aborted_transactions, f_preferred_read_replica, f_records)
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: f_records = None
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_records = b[p:_l3]; p = _l3
+    o = PartitionData(f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, None, None, None, f_aborted_transactions, f_preferred_read_replica, f_records)
     if b[p]: p = _dt_PartitionData_v12(b, p, n, o)
     else: p += 1
     return o, p
@@ -1259,19 +1313,19 @@ def _e_PartitionData_v12(o, ap):
     _s3 = o.records
     _l4 = -1 if _s3 is None else _records_size(_s3)
     _tg = []
-    if (_ts := o.diverging_epoch).epoch != -1 or _ts.end_offset != -1 or _ts.unknown_tagged_fields:
+    if (_ts := o.diverging_epoch) is not None and (_ts.epoch != -1 or _ts.end_offset != -1 or _ts.unknown_tagged_fields):
         _tb = []
         _tap = ap; ap = _tb.append
         _e_EpochEndOffset_v12(o.diverging_epoch, ap)
         ap = _tap
         _tg.append((0, b''.join(_tb)))
-    if (_ts := o.current_leader).leader_id != -1 or _ts.leader_epoch != -1 or _ts.unknown_tagged_fields:
+    if (_ts := o.current_leader) is not None and (_ts.leader_id != -1 or _ts.leader_epoch != -1 or _ts.unknown_tagged_fields):
         _tb = []
         _tap = ap; ap = _tb.append
         _e_LeaderIdAndEpoch_v12(o.current_leader, ap)
         ap = _tap
         _tg.append((1, b''.join(_tb)))
-    if (_ts := o.snapshot_id).end_offset != -1 or _ts.epoch != -1 or _ts.unknown_tagged_fields:
+    if (_ts := o.snapshot_id) is not None and (_ts.end_offset != -1 or _ts.epoch != -1 or _ts.unknown_tagged_fields):
         _tb = []
         _tap = ap; ap = _tb.append
         _e_SnapshotId_v12(o.snapshot_id, ap)
@@ -1400,18 +1454,24 @@ def _e_FetchableTopicResponse_v11(o, ap):
         _e_PartitionData_v11(_e4, ap)
 
 def _d_FetchableTopicResponse_v12(b, p, n):
-    f_topic, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_topic = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
-        for _ in range(_c1):
-            _e2, p = _d_PartitionData_v12(b, p, n)
-            f_partitions.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_PartitionData_v12(b, p, n)
+            f_partitions.append(_e3)
     o = FetchableTopicResponse(f_topic, ZERO_UUID, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -1461,9 +1521,21 @@ def _e_FetchableTopicResponse_v13(o, ap):
 
 def _d_NodeEndpoint_v16(b, p, n):
     f_node_id, = _S7.unpack_from(b, p); p += 4
-    f_host, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_host = str(b[p:_l1], 'utf-8'); p = _l1
     f_port, = _S7.unpack_from(b, p); p += 4
-    f_rack, p = _rc_nullable_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_rack = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack = str(b[p:_l2], 'utf-8'); p = _l2
     o = NodeEndpoint(f_node_id, f_host, f_port, f_rack)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

@@ -159,18 +159,24 @@ def _e_PartitionSnapshot_v1(o, ap):
     else: ap(b'\x00')
 
 def _d_TopicSnapshot_v0(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
-        for _ in range(_c1):
-            _e2, p = _d_PartitionSnapshot_v0(b, p, n)
-            f_partitions.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_PartitionSnapshot_v0(b, p, n)
+            f_partitions.append(_e3)
     o = TopicSnapshot(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -190,18 +196,24 @@ def _e_TopicSnapshot_v0(o, ap):
     else: ap(b'\x00')
 
 def _d_TopicSnapshot_v1(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
-        for _ in range(_c1):
-            _e2, p = _d_PartitionSnapshot_v1(b, p, n)
-            f_partitions.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_PartitionSnapshot_v1(b, p, n)
+            f_partitions.append(_e3)
     o = TopicSnapshot(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -234,7 +246,13 @@ def _dt_FetchSnapshotRequest_v0(b, p, n, o):
         if end > n: raise DecodeError('tagged field runs past the end of the buffer')
         if tag == 0:
             n0 = n; n = end
-            x, p = _rc_nullable_string(b, p, n)
+            _l1 = b[p]; p += 1
+            if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+            if _l1 == 0: x = None
+            else:
+                _l1 += p - 1
+                if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+                x = str(b[p:_l1], 'utf-8'); p = _l1
             n = n0
             if p != end: raise DecodeError('tagged field size mismatch')
             o.cluster_id = x
@@ -366,7 +384,7 @@ class FetchSnapshotResponsePartitionSnapshot:
     index: int = 0
     error_code: int = 0
     snapshot_id: FetchSnapshotResponseSnapshotId = _field(default_factory=FetchSnapshotResponseSnapshotId)
-    current_leader: LeaderIdAndEpoch = _field(default_factory=LeaderIdAndEpoch)
+    current_leader: LeaderIdAndEpoch | None = None
     size: int = 0
     position: int = 0
     unaligned_records: Records | None = None
@@ -453,8 +471,14 @@ def _d_FetchSnapshotResponsePartitionSnapshot_v0(b, p, n):
     f_index, f_error_code = _S4.unpack_from(b, p); p += 6
     f_snapshot_id, p = _d_FetchSnapshotResponseSnapshotId_v0(b, p, n)
     f_size, f_position = _S5.unpack_from(b, p); p += 16
-    f_unaligned_records, p = _rc_records(b, p, n)
-    o = FetchSnapshotResponsePartitionSnapshot(f_index, f_error_code, f_snapshot_id, LeaderIdAndEpoch(), f_size, f_position, f_unaligned_records)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_unaligned_records = b[p:_l1]; p = _l1
+    o = FetchSnapshotResponsePartitionSnapshot(f_index, f_error_code, f_snapshot_id, None, f_size, f_position, f_unaligned_records)
     if b[p]: p = _dt_FetchSnapshotResponsePartitionSnapshot_v0(b, p, n, o)
     else: p += 1
     return o, p
@@ -463,7 +487,7 @@ def _e_FetchSnapshotResponsePartitionSnapshot_v0(o, ap):
     _s1 = o.unaligned_records
     _l2 = _records_size(_s1)
     _tg = []
-    if (_ts := o.current_leader).leader_id != 0 or _ts.leader_epoch != 0 or _ts.unknown_tagged_fields:
+    if (_ts := o.current_leader) is not None and (_ts.leader_id != 0 or _ts.leader_epoch != 0 or _ts.unknown_tagged_fields):
         _tb = []
         _tap = ap; ap = _tb.append
         _e_LeaderIdAndEpoch_v0(o.current_leader, ap)
@@ -481,18 +505,24 @@ def _e_FetchSnapshotResponsePartitionSnapshot_v0(o, ap):
     else: ap(b'\x00')
 
 def _d_FetchSnapshotResponseTopicSnapshot_v0(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
-        for _ in range(_c1):
-            _e2, p = _d_FetchSnapshotResponsePartitionSnapshot_v0(b, p, n)
-            f_partitions.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_FetchSnapshotResponsePartitionSnapshot_v0(b, p, n)
+            f_partitions.append(_e3)
     o = FetchSnapshotResponseTopicSnapshot(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -513,7 +543,13 @@ def _e_FetchSnapshotResponseTopicSnapshot_v0(o, ap):
 
 def _d_NodeEndpoint_v1(b, p, n):
     f_node_id, = _S6.unpack_from(b, p); p += 4
-    f_host, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_host = str(b[p:_l1], 'utf-8'); p = _l1
     f_port, = _S7.unpack_from(b, p); p += 2
     o = NodeEndpoint(f_node_id, f_host, f_port)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

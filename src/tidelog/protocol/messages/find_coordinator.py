@@ -82,7 +82,13 @@ def _e_FindCoordinatorRequest_v1(o, ap):
     ap(_S1.pack(o.key_type))
 
 def _d_FindCoordinatorRequest_v3(b, p, n):
-    f_key, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_key = str(b[p:_l1], 'utf-8'); p = _l1
     f_key_type, = _S1.unpack_from(b, p); p += 1
     o = FindCoordinatorRequest(f_key, f_key_type, [])
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -178,11 +184,29 @@ class FindCoordinatorResponse:
 
 
 def _d_Coordinator_v4(b, p, n):
-    f_key, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_key = str(b[p:_l1], 'utf-8'); p = _l1
     f_node_id, = _S2.unpack_from(b, p); p += 4
-    f_host, p = _rc_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_host = str(b[p:_l2], 'utf-8'); p = _l2
     f_port, f_error_code = _S3.unpack_from(b, p); p += 6
-    f_error_message, p = _rc_nullable_string(b, p, n)
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: f_error_message = None
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l3], 'utf-8'); p = _l3
     o = Coordinator(f_key, f_node_id, f_host, f_port, f_error_code, f_error_message)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -253,9 +277,21 @@ def _e_FindCoordinatorResponse_v1(o, ap):
 
 def _d_FindCoordinatorResponse_v3(b, p, n):
     f_throttle_time_ms, f_error_code = _S3.unpack_from(b, p); p += 6
-    f_error_message, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
     f_node_id, = _S2.unpack_from(b, p); p += 4
-    f_host, p = _rc_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_host = str(b[p:_l2], 'utf-8'); p = _l2
     f_port, = _S2.unpack_from(b, p); p += 4
     o = FindCoordinatorResponse(f_throttle_time_ms, f_error_code, f_error_message, f_node_id, f_host, f_port, [])
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -107,10 +107,28 @@ def _e_HeartbeatRequest_v3(o, ap):
     if _s5 is not None: ap(_s5)
 
 def _d_HeartbeatRequest_v4(b, p, n):
-    f_group_id, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l1], 'utf-8'); p = _l1
     f_generation_id, = _S2.unpack_from(b, p); p += 4
-    f_member_id, p = _rc_string(b, p, n)
-    f_group_instance_id, p = _rc_nullable_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l2], 'utf-8'); p = _l2
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: f_group_instance_id = None
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_instance_id = str(b[p:_l3], 'utf-8'); p = _l3
     o = HeartbeatRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

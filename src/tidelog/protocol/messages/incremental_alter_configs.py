@@ -93,9 +93,21 @@ def _e_AlterableConfig_v0(o, ap):
     if _s3 is not None: ap(_s3)
 
 def _d_AlterableConfig_v1(b, p, n):
-    f_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_config_operation, = _S2.unpack_from(b, p); p += 1
-    f_value, p = _rc_nullable_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_value = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_value = str(b[p:_l2], 'utf-8'); p = _l2
     o = AlterableConfig(f_name, f_config_operation, f_value)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -145,18 +157,24 @@ def _e_AlterConfigsResource_v0(o, ap):
 
 def _d_AlterConfigsResource_v1(b, p, n):
     f_resource_type, = _S2.unpack_from(b, p); p += 1
-    f_resource_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_resource_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_configs = []
-        for _ in range(_c1):
-            _e2, p = _d_AlterableConfig_v1(b, p, n)
-            f_configs.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_AlterableConfig_v1(b, p, n)
+            f_configs.append(_e3)
     o = AlterConfigsResource(f_resource_type, f_resource_name, f_configs)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -292,9 +310,21 @@ def _e_AlterConfigsResourceResponse_v0(o, ap):
 
 def _d_AlterConfigsResourceResponse_v1(b, p, n):
     f_error_code, = _S0.unpack_from(b, p); p += 2
-    f_error_message, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
     f_resource_type, = _S2.unpack_from(b, p); p += 1
-    f_resource_name, p = _rc_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_resource_name = str(b[p:_l2], 'utf-8'); p = _l2
     o = AlterConfigsResourceResponse(f_error_code, f_error_message, f_resource_type, f_resource_name)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

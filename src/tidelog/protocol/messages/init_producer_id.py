@@ -69,7 +69,13 @@ def _e_InitProducerIdRequest_v0(o, ap):
     ap(_S1.pack(o.transaction_timeout_ms))
 
 def _d_InitProducerIdRequest_v2(b, p, n):
-    f_transactional_id, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_transactional_id = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_transactional_id = str(b[p:_l1], 'utf-8'); p = _l1
     f_transaction_timeout_ms, = _S1.unpack_from(b, p); p += 4
     o = InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, -1, -1)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -88,7 +94,13 @@ def _e_InitProducerIdRequest_v2(o, ap):
     else: ap(b'\x00')
 
 def _d_InitProducerIdRequest_v3(b, p, n):
-    f_transactional_id, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_transactional_id = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_transactional_id = str(b[p:_l1], 'utf-8'); p = _l1
     f_transaction_timeout_ms, f_producer_id, f_producer_epoch = _S2.unpack_from(b, p); p += 14
     o = InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, f_producer_id, f_producer_epoch)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

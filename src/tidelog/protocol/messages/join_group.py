@@ -90,8 +90,20 @@ def _e_JoinGroupRequestProtocol_v0(o, ap):
     ap(_s3)
 
 def _d_JoinGroupRequestProtocol_v6(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    f_metadata, p = _rc_bytes(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_metadata = bytes(b[p:_l2]); p = _l2
     o = JoinGroupRequestProtocol(f_name, f_metadata)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -257,22 +269,46 @@ def _e_JoinGroupRequest_v5(o, ap):
         _e_JoinGroupRequestProtocol_v0(_e10, ap)
 
 def _d_JoinGroupRequest_v6(b, p, n):
-    f_group_id, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l1], 'utf-8'); p = _l1
     f_session_timeout_ms, f_rebalance_timeout_ms = _S4.unpack_from(b, p); p += 8
-    f_member_id, p = _rc_string(b, p, n)
-    f_group_instance_id, p = _rc_nullable_string(b, p, n)
-    f_protocol_type, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l2], 'utf-8'); p = _l2
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: f_group_instance_id = None
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_instance_id = str(b[p:_l3], 'utf-8'); p = _l3
+    _l4 = b[p]; p += 1
+    if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+    if _l4 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l4 += p - 1
+        if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+        f_protocol_type = str(b[p:_l4], 'utf-8'); p = _l4
+    _c5 = b[p]; p += 1
+    if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+    _c5 -= 1
+    if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_protocols = []
-        for _ in range(_c1):
-            _e2, p = _d_JoinGroupRequestProtocol_v6(b, p, n)
-            f_protocols.append(_e2)
+        for _ in range(_c5):
+            _e6, p = _d_JoinGroupRequestProtocol_v6(b, p, n)
+            f_protocols.append(_e6)
     o = JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, f_group_instance_id, f_protocol_type, f_protocols, None)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -306,23 +342,53 @@ def _e_JoinGroupRequest_v6(o, ap):
     else: ap(b'\x00')
 
 def _d_JoinGroupRequest_v8(b, p, n):
-    f_group_id, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l1], 'utf-8'); p = _l1
     f_session_timeout_ms, f_rebalance_timeout_ms = _S4.unpack_from(b, p); p += 8
-    f_member_id, p = _rc_string(b, p, n)
-    f_group_instance_id, p = _rc_nullable_string(b, p, n)
-    f_protocol_type, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l2], 'utf-8'); p = _l2
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: f_group_instance_id = None
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_instance_id = str(b[p:_l3], 'utf-8'); p = _l3
+    _l4 = b[p]; p += 1
+    if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+    if _l4 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l4 += p - 1
+        if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+        f_protocol_type = str(b[p:_l4], 'utf-8'); p = _l4
+    _c5 = b[p]; p += 1
+    if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+    _c5 -= 1
+    if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_protocols = []
-        for _ in range(_c1):
-            _e2, p = _d_JoinGroupRequestProtocol_v6(b, p, n)
-            f_protocols.append(_e2)
-    f_reason, p = _rc_nullable_string(b, p, n)
+        for _ in range(_c5):
+            _e6, p = _d_JoinGroupRequestProtocol_v6(b, p, n)
+            f_protocols.append(_e6)
+    _l7 = b[p]; p += 1
+    if _l7 > 127: _l7, p = _uvt(b, p, _l7)
+    if _l7 == 0: f_reason = None
+    else:
+        _l7 += p - 1
+        if _l7 > n: raise DecodeError('field runs past the end of the buffer')
+        f_reason = str(b[p:_l7], 'utf-8'); p = _l7
     o = JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, f_group_instance_id, f_protocol_type, f_protocols, f_reason)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -465,9 +531,27 @@ def _e_JoinGroupResponseMember_v5(o, ap):
     ap(_s5)
 
 def _d_JoinGroupResponseMember_v6(b, p, n):
-    f_member_id, p = _rc_string(b, p, n)
-    f_group_instance_id, p = _rc_nullable_string(b, p, n)
-    f_metadata, p = _rc_bytes(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_group_instance_id = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_instance_id = str(b[p:_l2], 'utf-8'); p = _l2
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_metadata = bytes(b[p:_l3]); p = _l3
     o = JoinGroupResponseMember(f_member_id, f_group_instance_id, f_metadata)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -628,20 +712,38 @@ def _e_JoinGroupResponse_v5(o, ap):
 
 def _d_JoinGroupResponse_v6(b, p, n):
     f_throttle_time_ms, f_error_code, f_generation_id = _S7.unpack_from(b, p); p += 10
-    f_protocol_name, p = _rc_string(b, p, n)
-    f_leader, p = _rc_string(b, p, n)
-    f_member_id, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_protocol_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_leader = str(b[p:_l2], 'utf-8'); p = _l2
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l3], 'utf-8'); p = _l3
+    _c4 = b[p]; p += 1
+    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+    _c4 -= 1
+    if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
-        for _ in range(_c1):
-            _e2, p = _d_JoinGroupResponseMember_v6(b, p, n)
-            f_members.append(_e2)
+        for _ in range(_c4):
+            _e5, p = _d_JoinGroupResponseMember_v6(b, p, n)
+            f_members.append(_e5)
     o = JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, None, f_protocol_name, f_leader, False, f_member_id, f_members)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -671,21 +773,45 @@ def _e_JoinGroupResponse_v6(o, ap):
 
 def _d_JoinGroupResponse_v7(b, p, n):
     f_throttle_time_ms, f_error_code, f_generation_id = _S7.unpack_from(b, p); p += 10
-    f_protocol_type, p = _rc_nullable_string(b, p, n)
-    f_protocol_name, p = _rc_nullable_string(b, p, n)
-    f_leader, p = _rc_string(b, p, n)
-    f_member_id, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_protocol_type = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_protocol_type = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_protocol_name = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_protocol_name = str(b[p:_l2], 'utf-8'); p = _l2
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_leader = str(b[p:_l3], 'utf-8'); p = _l3
+    _l4 = b[p]; p += 1
+    if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+    if _l4 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l4 += p - 1
+        if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l4], 'utf-8'); p = _l4
+    _c5 = b[p]; p += 1
+    if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+    _c5 -= 1
+    if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
-        for _ in range(_c1):
-            _e2, p = _d_JoinGroupResponseMember_v6(b, p, n)
-            f_members.append(_e2)
+        for _ in range(_c5):
+            _e6, p = _d_JoinGroupResponseMember_v6(b, p, n)
+            f_members.append(_e6)
     o = JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, f_protocol_type, f_protocol_name, f_leader, False, f_member_id, f_members)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -721,22 +847,46 @@ def _e_JoinGroupResponse_v7(o, ap):
 
 def _d_JoinGroupResponse_v9(b, p, n):
     f_throttle_time_ms, f_error_code, f_generation_id = _S7.unpack_from(b, p); p += 10
-    f_protocol_type, p = _rc_nullable_string(b, p, n)
-    f_protocol_name, p = _rc_nullable_string(b, p, n)
-    f_leader, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_protocol_type = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_protocol_type = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_protocol_name = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_protocol_name = str(b[p:_l2], 'utf-8'); p = _l2
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_leader = str(b[p:_l3], 'utf-8'); p = _l3
     f_skip_assignment, = _S8.unpack_from(b, p); p += 1
-    f_member_id, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l4 = b[p]; p += 1
+    if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+    if _l4 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l4 += p - 1
+        if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l4], 'utf-8'); p = _l4
+    _c5 = b[p]; p += 1
+    if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+    _c5 -= 1
+    if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
-        for _ in range(_c1):
-            _e2, p = _d_JoinGroupResponseMember_v6(b, p, n)
-            f_members.append(_e2)
+        for _ in range(_c5):
+            _e6, p = _d_JoinGroupResponseMember_v6(b, p, n)
+            f_members.append(_e6)
     o = JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, f_protocol_type, f_protocol_name, f_leader, f_skip_assignment, f_member_id, f_members)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

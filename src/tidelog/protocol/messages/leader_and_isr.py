@@ -409,18 +409,24 @@ def _e_LeaderAndIsrTopicState_v3(o, ap):
         _e_LeaderAndIsrPartitionState_v3(_e4, ap)
 
 def _d_LeaderAndIsrTopicState_v4(b, p, n):
-    f_topic_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_topic_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_states = []
-        for _ in range(_c1):
-            _e2, p = _d_LeaderAndIsrPartitionState_v4(b, p, n)
-            f_partition_states.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_LeaderAndIsrPartitionState_v4(b, p, n)
+            f_partition_states.append(_e3)
     o = LeaderAndIsrTopicState(f_topic_name, ZERO_UUID, f_partition_states)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -440,20 +446,26 @@ def _e_LeaderAndIsrTopicState_v4(o, ap):
     else: ap(b'\x00')
 
 def _d_LeaderAndIsrTopicState_v5(b, p, n):
-    f_topic_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_topic_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_topic_id, = _S7.unpack_from(b, p); p += 16
     f_topic_id = _uuid(f_topic_id)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_states = []
-        for _ in range(_c1):
-            _e2, p = _d_LeaderAndIsrPartitionState_v4(b, p, n)
-            f_partition_states.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_LeaderAndIsrPartitionState_v4(b, p, n)
+            f_partition_states.append(_e3)
     o = LeaderAndIsrTopicState(f_topic_name, f_topic_id, f_partition_states)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -474,20 +486,26 @@ def _e_LeaderAndIsrTopicState_v5(o, ap):
     else: ap(b'\x00')
 
 def _d_LeaderAndIsrTopicState_v6(b, p, n):
-    f_topic_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_topic_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_topic_id, = _S7.unpack_from(b, p); p += 16
     f_topic_id = _uuid(f_topic_id)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_states = []
-        for _ in range(_c1):
-            _e2, p = _d_LeaderAndIsrPartitionState_v6(b, p, n)
-            f_partition_states.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_LeaderAndIsrPartitionState_v6(b, p, n)
+            f_partition_states.append(_e3)
     o = LeaderAndIsrTopicState(f_topic_name, f_topic_id, f_partition_states)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -525,7 +543,13 @@ def _e_LeaderAndIsrLiveLeader_v0(o, ap):
 
 def _d_LeaderAndIsrLiveLeader_v4(b, p, n):
     f_broker_id, = _S4.unpack_from(b, p); p += 4
-    f_host_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_host_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_port, = _S4.unpack_from(b, p); p += 4
     o = LeaderAndIsrLiveLeader(f_broker_id, f_host_name, f_port)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -904,7 +928,13 @@ def _e_LeaderAndIsrPartitionError_v0(o, ap):
     ap(_S8.pack(o.partition_index, o.error_code))
 
 def _d_LeaderAndIsrPartitionError_v4(b, p, n):
-    f_topic_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_topic_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_partition_index, f_error_code = _S8.unpack_from(b, p); p += 6
     o = LeaderAndIsrPartitionError(f_topic_name, f_partition_index, f_error_code)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

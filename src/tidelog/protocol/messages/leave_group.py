@@ -83,8 +83,20 @@ def _e_MemberIdentity_v3(o, ap):
     if _s3 is not None: ap(_s3)
 
 def _d_MemberIdentity_v4(b, p, n):
-    f_member_id, p = _rc_string(b, p, n)
-    f_group_instance_id, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_group_instance_id = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_instance_id = str(b[p:_l2], 'utf-8'); p = _l2
     o = MemberIdentity(f_member_id, f_group_instance_id, None)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -105,9 +117,27 @@ def _e_MemberIdentity_v4(o, ap):
     else: ap(b'\x00')
 
 def _d_MemberIdentity_v5(b, p, n):
-    f_member_id, p = _rc_string(b, p, n)
-    f_group_instance_id, p = _rc_nullable_string(b, p, n)
-    f_reason, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_group_instance_id = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_instance_id = str(b[p:_l2], 'utf-8'); p = _l2
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: f_reason = None
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_reason = str(b[p:_l3], 'utf-8'); p = _l3
     o = MemberIdentity(f_member_id, f_group_instance_id, f_reason)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -183,18 +213,24 @@ def _e_LeaveGroupRequest_v3(o, ap):
         _e_MemberIdentity_v3(_e4, ap)
 
 def _d_LeaveGroupRequest_v4(b, p, n):
-    f_group_id, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
-        for _ in range(_c1):
-            _e2, p = _d_MemberIdentity_v4(b, p, n)
-            f_members.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_MemberIdentity_v4(b, p, n)
+            f_members.append(_e3)
     o = LeaveGroupRequest(f_group_id, '', f_members)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -214,18 +250,24 @@ def _e_LeaveGroupRequest_v4(o, ap):
     else: ap(b'\x00')
 
 def _d_LeaveGroupRequest_v5(b, p, n):
-    f_group_id, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
-        for _ in range(_c1):
-            _e2, p = _d_MemberIdentity_v5(b, p, n)
-            f_members.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_MemberIdentity_v5(b, p, n)
+            f_members.append(_e3)
     o = LeaveGroupRequest(f_group_id, '', f_members)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -313,8 +355,20 @@ def _e_MemberResponse_v3(o, ap):
     ap(_S0.pack(o.error_code))
 
 def _d_MemberResponse_v4(b, p, n):
-    f_member_id, p = _rc_string(b, p, n)
-    f_group_instance_id, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_group_instance_id = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_instance_id = str(b[p:_l2], 'utf-8'); p = _l2
     f_error_code, = _S0.unpack_from(b, p); p += 2
     o = MemberResponse(f_member_id, f_group_instance_id, f_error_code)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -94,7 +94,13 @@ class ListClientMetricsResourcesResponse:
 
 
 def _d_ClientMetricsResource_v0(b, p, n):
-    f_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     o = ClientMetricsResource(f_name)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

@@ -81,7 +81,13 @@ def _e_MetadataRequestTopic_v0(o, ap):
     ap(_s1)
 
 def _d_MetadataRequestTopic_v9(b, p, n):
-    f_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     o = MetadataRequestTopic(ZERO_UUID, f_name)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -99,7 +105,13 @@ def _e_MetadataRequestTopic_v9(o, ap):
 def _d_MetadataRequestTopic_v10(b, p, n):
     f_topic_id, = _S1.unpack_from(b, p); p += 16
     f_topic_id = _uuid(f_topic_id)
-    f_name, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_name = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     o = MetadataRequestTopic(f_topic_id, f_name)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -399,9 +411,21 @@ def _e_MetadataResponseBroker_v1(o, ap):
 
 def _d_MetadataResponseBroker_v9(b, p, n):
     f_node_id, = _S2.unpack_from(b, p); p += 4
-    f_host, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_host = str(b[p:_l1], 'utf-8'); p = _l1
     f_port, = _S2.unpack_from(b, p); p += 4
-    f_rack, p = _rc_nullable_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_rack = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack = str(b[p:_l2], 'utf-8'); p = _l2
     o = MetadataResponseBroker(f_node_id, f_host, f_port, f_rack)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -695,19 +719,25 @@ def _e_MetadataResponseTopic_v8(o, ap):
 
 def _d_MetadataResponseTopic_v9(b, p, n):
     f_error_code, = _S0.unpack_from(b, p); p += 2
-    f_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_is_internal, = _S3.unpack_from(b, p); p += 1
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
-        for _ in range(_c1):
-            _e2, p = _d_MetadataResponsePartition_v9(b, p, n)
-            f_partitions.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_MetadataResponsePartition_v9(b, p, n)
+            f_partitions.append(_e3)
     f_topic_authorized_operations, = _S2.unpack_from(b, p); p += 4
     o = MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, f_is_internal, f_partitions, f_topic_authorized_operations)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -732,20 +762,26 @@ def _e_MetadataResponseTopic_v9(o, ap):
 
 def _d_MetadataResponseTopic_v10(b, p, n):
     f_error_code, = _S0.unpack_from(b, p); p += 2
-    f_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_topic_id, f_is_internal = _S11.unpack_from(b, p); p += 17
     f_topic_id = _uuid(f_topic_id)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
-        for _ in range(_c1):
-            _e2, p = _d_MetadataResponsePartition_v9(b, p, n)
-            f_partitions.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_MetadataResponsePartition_v9(b, p, n)
+            f_partitions.append(_e3)
     f_topic_authorized_operations, = _S2.unpack_from(b, p); p += 4
     o = MetadataResponseTopic(f_error_code, f_name, f_topic_id, f_is_internal, f_partitions, f_topic_authorized_operations)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -770,20 +806,26 @@ def _e_MetadataResponseTopic_v10(o, ap):
 
 def _d_MetadataResponseTopic_v12(b, p, n):
     f_error_code, = _S0.unpack_from(b, p); p += 2
-    f_name, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_name = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_topic_id, f_is_internal = _S11.unpack_from(b, p); p += 17
     f_topic_id = _uuid(f_topic_id)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
-        for _ in range(_c1):
-            _e2, p = _d_MetadataResponsePartition_v9(b, p, n)
-            f_partitions.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_MetadataResponsePartition_v9(b, p, n)
+            f_partitions.append(_e3)
     f_topic_authorized_operations, = _S2.unpack_from(b, p); p += 4
     o = MetadataResponseTopic(f_error_code, f_name, f_topic_id, f_is_internal, f_partitions, f_topic_authorized_operations)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -1094,19 +1136,25 @@ def _d_MetadataResponse_v9(b, p, n):
         for _ in range(_c1):
             _e2, p = _d_MetadataResponseBroker_v9(b, p, n)
             f_brokers.append(_e2)
-    f_cluster_id, p = _rc_nullable_string(b, p, n)
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: f_cluster_id = None
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_cluster_id = str(b[p:_l3], 'utf-8'); p = _l3
     f_controller_id, = _S2.unpack_from(b, p); p += 4
-    _c3 = b[p]; p += 1
-    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
-    _c3 -= 1
-    if _c3 < 0:
+    _c4 = b[p]; p += 1
+    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+    _c4 -= 1
+    if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c3):
-            _e4, p = _d_MetadataResponseTopic_v9(b, p, n)
-            f_topics.append(_e4)
+        for _ in range(_c4):
+            _e5, p = _d_MetadataResponseTopic_v9(b, p, n)
+            f_topics.append(_e5)
     f_cluster_authorized_operations, = _S2.unpack_from(b, p); p += 4
     o = MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, f_cluster_authorized_operations)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -1147,19 +1195,25 @@ def _d_MetadataResponse_v10(b, p, n):
         for _ in range(_c1):
             _e2, p = _d_MetadataResponseBroker_v9(b, p, n)
             f_brokers.append(_e2)
-    f_cluster_id, p = _rc_nullable_string(b, p, n)
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: f_cluster_id = None
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_cluster_id = str(b[p:_l3], 'utf-8'); p = _l3
     f_controller_id, = _S2.unpack_from(b, p); p += 4
-    _c3 = b[p]; p += 1
-    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
-    _c3 -= 1
-    if _c3 < 0:
+    _c4 = b[p]; p += 1
+    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+    _c4 -= 1
+    if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c3):
-            _e4, p = _d_MetadataResponseTopic_v10(b, p, n)
-            f_topics.append(_e4)
+        for _ in range(_c4):
+            _e5, p = _d_MetadataResponseTopic_v10(b, p, n)
+            f_topics.append(_e5)
     f_cluster_authorized_operations, = _S2.unpack_from(b, p); p += 4
     o = MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, f_cluster_authorized_operations)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -1200,19 +1254,25 @@ def _d_MetadataResponse_v11(b, p, n):
         for _ in range(_c1):
             _e2, p = _d_MetadataResponseBroker_v9(b, p, n)
             f_brokers.append(_e2)
-    f_cluster_id, p = _rc_nullable_string(b, p, n)
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: f_cluster_id = None
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_cluster_id = str(b[p:_l3], 'utf-8'); p = _l3
     f_controller_id, = _S2.unpack_from(b, p); p += 4
-    _c3 = b[p]; p += 1
-    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
-    _c3 -= 1
-    if _c3 < 0:
+    _c4 = b[p]; p += 1
+    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+    _c4 -= 1
+    if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c3):
-            _e4, p = _d_MetadataResponseTopic_v10(b, p, n)
-            f_topics.append(_e4)
+        for _ in range(_c4):
+            _e5, p = _d_MetadataResponseTopic_v10(b, p, n)
+            f_topics.append(_e5)
     o = MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -1251,19 +1311,25 @@ def _d_MetadataResponse_v12(b, p, n):
         for _ in range(_c1):
             _e2, p = _d_MetadataResponseBroker_v9(b, p, n)
             f_brokers.append(_e2)
-    f_cluster_id, p = _rc_nullable_string(b, p, n)
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: f_cluster_id = None
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_cluster_id = str(b[p:_l3], 'utf-8'); p = _l3
     f_controller_id, = _S2.unpack_from(b, p); p += 4
-    _c3 = b[p]; p += 1
-    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
-    _c3 -= 1
-    if _c3 < 0:
+    _c4 = b[p]; p += 1
+    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+    _c4 -= 1
+    if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c3):
-            _e4, p = _d_MetadataResponseTopic_v12(b, p, n)
-            f_topics.append(_e4)
+        for _ in range(_c4):
+            _e5, p = _d_MetadataResponseTopic_v12(b, p, n)
+            f_topics.append(_e5)
     o = MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

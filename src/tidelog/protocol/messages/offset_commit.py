@@ -124,7 +124,13 @@ def _e_OffsetCommitRequestPartition_v6(o, ap):
 
 def _d_OffsetCommitRequestPartition_v8(b, p, n):
     f_partition_index, f_committed_offset, f_committed_leader_epoch = _S3.unpack_from(b, p); p += 16
-    f_committed_metadata, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_committed_metadata = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_committed_metadata = str(b[p:_l1], 'utf-8'); p = _l1
     o = OffsetCommitRequestPartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, -1, f_committed_metadata)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -223,18 +229,24 @@ def _e_OffsetCommitRequestTopic_v6(o, ap):
         _e_OffsetCommitRequestPartition_v6(_e4, ap)
 
 def _d_OffsetCommitRequestTopic_v8(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
-        for _ in range(_c1):
-            _e2, p = _d_OffsetCommitRequestPartition_v8(b, p, n)
-            f_partitions.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_OffsetCommitRequestPartition_v8(b, p, n)
+            f_partitions.append(_e3)
     o = OffsetCommitRequestTopic(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -472,21 +484,39 @@ def _e_OffsetCommitRequest_v7(o, ap):
         _e_OffsetCommitRequestTopic_v6(_e8, ap)
 
 def _d_OffsetCommitRequest_v8(b, p, n):
-    f_group_id, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l1], 'utf-8'); p = _l1
     f_generation_id_or_member_epoch, = _S5.unpack_from(b, p); p += 4
-    f_member_id, p = _rc_string(b, p, n)
-    f_group_instance_id, p = _rc_nullable_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l2], 'utf-8'); p = _l2
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: f_group_instance_id = None
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_instance_id = str(b[p:_l3], 'utf-8'); p = _l3
+    _c4 = b[p]; p += 1
+    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+    _c4 -= 1
+    if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c1):
-            _e2, p = _d_OffsetCommitRequestTopic_v8(b, p, n)
-            f_topics.append(_e2)
+        for _ in range(_c4):
+            _e5, p = _d_OffsetCommitRequestTopic_v8(b, p, n)
+            f_topics.append(_e5)
     o = OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, f_group_instance_id, -1, f_topics)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -609,18 +639,24 @@ def _e_OffsetCommitResponseTopic_v0(o, ap):
         _e_OffsetCommitResponsePartition_v0(_e4, ap)
 
 def _d_OffsetCommitResponseTopic_v8(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
-        for _ in range(_c1):
-            _e2, p = _d_OffsetCommitResponsePartition_v8(b, p, n)
-            f_partitions.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_OffsetCommitResponsePartition_v8(b, p, n)
+            f_partitions.append(_e3)
     o = OffsetCommitResponseTopic(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

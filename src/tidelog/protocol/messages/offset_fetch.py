@@ -100,15 +100,21 @@ def _e_OffsetFetchRequestTopic_v0(o, ap):
     ap(_pack('>%di' % len(_a3), *_a3))
 
 def _d_OffsetFetchRequestTopic_v6(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
-        raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
     else:
-        f_partition_indexes = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
+        raise DecodeError('null or negative length in a non-nullable array')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    else:
+        f_partition_indexes = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     o = OffsetFetchRequestTopic(f_name, f_partition_indexes)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -127,34 +133,46 @@ def _e_OffsetFetchRequestTopic_v6(o, ap):
     else: ap(b'\x00')
 
 def _d_OffsetFetchRequestTopics_v8(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
-        raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
     else:
-        f_partition_indexes = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
+        raise DecodeError('null or negative length in a non-nullable array')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    else:
+        f_partition_indexes = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     o = OffsetFetchRequestTopics(f_name, f_partition_indexes)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
     return o, p
 
 def _d_OffsetFetchRequestGroup_v8(b, p, n):
-    f_group_id, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
-        if _c1 != -1: raise DecodeError('invalid array length')
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
+        if _c2 != -1: raise DecodeError('invalid array length')
         f_topics = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c1):
-            _e2, p = _d_OffsetFetchRequestTopics_v8(b, p, n)
-            f_topics.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_OffsetFetchRequestTopics_v8(b, p, n)
+            f_topics.append(_e3)
     o = OffsetFetchRequestGroup(f_group_id, None, -1, f_topics)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -175,21 +193,33 @@ def _e_OffsetFetchRequestGroup_v8(o, ap):
     else: ap(b'\x00')
 
 def _d_OffsetFetchRequestGroup_v9(b, p, n):
-    f_group_id, p = _rc_string(b, p, n)
-    f_member_id, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_member_id = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l2], 'utf-8'); p = _l2
     f_member_epoch, = _S1.unpack_from(b, p); p += 4
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
-        if _c1 != -1: raise DecodeError('invalid array length')
+    _c3 = b[p]; p += 1
+    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
+    _c3 -= 1
+    if _c3 < 0:
+        if _c3 != -1: raise DecodeError('invalid array length')
         f_topics = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c1):
-            _e2, p = _d_OffsetFetchRequestTopics_v8(b, p, n)
-            f_topics.append(_e2)
+        for _ in range(_c3):
+            _e4, p = _d_OffsetFetchRequestTopics_v8(b, p, n)
+            f_topics.append(_e4)
     o = OffsetFetchRequestGroup(f_group_id, f_member_id, f_member_epoch, f_topics)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -272,38 +302,50 @@ def _e_OffsetFetchRequest_v2(o, ap):
             _e_OffsetFetchRequestTopic_v0(_e4, ap)
 
 def _d_OffsetFetchRequest_v6(b, p, n):
-    f_group_id, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
-        if _c1 != -1: raise DecodeError('invalid array length')
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
+        if _c2 != -1: raise DecodeError('invalid array length')
         f_topics = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c1):
-            _e2, p = _d_OffsetFetchRequestTopic_v6(b, p, n)
-            f_topics.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_OffsetFetchRequestTopic_v6(b, p, n)
+            f_topics.append(_e3)
     o = OffsetFetchRequest(f_group_id, f_topics, [], False)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
     return o, p
 
 def _d_OffsetFetchRequest_v7(b, p, n):
-    f_group_id, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
-        if _c1 != -1: raise DecodeError('invalid array length')
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
+        if _c2 != -1: raise DecodeError('invalid array length')
         f_topics = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c1):
-            _e2, p = _d_OffsetFetchRequestTopic_v6(b, p, n)
-            f_topics.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_OffsetFetchRequestTopic_v6(b, p, n)
+            f_topics.append(_e3)
     f_require_stable, = _S2.unpack_from(b, p); p += 1
     o = OffsetFetchRequest(f_group_id, f_topics, [], f_require_stable)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -495,7 +537,13 @@ def _e_OffsetFetchResponsePartition_v5(o, ap):
 
 def _d_OffsetFetchResponsePartition_v6(b, p, n):
     f_partition_index, f_committed_offset, f_committed_leader_epoch = _S5.unpack_from(b, p); p += 16
-    f_metadata, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_metadata = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_metadata = str(b[p:_l1], 'utf-8'); p = _l1
     f_error_code, = _S0.unpack_from(b, p); p += 2
     o = OffsetFetchResponsePartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_metadata, f_error_code)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -569,18 +617,24 @@ def _e_OffsetFetchResponseTopic_v5(o, ap):
         _e_OffsetFetchResponsePartition_v5(_e4, ap)
 
 def _d_OffsetFetchResponseTopic_v6(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
-        for _ in range(_c1):
-            _e2, p = _d_OffsetFetchResponsePartition_v6(b, p, n)
-            f_partitions.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_OffsetFetchResponsePartition_v6(b, p, n)
+            f_partitions.append(_e3)
     o = OffsetFetchResponseTopic(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -601,7 +655,13 @@ def _e_OffsetFetchResponseTopic_v6(o, ap):
 
 def _d_OffsetFetchResponsePartitions_v8(b, p, n):
     f_partition_index, f_committed_offset, f_committed_leader_epoch = _S5.unpack_from(b, p); p += 16
-    f_metadata, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_metadata = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_metadata = str(b[p:_l1], 'utf-8'); p = _l1
     f_error_code, = _S0.unpack_from(b, p); p += 2
     o = OffsetFetchResponsePartitions(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_metadata, f_error_code)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -609,36 +669,48 @@ def _d_OffsetFetchResponsePartitions_v8(b, p, n):
     return o, p
 
 def _d_OffsetFetchResponseTopics_v8(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
-        for _ in range(_c1):
-            _e2, p = _d_OffsetFetchResponsePartitions_v8(b, p, n)
-            f_partitions.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_OffsetFetchResponsePartitions_v8(b, p, n)
+            f_partitions.append(_e3)
     o = OffsetFetchResponseTopics(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
     return o, p
 
 def _d_OffsetFetchResponseGroup_v8(b, p, n):
-    f_group_id, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c1):
-            _e2, p = _d_OffsetFetchResponseTopics_v8(b, p, n)
-            f_topics.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_OffsetFetchResponseTopics_v8(b, p, n)
+            f_topics.append(_e3)
     f_error_code, = _S0.unpack_from(b, p); p += 2
     o = OffsetFetchResponseGroup(f_group_id, f_topics, f_error_code)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

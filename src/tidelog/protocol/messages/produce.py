@@ -89,7 +89,13 @@ def _e_PartitionProduceData_v0(o, ap):
 
 def _d_PartitionProduceData_v9(b, p, n):
     f_index, = _S1.unpack_from(b, p); p += 4
-    f_records, p = _rc_nullable_records(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_records = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_records = b[p:_l1]; p = _l1
     o = PartitionProduceData(f_index, f_records)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -135,18 +141,24 @@ def _e_TopicProduceData_v0(o, ap):
         _e_PartitionProduceData_v0(_e4, ap)
 
 def _d_TopicProduceData_v9(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_data = []
-        for _ in range(_c1):
-            _e2, p = _d_PartitionProduceData_v9(b, p, n)
-            f_partition_data.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_PartitionProduceData_v9(b, p, n)
+            f_partition_data.append(_e3)
     o = TopicProduceData(f_name, f_partition_data)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -213,19 +225,25 @@ def _e_ProduceRequest_v3(o, ap):
         _e_TopicProduceData_v0(_e4, ap)
 
 def _d_ProduceRequest_v9(b, p, n):
-    f_transactional_id, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_transactional_id = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_transactional_id = str(b[p:_l1], 'utf-8'); p = _l1
     f_acks, f_timeout_ms = _S4.unpack_from(b, p); p += 6
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_data = []
-        for _ in range(_c1):
-            _e2, p = _d_TopicProduceData_v9(b, p, n)
-            f_topic_data.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_TopicProduceData_v9(b, p, n)
+            f_topic_data.append(_e3)
     o = ProduceRequest(f_transactional_id, f_acks, f_timeout_ms, f_topic_data)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -293,7 +311,7 @@ class PartitionProduceResponse:
     log_start_offset: int = -1
     record_errors: list[BatchIndexAndErrorMessage] = _field(default_factory=list)
     error_message: str | None = None
-    current_leader: LeaderIdAndEpoch = _field(default_factory=LeaderIdAndEpoch)
+    current_leader: LeaderIdAndEpoch | None = None
     unknown_tagged_fields: list[tuple[int, bytes]] | None = _field(default=None, repr=False)
 
 
@@ -340,7 +358,13 @@ def _e_BatchIndexAndErrorMessage_v8(o, ap):
 
 def _d_BatchIndexAndErrorMessage_v9(b, p, n):
     f_batch_index, = _S1.unpack_from(b, p); p += 4
-    f_batch_index_error_message, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_batch_index_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_batch_index_error_message = str(b[p:_l1], 'utf-8'); p = _l1
     o = BatchIndexAndErrorMessage(f_batch_index, f_batch_index_error_message)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -372,21 +396,21 @@ def _e_LeaderIdAndEpoch_v10(o, ap):
 
 def _d_PartitionProduceResponse_v0(b, p, n):
     f_index, f_error_code, f_base_offset = _S6.unpack_from(b, p); p += 14
-    return PartitionProduceResponse(f_index, f_error_code, f_base_offset, -1, -1, [], None, LeaderIdAndEpoch()), p
+    return PartitionProduceResponse(f_index, f_error_code, f_base_offset, -1, -1, [], None, None), p
 
 def _e_PartitionProduceResponse_v0(o, ap):
     ap(_S6.pack(o.index, o.error_code, o.base_offset))
 
 def _d_PartitionProduceResponse_v2(b, p, n):
     f_index, f_error_code, f_base_offset, f_log_append_time_ms = _S7.unpack_from(b, p); p += 22
-    return PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, -1, [], None, LeaderIdAndEpoch()), p
+    return PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, -1, [], None, None), p
 
 def _e_PartitionProduceResponse_v2(o, ap):
     ap(_S7.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms))
 
 def _d_PartitionProduceResponse_v5(b, p, n):
     f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset = _S8.unpack_from(b, p); p += 30
-    return PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, [], None, LeaderIdAndEpoch()), p
+    return PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, [], None, None), p
 
 def _e_PartitionProduceResponse_v5(o, ap):
     ap(_S8.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset))
@@ -407,7 +431,7 @@ def _d_PartitionProduceResponse_v8(b, p, n):
         f_error_message = None
     elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
     else: f_error_message = str(b[p:p + _l3], 'utf-8'); p += _l3
-    return PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, f_record_errors, f_error_message, LeaderIdAndEpoch()), p
+    return PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, f_record_errors, f_error_message, None), p
 
 def _e_PartitionProduceResponse_v8(o, ap):
     _a1 = o.record_errors
@@ -433,8 +457,14 @@ def _d_PartitionProduceResponse_v9(b, p, n):
         for _ in range(_c1):
             _e2, p = _d_BatchIndexAndErrorMessage_v9(b, p, n)
             f_record_errors.append(_e2)
-    f_error_message, p = _rc_nullable_string(b, p, n)
-    o = PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, f_record_errors, f_error_message, LeaderIdAndEpoch())
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: f_error_message = None
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l3], 'utf-8'); p = _l3
+    o = PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, f_record_errors, f_error_message, None)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
     return o, p
@@ -492,8 +522,14 @@ def _d_PartitionProduceResponse_v10(b, p, n):
         for _ in range(_c1):
             _e2, p = _d_BatchIndexAndErrorMessage_v9(b, p, n)
             f_record_errors.append(_e2)
-    f_error_message, p = _rc_nullable_string(b, p, n)
-    o = PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, f_record_errors, f_error_message, LeaderIdAndEpoch())
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: f_error_message = None
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l3], 'utf-8'); p = _l3
+    o = PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, f_record_errors, f_error_message, None)
     if b[p]: p = _dt_PartitionProduceResponse_v10(b, p, n, o)
     else: p += 1
     return o, p
@@ -504,7 +540,7 @@ def _e_PartitionProduceResponse_v10(o, ap):
     if _s3 is None: _l4 = -1
     else: _s3 = _s3.encode(); _l4 = len(_s3)
     _tg = []
-    if (_ts := o.current_leader).leader_id != -1 or _ts.leader_epoch != -1 or _ts.unknown_tagged_fields:
+    if (_ts := o.current_leader) is not None and (_ts.leader_id != -1 or _ts.leader_epoch != -1 or _ts.unknown_tagged_fields):
         _tb = []
         _tap = ap; ap = _tb.append
         _e_LeaderIdAndEpoch_v10(o.current_leader, ap)
@@ -629,18 +665,24 @@ def _e_TopicProduceResponse_v8(o, ap):
         _e_PartitionProduceResponse_v8(_e4, ap)
 
 def _d_TopicProduceResponse_v9(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_responses = []
-        for _ in range(_c1):
-            _e2, p = _d_PartitionProduceResponse_v9(b, p, n)
-            f_partition_responses.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_PartitionProduceResponse_v9(b, p, n)
+            f_partition_responses.append(_e3)
     o = TopicProduceResponse(f_name, f_partition_responses)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -660,18 +702,24 @@ def _e_TopicProduceResponse_v9(o, ap):
     else: ap(b'\x00')
 
 def _d_TopicProduceResponse_v10(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_responses = []
-        for _ in range(_c1):
-            _e2, p = _d_PartitionProduceResponse_v10(b, p, n)
-            f_partition_responses.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_PartitionProduceResponse_v10(b, p, n)
+            f_partition_responses.append(_e3)
     o = TopicProduceResponse(f_name, f_partition_responses)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -692,9 +740,21 @@ def _e_TopicProduceResponse_v10(o, ap):
 
 def _d_NodeEndpoint_v10(b, p, n):
     f_node_id, = _S1.unpack_from(b, p); p += 4
-    f_host, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_host = str(b[p:_l1], 'utf-8'); p = _l1
     f_port, = _S1.unpack_from(b, p); p += 4
-    f_rack, p = _rc_nullable_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_rack = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack = str(b[p:_l2], 'utf-8'); p = _l2
     o = NodeEndpoint(f_node_id, f_host, f_port, f_rack)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

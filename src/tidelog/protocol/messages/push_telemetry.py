@@ -52,7 +52,13 @@ class PushTelemetryRequest:
 def _d_PushTelemetryRequest_v0(b, p, n):
     f_client_instance_id, f_subscription_id, f_terminating, f_compression_type = _S0.unpack_from(b, p); p += 22
     f_client_instance_id = _uuid(f_client_instance_id)
-    f_metrics, p = _rc_bytes(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_metrics = bytes(b[p:_l1]); p = _l1
     o = PushTelemetryRequest(f_client_instance_id, f_subscription_id, f_terminating, f_compression_type, f_metrics)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

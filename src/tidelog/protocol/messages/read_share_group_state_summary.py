@@ -105,18 +105,24 @@ def _e_ReadStateSummaryData_v0(o, ap):
     else: ap(b'\x00')
 
 def _d_ReadShareGroupStateSummaryRequest_v0(b, p, n):
-    f_group_id, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c1):
-            _e2, p = _d_ReadStateSummaryData_v0(b, p, n)
-            f_topics.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_ReadStateSummaryData_v0(b, p, n)
+            f_topics.append(_e3)
     o = ReadShareGroupStateSummaryRequest(f_group_id, f_topics)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -185,7 +191,13 @@ class ReadShareGroupStateSummaryResponse:
 
 def _d_PartitionResult_v0(b, p, n):
     f_partition, f_error_code = _S2.unpack_from(b, p); p += 6
-    f_error_message, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
     f_state_epoch, f_start_offset = _S3.unpack_from(b, p); p += 12
     o = PartitionResult(f_partition, f_error_code, f_error_message, f_state_epoch, f_start_offset)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -48,7 +48,13 @@ class RemoveRaftVoterRequest:
 
 
 def _d_RemoveRaftVoterRequest_v0(b, p, n):
-    f_cluster_id, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_cluster_id = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_cluster_id = str(b[p:_l1], 'utf-8'); p = _l1
     f_voter_id, f_voter_directory_id = _S0.unpack_from(b, p); p += 20
     f_voter_directory_id = _uuid(f_voter_directory_id)
     o = RemoveRaftVoterRequest(f_cluster_id, f_voter_id, f_voter_directory_id)
@@ -102,7 +108,13 @@ class RemoveRaftVoterResponse:
 
 def _d_RemoveRaftVoterResponse_v0(b, p, n):
     f_throttle_time_ms, f_error_code = _S1.unpack_from(b, p); p += 6
-    f_error_message, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
     o = RemoveRaftVoterResponse(f_throttle_time_ms, f_error_code, f_error_message)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

@@ -62,7 +62,13 @@ def _e_SaslAuthenticateRequest_v0(o, ap):
     ap(_s1)
 
 def _d_SaslAuthenticateRequest_v2(b, p, n):
-    f_auth_bytes, p = _rc_bytes(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_auth_bytes = bytes(b[p:_l1]); p = _l1
     o = SaslAuthenticateRequest(f_auth_bytes)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -165,8 +171,20 @@ def _e_SaslAuthenticateResponse_v1(o, ap):
 
 def _d_SaslAuthenticateResponse_v2(b, p, n):
     f_error_code, = _S3.unpack_from(b, p); p += 2
-    f_error_message, p = _rc_nullable_string(b, p, n)
-    f_auth_bytes, p = _rc_bytes(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_auth_bytes = bytes(b[p:_l2]); p = _l2
     f_session_lifetime_ms, = _S2.unpack_from(b, p); p += 8
     o = SaslAuthenticateResponse(f_error_code, f_error_message, f_auth_bytes, f_session_lifetime_ms)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

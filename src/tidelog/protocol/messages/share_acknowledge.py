@@ -155,20 +155,32 @@ def _e_AcknowledgeTopic_v0(o, ap):
     else: ap(b'\x00')
 
 def _d_ShareAcknowledgeRequest_v0(b, p, n):
-    f_group_id, p = _rc_nullable_string(b, p, n)
-    f_member_id, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_group_id = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_member_id = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l2], 'utf-8'); p = _l2
     f_share_session_epoch, = _S1.unpack_from(b, p); p += 4
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c3 = b[p]; p += 1
+    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
+    _c3 -= 1
+    if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c1):
-            _e2, p = _d_AcknowledgeTopic_v0(b, p, n)
-            f_topics.append(_e2)
+        for _ in range(_c3):
+            _e4, p = _d_AcknowledgeTopic_v0(b, p, n)
+            f_topics.append(_e4)
     o = ShareAcknowledgeRequest(f_group_id, f_member_id, f_share_session_epoch, f_topics)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -276,7 +288,13 @@ def _e_LeaderIdAndEpoch_v0(o, ap):
 
 def _d_PartitionData_v0(b, p, n):
     f_partition_index, f_error_code = _S4.unpack_from(b, p); p += 6
-    f_error_message, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
     f_current_leader, p = _d_LeaderIdAndEpoch_v0(b, p, n)
     o = PartitionData(f_partition_index, f_error_code, f_error_message, f_current_leader)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -326,9 +344,21 @@ def _e_ShareAcknowledgeTopicResponse_v0(o, ap):
 
 def _d_NodeEndpoint_v0(b, p, n):
     f_node_id, = _S1.unpack_from(b, p); p += 4
-    f_host, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_host = str(b[p:_l1], 'utf-8'); p = _l1
     f_port, = _S1.unpack_from(b, p); p += 4
-    f_rack, p = _rc_nullable_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_rack = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack = str(b[p:_l2], 'utf-8'); p = _l2
     o = NodeEndpoint(f_node_id, f_host, f_port, f_rack)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -352,29 +382,35 @@ def _e_NodeEndpoint_v0(o, ap):
 
 def _d_ShareAcknowledgeResponse_v0(b, p, n):
     f_throttle_time_ms, f_error_code = _S4.unpack_from(b, p); p += 6
-    f_error_message, p = _rc_nullable_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
-        for _ in range(_c1):
-            _e2, p = _d_ShareAcknowledgeTopicResponse_v0(b, p, n)
-            f_responses.append(_e2)
-    _c3 = b[p]; p += 1
-    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
-    _c3 -= 1
-    if _c3 < 0:
+        for _ in range(_c2):
+            _e3, p = _d_ShareAcknowledgeTopicResponse_v0(b, p, n)
+            f_responses.append(_e3)
+    _c4 = b[p]; p += 1
+    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+    _c4 -= 1
+    if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_node_endpoints = []
-        for _ in range(_c3):
-            _e4, p = _d_NodeEndpoint_v0(b, p, n)
-            f_node_endpoints.append(_e4)
+        for _ in range(_c4):
+            _e5, p = _d_NodeEndpoint_v0(b, p, n)
+            f_node_endpoints.append(_e5)
     o = ShareAcknowledgeResponse(f_throttle_time_ms, f_error_code, f_error_message, f_responses, f_node_endpoints)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

@@ -195,20 +195,21 @@ def _e_ForgottenTopic_v0(o, ap):
     else: ap(b'\x00')
 
 def _d_ShareFetchRequest_v0(b, p, n):
-    f_group_id, p = _rc_nullable_string(b, p, n)
-    f_member_id, p = _rc_nullable_string(b, p, n)
-    f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes = _S3.unpack_from(b, p); p += 16
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
-        raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_group_id = None
     else:
-        f_topics = []
-        for _ in range(_c1):
-            _e2, p = _d_FetchTopic_v0(b, p, n)
-            f_topics.append(_e2)
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_member_id = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l2], 'utf-8'); p = _l2
+    f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes = _S3.unpack_from(b, p); p += 16
     _c3 = b[p]; p += 1
     if _c3 > 127: _c3, p = _uvt(b, p, _c3)
     _c3 -= 1
@@ -216,10 +217,21 @@ def _d_ShareFetchRequest_v0(b, p, n):
         raise DecodeError('null or negative length in a non-nullable array')
     elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
-        f_forgotten_topics_data = []
+        f_topics = []
         for _ in range(_c3):
-            _e4, p = _d_ForgottenTopic_v0(b, p, n)
-            f_forgotten_topics_data.append(_e4)
+            _e4, p = _d_FetchTopic_v0(b, p, n)
+            f_topics.append(_e4)
+    _c5 = b[p]; p += 1
+    if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+    _c5 -= 1
+    if _c5 < 0:
+        raise DecodeError('null or negative length in a non-nullable array')
+    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    else:
+        f_forgotten_topics_data = []
+        for _ in range(_c5):
+            _e6, p = _d_ForgottenTopic_v0(b, p, n)
+            f_forgotten_topics_data.append(_e6)
     o = ShareFetchRequest(f_group_id, f_member_id, f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_topics, f_forgotten_topics_data)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -356,22 +368,40 @@ def _e_AcquiredRecords_v0(o, ap):
 
 def _d_PartitionData_v0(b, p, n):
     f_partition_index, f_error_code = _S5.unpack_from(b, p); p += 6
-    f_error_message, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
     f_acknowledge_error_code, = _S6.unpack_from(b, p); p += 2
-    f_acknowledge_error_message, p = _rc_nullable_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_acknowledge_error_message = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_acknowledge_error_message = str(b[p:_l2], 'utf-8'); p = _l2
     f_current_leader, p = _d_LeaderIdAndEpoch_v0(b, p, n)
-    f_records, p = _rc_nullable_records(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: f_records = None
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_records = b[p:_l3]; p = _l3
+    _c4 = b[p]; p += 1
+    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+    _c4 -= 1
+    if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_acquired_records = []
-        for _ in range(_c1):
-            _e2, p = _d_AcquiredRecords_v0(b, p, n)
-            f_acquired_records.append(_e2)
+        for _ in range(_c4):
+            _e5, p = _d_AcquiredRecords_v0(b, p, n)
+            f_acquired_records.append(_e5)
     o = PartitionData(f_partition_index, f_error_code, f_error_message, f_acknowledge_error_code, f_acknowledge_error_message, f_current_leader, f_records, f_acquired_records)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -436,9 +466,21 @@ def _e_ShareFetchableTopicResponse_v0(o, ap):
 
 def _d_NodeEndpoint_v0(b, p, n):
     f_node_id, = _S7.unpack_from(b, p); p += 4
-    f_host, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_host = str(b[p:_l1], 'utf-8'); p = _l1
     f_port, = _S7.unpack_from(b, p); p += 4
-    f_rack, p = _rc_nullable_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_rack = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack = str(b[p:_l2], 'utf-8'); p = _l2
     o = NodeEndpoint(f_node_id, f_host, f_port, f_rack)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -462,29 +504,35 @@ def _e_NodeEndpoint_v0(o, ap):
 
 def _d_ShareFetchResponse_v0(b, p, n):
     f_throttle_time_ms, f_error_code = _S5.unpack_from(b, p); p += 6
-    f_error_message, p = _rc_nullable_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
-        for _ in range(_c1):
-            _e2, p = _d_ShareFetchableTopicResponse_v0(b, p, n)
-            f_responses.append(_e2)
-    _c3 = b[p]; p += 1
-    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
-    _c3 -= 1
-    if _c3 < 0:
+        for _ in range(_c2):
+            _e3, p = _d_ShareFetchableTopicResponse_v0(b, p, n)
+            f_responses.append(_e3)
+    _c4 = b[p]; p += 1
+    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+    _c4 -= 1
+    if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_node_endpoints = []
-        for _ in range(_c3):
-            _e4, p = _d_NodeEndpoint_v0(b, p, n)
-            f_node_endpoints.append(_e4)
+        for _ in range(_c4):
+            _e5, p = _d_NodeEndpoint_v0(b, p, n)
+            f_node_endpoints.append(_e5)
     o = ShareFetchResponse(f_throttle_time_ms, f_error_code, f_error_message, f_responses, f_node_endpoints)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

@@ -154,15 +154,21 @@ class ShareGroupDescribeResponse:
 def _d_TopicPartitions_v0(b, p, n):
     f_topic_id, = _S1.unpack_from(b, p); p += 16
     f_topic_id = _uuid(f_topic_id)
-    f_topic_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
-        raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
     else:
-        f_partitions = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_topic_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
+        raise DecodeError('null or negative length in a non-nullable array')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    else:
+        f_partitions = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     o = TopicPartitions(f_topic_id, f_topic_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -208,22 +214,46 @@ def _e_Assignment_v0(o, ap):
     else: ap(b'\x00')
 
 def _d_Member_v0(b, p, n):
-    f_member_id, p = _rc_string(b, p, n)
-    f_rack_id, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_rack_id = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack_id = str(b[p:_l2], 'utf-8'); p = _l2
     f_member_epoch, = _S2.unpack_from(b, p); p += 4
-    f_client_id, p = _rc_string(b, p, n)
-    f_client_host, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_client_id = str(b[p:_l3], 'utf-8'); p = _l3
+    _l4 = b[p]; p += 1
+    if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+    if _l4 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l4 += p - 1
+        if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+        f_client_host = str(b[p:_l4], 'utf-8'); p = _l4
+    _c5 = b[p]; p += 1
+    if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+    _c5 -= 1
+    if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_subscribed_topic_names = []
-        for _ in range(_c1):
-            _e2, p = _rc_string(b, p, n)
-            f_subscribed_topic_names.append(_e2)
+        for _ in range(_c5):
+            _e6, p = _rc_string(b, p, n)
+            f_subscribed_topic_names.append(_e6)
     f_assignment, p = _d_Assignment_v0(b, p, n)
     o = Member(f_member_id, f_rack_id, f_member_epoch, f_client_id, f_client_host, f_subscribed_topic_names, f_assignment)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -262,22 +292,46 @@ def _e_Member_v0(o, ap):
 
 def _d_DescribedGroup_v0(b, p, n):
     f_error_code, = _S3.unpack_from(b, p); p += 2
-    f_error_message, p = _rc_nullable_string(b, p, n)
-    f_group_id, p = _rc_string(b, p, n)
-    f_group_state, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l2], 'utf-8'); p = _l2
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_state = str(b[p:_l3], 'utf-8'); p = _l3
     f_group_epoch, f_assignment_epoch = _S4.unpack_from(b, p); p += 8
-    f_assignor_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l4 = b[p]; p += 1
+    if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+    if _l4 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l4 += p - 1
+        if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+        f_assignor_name = str(b[p:_l4], 'utf-8'); p = _l4
+    _c5 = b[p]; p += 1
+    if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+    _c5 -= 1
+    if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
-        for _ in range(_c1):
-            _e2, p = _d_Member_v0(b, p, n)
-            f_members.append(_e2)
+        for _ in range(_c5):
+            _e6, p = _d_Member_v0(b, p, n)
+            f_members.append(_e6)
     f_authorized_operations, = _S2.unpack_from(b, p); p += 4
     o = DescribedGroup(f_error_code, f_error_message, f_group_id, f_group_state, f_group_epoch, f_assignment_epoch, f_assignor_name, f_members, f_authorized_operations)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

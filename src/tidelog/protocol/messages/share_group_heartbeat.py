@@ -52,22 +52,40 @@ class ShareGroupHeartbeatRequest:
 
 
 def _d_ShareGroupHeartbeatRequest_v0(b, p, n):
-    f_group_id, p = _rc_string(b, p, n)
-    f_member_id, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l2], 'utf-8'); p = _l2
     f_member_epoch, = _S0.unpack_from(b, p); p += 4
-    f_rack_id, p = _rc_nullable_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
-        if _c1 != -1: raise DecodeError('invalid array length')
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: f_rack_id = None
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack_id = str(b[p:_l3], 'utf-8'); p = _l3
+    _c4 = b[p]; p += 1
+    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+    _c4 -= 1
+    if _c4 < 0:
+        if _c4 != -1: raise DecodeError('invalid array length')
         f_subscribed_topic_names = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_subscribed_topic_names = []
-        for _ in range(_c1):
-            _e2, p = _rc_string(b, p, n)
-            f_subscribed_topic_names.append(_e2)
+        for _ in range(_c4):
+            _e5, p = _rc_string(b, p, n)
+            f_subscribed_topic_names.append(_e5)
     o = ShareGroupHeartbeatRequest(f_group_id, f_member_id, f_member_epoch, f_rack_id, f_subscribed_topic_names)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -202,10 +220,22 @@ def _e_Assignment_v0(o, ap):
 
 def _d_ShareGroupHeartbeatResponse_v0(b, p, n):
     f_throttle_time_ms, f_error_code = _S2.unpack_from(b, p); p += 6
-    f_error_message, p = _rc_nullable_string(b, p, n)
-    f_member_id, p = _rc_nullable_string(b, p, n)
-    f_member_epoch, f_heartbeat_interval_ms, _m1 = _S3.unpack_from(b, p); p += 9
-    if _m1 < 0: f_assignment = None
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_member_id = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l2], 'utf-8'); p = _l2
+    f_member_epoch, f_heartbeat_interval_ms, _m3 = _S3.unpack_from(b, p); p += 9
+    if _m3 < 0: f_assignment = None
     else: f_assignment, p = _d_Assignment_v0(b, p, n)
     o = ShareGroupHeartbeatResponse(f_throttle_time_ms, f_error_code, f_error_message, f_member_id, f_member_epoch, f_heartbeat_interval_ms, f_assignment)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

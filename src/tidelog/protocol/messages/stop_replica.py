@@ -129,15 +129,21 @@ def _e_StopReplicaTopicV1_v1(o, ap):
     ap(_pack('>%di' % len(_a3), *_a3))
 
 def _d_StopReplicaTopicV1_v2(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
-        raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
     else:
-        f_partition_indexes = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
+        raise DecodeError('null or negative length in a non-nullable array')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    else:
+        f_partition_indexes = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     o = StopReplicaTopicV1(f_name, f_partition_indexes)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -169,18 +175,24 @@ def _e_StopReplicaPartitionState_v3(o, ap):
     else: ap(b'\x00')
 
 def _d_StopReplicaTopicState_v3(b, p, n):
-    f_topic_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_topic_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_states = []
-        for _ in range(_c1):
-            _e2, p = _d_StopReplicaPartitionState_v3(b, p, n)
-            f_partition_states.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_StopReplicaPartitionState_v3(b, p, n)
+            f_partition_states.append(_e3)
     o = StopReplicaTopicState(f_topic_name, f_partition_states)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -376,7 +388,13 @@ def _e_StopReplicaPartitionError_v0(o, ap):
     ap(_S8.pack(o.partition_index, o.error_code))
 
 def _d_StopReplicaPartitionError_v2(b, p, n):
-    f_topic_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_topic_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_partition_index, f_error_code = _S8.unpack_from(b, p); p += 6
     o = StopReplicaPartitionError(f_topic_name, f_partition_index, f_error_code)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -85,8 +85,20 @@ def _e_SyncGroupRequestAssignment_v0(o, ap):
     ap(_s3)
 
 def _d_SyncGroupRequestAssignment_v4(b, p, n):
-    f_member_id, p = _rc_string(b, p, n)
-    f_assignment, p = _rc_bytes(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_assignment = bytes(b[p:_l2]); p = _l2
     o = SyncGroupRequestAssignment(f_member_id, f_assignment)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -189,21 +201,39 @@ def _e_SyncGroupRequest_v3(o, ap):
         _e_SyncGroupRequestAssignment_v0(_e8, ap)
 
 def _d_SyncGroupRequest_v4(b, p, n):
-    f_group_id, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l1], 'utf-8'); p = _l1
     f_generation_id, = _S1.unpack_from(b, p); p += 4
-    f_member_id, p = _rc_string(b, p, n)
-    f_group_instance_id, p = _rc_nullable_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l2], 'utf-8'); p = _l2
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: f_group_instance_id = None
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_instance_id = str(b[p:_l3], 'utf-8'); p = _l3
+    _c4 = b[p]; p += 1
+    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+    _c4 -= 1
+    if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_assignments = []
-        for _ in range(_c1):
-            _e2, p = _d_SyncGroupRequestAssignment_v4(b, p, n)
-            f_assignments.append(_e2)
+        for _ in range(_c4):
+            _e5, p = _d_SyncGroupRequestAssignment_v4(b, p, n)
+            f_assignments.append(_e5)
     o = SyncGroupRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, None, None, f_assignments)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -233,23 +263,53 @@ def _e_SyncGroupRequest_v4(o, ap):
     else: ap(b'\x00')
 
 def _d_SyncGroupRequest_v5(b, p, n):
-    f_group_id, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_id = str(b[p:_l1], 'utf-8'); p = _l1
     f_generation_id, = _S1.unpack_from(b, p); p += 4
-    f_member_id, p = _rc_string(b, p, n)
-    f_group_instance_id, p = _rc_nullable_string(b, p, n)
-    f_protocol_type, p = _rc_nullable_string(b, p, n)
-    f_protocol_name, p = _rc_nullable_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_member_id = str(b[p:_l2], 'utf-8'); p = _l2
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: f_group_instance_id = None
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_group_instance_id = str(b[p:_l3], 'utf-8'); p = _l3
+    _l4 = b[p]; p += 1
+    if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+    if _l4 == 0: f_protocol_type = None
+    else:
+        _l4 += p - 1
+        if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+        f_protocol_type = str(b[p:_l4], 'utf-8'); p = _l4
+    _l5 = b[p]; p += 1
+    if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+    if _l5 == 0: f_protocol_name = None
+    else:
+        _l5 += p - 1
+        if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+        f_protocol_name = str(b[p:_l5], 'utf-8'); p = _l5
+    _c6 = b[p]; p += 1
+    if _c6 > 127: _c6, p = _uvt(b, p, _c6)
+    _c6 -= 1
+    if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_assignments = []
-        for _ in range(_c1):
-            _e2, p = _d_SyncGroupRequestAssignment_v4(b, p, n)
-            f_assignments.append(_e2)
+        for _ in range(_c6):
+            _e7, p = _d_SyncGroupRequestAssignment_v4(b, p, n)
+            f_assignments.append(_e7)
     o = SyncGroupRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, f_protocol_type, f_protocol_name, f_assignments)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -353,7 +413,13 @@ def _e_SyncGroupResponse_v1(o, ap):
 
 def _d_SyncGroupResponse_v4(b, p, n):
     f_throttle_time_ms, f_error_code = _S2.unpack_from(b, p); p += 6
-    f_assignment, p = _rc_bytes(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_assignment = bytes(b[p:_l1]); p = _l1
     o = SyncGroupResponse(f_throttle_time_ms, f_error_code, None, None, f_assignment)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -371,9 +437,27 @@ def _e_SyncGroupResponse_v4(o, ap):
 
 def _d_SyncGroupResponse_v5(b, p, n):
     f_throttle_time_ms, f_error_code = _S2.unpack_from(b, p); p += 6
-    f_protocol_type, p = _rc_nullable_string(b, p, n)
-    f_protocol_name, p = _rc_nullable_string(b, p, n)
-    f_assignment, p = _rc_bytes(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_protocol_type = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_protocol_type = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_protocol_name = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_protocol_name = str(b[p:_l2], 'utf-8'); p = _l2
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_assignment = bytes(b[p:_l3]); p = _l3
     o = SyncGroupResponse(f_throttle_time_ms, f_error_code, f_protocol_type, f_protocol_name, f_assignment)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

@@ -93,7 +93,13 @@ class UnregisterBrokerResponse:
 
 def _d_UnregisterBrokerResponse_v0(b, p, n):
     f_throttle_time_ms, f_error_code = _S1.unpack_from(b, p); p += 6
-    f_error_message, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
     o = UnregisterBrokerResponse(f_throttle_time_ms, f_error_code, f_error_message)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

@@ -61,7 +61,13 @@ class UpdateFeaturesRequest:
 
 
 def _d_FeatureUpdateKey_v0(b, p, n):
-    f_feature, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_feature = str(b[p:_l1], 'utf-8'); p = _l1
     f_max_version_level, f_allow_downgrade = _S0.unpack_from(b, p); p += 3
     o = FeatureUpdateKey(f_feature, f_max_version_level, f_allow_downgrade, 1)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -79,7 +85,13 @@ def _e_FeatureUpdateKey_v0(o, ap):
     else: ap(b'\x00')
 
 def _d_FeatureUpdateKey_v1(b, p, n):
-    f_feature, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_feature = str(b[p:_l1], 'utf-8'); p = _l1
     f_max_version_level, f_upgrade_type = _S1.unpack_from(b, p); p += 3
     o = FeatureUpdateKey(f_feature, f_max_version_level, False, f_upgrade_type)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -197,9 +209,21 @@ class UpdateFeaturesResponse:
 
 
 def _d_UpdatableFeatureResult_v0(b, p, n):
-    f_feature, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_feature = str(b[p:_l1], 'utf-8'); p = _l1
     f_error_code, = _S4.unpack_from(b, p); p += 2
-    f_error_message, p = _rc_nullable_string(b, p, n)
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: f_error_message = None
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l2], 'utf-8'); p = _l2
     o = UpdatableFeatureResult(f_feature, f_error_code, f_error_message)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -222,18 +246,24 @@ def _e_UpdatableFeatureResult_v0(o, ap):
 
 def _d_UpdateFeaturesResponse_v0(b, p, n):
     f_throttle_time_ms, f_error_code = _S5.unpack_from(b, p); p += 6
-    f_error_message, p = _rc_nullable_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results = []
-        for _ in range(_c1):
-            _e2, p = _d_UpdatableFeatureResult_v0(b, p, n)
-            f_results.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_UpdatableFeatureResult_v0(b, p, n)
+            f_results.append(_e3)
     o = UpdateFeaturesResponse(f_throttle_time_ms, f_error_code, f_error_message, f_results)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -256,7 +286,13 @@ def _e_UpdateFeaturesResponse_v0(o, ap):
 
 def _d_UpdateFeaturesResponse_v2(b, p, n):
     f_throttle_time_ms, f_error_code = _S5.unpack_from(b, p); p += 6
-    f_error_message, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_error_message = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l1], 'utf-8'); p = _l1
     o = UpdateFeaturesResponse(f_throttle_time_ms, f_error_code, f_error_message, [])
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

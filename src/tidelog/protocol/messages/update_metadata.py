@@ -284,18 +284,24 @@ def _e_UpdateMetadataTopicState_v5(o, ap):
         _e_UpdateMetadataPartitionState_v5(_e4, ap)
 
 def _d_UpdateMetadataTopicState_v6(b, p, n):
-    f_topic_name, p = _rc_string(b, p, n)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_topic_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_states = []
-        for _ in range(_c1):
-            _e2, p = _d_UpdateMetadataPartitionState_v6(b, p, n)
-            f_partition_states.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_UpdateMetadataPartitionState_v6(b, p, n)
+            f_partition_states.append(_e3)
     o = UpdateMetadataTopicState(f_topic_name, ZERO_UUID, f_partition_states)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -315,20 +321,26 @@ def _e_UpdateMetadataTopicState_v6(o, ap):
     else: ap(b'\x00')
 
 def _d_UpdateMetadataTopicState_v7(b, p, n):
-    f_topic_name, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_topic_name = str(b[p:_l1], 'utf-8'); p = _l1
     f_topic_id, = _S5.unpack_from(b, p); p += 16
     f_topic_id = _uuid(f_topic_id)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_states = []
-        for _ in range(_c1):
-            _e2, p = _d_UpdateMetadataPartitionState_v6(b, p, n)
-            f_partition_states.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_UpdateMetadataPartitionState_v6(b, p, n)
+            f_partition_states.append(_e3)
     o = UpdateMetadataTopicState(f_topic_name, f_topic_id, f_partition_states)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -391,8 +403,20 @@ def _e_UpdateMetadataEndpoint_v3(o, ap):
 
 def _d_UpdateMetadataEndpoint_v6(b, p, n):
     f_port, = _S3.unpack_from(b, p); p += 4
-    f_host, p = _rc_string(b, p, n)
-    f_listener, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_host = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_listener = str(b[p:_l2], 'utf-8'); p = _l2
     f_security_protocol, = _S0.unpack_from(b, p); p += 2
     o = UpdateMetadataEndpoint(f_port, f_host, f_listener, f_security_protocol)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -519,7 +543,13 @@ def _d_UpdateMetadataBroker_v6(b, p, n):
         for _ in range(_c1):
             _e2, p = _d_UpdateMetadataEndpoint_v6(b, p, n)
             f_endpoints.append(_e2)
-    f_rack, p = _rc_nullable_string(b, p, n)
+    _l3 = b[p]; p += 1
+    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+    if _l3 == 0: f_rack = None
+    else:
+        _l3 += p - 1
+        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack = str(b[p:_l3], 'utf-8'); p = _l3
     o = UpdateMetadataBroker(f_id, '', 0, f_endpoints, f_rack)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

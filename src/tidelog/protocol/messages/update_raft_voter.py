@@ -70,8 +70,20 @@ class UpdateRaftVoterRequest:
 
 
 def _d_Listener_v0(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    f_host, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_host = str(b[p:_l2], 'utf-8'); p = _l2
     f_port, = _S0.unpack_from(b, p); p += 2
     o = Listener(f_name, f_host, f_port)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -106,20 +118,26 @@ def _e_KRaftVersionFeature_v0(o, ap):
     else: ap(b'\x00')
 
 def _d_UpdateRaftVoterRequest_v0(b, p, n):
-    f_cluster_id, p = _rc_nullable_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: f_cluster_id = None
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_cluster_id = str(b[p:_l1], 'utf-8'); p = _l1
     f_current_leader_epoch, f_voter_id, f_voter_directory_id = _S2.unpack_from(b, p); p += 24
     f_voter_directory_id = _uuid(f_voter_directory_id)
-    _c1 = b[p]; p += 1
-    if _c1 > 127: _c1, p = _uvt(b, p, _c1)
-    _c1 -= 1
-    if _c1 < 0:
+    _c2 = b[p]; p += 1
+    if _c2 > 127: _c2, p = _uvt(b, p, _c2)
+    _c2 -= 1
+    if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_listeners = []
-        for _ in range(_c1):
-            _e2, p = _d_Listener_v0(b, p, n)
-            f_listeners.append(_e2)
+        for _ in range(_c2):
+            _e3, p = _d_Listener_v0(b, p, n)
+            f_listeners.append(_e3)
     f_k_raft_version_feature, p = _d_KRaftVersionFeature_v0(b, p, n)
     o = UpdateRaftVoterRequest(f_cluster_id, f_current_leader_epoch, f_voter_id, f_voter_directory_id, f_listeners, f_k_raft_version_feature)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -180,13 +198,19 @@ class UpdateRaftVoterResponse:
     API_KEY: ClassVar[int] = 82
     throttle_time_ms: int = 0
     error_code: int = 0
-    current_leader: CurrentLeader = _field(default_factory=CurrentLeader)
+    current_leader: CurrentLeader | None = None
     unknown_tagged_fields: list[tuple[int, bytes]] | None = _field(default=None, repr=False)
 
 
 def _d_CurrentLeader_v0(b, p, n):
     f_leader_id, f_leader_epoch = _S3.unpack_from(b, p); p += 8
-    f_host, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_host = str(b[p:_l1], 'utf-8'); p = _l1
     f_port, = _S4.unpack_from(b, p); p += 4
     o = CurrentLeader(f_leader_id, f_leader_epoch, f_host, f_port)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -231,14 +255,14 @@ def _dt_UpdateRaftVoterResponse_v0(b, p, n, o):
 
 def _d_UpdateRaftVoterResponse_v0(b, p, n):
     f_throttle_time_ms, f_error_code = _S5.unpack_from(b, p); p += 6
-    o = UpdateRaftVoterResponse(f_throttle_time_ms, f_error_code, CurrentLeader())
+    o = UpdateRaftVoterResponse(f_throttle_time_ms, f_error_code, None)
     if b[p]: p = _dt_UpdateRaftVoterResponse_v0(b, p, n, o)
     else: p += 1
     return o, p
 
 def _e_UpdateRaftVoterResponse_v0(o, ap):
     _tg = []
-    if o.current_leader != _DEF_CurrentLeader:
+    if (_ts := o.current_leader) is not None and _ts != _DEF_CurrentLeader:
         _tb = []
         _tap = ap; ap = _tb.append
         _e_CurrentLeader_v0(o.current_leader, ap)

@@ -68,8 +68,20 @@ class VotersRecord:
 
 
 def _d_Endpoint_v0(b, p, n):
-    f_name, p = _rc_string(b, p, n)
-    f_host, p = _rc_string(b, p, n)
+    _l1 = b[p]; p += 1
+    if _l1 > 127: _l1, p = _uvt(b, p, _l1)
+    if _l1 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l1 += p - 1
+        if _l1 > n: raise DecodeError('field runs past the end of the buffer')
+        f_name = str(b[p:_l1], 'utf-8'); p = _l1
+    _l2 = b[p]; p += 1
+    if _l2 > 127: _l2, p = _uvt(b, p, _l2)
+    if _l2 == 0: raise DecodeError('null in a non-nullable field')
+    else:
+        _l2 += p - 1
+        if _l2 > n: raise DecodeError('field runs past the end of the buffer')
+        f_host = str(b[p:_l2], 'utf-8'); p = _l2
     f_port, = _S0.unpack_from(b, p); p += 2
     o = Endpoint(f_name, f_host, f_port)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
