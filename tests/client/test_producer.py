@@ -159,19 +159,22 @@ def test_sending_to_a_missing_topic_or_partition_fails_at_once(tansu: str, topic
 
 
 class ProduceScript:
-    """One broker (node 0) leading ("t", 0); Produce answers come from ``answers`` in turn
-    (an ErrorCode, or NO_ANSWER to let the request time out); then NONE."""
+    """One broker (node 0) leading partitions 0..n-1 of "t"; each Produce request is answered
+    with the next of ``answers`` for all its partitions (an ErrorCode, or NO_ANSWER to let it
+    time out); NONE once they run out."""
 
-    def __init__(self, *answers: object) -> None:
+    def __init__(self, *answers: object, partitions: int = 1) -> None:
         self.answers = list(answers)
-        self.next_offset = 0
+        self.partitions = partitions
+        self.next_offset: dict[int, int] = {}
         self.producer_ids = iter(range(42, 100))
         self.broker = ScriptedBroker(self.handle)
 
     def handle(self, header, request):  # type: ignore[no-untyped-def]
         key = header.request_api_key
         if key == ApiKey.METADATA:
-            return metadata_answer({0: self.broker.port}, {("t", 0): 0})
+            leaders = {("t", p): 0 for p in range(self.partitions)}
+            return metadata_answer({0: self.broker.port}, leaders)
         if key == ApiKey.INIT_PRODUCER_ID:
             return InitProducerIdResponse(
                 error_code=0, producer_id=next(self.producer_ids), producer_epoch=3
@@ -180,22 +183,49 @@ class ProduceScript:
             answer = self.answers.pop(0) if self.answers else ErrorCode.NONE
             if answer is NO_ANSWER:
                 return NO_ANSWER
-            base = -1
-            if answer in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
-                batch = RecordBatch(bytes(request.topic_data[0].partition_data[0].records))
-                base = self.next_offset
-                if answer == ErrorCode.NONE:
-                    self.next_offset += batch.record_count
-            return ProduceResponse(
-                responses=[TopicProduceResponse("t", [PartitionProduceResponse(0, answer, base)])]
-            )
+            parts = []
+            for data in request.topic_data[0].partition_data:
+                base = -1
+                if answer in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
+                    base = self.next_offset.get(data.index, 0)
+                    if answer == ErrorCode.NONE:
+                        count = RecordBatch(bytes(data.records)).record_count
+                        self.next_offset[data.index] = base + count
+                parts.append(PartitionProduceResponse(data.index, answer, base))
+            return ProduceResponse(responses=[TopicProduceResponse("t", parts)])
         return None
 
-    def produced(self) -> list[RecordBatch]:
+    def requests(self) -> list[list[tuple[int, RecordBatch]]]:
+        """Each Produce request as [(partition, batch)]."""
         return [
-            RecordBatch(bytes(r.topic_data[0].partition_data[0].records))
+            [(d.index, RecordBatch(bytes(d.records))) for d in r.topic_data[0].partition_data]
             for _, r in self.broker.received(ApiKey.PRODUCE)
         ]
+
+    def produced(self) -> list[RecordBatch]:
+        return [batch for request in self.requests() for _, batch in request]
+
+
+def test_ready_batches_for_one_leader_share_a_request() -> None:
+    script = ProduceScript(partitions=4)
+
+    async def main() -> None:
+        async with script.broker:
+            async with KafkaClient(script.broker.address) as client:
+                async with Producer(client, linger_ms=10_000, max_request_size=300) as producer:
+                    futures = [
+                        await producer.send("t", b"v" * 60, partition=p) for p in (0, 1, 2, 3, 0)
+                    ]
+                    await producer.flush()
+        # four partitions' batches, split where a request would pass max.request.size
+        requests = script.requests()
+        assert sorted(p for r in requests for p, _ in r) == [0, 1, 2, 3]
+        assert 1 < len(requests) < 4
+        for request in requests:
+            assert len(request) == 1 or sum(b.size_in_bytes for _, b in request) <= 300
+        assert [f.result()[1] for f in futures] == [0, 0, 0, 0, 1]
+
+    asyncio.run(main())
 
 
 def test_a_retry_resends_the_same_batch_with_the_same_sequence() -> None:
@@ -204,7 +234,9 @@ def test_a_retry_resends_the_same_batch_with_the_same_sequence() -> None:
     async def main() -> None:
         async with script.broker:
             async with KafkaClient(script.broker.address, retry_backoff_ms=5) as client:
-                producer = Producer(client, request_timeout_ms=150, retry_backoff_ms=5, linger_ms=1000)
+                producer = Producer(
+                    client, request_timeout_ms=150, retry_backoff_ms=5, linger_ms=1000
+                )
                 async with producer:
                     first = [await producer.send("t", b"a%d" % i) for i in range(3)]
                     await producer.flush()

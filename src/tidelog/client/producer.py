@@ -1,13 +1,16 @@
 """The producer: records batched per partition, idempotent by default.
 
-Each partition has a queue of batches and one task that sends them, one batch in flight at a
-time, so per-partition order holds through retries (Kafka keeps up to five in flight with
-sequence-ordered retries; one keeps the retry logic obviously right). Different partitions are
-sent concurrently over the pipelined broker connections.
+Records go into per-partition batches (``batch.size``, ``linger.ms``). One sender task drains
+the batches that are ready, groups them by partition leader and sends one ProduceRequest per
+leader (split at ``max.request.size``), as Kafka's ``Sender`` does; requests to different
+brokers, and successive requests to one broker, are in flight together over the pipelined
+connections. Each partition has at most one batch in flight, so its order holds through
+retries (Kafka allows five with sequence-ordered retries; one keeps the retry logic obviously
+right). While a partition's batch is in flight the next one may grow to ``max.request.size``.
 
 Idempotence (KIP-98): the producer takes a producer id and epoch from InitProducerId; a batch
-gets its base sequence when it is closed, and a retry resends the same bytes, so a batch the
-broker already appended is recognised as a duplicate (answered with its offset, or
+gets its base sequence when it is first sent, and a retry resends the same bytes, so a batch
+the broker already appended is recognised as a duplicate (answered with its offset, or
 DUPLICATE_SEQUENCE_NUMBER, which is success). When a batch fails for good, later sequence
 numbers of that partition would leave a gap (OUT_OF_ORDER_SEQUENCE_NUMBER), so the producer
 takes a new producer id and restarts sequences at 0, as Kafka's producer resets its state.
@@ -96,14 +99,17 @@ class _Batch:
     closed: bool = False  # no more appends; built and sequenced
     data: bytes | bytearray | None = None
     attempts: int = 0
+    last_error: int = 0
 
 
 class _PartitionQueue:
+    __slots__ = ("tp", "batches", "in_flight", "retry_at")
+
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
         self.batches: deque[_Batch] = deque()
-        self.wakeup = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
+        self.in_flight = False
+        self.retry_at = 0.0  # monotonic time before which the head batch is not retried
 
 
 class Producer:
@@ -155,7 +161,12 @@ class Producer:
         self._flushing = 0
         self._closed = False
         self._started = False
-        self._reset_lock = asyncio.Lock()
+        self._wakeup = asyncio.Event()
+        self._sender: asyncio.Task[None] | None = None
+        self._requests: set[asyncio.Task[None]] = set()
+        self._resetting: asyncio.Task[None] | None = None
+        self._refreshing: asyncio.Task[None] | None = None
+        self._stale_topics: set[str] = set()
 
     async def __aenter__(self) -> Producer:
         await self.start()
@@ -185,7 +196,8 @@ class Producer:
             pass
         finally:
             self._closed = True
-            tasks = [q.task for q in self._queues.values() if q.task is not None]
+            tasks = [t for t in (self._sender, self._resetting, self._refreshing) if t]
+            tasks += self._requests
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -234,12 +246,12 @@ class Producer:
         # up to max.request.size: one batch in flight per partition would otherwise cap
         # throughput at batch.size per round trip.
         limit = self.batch_size
-        if batch is not None and len(queue.batches) == 2 and queue.batches[0].closed:
+        if batch is not None and len(queue.batches) == 2 and queue.in_flight:
             limit = max(self.batch_size, self.max_request_size)
         if batch is None or batch.closed or (batch.size + size > limit and batch.records):
             if batch is not None:
                 if not batch.closed:
-                    queue.wakeup.set()  # the previous batch is full: send it now
+                    self._wakeup.set()  # the previous batch is full: send it now
                 if key is None and partition == self._sticky.get(topic):
                     self._sticky.pop(topic, None)  # the next keyless record moves on
             batch = _Batch(tp, time.monotonic())
@@ -253,11 +265,11 @@ class Producer:
         self._incomplete.add(future)
         future.add_done_callback(self._incomplete.discard)
         if batch.size >= limit or self.linger_ms == 0 or self._flushing:
-            queue.wakeup.set()
+            self._wakeup.set()
             # let the sender run: a caller looping over send() never suspends otherwise
             await asyncio.sleep(0)
         elif len(batch.records) == 1:
-            queue.wakeup.set()  # start its linger timer
+            self._wakeup.set()  # the sender schedules its linger deadline
         return future
 
     def _choose_partition(self, topic: str, key: bytes | None, partitions: list[int]) -> int:
@@ -295,9 +307,9 @@ class Producer:
         queue = self._queues.get(tp)
         if queue is None:
             queue = self._queues[tp] = _PartitionQueue(tp)
-        if queue.task is None or queue.task.done():
-            queue.task = asyncio.get_running_loop().create_task(
-                self._run_partition(queue), name=f"tidelog-producer-{tp}"
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.get_running_loop().create_task(
+                self._run_sender(), name="tidelog-producer-sender"
             )
         return queue
 
@@ -308,38 +320,191 @@ class Producer:
             return
         self._flushing += 1
         try:
-            for queue in self._queues.values():
-                queue.wakeup.set()
+            self._wakeup.set()
             await asyncio.gather(*pending, return_exceptions=True)
         finally:
             self._flushing -= 1
 
-    # -- the per-partition sender ---------------------------------------------------------
+    # -- the sender -----------------------------------------------------------------------
 
-    async def _run_partition(self, queue: _PartitionQueue) -> None:
-        while True:
-            if not queue.batches:
-                queue.wakeup.clear()
-                await queue.wakeup.wait()
+    async def _run_sender(self) -> None:
+        while not self._closed:
+            self._wakeup.clear()
+            try:
+                next_wake = self._send_ready()
+            except Exception as exc:  # noqa: BLE001 - a bug must fail records, not hang them
+                for queue in self._queues.values():
+                    while queue.batches and not queue.in_flight:
+                        self._fail(queue.batches.popleft(), exc)
+                continue
+            timeout = None if next_wake is None else max(0.0, next_wake - time.monotonic())
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._wakeup.wait()
+            except TimeoutError:
+                pass
+
+    def _send_ready(self) -> float | None:
+        """Start a request per leader for the batches that are ready; return when the next
+        one will be (linger or backoff), None if nothing is waiting for time to pass."""
+        now = time.monotonic()
+        next_wake: float | None = None
+
+        def wake_at(when: float) -> None:
+            nonlocal next_wake
+            next_wake = when if next_wake is None else min(next_wake, when)
+
+        ready: dict[int, list[_Batch]] = {}
+        for queue in self._queues.values():
+            if queue.in_flight or not queue.batches:
                 continue
             batch = queue.batches[0]
-            if not batch.closed and not self._flushing and len(queue.batches) == 1:
-                linger_left = batch.created + self.linger_ms / 1000 - time.monotonic()
-                if batch.size < self.batch_size and linger_left > 0:
-                    queue.wakeup.clear()
-                    try:
-                        async with asyncio.timeout(linger_left):
-                            await queue.wakeup.wait()
-                    except TimeoutError:
-                        pass
-                    continue
-            try:
-                await self._send_batch(batch)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a bug must fail the records, not hang them
-                self._fail(batch, exc)
+            deadline = batch.created + self.delivery_timeout_ms / 1000
+            if now >= deadline:
+                queue.batches.popleft()
+                self._fail(
+                    batch,
+                    BrokerResponseError(
+                        batch.last_error or ErrorCode.REQUEST_TIMED_OUT,
+                        f"{queue.tp}: delivery.timeout.ms {self.delivery_timeout_ms} expired",
+                    ),
+                )
+                self._wakeup.set()
+                continue
+            if queue.retry_at > now:
+                wake_at(queue.retry_at)
+                continue
+            linger_end = batch.created + self.linger_ms / 1000
+            if not (
+                batch.closed
+                or len(queue.batches) > 1
+                or batch.size >= self.batch_size
+                or self._flushing
+                or linger_end <= now
+            ):
+                wake_at(linger_end)
+                continue
+            if not batch.closed and self._resetting is not None:
+                continue  # sequences restart once the new producer id is in
+            leader = self.client.leader_for(queue.tp)
+            if leader is None:
+                self._stale_topics.add(queue.tp.topic)
+                queue.retry_at = now + self.retry_backoff_ms / 1000
+                wake_at(queue.retry_at)
+                continue
+            ready.setdefault(leader, []).append(batch)
+        for leader, batches in ready.items():
+            request: list[_Batch] = []
+            size = 0
+            for batch in batches:
+                if not batch.closed:
+                    self._close_batch(batch)
+                assert batch.data is not None
+                if request and size + len(batch.data) > self.max_request_size:
+                    self._start_request(leader, request)
+                    request, size = [], 0
+                request.append(batch)
+                size += len(batch.data)
+            self._start_request(leader, request)
+        if self._stale_topics and (self._refreshing is None or self._refreshing.done()):
+            topics, self._stale_topics = sorted(self._stale_topics), set()
+            self._refreshing = asyncio.get_running_loop().create_task(self._refresh(topics))
+        return next_wake
+
+    async def _refresh(self, topics: list[str]) -> None:
+        try:
+            await self.client.refresh_metadata(topics)
+        except KafkaClientError:
+            pass
+        self._wakeup.set()
+
+    def _start_request(self, leader: int, batches: list[_Batch]) -> None:
+        for batch in batches:
+            self._queues[batch.tp].in_flight = True
+            batch.attempts += 1
+        task = asyncio.get_running_loop().create_task(self._send_request(leader, batches))
+        self._requests.add(task)
+        task.add_done_callback(self._requests.discard)
+
+    async def _send_request(self, leader: int, batches: list[_Batch]) -> None:
+        topics: dict[str, list[PartitionProduceData]] = {}
+        for batch in batches:
+            topics.setdefault(batch.tp.topic, []).append(
+                PartitionProduceData(batch.tp.partition, batch.data)
+            )
+        request = ProduceRequest(
+            transactional_id=None,
+            acks=self.acks,
+            timeout_ms=self.request_timeout_ms,
+            topic_data=[TopicProduceData(t, parts) for t, parts in topics.items()],
+        )
+        results: dict[TopicPartition, tuple[int, int]] = {}
+        default: int = ErrorCode.NONE
+        try:
+            if self.acks == 0:
+                await self.client.send_no_response(leader, request)
+            else:
+                oldest = min(b.created for b in batches)
+                remaining_ms = (oldest + self.delivery_timeout_ms / 1000 - time.monotonic()) * 1000
+                response = await self.client.send(
+                    leader,
+                    request,
+                    timeout_ms=max(1, min(self.request_timeout_ms, int(remaining_ms))),
+                )
+                default = ErrorCode.UNKNOWN_SERVER_ERROR  # a partition missing from the answer
+                for topic in response.responses:
+                    for part in topic.partition_responses:
+                        results[TopicPartition(topic.name, part.index)] = (
+                            part.error_code,
+                            part.base_offset,
+                        )
+        except RequestTimedOutError:
+            default = ErrorCode.REQUEST_TIMED_OUT
+        except KafkaConnectionError:
+            default = ErrorCode.NETWORK_EXCEPTION
+        except KafkaClientError as exc:  # e.g. no Produce version in common: final
+            for batch in batches:
+                self._queues[batch.tp].in_flight = False
+                self._finish(batch, exc)
+            self._wakeup.set()
+            return
+        for batch in batches:
+            code, base_offset = results.get(batch.tp, (default, -1))
+            self._queues[batch.tp].in_flight = False
+            self._handle_result(batch, code, base_offset)
+        self._wakeup.set()
+
+    def _handle_result(self, batch: _Batch, code: int, base_offset: int) -> None:
+        queue = self._queues[batch.tp]
+        if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
+            self._finish(batch, None, base_offset if self.acks != 0 else -1)
+            return
+        batch.last_error = code
+        now = time.monotonic()
+        backoff = self.retry_backoff_ms * random.uniform(0.8, 1.2) / 1000
+        if (
+            _retriable(code)
+            and batch.attempts <= self.retries
+            and now + backoff < batch.created + self.delivery_timeout_ms / 1000
+        ):
+            queue.retry_at = now + backoff
+            self._stale_topics.add(batch.tp.topic)
+            return
+        self._finish(
+            batch, BrokerResponseError(code, f"{batch.tp} after {batch.attempts} attempt(s)")
+        )
+        if self.enable_idempotence and self.acks != 0:
+            self._start_reset(batch)
+
+    def _finish(self, batch: _Batch, error: BaseException | None, base_offset: int = -1) -> None:
+        queue = self._queues[batch.tp]
+        if queue.batches and queue.batches[0] is batch:
             queue.batches.popleft()
+        queue.retry_at = 0.0
+        if error is None:
+            self._complete(batch, base_offset)
+        else:
+            self._fail(batch, error)
 
     def _close_batch(self, batch: _Batch) -> None:
         producer_id, epoch, base_sequence = -1, -1, -1
@@ -357,81 +522,25 @@ class Producer:
         )
         batch.closed = True
 
-    async def _send_batch(self, batch: _Batch) -> None:
-        if not batch.closed:
-            self._close_batch(batch)
-        assert batch.data is not None
-        tp = batch.tp
-        request = ProduceRequest(
-            transactional_id=None,
-            acks=self.acks,
-            timeout_ms=self.request_timeout_ms,
-            topic_data=[
-                TopicProduceData(tp.topic, [PartitionProduceData(tp.partition, batch.data)])
-            ],
-        )
-        deadline = batch.created + self.delivery_timeout_ms / 1000
-        while True:
-            batch.attempts += 1
-            code: int
-            base_offset = -1
-            try:
-                leader = self.client.leader_for(tp)
-                if leader is None:
-                    await self.client.refresh_metadata([tp.topic])
-                    leader = self.client.leader_for(tp)
-                if leader is None:
-                    code = ErrorCode.LEADER_NOT_AVAILABLE
-                elif self.acks == 0:
-                    await self.client.send_no_response(leader, request)
-                    code = ErrorCode.NONE
-                else:
-                    remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
-                    response = await self.client.send(
-                        leader,
-                        request,
-                        timeout_ms=min(self.request_timeout_ms, remaining_ms),
-                    )
-                    part = response.responses[0].partition_responses[0]
-                    code, base_offset = part.error_code, part.base_offset
-            except RequestTimedOutError:
-                code = ErrorCode.REQUEST_TIMED_OUT
-            except KafkaConnectionError:
-                code = ErrorCode.NETWORK_EXCEPTION
-            except BrokerResponseError as exc:
-                code = exc.code_value
-            if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
-                self._complete(batch, base_offset if self.acks != 0 else -1)
-                return
-            retriable = _retriable(code)
-            if (
-                not retriable
-                or batch.attempts > self.retries
-                or time.monotonic() + self.retry_backoff_ms / 1000 >= deadline
-            ):
-                error = BrokerResponseError(code, f"{tp} after {batch.attempts} attempt(s)")
-                self._fail(batch, error)
-                if self.enable_idempotence:
-                    await self._reset_producer_id(batch)
-                return
-            await asyncio.sleep(self.retry_backoff_ms * random.uniform(0.8, 1.2) / 1000)
-            try:
-                await self.client.refresh_metadata([tp.topic])
-            except KafkaClientError:
-                pass
-
-    async def _reset_producer_id(self, failed: _Batch) -> None:
+    def _start_reset(self, failed: _Batch) -> None:
         # A lost batch leaves a sequence gap; a new producer id starts every partition at 0.
-        async with self._reset_lock:
-            if self.producer_id != _batch_producer_id(failed):
-                return  # another partition already reset it
-            try:
-                self.producer_id, self.producer_epoch = await self.client.init_producer_id()
-            except KafkaClientError:
-                return  # keep the old id; later batches fail and retry the reset
-            self._next_sequence.clear()
-            # Batches already sequenced under the old id stay valid for it; queued batches
-            # that are not closed yet get new sequences when they are.
+        if self._resetting is not None or _batch_producer_id(failed) != self.producer_id:
+            return  # under way already, or the id already changed since this batch
+        self._resetting = asyncio.get_running_loop().create_task(self._reset_producer_id())
+
+    async def _reset_producer_id(self) -> None:
+        try:
+            for attempt in range(5):
+                try:
+                    self.producer_id, self.producer_epoch = await self.client.init_producer_id()
+                    self._next_sequence.clear()
+                    return
+                except KafkaClientError:
+                    await asyncio.sleep(self.retry_backoff_ms * (attempt + 1) / 1000)
+            # no new id: keep the old one; its next batches fail and ask again
+        finally:
+            self._resetting = None
+            self._wakeup.set()
 
     def _complete(self, batch: _Batch, base_offset: int) -> None:
         self._release(batch.size)
