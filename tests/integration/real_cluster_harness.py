@@ -1,0 +1,137 @@
+"""A real local cluster for the integration tests: `tidelog cluster up` (ZooKeeper + 3 broker
+processes), real Kafka clients, and helpers to read the partition state in ZooKeeper."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+
+from tidelog.controller.zk_client import KafkaZkClient
+from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch
+
+TIDELOG = [sys.executable, "-m", "tidelog"]
+LAG_MS = 1500
+OVERRIDES = {
+    "replica.lag.time.max.ms": str(LAG_MS),
+    "zookeeper.session.timeout.ms": "6000",
+    "min.insync.replicas": "2",
+    "auto.leader.rebalance.enable": "false",
+    "default.replication.factor": "3",
+}
+
+
+def tidelog(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run([*TIDELOG, *args], capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"tidelog {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+def wait_for(cond: Callable[[], Any], timeout_s: float = 60.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = cond()
+        if got:
+            return got
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.1)
+
+
+class RealCluster:
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        overrides = [a for k, v in OVERRIDES.items() for a in ("--override", f"{k}={v}")]
+        r = tidelog("cluster", "up", "--dir", str(directory), "--brokers", "3", *overrides)
+        self.bootstrap = r.stdout.strip().splitlines()[-1]
+        state = json.loads((directory / "cluster.json").read_text())
+        assert state["bootstrap_servers"] == self.bootstrap
+        self.zk = KafkaZkClient(state["zookeeper"]).start(create_top_level_paths=False)
+
+    def state(self, topic: str, partition: int = 0) -> LeaderIsrAndControllerEpoch | None:
+        return self.zk.get_partition_state((topic, partition))
+
+    def create_topic(self, topic: str, partitions: int = 1, rf: int = 3) -> None:
+        tidelog("topics", "create", "--bootstrap-server", self.bootstrap, "--topic", topic,
+                "--partitions", str(partitions), "--replication-factor", str(rf))
+        for p in range(partitions):
+            wait_for(lambda p=p: (s := self.state(topic, p)) and s.leader >= 0
+                     and len(s.isr) == rf, what=f"{topic}-{p} online with a full ISR")
+
+    def kill(self, broker_id: int) -> None:
+        tidelog("cluster", "stop-broker", "--dir", str(self.dir), "--broker", str(broker_id),
+                "--kill")
+
+    def start(self, broker_id: int) -> None:
+        tidelog("cluster", "start-broker", "--dir", str(self.dir), "--broker", str(broker_id))
+
+    def close(self) -> None:
+        self.zk.close()
+
+
+def producer(bootstrap: str, **extra: Any) -> Any:
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "acks": "all",
+        "linger.ms": 5,
+        "message.timeout.ms": 60000,
+        "request.timeout.ms": 10000,
+        "retry.backoff.ms": 100,
+        "enable.idempotence": False,
+    }
+    conf.update(extra)
+    return confluent_kafka.Producer(conf)
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, expected: int,
+                timeout_s: float = 60) -> dict[int, list[tuple[bytes | None, bytes | None, int]]]:
+    """Every record of `topic` by partition assignment, from the beginning."""
+    c = confluent_kafka.Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"g-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    })
+    try:
+        c.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                  for p in range(partitions)])
+        out: dict[int, list[tuple[bytes | None, bytes | None, int]]] = {
+            p: [] for p in range(partitions)}
+        deadline = time.monotonic() + timeout_s
+        while sum(len(v) for v in out.values()) < expected and time.monotonic() < deadline:
+            for m in c.consume(500, timeout=1.0):
+                if m.error():
+                    continue
+                out[m.partition()].append((m.key(), m.value(), m.offset()))
+        return out
+    finally:
+        c.close()
+
+
+def produce_acked(p: Any, topic: str, values: list[tuple[bytes, bytes]],
+                  partition: int | None = None) -> list[tuple[int, int, bytes]]:
+    acked: list[tuple[int, int, bytes]] = []
+    errors: list[str] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+        else:
+            acked.append((msg.partition(), msg.offset(), msg.value()))
+
+    for key, value in values:
+        kw = {"partition": partition} if partition is not None else {}
+        p.produce(topic, value=value, key=key, on_delivery=on_delivery, **kw)
+        p.poll(0)
+    assert p.flush(60) == 0
+    assert not errors, errors[:3]
+    return acked
+
+
