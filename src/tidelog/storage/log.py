@@ -518,16 +518,14 @@ class Log:
         """Start a new active segment at `base_offset` (default: the LEO). The old segment gets
         its final time index entry and is flushed, so the recovery point moves up to it."""
         new_base = self.log_end_offset if base_offset is None else base_offset
+        old = self.segments[-1]
+        if old.size == 0 and old.base_offset == new_base:
+            return old  # already an empty segment starting there
+        if new_base < old.next_offset:
+            raise ValueError(f"cannot roll at {new_base}: the active segment ends at {old.next_offset}")
         with self._io("roll"):
-            old = self.segments[-1]
-            if old.size == 0:
-                # An empty active segment is replaced rather than kept as an empty file.
-                old.delete()
-                self.segments.pop()
-                self._bases.pop()
-                self._dir_dirty = True
-            else:
-                old.on_become_inactive()
+            # An empty old segment stays (Kafka keeps it too): it keeps the log start in place.
+            old.on_become_inactive()
             segment = self._new_segment(new_base, now_ms)
             if segment.size:
                 # A stale file with this name (cannot normally exist): start it empty.
