@@ -80,41 +80,47 @@ class InvariantChecker:
             return
         self._checks += 1
         full = self._checks % self.full_check_every == 0
-        cluster = self.cluster
-        nodes = cluster.nodes
+        nodes = self.cluster.nodes
+        n_nodes = len(nodes)
+        leaders_by_epoch = self.leaders_by_epoch
+        last_hw = self.last_hw
         for node in nodes:
             rm = node.rm
             if rm is None or not node.running:
                 continue
             bid = node.broker_id
             for tp, p in rm.partitions.items():
-                if not p.is_leader:
+                # Plain attributes rather than the Partition properties: this runs per event.
+                if p.leader_id != bid:
                     continue
                 epoch = p.leader_epoch
-                hw = p.high_watermark
-                if bid not in p.isr:
-                    self.fail("LeaderInIsr", tp, f"leader {bid} not in its ISR {sorted(p.isr)}")
+                hw = p.log.high_watermark
+                isr = p.isr
+                if bid not in isr:
+                    self.fail("LeaderInIsr", tp, f"leader {bid} not in its ISR {sorted(isr)}")
                 key = (tp, epoch)
-                other = self.leaders_by_epoch.get(key)
+                other = leaders_by_epoch.get(key)
                 if other is None:
-                    self.leaders_by_epoch[key] = bid
+                    leaders_by_epoch[key] = bid
                 elif other != bid:
                     self.fail("OneLeaderPerEpoch", tp,
                               f"brokers {other} and {bid} both lead epoch {epoch}")
                 hkey = (tp, bid, epoch)
-                prev = self.last_hw.get(hkey)
+                prev = last_hw.get(hkey)
                 if prev != hw:
                     if prev is not None and hw < prev:
                         self.fail("MonotonicHighWatermark", tp,
                                   f"leader {bid} epoch {epoch} HW {prev} -> {hw}")
-                    self.last_hw[hkey] = hw
-                for m in p.maximal_isr:
-                    if m == bid or m >= len(nodes):
+                    last_hw[hkey] = hw
+                pending = p.pending_isr
+                for m in (isr if pending is None else isr | pending):
+                    if m == bid or m >= n_nodes:
                         continue
                     peer = nodes[m]
-                    if not peer.running or peer.rm is None:
+                    prm = peer.rm
+                    if prm is None or not peer.running:
                         continue
-                    pp = peer.rm.partitions.get(tp)
+                    pp = prm.partitions.get(tp)
                     if pp is None:
                         continue
                     leo = pp.log.log_end_offset
