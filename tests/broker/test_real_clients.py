@@ -87,3 +87,60 @@ def test_kafka_python_idempotent_producer_round_trip(
         expected[(i % 2, counters[i % 2])] = kv
         counters[i % 2] += 1
     assert got == expected
+
+
+def test_aiokafka_round_trip(one_broker: BrokerThread, controller: ActingController) -> None:
+    aiokafka = pytest.importorskip("aiokafka")
+    import asyncio
+
+    topic = "aio-topic"
+    controller.create_topic(topic, {0: [1]})
+    sent = _records(200, "aio")
+
+    async def scenario() -> list[tuple[bytes, bytes]]:
+        producer = aiokafka.AIOKafkaProducer(bootstrap_servers=one_broker.bootstrap, acks="all",
+                                             enable_idempotence=True, compression_type="lz4")
+        await producer.start()
+        try:
+            futures = [await producer.send(topic, value=v, key=k, partition=0) for k, v in sent]
+            metas = [await f for f in futures]
+        finally:
+            await producer.stop()
+        assert [m.offset for m in metas] == list(range(len(sent)))
+        consumer = aiokafka.AIOKafkaConsumer(bootstrap_servers=one_broker.bootstrap, group_id=None,
+                                             enable_auto_commit=False, auto_offset_reset="earliest")
+        await consumer.start()
+        got: list[tuple[bytes, bytes]] = []
+        try:
+            tp = aiokafka.TopicPartition(topic, 0)
+            consumer.assign([tp])
+            consumer.seek(tp, 0)
+            deadline = time.monotonic() + 30
+            while len(got) < len(sent) and time.monotonic() < deadline:
+                batch = await consumer.getmany(tp, timeout_ms=500)
+                got.extend((m.key, m.value) for m in batch.get(tp, []))
+        finally:
+            await consumer.stop()
+        return got
+
+    assert asyncio.run(scenario()) == sent
+
+
+def test_kcat_round_trip(one_broker: BrokerThread, controller: ActingController) -> None:
+    import shutil
+    import subprocess
+
+    kcat = shutil.which("kcat") or shutil.which("kafkacat")
+    if kcat is None:
+        pytest.skip("kcat is not installed")
+    topic = "kcat-topic"
+    controller.create_topic(topic, {0: [1]})
+    lines = [f"key{i}:value-{i}" for i in range(50)]
+    subprocess.run([kcat, "-b", one_broker.bootstrap, "-P", "-t", topic, "-p", "0", "-K:",
+                    "-X", "acks=all", "-z", "snappy"],
+                   input="\n".join(lines) + "\n", text=True, check=True, timeout=60,
+                   capture_output=True)
+    out = subprocess.run([kcat, "-b", one_broker.bootstrap, "-C", "-t", topic, "-p", "0",
+                          "-o", "beginning", "-e", "-f", "%k:%s:%o\\n"],
+                         text=True, check=True, timeout=60, capture_output=True).stdout
+    assert out.splitlines() == [f"{line}:{i}" for i, line in enumerate(lines)]

@@ -70,6 +70,7 @@ from tidelog.protocol.messages import (
 from tidelog.protocol.messages import (
     update_metadata as m_um,
 )
+from tidelog.protocol.primitives import ZERO_UUID
 from tidelog.protocol.records.batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET
 from tidelog.replication.errors import Errors
 from tidelog.replication.types import (
@@ -727,6 +728,8 @@ class KafkaApis:
             {lead.broker_id for lead in request.live_leaders},
         )
         errors = {tp: _code(e) for tp, e in result.partition_errors.items()}
+        # Kafka's replicaFetcherManager.shutdownIdleFetcherThreads after every LeaderAndIsr.
+        await self.rm.fetcher_manager.shutdown_idle_fetcher_threads()
         return self._leader_and_isr_response(version, _code(result.error), wire_states, errors,
                                              topic_ids)
 
@@ -752,7 +755,7 @@ class KafkaApis:
                 partition_index=s.partition_index,
                 error_code=errs.get(TopicPartition(s.topic_name, s.partition_index), 0)))
         return m_lai.LeaderAndIsrResponse(error_code=top, topics=[
-            m_lai.LeaderAndIsrTopicError(topic_id=topic_ids.get(t), partition_errors=pe)
+            m_lai.LeaderAndIsrTopicError(topic_id=topic_ids.get(t, ZERO_UUID), partition_errors=pe)
             for t, pe in by_topic.items()
         ])
 

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,6 +87,9 @@ class SocketServer:
         self._server: asyncio.base_events.Server | None = None
         self._connections: dict[int, asyncio.Task[None]] = {}
         self._writers: dict[int, asyncio.StreamWriter] = {}
+        # conn id -> monotonic time of its last request (None while a request is in flight)
+        self._last_active: dict[int, float | None] = {}
+        self._reaper: asyncio.Task[None] | None = None
         self._next_id = 0
         self.bound_port: int | None = None
         self.closed_by_error = 0  # connections closed because of bad input (for tests/metrics)
@@ -101,11 +105,31 @@ class SocketServer:
         if not sockets:
             raise OSError(f"could not bind {self.host}:{self.port}")
         self.bound_port = int(sockets[0].getsockname()[1])
+        if self.connections_max_idle_ms > 0:
+            self._reaper = asyncio.get_running_loop().create_task(self._reap_idle())
         return self.bound_port
+
+    async def _reap_idle(self) -> None:
+        """Kafka's idle-connection reaping: close connections with no request for
+        `connections.max.idle.ms` (never one whose request is still being handled)."""
+        idle_s = self.connections_max_idle_ms / 1000
+        interval = min(max(idle_s / 4, 0.02), 30.0)
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for conn_id, last in list(self._last_active.items()):
+                if last is not None and now - last >= idle_s:
+                    writer = self._writers.get(conn_id)
+                    logger.debug("closing idle connection %d", conn_id)
+                    self._last_active.pop(conn_id, None)
+                    if writer is not None:
+                        writer.close()
 
     def stop_accepting(self) -> None:
         if self._server is not None:
             self._server.close()
+        if self._reaper is not None:
+            self._reaper.cancel()
 
     async def shutdown(self, grace_s: float = 1.0) -> None:
         """Stop accepting, then close every connection (in-flight requests get `grace_s`)."""
@@ -141,6 +165,7 @@ class SocketServer:
         assert task is not None
         self._connections[conn_id] = task
         self._writers[conn_id] = writer
+        self._last_active[conn_id] = time.monotonic()
         sock = writer.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -161,6 +186,7 @@ class SocketServer:
         finally:
             self._connections.pop(conn_id, None)
             self._writers.pop(conn_id, None)
+            self._last_active.pop(conn_id, None)
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), timeout=1.0)
@@ -174,13 +200,8 @@ class SocketServer:
         port: int,
     ) -> None:
         frames = FrameReader(self.max_request_bytes)
-        idle_s = self.connections_max_idle_ms / 1000 if self.connections_max_idle_ms > 0 else None
         while True:
-            try:
-                data = await asyncio.wait_for(reader.read(_READ_CHUNK), timeout=idle_s)
-            except TimeoutError:
-                logger.debug("closing idle connection %d from %s:%d", conn_id, host, port)
-                return
+            data = await reader.read(_READ_CHUNK)
             if not data:
                 return
             try:
@@ -190,7 +211,12 @@ class SocketServer:
                 logger.warning("closing connection from %s:%d: %s", host, port, e)
                 return
             for frame in batch:
-                if not await self._handle_frame(conn_id, frame, writer, host, port):
+                if conn_id in self._last_active:
+                    self._last_active[conn_id] = None  # busy: not idle
+                ok = await self._handle_frame(conn_id, frame, writer, host, port)
+                if conn_id in self._last_active:
+                    self._last_active[conn_id] = time.monotonic()
+                if not ok:
                     self.closed_by_error += 1
                     return
 
