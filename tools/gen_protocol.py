@@ -442,9 +442,12 @@ class Gen:
         if t == "records":
             pre = [f"{s} = {src}"]
             if nullable:
-                pre += [f"{ln} = -1 if {s} is None else _records_size({s})"]
+                pre += [
+                    f"{ln} = -1 if {s} is None else len({s}) if type({s}) is bytes "
+                    f"else _records_size({s})"
+                ]
             else:
-                pre += [f"{ln} = _records_size({s})"]
+                pre += [f"{ln} = len({s}) if type({s}) is bytes else _records_size({s})"]
             write = [
                 f"if type({s}) in (list, tuple):",
                 f"    for _p in {s}: ap(_p)",

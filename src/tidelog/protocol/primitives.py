@@ -49,6 +49,10 @@ def uvarint(value: int) -> bytes:
         if value < 0:
             raise ValueError(f"negative unsigned varint: {value}")
         return UV1[value]
+    if value < 16384:  # record data up to 16 KiB: the common multi-byte case, unrolled
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
+    if value < 2097152:
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     if value >= 1 << 32:
         raise ValueError(f"unsigned varint out of range: {value}")
     out = bytearray()
@@ -61,6 +65,12 @@ def uvarint(value: int) -> bytes:
 
 def read_uvarint_tail(buf: memoryview, pos: int, first: int) -> tuple[int, int]:
     """Continue an unsigned varint whose first byte (> 127) was already read at ``pos - 1``."""
+    second = buf[pos]
+    if second < 128:
+        return (first & 0x7F) | (second << 7), pos + 1
+    third = buf[pos + 1]
+    if third < 128:
+        return (first & 0x7F) | ((second & 0x7F) << 7) | (third << 14), pos + 2
     value = first & 0x7F
     shift = 7
     while True:

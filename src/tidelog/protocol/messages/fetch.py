@@ -1142,7 +1142,7 @@ def _d_PartitionData_v0(b, p, n):
 
 def _e_PartitionData_v0(o, ap):
     _s1 = o.records
-    _l2 = -1 if _s1 is None else _records_size(_s1)
+    _l2 = -1 if _s1 is None else len(_s1) if type(_s1) is bytes else _records_size(_s1)
     ap(_S17.pack(o.partition_index, o.error_code, o.high_watermark, _l2))
     if type(_s1) in (list, tuple):
         for _p in _s1: ap(_p)
@@ -1170,7 +1170,7 @@ def _d_PartitionData_v4(b, p, n):
 def _e_PartitionData_v4(o, ap):
     _a1 = o.aborted_transactions
     _s3 = o.records
-    _l4 = -1 if _s3 is None else _records_size(_s3)
+    _l4 = -1 if _s3 is None else len(_s3) if type(_s3) is bytes else _records_size(_s3)
     ap(_S18.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, (-1 if _a1 is None else len(_a1))))
     if _a1 is not None:
         for _e2 in _a1:
@@ -1202,7 +1202,7 @@ def _d_PartitionData_v5(b, p, n):
 def _e_PartitionData_v5(o, ap):
     _a1 = o.aborted_transactions
     _s3 = o.records
-    _l4 = -1 if _s3 is None else _records_size(_s3)
+    _l4 = -1 if _s3 is None else len(_s3) if type(_s3) is bytes else _records_size(_s3)
     ap(_S19.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset, (-1 if _a1 is None else len(_a1))))
     if _a1 is not None:
         for _e2 in _a1:
@@ -1234,7 +1234,7 @@ def _d_PartitionData_v11(b, p, n):
 def _e_PartitionData_v11(o, ap):
     _a1 = o.aborted_transactions
     _s3 = o.records
-    _l4 = -1 if _s3 is None else _records_size(_s3)
+    _l4 = -1 if _s3 is None else len(_s3) if type(_s3) is bytes else _records_size(_s3)
     ap(_S19.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset, (-1 if _a1 is None else len(_a1))))
     if _a1 is not None:
         for _e2 in _a1:
@@ -1311,7 +1311,7 @@ def _d_PartitionData_v12(b, p, n):
 def _e_PartitionData_v12(o, ap):
     _a1 = o.aborted_transactions
     _s3 = o.records
-    _l4 = -1 if _s3 is None else _records_size(_s3)
+    _l4 = -1 if _s3 is None else len(_s3) if type(_s3) is bytes else _records_size(_s3)
     _tg = []
     if (_ts := o.diverging_epoch) is not None and (_ts.epoch != -1 or _ts.end_offset != -1 or _ts.unknown_tagged_fields):
         _tb = []

@@ -485,7 +485,7 @@ def _d_FetchSnapshotResponsePartitionSnapshot_v0(b, p, n):
 
 def _e_FetchSnapshotResponsePartitionSnapshot_v0(o, ap):
     _s1 = o.unaligned_records
-    _l2 = _records_size(_s1)
+    _l2 = len(_s1) if type(_s1) is bytes else _records_size(_s1)
     _tg = []
     if (_ts := o.current_leader) is not None and (_ts.leader_id != 0 or _ts.leader_epoch != 0 or _ts.unknown_tagged_fields):
         _tb = []

@@ -81,7 +81,7 @@ def _d_PartitionProduceData_v0(b, p, n):
 
 def _e_PartitionProduceData_v0(o, ap):
     _s1 = o.records
-    _l2 = -1 if _s1 is None else _records_size(_s1)
+    _l2 = -1 if _s1 is None else len(_s1) if type(_s1) is bytes else _records_size(_s1)
     ap(_S0.pack(o.index, _l2))
     if type(_s1) in (list, tuple):
         for _p in _s1: ap(_p)
@@ -103,7 +103,7 @@ def _d_PartitionProduceData_v9(b, p, n):
 
 def _e_PartitionProduceData_v9(o, ap):
     _s1 = o.records
-    _l2 = -1 if _s1 is None else _records_size(_s1)
+    _l2 = -1 if _s1 is None else len(_s1) if type(_s1) is bytes else _records_size(_s1)
     _u = o.unknown_tagged_fields
     ap(_S1.pack(o.index))
     ap(_uv(_l2 + 1))

@@ -415,7 +415,7 @@ def _e_PartitionData_v0(o, ap):
     if _s3 is None: _l4 = -1
     else: _s3 = _s3.encode(); _l4 = len(_s3)
     _s5 = o.records
-    _l6 = -1 if _s5 is None else _records_size(_s5)
+    _l6 = -1 if _s5 is None else len(_s5) if type(_s5) is bytes else _records_size(_s5)
     _a7 = o.acquired_records
     _u = o.unknown_tagged_fields
     ap(_S5.pack(o.partition_index, o.error_code))
