@@ -28,7 +28,8 @@ def test_naive_rule_is_caught_in_the_same_scenario(name: str) -> None:
 
 def test_every_historic_bug_of_correctness_md_has_a_scenario() -> None:
     for name in ("kip101", "kip101_divergence", "kip279", "kip320", "kafka7164", "maximal_isr",
-                 "kip841", "kip966", "stale_fetch_response", "out_of_range"):
+                 "kip841", "kip903", "kip966", "stale_fetch_response", "out_of_range",
+                 "stale_controller"):
         assert name in SCENARIOS
 
 

@@ -74,6 +74,9 @@ class Network:
         """Bring a node down or up; both end its current connections."""
         self.up[node_id] = up
         self.incarnation[node_id] = self.incarnation.get(node_id, 0) + 1
+        # New connections: no FIFO ordering with what the previous process sent.
+        for key in [k for k in self._last_arrival if node_id in k]:
+            del self._last_arrival[key]
 
     # -- faults --------------------------------------------------------------------------
     def link(self, src: int, dst: int) -> LinkConfig:

@@ -489,6 +489,34 @@ def kip841(sc: ScenarioRun) -> None:
     sc.snapshot("late fetch arrived")
 
 
+def kip903(sc: ScenarioRun) -> None:
+    """Broker 2's fetch at the LEO is on its way (a slow link) when 2 loses power and its
+    unflushed log. It restarts and registers again (a new broker epoch), out of the ISR. Then
+    the old fetch arrives, claiming 2 is caught up. The leader must not add 2 back: the fetch
+    carries the broker epoch of the previous registration. Pre-KIP-903 it is re-added with an
+    empty log."""
+    sc.boot()
+    sc.produce(5)
+    sc.run_until(lambda: sc.leo(2) >= 5 and sc.hw(2) >= 5)
+    link = sc.cluster.network.link(2, 0)
+    link.extra_delay_ms = 2 * sc.cluster.config.session_timeout_ms
+    sc.run_for(150)
+    old_epoch = sc.node(2).broker_epoch
+    sc.stop(2, "lossy", tear=False)
+    link.extra_delay_ms = 0
+    # The new process cannot reach the leader until the old fetch has arrived.
+    new_life = sc.rule(lambda s, d, m: (s == 2 and d == 0 and isinstance(m, ReplicaFetchRequest)
+                                        and m.broker_epoch != old_epoch))
+    sc.start(2)
+    sc.snapshot("2 lost its log; old fetch in flight")
+    sc.wait_gone(2)
+    sc.wait_registered(2)
+    sc.snapshot("2 registered again")
+    sc.run_for(2 * sc.cluster.config.session_timeout_ms)
+    sc.unrule(new_life)
+    sc.snapshot("old fetch arrived")
+
+
 def kip966(sc: ScenarioRun) -> None:
     """ISR {2,0,1} (leader 2), min.isr=2. Partitions push 0 and then 1 out of the ISR; 2, the
     last replica standing, crashes uncleanly and loses its unflushed tail, which 1 still has.
@@ -643,6 +671,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("kip841", "KIP-841: a late fetch must not re-add an offline replica", kip841,
              lambda naive: _cfg(3, (0, 1, 2), sim={"kip841_eligibility": not naive}),
              "no eligibility check", ("OfflineReplicaInIsr",)),
+    Scenario("kip903", "KIP-903: a stale fetch from a previous registration", kip903,
+             lambda naive: _cfg(3, (0, 1, 2), sim={"kip841_eligibility": not naive,
+                                                   "os_flush_ms": 10**9}),
+             "no broker-epoch check", ("ValidHighWatermark", "StrongIsr", "NoAckedLoss")),
     Scenario("kip966", "KIP-966: last replica standing after an unclean shutdown", kip966,
              lambda naive: _cfg(3, (2, 0, 1), min_insync_replicas=2, hw_requires_min_isr=not naive,
                                 sim={"os_flush_ms": 10**9,
