@@ -545,6 +545,24 @@ def kip966(sc: ScenarioRun) -> None:
     sc.snapshot("2 restarted")
 
 
+def lag_max_messages(sc: ScenarioRun) -> None:
+    """Seed 003: with the pre-0.9 `replica.lag.max.messages` rule, healthy followers drop out
+    of the ISR whenever a burst puts them more than N messages behind for a moment, and come
+    back a moment later: the ISR flaps. The time rule (`replica.lag.time.max.ms`) keeps them."""
+    sc.boot()
+    for link in ((0, 1), (1, 0), (0, 2), (2, 0)):
+        sc.cluster.network.link(*link).extra_delay_ms = 5  # an ordinary, healthy LAN
+    for _ in range(60):
+        sc.produce(40, acks=1, wait=False)
+        sc.run_for(50)
+    sc.run_for(500)
+    sc.snapshot("after 60 bursts")
+    shrinks = sum(n.stats.isr_shrinks for n in sc.cluster.nodes)
+    if shrinks:
+        sc.cluster.checker.fail("IsrFlapping", sc.tp, f"{shrinks} ISR shrink(s) of healthy "
+                                "followers under bursts")
+
+
 def stale_fetch_response(sc: ScenarioRun) -> None:
     """A fetch response sent in one leader epoch arrives after the follower moved to the next
     epoch (and started truncating): it must be ignored (KAFKA-18991)."""
@@ -680,6 +698,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                                 sim={"os_flush_ms": 10**9,
                                      "kip966_unclean_restart_rule": not naive}),
              "re-elect last replica standing", ("NoAckedLoss",)),
+    Scenario("lag_max_messages", "seed 003: ISR flapping under bursts with a message-count lag",
+             lag_max_messages,
+             lambda naive: _cfg(3, (0, 1, 2), min_insync_replicas=1,
+                                replica_lag_max_messages=20 if naive else None),
+             "replica.lag.max.messages=20", ("IsrFlapping",)),
     Scenario("stale_fetch_response", "KAFKA-18991: a response from an older epoch is ignored",
              stale_fetch_response, lambda naive: _cfg(3, (0, 1, 2), min_insync_replicas=1), None),
     Scenario("stale_controller", "a stale controller's LeaderAndIsr is refused", stale_controller,
