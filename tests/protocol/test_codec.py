@@ -174,3 +174,15 @@ def test_unsupported_api_versions_answer_is_kafkas_v0_error_body() -> None:
     # size 16, correlation id 7, UNSUPPORTED_VERSION, [ApiVersions 0..4]
     assert b"".join(parts).hex() == "0000001000000007002300000001001200000004"
     assert ErrorCode.UNSUPPORTED_VERSION == 0x23
+
+
+def test_unencodable_values_raise_a_clear_encode_error() -> None:
+    from tidelog.protocol.errors import EncodeError
+
+    bad_range = metadata.MetadataRequest(topics=[metadata.MetadataRequestTopic(name="t")])
+    bad_range.topics[0].name = None  # non-nullable before v10
+    with pytest.raises(EncodeError, match="cannot encode MetadataRequest v1"):
+        codec.encode_request(bad_range, 1, 1)
+    overflow = produce.ProduceResponse(throttle_time_ms=2**31)
+    with pytest.raises(EncodeError, match="ProduceResponse v1"):
+        codec.encode_response(0, 1, overflow, 1)

@@ -81,7 +81,7 @@ def encode_response(
 ) -> list[bytes | memoryview]:
     """Frame ``response`` (size prefix, response header, body) as a list of buffers."""
     parts: list = [encode_response_header(correlation_id, header_version)]
-    api_spec(response.API_KEY).module.RESPONSE_ENCODERS[api_version](response, parts.append)
+    api_spec(response.API_KEY).module.encode_response(api_version, response, parts)
     return _framed(parts)
 
 
@@ -95,7 +95,7 @@ def encode_request(
     header = RequestHeader(spec.api_key, api_version, correlation_id, client_id)
     parts: list = []
     encode_request_header(header, spec.request_header_version(api_version), parts)
-    spec.module.REQUEST_ENCODERS[api_version](request, parts.append)
+    spec.module.encode_request(api_version, request, parts)
     return _framed(parts)
 
 

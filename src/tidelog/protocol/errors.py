@@ -10,6 +10,11 @@ class DecodeError(ValueError):
     """Malformed bytes on the wire: the one exception every protocol decoder raises."""
 
 
+class EncodeError(ValueError):
+    """A message that cannot be written at the requested version (a value out of its type's
+    range, None in a non-nullable field, a wrong type)."""
+
+
 class ErrorCode(enum.IntEnum):
     """A Kafka error code. ``ErrorCode.NOT_LEADER_OR_FOLLOWER.retriable`` is True."""
 

@@ -9,7 +9,7 @@ from struct import Struct, error as _StructError, pack as _pack, unpack_from as 
 from typing import ClassVar
 from uuid import UUID
 
-from tidelog.protocol.errors import DecodeError
+from tidelog.protocol.errors import DecodeError, EncodeError
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -245,7 +245,10 @@ def encode_request(version: int, message: AlterReplicaLogDirsRequest, out: list 
     """Append the encoded AlterReplicaLogDirsRequest to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 2: raise ValueError(f'AlterReplicaLogDirsRequest version {version} is not defined')
-    REQUEST_ENCODERS[version](message, out.append)
+    try:
+        REQUEST_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode AlterReplicaLogDirsRequest v{version}: {type(e).__name__}: {e}') from e
     return out
 
 
@@ -421,5 +424,8 @@ def encode_response(version: int, message: AlterReplicaLogDirsResponse, out: lis
     """Append the encoded AlterReplicaLogDirsResponse to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 2: raise ValueError(f'AlterReplicaLogDirsResponse version {version} is not defined')
-    RESPONSE_ENCODERS[version](message, out.append)
+    try:
+        RESPONSE_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode AlterReplicaLogDirsResponse v{version}: {type(e).__name__}: {e}') from e
     return out

@@ -9,7 +9,7 @@ from struct import Struct, error as _StructError, pack as _pack, unpack_from as 
 from typing import ClassVar
 from uuid import UUID
 
-from tidelog.protocol.errors import DecodeError
+from tidelog.protocol.errors import DecodeError, EncodeError
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -301,7 +301,10 @@ def encode_request(version: int, message: BeginQuorumEpochRequest, out: list | N
     """Append the encoded BeginQuorumEpochRequest to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 1: raise ValueError(f'BeginQuorumEpochRequest version {version} is not defined')
-    REQUEST_ENCODERS[version](message, out.append)
+    try:
+        REQUEST_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode BeginQuorumEpochRequest v{version}: {type(e).__name__}: {e}') from e
     return out
 
 
@@ -559,7 +562,10 @@ def encode_response(version: int, message: BeginQuorumEpochResponse, out: list |
     """Append the encoded BeginQuorumEpochResponse to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 1: raise ValueError(f'BeginQuorumEpochResponse version {version} is not defined')
-    RESPONSE_ENCODERS[version](message, out.append)
+    try:
+        RESPONSE_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode BeginQuorumEpochResponse v{version}: {type(e).__name__}: {e}') from e
     return out
 
 

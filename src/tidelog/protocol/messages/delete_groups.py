@@ -9,7 +9,7 @@ from struct import Struct, error as _StructError, pack as _pack, unpack_from as 
 from typing import ClassVar
 from uuid import UUID
 
-from tidelog.protocol.errors import DecodeError
+from tidelog.protocol.errors import DecodeError, EncodeError
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -114,7 +114,10 @@ def encode_request(version: int, message: DeleteGroupsRequest, out: list | None 
     """Append the encoded DeleteGroupsRequest to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 2: raise ValueError(f'DeleteGroupsRequest version {version} is not defined')
-    REQUEST_ENCODERS[version](message, out.append)
+    try:
+        REQUEST_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode DeleteGroupsRequest v{version}: {type(e).__name__}: {e}') from e
     return out
 
 
@@ -239,5 +242,8 @@ def encode_response(version: int, message: DeleteGroupsResponse, out: list | Non
     """Append the encoded DeleteGroupsResponse to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 2: raise ValueError(f'DeleteGroupsResponse version {version} is not defined')
-    RESPONSE_ENCODERS[version](message, out.append)
+    try:
+        RESPONSE_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode DeleteGroupsResponse v{version}: {type(e).__name__}: {e}') from e
     return out

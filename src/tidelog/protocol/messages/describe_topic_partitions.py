@@ -9,7 +9,7 @@ from struct import Struct, error as _StructError, pack as _pack, unpack_from as 
 from typing import ClassVar
 from uuid import UUID
 
-from tidelog.protocol.errors import DecodeError
+from tidelog.protocol.errors import DecodeError, EncodeError
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -162,7 +162,10 @@ def encode_request(version: int, message: DescribeTopicPartitionsRequest, out: l
     """Append the encoded DescribeTopicPartitionsRequest to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 0: raise ValueError(f'DescribeTopicPartitionsRequest version {version} is not defined')
-    REQUEST_ENCODERS[version](message, out.append)
+    try:
+        REQUEST_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode DescribeTopicPartitionsRequest v{version}: {type(e).__name__}: {e}') from e
     return out
 
 
@@ -402,5 +405,8 @@ def encode_response(version: int, message: DescribeTopicPartitionsResponse, out:
     """Append the encoded DescribeTopicPartitionsResponse to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 0: raise ValueError(f'DescribeTopicPartitionsResponse version {version} is not defined')
-    RESPONSE_ENCODERS[version](message, out.append)
+    try:
+        RESPONSE_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode DescribeTopicPartitionsResponse v{version}: {type(e).__name__}: {e}') from e
     return out

@@ -9,7 +9,7 @@ from struct import Struct, error as _StructError, pack as _pack, unpack_from as 
 from typing import ClassVar
 from uuid import UUID
 
-from tidelog.protocol.errors import DecodeError
+from tidelog.protocol.errors import DecodeError, EncodeError
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -342,7 +342,10 @@ def encode_request(version: int, message: EndQuorumEpochRequest, out: list | Non
     """Append the encoded EndQuorumEpochRequest to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 1: raise ValueError(f'EndQuorumEpochRequest version {version} is not defined')
-    REQUEST_ENCODERS[version](message, out.append)
+    try:
+        REQUEST_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode EndQuorumEpochRequest v{version}: {type(e).__name__}: {e}') from e
     return out
 
 
@@ -600,7 +603,10 @@ def encode_response(version: int, message: EndQuorumEpochResponse, out: list | N
     """Append the encoded EndQuorumEpochResponse to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 1: raise ValueError(f'EndQuorumEpochResponse version {version} is not defined')
-    RESPONSE_ENCODERS[version](message, out.append)
+    try:
+        RESPONSE_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode EndQuorumEpochResponse v{version}: {type(e).__name__}: {e}') from e
     return out
 
 

@@ -9,7 +9,7 @@ from struct import Struct, error as _StructError, pack as _pack, unpack_from as 
 from typing import ClassVar
 from uuid import UUID
 
-from tidelog.protocol.errors import DecodeError
+from tidelog.protocol.errors import DecodeError, EncodeError
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -110,7 +110,10 @@ def encode_request(version: int, message: EnvelopeRequest, out: list | None = No
     """Append the encoded EnvelopeRequest to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 0: raise ValueError(f'EnvelopeRequest version {version} is not defined')
-    REQUEST_ENCODERS[version](message, out.append)
+    try:
+        REQUEST_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode EnvelopeRequest v{version}: {type(e).__name__}: {e}') from e
     return out
 
 
@@ -166,5 +169,8 @@ def encode_response(version: int, message: EnvelopeResponse, out: list | None = 
     """Append the encoded EnvelopeResponse to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 0: raise ValueError(f'EnvelopeResponse version {version} is not defined')
-    RESPONSE_ENCODERS[version](message, out.append)
+    try:
+        RESPONSE_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode EnvelopeResponse v{version}: {type(e).__name__}: {e}') from e
     return out

@@ -9,7 +9,7 @@ from struct import Struct, error as _StructError, pack as _pack, unpack_from as 
 from typing import ClassVar
 from uuid import UUID
 
-from tidelog.protocol.errors import DecodeError
+from tidelog.protocol.errors import DecodeError, EncodeError
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -996,7 +996,10 @@ def encode_request(version: int, message: FetchRequest, out: list | None = None)
     """Append the encoded FetchRequest to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 17: raise ValueError(f'FetchRequest version {version} is not defined')
-    REQUEST_ENCODERS[version](message, out.append)
+    try:
+        REQUEST_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode FetchRequest v{version}: {type(e).__name__}: {e}') from e
     return out
 
 
@@ -1814,7 +1817,10 @@ def encode_response(version: int, message: FetchResponse, out: list | None = Non
     """Append the encoded FetchResponse to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 17: raise ValueError(f'FetchResponse version {version} is not defined')
-    RESPONSE_ENCODERS[version](message, out.append)
+    try:
+        RESPONSE_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode FetchResponse v{version}: {type(e).__name__}: {e}') from e
     return out
 
 

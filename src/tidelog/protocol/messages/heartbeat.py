@@ -9,7 +9,7 @@ from struct import Struct, error as _StructError, pack as _pack, unpack_from as 
 from typing import ClassVar
 from uuid import UUID
 
-from tidelog.protocol.errors import DecodeError
+from tidelog.protocol.errors import DecodeError, EncodeError
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -173,7 +173,10 @@ def encode_request(version: int, message: HeartbeatRequest, out: list | None = N
     """Append the encoded HeartbeatRequest to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 4: raise ValueError(f'HeartbeatRequest version {version} is not defined')
-    REQUEST_ENCODERS[version](message, out.append)
+    try:
+        REQUEST_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode HeartbeatRequest v{version}: {type(e).__name__}: {e}') from e
     return out
 
 
@@ -232,5 +235,8 @@ def encode_response(version: int, message: HeartbeatResponse, out: list | None =
     """Append the encoded HeartbeatResponse to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 4: raise ValueError(f'HeartbeatResponse version {version} is not defined')
-    RESPONSE_ENCODERS[version](message, out.append)
+    try:
+        RESPONSE_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode HeartbeatResponse v{version}: {type(e).__name__}: {e}') from e
     return out

@@ -9,7 +9,7 @@ from struct import Struct, error as _StructError, pack as _pack, unpack_from as 
 from typing import ClassVar
 from uuid import UUID
 
-from tidelog.protocol.errors import DecodeError
+from tidelog.protocol.errors import DecodeError, EncodeError
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -147,7 +147,10 @@ def encode_request(version: int, message: ListTransactionsRequest, out: list | N
     """Append the encoded ListTransactionsRequest to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 1: raise ValueError(f'ListTransactionsRequest version {version} is not defined')
-    REQUEST_ENCODERS[version](message, out.append)
+    try:
+        REQUEST_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode ListTransactionsRequest v{version}: {type(e).__name__}: {e}') from e
     return out
 
 
@@ -269,5 +272,8 @@ def encode_response(version: int, message: ListTransactionsResponse, out: list |
     """Append the encoded ListTransactionsResponse to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 1: raise ValueError(f'ListTransactionsResponse version {version} is not defined')
-    RESPONSE_ENCODERS[version](message, out.append)
+    try:
+        RESPONSE_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode ListTransactionsResponse v{version}: {type(e).__name__}: {e}') from e
     return out

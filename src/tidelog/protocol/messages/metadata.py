@@ -9,7 +9,7 @@ from struct import Struct, error as _StructError, pack as _pack, unpack_from as 
 from typing import ClassVar
 from uuid import UUID
 
-from tidelog.protocol.errors import DecodeError
+from tidelog.protocol.errors import DecodeError, EncodeError
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -320,7 +320,10 @@ def encode_request(version: int, message: MetadataRequest, out: list | None = No
     """Append the encoded MetadataRequest to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 12: raise ValueError(f'MetadataRequest version {version} is not defined')
-    REQUEST_ENCODERS[version](message, out.append)
+    try:
+        REQUEST_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode MetadataRequest v{version}: {type(e).__name__}: {e}') from e
     return out
 
 
@@ -1375,5 +1378,8 @@ def encode_response(version: int, message: MetadataResponse, out: list | None = 
     """Append the encoded MetadataResponse to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 12: raise ValueError(f'MetadataResponse version {version} is not defined')
-    RESPONSE_ENCODERS[version](message, out.append)
+    try:
+        RESPONSE_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode MetadataResponse v{version}: {type(e).__name__}: {e}') from e
     return out

@@ -9,7 +9,7 @@ from struct import Struct, error as _StructError, pack as _pack, unpack_from as 
 from typing import ClassVar
 from uuid import UUID
 
-from tidelog.protocol.errors import DecodeError
+from tidelog.protocol.errors import DecodeError, EncodeError
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -284,7 +284,10 @@ def encode_request(version: int, message: ProduceRequest, out: list | None = Non
     """Append the encoded ProduceRequest to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 11: raise ValueError(f'ProduceRequest version {version} is not defined')
-    REQUEST_ENCODERS[version](message, out.append)
+    try:
+        REQUEST_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode ProduceRequest v{version}: {type(e).__name__}: {e}') from e
     return out
 
 
@@ -995,7 +998,10 @@ def encode_response(version: int, message: ProduceResponse, out: list | None = N
     """Append the encoded ProduceResponse to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 11: raise ValueError(f'ProduceResponse version {version} is not defined')
-    RESPONSE_ENCODERS[version](message, out.append)
+    try:
+        RESPONSE_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode ProduceResponse v{version}: {type(e).__name__}: {e}') from e
     return out
 
 

@@ -9,7 +9,7 @@ from struct import Struct, error as _StructError, pack as _pack, unpack_from as 
 from typing import ClassVar
 from uuid import UUID
 
-from tidelog.protocol.errors import DecodeError
+from tidelog.protocol.errors import DecodeError, EncodeError
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -108,5 +108,8 @@ def encode_header(version: int, message: RequestHeader, out: list | None = None)
     """Append the encoded RequestHeader to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 2: raise ValueError(f'RequestHeader version {version} is not defined')
-    HEADER_ENCODERS[version](message, out.append)
+    try:
+        HEADER_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode RequestHeader v{version}: {type(e).__name__}: {e}') from e
     return out

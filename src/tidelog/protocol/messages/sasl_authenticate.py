@@ -9,7 +9,7 @@ from struct import Struct, error as _StructError, pack as _pack, unpack_from as 
 from typing import ClassVar
 from uuid import UUID
 
-from tidelog.protocol.errors import DecodeError
+from tidelog.protocol.errors import DecodeError, EncodeError
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -103,7 +103,10 @@ def encode_request(version: int, message: SaslAuthenticateRequest, out: list | N
     """Append the encoded SaslAuthenticateRequest to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 2: raise ValueError(f'SaslAuthenticateRequest version {version} is not defined')
-    REQUEST_ENCODERS[version](message, out.append)
+    try:
+        REQUEST_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode SaslAuthenticateRequest v{version}: {type(e).__name__}: {e}') from e
     return out
 
 
@@ -227,5 +230,8 @@ def encode_response(version: int, message: SaslAuthenticateResponse, out: list |
     """Append the encoded SaslAuthenticateResponse to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 2: raise ValueError(f'SaslAuthenticateResponse version {version} is not defined')
-    RESPONSE_ENCODERS[version](message, out.append)
+    try:
+        RESPONSE_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode SaslAuthenticateResponse v{version}: {type(e).__name__}: {e}') from e
     return out

@@ -9,7 +9,7 @@ from struct import Struct, error as _StructError, pack as _pack, unpack_from as 
 from typing import ClassVar
 from uuid import UUID
 
-from tidelog.protocol.errors import DecodeError
+from tidelog.protocol.errors import DecodeError, EncodeError
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -937,7 +937,10 @@ def encode_request(version: int, message: UpdateMetadataRequest, out: list | Non
     """Append the encoded UpdateMetadataRequest to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 8: raise ValueError(f'UpdateMetadataRequest version {version} is not defined')
-    REQUEST_ENCODERS[version](message, out.append)
+    try:
+        REQUEST_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode UpdateMetadataRequest v{version}: {type(e).__name__}: {e}') from e
     return out
 
 
@@ -988,5 +991,8 @@ def encode_response(version: int, message: UpdateMetadataResponse, out: list | N
     """Append the encoded UpdateMetadataResponse to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 8: raise ValueError(f'UpdateMetadataResponse version {version} is not defined')
-    RESPONSE_ENCODERS[version](message, out.append)
+    try:
+        RESPONSE_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode UpdateMetadataResponse v{version}: {type(e).__name__}: {e}') from e
     return out

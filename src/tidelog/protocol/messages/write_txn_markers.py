@@ -9,7 +9,7 @@ from struct import Struct, error as _StructError, pack as _pack, unpack_from as 
 from typing import ClassVar
 from uuid import UUID
 
-from tidelog.protocol.errors import DecodeError
+from tidelog.protocol.errors import DecodeError, EncodeError
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -237,7 +237,10 @@ def encode_request(version: int, message: WriteTxnMarkersRequest, out: list | No
     """Append the encoded WriteTxnMarkersRequest to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 1: raise ValueError(f'WriteTxnMarkersRequest version {version} is not defined')
-    REQUEST_ENCODERS[version](message, out.append)
+    try:
+        REQUEST_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode WriteTxnMarkersRequest v{version}: {type(e).__name__}: {e}') from e
     return out
 
 
@@ -463,5 +466,8 @@ def encode_response(version: int, message: WriteTxnMarkersResponse, out: list | 
     """Append the encoded WriteTxnMarkersResponse to ``out`` (a list of buffers) and return it."""
     if out is None: out = []
     if not 0 <= version <= 1: raise ValueError(f'WriteTxnMarkersResponse version {version} is not defined')
-    RESPONSE_ENCODERS[version](message, out.append)
+    try:
+        RESPONSE_ENCODERS[version](message, out.append)
+    except (_StructError, AttributeError, TypeError, ValueError) as e:
+        raise EncodeError(f'cannot encode WriteTxnMarkersResponse v{version}: {type(e).__name__}: {e}') from e
     return out
