@@ -1,0 +1,154 @@
+"""The replica fetcher manager: Kafka's partition -> fetcher id hashing, the translation between
+the core's fetcher requests and the wire, and real fetcher tasks between two brokers — several
+fetchers per source broker, one failed partition not stopping the others, and reconnection
+after the leader's process restarts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import new_chroot
+from harness import ActingController, BrokerThread, broker_props, produce, wait_until
+
+from tidelog.broker.fetcher_manager import fetcher_id_for, from_wire, java_string_hash, to_wire
+from tidelog.cluster.zookeeper import ZooKeeperServer, pick_free_port
+from tidelog.protocol.codec import decode_request, encode_request
+from tidelog.protocol.messages import fetch as m_fetch
+from tidelog.protocol.messages import list_offsets as m_lo
+from tidelog.protocol.messages import offset_for_leader_epoch as m_ofle
+from tidelog.protocol.records.builder import build_values
+from tidelog.replication.errors import Errors
+from tidelog.replication.fetcher import (
+    FetchPartition,
+    FetchRequest,
+    ListOffsetsRequest,
+    OffsetsForLeaderEpochRequest,
+)
+from tidelog.replication.types import TopicPartition
+
+
+def test_java_string_hash_matches_java() -> None:
+    # Values of java.lang.String#hashCode.
+    assert java_string_hash("") == 0
+    assert java_string_hash("test") == 3556498
+    assert java_string_hash("hello") == 99162322
+    assert java_string_hash("Aa") == java_string_hash("BB") == 2112
+    assert java_string_hash("polygenelubricants") == -2147483648
+
+
+def test_fetcher_id_is_kafkas() -> None:
+    # Utils.abs(31 * hashCode + partition) % n; abs(MIN_VALUE) is 0 in Kafka's Utils.abs.
+    assert fetcher_id_for(TopicPartition("test", 0), 3) == (31 * 3556498) % 3
+    assert fetcher_id_for(TopicPartition("test", 5), 1) == 0
+    ids = {fetcher_id_for(TopicPartition("t", p), 4) for p in range(16)}
+    assert ids == {0, 1, 2, 3}
+
+
+def _roundtrip(wire: object, version: int) -> object:
+    frame = b"".join(bytes(b) for b in encode_request(wire, version, 1))
+    return decode_request(memoryview(frame[4:]))[1]
+
+
+def test_requests_translate_to_the_wire_and_back() -> None:
+    a, b = TopicPartition("a", 0), TopicPartition("b", 3)
+    fetch = FetchRequest(1, 2, 7, 99, 500, 1, 1 << 20, {a: FetchPartition(10, 4, 2, 4096),
+                                                       b: FetchPartition(0, 1, 0, 100)})
+    wire = _roundtrip(to_wire(fetch), 12)
+    assert isinstance(wire, m_fetch.FetchRequest)
+    assert (wire.replica_id, wire.max_wait_ms, wire.min_bytes, wire.max_bytes) == (7, 500, 1, 1 << 20)
+    parts = {(t.topic, p.partition): (p.fetch_offset, p.current_leader_epoch, p.log_start_offset,
+                                      p.partition_max_bytes)
+             for t in wire.topics for p in t.partitions}
+    assert parts == {("a", 0): (10, 4, 2, 4096), ("b", 3): (0, 1, 0, 100)}
+    resp = m_fetch.FetchResponse(responses=[m_fetch.FetchableTopicResponse(topic="a", partitions=[
+        m_fetch.PartitionData(partition_index=0, error_code=74, high_watermark=5, log_start_offset=1,
+                              records=None)])])
+    got = from_wire(fetch, resp)
+    assert got[a].error == Errors.FENCED_LEADER_EPOCH and got[a].high_watermark == 5
+    assert got[a].records == b""
+    assert from_wire(fetch, m_fetch.FetchResponse(error_code=70))[b].error == Errors.UNKNOWN_SERVER_ERROR
+
+    ofle = OffsetsForLeaderEpochRequest(2, 2, 7, {a: (4, 3)})
+    wire = _roundtrip(to_wire(ofle), 4)
+    assert isinstance(wire, m_ofle.OffsetForLeaderEpochRequest) and wire.replica_id == 7
+    p = wire.topics[0].partitions[0]
+    assert (p.partition, p.current_leader_epoch, p.leader_epoch) == (0, 4, 3)
+    got = from_wire(ofle, m_ofle.OffsetForLeaderEpochResponse(topics=[m_ofle.OffsetForLeaderTopicResult(
+        "a", [m_ofle.EpochEndOffset(error_code=0, partition=0, leader_epoch=3, end_offset=42)])]))
+    assert (got[a].error, got[a].leader_epoch, got[a].end_offset) == (Errors.NONE, 3, 42)
+
+    lo = ListOffsetsRequest(3, 2, 7, {b: (1, -2)})
+    wire = _roundtrip(to_wire(lo), 7)
+    assert isinstance(wire, m_lo.ListOffsetsRequest) and wire.topics[0].partitions[0].timestamp == -2
+    got = from_wire(lo, m_lo.ListOffsetsResponse(topics=[m_lo.ListOffsetsTopicResponse("b", [
+        m_lo.ListOffsetsPartitionResponse(partition_index=3, offset=8, leader_epoch=1)])]))
+    assert (got[b].offset, got[b].leader_epoch) == (8, 1)
+
+
+# ---------------------------------------------------------------- real fetcher tasks
+
+
+@pytest.fixture
+def two(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[tuple[str, Path, list[BrokerThread]]]:
+    zk = new_chroot(zookeeper)
+    extra = {"num.replica.fetchers": 2}
+    brokers = [BrokerThread(broker_props(i, zk, tmp_path / f"b{i}", **extra)).start() for i in (1, 2)]
+    try:
+        yield zk, tmp_path, brokers
+    finally:
+        for b in brokers:
+            b.stop()
+
+
+@pytest.mark.integration
+def test_fetchers_per_source_and_a_failed_partition_does_not_stop_the_others(
+    two: tuple[str, Path, list[BrokerThread]]
+) -> None:
+    zk, _, (b1, b2) = two
+    ctl = ActingController(zk, [b1, b2])
+    try:
+        ctl.create_topic("many", {p: [1, 2] for p in range(4)})
+        fm = b2.server.replica_manager.fetcher_manager
+        keys = wait_until(lambda: b2.call(lambda: sorted(fm.fetchers)), what="fetcher tasks")
+        expected = sorted({(1, fetcher_id_for(TopicPartition("many", p), 2)) for p in range(4)})
+        assert keys == expected
+        for p in range(4):
+            assert produce(b1.port, "many", p, build_values([b"a"]), acks=-1) == (0, 0)
+        # Break partition 0's log on the follower: its appends fail, the others go on.
+        b2.call(lambda: b2.server.log_manager.get_log("many", 0).close())
+        for p in range(4):
+            assert produce(b1.port, "many", p, build_values([b"b"]), acks=1) == (0, 1)
+        for p in (1, 2, 3):
+            wait_until(lambda p=p: b2.partition("many", p).log_end_offset == 2, what=f"many-{p} replicated")
+        wait_until(lambda: TopicPartition("many", 0) in b2.call(lambda: fm.failed_partitions),
+                   what="many-0 marked failed")
+    finally:
+        ctl.close()
+
+
+@pytest.mark.integration
+def test_follower_reconnects_after_the_leader_restarts(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    zk = new_chroot(zookeeper)
+    port = pick_free_port()
+    props1 = broker_props(1, zk, tmp_path / "b1", **{"listeners": f"PLAINTEXT://127.0.0.1:{port}"})
+    b1 = BrokerThread(props1).start()
+    b2 = BrokerThread(broker_props(2, zk, tmp_path / "b2")).start()
+    ctl = ActingController(zk, [b1, b2])
+    try:
+        ctl.create_topic("re", {0: [1, 2]})
+        assert produce(b1.port, "re", 0, build_values([b"1"]), acks=-1) == (0, 0)
+        b1.stop()  # the follower's connection breaks; it backs off and retries
+        b1 = BrokerThread(props1).start()
+        assert b1.port == port
+        ctl.brokers[1] = b1
+        ctl.states[("re", 0)]["zk_version"] = ctl.read_state("re", 0).zk_version
+        ctl.send_leader_and_isr("re", [0], live={1})
+        assert produce(b1.port, "re", 0, build_values([b"2"]), acks=1) == (0, 1)
+        wait_until(lambda: b2.partition("re", 0).log_end_offset == 2, what="follower caught up")
+        assert b2.call(lambda: sum(t.connects for t in b2.server.replica_manager.fetcher_manager.fetchers.values())) >= 2
+    finally:
+        b1.stop()
+        b2.stop()
+        ctl.close()
