@@ -100,6 +100,10 @@ class _Batch:
     data: bytes | bytearray | None = None
     attempts: int = 0
     last_error: int = 0
+    # resolved (never failed) when the batch is acknowledged or failed: what flush() awaits
+    done: asyncio.Future[None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
 
 
 class _PartitionQueue:
@@ -157,7 +161,6 @@ class Producer:
         self._sticky: dict[str, int] = {}
         self._buffered = 0
         self._space = asyncio.Event()
-        self._incomplete: set[asyncio.Future[tuple[TopicPartition, int]]] = set()
         self._flushing = 0
         self._closed = False
         self._started = False
@@ -223,7 +226,11 @@ class Producer:
             raise KafkaConnectionError("producer closed")
         if not self._started:
             await self.start()
-        partitions = await self.client.partitions_for(topic)
+        meta = self.client.metadata.topics.get(topic)
+        if meta is not None and not meta.error and meta.partitions:
+            partitions = sorted(meta.partitions) if partition is None else list(meta.partitions)
+        else:
+            partitions = await self.client.partitions_for(topic)
         if partition is None:
             partition = self._choose_partition(topic, key, partitions)
         elif partition not in partitions:
@@ -262,8 +269,6 @@ class Producer:
         batch.records.append(Record(value, key, tuple(headers), timestamp_ms))
         batch.futures.append(future)
         batch.size += size
-        self._incomplete.add(future)
-        future.add_done_callback(self._incomplete.discard)
         if batch.size >= limit or self.linger_ms == 0 or self._flushing:
             self._wakeup.set()
             # let the sender run: a caller looping over send() never suspends otherwise
@@ -315,13 +320,13 @@ class Producer:
 
     async def flush(self) -> None:
         """Send everything buffered now and wait until each record is acknowledged or failed."""
-        pending = list(self._incomplete)
+        pending = [b.done for q in self._queues.values() for b in q.batches]
         if not pending:
             return
         self._flushing += 1
         try:
             self._wakeup.set()
-            await asyncio.gather(*pending, return_exceptions=True)
+            await asyncio.gather(*pending)
         finally:
             self._flushing -= 1
 
@@ -545,10 +550,12 @@ class Producer:
     def _complete(self, batch: _Batch, base_offset: int) -> None:
         self._release(batch.size)
         batch.size = 0
+        tp = batch.tp
         for i, future in enumerate(batch.futures):
             if not future.done():
-                offset = base_offset + i if base_offset >= 0 else -1
-                future.set_result((batch.tp, offset))
+                future.set_result((tp, base_offset + i if base_offset >= 0 else -1))
+        if not batch.done.done():
+            batch.done.set_result(None)
 
     def _fail(self, batch: _Batch, error: BaseException) -> None:
         if batch.size:
@@ -557,6 +564,11 @@ class Producer:
         for future in batch.futures:
             if not future.done():
                 future.set_exception(error)
+                # the error is the future's to report: no "never retrieved" log if the caller
+                # fired and forgot
+                future.exception()
+        if not batch.done.done():
+            batch.done.set_result(None)
 
 
 def _batch_producer_id(batch: _Batch) -> int:
