@@ -238,11 +238,15 @@ class BrokerConnection:
         ``timeout_ms`` overrides ``request_timeout_ms`` for this request (long-polling fetches
         need more than their ``max_wait_ms``).
         """
+        if self.closed or self._transport is None:
+            raise KafkaConnectionError(self._close_reason)
         version = self.pick_version(request.API_KEY, api_version)
         return await self._send(request, version, timeout_ms, False)
 
     async def send_no_response(self, request: Any, api_version: int | None = None) -> None:
         """Send a request the broker does not answer (Produce with acks=0)."""
+        if self.closed or self._transport is None:
+            raise KafkaConnectionError(self._close_reason)
         version = self.pick_version(request.API_KEY, api_version)
         self._write(request, version)
         await self._drain()

@@ -43,7 +43,7 @@ from tidelog.protocol.messages.produce import (
 from tidelog.protocol.records import Record, RecordBatch, build_batch
 from tidelog.protocol.records.compression import CODECS_BY_NAME
 
-__all__ = ["Producer", "RecordMetadata", "parse_acks", "parse_compression"]
+__all__ = ["Producer", "parse_acks", "parse_compression"]
 
 Header = tuple[str, bytes | None]
 
@@ -79,14 +79,6 @@ def parse_compression(compression: str | int | None) -> int:
         names = ", ".join(CODECS_BY_NAME)
         raise ValueError(f"compression.type must be one of {names}, not {compression!r}")
     return codec
-
-
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
-    """Where an acknowledged record went. offset is -1 for acks=0."""
-
-    topic_partition: TopicPartition
-    offset: int
 
 
 @dataclass(slots=True)
