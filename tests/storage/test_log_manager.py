@@ -132,3 +132,14 @@ def test_cleanup_and_flush_tasks_run_over_every_log() -> None:
     assert log.recovery_point == log.log_end_offset
     assert m.cleanup_logs(now_ms=5000) >= 1
     assert log.log_start_offset == log.log_end_offset == 6
+
+
+def test_a_topic_config_change_reaches_its_logs() -> None:
+    fio = MemoryFileIO()
+    m = LogManager(["/d"], LogConfig(), fio)
+    log = m.get_or_create_log("t", 0)
+    other = m.get_or_create_log("u", 0)
+    m.update_topic_config("t", LogConfig.from_dict({"max.message.bytes": "100"}))
+    assert log.config.max_message_bytes == 100
+    assert other.config.max_message_bytes == 1048588
+    assert m.get_or_create_log("t", 1).config.max_message_bytes == 100

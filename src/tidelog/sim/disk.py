@@ -94,7 +94,8 @@ class MemoryFileHandle:
 
     def read(self, position: int, size: int) -> bytes:
         file = self._check()
-        return bytes(file.data[position : position + size])
+        with memoryview(file.data) as view:
+            return bytes(view[position : position + size])
 
     def size(self) -> int:
         return len(self._check().data)

@@ -282,6 +282,11 @@ class Log:
     def unflushed_messages(self) -> int:
         return self.log_end_offset - self.recovery_point
 
+    def update_config(self, config: LogConfig) -> None:
+        """Use `config` from now on (a topic config change). Index sizes and intervals apply to
+        segments created after the change, as in Kafka."""
+        self.config = config
+
     def update_high_watermark(self, hw: int) -> int:
         """Set the HW, clamped to [log_start_offset, log_end_offset]; in memory only."""
         self.high_watermark = min(max(hw, self.log_start_offset), self.log_end_offset)

@@ -145,6 +145,13 @@ class LogManager:
     def config_for(self, topic: str) -> LogConfig:
         return self.topic_configs.get(topic, self.config)
 
+    def update_topic_config(self, topic: str, config: LogConfig) -> None:
+        """A topic's configuration changed (AlterConfigs): its logs use it from now on."""
+        self.topic_configs[topic] = config
+        for (log_topic, _), log in self.logs.items():
+            if log_topic == topic:
+                log.update_config(config)
+
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self.logs.get((topic, partition))
 
