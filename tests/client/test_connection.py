@@ -303,3 +303,26 @@ def test_tansu_negotiation_and_pipelined_metadata(tansu: str) -> None:
         assert conn.closed
 
     asyncio.run(main())
+
+
+def test_a_cancelled_request_leaves_the_connection_usable() -> None:
+    async def handler(header, request):  # type: ignore[no-untyped-def]
+        if header.request_api_key == ApiKey.METADATA and request.topics[0].name == "slow":
+            await asyncio.sleep(0.1)
+        return echo_metadata(header, request)
+
+    async def main() -> None:
+        async with ScriptedBroker(handler) as broker:
+            conn = BrokerConnection("127.0.0.1", broker.port)
+            await conn.connect()
+            slow = asyncio.ensure_future(conn.send(ask("slow")))
+            await asyncio.sleep(0.01)
+            slow.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await slow
+            await asyncio.sleep(0.15)  # its answer arrives and is dropped
+            assert (await conn.send(ask("next"))).topics[0].name == "next"
+            assert not conn.closed
+            await conn.close()
+
+    asyncio.run(main())

@@ -43,17 +43,19 @@ def test_reads_back_what_the_producer_wrote_in_every_compression(
     async def main() -> None:
         async with KafkaClient(tansu) as client:
             await client.create_topics([NewTopic(topic_name, 3, 1)])
-            sent: dict[int, list[tuple[bytes, bytes]]] = {0: [], 1: [], 2: []}
+            sent: dict[int, list[tuple[bytes, bytes, tuple]]] = {0: [], 1: [], 2: []}
             async with Producer(client, compression=compression, batch_size=2000) as producer:
                 futures = []
                 for i in range(300):
                     key, value = b"key-%d" % (i % 17), b"value-%d-" % i + b"x" * (i % 50)
-                    futures.append((key, value, await producer.send(topic_name, value, key=key)))
+                    headers = (("i", b"%d" % i), ("none", None)) if i % 3 == 0 else ()
+                    future = await producer.send(topic_name, value, key=key, headers=headers)
+                    futures.append((key, value, headers, future))
                 await producer.flush()
-            for key, value, future in futures:
+            for key, value, headers, future in futures:
                 tp, offset = future.result()
                 assert offset == len(sent[tp.partition])
-                sent[tp.partition].append((key, value))
+                sent[tp.partition].append((key, value, headers))
             consumer = Consumer(client, auto_offset_reset="earliest")
             consumer.assign([TopicPartition(topic_name, p) for p in range(3)])
             records = await poll_until(consumer, 300)
@@ -61,7 +63,7 @@ def test_reads_back_what_the_producer_wrote_in_every_compression(
             for p in range(3):
                 mine = [r for r in records if r.partition == p]
                 assert [r.offset for r in mine] == list(range(len(sent[p])))
-                assert [(r.key, r.value) for r in mine] == sent[p]
+                assert [(r.key, r.value, r.headers) for r in mine] == sent[p]
                 assert consumer.position(TopicPartition(topic_name, p)) == len(sent[p])
             assert await consumer.poll(timeout_ms=100) == []
 

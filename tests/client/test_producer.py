@@ -9,7 +9,7 @@ import pytest
 from kafka_peer import NO_ANSWER, ScriptedBroker, metadata_answer
 
 from tidelog.client.cluster import KafkaClient, NewTopic
-from tidelog.client.errors import BrokerResponseError
+from tidelog.client.errors import BrokerResponseError, KafkaConnectionError, RequestTimedOutError
 from tidelog.client.metadata import TopicPartition
 from tidelog.client.partitioner import murmur2, partition_for_key
 from tidelog.client.producer import Producer, parse_acks, parse_compression
@@ -306,5 +306,32 @@ def test_retries_stop_at_the_delivery_timeout() -> None:
                     with pytest.raises(BrokerResponseError, match="NOT_ENOUGH_REPLICAS"):
                         future.result()
         assert 2 <= len(script.produced()) < 100
+
+    asyncio.run(main())
+
+
+def test_a_full_buffer_blocks_send_for_at_most_max_block_ms() -> None:
+    script = ProduceScript(*[NO_ANSWER] * 100)
+
+    async def main() -> None:
+        async with script.broker:
+            async with KafkaClient(script.broker.address) as client:
+                producer = Producer(
+                    client,
+                    linger_ms=0,
+                    buffer_memory=1000,
+                    max_block_ms=200,
+                    request_timeout_ms=10_000,
+                )
+                async with producer:
+                    first = await producer.send("t", b"x" * 600)
+                    started = time.monotonic()
+                    with pytest.raises(RequestTimedOutError, match="buffer.memory"):
+                        await producer.send("t", b"y" * 600)
+                    assert 0.15 < time.monotonic() - started < 5
+                    assert not first.done()
+                    await producer.close(timeout_s=0.1)
+                    with pytest.raises(KafkaConnectionError, match="closed"):
+                        first.result()
 
     asyncio.run(main())
