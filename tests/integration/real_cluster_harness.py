@@ -65,6 +65,19 @@ class RealCluster:
             wait_for(lambda p=p: (s := self.state(topic, p)) and s.leader >= 0
                      and len(s.isr) == rf, what=f"{topic}-{p} online with a full ISR")
 
+    def create_topic_with_assignment(self, topic: str, assignment: dict[int, list[int]]) -> None:
+        """An explicit replica assignment, written as Kafka's AdminZkClient does."""
+        from tidelog.controller.admin import AdminZkClient
+
+        AdminZkClient(self.zk).create_topic(topic, 0, 0, replica_assignment=assignment)
+        for p, replicas in assignment.items():
+            wait_for(lambda p=p, r=replicas: (s := self.state(topic, p)) and s.leader == r[0]
+                     and len(s.isr) == len(r), what=f"{topic}-{p} online with a full ISR")
+
+    def stop(self, broker_id: int) -> None:
+        """SIGTERM: a controlled shutdown; returns when the process has exited."""
+        tidelog("cluster", "stop-broker", "--dir", str(self.dir), "--broker", str(broker_id))
+
     def kill(self, broker_id: int) -> None:
         tidelog("cluster", "stop-broker", "--dir", str(self.dir), "--broker", str(broker_id),
                 "--kill")
