@@ -290,7 +290,11 @@ class Gen:
             else:
                 el = self.var("e")
                 body += [f"    {target} = []", f"    for _ in range({cnt}):"]
-                inner = self.dec_value(f, v, el, compact, nullable=False, in_array=True)
+                if f.is_struct and self.is_leaf(f.struct, v):
+                    # leaf structs (partitions) decode inline: no call per element
+                    inner = self.dec_body(f.struct, v, el, f"{el}_", "")
+                else:
+                    inner = self.dec_value(f, v, el, compact, nullable=False, in_array=True)
                 body += ["        " + line for line in inner]
                 body += [f"        {target}.append({el})"]
             ops.append(("stmt", body))
@@ -556,6 +560,35 @@ class Gen:
 
     # ---- per (struct, version) functions --------------------------------------------------
 
+    def is_leaf(self, st: Struct, v: int) -> bool:
+        return not any(f.is_struct and v in f.versions for f in st.fields)
+
+    def dec_body(self, st: Struct, v: int, obj: str, prefix: str, indent: str) -> list[str]:
+        """Statements decoding one ``st`` into the variable ``obj`` (a function body, or
+        inlined into an array loop of the parent)."""
+        cls = self.cls[st.name]
+        flex = self.msg.is_flexible(v)
+        regular = [f for f in st.fields if v in f.versions and not (flex and v in f.tagged)]
+        tagged = any(flex and v in f.versions and v in f.tagged for f in st.fields)
+        ops: list[tuple] = []
+        names = {}
+        for f in regular:
+            tv = f"{prefix}{f.py}"
+            names[f.py] = tv
+            ops += self.dec_field(f, v, tv)
+        lines = self.render_dec(ops, indent)
+        args = [names.get(f.py) or py_default(f, self.cls)[0] for f in st.fields]
+        lines.append(f"{indent}{obj} = {cls}({', '.join(args)})")
+        if flex:
+            if tagged:
+                lines.append(f"{indent}if b[p]: p = _dt_{cls}_v{v}(b, p, n, {obj})")
+            else:
+                lines.append(
+                    f"{indent}if b[p]: {obj}.unknown_tagged_fields, p = _rtags(b, p, n)"
+                )
+            lines.append(f"{indent}else: p += 1")
+        return lines
+
     def struct_fns(self, st: Struct, v: int) -> list[str]:
         cls = self.cls[st.name]
         flex = self.msg.is_flexible(v)
@@ -568,30 +601,13 @@ class Gen:
         # decoder
         self.tmp = 0
         lines.append(f"def _d_{cls}_v{v}(b, p, n):")
-        ops: list[tuple] = []
-        names = {}
-        for f in regular:
-            tv = f"f_{f.py}"
-            names[f.py] = tv
-            ops += self.dec_field(f, v, tv)
-        lines += self.render_dec(ops, "    ")
-        args = []
-        for f in st.fields:
-            if f.py in names:
-                args.append(names[f.py])
-            else:
-                args.append(py_default(f, self.cls)[0])
-        ctor = f"{cls}({', '.join(args)})"
         if flex:
-            lines.append(f"    o = {ctor}")
-            if tagged:
-                lines.append(f"    if b[p]: p = _dt_{cls}_v{v}(b, p, n, o)")
-            else:
-                lines.append("    if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)")
-            lines.append("    else: p += 1")
+            lines += self.dec_body(st, v, "o", "f_", "    ")
             lines.append("    return o, p")
         else:
-            lines.append(f"    return {ctor}, p")
+            body = self.dec_body(st, v, "o", "f_", "    ")
+            assert body[-1].startswith("    o = ")
+            lines += body[:-1] + [f"    return {body[-1][8:]}, p"]
         lines.append("")
         if tagged:
             lines += [

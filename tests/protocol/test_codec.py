@@ -168,9 +168,9 @@ def test_unsupported_unknown_and_padded_requests() -> None:
 
 
 def test_unsupported_api_versions_answer_is_kafkas_v0_error_body() -> None:
-    from tidelog.protocol.api_versions import unsupported_api_versions_response
+    from tidelog.protocol.api_versions import unsupported_api_versions_frame
 
-    parts = codec.encode_response(0, 7, unsupported_api_versions_response(), 0)
+    parts = unsupported_api_versions_frame(7)
     # size 16, correlation id 7, UNSUPPORTED_VERSION, [ApiVersions 0..4]
     assert b"".join(parts).hex() == "0000001000000007002300000001001200000004"
     assert ErrorCode.UNSUPPORTED_VERSION == 0x23

@@ -19,6 +19,7 @@ __all__ = [
     "PRODUCE_MIN_ACCEPTED_VERSION",
     "api_versions_response",
     "is_supported",
+    "unsupported_api_versions_frame",
     "unsupported_api_versions_response",
 ]
 
@@ -116,3 +117,11 @@ def unsupported_api_versions_response() -> ApiVersionsResponse:
         error_code=ErrorCode.UNSUPPORTED_VERSION,
         api_keys=[ApiVersion(ApiKey.API_VERSIONS, lo, hi)],
     )
+
+
+def unsupported_api_versions_frame(correlation_id: int) -> list[bytes | memoryview]:
+    """The framed answer to an ApiVersions request whose version is unknown (see
+    ``codec.UnsupportedVersionError``): response header v0 and a v0 body, as Kafka sends."""
+    from tidelog.protocol.codec import encode_response
+
+    return encode_response(0, correlation_id, unsupported_api_versions_response(), 0)

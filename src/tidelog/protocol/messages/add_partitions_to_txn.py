@@ -145,7 +145,24 @@ def _d_AddPartitionsToTxnTransaction_v4(b, p, n):
     else:
         f_topics = []
         for _ in range(_c2):
-            _e3, p = _d_AddPartitionsToTxnTopic_v3(b, p, n)
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_name = str(b[p:_l4], 'utf-8'); p = _l4
+            _c5 = b[p]; p += 1
+            if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+            _c5 -= 1
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_partitions = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _e3 = AddPartitionsToTxnTopic(_e3_name, _e3_partitions)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topics.append(_e3)
     o = AddPartitionsToTxnTransaction(f_transactional_id, f_producer_id, f_producer_epoch, f_verify_only, f_topics)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -179,7 +196,18 @@ def _d_AddPartitionsToTxnRequest_v0(b, p, n):
     else:
         f_v3_and_below_topics = []
         for _ in range(_c2):
-            _e3, p = _d_AddPartitionsToTxnTopic_v0(b, p, n)
+            _l4, = _S0.unpack_from(b, p); p += 2
+            if _l4 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_name = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _c5, = _S1.unpack_from(b, p); p += 4
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_partitions = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _e3 = AddPartitionsToTxnTopic(_e3_name, _e3_partitions)
             f_v3_and_below_topics.append(_e3)
     return AddPartitionsToTxnRequest([], f_v3_and_below_transactional_id, f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, f_v3_and_below_topics), p
 
@@ -211,7 +239,24 @@ def _d_AddPartitionsToTxnRequest_v3(b, p, n):
     else:
         f_v3_and_below_topics = []
         for _ in range(_c2):
-            _e3, p = _d_AddPartitionsToTxnTopic_v3(b, p, n)
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_name = str(b[p:_l4], 'utf-8'); p = _l4
+            _c5 = b[p]; p += 1
+            if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+            _c5 -= 1
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_partitions = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _e3 = AddPartitionsToTxnTopic(_e3_name, _e3_partitions)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_v3_and_below_topics.append(_e3)
     o = AddPartitionsToTxnRequest([], f_v3_and_below_transactional_id, f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, f_v3_and_below_topics)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -349,7 +394,8 @@ def _d_AddPartitionsToTxnTopicResult_v0(b, p, n):
     else:
         f_results_by_partition = []
         for _ in range(_c2):
-            _e3, p = _d_AddPartitionsToTxnPartitionResult_v0(b, p, n)
+            _e3_partition_index, _e3_partition_error_code = _S5.unpack_from(b, p); p += 6
+            _e3 = AddPartitionsToTxnPartitionResult(_e3_partition_index, _e3_partition_error_code)
             f_results_by_partition.append(_e3)
     return AddPartitionsToTxnTopicResult(f_name, f_results_by_partition), p
 
@@ -380,7 +426,10 @@ def _d_AddPartitionsToTxnTopicResult_v3(b, p, n):
     else:
         f_results_by_partition = []
         for _ in range(_c2):
-            _e3, p = _d_AddPartitionsToTxnPartitionResult_v3(b, p, n)
+            _e3_partition_index, _e3_partition_error_code = _S5.unpack_from(b, p); p += 6
+            _e3 = AddPartitionsToTxnPartitionResult(_e3_partition_index, _e3_partition_error_code)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_results_by_partition.append(_e3)
     o = AddPartitionsToTxnTopicResult(f_name, f_results_by_partition)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -112,7 +112,24 @@ def _d_AddRaftVoterRequest_v0(b, p, n):
     else:
         f_listeners = []
         for _ in range(_c2):
-            _e3, p = _d_Listener_v0(b, p, n)
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_name = str(b[p:_l4], 'utf-8'); p = _l4
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_host = str(b[p:_l5], 'utf-8'); p = _l5
+            _e3_port, = _S0.unpack_from(b, p); p += 2
+            _e3 = Listener(_e3_name, _e3_host, _e3_port)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_listeners.append(_e3)
     o = AddRaftVoterRequest(f_cluster_id, f_timeout_ms, f_voter_id, f_voter_directory_id, f_listeners)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

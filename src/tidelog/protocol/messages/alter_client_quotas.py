@@ -179,17 +179,34 @@ def _d_EntryData_v0(b, p, n):
     else:
         f_entity = []
         for _ in range(_c1):
-            _e2, p = _d_EntityData_v0(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_entity_type = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _l4, = _S0.unpack_from(b, p); p += 2
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e2_entity_name = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_entity_name = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e2 = EntityData(_e2_entity_type, _e2_entity_name)
             f_entity.append(_e2)
-    _c3, = _S2.unpack_from(b, p); p += 4
-    if _c3 < 0:
+    _c5, = _S2.unpack_from(b, p); p += 4
+    if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_ops = []
-        for _ in range(_c3):
-            _e4, p = _d_OpData_v0(b, p, n)
-            f_ops.append(_e4)
+        for _ in range(_c5):
+            _l7, = _S0.unpack_from(b, p); p += 2
+            if _l7 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l7 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_key = str(b[p:p + _l7], 'utf-8'); p += _l7
+            _e6_value, _e6_remove = _S1.unpack_from(b, p); p += 9
+            _e6 = OpData(_e6_key, _e6_value, _e6_remove)
+            f_ops.append(_e6)
     return EntryData(f_entity, f_ops), p
 
 def _e_EntryData_v0(o, ap):
@@ -212,19 +229,45 @@ def _d_EntryData_v1(b, p, n):
     else:
         f_entity = []
         for _ in range(_c1):
-            _e2, p = _d_EntityData_v1(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_entity_type = str(b[p:_l3], 'utf-8'); p = _l3
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: _e2_entity_name = None
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_entity_name = str(b[p:_l4], 'utf-8'); p = _l4
+            _e2 = EntityData(_e2_entity_type, _e2_entity_name)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_entity.append(_e2)
-    _c3 = b[p]; p += 1
-    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
-    _c3 -= 1
-    if _c3 < 0:
+    _c5 = b[p]; p += 1
+    if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+    _c5 -= 1
+    if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_ops = []
-        for _ in range(_c3):
-            _e4, p = _d_OpData_v1(b, p, n)
-            f_ops.append(_e4)
+        for _ in range(_c5):
+            _l7 = b[p]; p += 1
+            if _l7 > 127: _l7, p = _uvt(b, p, _l7)
+            if _l7 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l7 += p - 1
+                if _l7 > n: raise DecodeError('field runs past the end of the buffer')
+                _e6_key = str(b[p:_l7], 'utf-8'); p = _l7
+            _e6_value, _e6_remove = _S1.unpack_from(b, p); p += 9
+            _e6 = OpData(_e6_key, _e6_value, _e6_remove)
+            if b[p]: _e6.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
+            f_ops.append(_e6)
     o = EntryData(f_entity, f_ops)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -414,7 +457,18 @@ def _d_AlterClientQuotasResponseEntryData_v0(b, p, n):
     else:
         f_entity = []
         for _ in range(_c2):
-            _e3, p = _d_AlterClientQuotasResponseEntityData_v0(b, p, n)
+            _l4, = _S0.unpack_from(b, p); p += 2
+            if _l4 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_entity_type = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _l5, = _S0.unpack_from(b, p); p += 2
+            if _l5 < 0:
+                if _l5 != -1: raise DecodeError('invalid length')
+                _e3_entity_name = None
+            elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_entity_name = str(b[p:p + _l5], 'utf-8'); p += _l5
+            _e3 = AlterClientQuotasResponseEntityData(_e3_entity_type, _e3_entity_name)
             f_entity.append(_e3)
     return AlterClientQuotasResponseEntryData(f_error_code, f_error_message, f_entity), p
 
@@ -447,7 +501,23 @@ def _d_AlterClientQuotasResponseEntryData_v1(b, p, n):
     else:
         f_entity = []
         for _ in range(_c2):
-            _e3, p = _d_AlterClientQuotasResponseEntityData_v1(b, p, n)
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_entity_type = str(b[p:_l4], 'utf-8'); p = _l4
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: _e3_entity_name = None
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_entity_name = str(b[p:_l5], 'utf-8'); p = _l5
+            _e3 = AlterClientQuotasResponseEntityData(_e3_entity_type, _e3_entity_name)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_entity.append(_e3)
     o = AlterClientQuotasResponseEntryData(f_error_code, f_error_message, f_entity)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -154,7 +154,10 @@ def _d_PartitionData_v3(b, p, n):
     else:
         f_new_isr_with_epochs = []
         for _ in range(_c1):
-            _e2, p = _d_BrokerState_v3(b, p, n)
+            _e2_broker_id, _e2_broker_epoch = _S0.unpack_from(b, p); p += 12
+            _e2 = BrokerState(_e2_broker_id, _e2_broker_epoch)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_new_isr_with_epochs.append(_e2)
     f_leader_recovery_state, f_partition_epoch = _S3.unpack_from(b, p); p += 5
     o = PartitionData(f_partition_index, f_leader_epoch, [], f_new_isr_with_epochs, f_leader_recovery_state, f_partition_epoch)
@@ -190,7 +193,19 @@ def _d_TopicData_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_PartitionData_v0(b, p, n)
+            _e3_partition_index, _e3_leader_epoch = _S1.unpack_from(b, p); p += 8
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_new_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e3_partition_epoch, = _S2.unpack_from(b, p); p += 4
+            _e3 = PartitionData(_e3_partition_index, _e3_leader_epoch, _e3_new_isr, [], 0, _e3_partition_epoch)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = TopicData(f_topic_name, ZERO_UUID, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -227,7 +242,19 @@ def _d_TopicData_v1(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_PartitionData_v1(b, p, n)
+            _e3_partition_index, _e3_leader_epoch = _S1.unpack_from(b, p); p += 8
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_new_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e3_leader_recovery_state, _e3_partition_epoch = _S3.unpack_from(b, p); p += 5
+            _e3 = PartitionData(_e3_partition_index, _e3_leader_epoch, _e3_new_isr, [], _e3_leader_recovery_state, _e3_partition_epoch)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = TopicData(f_topic_name, ZERO_UUID, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -259,7 +286,19 @@ def _d_TopicData_v2(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c1):
-            _e2, p = _d_PartitionData_v1(b, p, n)
+            _e2_partition_index, _e2_leader_epoch = _S1.unpack_from(b, p); p += 8
+            _c3 = b[p]; p += 1
+            if _c3 > 127: _c3, p = _uvt(b, p, _c3)
+            _c3 -= 1
+            if _c3 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_new_isr = list(_unpack_from('>%di' % _c3, b, p)); p += 4 * _c3
+            _e2_leader_recovery_state, _e2_partition_epoch = _S3.unpack_from(b, p); p += 5
+            _e2 = PartitionData(_e2_partition_index, _e2_leader_epoch, _e2_new_isr, [], _e2_leader_recovery_state, _e2_partition_epoch)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e2)
     o = TopicData('', f_topic_id, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -542,7 +581,19 @@ def _d_AlterPartitionResponseTopicData_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_AlterPartitionResponsePartitionData_v0(b, p, n)
+            _e3_partition_index, _e3_error_code, _e3_leader_id, _e3_leader_epoch = _S5.unpack_from(b, p); p += 14
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e3_partition_epoch, = _S2.unpack_from(b, p); p += 4
+            _e3 = AlterPartitionResponsePartitionData(_e3_partition_index, _e3_error_code, _e3_leader_id, _e3_leader_epoch, _e3_isr, 0, _e3_partition_epoch)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = AlterPartitionResponseTopicData(f_topic_name, ZERO_UUID, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -579,7 +630,19 @@ def _d_AlterPartitionResponseTopicData_v1(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_AlterPartitionResponsePartitionData_v1(b, p, n)
+            _e3_partition_index, _e3_error_code, _e3_leader_id, _e3_leader_epoch = _S5.unpack_from(b, p); p += 14
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e3_leader_recovery_state, _e3_partition_epoch = _S3.unpack_from(b, p); p += 5
+            _e3 = AlterPartitionResponsePartitionData(_e3_partition_index, _e3_error_code, _e3_leader_id, _e3_leader_epoch, _e3_isr, _e3_leader_recovery_state, _e3_partition_epoch)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = AlterPartitionResponseTopicData(f_topic_name, ZERO_UUID, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -611,7 +674,19 @@ def _d_AlterPartitionResponseTopicData_v2(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c1):
-            _e2, p = _d_AlterPartitionResponsePartitionData_v1(b, p, n)
+            _e2_partition_index, _e2_error_code, _e2_leader_id, _e2_leader_epoch = _S5.unpack_from(b, p); p += 14
+            _c3 = b[p]; p += 1
+            if _c3 > 127: _c3, p = _uvt(b, p, _c3)
+            _c3 -= 1
+            if _c3 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_isr = list(_unpack_from('>%di' % _c3, b, p)); p += 4 * _c3
+            _e2_leader_recovery_state, _e2_partition_epoch = _S3.unpack_from(b, p); p += 5
+            _e2 = AlterPartitionResponsePartitionData(_e2_partition_index, _e2_error_code, _e2_leader_id, _e2_leader_epoch, _e2_isr, _e2_leader_recovery_state, _e2_partition_epoch)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e2)
     o = AlterPartitionResponseTopicData('', f_topic_id, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

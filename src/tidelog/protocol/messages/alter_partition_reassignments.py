@@ -103,7 +103,19 @@ def _d_ReassignableTopic_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_ReassignablePartition_v0(b, p, n)
+            _e3_partition_index, = _S0.unpack_from(b, p); p += 4
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                if _c4 != -1: raise DecodeError('invalid array length')
+                _e3_replicas = None
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_replicas = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e3 = ReassignablePartition(_e3_partition_index, _e3_replicas)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = ReassignableTopic(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -245,7 +257,17 @@ def _d_ReassignableTopicResponse_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_ReassignablePartitionResponse_v0(b, p, n)
+            _e3_partition_index, _e3_error_code = _S1.unpack_from(b, p); p += 6
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: _e3_error_message = None
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_error_message = str(b[p:_l4], 'utf-8'); p = _l4
+            _e3 = ReassignablePartitionResponse(_e3_partition_index, _e3_error_code, _e3_error_message)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = ReassignableTopicResponse(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

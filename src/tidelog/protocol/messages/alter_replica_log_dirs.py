@@ -130,7 +130,18 @@ def _d_AlterReplicaLogDir_v0(b, p, n):
     else:
         f_topics = []
         for _ in range(_c2):
-            _e3, p = _d_AlterReplicaLogDirTopic_v0(b, p, n)
+            _l4, = _S0.unpack_from(b, p); p += 2
+            if _l4 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_name = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _c5, = _S1.unpack_from(b, p); p += 4
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_partitions = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _e3 = AlterReplicaLogDirTopic(_e3_name, _e3_partitions)
             f_topics.append(_e3)
     return AlterReplicaLogDir(f_path, f_topics), p
 
@@ -161,7 +172,24 @@ def _d_AlterReplicaLogDir_v2(b, p, n):
     else:
         f_topics = []
         for _ in range(_c2):
-            _e3, p = _d_AlterReplicaLogDirTopic_v2(b, p, n)
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_name = str(b[p:_l4], 'utf-8'); p = _l4
+            _c5 = b[p]; p += 1
+            if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+            _c5 -= 1
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_partitions = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _e3 = AlterReplicaLogDirTopic(_e3_name, _e3_partitions)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topics.append(_e3)
     o = AlterReplicaLogDir(f_path, f_topics)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -307,7 +335,8 @@ def _d_AlterReplicaLogDirTopicResult_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_AlterReplicaLogDirPartitionResult_v0(b, p, n)
+            _e3_partition_index, _e3_error_code = _S2.unpack_from(b, p); p += 6
+            _e3 = AlterReplicaLogDirPartitionResult(_e3_partition_index, _e3_error_code)
             f_partitions.append(_e3)
     return AlterReplicaLogDirTopicResult(f_topic_name, f_partitions), p
 
@@ -338,7 +367,10 @@ def _d_AlterReplicaLogDirTopicResult_v2(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_AlterReplicaLogDirPartitionResult_v2(b, p, n)
+            _e3_partition_index, _e3_error_code = _S2.unpack_from(b, p); p += 6
+            _e3 = AlterReplicaLogDirPartitionResult(_e3_partition_index, _e3_error_code)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = AlterReplicaLogDirTopicResult(f_topic_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -145,19 +145,53 @@ def _d_AlterUserScramCredentialsRequest_v0(b, p, n):
     else:
         f_deletions = []
         for _ in range(_c1):
-            _e2, p = _d_ScramCredentialDeletion_v0(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2_mechanism, = _S0.unpack_from(b, p); p += 1
+            _e2 = ScramCredentialDeletion(_e2_name, _e2_mechanism)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_deletions.append(_e2)
-    _c3 = b[p]; p += 1
-    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
-    _c3 -= 1
-    if _c3 < 0:
+    _c4 = b[p]; p += 1
+    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+    _c4 -= 1
+    if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_upsertions = []
-        for _ in range(_c3):
-            _e4, p = _d_ScramCredentialUpsertion_v0(b, p, n)
-            f_upsertions.append(_e4)
+        for _ in range(_c4):
+            _l6 = b[p]; p += 1
+            if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+            if _l6 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l6 += p - 1
+                if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+                _e5_name = str(b[p:_l6], 'utf-8'); p = _l6
+            _e5_mechanism, _e5_iterations = _S1.unpack_from(b, p); p += 5
+            _l7 = b[p]; p += 1
+            if _l7 > 127: _l7, p = _uvt(b, p, _l7)
+            if _l7 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l7 += p - 1
+                if _l7 > n: raise DecodeError('field runs past the end of the buffer')
+                _e5_salt = bytes(b[p:_l7]); p = _l7
+            _l8 = b[p]; p += 1
+            if _l8 > 127: _l8, p = _uvt(b, p, _l8)
+            if _l8 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l8 += p - 1
+                if _l8 > n: raise DecodeError('field runs past the end of the buffer')
+                _e5_salted_password = bytes(b[p:_l8]); p = _l8
+            _e5 = ScramCredentialUpsertion(_e5_name, _e5_mechanism, _e5_iterations, _e5_salt, _e5_salted_password)
+            if b[p]: _e5.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
+            f_upsertions.append(_e5)
     o = AlterUserScramCredentialsRequest(f_deletions, f_upsertions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -266,7 +300,24 @@ def _d_AlterUserScramCredentialsResponse_v0(b, p, n):
     else:
         f_results = []
         for _ in range(_c1):
-            _e2, p = _d_AlterUserScramCredentialsResult_v0(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_user = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2_error_code, = _S2.unpack_from(b, p); p += 2
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: _e2_error_message = None
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_error_message = str(b[p:_l4], 'utf-8'); p = _l4
+            _e2 = AlterUserScramCredentialsResult(_e2_user, _e2_error_code, _e2_error_message)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_results.append(_e2)
     o = AlterUserScramCredentialsResponse(f_throttle_time_ms, f_results)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

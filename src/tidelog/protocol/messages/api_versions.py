@@ -230,7 +230,8 @@ def _d_ApiVersionsResponse_v0(b, p, n):
     else:
         f_api_keys = []
         for _ in range(_c1):
-            _e2, p = _d_ApiVersion_v0(b, p, n)
+            _e2_api_key, _e2_min_version, _e2_max_version = _S0.unpack_from(b, p); p += 6
+            _e2 = ApiVersion(_e2_api_key, _e2_min_version, _e2_max_version)
             f_api_keys.append(_e2)
     return ApiVersionsResponse(f_error_code, f_api_keys, 0, [], -1, [], False), p
 
@@ -248,7 +249,8 @@ def _d_ApiVersionsResponse_v1(b, p, n):
     else:
         f_api_keys = []
         for _ in range(_c1):
-            _e2, p = _d_ApiVersion_v0(b, p, n)
+            _e2_api_key, _e2_min_version, _e2_max_version = _S0.unpack_from(b, p); p += 6
+            _e2 = ApiVersion(_e2_api_key, _e2_min_version, _e2_max_version)
             f_api_keys.append(_e2)
     f_throttle_time_ms, = _S3.unpack_from(b, p); p += 4
     return ApiVersionsResponse(f_error_code, f_api_keys, f_throttle_time_ms, [], -1, [], False), p
@@ -283,7 +285,17 @@ def _dt_ApiVersionsResponse_v3(b, p, n, o):
             else:
                 x = []
                 for _ in range(_c1):
-                    _e2, p = _d_SupportedFeatureKey_v3(b, p, n)
+                    _l3 = b[p]; p += 1
+                    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+                    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+                    else:
+                        _l3 += p - 1
+                        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                        _e2_name = str(b[p:_l3], 'utf-8'); p = _l3
+                    _e2_min_version, _e2_max_version = _S1.unpack_from(b, p); p += 4
+                    _e2 = SupportedFeatureKey(_e2_name, _e2_min_version, _e2_max_version)
+                    if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+                    else: p += 1
                     x.append(_e2)
             n = n0
             if p != end: raise DecodeError('tagged field size mismatch')
@@ -305,7 +317,17 @@ def _dt_ApiVersionsResponse_v3(b, p, n, o):
             else:
                 x = []
                 for _ in range(_c1):
-                    _e2, p = _d_FinalizedFeatureKey_v3(b, p, n)
+                    _l3 = b[p]; p += 1
+                    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+                    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+                    else:
+                        _l3 += p - 1
+                        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                        _e2_name = str(b[p:_l3], 'utf-8'); p = _l3
+                    _e2_max_version_level, _e2_min_version_level = _S1.unpack_from(b, p); p += 4
+                    _e2 = FinalizedFeatureKey(_e2_name, _e2_max_version_level, _e2_min_version_level)
+                    if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+                    else: p += 1
                     x.append(_e2)
             n = n0
             if p != end: raise DecodeError('tagged field size mismatch')
@@ -334,7 +356,10 @@ def _d_ApiVersionsResponse_v3(b, p, n):
     else:
         f_api_keys = []
         for _ in range(_c1):
-            _e2, p = _d_ApiVersion_v3(b, p, n)
+            _e2_api_key, _e2_min_version, _e2_max_version = _S0.unpack_from(b, p); p += 6
+            _e2 = ApiVersion(_e2_api_key, _e2_min_version, _e2_max_version)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_api_keys.append(_e2)
     f_throttle_time_ms, = _S3.unpack_from(b, p); p += 4
     o = ApiVersionsResponse(f_error_code, f_api_keys, f_throttle_time_ms, [], -1, [], False)

@@ -94,7 +94,10 @@ def _d_TopicData_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c1):
-            _e2, p = _d_PartitionData_v0(b, p, n)
+            _e2_partition_index, = _S0.unpack_from(b, p); p += 4
+            _e2 = PartitionData(_e2_partition_index)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e2)
     o = TopicData(f_topic_id, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -250,7 +253,10 @@ def _d_AssignReplicasToDirsResponseTopicData_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c1):
-            _e2, p = _d_AssignReplicasToDirsResponsePartitionData_v0(b, p, n)
+            _e2_partition_index, _e2_error_code = _S3.unpack_from(b, p); p += 6
+            _e2 = AssignReplicasToDirsResponsePartitionData(_e2_partition_index, _e2_error_code)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e2)
     o = AssignReplicasToDirsResponseTopicData(f_topic_id, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

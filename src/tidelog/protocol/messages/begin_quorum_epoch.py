@@ -111,7 +111,8 @@ def _d_TopicData_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_PartitionData_v0(b, p, n)
+            _e3_partition_index, _e3_leader_id, _e3_leader_epoch = _S0.unpack_from(b, p); p += 12
+            _e3 = PartitionData(_e3_partition_index, ZERO_UUID, _e3_leader_id, _e3_leader_epoch)
             f_partitions.append(_e3)
     return TopicData(f_topic_name, f_partitions), p
 
@@ -142,7 +143,11 @@ def _d_TopicData_v1(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_PartitionData_v1(b, p, n)
+            _e3_partition_index, _e3_voter_directory_id, _e3_leader_id, _e3_leader_epoch = _S1.unpack_from(b, p); p += 28
+            _e3_voter_directory_id = _uuid(_e3_voter_directory_id)
+            _e3 = PartitionData(_e3_partition_index, _e3_voter_directory_id, _e3_leader_id, _e3_leader_epoch)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = TopicData(f_topic_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -255,7 +260,24 @@ def _d_BeginQuorumEpochRequest_v1(b, p, n):
     else:
         f_leader_endpoints = []
         for _ in range(_c4):
-            _e5, p = _d_LeaderEndpoint_v1(b, p, n)
+            _l6 = b[p]; p += 1
+            if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+            if _l6 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l6 += p - 1
+                if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+                _e5_name = str(b[p:_l6], 'utf-8'); p = _l6
+            _l7 = b[p]; p += 1
+            if _l7 > 127: _l7, p = _uvt(b, p, _l7)
+            if _l7 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l7 += p - 1
+                if _l7 > n: raise DecodeError('field runs past the end of the buffer')
+                _e5_host = str(b[p:_l7], 'utf-8'); p = _l7
+            _e5_port, = _S4.unpack_from(b, p); p += 2
+            _e5 = LeaderEndpoint(_e5_name, _e5_host, _e5_port)
+            if b[p]: _e5.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_leader_endpoints.append(_e5)
     o = BeginQuorumEpochRequest(f_cluster_id, f_voter_id, f_topics, f_leader_endpoints)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -374,7 +396,8 @@ def _d_BeginQuorumEpochResponseTopicData_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_BeginQuorumEpochResponsePartitionData_v0(b, p, n)
+            _e3_partition_index, _e3_error_code, _e3_leader_id, _e3_leader_epoch = _S5.unpack_from(b, p); p += 14
+            _e3 = BeginQuorumEpochResponsePartitionData(_e3_partition_index, _e3_error_code, _e3_leader_id, _e3_leader_epoch)
             f_partitions.append(_e3)
     return BeginQuorumEpochResponseTopicData(f_topic_name, f_partitions), p
 
@@ -405,7 +428,10 @@ def _d_BeginQuorumEpochResponseTopicData_v1(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_BeginQuorumEpochResponsePartitionData_v1(b, p, n)
+            _e3_partition_index, _e3_error_code, _e3_leader_id, _e3_leader_epoch = _S5.unpack_from(b, p); p += 14
+            _e3 = BeginQuorumEpochResponsePartitionData(_e3_partition_index, _e3_error_code, _e3_leader_id, _e3_leader_epoch)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = BeginQuorumEpochResponseTopicData(f_topic_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -492,7 +518,18 @@ def _dt_BeginQuorumEpochResponse_v1(b, p, n, o):
             else:
                 x = []
                 for _ in range(_c1):
-                    _e2, p = _d_NodeEndpoint_v1(b, p, n)
+                    _e2_node_id, = _S3.unpack_from(b, p); p += 4
+                    _l3 = b[p]; p += 1
+                    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+                    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+                    else:
+                        _l3 += p - 1
+                        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                        _e2_host = str(b[p:_l3], 'utf-8'); p = _l3
+                    _e2_port, = _S4.unpack_from(b, p); p += 2
+                    _e2 = NodeEndpoint(_e2_node_id, _e2_host, _e2_port)
+                    if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+                    else: p += 1
                     x.append(_e2)
             n = n0
             if p != end: raise DecodeError('tagged field size mismatch')

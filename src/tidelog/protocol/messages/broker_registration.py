@@ -154,26 +154,53 @@ def _d_BrokerRegistrationRequest_v0(b, p, n):
     else:
         f_listeners = []
         for _ in range(_c2):
-            _e3, p = _d_Listener_v0(b, p, n)
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_name = str(b[p:_l4], 'utf-8'); p = _l4
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_host = str(b[p:_l5], 'utf-8'); p = _l5
+            _e3_port, _e3_security_protocol = _S0.unpack_from(b, p); p += 4
+            _e3 = Listener(_e3_name, _e3_host, _e3_port, _e3_security_protocol)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_listeners.append(_e3)
-    _c4 = b[p]; p += 1
-    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
-    _c4 -= 1
-    if _c4 < 0:
+    _c6 = b[p]; p += 1
+    if _c6 > 127: _c6, p = _uvt(b, p, _c6)
+    _c6 -= 1
+    if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_features = []
-        for _ in range(_c4):
-            _e5, p = _d_Feature_v0(b, p, n)
-            f_features.append(_e5)
-    _l6 = b[p]; p += 1
-    if _l6 > 127: _l6, p = _uvt(b, p, _l6)
-    if _l6 == 0: f_rack = None
+        for _ in range(_c6):
+            _l8 = b[p]; p += 1
+            if _l8 > 127: _l8, p = _uvt(b, p, _l8)
+            if _l8 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l8 += p - 1
+                if _l8 > n: raise DecodeError('field runs past the end of the buffer')
+                _e7_name = str(b[p:_l8], 'utf-8'); p = _l8
+            _e7_min_supported_version, _e7_max_supported_version = _S1.unpack_from(b, p); p += 4
+            _e7 = Feature(_e7_name, _e7_min_supported_version, _e7_max_supported_version)
+            if b[p]: _e7.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
+            f_features.append(_e7)
+    _l9 = b[p]; p += 1
+    if _l9 > 127: _l9, p = _uvt(b, p, _l9)
+    if _l9 == 0: f_rack = None
     else:
-        _l6 += p - 1
-        if _l6 > n: raise DecodeError('field runs past the end of the buffer')
-        f_rack = str(b[p:_l6], 'utf-8'); p = _l6
+        _l9 += p - 1
+        if _l9 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack = str(b[p:_l9], 'utf-8'); p = _l9
     o = BrokerRegistrationRequest(f_broker_id, f_cluster_id, f_incarnation_id, f_listeners, f_features, f_rack, False, [], -1)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -223,26 +250,53 @@ def _d_BrokerRegistrationRequest_v1(b, p, n):
     else:
         f_listeners = []
         for _ in range(_c2):
-            _e3, p = _d_Listener_v0(b, p, n)
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_name = str(b[p:_l4], 'utf-8'); p = _l4
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_host = str(b[p:_l5], 'utf-8'); p = _l5
+            _e3_port, _e3_security_protocol = _S0.unpack_from(b, p); p += 4
+            _e3 = Listener(_e3_name, _e3_host, _e3_port, _e3_security_protocol)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_listeners.append(_e3)
-    _c4 = b[p]; p += 1
-    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
-    _c4 -= 1
-    if _c4 < 0:
+    _c6 = b[p]; p += 1
+    if _c6 > 127: _c6, p = _uvt(b, p, _c6)
+    _c6 -= 1
+    if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_features = []
-        for _ in range(_c4):
-            _e5, p = _d_Feature_v0(b, p, n)
-            f_features.append(_e5)
-    _l6 = b[p]; p += 1
-    if _l6 > 127: _l6, p = _uvt(b, p, _l6)
-    if _l6 == 0: f_rack = None
+        for _ in range(_c6):
+            _l8 = b[p]; p += 1
+            if _l8 > 127: _l8, p = _uvt(b, p, _l8)
+            if _l8 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l8 += p - 1
+                if _l8 > n: raise DecodeError('field runs past the end of the buffer')
+                _e7_name = str(b[p:_l8], 'utf-8'); p = _l8
+            _e7_min_supported_version, _e7_max_supported_version = _S1.unpack_from(b, p); p += 4
+            _e7 = Feature(_e7_name, _e7_min_supported_version, _e7_max_supported_version)
+            if b[p]: _e7.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
+            f_features.append(_e7)
+    _l9 = b[p]; p += 1
+    if _l9 > 127: _l9, p = _uvt(b, p, _l9)
+    if _l9 == 0: f_rack = None
     else:
-        _l6 += p - 1
-        if _l6 > n: raise DecodeError('field runs past the end of the buffer')
-        f_rack = str(b[p:_l6], 'utf-8'); p = _l6
+        _l9 += p - 1
+        if _l9 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack = str(b[p:_l9], 'utf-8'); p = _l9
     f_is_migrating_zk_broker, = _S4.unpack_from(b, p); p += 1
     o = BrokerRegistrationRequest(f_broker_id, f_cluster_id, f_incarnation_id, f_listeners, f_features, f_rack, f_is_migrating_zk_broker, [], -1)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -294,39 +348,66 @@ def _d_BrokerRegistrationRequest_v2(b, p, n):
     else:
         f_listeners = []
         for _ in range(_c2):
-            _e3, p = _d_Listener_v0(b, p, n)
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_name = str(b[p:_l4], 'utf-8'); p = _l4
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_host = str(b[p:_l5], 'utf-8'); p = _l5
+            _e3_port, _e3_security_protocol = _S0.unpack_from(b, p); p += 4
+            _e3 = Listener(_e3_name, _e3_host, _e3_port, _e3_security_protocol)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_listeners.append(_e3)
-    _c4 = b[p]; p += 1
-    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
-    _c4 -= 1
-    if _c4 < 0:
+    _c6 = b[p]; p += 1
+    if _c6 > 127: _c6, p = _uvt(b, p, _c6)
+    _c6 -= 1
+    if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_features = []
-        for _ in range(_c4):
-            _e5, p = _d_Feature_v0(b, p, n)
-            f_features.append(_e5)
-    _l6 = b[p]; p += 1
-    if _l6 > 127: _l6, p = _uvt(b, p, _l6)
-    if _l6 == 0: f_rack = None
+        for _ in range(_c6):
+            _l8 = b[p]; p += 1
+            if _l8 > 127: _l8, p = _uvt(b, p, _l8)
+            if _l8 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l8 += p - 1
+                if _l8 > n: raise DecodeError('field runs past the end of the buffer')
+                _e7_name = str(b[p:_l8], 'utf-8'); p = _l8
+            _e7_min_supported_version, _e7_max_supported_version = _S1.unpack_from(b, p); p += 4
+            _e7 = Feature(_e7_name, _e7_min_supported_version, _e7_max_supported_version)
+            if b[p]: _e7.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
+            f_features.append(_e7)
+    _l9 = b[p]; p += 1
+    if _l9 > 127: _l9, p = _uvt(b, p, _l9)
+    if _l9 == 0: f_rack = None
     else:
-        _l6 += p - 1
-        if _l6 > n: raise DecodeError('field runs past the end of the buffer')
-        f_rack = str(b[p:_l6], 'utf-8'); p = _l6
+        _l9 += p - 1
+        if _l9 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack = str(b[p:_l9], 'utf-8'); p = _l9
     f_is_migrating_zk_broker, = _S4.unpack_from(b, p); p += 1
-    _c7 = b[p]; p += 1
-    if _c7 > 127: _c7, p = _uvt(b, p, _c7)
-    _c7 -= 1
-    if _c7 < 0:
+    _c10 = b[p]; p += 1
+    if _c10 > 127: _c10, p = _uvt(b, p, _c10)
+    _c10 -= 1
+    if _c10 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_log_dirs = []
-        for _ in range(_c7):
-            _e8 = _S3.unpack_from(b, p)[0]; p += 16
-            _e8 = _uuid(_e8)
-            f_log_dirs.append(_e8)
+        for _ in range(_c10):
+            _e11 = _S3.unpack_from(b, p)[0]; p += 16
+            _e11 = _uuid(_e11)
+            f_log_dirs.append(_e11)
     o = BrokerRegistrationRequest(f_broker_id, f_cluster_id, f_incarnation_id, f_listeners, f_features, f_rack, f_is_migrating_zk_broker, f_log_dirs, -1)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -381,39 +462,66 @@ def _d_BrokerRegistrationRequest_v3(b, p, n):
     else:
         f_listeners = []
         for _ in range(_c2):
-            _e3, p = _d_Listener_v0(b, p, n)
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_name = str(b[p:_l4], 'utf-8'); p = _l4
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_host = str(b[p:_l5], 'utf-8'); p = _l5
+            _e3_port, _e3_security_protocol = _S0.unpack_from(b, p); p += 4
+            _e3 = Listener(_e3_name, _e3_host, _e3_port, _e3_security_protocol)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_listeners.append(_e3)
-    _c4 = b[p]; p += 1
-    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
-    _c4 -= 1
-    if _c4 < 0:
+    _c6 = b[p]; p += 1
+    if _c6 > 127: _c6, p = _uvt(b, p, _c6)
+    _c6 -= 1
+    if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_features = []
-        for _ in range(_c4):
-            _e5, p = _d_Feature_v0(b, p, n)
-            f_features.append(_e5)
-    _l6 = b[p]; p += 1
-    if _l6 > 127: _l6, p = _uvt(b, p, _l6)
-    if _l6 == 0: f_rack = None
+        for _ in range(_c6):
+            _l8 = b[p]; p += 1
+            if _l8 > 127: _l8, p = _uvt(b, p, _l8)
+            if _l8 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l8 += p - 1
+                if _l8 > n: raise DecodeError('field runs past the end of the buffer')
+                _e7_name = str(b[p:_l8], 'utf-8'); p = _l8
+            _e7_min_supported_version, _e7_max_supported_version = _S1.unpack_from(b, p); p += 4
+            _e7 = Feature(_e7_name, _e7_min_supported_version, _e7_max_supported_version)
+            if b[p]: _e7.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
+            f_features.append(_e7)
+    _l9 = b[p]; p += 1
+    if _l9 > 127: _l9, p = _uvt(b, p, _l9)
+    if _l9 == 0: f_rack = None
     else:
-        _l6 += p - 1
-        if _l6 > n: raise DecodeError('field runs past the end of the buffer')
-        f_rack = str(b[p:_l6], 'utf-8'); p = _l6
+        _l9 += p - 1
+        if _l9 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack = str(b[p:_l9], 'utf-8'); p = _l9
     f_is_migrating_zk_broker, = _S4.unpack_from(b, p); p += 1
-    _c7 = b[p]; p += 1
-    if _c7 > 127: _c7, p = _uvt(b, p, _c7)
-    _c7 -= 1
-    if _c7 < 0:
+    _c10 = b[p]; p += 1
+    if _c10 > 127: _c10, p = _uvt(b, p, _c10)
+    _c10 -= 1
+    if _c10 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_log_dirs = []
-        for _ in range(_c7):
-            _e8 = _S3.unpack_from(b, p)[0]; p += 16
-            _e8 = _uuid(_e8)
-            f_log_dirs.append(_e8)
+        for _ in range(_c10):
+            _e11 = _S3.unpack_from(b, p)[0]; p += 16
+            _e11 = _uuid(_e11)
+            f_log_dirs.append(_e11)
     f_previous_broker_epoch, = _S5.unpack_from(b, p); p += 8
     o = BrokerRegistrationRequest(f_broker_id, f_cluster_id, f_incarnation_id, f_listeners, f_features, f_rack, f_is_migrating_zk_broker, f_log_dirs, f_previous_broker_epoch)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

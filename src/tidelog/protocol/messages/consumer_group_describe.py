@@ -203,7 +203,26 @@ def _d_Assignment_v0(b, p, n):
     else:
         f_topic_partitions = []
         for _ in range(_c1):
-            _e2, p = _d_TopicPartitions_v0(b, p, n)
+            _e2_topic_id, = _S1.unpack_from(b, p); p += 16
+            _e2_topic_id = _uuid(_e2_topic_id)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_topic_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_partitions = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e2 = TopicPartitions(_e2_topic_id, _e2_topic_name, _e2_partitions)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topic_partitions.append(_e2)
     o = Assignment(f_topic_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -148,7 +148,19 @@ def _d_ConsumerGroupHeartbeatRequest_v0(b, p, n):
     else:
         f_topic_partitions = []
         for _ in range(_c8):
-            _e9, p = _d_TopicPartitions_v0(b, p, n)
+            _e9_topic_id, = _S0.unpack_from(b, p); p += 16
+            _e9_topic_id = _uuid(_e9_topic_id)
+            _c10 = b[p]; p += 1
+            if _c10 > 127: _c10, p = _uvt(b, p, _c10)
+            _c10 -= 1
+            if _c10 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c10 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e9_partitions = list(_unpack_from('>%di' % _c10, b, p)); p += 4 * _c10
+            _e9 = TopicPartitions(_e9_topic_id, _e9_partitions)
+            if b[p]: _e9.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topic_partitions.append(_e9)
     o = ConsumerGroupHeartbeatRequest(f_group_id, f_member_id, f_member_epoch, f_instance_id, f_rack_id, f_rebalance_timeout_ms, f_subscribed_topic_names, None, f_server_assignor, f_topic_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -264,7 +276,19 @@ def _d_ConsumerGroupHeartbeatRequest_v1(b, p, n):
     else:
         f_topic_partitions = []
         for _ in range(_c9):
-            _e10, p = _d_TopicPartitions_v0(b, p, n)
+            _e10_topic_id, = _S0.unpack_from(b, p); p += 16
+            _e10_topic_id = _uuid(_e10_topic_id)
+            _c11 = b[p]; p += 1
+            if _c11 > 127: _c11, p = _uvt(b, p, _c11)
+            _c11 -= 1
+            if _c11 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c11 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e10_partitions = list(_unpack_from('>%di' % _c11, b, p)); p += 4 * _c11
+            _e10 = TopicPartitions(_e10_topic_id, _e10_partitions)
+            if b[p]: _e10.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topic_partitions.append(_e10)
     o = ConsumerGroupHeartbeatRequest(f_group_id, f_member_id, f_member_epoch, f_instance_id, f_rack_id, f_rebalance_timeout_ms, f_subscribed_topic_names, f_subscribed_topic_regex, f_server_assignor, f_topic_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -406,7 +430,19 @@ def _d_Assignment_v0(b, p, n):
     else:
         f_topic_partitions = []
         for _ in range(_c1):
-            _e2, p = _d_ConsumerGroupHeartbeatResponseTopicPartitions_v0(b, p, n)
+            _e2_topic_id, = _S0.unpack_from(b, p); p += 16
+            _e2_topic_id = _uuid(_e2_topic_id)
+            _c3 = b[p]; p += 1
+            if _c3 > 127: _c3, p = _uvt(b, p, _c3)
+            _c3 -= 1
+            if _c3 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_partitions = list(_unpack_from('>%di' % _c3, b, p)); p += 4 * _c3
+            _e2 = ConsumerGroupHeartbeatResponseTopicPartitions(_e2_topic_id, _e2_partitions)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topic_partitions.append(_e2)
     o = Assignment(f_topic_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

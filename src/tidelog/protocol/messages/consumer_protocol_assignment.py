@@ -79,14 +79,25 @@ def _d_ConsumerProtocolAssignment_v0(b, p, n):
     else:
         f_assigned_partitions = []
         for _ in range(_c1):
-            _e2, p = _d_TopicPartition_v0(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_topic = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _c4, = _S1.unpack_from(b, p); p += 4
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_partitions = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e2 = TopicPartition(_e2_topic, _e2_partitions)
             f_assigned_partitions.append(_e2)
-    _l3, = _S1.unpack_from(b, p); p += 4
-    if _l3 < 0:
-        if _l3 != -1: raise DecodeError('invalid length')
+    _l5, = _S1.unpack_from(b, p); p += 4
+    if _l5 < 0:
+        if _l5 != -1: raise DecodeError('invalid length')
         f_user_data = None
-    elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
-    else: f_user_data = bytes(b[p:p + _l3]); p += _l3
+    elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+    else: f_user_data = bytes(b[p:p + _l5]); p += _l5
     return ConsumerProtocolAssignment(f_assigned_partitions, f_user_data), p
 
 def _e_ConsumerProtocolAssignment_v0(o, ap):

@@ -128,7 +128,18 @@ def _d_ConsumerProtocolSubscription_v1(b, p, n):
     else:
         f_owned_partitions = []
         for _ in range(_c4):
-            _e5, p = _d_TopicPartition_v1(b, p, n)
+            _l6, = _S0.unpack_from(b, p); p += 2
+            if _l6 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l6 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e5_topic = str(b[p:p + _l6], 'utf-8'); p += _l6
+            _c7, = _S1.unpack_from(b, p); p += 4
+            if _c7 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e5_partitions = list(_unpack_from('>%di' % _c7, b, p)); p += 4 * _c7
+            _e5 = TopicPartition(_e5_topic, _e5_partitions)
             f_owned_partitions.append(_e5)
     return ConsumerProtocolSubscription(f_topics, f_user_data, f_owned_partitions, -1, None), p
 
@@ -171,7 +182,18 @@ def _d_ConsumerProtocolSubscription_v2(b, p, n):
     else:
         f_owned_partitions = []
         for _ in range(_c4):
-            _e5, p = _d_TopicPartition_v1(b, p, n)
+            _l6, = _S0.unpack_from(b, p); p += 2
+            if _l6 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l6 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e5_topic = str(b[p:p + _l6], 'utf-8'); p += _l6
+            _c7, = _S1.unpack_from(b, p); p += 4
+            if _c7 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e5_partitions = list(_unpack_from('>%di' % _c7, b, p)); p += 4 * _c7
+            _e5 = TopicPartition(_e5_topic, _e5_partitions)
             f_owned_partitions.append(_e5)
     f_generation_id, = _S1.unpack_from(b, p); p += 4
     return ConsumerProtocolSubscription(f_topics, f_user_data, f_owned_partitions, f_generation_id, None), p
@@ -216,14 +238,25 @@ def _d_ConsumerProtocolSubscription_v3(b, p, n):
     else:
         f_owned_partitions = []
         for _ in range(_c4):
-            _e5, p = _d_TopicPartition_v1(b, p, n)
+            _l6, = _S0.unpack_from(b, p); p += 2
+            if _l6 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l6 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e5_topic = str(b[p:p + _l6], 'utf-8'); p += _l6
+            _c7, = _S1.unpack_from(b, p); p += 4
+            if _c7 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e5_partitions = list(_unpack_from('>%di' % _c7, b, p)); p += 4 * _c7
+            _e5 = TopicPartition(_e5_topic, _e5_partitions)
             f_owned_partitions.append(_e5)
-    f_generation_id, _l6 = _S2.unpack_from(b, p); p += 6
-    if _l6 < 0:
-        if _l6 != -1: raise DecodeError('invalid length')
+    f_generation_id, _l8 = _S2.unpack_from(b, p); p += 6
+    if _l8 < 0:
+        if _l8 != -1: raise DecodeError('invalid length')
         f_rack_id = None
-    elif p + _l6 > n: raise DecodeError('field runs past the end of the buffer')
-    else: f_rack_id = str(b[p:p + _l6], 'utf-8'); p += _l6
+    elif p + _l8 > n: raise DecodeError('field runs past the end of the buffer')
+    else: f_rack_id = str(b[p:p + _l8], 'utf-8'); p += _l8
     return ConsumerProtocolSubscription(f_topics, f_user_data, f_owned_partitions, f_generation_id, f_rack_id), p
 
 def _e_ConsumerProtocolSubscription_v3(o, ap):

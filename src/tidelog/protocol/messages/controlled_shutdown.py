@@ -165,7 +165,13 @@ def _d_ControlledShutdownResponse_v0(b, p, n):
     else:
         f_remaining_partitions = []
         for _ in range(_c1):
-            _e2, p = _d_RemainingPartition_v0(b, p, n)
+            _l3, = _S2.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_topic_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_partition_index, = _S0.unpack_from(b, p); p += 4
+            _e2 = RemainingPartition(_e2_topic_name, _e2_partition_index)
             f_remaining_partitions.append(_e2)
     return ControlledShutdownResponse(f_error_code, f_remaining_partitions), p
 
@@ -186,7 +192,17 @@ def _d_ControlledShutdownResponse_v3(b, p, n):
     else:
         f_remaining_partitions = []
         for _ in range(_c1):
-            _e2, p = _d_RemainingPartition_v3(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_topic_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2_partition_index, = _S0.unpack_from(b, p); p += 4
+            _e2 = RemainingPartition(_e2_topic_name, _e2_partition_index)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_remaining_partitions.append(_e2)
     o = ControlledShutdownResponse(f_error_code, f_remaining_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -139,19 +139,46 @@ def _d_ControllerRegistrationRequest_v0(b, p, n):
     else:
         f_listeners = []
         for _ in range(_c1):
-            _e2, p = _d_Listener_v0(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_host = str(b[p:_l4], 'utf-8'); p = _l4
+            _e2_port, _e2_security_protocol = _S0.unpack_from(b, p); p += 4
+            _e2 = Listener(_e2_name, _e2_host, _e2_port, _e2_security_protocol)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_listeners.append(_e2)
-    _c3 = b[p]; p += 1
-    if _c3 > 127: _c3, p = _uvt(b, p, _c3)
-    _c3 -= 1
-    if _c3 < 0:
+    _c5 = b[p]; p += 1
+    if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+    _c5 -= 1
+    if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_features = []
-        for _ in range(_c3):
-            _e4, p = _d_Feature_v0(b, p, n)
-            f_features.append(_e4)
+        for _ in range(_c5):
+            _l7 = b[p]; p += 1
+            if _l7 > 127: _l7, p = _uvt(b, p, _l7)
+            if _l7 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l7 += p - 1
+                if _l7 > n: raise DecodeError('field runs past the end of the buffer')
+                _e6_name = str(b[p:_l7], 'utf-8'); p = _l7
+            _e6_min_supported_version, _e6_max_supported_version = _S1.unpack_from(b, p); p += 4
+            _e6 = Feature(_e6_name, _e6_min_supported_version, _e6_max_supported_version)
+            if b[p]: _e6.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
+            f_features.append(_e6)
     o = ControllerRegistrationRequest(f_controller_id, f_incarnation_id, f_zk_migration_ready, f_listeners, f_features)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

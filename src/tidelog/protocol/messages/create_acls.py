@@ -188,7 +188,23 @@ def _d_CreateAclsRequest_v0(b, p, n):
     else:
         f_creations = []
         for _ in range(_c1):
-            _e2, p = _d_AclCreation_v0(b, p, n)
+            _e2_resource_type, _l3 = _S0.unpack_from(b, p); p += 3
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_resource_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _l4, = _S1.unpack_from(b, p); p += 2
+            if _l4 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_principal = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _l5, = _S1.unpack_from(b, p); p += 2
+            if _l5 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_host = str(b[p:p + _l5], 'utf-8'); p += _l5
+            _e2_operation, _e2_permission_type = _S2.unpack_from(b, p); p += 2
+            _e2 = AclCreation(_e2_resource_type, _e2_resource_name, 3, _e2_principal, _e2_host, _e2_operation, _e2_permission_type)
             f_creations.append(_e2)
     return CreateAclsRequest(f_creations), p
 
@@ -206,7 +222,23 @@ def _d_CreateAclsRequest_v1(b, p, n):
     else:
         f_creations = []
         for _ in range(_c1):
-            _e2, p = _d_AclCreation_v1(b, p, n)
+            _e2_resource_type, _l3 = _S0.unpack_from(b, p); p += 3
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_resource_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_resource_pattern_type, _l4 = _S0.unpack_from(b, p); p += 3
+            if _l4 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_principal = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _l5, = _S1.unpack_from(b, p); p += 2
+            if _l5 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_host = str(b[p:p + _l5], 'utf-8'); p += _l5
+            _e2_operation, _e2_permission_type = _S2.unpack_from(b, p); p += 2
+            _e2 = AclCreation(_e2_resource_type, _e2_resource_name, _e2_resource_pattern_type, _e2_principal, _e2_host, _e2_operation, _e2_permission_type)
             f_creations.append(_e2)
     return CreateAclsRequest(f_creations), p
 
@@ -226,7 +258,33 @@ def _d_CreateAclsRequest_v2(b, p, n):
     else:
         f_creations = []
         for _ in range(_c1):
-            _e2, p = _d_AclCreation_v2(b, p, n)
+            _e2_resource_type, = _S3.unpack_from(b, p); p += 1
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_resource_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2_resource_pattern_type, = _S3.unpack_from(b, p); p += 1
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_principal = str(b[p:_l4], 'utf-8'); p = _l4
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_host = str(b[p:_l5], 'utf-8'); p = _l5
+            _e2_operation, _e2_permission_type = _S2.unpack_from(b, p); p += 2
+            _e2 = AclCreation(_e2_resource_type, _e2_resource_name, _e2_resource_pattern_type, _e2_principal, _e2_host, _e2_operation, _e2_permission_type)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_creations.append(_e2)
     o = CreateAclsRequest(f_creations)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -333,7 +391,13 @@ def _d_CreateAclsResponse_v0(b, p, n):
     else:
         f_results = []
         for _ in range(_c1):
-            _e2, p = _d_AclCreationResult_v0(b, p, n)
+            _e2_error_code, _l3 = _S5.unpack_from(b, p); p += 4
+            if _l3 < 0:
+                if _l3 != -1: raise DecodeError('invalid length')
+                _e2_error_message = None
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_error_message = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2 = AclCreationResult(_e2_error_code, _e2_error_message)
             f_results.append(_e2)
     return CreateAclsResponse(f_throttle_time_ms, f_results), p
 
@@ -354,7 +418,17 @@ def _d_CreateAclsResponse_v2(b, p, n):
     else:
         f_results = []
         for _ in range(_c1):
-            _e2, p = _d_AclCreationResult_v2(b, p, n)
+            _e2_error_code, = _S1.unpack_from(b, p); p += 2
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: _e2_error_message = None
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_error_message = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2 = AclCreationResult(_e2_error_code, _e2_error_message)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_results.append(_e2)
     o = CreateAclsResponse(f_throttle_time_ms, f_results)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

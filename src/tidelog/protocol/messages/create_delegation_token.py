@@ -123,7 +123,17 @@ def _d_CreateDelegationTokenRequest_v0(b, p, n):
     else:
         f_renewers = []
         for _ in range(_c1):
-            _e2, p = _d_CreatableRenewers_v0(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_principal_type = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _l4, = _S0.unpack_from(b, p); p += 2
+            if _l4 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_principal_name = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e2 = CreatableRenewers(_e2_principal_type, _e2_principal_name)
             f_renewers.append(_e2)
     f_max_lifetime_ms, = _S2.unpack_from(b, p); p += 8
     return CreateDelegationTokenRequest('', '', f_renewers, f_max_lifetime_ms), p
@@ -145,7 +155,23 @@ def _d_CreateDelegationTokenRequest_v2(b, p, n):
     else:
         f_renewers = []
         for _ in range(_c1):
-            _e2, p = _d_CreatableRenewers_v2(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_principal_type = str(b[p:_l3], 'utf-8'); p = _l3
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_principal_name = str(b[p:_l4], 'utf-8'); p = _l4
+            _e2 = CreatableRenewers(_e2_principal_type, _e2_principal_name)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_renewers.append(_e2)
     f_max_lifetime_ms, = _S2.unpack_from(b, p); p += 8
     o = CreateDelegationTokenRequest('', '', f_renewers, f_max_lifetime_ms)
@@ -187,7 +213,23 @@ def _d_CreateDelegationTokenRequest_v3(b, p, n):
     else:
         f_renewers = []
         for _ in range(_c3):
-            _e4, p = _d_CreatableRenewers_v2(b, p, n)
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e4_principal_type = str(b[p:_l5], 'utf-8'); p = _l5
+            _l6 = b[p]; p += 1
+            if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+            if _l6 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l6 += p - 1
+                if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+                _e4_principal_name = str(b[p:_l6], 'utf-8'); p = _l6
+            _e4 = CreatableRenewers(_e4_principal_type, _e4_principal_name)
+            if b[p]: _e4.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_renewers.append(_e4)
     f_max_lifetime_ms, = _S2.unpack_from(b, p); p += 8
     o = CreateDelegationTokenRequest(f_owner_principal_type, f_owner_principal_name, f_renewers, f_max_lifetime_ms)

@@ -114,7 +114,13 @@ def _d_CreatePartitionsTopic_v0(b, p, n):
     else:
         f_assignments = []
         for _ in range(_c2):
-            _e3, p = _d_CreatePartitionsAssignment_v0(b, p, n)
+            _c4, = _S0.unpack_from(b, p); p += 4
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_broker_ids = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e3 = CreatePartitionsAssignment(_e3_broker_ids)
             f_assignments.append(_e3)
     return CreatePartitionsTopic(f_name, f_count, f_assignments), p
 
@@ -148,7 +154,17 @@ def _d_CreatePartitionsTopic_v2(b, p, n):
     else:
         f_assignments = []
         for _ in range(_c2):
-            _e3, p = _d_CreatePartitionsAssignment_v2(b, p, n)
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_broker_ids = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e3 = CreatePartitionsAssignment(_e3_broker_ids)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_assignments.append(_e3)
     o = CreatePartitionsTopic(f_name, f_count, f_assignments)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -330,7 +346,18 @@ def _d_CreatePartitionsResponse_v0(b, p, n):
     else:
         f_results = []
         for _ in range(_c1):
-            _e2, p = _d_CreatePartitionsTopicResult_v0(b, p, n)
+            _l3, = _S1.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_error_code, _l4 = _S4.unpack_from(b, p); p += 4
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e2_error_message = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_error_message = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e2 = CreatePartitionsTopicResult(_e2_name, _e2_error_code, _e2_error_message)
             f_results.append(_e2)
     return CreatePartitionsResponse(f_throttle_time_ms, f_results), p
 
@@ -351,7 +378,24 @@ def _d_CreatePartitionsResponse_v2(b, p, n):
     else:
         f_results = []
         for _ in range(_c1):
-            _e2, p = _d_CreatePartitionsTopicResult_v2(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2_error_code, = _S1.unpack_from(b, p); p += 2
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: _e2_error_message = None
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_error_message = str(b[p:_l4], 'utf-8'); p = _l4
+            _e2 = CreatePartitionsTopicResult(_e2_name, _e2_error_code, _e2_error_message)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_results.append(_e2)
     o = CreatePartitionsResponse(f_throttle_time_ms, f_results)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -188,17 +188,34 @@ def _d_CreatableTopic_v0(b, p, n):
     else:
         f_assignments = []
         for _ in range(_c2):
-            _e3, p = _d_CreatableReplicaAssignment_v0(b, p, n)
+            _e3_partition_index, _c4 = _S0.unpack_from(b, p); p += 8
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_broker_ids = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e3 = CreatableReplicaAssignment(_e3_partition_index, _e3_broker_ids)
             f_assignments.append(_e3)
-    _c4, = _S1.unpack_from(b, p); p += 4
-    if _c4 < 0:
+    _c5, = _S1.unpack_from(b, p); p += 4
+    if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_configs = []
-        for _ in range(_c4):
-            _e5, p = _d_CreatableTopicConfig_v0(b, p, n)
-            f_configs.append(_e5)
+        for _ in range(_c5):
+            _l7, = _S2.unpack_from(b, p); p += 2
+            if _l7 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l7 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_name = str(b[p:p + _l7], 'utf-8'); p += _l7
+            _l8, = _S2.unpack_from(b, p); p += 2
+            if _l8 < 0:
+                if _l8 != -1: raise DecodeError('invalid length')
+                _e6_value = None
+            elif p + _l8 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_value = str(b[p:p + _l8], 'utf-8'); p += _l8
+            _e6 = CreatableTopicConfig(_e6_name, _e6_value)
+            f_configs.append(_e6)
     return CreatableTopic(f_name, f_num_partitions, f_replication_factor, f_assignments, f_configs), p
 
 def _e_CreatableTopic_v0(o, ap):
@@ -233,19 +250,46 @@ def _d_CreatableTopic_v5(b, p, n):
     else:
         f_assignments = []
         for _ in range(_c2):
-            _e3, p = _d_CreatableReplicaAssignment_v5(b, p, n)
+            _e3_partition_index, = _S1.unpack_from(b, p); p += 4
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_broker_ids = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e3 = CreatableReplicaAssignment(_e3_partition_index, _e3_broker_ids)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_assignments.append(_e3)
-    _c4 = b[p]; p += 1
-    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
-    _c4 -= 1
-    if _c4 < 0:
+    _c5 = b[p]; p += 1
+    if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+    _c5 -= 1
+    if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_configs = []
-        for _ in range(_c4):
-            _e5, p = _d_CreatableTopicConfig_v5(b, p, n)
-            f_configs.append(_e5)
+        for _ in range(_c5):
+            _l7 = b[p]; p += 1
+            if _l7 > 127: _l7, p = _uvt(b, p, _l7)
+            if _l7 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l7 += p - 1
+                if _l7 > n: raise DecodeError('field runs past the end of the buffer')
+                _e6_name = str(b[p:_l7], 'utf-8'); p = _l7
+            _l8 = b[p]; p += 1
+            if _l8 > 127: _l8, p = _uvt(b, p, _l8)
+            if _l8 == 0: _e6_value = None
+            else:
+                _l8 += p - 1
+                if _l8 > n: raise DecodeError('field runs past the end of the buffer')
+                _e6_value = str(b[p:_l8], 'utf-8'); p = _l8
+            _e6 = CreatableTopicConfig(_e6_name, _e6_value)
+            if b[p]: _e6.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
+            f_configs.append(_e6)
     o = CreatableTopic(f_name, f_num_partitions, f_replication_factor, f_assignments, f_configs)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -524,7 +568,24 @@ def _d_CreatableTopicResult_v5(b, p, n):
     else:
         f_configs = []
         for _ in range(_c3):
-            _e4, p = _d_CreatableTopicConfigs_v5(b, p, n)
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e4_name = str(b[p:_l5], 'utf-8'); p = _l5
+            _l6 = b[p]; p += 1
+            if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+            if _l6 == 0: _e4_value = None
+            else:
+                _l6 += p - 1
+                if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+                _e4_value = str(b[p:_l6], 'utf-8'); p = _l6
+            _e4_read_only, _e4_config_source, _e4_is_sensitive = _S6.unpack_from(b, p); p += 3
+            _e4 = CreatableTopicConfigs(_e4_name, _e4_value, _e4_read_only, _e4_config_source, _e4_is_sensitive)
+            if b[p]: _e4.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_configs.append(_e4)
     o = CreatableTopicResult(f_name, ZERO_UUID, f_error_code, f_error_message, 0, f_num_partitions, f_replication_factor, f_configs)
     if b[p]: p = _dt_CreatableTopicResult_v5(b, p, n, o)
@@ -587,7 +648,24 @@ def _d_CreatableTopicResult_v7(b, p, n):
     else:
         f_configs = []
         for _ in range(_c3):
-            _e4, p = _d_CreatableTopicConfigs_v5(b, p, n)
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e4_name = str(b[p:_l5], 'utf-8'); p = _l5
+            _l6 = b[p]; p += 1
+            if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+            if _l6 == 0: _e4_value = None
+            else:
+                _l6 += p - 1
+                if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+                _e4_value = str(b[p:_l6], 'utf-8'); p = _l6
+            _e4_read_only, _e4_config_source, _e4_is_sensitive = _S6.unpack_from(b, p); p += 3
+            _e4 = CreatableTopicConfigs(_e4_name, _e4_value, _e4_read_only, _e4_config_source, _e4_is_sensitive)
+            if b[p]: _e4.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_configs.append(_e4)
     o = CreatableTopicResult(f_name, f_topic_id, f_error_code, f_error_message, 0, f_num_partitions, f_replication_factor, f_configs)
     if b[p]: p = _dt_CreatableTopicResult_v5(b, p, n, o)
@@ -630,7 +708,13 @@ def _d_CreateTopicsResponse_v0(b, p, n):
     else:
         f_topics = []
         for _ in range(_c1):
-            _e2, p = _d_CreatableTopicResult_v0(b, p, n)
+            _l3, = _S2.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_error_code, = _S2.unpack_from(b, p); p += 2
+            _e2 = CreatableTopicResult(_e2_name, ZERO_UUID, _e2_error_code, '', 0, -1, -1, [])
             f_topics.append(_e2)
     return CreateTopicsResponse(0, f_topics), p
 
@@ -648,7 +732,18 @@ def _d_CreateTopicsResponse_v1(b, p, n):
     else:
         f_topics = []
         for _ in range(_c1):
-            _e2, p = _d_CreatableTopicResult_v1(b, p, n)
+            _l3, = _S2.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_error_code, _l4 = _S7.unpack_from(b, p); p += 4
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e2_error_message = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_error_message = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e2 = CreatableTopicResult(_e2_name, ZERO_UUID, _e2_error_code, _e2_error_message, 0, -1, -1, [])
             f_topics.append(_e2)
     return CreateTopicsResponse(0, f_topics), p
 
@@ -666,7 +761,18 @@ def _d_CreateTopicsResponse_v2(b, p, n):
     else:
         f_topics = []
         for _ in range(_c1):
-            _e2, p = _d_CreatableTopicResult_v1(b, p, n)
+            _l3, = _S2.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_error_code, _l4 = _S7.unpack_from(b, p); p += 4
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e2_error_message = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_error_message = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e2 = CreatableTopicResult(_e2_name, ZERO_UUID, _e2_error_code, _e2_error_message, 0, -1, -1, [])
             f_topics.append(_e2)
     return CreateTopicsResponse(f_throttle_time_ms, f_topics), p
 

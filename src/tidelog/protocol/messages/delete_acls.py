@@ -203,7 +203,26 @@ def _d_DeleteAclsRequest_v0(b, p, n):
     else:
         f_filters = []
         for _ in range(_c1):
-            _e2, p = _d_DeleteAclsFilter_v0(b, p, n)
+            _e2_resource_type_filter, _l3 = _S0.unpack_from(b, p); p += 3
+            if _l3 < 0:
+                if _l3 != -1: raise DecodeError('invalid length')
+                _e2_resource_name_filter = None
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_resource_name_filter = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _l4, = _S1.unpack_from(b, p); p += 2
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e2_principal_filter = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_principal_filter = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _l5, = _S1.unpack_from(b, p); p += 2
+            if _l5 < 0:
+                if _l5 != -1: raise DecodeError('invalid length')
+                _e2_host_filter = None
+            elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_host_filter = str(b[p:p + _l5], 'utf-8'); p += _l5
+            _e2_operation, _e2_permission_type = _S2.unpack_from(b, p); p += 2
+            _e2 = DeleteAclsFilter(_e2_resource_type_filter, _e2_resource_name_filter, 3, _e2_principal_filter, _e2_host_filter, _e2_operation, _e2_permission_type)
             f_filters.append(_e2)
     return DeleteAclsRequest(f_filters), p
 
@@ -221,7 +240,26 @@ def _d_DeleteAclsRequest_v1(b, p, n):
     else:
         f_filters = []
         for _ in range(_c1):
-            _e2, p = _d_DeleteAclsFilter_v1(b, p, n)
+            _e2_resource_type_filter, _l3 = _S0.unpack_from(b, p); p += 3
+            if _l3 < 0:
+                if _l3 != -1: raise DecodeError('invalid length')
+                _e2_resource_name_filter = None
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_resource_name_filter = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_pattern_type_filter, _l4 = _S0.unpack_from(b, p); p += 3
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e2_principal_filter = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_principal_filter = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _l5, = _S1.unpack_from(b, p); p += 2
+            if _l5 < 0:
+                if _l5 != -1: raise DecodeError('invalid length')
+                _e2_host_filter = None
+            elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_host_filter = str(b[p:p + _l5], 'utf-8'); p += _l5
+            _e2_operation, _e2_permission_type = _S2.unpack_from(b, p); p += 2
+            _e2 = DeleteAclsFilter(_e2_resource_type_filter, _e2_resource_name_filter, _e2_pattern_type_filter, _e2_principal_filter, _e2_host_filter, _e2_operation, _e2_permission_type)
             f_filters.append(_e2)
     return DeleteAclsRequest(f_filters), p
 
@@ -241,7 +279,33 @@ def _d_DeleteAclsRequest_v2(b, p, n):
     else:
         f_filters = []
         for _ in range(_c1):
-            _e2, p = _d_DeleteAclsFilter_v2(b, p, n)
+            _e2_resource_type_filter, = _S3.unpack_from(b, p); p += 1
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: _e2_resource_name_filter = None
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_resource_name_filter = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2_pattern_type_filter, = _S3.unpack_from(b, p); p += 1
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: _e2_principal_filter = None
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_principal_filter = str(b[p:_l4], 'utf-8'); p = _l4
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: _e2_host_filter = None
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_host_filter = str(b[p:_l5], 'utf-8'); p = _l5
+            _e2_operation, _e2_permission_type = _S2.unpack_from(b, p); p += 2
+            _e2 = DeleteAclsFilter(_e2_resource_type_filter, _e2_resource_name_filter, _e2_pattern_type_filter, _e2_principal_filter, _e2_host_filter, _e2_operation, _e2_permission_type)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_filters.append(_e2)
     o = DeleteAclsRequest(f_filters)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -482,7 +546,29 @@ def _d_DeleteAclsFilterResult_v0(b, p, n):
     else:
         f_matching_acls = []
         for _ in range(_c2):
-            _e3, p = _d_DeleteAclsMatchingAcl_v0(b, p, n)
+            _e3_error_code, _l4 = _S5.unpack_from(b, p); p += 4
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e3_error_message = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_error_message = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e3_resource_type, _l5 = _S0.unpack_from(b, p); p += 3
+            if _l5 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_resource_name = str(b[p:p + _l5], 'utf-8'); p += _l5
+            _l6, = _S1.unpack_from(b, p); p += 2
+            if _l6 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l6 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_principal = str(b[p:p + _l6], 'utf-8'); p += _l6
+            _l7, = _S1.unpack_from(b, p); p += 2
+            if _l7 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l7 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_host = str(b[p:p + _l7], 'utf-8'); p += _l7
+            _e3_operation, _e3_permission_type = _S2.unpack_from(b, p); p += 2
+            _e3 = DeleteAclsMatchingAcl(_e3_error_code, _e3_error_message, _e3_resource_type, _e3_resource_name, 3, _e3_principal, _e3_host, _e3_operation, _e3_permission_type)
             f_matching_acls.append(_e3)
     return DeleteAclsFilterResult(f_error_code, f_error_message, f_matching_acls), p
 
@@ -511,7 +597,29 @@ def _d_DeleteAclsFilterResult_v1(b, p, n):
     else:
         f_matching_acls = []
         for _ in range(_c2):
-            _e3, p = _d_DeleteAclsMatchingAcl_v1(b, p, n)
+            _e3_error_code, _l4 = _S5.unpack_from(b, p); p += 4
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e3_error_message = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_error_message = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e3_resource_type, _l5 = _S0.unpack_from(b, p); p += 3
+            if _l5 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_resource_name = str(b[p:p + _l5], 'utf-8'); p += _l5
+            _e3_pattern_type, _l6 = _S0.unpack_from(b, p); p += 3
+            if _l6 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l6 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_principal = str(b[p:p + _l6], 'utf-8'); p += _l6
+            _l7, = _S1.unpack_from(b, p); p += 2
+            if _l7 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l7 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_host = str(b[p:p + _l7], 'utf-8'); p += _l7
+            _e3_operation, _e3_permission_type = _S2.unpack_from(b, p); p += 2
+            _e3 = DeleteAclsMatchingAcl(_e3_error_code, _e3_error_message, _e3_resource_type, _e3_resource_name, _e3_pattern_type, _e3_principal, _e3_host, _e3_operation, _e3_permission_type)
             f_matching_acls.append(_e3)
     return DeleteAclsFilterResult(f_error_code, f_error_message, f_matching_acls), p
 
@@ -544,7 +652,41 @@ def _d_DeleteAclsFilterResult_v2(b, p, n):
     else:
         f_matching_acls = []
         for _ in range(_c2):
-            _e3, p = _d_DeleteAclsMatchingAcl_v2(b, p, n)
+            _e3_error_code, = _S1.unpack_from(b, p); p += 2
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: _e3_error_message = None
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_error_message = str(b[p:_l4], 'utf-8'); p = _l4
+            _e3_resource_type, = _S3.unpack_from(b, p); p += 1
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_resource_name = str(b[p:_l5], 'utf-8'); p = _l5
+            _e3_pattern_type, = _S3.unpack_from(b, p); p += 1
+            _l6 = b[p]; p += 1
+            if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+            if _l6 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l6 += p - 1
+                if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_principal = str(b[p:_l6], 'utf-8'); p = _l6
+            _l7 = b[p]; p += 1
+            if _l7 > 127: _l7, p = _uvt(b, p, _l7)
+            if _l7 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l7 += p - 1
+                if _l7 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_host = str(b[p:_l7], 'utf-8'); p = _l7
+            _e3_operation, _e3_permission_type = _S2.unpack_from(b, p); p += 2
+            _e3 = DeleteAclsMatchingAcl(_e3_error_code, _e3_error_message, _e3_resource_type, _e3_resource_name, _e3_pattern_type, _e3_principal, _e3_host, _e3_operation, _e3_permission_type)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_matching_acls.append(_e3)
     o = DeleteAclsFilterResult(f_error_code, f_error_message, f_matching_acls)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

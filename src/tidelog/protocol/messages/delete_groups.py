@@ -184,7 +184,13 @@ def _d_DeleteGroupsResponse_v0(b, p, n):
     else:
         f_results = []
         for _ in range(_c1):
-            _e2, p = _d_DeletableGroupResult_v0(b, p, n)
+            _l3, = _S1.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_group_id = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_error_code, = _S1.unpack_from(b, p); p += 2
+            _e2 = DeletableGroupResult(_e2_group_id, _e2_error_code)
             f_results.append(_e2)
     return DeleteGroupsResponse(f_throttle_time_ms, f_results), p
 
@@ -205,7 +211,17 @@ def _d_DeleteGroupsResponse_v2(b, p, n):
     else:
         f_results = []
         for _ in range(_c1):
-            _e2, p = _d_DeletableGroupResult_v2(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_group_id = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2_error_code, = _S1.unpack_from(b, p); p += 2
+            _e2 = DeletableGroupResult(_e2_group_id, _e2_error_code)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_results.append(_e2)
     o = DeleteGroupsResponse(f_throttle_time_ms, f_results)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

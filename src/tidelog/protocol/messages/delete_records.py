@@ -96,7 +96,8 @@ def _d_DeleteRecordsTopic_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_DeleteRecordsPartition_v0(b, p, n)
+            _e3_partition_index, _e3_offset = _S0.unpack_from(b, p); p += 12
+            _e3 = DeleteRecordsPartition(_e3_partition_index, _e3_offset)
             f_partitions.append(_e3)
     return DeleteRecordsTopic(f_name, f_partitions), p
 
@@ -127,7 +128,10 @@ def _d_DeleteRecordsTopic_v2(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_DeleteRecordsPartition_v2(b, p, n)
+            _e3_partition_index, _e3_offset = _S0.unpack_from(b, p); p += 12
+            _e3 = DeleteRecordsPartition(_e3_partition_index, _e3_offset)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = DeleteRecordsTopic(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -278,7 +282,8 @@ def _d_DeleteRecordsTopicResult_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_DeleteRecordsPartitionResult_v0(b, p, n)
+            _e3_partition_index, _e3_low_watermark, _e3_error_code = _S3.unpack_from(b, p); p += 14
+            _e3 = DeleteRecordsPartitionResult(_e3_partition_index, _e3_low_watermark, _e3_error_code)
             f_partitions.append(_e3)
     return DeleteRecordsTopicResult(f_name, f_partitions), p
 
@@ -309,7 +314,10 @@ def _d_DeleteRecordsTopicResult_v2(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_DeleteRecordsPartitionResult_v2(b, p, n)
+            _e3_partition_index, _e3_low_watermark, _e3_error_code = _S3.unpack_from(b, p); p += 14
+            _e3 = DeleteRecordsPartitionResult(_e3_partition_index, _e3_low_watermark, _e3_error_code)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = DeleteRecordsTopicResult(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -145,7 +145,18 @@ def _d_DeleteTopicsRequest_v6(b, p, n):
     else:
         f_topics = []
         for _ in range(_c1):
-            _e2, p = _d_DeleteTopicState_v6(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: _e2_name = None
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2_topic_id, = _S0.unpack_from(b, p); p += 16
+            _e2_topic_id = _uuid(_e2_topic_id)
+            _e2 = DeleteTopicState(_e2_name, _e2_topic_id)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topics.append(_e2)
     f_timeout_ms, = _S1.unpack_from(b, p); p += 4
     o = DeleteTopicsRequest(f_topics, [], f_timeout_ms)
@@ -329,7 +340,13 @@ def _d_DeleteTopicsResponse_v0(b, p, n):
     else:
         f_responses = []
         for _ in range(_c1):
-            _e2, p = _d_DeletableTopicResult_v0(b, p, n)
+            _l3, = _S2.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_error_code, = _S2.unpack_from(b, p); p += 2
+            _e2 = DeletableTopicResult(_e2_name, ZERO_UUID, _e2_error_code, None)
             f_responses.append(_e2)
     return DeleteTopicsResponse(0, f_responses), p
 
@@ -347,7 +364,13 @@ def _d_DeleteTopicsResponse_v1(b, p, n):
     else:
         f_responses = []
         for _ in range(_c1):
-            _e2, p = _d_DeletableTopicResult_v0(b, p, n)
+            _l3, = _S2.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_error_code, = _S2.unpack_from(b, p); p += 2
+            _e2 = DeletableTopicResult(_e2_name, ZERO_UUID, _e2_error_code, None)
             f_responses.append(_e2)
     return DeleteTopicsResponse(f_throttle_time_ms, f_responses), p
 
@@ -368,7 +391,17 @@ def _d_DeleteTopicsResponse_v4(b, p, n):
     else:
         f_responses = []
         for _ in range(_c1):
-            _e2, p = _d_DeletableTopicResult_v4(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2_error_code, = _S2.unpack_from(b, p); p += 2
+            _e2 = DeletableTopicResult(_e2_name, ZERO_UUID, _e2_error_code, None)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_responses.append(_e2)
     o = DeleteTopicsResponse(f_throttle_time_ms, f_responses)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -396,7 +429,24 @@ def _d_DeleteTopicsResponse_v5(b, p, n):
     else:
         f_responses = []
         for _ in range(_c1):
-            _e2, p = _d_DeletableTopicResult_v5(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2_error_code, = _S2.unpack_from(b, p); p += 2
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: _e2_error_message = None
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_error_message = str(b[p:_l4], 'utf-8'); p = _l4
+            _e2 = DeletableTopicResult(_e2_name, ZERO_UUID, _e2_error_code, _e2_error_message)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_responses.append(_e2)
     o = DeleteTopicsResponse(f_throttle_time_ms, f_responses)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -424,7 +474,25 @@ def _d_DeleteTopicsResponse_v6(b, p, n):
     else:
         f_responses = []
         for _ in range(_c1):
-            _e2, p = _d_DeletableTopicResult_v6(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: _e2_name = None
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2_topic_id, _e2_error_code = _S3.unpack_from(b, p); p += 18
+            _e2_topic_id = _uuid(_e2_topic_id)
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: _e2_error_message = None
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_error_message = str(b[p:_l4], 'utf-8'); p = _l4
+            _e2 = DeletableTopicResult(_e2_name, _e2_topic_id, _e2_error_code, _e2_error_message)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_responses.append(_e2)
     o = DeleteTopicsResponse(f_throttle_time_ms, f_responses)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

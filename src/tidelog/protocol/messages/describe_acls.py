@@ -318,7 +318,18 @@ def _d_DescribeAclsResource_v0(b, p, n):
     else:
         f_acls = []
         for _ in range(_c2):
-            _e3, p = _d_AclDescription_v0(b, p, n)
+            _l4, = _S1.unpack_from(b, p); p += 2
+            if _l4 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_principal = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _l5, = _S1.unpack_from(b, p); p += 2
+            if _l5 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_host = str(b[p:p + _l5], 'utf-8'); p += _l5
+            _e3_operation, _e3_permission_type = _S2.unpack_from(b, p); p += 2
+            _e3 = AclDescription(_e3_principal, _e3_host, _e3_operation, _e3_permission_type)
             f_acls.append(_e3)
     return DescribeAclsResource(f_resource_type, f_resource_name, 3, f_acls), p
 
@@ -345,7 +356,18 @@ def _d_DescribeAclsResource_v1(b, p, n):
     else:
         f_acls = []
         for _ in range(_c2):
-            _e3, p = _d_AclDescription_v0(b, p, n)
+            _l4, = _S1.unpack_from(b, p); p += 2
+            if _l4 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_principal = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _l5, = _S1.unpack_from(b, p); p += 2
+            if _l5 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_host = str(b[p:p + _l5], 'utf-8'); p += _l5
+            _e3_operation, _e3_permission_type = _S2.unpack_from(b, p); p += 2
+            _e3 = AclDescription(_e3_principal, _e3_host, _e3_operation, _e3_permission_type)
             f_acls.append(_e3)
     return DescribeAclsResource(f_resource_type, f_resource_name, f_pattern_type, f_acls), p
 
@@ -378,7 +400,24 @@ def _d_DescribeAclsResource_v2(b, p, n):
     else:
         f_acls = []
         for _ in range(_c2):
-            _e3, p = _d_AclDescription_v2(b, p, n)
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_principal = str(b[p:_l4], 'utf-8'); p = _l4
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_host = str(b[p:_l5], 'utf-8'); p = _l5
+            _e3_operation, _e3_permission_type = _S2.unpack_from(b, p); p += 2
+            _e3 = AclDescription(_e3_principal, _e3_host, _e3_operation, _e3_permission_type)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_acls.append(_e3)
     o = DescribeAclsResource(f_resource_type, f_resource_name, f_pattern_type, f_acls)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -189,7 +189,25 @@ def _d_DescribeClusterResponse_v0(b, p, n):
     else:
         f_brokers = []
         for _ in range(_c3):
-            _e4, p = _d_DescribeClusterBroker_v0(b, p, n)
+            _e4_broker_id, = _S2.unpack_from(b, p); p += 4
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e4_host = str(b[p:_l5], 'utf-8'); p = _l5
+            _e4_port, = _S2.unpack_from(b, p); p += 4
+            _l6 = b[p]; p += 1
+            if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+            if _l6 == 0: _e4_rack = None
+            else:
+                _l6 += p - 1
+                if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+                _e4_rack = str(b[p:_l6], 'utf-8'); p = _l6
+            _e4 = DescribeClusterBroker(_e4_broker_id, _e4_host, _e4_port, _e4_rack)
+            if b[p]: _e4.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_brokers.append(_e4)
     f_cluster_authorized_operations, = _S2.unpack_from(b, p); p += 4
     o = DescribeClusterResponse(f_throttle_time_ms, f_error_code, f_error_message, 1, f_cluster_id, f_controller_id, f_brokers, f_cluster_authorized_operations)
@@ -245,7 +263,25 @@ def _d_DescribeClusterResponse_v1(b, p, n):
     else:
         f_brokers = []
         for _ in range(_c3):
-            _e4, p = _d_DescribeClusterBroker_v0(b, p, n)
+            _e4_broker_id, = _S2.unpack_from(b, p); p += 4
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e4_host = str(b[p:_l5], 'utf-8'); p = _l5
+            _e4_port, = _S2.unpack_from(b, p); p += 4
+            _l6 = b[p]; p += 1
+            if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+            if _l6 == 0: _e4_rack = None
+            else:
+                _l6 += p - 1
+                if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+                _e4_rack = str(b[p:_l6], 'utf-8'); p = _l6
+            _e4 = DescribeClusterBroker(_e4_broker_id, _e4_host, _e4_port, _e4_rack)
+            if b[p]: _e4.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_brokers.append(_e4)
     f_cluster_authorized_operations, = _S2.unpack_from(b, p); p += 4
     o = DescribeClusterResponse(f_throttle_time_ms, f_error_code, f_error_message, f_endpoint_type, f_cluster_id, f_controller_id, f_brokers, f_cluster_authorized_operations)

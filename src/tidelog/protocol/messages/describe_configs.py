@@ -146,7 +146,22 @@ def _d_DescribeConfigsRequest_v0(b, p, n):
     else:
         f_resources = []
         for _ in range(_c1):
-            _e2, p = _d_DescribeConfigsResource_v0(b, p, n)
+            _e2_resource_type, _l3 = _S0.unpack_from(b, p); p += 3
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_resource_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _c4, = _S1.unpack_from(b, p); p += 4
+            if _c4 < 0:
+                if _c4 != -1: raise DecodeError('invalid array length')
+                _e2_configuration_keys = None
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_configuration_keys = []
+                for _ in range(_c4):
+                    _e5, p = _rs(b, p, n, False)
+                    _e2_configuration_keys.append(_e5)
+            _e2 = DescribeConfigsResource(_e2_resource_type, _e2_resource_name, _e2_configuration_keys)
             f_resources.append(_e2)
     return DescribeConfigsRequest(f_resources, False, False), p
 
@@ -164,7 +179,22 @@ def _d_DescribeConfigsRequest_v1(b, p, n):
     else:
         f_resources = []
         for _ in range(_c1):
-            _e2, p = _d_DescribeConfigsResource_v0(b, p, n)
+            _e2_resource_type, _l3 = _S0.unpack_from(b, p); p += 3
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_resource_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _c4, = _S1.unpack_from(b, p); p += 4
+            if _c4 < 0:
+                if _c4 != -1: raise DecodeError('invalid array length')
+                _e2_configuration_keys = None
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_configuration_keys = []
+                for _ in range(_c4):
+                    _e5, p = _rs(b, p, n, False)
+                    _e2_configuration_keys.append(_e5)
+            _e2 = DescribeConfigsResource(_e2_resource_type, _e2_resource_name, _e2_configuration_keys)
             f_resources.append(_e2)
     f_include_synonyms, = _S4.unpack_from(b, p); p += 1
     return DescribeConfigsRequest(f_resources, f_include_synonyms, False), p
@@ -184,7 +214,22 @@ def _d_DescribeConfigsRequest_v3(b, p, n):
     else:
         f_resources = []
         for _ in range(_c1):
-            _e2, p = _d_DescribeConfigsResource_v0(b, p, n)
+            _e2_resource_type, _l3 = _S0.unpack_from(b, p); p += 3
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_resource_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _c4, = _S1.unpack_from(b, p); p += 4
+            if _c4 < 0:
+                if _c4 != -1: raise DecodeError('invalid array length')
+                _e2_configuration_keys = None
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_configuration_keys = []
+                for _ in range(_c4):
+                    _e5, p = _rs(b, p, n, False)
+                    _e2_configuration_keys.append(_e5)
+            _e2 = DescribeConfigsResource(_e2_resource_type, _e2_resource_name, _e2_configuration_keys)
             f_resources.append(_e2)
     f_include_synonyms, f_include_documentation = _S5.unpack_from(b, p); p += 2
     return DescribeConfigsRequest(f_resources, f_include_synonyms, f_include_documentation), p
@@ -206,7 +251,29 @@ def _d_DescribeConfigsRequest_v4(b, p, n):
     else:
         f_resources = []
         for _ in range(_c1):
-            _e2, p = _d_DescribeConfigsResource_v4(b, p, n)
+            _e2_resource_type, = _S3.unpack_from(b, p); p += 1
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_resource_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                if _c4 != -1: raise DecodeError('invalid array length')
+                _e2_configuration_keys = None
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_configuration_keys = []
+                for _ in range(_c4):
+                    _e5, p = _rc_string(b, p, n)
+                    _e2_configuration_keys.append(_e5)
+            _e2 = DescribeConfigsResource(_e2_resource_type, _e2_resource_name, _e2_configuration_keys)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_resources.append(_e2)
     f_include_synonyms, f_include_documentation = _S5.unpack_from(b, p); p += 2
     o = DescribeConfigsRequest(f_resources, f_include_synonyms, f_include_documentation)
@@ -400,7 +467,19 @@ def _d_DescribeConfigsResourceResult_v1(b, p, n):
     else:
         f_synonyms = []
         for _ in range(_c3):
-            _e4, p = _d_DescribeConfigsSynonym_v1(b, p, n)
+            _l5, = _S2.unpack_from(b, p); p += 2
+            if _l5 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e4_name = str(b[p:p + _l5], 'utf-8'); p += _l5
+            _l6, = _S2.unpack_from(b, p); p += 2
+            if _l6 < 0:
+                if _l6 != -1: raise DecodeError('invalid length')
+                _e4_value = None
+            elif p + _l6 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e4_value = str(b[p:p + _l6], 'utf-8'); p += _l6
+            _e4_source, = _S3.unpack_from(b, p); p += 1
+            _e4 = DescribeConfigsSynonym(_e4_name, _e4_value, _e4_source)
             f_synonyms.append(_e4)
     return DescribeConfigsResourceResult(f_name, f_value, f_read_only, False, f_config_source, f_is_sensitive, f_synonyms, 0, ''), p
 
@@ -438,14 +517,26 @@ def _d_DescribeConfigsResourceResult_v3(b, p, n):
     else:
         f_synonyms = []
         for _ in range(_c3):
-            _e4, p = _d_DescribeConfigsSynonym_v1(b, p, n)
+            _l5, = _S2.unpack_from(b, p); p += 2
+            if _l5 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e4_name = str(b[p:p + _l5], 'utf-8'); p += _l5
+            _l6, = _S2.unpack_from(b, p); p += 2
+            if _l6 < 0:
+                if _l6 != -1: raise DecodeError('invalid length')
+                _e4_value = None
+            elif p + _l6 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e4_value = str(b[p:p + _l6], 'utf-8'); p += _l6
+            _e4_source, = _S3.unpack_from(b, p); p += 1
+            _e4 = DescribeConfigsSynonym(_e4_name, _e4_value, _e4_source)
             f_synonyms.append(_e4)
-    f_config_type, _l5 = _S0.unpack_from(b, p); p += 3
-    if _l5 < 0:
-        if _l5 != -1: raise DecodeError('invalid length')
+    f_config_type, _l7 = _S0.unpack_from(b, p); p += 3
+    if _l7 < 0:
+        if _l7 != -1: raise DecodeError('invalid length')
         f_documentation = None
-    elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
-    else: f_documentation = str(b[p:p + _l5], 'utf-8'); p += _l5
+    elif p + _l7 > n: raise DecodeError('field runs past the end of the buffer')
+    else: f_documentation = str(b[p:p + _l7], 'utf-8'); p += _l7
     return DescribeConfigsResourceResult(f_name, f_value, f_read_only, False, f_config_source, f_is_sensitive, f_synonyms, f_config_type, f_documentation), p
 
 def _e_DescribeConfigsResourceResult_v3(o, ap):
@@ -493,16 +584,33 @@ def _d_DescribeConfigsResourceResult_v4(b, p, n):
     else:
         f_synonyms = []
         for _ in range(_c3):
-            _e4, p = _d_DescribeConfigsSynonym_v4(b, p, n)
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e4_name = str(b[p:_l5], 'utf-8'); p = _l5
+            _l6 = b[p]; p += 1
+            if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+            if _l6 == 0: _e4_value = None
+            else:
+                _l6 += p - 1
+                if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+                _e4_value = str(b[p:_l6], 'utf-8'); p = _l6
+            _e4_source, = _S3.unpack_from(b, p); p += 1
+            _e4 = DescribeConfigsSynonym(_e4_name, _e4_value, _e4_source)
+            if b[p]: _e4.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_synonyms.append(_e4)
     f_config_type, = _S3.unpack_from(b, p); p += 1
-    _l5 = b[p]; p += 1
-    if _l5 > 127: _l5, p = _uvt(b, p, _l5)
-    if _l5 == 0: f_documentation = None
+    _l7 = b[p]; p += 1
+    if _l7 > 127: _l7, p = _uvt(b, p, _l7)
+    if _l7 == 0: f_documentation = None
     else:
-        _l5 += p - 1
-        if _l5 > n: raise DecodeError('field runs past the end of the buffer')
-        f_documentation = str(b[p:_l5], 'utf-8'); p = _l5
+        _l7 += p - 1
+        if _l7 > n: raise DecodeError('field runs past the end of the buffer')
+        f_documentation = str(b[p:_l7], 'utf-8'); p = _l7
     o = DescribeConfigsResourceResult(f_name, f_value, f_read_only, False, f_config_source, f_is_sensitive, f_synonyms, f_config_type, f_documentation)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -552,7 +660,19 @@ def _d_DescribeConfigsResult_v0(b, p, n):
     else:
         f_configs = []
         for _ in range(_c3):
-            _e4, p = _d_DescribeConfigsResourceResult_v0(b, p, n)
+            _l5, = _S2.unpack_from(b, p); p += 2
+            if _l5 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e4_name = str(b[p:p + _l5], 'utf-8'); p += _l5
+            _l6, = _S2.unpack_from(b, p); p += 2
+            if _l6 < 0:
+                if _l6 != -1: raise DecodeError('invalid length')
+                _e4_value = None
+            elif p + _l6 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e4_value = str(b[p:p + _l6], 'utf-8'); p += _l6
+            _e4_read_only, _e4_is_default, _e4_is_sensitive = _S6.unpack_from(b, p); p += 3
+            _e4 = DescribeConfigsResourceResult(_e4_name, _e4_value, _e4_read_only, _e4_is_default, -1, _e4_is_sensitive, [], 0, '')
             f_configs.append(_e4)
     return DescribeConfigsResult(f_error_code, f_error_message, f_resource_type, f_resource_name, f_configs), p
 

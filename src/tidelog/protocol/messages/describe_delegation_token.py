@@ -120,7 +120,17 @@ def _d_DescribeDelegationTokenRequest_v0(b, p, n):
     else:
         f_owners = []
         for _ in range(_c1):
-            _e2, p = _d_DescribeDelegationTokenOwner_v0(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_principal_type = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _l4, = _S0.unpack_from(b, p); p += 2
+            if _l4 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_principal_name = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e2 = DescribeDelegationTokenOwner(_e2_principal_type, _e2_principal_name)
             f_owners.append(_e2)
     return DescribeDelegationTokenRequest(f_owners), p
 
@@ -142,7 +152,23 @@ def _d_DescribeDelegationTokenRequest_v2(b, p, n):
     else:
         f_owners = []
         for _ in range(_c1):
-            _e2, p = _d_DescribeDelegationTokenOwner_v2(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_principal_type = str(b[p:_l3], 'utf-8'); p = _l3
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_principal_name = str(b[p:_l4], 'utf-8'); p = _l4
+            _e2 = DescribeDelegationTokenOwner(_e2_principal_type, _e2_principal_name)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_owners.append(_e2)
     o = DescribeDelegationTokenRequest(f_owners)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -301,7 +327,17 @@ def _d_DescribedDelegationToken_v0(b, p, n):
     else:
         f_renewers = []
         for _ in range(_c5):
-            _e6, p = _d_DescribedDelegationTokenRenewer_v0(b, p, n)
+            _l7, = _S0.unpack_from(b, p); p += 2
+            if _l7 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l7 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_principal_type = str(b[p:p + _l7], 'utf-8'); p += _l7
+            _l8, = _S0.unpack_from(b, p); p += 2
+            if _l8 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l8 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_principal_name = str(b[p:p + _l8], 'utf-8'); p += _l8
+            _e6 = DescribedDelegationTokenRenewer(_e6_principal_type, _e6_principal_name)
             f_renewers.append(_e6)
     return DescribedDelegationToken(f_principal_type, f_principal_name, '', '', f_issue_timestamp, f_expiry_timestamp, f_max_timestamp, f_token_id, f_hmac, f_renewers), p
 
@@ -366,7 +402,23 @@ def _d_DescribedDelegationToken_v2(b, p, n):
     else:
         f_renewers = []
         for _ in range(_c5):
-            _e6, p = _d_DescribedDelegationTokenRenewer_v2(b, p, n)
+            _l7 = b[p]; p += 1
+            if _l7 > 127: _l7, p = _uvt(b, p, _l7)
+            if _l7 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l7 += p - 1
+                if _l7 > n: raise DecodeError('field runs past the end of the buffer')
+                _e6_principal_type = str(b[p:_l7], 'utf-8'); p = _l7
+            _l8 = b[p]; p += 1
+            if _l8 > 127: _l8, p = _uvt(b, p, _l8)
+            if _l8 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l8 += p - 1
+                if _l8 > n: raise DecodeError('field runs past the end of the buffer')
+                _e6_principal_name = str(b[p:_l8], 'utf-8'); p = _l8
+            _e6 = DescribedDelegationTokenRenewer(_e6_principal_type, _e6_principal_name)
+            if b[p]: _e6.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_renewers.append(_e6)
     o = DescribedDelegationToken(f_principal_type, f_principal_name, '', '', f_issue_timestamp, f_expiry_timestamp, f_max_timestamp, f_token_id, f_hmac, f_renewers)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -452,7 +504,23 @@ def _d_DescribedDelegationToken_v3(b, p, n):
     else:
         f_renewers = []
         for _ in range(_c7):
-            _e8, p = _d_DescribedDelegationTokenRenewer_v2(b, p, n)
+            _l9 = b[p]; p += 1
+            if _l9 > 127: _l9, p = _uvt(b, p, _l9)
+            if _l9 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l9 += p - 1
+                if _l9 > n: raise DecodeError('field runs past the end of the buffer')
+                _e8_principal_type = str(b[p:_l9], 'utf-8'); p = _l9
+            _l10 = b[p]; p += 1
+            if _l10 > 127: _l10, p = _uvt(b, p, _l10)
+            if _l10 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l10 += p - 1
+                if _l10 > n: raise DecodeError('field runs past the end of the buffer')
+                _e8_principal_name = str(b[p:_l10], 'utf-8'); p = _l10
+            _e8 = DescribedDelegationTokenRenewer(_e8_principal_type, _e8_principal_name)
+            if b[p]: _e8.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_renewers.append(_e8)
     o = DescribedDelegationToken(f_principal_type, f_principal_name, f_token_requester_principal_type, f_token_requester_principal_name, f_issue_timestamp, f_expiry_timestamp, f_max_timestamp, f_token_id, f_hmac, f_renewers)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -396,7 +396,32 @@ def _d_DescribedGroup_v0(b, p, n):
     else:
         f_members = []
         for _ in range(_c5):
-            _e6, p = _d_DescribedGroupMember_v0(b, p, n)
+            _l7, = _S1.unpack_from(b, p); p += 2
+            if _l7 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l7 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_member_id = str(b[p:p + _l7], 'utf-8'); p += _l7
+            _l8, = _S1.unpack_from(b, p); p += 2
+            if _l8 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l8 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_client_id = str(b[p:p + _l8], 'utf-8'); p += _l8
+            _l9, = _S1.unpack_from(b, p); p += 2
+            if _l9 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l9 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_client_host = str(b[p:p + _l9], 'utf-8'); p += _l9
+            _l10, = _S0.unpack_from(b, p); p += 4
+            if _l10 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l10 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_member_metadata = bytes(b[p:p + _l10]); p += _l10
+            _l11, = _S0.unpack_from(b, p); p += 4
+            if _l11 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l11 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_member_assignment = bytes(b[p:p + _l11]); p += _l11
+            _e6 = DescribedGroupMember(_e6_member_id, None, _e6_client_id, _e6_client_host, _e6_member_metadata, _e6_member_assignment)
             f_members.append(_e6)
     return DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, -2147483648), p
 
@@ -450,7 +475,32 @@ def _d_DescribedGroup_v3(b, p, n):
     else:
         f_members = []
         for _ in range(_c5):
-            _e6, p = _d_DescribedGroupMember_v0(b, p, n)
+            _l7, = _S1.unpack_from(b, p); p += 2
+            if _l7 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l7 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_member_id = str(b[p:p + _l7], 'utf-8'); p += _l7
+            _l8, = _S1.unpack_from(b, p); p += 2
+            if _l8 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l8 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_client_id = str(b[p:p + _l8], 'utf-8'); p += _l8
+            _l9, = _S1.unpack_from(b, p); p += 2
+            if _l9 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l9 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_client_host = str(b[p:p + _l9], 'utf-8'); p += _l9
+            _l10, = _S0.unpack_from(b, p); p += 4
+            if _l10 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l10 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_member_metadata = bytes(b[p:p + _l10]); p += _l10
+            _l11, = _S0.unpack_from(b, p); p += 4
+            if _l11 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l11 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_member_assignment = bytes(b[p:p + _l11]); p += _l11
+            _e6 = DescribedGroupMember(_e6_member_id, None, _e6_client_id, _e6_client_host, _e6_member_metadata, _e6_member_assignment)
             f_members.append(_e6)
     f_authorized_operations, = _S0.unpack_from(b, p); p += 4
     return DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations), p
@@ -506,7 +556,38 @@ def _d_DescribedGroup_v4(b, p, n):
     else:
         f_members = []
         for _ in range(_c5):
-            _e6, p = _d_DescribedGroupMember_v4(b, p, n)
+            _l7, = _S1.unpack_from(b, p); p += 2
+            if _l7 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l7 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_member_id = str(b[p:p + _l7], 'utf-8'); p += _l7
+            _l8, = _S1.unpack_from(b, p); p += 2
+            if _l8 < 0:
+                if _l8 != -1: raise DecodeError('invalid length')
+                _e6_group_instance_id = None
+            elif p + _l8 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_group_instance_id = str(b[p:p + _l8], 'utf-8'); p += _l8
+            _l9, = _S1.unpack_from(b, p); p += 2
+            if _l9 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l9 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_client_id = str(b[p:p + _l9], 'utf-8'); p += _l9
+            _l10, = _S1.unpack_from(b, p); p += 2
+            if _l10 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l10 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_client_host = str(b[p:p + _l10], 'utf-8'); p += _l10
+            _l11, = _S0.unpack_from(b, p); p += 4
+            if _l11 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l11 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_member_metadata = bytes(b[p:p + _l11]); p += _l11
+            _l12, = _S0.unpack_from(b, p); p += 4
+            if _l12 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l12 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_member_assignment = bytes(b[p:p + _l12]); p += _l12
+            _e6 = DescribedGroupMember(_e6_member_id, _e6_group_instance_id, _e6_client_id, _e6_client_host, _e6_member_metadata, _e6_member_assignment)
             f_members.append(_e6)
     f_authorized_operations, = _S0.unpack_from(b, p); p += 4
     return DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations), p
@@ -573,7 +654,51 @@ def _d_DescribedGroup_v5(b, p, n):
     else:
         f_members = []
         for _ in range(_c5):
-            _e6, p = _d_DescribedGroupMember_v5(b, p, n)
+            _l7 = b[p]; p += 1
+            if _l7 > 127: _l7, p = _uvt(b, p, _l7)
+            if _l7 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l7 += p - 1
+                if _l7 > n: raise DecodeError('field runs past the end of the buffer')
+                _e6_member_id = str(b[p:_l7], 'utf-8'); p = _l7
+            _l8 = b[p]; p += 1
+            if _l8 > 127: _l8, p = _uvt(b, p, _l8)
+            if _l8 == 0: _e6_group_instance_id = None
+            else:
+                _l8 += p - 1
+                if _l8 > n: raise DecodeError('field runs past the end of the buffer')
+                _e6_group_instance_id = str(b[p:_l8], 'utf-8'); p = _l8
+            _l9 = b[p]; p += 1
+            if _l9 > 127: _l9, p = _uvt(b, p, _l9)
+            if _l9 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l9 += p - 1
+                if _l9 > n: raise DecodeError('field runs past the end of the buffer')
+                _e6_client_id = str(b[p:_l9], 'utf-8'); p = _l9
+            _l10 = b[p]; p += 1
+            if _l10 > 127: _l10, p = _uvt(b, p, _l10)
+            if _l10 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l10 += p - 1
+                if _l10 > n: raise DecodeError('field runs past the end of the buffer')
+                _e6_client_host = str(b[p:_l10], 'utf-8'); p = _l10
+            _l11 = b[p]; p += 1
+            if _l11 > 127: _l11, p = _uvt(b, p, _l11)
+            if _l11 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l11 += p - 1
+                if _l11 > n: raise DecodeError('field runs past the end of the buffer')
+                _e6_member_metadata = bytes(b[p:_l11]); p = _l11
+            _l12 = b[p]; p += 1
+            if _l12 > 127: _l12, p = _uvt(b, p, _l12)
+            if _l12 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l12 += p - 1
+                if _l12 > n: raise DecodeError('field runs past the end of the buffer')
+                _e6_member_assignment = bytes(b[p:_l12]); p = _l12
+            _e6 = DescribedGroupMember(_e6_member_id, _e6_group_instance_id, _e6_client_id, _e6_client_host, _e6_member_metadata, _e6_member_assignment)
+            if b[p]: _e6.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_members.append(_e6)
     f_authorized_operations, = _S0.unpack_from(b, p); p += 4
     o = DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations)

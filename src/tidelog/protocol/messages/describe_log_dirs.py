@@ -122,7 +122,18 @@ def _d_DescribeLogDirsRequest_v0(b, p, n):
     else:
         f_topics = []
         for _ in range(_c1):
-            _e2, p = _d_DescribableLogDirTopic_v0(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_topic = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _c4, = _S1.unpack_from(b, p); p += 4
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_partitions = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e2 = DescribableLogDirTopic(_e2_topic, _e2_partitions)
             f_topics.append(_e2)
     return DescribeLogDirsRequest(f_topics), p
 
@@ -144,7 +155,24 @@ def _d_DescribeLogDirsRequest_v2(b, p, n):
     else:
         f_topics = []
         for _ in range(_c1):
-            _e2, p = _d_DescribableLogDirTopic_v2(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_topic = str(b[p:_l3], 'utf-8'); p = _l3
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_partitions = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e2 = DescribableLogDirTopic(_e2_topic, _e2_partitions)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topics.append(_e2)
     o = DescribeLogDirsRequest(f_topics)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -256,7 +284,8 @@ def _d_DescribeLogDirsTopic_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_DescribeLogDirsPartition_v0(b, p, n)
+            _e3_partition_index, _e3_partition_size, _e3_offset_lag, _e3_is_future_key = _S2.unpack_from(b, p); p += 21
+            _e3 = DescribeLogDirsPartition(_e3_partition_index, _e3_partition_size, _e3_offset_lag, _e3_is_future_key)
             f_partitions.append(_e3)
     return DescribeLogDirsTopic(f_name, f_partitions), p
 
@@ -287,7 +316,10 @@ def _d_DescribeLogDirsTopic_v2(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_DescribeLogDirsPartition_v2(b, p, n)
+            _e3_partition_index, _e3_partition_size, _e3_offset_lag, _e3_is_future_key = _S2.unpack_from(b, p); p += 21
+            _e3 = DescribeLogDirsPartition(_e3_partition_index, _e3_partition_size, _e3_offset_lag, _e3_is_future_key)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = DescribeLogDirsTopic(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

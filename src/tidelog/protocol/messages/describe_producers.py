@@ -96,7 +96,24 @@ def _d_DescribeProducersRequest_v0(b, p, n):
     else:
         f_topics = []
         for _ in range(_c1):
-            _e2, p = _d_TopicRequest_v0(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_partition_indexes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e2 = TopicRequest(_e2_name, _e2_partition_indexes)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topics.append(_e2)
     o = DescribeProducersRequest(f_topics)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -205,7 +222,10 @@ def _d_PartitionResponse_v0(b, p, n):
     else:
         f_active_producers = []
         for _ in range(_c2):
-            _e3, p = _d_ProducerState_v0(b, p, n)
+            _e3_producer_id, _e3_producer_epoch, _e3_last_sequence, _e3_last_timestamp, _e3_coordinator_epoch, _e3_current_txn_start_offset = _S0.unpack_from(b, p); p += 36
+            _e3 = ProducerState(_e3_producer_id, _e3_producer_epoch, _e3_last_sequence, _e3_last_timestamp, _e3_coordinator_epoch, _e3_current_txn_start_offset)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_active_producers.append(_e3)
     o = PartitionResponse(f_partition_index, f_error_code, f_error_message, f_active_producers)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -95,7 +95,10 @@ def _d_TopicData_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_PartitionData_v0(b, p, n)
+            _e3_partition_index, = _S0.unpack_from(b, p); p += 4
+            _e3 = PartitionData(_e3_partition_index)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = TopicData(f_topic_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -274,7 +277,10 @@ def _d_DescribeQuorumResponsePartitionData_v0(b, p, n):
     else:
         f_current_voters = []
         for _ in range(_c1):
-            _e2, p = _d_ReplicaState_v0(b, p, n)
+            _e2_replica_id, _e2_log_end_offset = _S1.unpack_from(b, p); p += 12
+            _e2 = ReplicaState(_e2_replica_id, ZERO_UUID, _e2_log_end_offset, -1, -1)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_current_voters.append(_e2)
     _c3 = b[p]; p += 1
     if _c3 > 127: _c3, p = _uvt(b, p, _c3)
@@ -285,7 +291,10 @@ def _d_DescribeQuorumResponsePartitionData_v0(b, p, n):
     else:
         f_observers = []
         for _ in range(_c3):
-            _e4, p = _d_ReplicaState_v0(b, p, n)
+            _e4_replica_id, _e4_log_end_offset = _S1.unpack_from(b, p); p += 12
+            _e4 = ReplicaState(_e4_replica_id, ZERO_UUID, _e4_log_end_offset, -1, -1)
+            if b[p]: _e4.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_observers.append(_e4)
     o = DescribeQuorumResponsePartitionData(f_partition_index, f_error_code, '', f_leader_id, f_leader_epoch, f_high_watermark, f_current_voters, f_observers)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -317,7 +326,10 @@ def _d_DescribeQuorumResponsePartitionData_v1(b, p, n):
     else:
         f_current_voters = []
         for _ in range(_c1):
-            _e2, p = _d_ReplicaState_v1(b, p, n)
+            _e2_replica_id, _e2_log_end_offset, _e2_last_fetch_timestamp, _e2_last_caught_up_timestamp = _S2.unpack_from(b, p); p += 28
+            _e2 = ReplicaState(_e2_replica_id, ZERO_UUID, _e2_log_end_offset, _e2_last_fetch_timestamp, _e2_last_caught_up_timestamp)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_current_voters.append(_e2)
     _c3 = b[p]; p += 1
     if _c3 > 127: _c3, p = _uvt(b, p, _c3)
@@ -328,7 +340,10 @@ def _d_DescribeQuorumResponsePartitionData_v1(b, p, n):
     else:
         f_observers = []
         for _ in range(_c3):
-            _e4, p = _d_ReplicaState_v1(b, p, n)
+            _e4_replica_id, _e4_log_end_offset, _e4_last_fetch_timestamp, _e4_last_caught_up_timestamp = _S2.unpack_from(b, p); p += 28
+            _e4 = ReplicaState(_e4_replica_id, ZERO_UUID, _e4_log_end_offset, _e4_last_fetch_timestamp, _e4_last_caught_up_timestamp)
+            if b[p]: _e4.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_observers.append(_e4)
     o = DescribeQuorumResponsePartitionData(f_partition_index, f_error_code, '', f_leader_id, f_leader_epoch, f_high_watermark, f_current_voters, f_observers)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -368,7 +383,11 @@ def _d_DescribeQuorumResponsePartitionData_v2(b, p, n):
     else:
         f_current_voters = []
         for _ in range(_c2):
-            _e3, p = _d_ReplicaState_v2(b, p, n)
+            _e3_replica_id, _e3_replica_directory_id, _e3_log_end_offset, _e3_last_fetch_timestamp, _e3_last_caught_up_timestamp = _S3.unpack_from(b, p); p += 44
+            _e3_replica_directory_id = _uuid(_e3_replica_directory_id)
+            _e3 = ReplicaState(_e3_replica_id, _e3_replica_directory_id, _e3_log_end_offset, _e3_last_fetch_timestamp, _e3_last_caught_up_timestamp)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_current_voters.append(_e3)
     _c4 = b[p]; p += 1
     if _c4 > 127: _c4, p = _uvt(b, p, _c4)
@@ -379,7 +398,11 @@ def _d_DescribeQuorumResponsePartitionData_v2(b, p, n):
     else:
         f_observers = []
         for _ in range(_c4):
-            _e5, p = _d_ReplicaState_v2(b, p, n)
+            _e5_replica_id, _e5_replica_directory_id, _e5_log_end_offset, _e5_last_fetch_timestamp, _e5_last_caught_up_timestamp = _S3.unpack_from(b, p); p += 44
+            _e5_replica_directory_id = _uuid(_e5_replica_directory_id)
+            _e5 = ReplicaState(_e5_replica_id, _e5_replica_directory_id, _e5_log_end_offset, _e5_last_fetch_timestamp, _e5_last_caught_up_timestamp)
+            if b[p]: _e5.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_observers.append(_e5)
     o = DescribeQuorumResponsePartitionData(f_partition_index, f_error_code, f_error_message, f_leader_id, f_leader_epoch, f_high_watermark, f_current_voters, f_observers)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -563,7 +586,24 @@ def _d_Node_v2(b, p, n):
     else:
         f_listeners = []
         for _ in range(_c1):
-            _e2, p = _d_Listener_v2(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_host = str(b[p:_l4], 'utf-8'); p = _l4
+            _e2_port, = _S7.unpack_from(b, p); p += 2
+            _e2 = Listener(_e2_name, _e2_host, _e2_port)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_listeners.append(_e2)
     o = Node(f_node_id, f_listeners)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

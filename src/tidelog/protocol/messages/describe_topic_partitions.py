@@ -120,10 +120,19 @@ def _d_DescribeTopicPartitionsRequest_v0(b, p, n):
     else:
         f_topics = []
         for _ in range(_c1):
-            _e2, p = _d_TopicRequest_v0(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2 = TopicRequest(_e2_name)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topics.append(_e2)
-    f_response_partition_limit, _m3 = _S1.unpack_from(b, p); p += 5
-    if _m3 < 0: f_cursor = None
+    f_response_partition_limit, _m4 = _S1.unpack_from(b, p); p += 5
+    if _m4 < 0: f_cursor = None
     else: f_cursor, p = _d_Cursor_v0(b, p, n)
     o = DescribeTopicPartitionsRequest(f_topics, f_response_partition_limit, f_cursor)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -302,7 +311,52 @@ def _d_DescribeTopicPartitionsResponseTopic_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_DescribeTopicPartitionsResponsePartition_v0(b, p, n)
+            _e3_error_code, _e3_partition_index, _e3_leader_id, _e3_leader_epoch = _S2.unpack_from(b, p); p += 14
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_replica_nodes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _c5 = b[p]; p += 1
+            if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+            _c5 -= 1
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_isr_nodes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _c6 = b[p]; p += 1
+            if _c6 > 127: _c6, p = _uvt(b, p, _c6)
+            _c6 -= 1
+            if _c6 < 0:
+                if _c6 != -1: raise DecodeError('invalid array length')
+                _e3_eligible_leader_replicas = None
+            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_eligible_leader_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
+            _c7 = b[p]; p += 1
+            if _c7 > 127: _c7, p = _uvt(b, p, _c7)
+            _c7 -= 1
+            if _c7 < 0:
+                if _c7 != -1: raise DecodeError('invalid array length')
+                _e3_last_known_elr = None
+            elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_last_known_elr = list(_unpack_from('>%di' % _c7, b, p)); p += 4 * _c7
+            _c8 = b[p]; p += 1
+            if _c8 > 127: _c8, p = _uvt(b, p, _c8)
+            _c8 -= 1
+            if _c8 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c8 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_offline_replicas = list(_unpack_from('>%di' % _c8, b, p)); p += 4 * _c8
+            _e3 = DescribeTopicPartitionsResponsePartition(_e3_error_code, _e3_partition_index, _e3_leader_id, _e3_leader_epoch, _e3_replica_nodes, _e3_isr_nodes, _e3_eligible_leader_replicas, _e3_last_known_elr, _e3_offline_replicas)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     f_topic_authorized_operations, = _S0.unpack_from(b, p); p += 4
     o = DescribeTopicPartitionsResponseTopic(f_error_code, f_name, f_topic_id, f_is_internal, f_partitions, f_topic_authorized_operations)

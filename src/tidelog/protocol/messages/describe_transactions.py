@@ -188,7 +188,24 @@ def _d_TransactionState_v0(b, p, n):
     else:
         f_topics = []
         for _ in range(_c3):
-            _e4, p = _d_TopicData_v0(b, p, n)
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e4_topic = str(b[p:_l5], 'utf-8'); p = _l5
+            _c6 = b[p]; p += 1
+            if _c6 > 127: _c6, p = _uvt(b, p, _c6)
+            _c6 -= 1
+            if _c6 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e4_partitions = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
+            _e4 = TopicData(_e4_topic, _e4_partitions)
+            if b[p]: _e4.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topics.append(_e4)
     o = TransactionState(f_error_code, f_transactional_id, f_transaction_state, f_transaction_timeout_ms, f_transaction_start_time_ms, f_producer_id, f_producer_epoch, f_topics)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -85,7 +85,16 @@ def _d_DescribeUserScramCredentialsRequest_v0(b, p, n):
     else:
         f_users = []
         for _ in range(_c1):
-            _e2, p = _d_UserName_v0(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2 = UserName(_e2_name)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_users.append(_e2)
     o = DescribeUserScramCredentialsRequest(f_users)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -193,7 +202,10 @@ def _d_DescribeUserScramCredentialsResult_v0(b, p, n):
     else:
         f_credential_infos = []
         for _ in range(_c3):
-            _e4, p = _d_CredentialInfo_v0(b, p, n)
+            _e4_mechanism, _e4_iterations = _S0.unpack_from(b, p); p += 5
+            _e4 = CredentialInfo(_e4_mechanism, _e4_iterations)
+            if b[p]: _e4.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_credential_infos.append(_e4)
     o = DescribeUserScramCredentialsResult(f_user, f_error_code, f_error_message, f_credential_infos)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

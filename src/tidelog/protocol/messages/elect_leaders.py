@@ -125,7 +125,18 @@ def _d_ElectLeadersRequest_v0(b, p, n):
     else:
         f_topic_partitions = []
         for _ in range(_c1):
-            _e2, p = _d_TopicPartitions_v0(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_topic = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _c4, = _S1.unpack_from(b, p); p += 4
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_partitions = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e2 = TopicPartitions(_e2_topic, _e2_partitions)
             f_topic_partitions.append(_e2)
     f_timeout_ms, = _S1.unpack_from(b, p); p += 4
     return ElectLeadersRequest(0, f_topic_partitions, f_timeout_ms), p
@@ -147,7 +158,18 @@ def _d_ElectLeadersRequest_v1(b, p, n):
     else:
         f_topic_partitions = []
         for _ in range(_c1):
-            _e2, p = _d_TopicPartitions_v0(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_topic = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _c4, = _S1.unpack_from(b, p); p += 4
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_partitions = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e2 = TopicPartitions(_e2_topic, _e2_partitions)
             f_topic_partitions.append(_e2)
     f_timeout_ms, = _S1.unpack_from(b, p); p += 4
     return ElectLeadersRequest(f_election_type, f_topic_partitions, f_timeout_ms), p
@@ -172,7 +194,24 @@ def _d_ElectLeadersRequest_v2(b, p, n):
     else:
         f_topic_partitions = []
         for _ in range(_c1):
-            _e2, p = _d_TopicPartitions_v2(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_topic = str(b[p:_l3], 'utf-8'); p = _l3
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_partitions = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e2 = TopicPartitions(_e2_topic, _e2_partitions)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topic_partitions.append(_e2)
     f_timeout_ms, = _S1.unpack_from(b, p); p += 4
     o = ElectLeadersRequest(f_election_type, f_topic_partitions, f_timeout_ms)
@@ -297,7 +336,13 @@ def _d_ReplicaElectionResult_v0(b, p, n):
     else:
         f_partition_result = []
         for _ in range(_c2):
-            _e3, p = _d_PartitionResult_v0(b, p, n)
+            _e3_partition_id, _e3_error_code, _l4 = _S4.unpack_from(b, p); p += 8
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e3_error_message = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_error_message = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e3 = PartitionResult(_e3_partition_id, _e3_error_code, _e3_error_message)
             f_partition_result.append(_e3)
     return ReplicaElectionResult(f_topic, f_partition_result), p
 
@@ -328,7 +373,17 @@ def _d_ReplicaElectionResult_v2(b, p, n):
     else:
         f_partition_result = []
         for _ in range(_c2):
-            _e3, p = _d_PartitionResult_v2(b, p, n)
+            _e3_partition_id, _e3_error_code = _S5.unpack_from(b, p); p += 6
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: _e3_error_message = None
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_error_message = str(b[p:_l4], 'utf-8'); p = _l4
+            _e3 = PartitionResult(_e3_partition_id, _e3_error_code, _e3_error_message)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partition_result.append(_e3)
     o = ReplicaElectionResult(f_topic, f_partition_result)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -124,7 +124,11 @@ def _d_PartitionData_v1(b, p, n):
     else:
         f_preferred_candidates = []
         for _ in range(_c1):
-            _e2, p = _d_ReplicaInfo_v1(b, p, n)
+            _e2_candidate_id, _e2_candidate_directory_id = _S0.unpack_from(b, p); p += 20
+            _e2_candidate_directory_id = _uuid(_e2_candidate_directory_id)
+            _e2 = ReplicaInfo(_e2_candidate_id, _e2_candidate_directory_id)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_preferred_candidates.append(_e2)
     o = PartitionData(f_partition_index, f_leader_id, f_leader_epoch, [], f_preferred_candidates)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -154,7 +158,13 @@ def _d_TopicData_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_PartitionData_v0(b, p, n)
+            _e3_partition_index, _e3_leader_id, _e3_leader_epoch, _c4 = _S1.unpack_from(b, p); p += 16
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_preferred_successors = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e3 = PartitionData(_e3_partition_index, _e3_leader_id, _e3_leader_epoch, _e3_preferred_successors, [])
             f_partitions.append(_e3)
     return TopicData(f_topic_name, f_partitions), p
 
@@ -297,7 +307,24 @@ def _d_EndQuorumEpochRequest_v1(b, p, n):
     else:
         f_leader_endpoints = []
         for _ in range(_c4):
-            _e5, p = _d_LeaderEndpoint_v1(b, p, n)
+            _l6 = b[p]; p += 1
+            if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+            if _l6 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l6 += p - 1
+                if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+                _e5_name = str(b[p:_l6], 'utf-8'); p = _l6
+            _l7 = b[p]; p += 1
+            if _l7 > 127: _l7, p = _uvt(b, p, _l7)
+            if _l7 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l7 += p - 1
+                if _l7 > n: raise DecodeError('field runs past the end of the buffer')
+                _e5_host = str(b[p:_l7], 'utf-8'); p = _l7
+            _e5_port, = _S5.unpack_from(b, p); p += 2
+            _e5 = LeaderEndpoint(_e5_name, _e5_host, _e5_port)
+            if b[p]: _e5.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_leader_endpoints.append(_e5)
     o = EndQuorumEpochRequest(f_cluster_id, f_topics, f_leader_endpoints)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -415,7 +442,8 @@ def _d_EndQuorumEpochResponseTopicData_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_EndQuorumEpochResponsePartitionData_v0(b, p, n)
+            _e3_partition_index, _e3_error_code, _e3_leader_id, _e3_leader_epoch = _S6.unpack_from(b, p); p += 14
+            _e3 = EndQuorumEpochResponsePartitionData(_e3_partition_index, _e3_error_code, _e3_leader_id, _e3_leader_epoch)
             f_partitions.append(_e3)
     return EndQuorumEpochResponseTopicData(f_topic_name, f_partitions), p
 
@@ -446,7 +474,10 @@ def _d_EndQuorumEpochResponseTopicData_v1(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_EndQuorumEpochResponsePartitionData_v1(b, p, n)
+            _e3_partition_index, _e3_error_code, _e3_leader_id, _e3_leader_epoch = _S6.unpack_from(b, p); p += 14
+            _e3 = EndQuorumEpochResponsePartitionData(_e3_partition_index, _e3_error_code, _e3_leader_id, _e3_leader_epoch)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = EndQuorumEpochResponseTopicData(f_topic_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -533,7 +564,18 @@ def _dt_EndQuorumEpochResponse_v1(b, p, n, o):
             else:
                 x = []
                 for _ in range(_c1):
-                    _e2, p = _d_NodeEndpoint_v1(b, p, n)
+                    _e2_node_id, = _S4.unpack_from(b, p); p += 4
+                    _l3 = b[p]; p += 1
+                    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+                    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+                    else:
+                        _l3 += p - 1
+                        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                        _e2_host = str(b[p:_l3], 'utf-8'); p = _l3
+                    _e2_port, = _S5.unpack_from(b, p); p += 2
+                    _e2 = NodeEndpoint(_e2_node_id, _e2_host, _e2_port)
+                    if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+                    else: p += 1
                     x.append(_e2)
             n = n0
             if p != end: raise DecodeError('tagged field size mismatch')

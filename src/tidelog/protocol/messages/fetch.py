@@ -218,7 +218,8 @@ def _d_FetchTopic_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_FetchPartition_v0(b, p, n)
+            _e3_partition, _e3_fetch_offset, _e3_partition_max_bytes = _S1.unpack_from(b, p); p += 16
+            _e3 = FetchPartition(_e3_partition, -1, _e3_fetch_offset, -1, -1, _e3_partition_max_bytes, ZERO_UUID)
             f_partitions.append(_e3)
     return FetchTopic(f_topic, ZERO_UUID, f_partitions), p
 
@@ -245,7 +246,8 @@ def _d_FetchTopic_v5(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_FetchPartition_v5(b, p, n)
+            _e3_partition, _e3_fetch_offset, _e3_log_start_offset, _e3_partition_max_bytes = _S2.unpack_from(b, p); p += 24
+            _e3 = FetchPartition(_e3_partition, -1, _e3_fetch_offset, -1, _e3_log_start_offset, _e3_partition_max_bytes, ZERO_UUID)
             f_partitions.append(_e3)
     return FetchTopic(f_topic, ZERO_UUID, f_partitions), p
 
@@ -272,7 +274,8 @@ def _d_FetchTopic_v9(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_FetchPartition_v9(b, p, n)
+            _e3_partition, _e3_current_leader_epoch, _e3_fetch_offset, _e3_log_start_offset, _e3_partition_max_bytes = _S3.unpack_from(b, p); p += 28
+            _e3 = FetchPartition(_e3_partition, _e3_current_leader_epoch, _e3_fetch_offset, -1, _e3_log_start_offset, _e3_partition_max_bytes, ZERO_UUID)
             f_partitions.append(_e3)
     return FetchTopic(f_topic, ZERO_UUID, f_partitions), p
 
@@ -303,7 +306,10 @@ def _d_FetchTopic_v12(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_FetchPartition_v12(b, p, n)
+            _e3_partition, _e3_current_leader_epoch, _e3_fetch_offset, _e3_last_fetched_epoch, _e3_log_start_offset, _e3_partition_max_bytes = _S4.unpack_from(b, p); p += 32
+            _e3 = FetchPartition(_e3_partition, _e3_current_leader_epoch, _e3_fetch_offset, _e3_last_fetched_epoch, _e3_log_start_offset, _e3_partition_max_bytes, ZERO_UUID)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = FetchTopic(f_topic, ZERO_UUID, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -335,7 +341,10 @@ def _d_FetchTopic_v13(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c1):
-            _e2, p = _d_FetchPartition_v12(b, p, n)
+            _e2_partition, _e2_current_leader_epoch, _e2_fetch_offset, _e2_last_fetched_epoch, _e2_log_start_offset, _e2_partition_max_bytes = _S4.unpack_from(b, p); p += 32
+            _e2 = FetchPartition(_e2_partition, _e2_current_leader_epoch, _e2_fetch_offset, _e2_last_fetched_epoch, _e2_log_start_offset, _e2_partition_max_bytes, ZERO_UUID)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e2)
     o = FetchTopic('', f_topic_id, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -364,7 +373,10 @@ def _d_FetchTopic_v17(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c1):
-            _e2, p = _d_FetchPartition_v17(b, p, n)
+            _e2_partition, _e2_current_leader_epoch, _e2_fetch_offset, _e2_last_fetched_epoch, _e2_log_start_offset, _e2_partition_max_bytes = _S4.unpack_from(b, p); p += 32
+            _e2 = FetchPartition(_e2_partition, _e2_current_leader_epoch, _e2_fetch_offset, _e2_last_fetched_epoch, _e2_log_start_offset, _e2_partition_max_bytes, ZERO_UUID)
+            if b[p]: p = _dt_FetchPartition_v17(b, p, n, _e2)
+            else: p += 1
             f_partitions.append(_e2)
     o = FetchTopic('', f_topic_id, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -551,7 +563,18 @@ def _d_FetchRequest_v7(b, p, n):
     else:
         f_forgotten_topics_data = []
         for _ in range(_c3):
-            _e4, p = _d_ForgottenTopic_v7(b, p, n)
+            _l5, = _S6.unpack_from(b, p); p += 2
+            if _l5 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e4_topic = str(b[p:p + _l5], 'utf-8'); p += _l5
+            _c6, = _S7.unpack_from(b, p); p += 4
+            if _c6 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e4_partitions = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
+            _e4 = ForgottenTopic(_e4_topic, ZERO_UUID, _e4_partitions)
             f_forgotten_topics_data.append(_e4)
     return FetchRequest(None, f_replica_id, None, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, ''), p
 
@@ -582,7 +605,18 @@ def _d_FetchRequest_v9(b, p, n):
     else:
         f_forgotten_topics_data = []
         for _ in range(_c3):
-            _e4, p = _d_ForgottenTopic_v7(b, p, n)
+            _l5, = _S6.unpack_from(b, p); p += 2
+            if _l5 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e4_topic = str(b[p:p + _l5], 'utf-8'); p += _l5
+            _c6, = _S7.unpack_from(b, p); p += 4
+            if _c6 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e4_partitions = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
+            _e4 = ForgottenTopic(_e4_topic, ZERO_UUID, _e4_partitions)
             f_forgotten_topics_data.append(_e4)
     return FetchRequest(None, f_replica_id, None, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, ''), p
 
@@ -613,13 +647,24 @@ def _d_FetchRequest_v11(b, p, n):
     else:
         f_forgotten_topics_data = []
         for _ in range(_c3):
-            _e4, p = _d_ForgottenTopic_v7(b, p, n)
+            _l5, = _S6.unpack_from(b, p); p += 2
+            if _l5 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e4_topic = str(b[p:p + _l5], 'utf-8'); p += _l5
+            _c6, = _S7.unpack_from(b, p); p += 4
+            if _c6 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e4_partitions = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
+            _e4 = ForgottenTopic(_e4_topic, ZERO_UUID, _e4_partitions)
             f_forgotten_topics_data.append(_e4)
-    _l5, = _S6.unpack_from(b, p); p += 2
-    if _l5 < 0:
+    _l7, = _S6.unpack_from(b, p); p += 2
+    if _l7 < 0:
         raise DecodeError('null or negative length in a non-nullable field')
-    elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
-    else: f_rack_id = str(b[p:p + _l5], 'utf-8'); p += _l5
+    elif p + _l7 > n: raise DecodeError('field runs past the end of the buffer')
+    else: f_rack_id = str(b[p:p + _l7], 'utf-8'); p += _l7
     return FetchRequest(None, f_replica_id, None, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id), p
 
 def _e_FetchRequest_v11(o, ap):
@@ -689,15 +734,32 @@ def _d_FetchRequest_v12(b, p, n):
     else:
         f_forgotten_topics_data = []
         for _ in range(_c3):
-            _e4, p = _d_ForgottenTopic_v12(b, p, n)
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e4_topic = str(b[p:_l5], 'utf-8'); p = _l5
+            _c6 = b[p]; p += 1
+            if _c6 > 127: _c6, p = _uvt(b, p, _c6)
+            _c6 -= 1
+            if _c6 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e4_partitions = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
+            _e4 = ForgottenTopic(_e4_topic, ZERO_UUID, _e4_partitions)
+            if b[p]: _e4.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_forgotten_topics_data.append(_e4)
-    _l5 = b[p]; p += 1
-    if _l5 > 127: _l5, p = _uvt(b, p, _l5)
-    if _l5 == 0: raise DecodeError('null in a non-nullable field')
+    _l7 = b[p]; p += 1
+    if _l7 > 127: _l7, p = _uvt(b, p, _l7)
+    if _l7 == 0: raise DecodeError('null in a non-nullable field')
     else:
-        _l5 += p - 1
-        if _l5 > n: raise DecodeError('field runs past the end of the buffer')
-        f_rack_id = str(b[p:_l5], 'utf-8'); p = _l5
+        _l7 += p - 1
+        if _l7 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack_id = str(b[p:_l7], 'utf-8'); p = _l7
     o = FetchRequest(None, f_replica_id, None, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id)
     if b[p]: p = _dt_FetchRequest_v12(b, p, n, o)
     else: p += 1
@@ -754,15 +816,27 @@ def _d_FetchRequest_v13(b, p, n):
     else:
         f_forgotten_topics_data = []
         for _ in range(_c3):
-            _e4, p = _d_ForgottenTopic_v13(b, p, n)
+            _e4_topic_id, = _S5.unpack_from(b, p); p += 16
+            _e4_topic_id = _uuid(_e4_topic_id)
+            _c5 = b[p]; p += 1
+            if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+            _c5 -= 1
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e4_partitions = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _e4 = ForgottenTopic('', _e4_topic_id, _e4_partitions)
+            if b[p]: _e4.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_forgotten_topics_data.append(_e4)
-    _l5 = b[p]; p += 1
-    if _l5 > 127: _l5, p = _uvt(b, p, _l5)
-    if _l5 == 0: raise DecodeError('null in a non-nullable field')
+    _l6 = b[p]; p += 1
+    if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+    if _l6 == 0: raise DecodeError('null in a non-nullable field')
     else:
-        _l5 += p - 1
-        if _l5 > n: raise DecodeError('field runs past the end of the buffer')
-        f_rack_id = str(b[p:_l5], 'utf-8'); p = _l5
+        _l6 += p - 1
+        if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack_id = str(b[p:_l6], 'utf-8'); p = _l6
     o = FetchRequest(None, f_replica_id, None, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id)
     if b[p]: p = _dt_FetchRequest_v12(b, p, n, o)
     else: p += 1
@@ -856,15 +930,27 @@ def _d_FetchRequest_v15(b, p, n):
     else:
         f_forgotten_topics_data = []
         for _ in range(_c3):
-            _e4, p = _d_ForgottenTopic_v13(b, p, n)
+            _e4_topic_id, = _S5.unpack_from(b, p); p += 16
+            _e4_topic_id = _uuid(_e4_topic_id)
+            _c5 = b[p]; p += 1
+            if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+            _c5 -= 1
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e4_partitions = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _e4 = ForgottenTopic('', _e4_topic_id, _e4_partitions)
+            if b[p]: _e4.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_forgotten_topics_data.append(_e4)
-    _l5 = b[p]; p += 1
-    if _l5 > 127: _l5, p = _uvt(b, p, _l5)
-    if _l5 == 0: raise DecodeError('null in a non-nullable field')
+    _l6 = b[p]; p += 1
+    if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+    if _l6 == 0: raise DecodeError('null in a non-nullable field')
     else:
-        _l5 += p - 1
-        if _l5 > n: raise DecodeError('field runs past the end of the buffer')
-        f_rack_id = str(b[p:_l5], 'utf-8'); p = _l5
+        _l6 += p - 1
+        if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack_id = str(b[p:_l6], 'utf-8'); p = _l6
     o = FetchRequest(None, -1, None, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id)
     if b[p]: p = _dt_FetchRequest_v15(b, p, n, o)
     else: p += 1
@@ -927,15 +1013,27 @@ def _d_FetchRequest_v17(b, p, n):
     else:
         f_forgotten_topics_data = []
         for _ in range(_c3):
-            _e4, p = _d_ForgottenTopic_v13(b, p, n)
+            _e4_topic_id, = _S5.unpack_from(b, p); p += 16
+            _e4_topic_id = _uuid(_e4_topic_id)
+            _c5 = b[p]; p += 1
+            if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+            _c5 -= 1
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e4_partitions = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _e4 = ForgottenTopic('', _e4_topic_id, _e4_partitions)
+            if b[p]: _e4.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_forgotten_topics_data.append(_e4)
-    _l5 = b[p]; p += 1
-    if _l5 > 127: _l5, p = _uvt(b, p, _l5)
-    if _l5 == 0: raise DecodeError('null in a non-nullable field')
+    _l6 = b[p]; p += 1
+    if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+    if _l6 == 0: raise DecodeError('null in a non-nullable field')
     else:
-        _l5 += p - 1
-        if _l5 > n: raise DecodeError('field runs past the end of the buffer')
-        f_rack_id = str(b[p:_l5], 'utf-8'); p = _l5
+        _l6 += p - 1
+        if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack_id = str(b[p:_l6], 'utf-8'); p = _l6
     o = FetchRequest(None, -1, None, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id)
     if b[p]: p = _dt_FetchRequest_v15(b, p, n, o)
     else: p += 1
@@ -1160,7 +1258,8 @@ def _d_PartitionData_v4(b, p, n):
     else:
         f_aborted_transactions = []
         for _ in range(_c1):
-            _e2, p = _d_AbortedTransaction_v4(b, p, n)
+            _e2_producer_id, _e2_first_offset = _S16.unpack_from(b, p); p += 16
+            _e2 = AbortedTransaction(_e2_producer_id, _e2_first_offset)
             f_aborted_transactions.append(_e2)
     _l3, = _S7.unpack_from(b, p); p += 4
     if _l3 < 0:
@@ -1192,7 +1291,8 @@ def _d_PartitionData_v5(b, p, n):
     else:
         f_aborted_transactions = []
         for _ in range(_c1):
-            _e2, p = _d_AbortedTransaction_v4(b, p, n)
+            _e2_producer_id, _e2_first_offset = _S16.unpack_from(b, p); p += 16
+            _e2 = AbortedTransaction(_e2_producer_id, _e2_first_offset)
             f_aborted_transactions.append(_e2)
     _l3, = _S7.unpack_from(b, p); p += 4
     if _l3 < 0:
@@ -1224,7 +1324,8 @@ def _d_PartitionData_v11(b, p, n):
     else:
         f_aborted_transactions = []
         for _ in range(_c1):
-            _e2, p = _d_AbortedTransaction_v4(b, p, n)
+            _e2_producer_id, _e2_first_offset = _S16.unpack_from(b, p); p += 16
+            _e2 = AbortedTransaction(_e2_producer_id, _e2_first_offset)
             f_aborted_transactions.append(_e2)
     f_preferred_read_replica, _l3 = _S14.unpack_from(b, p); p += 8
     if _l3 < 0:
@@ -1296,7 +1397,10 @@ def _d_PartitionData_v12(b, p, n):
     else:
         f_aborted_transactions = []
         for _ in range(_c1):
-            _e2, p = _d_AbortedTransaction_v12(b, p, n)
+            _e2_producer_id, _e2_first_offset = _S16.unpack_from(b, p); p += 16
+            _e2 = AbortedTransaction(_e2_producer_id, _e2_first_offset)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_aborted_transactions.append(_e2)
     f_preferred_read_replica, = _S7.unpack_from(b, p); p += 4
     _l3 = b[p]; p += 1
@@ -1361,7 +1465,13 @@ def _d_FetchableTopicResponse_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_PartitionData_v0(b, p, n)
+            _e3_partition_index, _e3_error_code, _e3_high_watermark, _l4 = _S17.unpack_from(b, p); p += 18
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e3_records = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_records = b[p:p + _l4]; p += _l4
+            _e3 = PartitionData(_e3_partition_index, _e3_error_code, _e3_high_watermark, -1, -1, None, None, None, [], -1, _e3_records)
             f_partitions.append(_e3)
     return FetchableTopicResponse(f_topic, ZERO_UUID, f_partitions), p
 
@@ -1747,7 +1857,25 @@ def _dt_FetchResponse_v16(b, p, n, o):
             else:
                 x = []
                 for _ in range(_c1):
-                    _e2, p = _d_NodeEndpoint_v16(b, p, n)
+                    _e2_node_id, = _S7.unpack_from(b, p); p += 4
+                    _l3 = b[p]; p += 1
+                    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+                    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+                    else:
+                        _l3 += p - 1
+                        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                        _e2_host = str(b[p:_l3], 'utf-8'); p = _l3
+                    _e2_port, = _S7.unpack_from(b, p); p += 4
+                    _l4 = b[p]; p += 1
+                    if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+                    if _l4 == 0: _e2_rack = None
+                    else:
+                        _l4 += p - 1
+                        if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                        _e2_rack = str(b[p:_l4], 'utf-8'); p = _l4
+                    _e2 = NodeEndpoint(_e2_node_id, _e2_host, _e2_port, _e2_rack)
+                    if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+                    else: p += 1
                     x.append(_e2)
             n = n0
             if p != end: raise DecodeError('tagged field size mismatch')

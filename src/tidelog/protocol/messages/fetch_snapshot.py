@@ -621,7 +621,18 @@ def _dt_FetchSnapshotResponse_v1(b, p, n, o):
             else:
                 x = []
                 for _ in range(_c1):
-                    _e2, p = _d_NodeEndpoint_v1(b, p, n)
+                    _e2_node_id, = _S6.unpack_from(b, p); p += 4
+                    _l3 = b[p]; p += 1
+                    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+                    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+                    else:
+                        _l3 += p - 1
+                        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                        _e2_host = str(b[p:_l3], 'utf-8'); p = _l3
+                    _e2_port, = _S7.unpack_from(b, p); p += 2
+                    _e2 = NodeEndpoint(_e2_node_id, _e2_host, _e2_port)
+                    if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+                    else: p += 1
                     x.append(_e2)
             n = n0
             if p != end: raise DecodeError('tagged field size mismatch')

@@ -329,7 +329,32 @@ def _d_FindCoordinatorResponse_v4(b, p, n):
     else:
         f_coordinators = []
         for _ in range(_c1):
-            _e2, p = _d_Coordinator_v4(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_key = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2_node_id, = _S2.unpack_from(b, p); p += 4
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_host = str(b[p:_l4], 'utf-8'); p = _l4
+            _e2_port, _e2_error_code = _S3.unpack_from(b, p); p += 6
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: _e2_error_message = None
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_error_message = str(b[p:_l5], 'utf-8'); p = _l5
+            _e2 = Coordinator(_e2_key, _e2_node_id, _e2_host, _e2_port, _e2_error_code, _e2_error_message)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_coordinators.append(_e2)
     o = FindCoordinatorResponse(f_throttle_time_ms, 0, '', 0, '', 0, f_coordinators)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

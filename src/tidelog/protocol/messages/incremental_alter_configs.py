@@ -141,7 +141,18 @@ def _d_AlterConfigsResource_v0(b, p, n):
     else:
         f_configs = []
         for _ in range(_c2):
-            _e3, p = _d_AlterableConfig_v0(b, p, n)
+            _l4, = _S0.unpack_from(b, p); p += 2
+            if _l4 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_name = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e3_config_operation, _l5 = _S1.unpack_from(b, p); p += 3
+            if _l5 < 0:
+                if _l5 != -1: raise DecodeError('invalid length')
+                _e3_value = None
+            elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_value = str(b[p:p + _l5], 'utf-8'); p += _l5
+            _e3 = AlterableConfig(_e3_name, _e3_config_operation, _e3_value)
             f_configs.append(_e3)
     return AlterConfigsResource(f_resource_type, f_resource_name, f_configs), p
 
@@ -173,7 +184,24 @@ def _d_AlterConfigsResource_v1(b, p, n):
     else:
         f_configs = []
         for _ in range(_c2):
-            _e3, p = _d_AlterableConfig_v1(b, p, n)
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_name = str(b[p:_l4], 'utf-8'); p = _l4
+            _e3_config_operation, = _S2.unpack_from(b, p); p += 1
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: _e3_value = None
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_value = str(b[p:_l5], 'utf-8'); p = _l5
+            _e3 = AlterableConfig(_e3_name, _e3_config_operation, _e3_value)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_configs.append(_e3)
     o = AlterConfigsResource(f_resource_type, f_resource_name, f_configs)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -357,7 +385,18 @@ def _d_IncrementalAlterConfigsResponse_v0(b, p, n):
     else:
         f_responses = []
         for _ in range(_c1):
-            _e2, p = _d_AlterConfigsResourceResponse_v0(b, p, n)
+            _e2_error_code, _l3 = _S5.unpack_from(b, p); p += 4
+            if _l3 < 0:
+                if _l3 != -1: raise DecodeError('invalid length')
+                _e2_error_message = None
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_error_message = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_resource_type, _l4 = _S1.unpack_from(b, p); p += 3
+            if _l4 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_resource_name = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e2 = AlterConfigsResourceResponse(_e2_error_code, _e2_error_message, _e2_resource_type, _e2_resource_name)
             f_responses.append(_e2)
     return IncrementalAlterConfigsResponse(f_throttle_time_ms, f_responses), p
 
@@ -378,7 +417,25 @@ def _d_IncrementalAlterConfigsResponse_v1(b, p, n):
     else:
         f_responses = []
         for _ in range(_c1):
-            _e2, p = _d_AlterConfigsResourceResponse_v1(b, p, n)
+            _e2_error_code, = _S0.unpack_from(b, p); p += 2
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: _e2_error_message = None
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_error_message = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2_resource_type, = _S2.unpack_from(b, p); p += 1
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_resource_name = str(b[p:_l4], 'utf-8'); p = _l4
+            _e2 = AlterConfigsResourceResponse(_e2_error_code, _e2_error_message, _e2_resource_type, _e2_resource_name)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_responses.append(_e2)
     o = IncrementalAlterConfigsResponse(f_throttle_time_ms, f_responses)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

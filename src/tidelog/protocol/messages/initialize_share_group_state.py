@@ -87,7 +87,10 @@ def _d_InitializeStateData_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c1):
-            _e2, p = _d_PartitionData_v0(b, p, n)
+            _e2_partition, _e2_state_epoch, _e2_start_offset = _S0.unpack_from(b, p); p += 16
+            _e2 = PartitionData(_e2_partition, _e2_state_epoch, _e2_start_offset)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e2)
     o = InitializeStateData(f_topic_id, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -227,7 +230,17 @@ def _d_InitializeStateResult_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c1):
-            _e2, p = _d_PartitionResult_v0(b, p, n)
+            _e2_partition, _e2_error_code = _S2.unpack_from(b, p); p += 6
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: _e2_error_message = None
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_error_message = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2 = PartitionResult(_e2_partition, _e2_error_code, _e2_error_message)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e2)
     o = InitializeStateResult(f_topic_id, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

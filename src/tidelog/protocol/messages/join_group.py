@@ -145,7 +145,17 @@ def _d_JoinGroupRequest_v0(b, p, n):
     else:
         f_protocols = []
         for _ in range(_c4):
-            _e5, p = _d_JoinGroupRequestProtocol_v0(b, p, n)
+            _l6, = _S0.unpack_from(b, p); p += 2
+            if _l6 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l6 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e5_name = str(b[p:p + _l6], 'utf-8'); p += _l6
+            _l7, = _S1.unpack_from(b, p); p += 4
+            if _l7 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l7 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e5_metadata = bytes(b[p:p + _l7]); p += _l7
+            _e5 = JoinGroupRequestProtocol(_e5_name, _e5_metadata)
             f_protocols.append(_e5)
     return JoinGroupRequest(f_group_id, f_session_timeout_ms, -1, f_member_id, None, f_protocol_type, f_protocols, None), p
 
@@ -190,7 +200,17 @@ def _d_JoinGroupRequest_v1(b, p, n):
     else:
         f_protocols = []
         for _ in range(_c4):
-            _e5, p = _d_JoinGroupRequestProtocol_v0(b, p, n)
+            _l6, = _S0.unpack_from(b, p); p += 2
+            if _l6 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l6 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e5_name = str(b[p:p + _l6], 'utf-8'); p += _l6
+            _l7, = _S1.unpack_from(b, p); p += 4
+            if _l7 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l7 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e5_metadata = bytes(b[p:p + _l7]); p += _l7
+            _e5 = JoinGroupRequestProtocol(_e5_name, _e5_metadata)
             f_protocols.append(_e5)
     return JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, None, f_protocol_type, f_protocols, None), p
 
@@ -241,7 +261,17 @@ def _d_JoinGroupRequest_v5(b, p, n):
     else:
         f_protocols = []
         for _ in range(_c5):
-            _e6, p = _d_JoinGroupRequestProtocol_v0(b, p, n)
+            _l7, = _S0.unpack_from(b, p); p += 2
+            if _l7 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l7 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_name = str(b[p:p + _l7], 'utf-8'); p += _l7
+            _l8, = _S1.unpack_from(b, p); p += 4
+            if _l8 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l8 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e6_metadata = bytes(b[p:p + _l8]); p += _l8
+            _e6 = JoinGroupRequestProtocol(_e6_name, _e6_metadata)
             f_protocols.append(_e6)
     return JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, f_group_instance_id, f_protocol_type, f_protocols, None), p
 
@@ -307,7 +337,23 @@ def _d_JoinGroupRequest_v6(b, p, n):
     else:
         f_protocols = []
         for _ in range(_c5):
-            _e6, p = _d_JoinGroupRequestProtocol_v6(b, p, n)
+            _l7 = b[p]; p += 1
+            if _l7 > 127: _l7, p = _uvt(b, p, _l7)
+            if _l7 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l7 += p - 1
+                if _l7 > n: raise DecodeError('field runs past the end of the buffer')
+                _e6_name = str(b[p:_l7], 'utf-8'); p = _l7
+            _l8 = b[p]; p += 1
+            if _l8 > 127: _l8, p = _uvt(b, p, _l8)
+            if _l8 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l8 += p - 1
+                if _l8 > n: raise DecodeError('field runs past the end of the buffer')
+                _e6_metadata = bytes(b[p:_l8]); p = _l8
+            _e6 = JoinGroupRequestProtocol(_e6_name, _e6_metadata)
+            if b[p]: _e6.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_protocols.append(_e6)
     o = JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, f_group_instance_id, f_protocol_type, f_protocols, None)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -380,15 +426,31 @@ def _d_JoinGroupRequest_v8(b, p, n):
     else:
         f_protocols = []
         for _ in range(_c5):
-            _e6, p = _d_JoinGroupRequestProtocol_v6(b, p, n)
+            _l7 = b[p]; p += 1
+            if _l7 > 127: _l7, p = _uvt(b, p, _l7)
+            if _l7 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l7 += p - 1
+                if _l7 > n: raise DecodeError('field runs past the end of the buffer')
+                _e6_name = str(b[p:_l7], 'utf-8'); p = _l7
+            _l8 = b[p]; p += 1
+            if _l8 > 127: _l8, p = _uvt(b, p, _l8)
+            if _l8 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l8 += p - 1
+                if _l8 > n: raise DecodeError('field runs past the end of the buffer')
+                _e6_metadata = bytes(b[p:_l8]); p = _l8
+            _e6 = JoinGroupRequestProtocol(_e6_name, _e6_metadata)
+            if b[p]: _e6.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_protocols.append(_e6)
-    _l7 = b[p]; p += 1
-    if _l7 > 127: _l7, p = _uvt(b, p, _l7)
-    if _l7 == 0: f_reason = None
+    _l9 = b[p]; p += 1
+    if _l9 > 127: _l9, p = _uvt(b, p, _l9)
+    if _l9 == 0: f_reason = None
     else:
-        _l7 += p - 1
-        if _l7 > n: raise DecodeError('field runs past the end of the buffer')
-        f_reason = str(b[p:_l7], 'utf-8'); p = _l7
+        _l9 += p - 1
+        if _l9 > n: raise DecodeError('field runs past the end of the buffer')
+        f_reason = str(b[p:_l9], 'utf-8'); p = _l9
     o = JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, f_group_instance_id, f_protocol_type, f_protocols, f_reason)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -601,7 +663,17 @@ def _d_JoinGroupResponse_v0(b, p, n):
     else:
         f_members = []
         for _ in range(_c4):
-            _e5, p = _d_JoinGroupResponseMember_v0(b, p, n)
+            _l6, = _S0.unpack_from(b, p); p += 2
+            if _l6 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l6 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e5_member_id = str(b[p:p + _l6], 'utf-8'); p += _l6
+            _l7, = _S1.unpack_from(b, p); p += 4
+            if _l7 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l7 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e5_metadata = bytes(b[p:p + _l7]); p += _l7
+            _e5 = JoinGroupResponseMember(_e5_member_id, None, _e5_metadata)
             f_members.append(_e5)
     return JoinGroupResponse(0, f_error_code, f_generation_id, None, f_protocol_name, f_leader, False, f_member_id, f_members), p
 
@@ -646,7 +718,17 @@ def _d_JoinGroupResponse_v2(b, p, n):
     else:
         f_members = []
         for _ in range(_c4):
-            _e5, p = _d_JoinGroupResponseMember_v0(b, p, n)
+            _l6, = _S0.unpack_from(b, p); p += 2
+            if _l6 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l6 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e5_member_id = str(b[p:p + _l6], 'utf-8'); p += _l6
+            _l7, = _S1.unpack_from(b, p); p += 4
+            if _l7 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l7 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e5_metadata = bytes(b[p:p + _l7]); p += _l7
+            _e5 = JoinGroupResponseMember(_e5_member_id, None, _e5_metadata)
             f_members.append(_e5)
     return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, None, f_protocol_name, f_leader, False, f_member_id, f_members), p
 
@@ -691,7 +773,23 @@ def _d_JoinGroupResponse_v5(b, p, n):
     else:
         f_members = []
         for _ in range(_c4):
-            _e5, p = _d_JoinGroupResponseMember_v5(b, p, n)
+            _l6, = _S0.unpack_from(b, p); p += 2
+            if _l6 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l6 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e5_member_id = str(b[p:p + _l6], 'utf-8'); p += _l6
+            _l7, = _S0.unpack_from(b, p); p += 2
+            if _l7 < 0:
+                if _l7 != -1: raise DecodeError('invalid length')
+                _e5_group_instance_id = None
+            elif p + _l7 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e5_group_instance_id = str(b[p:p + _l7], 'utf-8'); p += _l7
+            _l8, = _S1.unpack_from(b, p); p += 4
+            if _l8 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l8 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e5_metadata = bytes(b[p:p + _l8]); p += _l8
+            _e5 = JoinGroupResponseMember(_e5_member_id, _e5_group_instance_id, _e5_metadata)
             f_members.append(_e5)
     return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, None, f_protocol_name, f_leader, False, f_member_id, f_members), p
 
@@ -745,7 +843,30 @@ def _d_JoinGroupResponse_v6(b, p, n):
     else:
         f_members = []
         for _ in range(_c4):
-            _e5, p = _d_JoinGroupResponseMember_v6(b, p, n)
+            _l6 = b[p]; p += 1
+            if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+            if _l6 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l6 += p - 1
+                if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+                _e5_member_id = str(b[p:_l6], 'utf-8'); p = _l6
+            _l7 = b[p]; p += 1
+            if _l7 > 127: _l7, p = _uvt(b, p, _l7)
+            if _l7 == 0: _e5_group_instance_id = None
+            else:
+                _l7 += p - 1
+                if _l7 > n: raise DecodeError('field runs past the end of the buffer')
+                _e5_group_instance_id = str(b[p:_l7], 'utf-8'); p = _l7
+            _l8 = b[p]; p += 1
+            if _l8 > 127: _l8, p = _uvt(b, p, _l8)
+            if _l8 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l8 += p - 1
+                if _l8 > n: raise DecodeError('field runs past the end of the buffer')
+                _e5_metadata = bytes(b[p:_l8]); p = _l8
+            _e5 = JoinGroupResponseMember(_e5_member_id, _e5_group_instance_id, _e5_metadata)
+            if b[p]: _e5.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_members.append(_e5)
     o = JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, None, f_protocol_name, f_leader, False, f_member_id, f_members)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -813,7 +934,30 @@ def _d_JoinGroupResponse_v7(b, p, n):
     else:
         f_members = []
         for _ in range(_c5):
-            _e6, p = _d_JoinGroupResponseMember_v6(b, p, n)
+            _l7 = b[p]; p += 1
+            if _l7 > 127: _l7, p = _uvt(b, p, _l7)
+            if _l7 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l7 += p - 1
+                if _l7 > n: raise DecodeError('field runs past the end of the buffer')
+                _e6_member_id = str(b[p:_l7], 'utf-8'); p = _l7
+            _l8 = b[p]; p += 1
+            if _l8 > 127: _l8, p = _uvt(b, p, _l8)
+            if _l8 == 0: _e6_group_instance_id = None
+            else:
+                _l8 += p - 1
+                if _l8 > n: raise DecodeError('field runs past the end of the buffer')
+                _e6_group_instance_id = str(b[p:_l8], 'utf-8'); p = _l8
+            _l9 = b[p]; p += 1
+            if _l9 > 127: _l9, p = _uvt(b, p, _l9)
+            if _l9 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l9 += p - 1
+                if _l9 > n: raise DecodeError('field runs past the end of the buffer')
+                _e6_metadata = bytes(b[p:_l9]); p = _l9
+            _e6 = JoinGroupResponseMember(_e6_member_id, _e6_group_instance_id, _e6_metadata)
+            if b[p]: _e6.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_members.append(_e6)
     o = JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, f_protocol_type, f_protocol_name, f_leader, False, f_member_id, f_members)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -888,7 +1032,30 @@ def _d_JoinGroupResponse_v9(b, p, n):
     else:
         f_members = []
         for _ in range(_c5):
-            _e6, p = _d_JoinGroupResponseMember_v6(b, p, n)
+            _l7 = b[p]; p += 1
+            if _l7 > 127: _l7, p = _uvt(b, p, _l7)
+            if _l7 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l7 += p - 1
+                if _l7 > n: raise DecodeError('field runs past the end of the buffer')
+                _e6_member_id = str(b[p:_l7], 'utf-8'); p = _l7
+            _l8 = b[p]; p += 1
+            if _l8 > 127: _l8, p = _uvt(b, p, _l8)
+            if _l8 == 0: _e6_group_instance_id = None
+            else:
+                _l8 += p - 1
+                if _l8 > n: raise DecodeError('field runs past the end of the buffer')
+                _e6_group_instance_id = str(b[p:_l8], 'utf-8'); p = _l8
+            _l9 = b[p]; p += 1
+            if _l9 > 127: _l9, p = _uvt(b, p, _l9)
+            if _l9 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l9 += p - 1
+                if _l9 > n: raise DecodeError('field runs past the end of the buffer')
+                _e6_metadata = bytes(b[p:_l9]); p = _l9
+            _e6 = JoinGroupResponseMember(_e6_member_id, _e6_group_instance_id, _e6_metadata)
+            if b[p]: _e6.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_members.append(_e6)
     o = JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, f_protocol_type, f_protocol_name, f_leader, f_skip_assignment, f_member_id, f_members)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

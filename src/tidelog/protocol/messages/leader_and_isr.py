@@ -367,7 +367,20 @@ def _d_LeaderAndIsrTopicState_v2(b, p, n):
     else:
         f_partition_states = []
         for _ in range(_c2):
-            _e3, p = _d_LeaderAndIsrPartitionState_v2(b, p, n)
+            _e3_partition_index, _e3_controller_epoch, _e3_leader, _e3_leader_epoch, _c4 = _S1.unpack_from(b, p); p += 20
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e3_partition_epoch, _c5 = _S2.unpack_from(b, p); p += 8
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _e3_is_new, = _S3.unpack_from(b, p); p += 1
+            _e3 = LeaderAndIsrPartitionState('', _e3_partition_index, _e3_controller_epoch, _e3_leader, _e3_leader_epoch, _e3_isr, _e3_partition_epoch, _e3_replicas, [], [], _e3_is_new, 0)
             f_partition_states.append(_e3)
     return LeaderAndIsrTopicState(f_topic_name, ZERO_UUID, f_partition_states), p
 
@@ -394,7 +407,32 @@ def _d_LeaderAndIsrTopicState_v3(b, p, n):
     else:
         f_partition_states = []
         for _ in range(_c2):
-            _e3, p = _d_LeaderAndIsrPartitionState_v3(b, p, n)
+            _e3_partition_index, _e3_controller_epoch, _e3_leader, _e3_leader_epoch, _c4 = _S1.unpack_from(b, p); p += 20
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e3_partition_epoch, _c5 = _S2.unpack_from(b, p); p += 8
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _c6, = _S4.unpack_from(b, p); p += 4
+            if _c6 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_adding_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
+            _c7, = _S4.unpack_from(b, p); p += 4
+            if _c7 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_removing_replicas = list(_unpack_from('>%di' % _c7, b, p)); p += 4 * _c7
+            _e3_is_new, = _S3.unpack_from(b, p); p += 1
+            _e3 = LeaderAndIsrPartitionState('', _e3_partition_index, _e3_controller_epoch, _e3_leader, _e3_leader_epoch, _e3_isr, _e3_partition_epoch, _e3_replicas, _e3_adding_replicas, _e3_removing_replicas, _e3_is_new, 0)
             f_partition_states.append(_e3)
     return LeaderAndIsrTopicState(f_topic_name, ZERO_UUID, f_partition_states), p
 
@@ -425,7 +463,44 @@ def _d_LeaderAndIsrTopicState_v4(b, p, n):
     else:
         f_partition_states = []
         for _ in range(_c2):
-            _e3, p = _d_LeaderAndIsrPartitionState_v4(b, p, n)
+            _e3_partition_index, _e3_controller_epoch, _e3_leader, _e3_leader_epoch = _S5.unpack_from(b, p); p += 16
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e3_partition_epoch, = _S4.unpack_from(b, p); p += 4
+            _c5 = b[p]; p += 1
+            if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+            _c5 -= 1
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _c6 = b[p]; p += 1
+            if _c6 > 127: _c6, p = _uvt(b, p, _c6)
+            _c6 -= 1
+            if _c6 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_adding_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
+            _c7 = b[p]; p += 1
+            if _c7 > 127: _c7, p = _uvt(b, p, _c7)
+            _c7 -= 1
+            if _c7 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_removing_replicas = list(_unpack_from('>%di' % _c7, b, p)); p += 4 * _c7
+            _e3_is_new, = _S3.unpack_from(b, p); p += 1
+            _e3 = LeaderAndIsrPartitionState('', _e3_partition_index, _e3_controller_epoch, _e3_leader, _e3_leader_epoch, _e3_isr, _e3_partition_epoch, _e3_replicas, _e3_adding_replicas, _e3_removing_replicas, _e3_is_new, 0)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partition_states.append(_e3)
     o = LeaderAndIsrTopicState(f_topic_name, ZERO_UUID, f_partition_states)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -464,7 +539,44 @@ def _d_LeaderAndIsrTopicState_v5(b, p, n):
     else:
         f_partition_states = []
         for _ in range(_c2):
-            _e3, p = _d_LeaderAndIsrPartitionState_v4(b, p, n)
+            _e3_partition_index, _e3_controller_epoch, _e3_leader, _e3_leader_epoch = _S5.unpack_from(b, p); p += 16
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e3_partition_epoch, = _S4.unpack_from(b, p); p += 4
+            _c5 = b[p]; p += 1
+            if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+            _c5 -= 1
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _c6 = b[p]; p += 1
+            if _c6 > 127: _c6, p = _uvt(b, p, _c6)
+            _c6 -= 1
+            if _c6 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_adding_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
+            _c7 = b[p]; p += 1
+            if _c7 > 127: _c7, p = _uvt(b, p, _c7)
+            _c7 -= 1
+            if _c7 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_removing_replicas = list(_unpack_from('>%di' % _c7, b, p)); p += 4 * _c7
+            _e3_is_new, = _S3.unpack_from(b, p); p += 1
+            _e3 = LeaderAndIsrPartitionState('', _e3_partition_index, _e3_controller_epoch, _e3_leader, _e3_leader_epoch, _e3_isr, _e3_partition_epoch, _e3_replicas, _e3_adding_replicas, _e3_removing_replicas, _e3_is_new, 0)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partition_states.append(_e3)
     o = LeaderAndIsrTopicState(f_topic_name, f_topic_id, f_partition_states)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -504,7 +616,44 @@ def _d_LeaderAndIsrTopicState_v6(b, p, n):
     else:
         f_partition_states = []
         for _ in range(_c2):
-            _e3, p = _d_LeaderAndIsrPartitionState_v6(b, p, n)
+            _e3_partition_index, _e3_controller_epoch, _e3_leader, _e3_leader_epoch = _S5.unpack_from(b, p); p += 16
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e3_partition_epoch, = _S4.unpack_from(b, p); p += 4
+            _c5 = b[p]; p += 1
+            if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+            _c5 -= 1
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _c6 = b[p]; p += 1
+            if _c6 > 127: _c6, p = _uvt(b, p, _c6)
+            _c6 -= 1
+            if _c6 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_adding_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
+            _c7 = b[p]; p += 1
+            if _c7 > 127: _c7, p = _uvt(b, p, _c7)
+            _c7 -= 1
+            if _c7 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_removing_replicas = list(_unpack_from('>%di' % _c7, b, p)); p += 4 * _c7
+            _e3_is_new, _e3_leader_recovery_state = _S6.unpack_from(b, p); p += 2
+            _e3 = LeaderAndIsrPartitionState('', _e3_partition_index, _e3_controller_epoch, _e3_leader, _e3_leader_epoch, _e3_isr, _e3_partition_epoch, _e3_replicas, _e3_adding_replicas, _e3_removing_replicas, _e3_is_new, _e3_leader_recovery_state)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partition_states.append(_e3)
     o = LeaderAndIsrTopicState(f_topic_name, f_topic_id, f_partition_states)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -575,17 +724,40 @@ def _d_LeaderAndIsrRequest_v0(b, p, n):
     else:
         f_ungrouped_partition_states = []
         for _ in range(_c1):
-            _e2, p = _d_LeaderAndIsrPartitionState_v0(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_topic_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _c4 = _S1.unpack_from(b, p); p += 20
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e2_partition_epoch, _c5 = _S2.unpack_from(b, p); p += 8
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _e2 = LeaderAndIsrPartitionState(_e2_topic_name, _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _e2_isr, _e2_partition_epoch, _e2_replicas, [], [], False, 0)
             f_ungrouped_partition_states.append(_e2)
-    _c3, = _S4.unpack_from(b, p); p += 4
-    if _c3 < 0:
+    _c6, = _S4.unpack_from(b, p); p += 4
+    if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_leaders = []
-        for _ in range(_c3):
-            _e4, p = _d_LeaderAndIsrLiveLeader_v0(b, p, n)
-            f_live_leaders.append(_e4)
+        for _ in range(_c6):
+            _e7_broker_id, _l8 = _S8.unpack_from(b, p); p += 6
+            if _l8 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l8 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e7_host_name = str(b[p:p + _l8], 'utf-8'); p += _l8
+            _e7_port, = _S4.unpack_from(b, p); p += 4
+            _e7 = LeaderAndIsrLiveLeader(_e7_broker_id, _e7_host_name, _e7_port)
+            f_live_leaders.append(_e7)
     return LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, -1, 0, f_ungrouped_partition_states, [], f_live_leaders), p
 
 def _e_LeaderAndIsrRequest_v0(o, ap):
@@ -606,17 +778,41 @@ def _d_LeaderAndIsrRequest_v1(b, p, n):
     else:
         f_ungrouped_partition_states = []
         for _ in range(_c1):
-            _e2, p = _d_LeaderAndIsrPartitionState_v1(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_topic_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _c4 = _S1.unpack_from(b, p); p += 20
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e2_partition_epoch, _c5 = _S2.unpack_from(b, p); p += 8
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _e2_is_new, = _S3.unpack_from(b, p); p += 1
+            _e2 = LeaderAndIsrPartitionState(_e2_topic_name, _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _e2_isr, _e2_partition_epoch, _e2_replicas, [], [], _e2_is_new, 0)
             f_ungrouped_partition_states.append(_e2)
-    _c3, = _S4.unpack_from(b, p); p += 4
-    if _c3 < 0:
+    _c6, = _S4.unpack_from(b, p); p += 4
+    if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_leaders = []
-        for _ in range(_c3):
-            _e4, p = _d_LeaderAndIsrLiveLeader_v0(b, p, n)
-            f_live_leaders.append(_e4)
+        for _ in range(_c6):
+            _e7_broker_id, _l8 = _S8.unpack_from(b, p); p += 6
+            if _l8 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l8 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e7_host_name = str(b[p:p + _l8], 'utf-8'); p += _l8
+            _e7_port, = _S4.unpack_from(b, p); p += 4
+            _e7 = LeaderAndIsrLiveLeader(_e7_broker_id, _e7_host_name, _e7_port)
+            f_live_leaders.append(_e7)
     return LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, -1, 0, f_ungrouped_partition_states, [], f_live_leaders), p
 
 def _e_LeaderAndIsrRequest_v1(o, ap):
@@ -646,7 +842,13 @@ def _d_LeaderAndIsrRequest_v2(b, p, n):
     else:
         f_live_leaders = []
         for _ in range(_c3):
-            _e4, p = _d_LeaderAndIsrLiveLeader_v0(b, p, n)
+            _e4_broker_id, _l5 = _S8.unpack_from(b, p); p += 6
+            if _l5 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e4_host_name = str(b[p:p + _l5], 'utf-8'); p += _l5
+            _e4_port, = _S4.unpack_from(b, p); p += 4
+            _e4 = LeaderAndIsrLiveLeader(_e4_broker_id, _e4_host_name, _e4_port)
             f_live_leaders.append(_e4)
     return LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, 0, [], f_topic_states, f_live_leaders), p
 
@@ -677,7 +879,13 @@ def _d_LeaderAndIsrRequest_v3(b, p, n):
     else:
         f_live_leaders = []
         for _ in range(_c3):
-            _e4, p = _d_LeaderAndIsrLiveLeader_v0(b, p, n)
+            _e4_broker_id, _l5 = _S8.unpack_from(b, p); p += 6
+            if _l5 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e4_host_name = str(b[p:p + _l5], 'utf-8'); p += _l5
+            _e4_port, = _S4.unpack_from(b, p); p += 4
+            _e4 = LeaderAndIsrLiveLeader(_e4_broker_id, _e4_host_name, _e4_port)
             f_live_leaders.append(_e4)
     return LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, 0, [], f_topic_states, f_live_leaders), p
 
@@ -713,7 +921,18 @@ def _d_LeaderAndIsrRequest_v4(b, p, n):
     else:
         f_live_leaders = []
         for _ in range(_c3):
-            _e4, p = _d_LeaderAndIsrLiveLeader_v4(b, p, n)
+            _e4_broker_id, = _S4.unpack_from(b, p); p += 4
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e4_host_name = str(b[p:_l5], 'utf-8'); p = _l5
+            _e4_port, = _S4.unpack_from(b, p); p += 4
+            _e4 = LeaderAndIsrLiveLeader(_e4_broker_id, _e4_host_name, _e4_port)
+            if b[p]: _e4.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_live_leaders.append(_e4)
     o = LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, 0, [], f_topic_states, f_live_leaders)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -756,7 +975,18 @@ def _d_LeaderAndIsrRequest_v5(b, p, n):
     else:
         f_live_leaders = []
         for _ in range(_c3):
-            _e4, p = _d_LeaderAndIsrLiveLeader_v4(b, p, n)
+            _e4_broker_id, = _S4.unpack_from(b, p); p += 4
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e4_host_name = str(b[p:_l5], 'utf-8'); p = _l5
+            _e4_port, = _S4.unpack_from(b, p); p += 4
+            _e4 = LeaderAndIsrLiveLeader(_e4_broker_id, _e4_host_name, _e4_port)
+            if b[p]: _e4.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_live_leaders.append(_e4)
     o = LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, f_type, [], f_topic_states, f_live_leaders)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -799,7 +1029,18 @@ def _d_LeaderAndIsrRequest_v6(b, p, n):
     else:
         f_live_leaders = []
         for _ in range(_c3):
-            _e4, p = _d_LeaderAndIsrLiveLeader_v4(b, p, n)
+            _e4_broker_id, = _S4.unpack_from(b, p); p += 4
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e4_host_name = str(b[p:_l5], 'utf-8'); p = _l5
+            _e4_port, = _S4.unpack_from(b, p); p += 4
+            _e4 = LeaderAndIsrLiveLeader(_e4_broker_id, _e4_host_name, _e4_port)
+            if b[p]: _e4.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_live_leaders.append(_e4)
     o = LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, f_type, [], f_topic_states, f_live_leaders)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -842,7 +1083,18 @@ def _d_LeaderAndIsrRequest_v7(b, p, n):
     else:
         f_live_leaders = []
         for _ in range(_c3):
-            _e4, p = _d_LeaderAndIsrLiveLeader_v4(b, p, n)
+            _e4_broker_id, = _S4.unpack_from(b, p); p += 4
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e4_host_name = str(b[p:_l5], 'utf-8'); p = _l5
+            _e4_port, = _S4.unpack_from(b, p); p += 4
+            _e4 = LeaderAndIsrLiveLeader(_e4_broker_id, _e4_host_name, _e4_port)
+            if b[p]: _e4.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_live_leaders.append(_e4)
     o = LeaderAndIsrRequest(f_controller_id, f_is_k_raft_controller, f_controller_epoch, f_broker_epoch, f_type, [], f_topic_states, f_live_leaders)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -979,7 +1231,10 @@ def _d_LeaderAndIsrTopicError_v5(b, p, n):
     else:
         f_partition_errors = []
         for _ in range(_c1):
-            _e2, p = _d_LeaderAndIsrPartitionError_v5(b, p, n)
+            _e2_partition_index, _e2_error_code = _S8.unpack_from(b, p); p += 6
+            _e2 = LeaderAndIsrPartitionError('', _e2_partition_index, _e2_error_code)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partition_errors.append(_e2)
     o = LeaderAndIsrTopicError(f_topic_id, f_partition_errors)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -1004,7 +1259,13 @@ def _d_LeaderAndIsrResponse_v0(b, p, n):
     else:
         f_partition_errors = []
         for _ in range(_c1):
-            _e2, p = _d_LeaderAndIsrPartitionError_v0(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_topic_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_partition_index, _e2_error_code = _S8.unpack_from(b, p); p += 6
+            _e2 = LeaderAndIsrPartitionError(_e2_topic_name, _e2_partition_index, _e2_error_code)
             f_partition_errors.append(_e2)
     return LeaderAndIsrResponse(f_error_code, f_partition_errors, []), p
 
@@ -1025,7 +1286,17 @@ def _d_LeaderAndIsrResponse_v4(b, p, n):
     else:
         f_partition_errors = []
         for _ in range(_c1):
-            _e2, p = _d_LeaderAndIsrPartitionError_v4(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_topic_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2_partition_index, _e2_error_code = _S8.unpack_from(b, p); p += 6
+            _e2 = LeaderAndIsrPartitionError(_e2_topic_name, _e2_partition_index, _e2_error_code)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partition_errors.append(_e2)
     o = LeaderAndIsrResponse(f_error_code, f_partition_errors, [])
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -89,7 +89,10 @@ def _d_LeaderChangeMessage_v0(b, p, n):
     else:
         f_voters = []
         for _ in range(_c1):
-            _e2, p = _d_Voter_v0(b, p, n)
+            _e2_voter_id, = _S0.unpack_from(b, p); p += 4
+            _e2 = Voter(_e2_voter_id, ZERO_UUID)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_voters.append(_e2)
     _c3 = b[p]; p += 1
     if _c3 > 127: _c3, p = _uvt(b, p, _c3)
@@ -100,7 +103,10 @@ def _d_LeaderChangeMessage_v0(b, p, n):
     else:
         f_granting_voters = []
         for _ in range(_c3):
-            _e4, p = _d_Voter_v0(b, p, n)
+            _e4_voter_id, = _S0.unpack_from(b, p); p += 4
+            _e4 = Voter(_e4_voter_id, ZERO_UUID)
+            if b[p]: _e4.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_granting_voters.append(_e4)
     o = LeaderChangeMessage(f_version, f_leader_id, f_voters, f_granting_voters)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -132,7 +138,11 @@ def _d_LeaderChangeMessage_v1(b, p, n):
     else:
         f_voters = []
         for _ in range(_c1):
-            _e2, p = _d_Voter_v1(b, p, n)
+            _e2_voter_id, _e2_voter_directory_id = _S1.unpack_from(b, p); p += 20
+            _e2_voter_directory_id = _uuid(_e2_voter_directory_id)
+            _e2 = Voter(_e2_voter_id, _e2_voter_directory_id)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_voters.append(_e2)
     _c3 = b[p]; p += 1
     if _c3 > 127: _c3, p = _uvt(b, p, _c3)
@@ -143,7 +153,11 @@ def _d_LeaderChangeMessage_v1(b, p, n):
     else:
         f_granting_voters = []
         for _ in range(_c3):
-            _e4, p = _d_Voter_v1(b, p, n)
+            _e4_voter_id, _e4_voter_directory_id = _S1.unpack_from(b, p); p += 20
+            _e4_voter_directory_id = _uuid(_e4_voter_directory_id)
+            _e4 = Voter(_e4_voter_id, _e4_voter_directory_id)
+            if b[p]: _e4.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_granting_voters.append(_e4)
     o = LeaderChangeMessage(f_version, f_leader_id, f_voters, f_granting_voters)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -198,7 +198,18 @@ def _d_LeaveGroupRequest_v3(b, p, n):
     else:
         f_members = []
         for _ in range(_c2):
-            _e3, p = _d_MemberIdentity_v3(b, p, n)
+            _l4, = _S0.unpack_from(b, p); p += 2
+            if _l4 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_member_id = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _l5, = _S0.unpack_from(b, p); p += 2
+            if _l5 < 0:
+                if _l5 != -1: raise DecodeError('invalid length')
+                _e3_group_instance_id = None
+            elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_group_instance_id = str(b[p:p + _l5], 'utf-8'); p += _l5
+            _e3 = MemberIdentity(_e3_member_id, _e3_group_instance_id, None)
             f_members.append(_e3)
     return LeaveGroupRequest(f_group_id, '', f_members), p
 
@@ -229,7 +240,23 @@ def _d_LeaveGroupRequest_v4(b, p, n):
     else:
         f_members = []
         for _ in range(_c2):
-            _e3, p = _d_MemberIdentity_v4(b, p, n)
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_member_id = str(b[p:_l4], 'utf-8'); p = _l4
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: _e3_group_instance_id = None
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_group_instance_id = str(b[p:_l5], 'utf-8'); p = _l5
+            _e3 = MemberIdentity(_e3_member_id, _e3_group_instance_id, None)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_members.append(_e3)
     o = LeaveGroupRequest(f_group_id, '', f_members)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -266,7 +293,30 @@ def _d_LeaveGroupRequest_v5(b, p, n):
     else:
         f_members = []
         for _ in range(_c2):
-            _e3, p = _d_MemberIdentity_v5(b, p, n)
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_member_id = str(b[p:_l4], 'utf-8'); p = _l4
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: _e3_group_instance_id = None
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_group_instance_id = str(b[p:_l5], 'utf-8'); p = _l5
+            _l6 = b[p]; p += 1
+            if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+            if _l6 == 0: _e3_reason = None
+            else:
+                _l6 += p - 1
+                if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_reason = str(b[p:_l6], 'utf-8'); p = _l6
+            _e3 = MemberIdentity(_e3_member_id, _e3_group_instance_id, _e3_reason)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_members.append(_e3)
     o = LeaveGroupRequest(f_group_id, '', f_members)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -415,7 +465,19 @@ def _d_LeaveGroupResponse_v3(b, p, n):
     else:
         f_members = []
         for _ in range(_c1):
-            _e2, p = _d_MemberResponse_v3(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_member_id = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _l4, = _S0.unpack_from(b, p); p += 2
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e2_group_instance_id = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_group_instance_id = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e2_error_code, = _S0.unpack_from(b, p); p += 2
+            _e2 = MemberResponse(_e2_member_id, _e2_group_instance_id, _e2_error_code)
             f_members.append(_e2)
     return LeaveGroupResponse(f_throttle_time_ms, f_error_code, f_members), p
 
@@ -436,7 +498,24 @@ def _d_LeaveGroupResponse_v4(b, p, n):
     else:
         f_members = []
         for _ in range(_c1):
-            _e2, p = _d_MemberResponse_v4(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_member_id = str(b[p:_l3], 'utf-8'); p = _l3
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: _e2_group_instance_id = None
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_group_instance_id = str(b[p:_l4], 'utf-8'); p = _l4
+            _e2_error_code, = _S0.unpack_from(b, p); p += 2
+            _e2 = MemberResponse(_e2_member_id, _e2_group_instance_id, _e2_error_code)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_members.append(_e2)
     o = LeaveGroupResponse(f_throttle_time_ms, f_error_code, f_members)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

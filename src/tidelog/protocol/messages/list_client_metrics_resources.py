@@ -129,7 +129,16 @@ def _d_ListClientMetricsResourcesResponse_v0(b, p, n):
     else:
         f_client_metrics_resources = []
         for _ in range(_c1):
-            _e2, p = _d_ClientMetricsResource_v0(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2 = ClientMetricsResource(_e2_name)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_client_metrics_resources.append(_e2)
     o = ListClientMetricsResourcesResponse(f_throttle_time_ms, f_error_code, f_client_metrics_resources)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

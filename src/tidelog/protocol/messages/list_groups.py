@@ -346,7 +346,17 @@ def _d_ListGroupsResponse_v0(b, p, n):
     else:
         f_groups = []
         for _ in range(_c1):
-            _e2, p = _d_ListedGroup_v0(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_group_id = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _l4, = _S0.unpack_from(b, p); p += 2
+            if _l4 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_protocol_type = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e2 = ListedGroup(_e2_group_id, _e2_protocol_type, '', '')
             f_groups.append(_e2)
     return ListGroupsResponse(0, f_error_code, f_groups), p
 
@@ -364,7 +374,17 @@ def _d_ListGroupsResponse_v1(b, p, n):
     else:
         f_groups = []
         for _ in range(_c1):
-            _e2, p = _d_ListedGroup_v0(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_group_id = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _l4, = _S0.unpack_from(b, p); p += 2
+            if _l4 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_protocol_type = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e2 = ListedGroup(_e2_group_id, _e2_protocol_type, '', '')
             f_groups.append(_e2)
     return ListGroupsResponse(f_throttle_time_ms, f_error_code, f_groups), p
 
@@ -385,7 +405,23 @@ def _d_ListGroupsResponse_v3(b, p, n):
     else:
         f_groups = []
         for _ in range(_c1):
-            _e2, p = _d_ListedGroup_v3(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_group_id = str(b[p:_l3], 'utf-8'); p = _l3
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_protocol_type = str(b[p:_l4], 'utf-8'); p = _l4
+            _e2 = ListedGroup(_e2_group_id, _e2_protocol_type, '', '')
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_groups.append(_e2)
     o = ListGroupsResponse(f_throttle_time_ms, f_error_code, f_groups)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -413,7 +449,30 @@ def _d_ListGroupsResponse_v4(b, p, n):
     else:
         f_groups = []
         for _ in range(_c1):
-            _e2, p = _d_ListedGroup_v4(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_group_id = str(b[p:_l3], 'utf-8'); p = _l3
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_protocol_type = str(b[p:_l4], 'utf-8'); p = _l4
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_group_state = str(b[p:_l5], 'utf-8'); p = _l5
+            _e2 = ListedGroup(_e2_group_id, _e2_protocol_type, _e2_group_state, '')
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_groups.append(_e2)
     o = ListGroupsResponse(f_throttle_time_ms, f_error_code, f_groups)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -441,7 +500,37 @@ def _d_ListGroupsResponse_v5(b, p, n):
     else:
         f_groups = []
         for _ in range(_c1):
-            _e2, p = _d_ListedGroup_v5(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_group_id = str(b[p:_l3], 'utf-8'); p = _l3
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_protocol_type = str(b[p:_l4], 'utf-8'); p = _l4
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_group_state = str(b[p:_l5], 'utf-8'); p = _l5
+            _l6 = b[p]; p += 1
+            if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+            if _l6 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l6 += p - 1
+                if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_group_type = str(b[p:_l6], 'utf-8'); p = _l6
+            _e2 = ListedGroup(_e2_group_id, _e2_protocol_type, _e2_group_state, _e2_group_type)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_groups.append(_e2)
     o = ListGroupsResponse(f_throttle_time_ms, f_error_code, f_groups)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -120,7 +120,8 @@ def _d_ListOffsetsTopic_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_ListOffsetsPartition_v0(b, p, n)
+            _e3_partition_index, _e3_timestamp, _e3_max_num_offsets = _S0.unpack_from(b, p); p += 16
+            _e3 = ListOffsetsPartition(_e3_partition_index, -1, _e3_timestamp, _e3_max_num_offsets)
             f_partitions.append(_e3)
     return ListOffsetsTopic(f_name, f_partitions), p
 
@@ -147,7 +148,8 @@ def _d_ListOffsetsTopic_v1(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_ListOffsetsPartition_v1(b, p, n)
+            _e3_partition_index, _e3_timestamp = _S1.unpack_from(b, p); p += 12
+            _e3 = ListOffsetsPartition(_e3_partition_index, -1, _e3_timestamp, 1)
             f_partitions.append(_e3)
     return ListOffsetsTopic(f_name, f_partitions), p
 
@@ -174,7 +176,8 @@ def _d_ListOffsetsTopic_v4(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_ListOffsetsPartition_v4(b, p, n)
+            _e3_partition_index, _e3_current_leader_epoch, _e3_timestamp = _S2.unpack_from(b, p); p += 16
+            _e3 = ListOffsetsPartition(_e3_partition_index, _e3_current_leader_epoch, _e3_timestamp, 1)
             f_partitions.append(_e3)
     return ListOffsetsTopic(f_name, f_partitions), p
 
@@ -205,7 +208,10 @@ def _d_ListOffsetsTopic_v6(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_ListOffsetsPartition_v6(b, p, n)
+            _e3_partition_index, _e3_current_leader_epoch, _e3_timestamp = _S2.unpack_from(b, p); p += 16
+            _e3 = ListOffsetsPartition(_e3_partition_index, _e3_current_leader_epoch, _e3_timestamp, 1)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = ListOffsetsTopic(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -462,7 +468,13 @@ def _d_ListOffsetsTopicResponse_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_ListOffsetsPartitionResponse_v0(b, p, n)
+            _e3_partition_index, _e3_error_code, _c4 = _S8.unpack_from(b, p); p += 10
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_old_style_offsets = list(_unpack_from('>%dq' % _c4, b, p)); p += 8 * _c4
+            _e3 = ListOffsetsPartitionResponse(_e3_partition_index, _e3_error_code, _e3_old_style_offsets, -1, -1, -1)
             f_partitions.append(_e3)
     return ListOffsetsTopicResponse(f_name, f_partitions), p
 
@@ -489,7 +501,8 @@ def _d_ListOffsetsTopicResponse_v1(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_ListOffsetsPartitionResponse_v1(b, p, n)
+            _e3_partition_index, _e3_error_code, _e3_timestamp, _e3_offset = _S9.unpack_from(b, p); p += 22
+            _e3 = ListOffsetsPartitionResponse(_e3_partition_index, _e3_error_code, [], _e3_timestamp, _e3_offset, -1)
             f_partitions.append(_e3)
     return ListOffsetsTopicResponse(f_name, f_partitions), p
 
@@ -516,7 +529,8 @@ def _d_ListOffsetsTopicResponse_v4(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_ListOffsetsPartitionResponse_v4(b, p, n)
+            _e3_partition_index, _e3_error_code, _e3_timestamp, _e3_offset, _e3_leader_epoch = _S10.unpack_from(b, p); p += 26
+            _e3 = ListOffsetsPartitionResponse(_e3_partition_index, _e3_error_code, [], _e3_timestamp, _e3_offset, _e3_leader_epoch)
             f_partitions.append(_e3)
     return ListOffsetsTopicResponse(f_name, f_partitions), p
 
@@ -547,7 +561,10 @@ def _d_ListOffsetsTopicResponse_v6(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_ListOffsetsPartitionResponse_v6(b, p, n)
+            _e3_partition_index, _e3_error_code, _e3_timestamp, _e3_offset, _e3_leader_epoch = _S10.unpack_from(b, p); p += 26
+            _e3 = ListOffsetsPartitionResponse(_e3_partition_index, _e3_error_code, [], _e3_timestamp, _e3_offset, _e3_leader_epoch)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = ListOffsetsTopicResponse(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -98,7 +98,24 @@ def _d_ListPartitionReassignmentsRequest_v0(b, p, n):
     else:
         f_topics = []
         for _ in range(_c1):
-            _e2, p = _d_ListPartitionReassignmentsTopics_v0(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_partition_indexes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e2 = ListPartitionReassignmentsTopics(_e2_name, _e2_partition_indexes)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topics.append(_e2)
     o = ListPartitionReassignmentsRequest(f_timeout_ms, f_topics)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -232,7 +249,34 @@ def _d_OngoingTopicReassignment_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_OngoingPartitionReassignment_v0(b, p, n)
+            _e3_partition_index, = _S0.unpack_from(b, p); p += 4
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_replicas = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _c5 = b[p]; p += 1
+            if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+            _c5 -= 1
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_adding_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _c6 = b[p]; p += 1
+            if _c6 > 127: _c6, p = _uvt(b, p, _c6)
+            _c6 -= 1
+            if _c6 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_removing_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
+            _e3 = OngoingPartitionReassignment(_e3_partition_index, _e3_replicas, _e3_adding_replicas, _e3_removing_replicas)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = OngoingTopicReassignment(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

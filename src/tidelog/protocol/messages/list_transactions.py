@@ -229,7 +229,24 @@ def _d_ListTransactionsResponse_v0(b, p, n):
     else:
         f_transaction_states = []
         for _ in range(_c3):
-            _e4, p = _d_TransactionState_v0(b, p, n)
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e4_transactional_id = str(b[p:_l5], 'utf-8'); p = _l5
+            _e4_producer_id, = _S0.unpack_from(b, p); p += 8
+            _l6 = b[p]; p += 1
+            if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+            if _l6 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l6 += p - 1
+                if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+                _e4_transaction_state = str(b[p:_l6], 'utf-8'); p = _l6
+            _e4 = TransactionState(_e4_transactional_id, _e4_producer_id, _e4_transaction_state)
+            if b[p]: _e4.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_transaction_states.append(_e4)
     o = ListTransactionsResponse(f_throttle_time_ms, f_error_code, f_unknown_state_filters, f_transaction_states)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -136,7 +136,12 @@ def _d_MetadataRequest_v0(b, p, n):
     else:
         f_topics = []
         for _ in range(_c1):
-            _e2, p = _d_MetadataRequestTopic_v0(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2 = MetadataRequestTopic(ZERO_UUID, _e2_name)
             f_topics.append(_e2)
     return MetadataRequest(f_topics, True, False, False), p
 
@@ -155,7 +160,12 @@ def _d_MetadataRequest_v1(b, p, n):
     else:
         f_topics = []
         for _ in range(_c1):
-            _e2, p = _d_MetadataRequestTopic_v0(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2 = MetadataRequestTopic(ZERO_UUID, _e2_name)
             f_topics.append(_e2)
     return MetadataRequest(f_topics, True, False, False), p
 
@@ -175,7 +185,12 @@ def _d_MetadataRequest_v4(b, p, n):
     else:
         f_topics = []
         for _ in range(_c1):
-            _e2, p = _d_MetadataRequestTopic_v0(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2 = MetadataRequestTopic(ZERO_UUID, _e2_name)
             f_topics.append(_e2)
     f_allow_auto_topic_creation, = _S3.unpack_from(b, p); p += 1
     return MetadataRequest(f_topics, f_allow_auto_topic_creation, False, False), p
@@ -197,7 +212,12 @@ def _d_MetadataRequest_v8(b, p, n):
     else:
         f_topics = []
         for _ in range(_c1):
-            _e2, p = _d_MetadataRequestTopic_v0(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2 = MetadataRequestTopic(ZERO_UUID, _e2_name)
             f_topics.append(_e2)
     f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations = _S4.unpack_from(b, p); p += 3
     return MetadataRequest(f_topics, f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations), p
@@ -221,7 +241,16 @@ def _d_MetadataRequest_v9(b, p, n):
     else:
         f_topics = []
         for _ in range(_c1):
-            _e2, p = _d_MetadataRequestTopic_v9(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2 = MetadataRequestTopic(ZERO_UUID, _e2_name)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topics.append(_e2)
     f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations = _S4.unpack_from(b, p); p += 3
     o = MetadataRequest(f_topics, f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations)
@@ -251,7 +280,18 @@ def _d_MetadataRequest_v10(b, p, n):
     else:
         f_topics = []
         for _ in range(_c1):
-            _e2, p = _d_MetadataRequestTopic_v10(b, p, n)
+            _e2_topic_id, = _S1.unpack_from(b, p); p += 16
+            _e2_topic_id = _uuid(_e2_topic_id)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: _e2_name = None
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2 = MetadataRequestTopic(_e2_topic_id, _e2_name)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topics.append(_e2)
     f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations = _S4.unpack_from(b, p); p += 3
     o = MetadataRequest(f_topics, f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations)
@@ -281,7 +321,18 @@ def _d_MetadataRequest_v11(b, p, n):
     else:
         f_topics = []
         for _ in range(_c1):
-            _e2, p = _d_MetadataRequestTopic_v10(b, p, n)
+            _e2_topic_id, = _S1.unpack_from(b, p); p += 16
+            _e2_topic_id = _uuid(_e2_topic_id)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: _e2_name = None
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2 = MetadataRequestTopic(_e2_topic_id, _e2_name)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topics.append(_e2)
     f_allow_auto_topic_creation, f_include_topic_authorized_operations = _S5.unpack_from(b, p); p += 2
     o = MetadataRequest(f_topics, f_allow_auto_topic_creation, False, f_include_topic_authorized_operations)
@@ -596,7 +647,19 @@ def _d_MetadataResponseTopic_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_MetadataResponsePartition_v0(b, p, n)
+            _e3_error_code, _e3_partition_index, _e3_leader_id, _c4 = _S7.unpack_from(b, p); p += 14
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_replica_nodes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _c5, = _S2.unpack_from(b, p); p += 4
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_isr_nodes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _e3 = MetadataResponsePartition(_e3_error_code, _e3_partition_index, _e3_leader_id, -1, _e3_replica_nodes, _e3_isr_nodes, [])
             f_partitions.append(_e3)
     return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, False, f_partitions, -2147483648), p
 
@@ -623,7 +686,19 @@ def _d_MetadataResponseTopic_v1(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_MetadataResponsePartition_v0(b, p, n)
+            _e3_error_code, _e3_partition_index, _e3_leader_id, _c4 = _S7.unpack_from(b, p); p += 14
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_replica_nodes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _c5, = _S2.unpack_from(b, p); p += 4
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_isr_nodes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _e3 = MetadataResponsePartition(_e3_error_code, _e3_partition_index, _e3_leader_id, -1, _e3_replica_nodes, _e3_isr_nodes, [])
             f_partitions.append(_e3)
     return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, f_is_internal, f_partitions, -2147483648), p
 
@@ -650,7 +725,25 @@ def _d_MetadataResponseTopic_v5(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_MetadataResponsePartition_v5(b, p, n)
+            _e3_error_code, _e3_partition_index, _e3_leader_id, _c4 = _S7.unpack_from(b, p); p += 14
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_replica_nodes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _c5, = _S2.unpack_from(b, p); p += 4
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_isr_nodes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _c6, = _S2.unpack_from(b, p); p += 4
+            if _c6 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_offline_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
+            _e3 = MetadataResponsePartition(_e3_error_code, _e3_partition_index, _e3_leader_id, -1, _e3_replica_nodes, _e3_isr_nodes, _e3_offline_replicas)
             f_partitions.append(_e3)
     return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, f_is_internal, f_partitions, -2147483648), p
 
@@ -677,7 +770,25 @@ def _d_MetadataResponseTopic_v7(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_MetadataResponsePartition_v7(b, p, n)
+            _e3_error_code, _e3_partition_index, _e3_leader_id, _e3_leader_epoch, _c4 = _S8.unpack_from(b, p); p += 18
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_replica_nodes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _c5, = _S2.unpack_from(b, p); p += 4
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_isr_nodes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _c6, = _S2.unpack_from(b, p); p += 4
+            if _c6 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_offline_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
+            _e3 = MetadataResponsePartition(_e3_error_code, _e3_partition_index, _e3_leader_id, _e3_leader_epoch, _e3_replica_nodes, _e3_isr_nodes, _e3_offline_replicas)
             f_partitions.append(_e3)
     return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, f_is_internal, f_partitions, -2147483648), p
 
@@ -704,7 +815,25 @@ def _d_MetadataResponseTopic_v8(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_MetadataResponsePartition_v7(b, p, n)
+            _e3_error_code, _e3_partition_index, _e3_leader_id, _e3_leader_epoch, _c4 = _S8.unpack_from(b, p); p += 18
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_replica_nodes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _c5, = _S2.unpack_from(b, p); p += 4
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_isr_nodes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _c6, = _S2.unpack_from(b, p); p += 4
+            if _c6 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_offline_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
+            _e3 = MetadataResponsePartition(_e3_error_code, _e3_partition_index, _e3_leader_id, _e3_leader_epoch, _e3_replica_nodes, _e3_isr_nodes, _e3_offline_replicas)
             f_partitions.append(_e3)
     f_topic_authorized_operations, = _S2.unpack_from(b, p); p += 4
     return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, f_is_internal, f_partitions, f_topic_authorized_operations), p
@@ -739,7 +868,34 @@ def _d_MetadataResponseTopic_v9(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_MetadataResponsePartition_v9(b, p, n)
+            _e3_error_code, _e3_partition_index, _e3_leader_id, _e3_leader_epoch = _S7.unpack_from(b, p); p += 14
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_replica_nodes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _c5 = b[p]; p += 1
+            if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+            _c5 -= 1
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_isr_nodes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _c6 = b[p]; p += 1
+            if _c6 > 127: _c6, p = _uvt(b, p, _c6)
+            _c6 -= 1
+            if _c6 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_offline_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
+            _e3 = MetadataResponsePartition(_e3_error_code, _e3_partition_index, _e3_leader_id, _e3_leader_epoch, _e3_replica_nodes, _e3_isr_nodes, _e3_offline_replicas)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     f_topic_authorized_operations, = _S2.unpack_from(b, p); p += 4
     o = MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, f_is_internal, f_partitions, f_topic_authorized_operations)
@@ -783,7 +939,34 @@ def _d_MetadataResponseTopic_v10(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_MetadataResponsePartition_v9(b, p, n)
+            _e3_error_code, _e3_partition_index, _e3_leader_id, _e3_leader_epoch = _S7.unpack_from(b, p); p += 14
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_replica_nodes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _c5 = b[p]; p += 1
+            if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+            _c5 -= 1
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_isr_nodes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _c6 = b[p]; p += 1
+            if _c6 > 127: _c6, p = _uvt(b, p, _c6)
+            _c6 -= 1
+            if _c6 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_offline_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
+            _e3 = MetadataResponsePartition(_e3_error_code, _e3_partition_index, _e3_leader_id, _e3_leader_epoch, _e3_replica_nodes, _e3_isr_nodes, _e3_offline_replicas)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     f_topic_authorized_operations, = _S2.unpack_from(b, p); p += 4
     o = MetadataResponseTopic(f_error_code, f_name, f_topic_id, f_is_internal, f_partitions, f_topic_authorized_operations)
@@ -827,7 +1010,34 @@ def _d_MetadataResponseTopic_v12(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_MetadataResponsePartition_v9(b, p, n)
+            _e3_error_code, _e3_partition_index, _e3_leader_id, _e3_leader_epoch = _S7.unpack_from(b, p); p += 14
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_replica_nodes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _c5 = b[p]; p += 1
+            if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+            _c5 -= 1
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_isr_nodes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _c6 = b[p]; p += 1
+            if _c6 > 127: _c6, p = _uvt(b, p, _c6)
+            _c6 -= 1
+            if _c6 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_offline_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
+            _e3 = MetadataResponsePartition(_e3_error_code, _e3_partition_index, _e3_leader_id, _e3_leader_epoch, _e3_replica_nodes, _e3_isr_nodes, _e3_offline_replicas)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     f_topic_authorized_operations, = _S2.unpack_from(b, p); p += 4
     o = MetadataResponseTopic(f_error_code, f_name, f_topic_id, f_is_internal, f_partitions, f_topic_authorized_operations)
@@ -860,17 +1070,23 @@ def _d_MetadataResponse_v0(b, p, n):
     else:
         f_brokers = []
         for _ in range(_c1):
-            _e2, p = _d_MetadataResponseBroker_v0(b, p, n)
+            _e2_node_id, _l3 = _S6.unpack_from(b, p); p += 6
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_host = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_port, = _S2.unpack_from(b, p); p += 4
+            _e2 = MetadataResponseBroker(_e2_node_id, _e2_host, _e2_port, None)
             f_brokers.append(_e2)
-    _c3, = _S2.unpack_from(b, p); p += 4
-    if _c3 < 0:
+    _c4, = _S2.unpack_from(b, p); p += 4
+    if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c3):
-            _e4, p = _d_MetadataResponseTopic_v0(b, p, n)
-            f_topics.append(_e4)
+        for _ in range(_c4):
+            _e5, p = _d_MetadataResponseTopic_v0(b, p, n)
+            f_topics.append(_e5)
     return MetadataResponse(0, f_brokers, None, -1, f_topics, -2147483648), p
 
 def _e_MetadataResponse_v0(o, ap):
@@ -891,17 +1107,28 @@ def _d_MetadataResponse_v1(b, p, n):
     else:
         f_brokers = []
         for _ in range(_c1):
-            _e2, p = _d_MetadataResponseBroker_v1(b, p, n)
+            _e2_node_id, _l3 = _S6.unpack_from(b, p); p += 6
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_host = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_port, _l4 = _S6.unpack_from(b, p); p += 6
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e2_rack = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_rack = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e2 = MetadataResponseBroker(_e2_node_id, _e2_host, _e2_port, _e2_rack)
             f_brokers.append(_e2)
-    f_controller_id, _c3 = _S12.unpack_from(b, p); p += 8
-    if _c3 < 0:
+    f_controller_id, _c5 = _S12.unpack_from(b, p); p += 8
+    if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c3):
-            _e4, p = _d_MetadataResponseTopic_v1(b, p, n)
-            f_topics.append(_e4)
+        for _ in range(_c5):
+            _e6, p = _d_MetadataResponseTopic_v1(b, p, n)
+            f_topics.append(_e6)
     return MetadataResponse(0, f_brokers, None, f_controller_id, f_topics, -2147483648), p
 
 def _e_MetadataResponse_v1(o, ap):
@@ -922,23 +1149,34 @@ def _d_MetadataResponse_v2(b, p, n):
     else:
         f_brokers = []
         for _ in range(_c1):
-            _e2, p = _d_MetadataResponseBroker_v1(b, p, n)
+            _e2_node_id, _l3 = _S6.unpack_from(b, p); p += 6
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_host = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_port, _l4 = _S6.unpack_from(b, p); p += 6
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e2_rack = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_rack = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e2 = MetadataResponseBroker(_e2_node_id, _e2_host, _e2_port, _e2_rack)
             f_brokers.append(_e2)
-    _l3, = _S0.unpack_from(b, p); p += 2
-    if _l3 < 0:
-        if _l3 != -1: raise DecodeError('invalid length')
+    _l5, = _S0.unpack_from(b, p); p += 2
+    if _l5 < 0:
+        if _l5 != -1: raise DecodeError('invalid length')
         f_cluster_id = None
-    elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
-    else: f_cluster_id = str(b[p:p + _l3], 'utf-8'); p += _l3
-    f_controller_id, _c4 = _S12.unpack_from(b, p); p += 8
-    if _c4 < 0:
+    elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+    else: f_cluster_id = str(b[p:p + _l5], 'utf-8'); p += _l5
+    f_controller_id, _c6 = _S12.unpack_from(b, p); p += 8
+    if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c4):
-            _e5, p = _d_MetadataResponseTopic_v1(b, p, n)
-            f_topics.append(_e5)
+        for _ in range(_c6):
+            _e7, p = _d_MetadataResponseTopic_v1(b, p, n)
+            f_topics.append(_e7)
     return MetadataResponse(0, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648), p
 
 def _e_MetadataResponse_v2(o, ap):
@@ -964,23 +1202,34 @@ def _d_MetadataResponse_v3(b, p, n):
     else:
         f_brokers = []
         for _ in range(_c1):
-            _e2, p = _d_MetadataResponseBroker_v1(b, p, n)
+            _e2_node_id, _l3 = _S6.unpack_from(b, p); p += 6
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_host = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_port, _l4 = _S6.unpack_from(b, p); p += 6
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e2_rack = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_rack = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e2 = MetadataResponseBroker(_e2_node_id, _e2_host, _e2_port, _e2_rack)
             f_brokers.append(_e2)
-    _l3, = _S0.unpack_from(b, p); p += 2
-    if _l3 < 0:
-        if _l3 != -1: raise DecodeError('invalid length')
+    _l5, = _S0.unpack_from(b, p); p += 2
+    if _l5 < 0:
+        if _l5 != -1: raise DecodeError('invalid length')
         f_cluster_id = None
-    elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
-    else: f_cluster_id = str(b[p:p + _l3], 'utf-8'); p += _l3
-    f_controller_id, _c4 = _S12.unpack_from(b, p); p += 8
-    if _c4 < 0:
+    elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+    else: f_cluster_id = str(b[p:p + _l5], 'utf-8'); p += _l5
+    f_controller_id, _c6 = _S12.unpack_from(b, p); p += 8
+    if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c4):
-            _e5, p = _d_MetadataResponseTopic_v1(b, p, n)
-            f_topics.append(_e5)
+        for _ in range(_c6):
+            _e7, p = _d_MetadataResponseTopic_v1(b, p, n)
+            f_topics.append(_e7)
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648), p
 
 def _e_MetadataResponse_v3(o, ap):
@@ -1006,23 +1255,34 @@ def _d_MetadataResponse_v5(b, p, n):
     else:
         f_brokers = []
         for _ in range(_c1):
-            _e2, p = _d_MetadataResponseBroker_v1(b, p, n)
+            _e2_node_id, _l3 = _S6.unpack_from(b, p); p += 6
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_host = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_port, _l4 = _S6.unpack_from(b, p); p += 6
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e2_rack = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_rack = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e2 = MetadataResponseBroker(_e2_node_id, _e2_host, _e2_port, _e2_rack)
             f_brokers.append(_e2)
-    _l3, = _S0.unpack_from(b, p); p += 2
-    if _l3 < 0:
-        if _l3 != -1: raise DecodeError('invalid length')
+    _l5, = _S0.unpack_from(b, p); p += 2
+    if _l5 < 0:
+        if _l5 != -1: raise DecodeError('invalid length')
         f_cluster_id = None
-    elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
-    else: f_cluster_id = str(b[p:p + _l3], 'utf-8'); p += _l3
-    f_controller_id, _c4 = _S12.unpack_from(b, p); p += 8
-    if _c4 < 0:
+    elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+    else: f_cluster_id = str(b[p:p + _l5], 'utf-8'); p += _l5
+    f_controller_id, _c6 = _S12.unpack_from(b, p); p += 8
+    if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c4):
-            _e5, p = _d_MetadataResponseTopic_v5(b, p, n)
-            f_topics.append(_e5)
+        for _ in range(_c6):
+            _e7, p = _d_MetadataResponseTopic_v5(b, p, n)
+            f_topics.append(_e7)
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648), p
 
 def _e_MetadataResponse_v5(o, ap):
@@ -1048,23 +1308,34 @@ def _d_MetadataResponse_v7(b, p, n):
     else:
         f_brokers = []
         for _ in range(_c1):
-            _e2, p = _d_MetadataResponseBroker_v1(b, p, n)
+            _e2_node_id, _l3 = _S6.unpack_from(b, p); p += 6
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_host = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_port, _l4 = _S6.unpack_from(b, p); p += 6
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e2_rack = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_rack = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e2 = MetadataResponseBroker(_e2_node_id, _e2_host, _e2_port, _e2_rack)
             f_brokers.append(_e2)
-    _l3, = _S0.unpack_from(b, p); p += 2
-    if _l3 < 0:
-        if _l3 != -1: raise DecodeError('invalid length')
+    _l5, = _S0.unpack_from(b, p); p += 2
+    if _l5 < 0:
+        if _l5 != -1: raise DecodeError('invalid length')
         f_cluster_id = None
-    elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
-    else: f_cluster_id = str(b[p:p + _l3], 'utf-8'); p += _l3
-    f_controller_id, _c4 = _S12.unpack_from(b, p); p += 8
-    if _c4 < 0:
+    elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+    else: f_cluster_id = str(b[p:p + _l5], 'utf-8'); p += _l5
+    f_controller_id, _c6 = _S12.unpack_from(b, p); p += 8
+    if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c4):
-            _e5, p = _d_MetadataResponseTopic_v7(b, p, n)
-            f_topics.append(_e5)
+        for _ in range(_c6):
+            _e7, p = _d_MetadataResponseTopic_v7(b, p, n)
+            f_topics.append(_e7)
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648), p
 
 def _e_MetadataResponse_v7(o, ap):
@@ -1090,23 +1361,34 @@ def _d_MetadataResponse_v8(b, p, n):
     else:
         f_brokers = []
         for _ in range(_c1):
-            _e2, p = _d_MetadataResponseBroker_v1(b, p, n)
+            _e2_node_id, _l3 = _S6.unpack_from(b, p); p += 6
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_host = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_port, _l4 = _S6.unpack_from(b, p); p += 6
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e2_rack = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_rack = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e2 = MetadataResponseBroker(_e2_node_id, _e2_host, _e2_port, _e2_rack)
             f_brokers.append(_e2)
-    _l3, = _S0.unpack_from(b, p); p += 2
-    if _l3 < 0:
-        if _l3 != -1: raise DecodeError('invalid length')
+    _l5, = _S0.unpack_from(b, p); p += 2
+    if _l5 < 0:
+        if _l5 != -1: raise DecodeError('invalid length')
         f_cluster_id = None
-    elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
-    else: f_cluster_id = str(b[p:p + _l3], 'utf-8'); p += _l3
-    f_controller_id, _c4 = _S12.unpack_from(b, p); p += 8
-    if _c4 < 0:
+    elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+    else: f_cluster_id = str(b[p:p + _l5], 'utf-8'); p += _l5
+    f_controller_id, _c6 = _S12.unpack_from(b, p); p += 8
+    if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c4):
-            _e5, p = _d_MetadataResponseTopic_v8(b, p, n)
-            f_topics.append(_e5)
+        for _ in range(_c6):
+            _e7, p = _d_MetadataResponseTopic_v8(b, p, n)
+            f_topics.append(_e7)
     f_cluster_authorized_operations, = _S2.unpack_from(b, p); p += 4
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, f_cluster_authorized_operations), p
 
@@ -1137,27 +1419,45 @@ def _d_MetadataResponse_v9(b, p, n):
     else:
         f_brokers = []
         for _ in range(_c1):
-            _e2, p = _d_MetadataResponseBroker_v9(b, p, n)
+            _e2_node_id, = _S2.unpack_from(b, p); p += 4
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_host = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2_port, = _S2.unpack_from(b, p); p += 4
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: _e2_rack = None
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_rack = str(b[p:_l4], 'utf-8'); p = _l4
+            _e2 = MetadataResponseBroker(_e2_node_id, _e2_host, _e2_port, _e2_rack)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_brokers.append(_e2)
-    _l3 = b[p]; p += 1
-    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
-    if _l3 == 0: f_cluster_id = None
+    _l5 = b[p]; p += 1
+    if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+    if _l5 == 0: f_cluster_id = None
     else:
-        _l3 += p - 1
-        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
-        f_cluster_id = str(b[p:_l3], 'utf-8'); p = _l3
+        _l5 += p - 1
+        if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+        f_cluster_id = str(b[p:_l5], 'utf-8'); p = _l5
     f_controller_id, = _S2.unpack_from(b, p); p += 4
-    _c4 = b[p]; p += 1
-    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
-    _c4 -= 1
-    if _c4 < 0:
+    _c6 = b[p]; p += 1
+    if _c6 > 127: _c6, p = _uvt(b, p, _c6)
+    _c6 -= 1
+    if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c4):
-            _e5, p = _d_MetadataResponseTopic_v9(b, p, n)
-            f_topics.append(_e5)
+        for _ in range(_c6):
+            _e7, p = _d_MetadataResponseTopic_v9(b, p, n)
+            f_topics.append(_e7)
     f_cluster_authorized_operations, = _S2.unpack_from(b, p); p += 4
     o = MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, f_cluster_authorized_operations)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -1196,27 +1496,45 @@ def _d_MetadataResponse_v10(b, p, n):
     else:
         f_brokers = []
         for _ in range(_c1):
-            _e2, p = _d_MetadataResponseBroker_v9(b, p, n)
+            _e2_node_id, = _S2.unpack_from(b, p); p += 4
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_host = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2_port, = _S2.unpack_from(b, p); p += 4
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: _e2_rack = None
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_rack = str(b[p:_l4], 'utf-8'); p = _l4
+            _e2 = MetadataResponseBroker(_e2_node_id, _e2_host, _e2_port, _e2_rack)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_brokers.append(_e2)
-    _l3 = b[p]; p += 1
-    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
-    if _l3 == 0: f_cluster_id = None
+    _l5 = b[p]; p += 1
+    if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+    if _l5 == 0: f_cluster_id = None
     else:
-        _l3 += p - 1
-        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
-        f_cluster_id = str(b[p:_l3], 'utf-8'); p = _l3
+        _l5 += p - 1
+        if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+        f_cluster_id = str(b[p:_l5], 'utf-8'); p = _l5
     f_controller_id, = _S2.unpack_from(b, p); p += 4
-    _c4 = b[p]; p += 1
-    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
-    _c4 -= 1
-    if _c4 < 0:
+    _c6 = b[p]; p += 1
+    if _c6 > 127: _c6, p = _uvt(b, p, _c6)
+    _c6 -= 1
+    if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c4):
-            _e5, p = _d_MetadataResponseTopic_v10(b, p, n)
-            f_topics.append(_e5)
+        for _ in range(_c6):
+            _e7, p = _d_MetadataResponseTopic_v10(b, p, n)
+            f_topics.append(_e7)
     f_cluster_authorized_operations, = _S2.unpack_from(b, p); p += 4
     o = MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, f_cluster_authorized_operations)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -1255,27 +1573,45 @@ def _d_MetadataResponse_v11(b, p, n):
     else:
         f_brokers = []
         for _ in range(_c1):
-            _e2, p = _d_MetadataResponseBroker_v9(b, p, n)
+            _e2_node_id, = _S2.unpack_from(b, p); p += 4
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_host = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2_port, = _S2.unpack_from(b, p); p += 4
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: _e2_rack = None
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_rack = str(b[p:_l4], 'utf-8'); p = _l4
+            _e2 = MetadataResponseBroker(_e2_node_id, _e2_host, _e2_port, _e2_rack)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_brokers.append(_e2)
-    _l3 = b[p]; p += 1
-    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
-    if _l3 == 0: f_cluster_id = None
+    _l5 = b[p]; p += 1
+    if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+    if _l5 == 0: f_cluster_id = None
     else:
-        _l3 += p - 1
-        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
-        f_cluster_id = str(b[p:_l3], 'utf-8'); p = _l3
+        _l5 += p - 1
+        if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+        f_cluster_id = str(b[p:_l5], 'utf-8'); p = _l5
     f_controller_id, = _S2.unpack_from(b, p); p += 4
-    _c4 = b[p]; p += 1
-    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
-    _c4 -= 1
-    if _c4 < 0:
+    _c6 = b[p]; p += 1
+    if _c6 > 127: _c6, p = _uvt(b, p, _c6)
+    _c6 -= 1
+    if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c4):
-            _e5, p = _d_MetadataResponseTopic_v10(b, p, n)
-            f_topics.append(_e5)
+        for _ in range(_c6):
+            _e7, p = _d_MetadataResponseTopic_v10(b, p, n)
+            f_topics.append(_e7)
     o = MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -1312,27 +1648,45 @@ def _d_MetadataResponse_v12(b, p, n):
     else:
         f_brokers = []
         for _ in range(_c1):
-            _e2, p = _d_MetadataResponseBroker_v9(b, p, n)
+            _e2_node_id, = _S2.unpack_from(b, p); p += 4
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_host = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2_port, = _S2.unpack_from(b, p); p += 4
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: _e2_rack = None
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_rack = str(b[p:_l4], 'utf-8'); p = _l4
+            _e2 = MetadataResponseBroker(_e2_node_id, _e2_host, _e2_port, _e2_rack)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_brokers.append(_e2)
-    _l3 = b[p]; p += 1
-    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
-    if _l3 == 0: f_cluster_id = None
+    _l5 = b[p]; p += 1
+    if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+    if _l5 == 0: f_cluster_id = None
     else:
-        _l3 += p - 1
-        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
-        f_cluster_id = str(b[p:_l3], 'utf-8'); p = _l3
+        _l5 += p - 1
+        if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+        f_cluster_id = str(b[p:_l5], 'utf-8'); p = _l5
     f_controller_id, = _S2.unpack_from(b, p); p += 4
-    _c4 = b[p]; p += 1
-    if _c4 > 127: _c4, p = _uvt(b, p, _c4)
-    _c4 -= 1
-    if _c4 < 0:
+    _c6 = b[p]; p += 1
+    if _c6 > 127: _c6, p = _uvt(b, p, _c6)
+    _c6 -= 1
+    if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
-        for _ in range(_c4):
-            _e5, p = _d_MetadataResponseTopic_v12(b, p, n)
-            f_topics.append(_e5)
+        for _ in range(_c6):
+            _e7, p = _d_MetadataResponseTopic_v12(b, p, n)
+            f_topics.append(_e7)
     o = MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1

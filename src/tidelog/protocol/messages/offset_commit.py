@@ -160,7 +160,13 @@ def _d_OffsetCommitRequestTopic_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_OffsetCommitRequestPartition_v0(b, p, n)
+            _e3_partition_index, _e3_committed_offset, _l4 = _S0.unpack_from(b, p); p += 14
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e3_committed_metadata = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_committed_metadata = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e3 = OffsetCommitRequestPartition(_e3_partition_index, _e3_committed_offset, -1, -1, _e3_committed_metadata)
             f_partitions.append(_e3)
     return OffsetCommitRequestTopic(f_name, f_partitions), p
 
@@ -187,7 +193,13 @@ def _d_OffsetCommitRequestTopic_v1(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_OffsetCommitRequestPartition_v1(b, p, n)
+            _e3_partition_index, _e3_committed_offset, _e3_commit_timestamp, _l4 = _S1.unpack_from(b, p); p += 22
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e3_committed_metadata = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_committed_metadata = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e3 = OffsetCommitRequestPartition(_e3_partition_index, _e3_committed_offset, -1, _e3_commit_timestamp, _e3_committed_metadata)
             f_partitions.append(_e3)
     return OffsetCommitRequestTopic(f_name, f_partitions), p
 
@@ -214,7 +226,13 @@ def _d_OffsetCommitRequestTopic_v6(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_OffsetCommitRequestPartition_v6(b, p, n)
+            _e3_partition_index, _e3_committed_offset, _e3_committed_leader_epoch, _l4 = _S2.unpack_from(b, p); p += 18
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e3_committed_metadata = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_committed_metadata = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e3 = OffsetCommitRequestPartition(_e3_partition_index, _e3_committed_offset, _e3_committed_leader_epoch, -1, _e3_committed_metadata)
             f_partitions.append(_e3)
     return OffsetCommitRequestTopic(f_name, f_partitions), p
 
@@ -245,7 +263,17 @@ def _d_OffsetCommitRequestTopic_v8(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_OffsetCommitRequestPartition_v8(b, p, n)
+            _e3_partition_index, _e3_committed_offset, _e3_committed_leader_epoch = _S3.unpack_from(b, p); p += 16
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: _e3_committed_metadata = None
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_committed_metadata = str(b[p:_l4], 'utf-8'); p = _l4
+            _e3 = OffsetCommitRequestPartition(_e3_partition_index, _e3_committed_offset, _e3_committed_leader_epoch, -1, _e3_committed_metadata)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = OffsetCommitRequestTopic(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -627,7 +655,8 @@ def _d_OffsetCommitResponseTopic_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_OffsetCommitResponsePartition_v0(b, p, n)
+            _e3_partition_index, _e3_error_code = _S6.unpack_from(b, p); p += 6
+            _e3 = OffsetCommitResponsePartition(_e3_partition_index, _e3_error_code)
             f_partitions.append(_e3)
     return OffsetCommitResponseTopic(f_name, f_partitions), p
 
@@ -658,7 +687,10 @@ def _d_OffsetCommitResponseTopic_v8(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_OffsetCommitResponsePartition_v8(b, p, n)
+            _e3_partition_index, _e3_error_code = _S6.unpack_from(b, p); p += 6
+            _e3 = OffsetCommitResponsePartition(_e3_partition_index, _e3_error_code)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = OffsetCommitResponseTopic(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

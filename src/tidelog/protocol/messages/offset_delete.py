@@ -81,7 +81,8 @@ def _d_OffsetDeleteRequestTopic_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_OffsetDeleteRequestPartition_v0(b, p, n)
+            _e3_partition_index, = _S0.unpack_from(b, p); p += 4
+            _e3 = OffsetDeleteRequestPartition(_e3_partition_index)
             f_partitions.append(_e3)
     return OffsetDeleteRequestTopic(f_name, f_partitions), p
 
@@ -192,7 +193,8 @@ def _d_OffsetDeleteResponseTopic_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_OffsetDeleteResponsePartition_v0(b, p, n)
+            _e3_partition_index, _e3_error_code = _S2.unpack_from(b, p); p += 6
+            _e3 = OffsetDeleteResponsePartition(_e3_partition_index, _e3_error_code)
             f_partitions.append(_e3)
     return OffsetDeleteResponseTopic(f_name, f_partitions), p
 

@@ -171,7 +171,24 @@ def _d_OffsetFetchRequestGroup_v8(b, p, n):
     else:
         f_topics = []
         for _ in range(_c2):
-            _e3, p = _d_OffsetFetchRequestTopics_v8(b, p, n)
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_name = str(b[p:_l4], 'utf-8'); p = _l4
+            _c5 = b[p]; p += 1
+            if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+            _c5 -= 1
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_partition_indexes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _e3 = OffsetFetchRequestTopics(_e3_name, _e3_partition_indexes)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topics.append(_e3)
     o = OffsetFetchRequestGroup(f_group_id, None, -1, f_topics)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -218,7 +235,24 @@ def _d_OffsetFetchRequestGroup_v9(b, p, n):
     else:
         f_topics = []
         for _ in range(_c3):
-            _e4, p = _d_OffsetFetchRequestTopics_v8(b, p, n)
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e4_name = str(b[p:_l5], 'utf-8'); p = _l5
+            _c6 = b[p]; p += 1
+            if _c6 > 127: _c6, p = _uvt(b, p, _c6)
+            _c6 -= 1
+            if _c6 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e4_partition_indexes = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
+            _e4 = OffsetFetchRequestTopics(_e4_name, _e4_partition_indexes)
+            if b[p]: _e4.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topics.append(_e4)
     o = OffsetFetchRequestGroup(f_group_id, f_member_id, f_member_epoch, f_topics)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -258,7 +292,18 @@ def _d_OffsetFetchRequest_v0(b, p, n):
     else:
         f_topics = []
         for _ in range(_c2):
-            _e3, p = _d_OffsetFetchRequestTopic_v0(b, p, n)
+            _l4, = _S0.unpack_from(b, p); p += 2
+            if _l4 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_name = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _c5, = _S1.unpack_from(b, p); p += 4
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_partition_indexes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _e3 = OffsetFetchRequestTopic(_e3_name, _e3_partition_indexes)
             f_topics.append(_e3)
     return OffsetFetchRequest(f_group_id, f_topics, [], False), p
 
@@ -286,7 +331,18 @@ def _d_OffsetFetchRequest_v2(b, p, n):
     else:
         f_topics = []
         for _ in range(_c2):
-            _e3, p = _d_OffsetFetchRequestTopic_v0(b, p, n)
+            _l4, = _S0.unpack_from(b, p); p += 2
+            if _l4 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_name = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _c5, = _S1.unpack_from(b, p); p += 4
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_partition_indexes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _e3 = OffsetFetchRequestTopic(_e3_name, _e3_partition_indexes)
             f_topics.append(_e3)
     return OffsetFetchRequest(f_group_id, f_topics, [], False), p
 
@@ -319,7 +375,24 @@ def _d_OffsetFetchRequest_v6(b, p, n):
     else:
         f_topics = []
         for _ in range(_c2):
-            _e3, p = _d_OffsetFetchRequestTopic_v6(b, p, n)
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_name = str(b[p:_l4], 'utf-8'); p = _l4
+            _c5 = b[p]; p += 1
+            if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+            _c5 -= 1
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_partition_indexes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _e3 = OffsetFetchRequestTopic(_e3_name, _e3_partition_indexes)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topics.append(_e3)
     o = OffsetFetchRequest(f_group_id, f_topics, [], False)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -344,7 +417,24 @@ def _d_OffsetFetchRequest_v7(b, p, n):
     else:
         f_topics = []
         for _ in range(_c2):
-            _e3, p = _d_OffsetFetchRequestTopic_v6(b, p, n)
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_name = str(b[p:_l4], 'utf-8'); p = _l4
+            _c5 = b[p]; p += 1
+            if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+            _c5 -= 1
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_partition_indexes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _e3 = OffsetFetchRequestTopic(_e3_name, _e3_partition_indexes)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topics.append(_e3)
     f_require_stable, = _S2.unpack_from(b, p); p += 1
     o = OffsetFetchRequest(f_group_id, f_topics, [], f_require_stable)
@@ -578,7 +668,14 @@ def _d_OffsetFetchResponseTopic_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_OffsetFetchResponsePartition_v0(b, p, n)
+            _e3_partition_index, _e3_committed_offset, _l4 = _S3.unpack_from(b, p); p += 14
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e3_metadata = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_metadata = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e3_error_code, = _S0.unpack_from(b, p); p += 2
+            _e3 = OffsetFetchResponsePartition(_e3_partition_index, _e3_committed_offset, -1, _e3_metadata, _e3_error_code)
             f_partitions.append(_e3)
     return OffsetFetchResponseTopic(f_name, f_partitions), p
 
@@ -605,7 +702,14 @@ def _d_OffsetFetchResponseTopic_v5(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_OffsetFetchResponsePartition_v5(b, p, n)
+            _e3_partition_index, _e3_committed_offset, _e3_committed_leader_epoch, _l4 = _S4.unpack_from(b, p); p += 18
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e3_metadata = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_metadata = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e3_error_code, = _S0.unpack_from(b, p); p += 2
+            _e3 = OffsetFetchResponsePartition(_e3_partition_index, _e3_committed_offset, _e3_committed_leader_epoch, _e3_metadata, _e3_error_code)
             f_partitions.append(_e3)
     return OffsetFetchResponseTopic(f_name, f_partitions), p
 
@@ -636,7 +740,18 @@ def _d_OffsetFetchResponseTopic_v6(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_OffsetFetchResponsePartition_v6(b, p, n)
+            _e3_partition_index, _e3_committed_offset, _e3_committed_leader_epoch = _S5.unpack_from(b, p); p += 16
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: _e3_metadata = None
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_metadata = str(b[p:_l4], 'utf-8'); p = _l4
+            _e3_error_code, = _S0.unpack_from(b, p); p += 2
+            _e3 = OffsetFetchResponsePartition(_e3_partition_index, _e3_committed_offset, _e3_committed_leader_epoch, _e3_metadata, _e3_error_code)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = OffsetFetchResponseTopic(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -688,7 +803,18 @@ def _d_OffsetFetchResponseTopics_v8(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_OffsetFetchResponsePartitions_v8(b, p, n)
+            _e3_partition_index, _e3_committed_offset, _e3_committed_leader_epoch = _S5.unpack_from(b, p); p += 16
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: _e3_metadata = None
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_metadata = str(b[p:_l4], 'utf-8'); p = _l4
+            _e3_error_code, = _S0.unpack_from(b, p); p += 2
+            _e3 = OffsetFetchResponsePartitions(_e3_partition_index, _e3_committed_offset, _e3_committed_leader_epoch, _e3_metadata, _e3_error_code)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = OffsetFetchResponseTopics(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -105,7 +105,8 @@ def _d_OffsetForLeaderTopic_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_OffsetForLeaderPartition_v0(b, p, n)
+            _e3_partition, _e3_leader_epoch = _S0.unpack_from(b, p); p += 8
+            _e3 = OffsetForLeaderPartition(_e3_partition, -1, _e3_leader_epoch)
             f_partitions.append(_e3)
     return OffsetForLeaderTopic(f_topic, f_partitions), p
 
@@ -132,7 +133,8 @@ def _d_OffsetForLeaderTopic_v2(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_OffsetForLeaderPartition_v2(b, p, n)
+            _e3_partition, _e3_current_leader_epoch, _e3_leader_epoch = _S1.unpack_from(b, p); p += 12
+            _e3 = OffsetForLeaderPartition(_e3_partition, _e3_current_leader_epoch, _e3_leader_epoch)
             f_partitions.append(_e3)
     return OffsetForLeaderTopic(f_topic, f_partitions), p
 
@@ -163,7 +165,10 @@ def _d_OffsetForLeaderTopic_v4(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_OffsetForLeaderPartition_v4(b, p, n)
+            _e3_partition, _e3_current_leader_epoch, _e3_leader_epoch = _S1.unpack_from(b, p); p += 12
+            _e3 = OffsetForLeaderPartition(_e3_partition, _e3_current_leader_epoch, _e3_leader_epoch)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = OffsetForLeaderTopic(f_topic, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -356,7 +361,8 @@ def _d_OffsetForLeaderTopicResult_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_EpochEndOffset_v0(b, p, n)
+            _e3_error_code, _e3_partition, _e3_end_offset = _S4.unpack_from(b, p); p += 14
+            _e3 = EpochEndOffset(_e3_error_code, _e3_partition, -1, _e3_end_offset)
             f_partitions.append(_e3)
     return OffsetForLeaderTopicResult(f_topic, f_partitions), p
 
@@ -383,7 +389,8 @@ def _d_OffsetForLeaderTopicResult_v1(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_EpochEndOffset_v1(b, p, n)
+            _e3_error_code, _e3_partition, _e3_leader_epoch, _e3_end_offset = _S5.unpack_from(b, p); p += 18
+            _e3 = EpochEndOffset(_e3_error_code, _e3_partition, _e3_leader_epoch, _e3_end_offset)
             f_partitions.append(_e3)
     return OffsetForLeaderTopicResult(f_topic, f_partitions), p
 
@@ -414,7 +421,10 @@ def _d_OffsetForLeaderTopicResult_v4(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_EpochEndOffset_v4(b, p, n)
+            _e3_error_code, _e3_partition, _e3_leader_epoch, _e3_end_offset = _S5.unpack_from(b, p); p += 18
+            _e3 = EpochEndOffset(_e3_error_code, _e3_partition, _e3_leader_epoch, _e3_end_offset)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = OffsetForLeaderTopicResult(f_topic, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -126,7 +126,13 @@ def _d_TopicProduceData_v0(b, p, n):
     else:
         f_partition_data = []
         for _ in range(_c2):
-            _e3, p = _d_PartitionProduceData_v0(b, p, n)
+            _e3_index, _l4 = _S0.unpack_from(b, p); p += 8
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e3_records = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_records = b[p:p + _l4]; p += _l4
+            _e3 = PartitionProduceData(_e3_index, _e3_records)
             f_partition_data.append(_e3)
     return TopicProduceData(f_name, f_partition_data), p
 
@@ -157,7 +163,17 @@ def _d_TopicProduceData_v9(b, p, n):
     else:
         f_partition_data = []
         for _ in range(_c2):
-            _e3, p = _d_PartitionProduceData_v9(b, p, n)
+            _e3_index, = _S1.unpack_from(b, p); p += 4
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: _e3_records = None
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_records = b[p:_l4]; p = _l4
+            _e3 = PartitionProduceData(_e3_index, _e3_records)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partition_data.append(_e3)
     o = TopicProduceData(f_name, f_partition_data)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -426,14 +442,20 @@ def _d_PartitionProduceResponse_v8(b, p, n):
     else:
         f_record_errors = []
         for _ in range(_c1):
-            _e2, p = _d_BatchIndexAndErrorMessage_v8(b, p, n)
+            _e2_batch_index, _l3 = _S5.unpack_from(b, p); p += 6
+            if _l3 < 0:
+                if _l3 != -1: raise DecodeError('invalid length')
+                _e2_batch_index_error_message = None
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_batch_index_error_message = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2 = BatchIndexAndErrorMessage(_e2_batch_index, _e2_batch_index_error_message)
             f_record_errors.append(_e2)
-    _l3, = _S2.unpack_from(b, p); p += 2
-    if _l3 < 0:
-        if _l3 != -1: raise DecodeError('invalid length')
+    _l4, = _S2.unpack_from(b, p); p += 2
+    if _l4 < 0:
+        if _l4 != -1: raise DecodeError('invalid length')
         f_error_message = None
-    elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
-    else: f_error_message = str(b[p:p + _l3], 'utf-8'); p += _l3
+    elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+    else: f_error_message = str(b[p:p + _l4], 'utf-8'); p += _l4
     return PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, f_record_errors, f_error_message, None), p
 
 def _e_PartitionProduceResponse_v8(o, ap):
@@ -458,15 +480,25 @@ def _d_PartitionProduceResponse_v9(b, p, n):
     else:
         f_record_errors = []
         for _ in range(_c1):
-            _e2, p = _d_BatchIndexAndErrorMessage_v9(b, p, n)
+            _e2_batch_index, = _S1.unpack_from(b, p); p += 4
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: _e2_batch_index_error_message = None
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_batch_index_error_message = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2 = BatchIndexAndErrorMessage(_e2_batch_index, _e2_batch_index_error_message)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_record_errors.append(_e2)
-    _l3 = b[p]; p += 1
-    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
-    if _l3 == 0: f_error_message = None
+    _l4 = b[p]; p += 1
+    if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+    if _l4 == 0: f_error_message = None
     else:
-        _l3 += p - 1
-        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
-        f_error_message = str(b[p:_l3], 'utf-8'); p = _l3
+        _l4 += p - 1
+        if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l4], 'utf-8'); p = _l4
     o = PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, f_record_errors, f_error_message, None)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -523,15 +555,25 @@ def _d_PartitionProduceResponse_v10(b, p, n):
     else:
         f_record_errors = []
         for _ in range(_c1):
-            _e2, p = _d_BatchIndexAndErrorMessage_v9(b, p, n)
+            _e2_batch_index, = _S1.unpack_from(b, p); p += 4
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: _e2_batch_index_error_message = None
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_batch_index_error_message = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2 = BatchIndexAndErrorMessage(_e2_batch_index, _e2_batch_index_error_message)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_record_errors.append(_e2)
-    _l3 = b[p]; p += 1
-    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
-    if _l3 == 0: f_error_message = None
+    _l4 = b[p]; p += 1
+    if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+    if _l4 == 0: f_error_message = None
     else:
-        _l3 += p - 1
-        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
-        f_error_message = str(b[p:_l3], 'utf-8'); p = _l3
+        _l4 += p - 1
+        if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+        f_error_message = str(b[p:_l4], 'utf-8'); p = _l4
     o = PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, f_record_errors, f_error_message, None)
     if b[p]: p = _dt_PartitionProduceResponse_v10(b, p, n, o)
     else: p += 1
@@ -572,7 +614,8 @@ def _d_TopicProduceResponse_v0(b, p, n):
     else:
         f_partition_responses = []
         for _ in range(_c2):
-            _e3, p = _d_PartitionProduceResponse_v0(b, p, n)
+            _e3_index, _e3_error_code, _e3_base_offset = _S6.unpack_from(b, p); p += 14
+            _e3 = PartitionProduceResponse(_e3_index, _e3_error_code, _e3_base_offset, -1, -1, [], None, None)
             f_partition_responses.append(_e3)
     return TopicProduceResponse(f_name, f_partition_responses), p
 
@@ -599,7 +642,8 @@ def _d_TopicProduceResponse_v2(b, p, n):
     else:
         f_partition_responses = []
         for _ in range(_c2):
-            _e3, p = _d_PartitionProduceResponse_v2(b, p, n)
+            _e3_index, _e3_error_code, _e3_base_offset, _e3_log_append_time_ms = _S7.unpack_from(b, p); p += 22
+            _e3 = PartitionProduceResponse(_e3_index, _e3_error_code, _e3_base_offset, _e3_log_append_time_ms, -1, [], None, None)
             f_partition_responses.append(_e3)
     return TopicProduceResponse(f_name, f_partition_responses), p
 
@@ -626,7 +670,8 @@ def _d_TopicProduceResponse_v5(b, p, n):
     else:
         f_partition_responses = []
         for _ in range(_c2):
-            _e3, p = _d_PartitionProduceResponse_v5(b, p, n)
+            _e3_index, _e3_error_code, _e3_base_offset, _e3_log_append_time_ms, _e3_log_start_offset = _S8.unpack_from(b, p); p += 30
+            _e3 = PartitionProduceResponse(_e3_index, _e3_error_code, _e3_base_offset, _e3_log_append_time_ms, _e3_log_start_offset, [], None, None)
             f_partition_responses.append(_e3)
     return TopicProduceResponse(f_name, f_partition_responses), p
 
@@ -928,7 +973,25 @@ def _dt_ProduceResponse_v10(b, p, n, o):
             else:
                 x = []
                 for _ in range(_c1):
-                    _e2, p = _d_NodeEndpoint_v10(b, p, n)
+                    _e2_node_id, = _S1.unpack_from(b, p); p += 4
+                    _l3 = b[p]; p += 1
+                    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+                    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+                    else:
+                        _l3 += p - 1
+                        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                        _e2_host = str(b[p:_l3], 'utf-8'); p = _l3
+                    _e2_port, = _S1.unpack_from(b, p); p += 4
+                    _l4 = b[p]; p += 1
+                    if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+                    if _l4 == 0: _e2_rack = None
+                    else:
+                        _l4 += p - 1
+                        if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                        _e2_rack = str(b[p:_l4], 'utf-8'); p = _l4
+                    _e2 = NodeEndpoint(_e2_node_id, _e2_host, _e2_port, _e2_rack)
+                    if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+                    else: p += 1
                     x.append(_e2)
             n = n0
             if p != end: raise DecodeError('tagged field size mismatch')

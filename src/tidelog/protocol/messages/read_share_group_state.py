@@ -88,7 +88,10 @@ def _d_ReadStateData_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c1):
-            _e2, p = _d_PartitionData_v0(b, p, n)
+            _e2_partition, _e2_leader_epoch = _S0.unpack_from(b, p); p += 8
+            _e2 = PartitionData(_e2_partition, _e2_leader_epoch)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e2)
     o = ReadStateData(f_topic_id, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -235,7 +238,10 @@ def _d_PartitionResult_v0(b, p, n):
     else:
         f_state_batches = []
         for _ in range(_c2):
-            _e3, p = _d_StateBatch_v0(b, p, n)
+            _e3_first_offset, _e3_last_offset, _e3_delivery_state, _e3_delivery_count = _S2.unpack_from(b, p); p += 19
+            _e3 = StateBatch(_e3_first_offset, _e3_last_offset, _e3_delivery_state, _e3_delivery_count)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_state_batches.append(_e3)
     o = PartitionResult(f_partition, f_error_code, f_error_message, f_state_epoch, f_start_offset, f_state_batches)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -108,7 +108,18 @@ def _d_AcknowledgePartition_v0(b, p, n):
     else:
         f_acknowledgement_batches = []
         for _ in range(_c1):
-            _e2, p = _d_AcknowledgementBatch_v0(b, p, n)
+            _e2_first_offset, _e2_last_offset = _S0.unpack_from(b, p); p += 16
+            _c3 = b[p]; p += 1
+            if _c3 > 127: _c3, p = _uvt(b, p, _c3)
+            _c3 -= 1
+            if _c3 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_acknowledge_types = list(_unpack_from('>%db' % _c3, b, p)); p += 1 * _c3
+            _e2 = AcknowledgementBatch(_e2_first_offset, _e2_last_offset, _e2_acknowledge_types)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_acknowledgement_batches.append(_e2)
     o = AcknowledgePartition(f_partition_index, f_acknowledgement_batches)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -412,7 +423,25 @@ def _d_ShareAcknowledgeResponse_v0(b, p, n):
     else:
         f_node_endpoints = []
         for _ in range(_c4):
-            _e5, p = _d_NodeEndpoint_v0(b, p, n)
+            _e5_node_id, = _S1.unpack_from(b, p); p += 4
+            _l6 = b[p]; p += 1
+            if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+            if _l6 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l6 += p - 1
+                if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+                _e5_host = str(b[p:_l6], 'utf-8'); p = _l6
+            _e5_port, = _S1.unpack_from(b, p); p += 4
+            _l7 = b[p]; p += 1
+            if _l7 > 127: _l7, p = _uvt(b, p, _l7)
+            if _l7 == 0: _e5_rack = None
+            else:
+                _l7 += p - 1
+                if _l7 > n: raise DecodeError('field runs past the end of the buffer')
+                _e5_rack = str(b[p:_l7], 'utf-8'); p = _l7
+            _e5 = NodeEndpoint(_e5_node_id, _e5_host, _e5_port, _e5_rack)
+            if b[p]: _e5.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_node_endpoints.append(_e5)
     o = ShareAcknowledgeResponse(f_throttle_time_ms, f_error_code, f_error_message, f_responses, f_node_endpoints)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -123,7 +123,18 @@ def _d_FetchPartition_v0(b, p, n):
     else:
         f_acknowledgement_batches = []
         for _ in range(_c1):
-            _e2, p = _d_AcknowledgementBatch_v0(b, p, n)
+            _e2_first_offset, _e2_last_offset = _S0.unpack_from(b, p); p += 16
+            _c3 = b[p]; p += 1
+            if _c3 > 127: _c3, p = _uvt(b, p, _c3)
+            _c3 -= 1
+            if _c3 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_acknowledge_types = list(_unpack_from('>%db' % _c3, b, p)); p += 1 * _c3
+            _e2 = AcknowledgementBatch(_e2_first_offset, _e2_last_offset, _e2_acknowledge_types)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_acknowledgement_batches.append(_e2)
     o = FetchPartition(f_partition_index, f_partition_max_bytes, f_acknowledgement_batches)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -230,7 +241,19 @@ def _d_ShareFetchRequest_v0(b, p, n):
     else:
         f_forgotten_topics_data = []
         for _ in range(_c5):
-            _e6, p = _d_ForgottenTopic_v0(b, p, n)
+            _e6_topic_id, = _S2.unpack_from(b, p); p += 16
+            _e6_topic_id = _uuid(_e6_topic_id)
+            _c7 = b[p]; p += 1
+            if _c7 > 127: _c7, p = _uvt(b, p, _c7)
+            _c7 -= 1
+            if _c7 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e6_partitions = list(_unpack_from('>%di' % _c7, b, p)); p += 4 * _c7
+            _e6 = ForgottenTopic(_e6_topic_id, _e6_partitions)
+            if b[p]: _e6.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_forgotten_topics_data.append(_e6)
     o = ShareFetchRequest(f_group_id, f_member_id, f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_topics, f_forgotten_topics_data)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -403,7 +426,10 @@ def _d_PartitionData_v0(b, p, n):
     else:
         f_acquired_records = []
         for _ in range(_c4):
-            _e5, p = _d_AcquiredRecords_v0(b, p, n)
+            _e5_first_offset, _e5_last_offset, _e5_delivery_count = _S4.unpack_from(b, p); p += 18
+            _e5 = AcquiredRecords(_e5_first_offset, _e5_last_offset, _e5_delivery_count)
+            if b[p]: _e5.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_acquired_records.append(_e5)
     o = PartitionData(f_partition_index, f_error_code, f_error_message, f_acknowledge_error_code, f_acknowledge_error_message, f_current_leader, f_records, f_acquired_records)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -534,7 +560,25 @@ def _d_ShareFetchResponse_v0(b, p, n):
     else:
         f_node_endpoints = []
         for _ in range(_c4):
-            _e5, p = _d_NodeEndpoint_v0(b, p, n)
+            _e5_node_id, = _S7.unpack_from(b, p); p += 4
+            _l6 = b[p]; p += 1
+            if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+            if _l6 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l6 += p - 1
+                if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+                _e5_host = str(b[p:_l6], 'utf-8'); p = _l6
+            _e5_port, = _S7.unpack_from(b, p); p += 4
+            _l7 = b[p]; p += 1
+            if _l7 > 127: _l7, p = _uvt(b, p, _l7)
+            if _l7 == 0: _e5_rack = None
+            else:
+                _l7 += p - 1
+                if _l7 > n: raise DecodeError('field runs past the end of the buffer')
+                _e5_rack = str(b[p:_l7], 'utf-8'); p = _l7
+            _e5 = NodeEndpoint(_e5_node_id, _e5_host, _e5_port, _e5_rack)
+            if b[p]: _e5.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_node_endpoints.append(_e5)
     o = ShareFetchResponse(f_throttle_time_ms, f_error_code, f_error_message, f_responses, f_node_endpoints)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

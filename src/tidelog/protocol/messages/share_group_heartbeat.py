@@ -205,7 +205,19 @@ def _d_Assignment_v0(b, p, n):
     else:
         f_topic_partitions = []
         for _ in range(_c1):
-            _e2, p = _d_TopicPartitions_v0(b, p, n)
+            _e2_topic_id, = _S1.unpack_from(b, p); p += 16
+            _e2_topic_id = _uuid(_e2_topic_id)
+            _c3 = b[p]; p += 1
+            if _c3 > 127: _c3, p = _uvt(b, p, _c3)
+            _c3 -= 1
+            if _c3 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_partitions = list(_unpack_from('>%di' % _c3, b, p)); p += 4 * _c3
+            _e2 = TopicPartitions(_e2_topic_id, _e2_partitions)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topic_partitions.append(_e2)
     o = Assignment(f_topic_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -191,7 +191,10 @@ def _d_StopReplicaTopicState_v3(b, p, n):
     else:
         f_partition_states = []
         for _ in range(_c2):
-            _e3, p = _d_StopReplicaPartitionState_v3(b, p, n)
+            _e3_partition_index, _e3_leader_epoch, _e3_delete_partition = _S2.unpack_from(b, p); p += 9
+            _e3 = StopReplicaPartitionState(_e3_partition_index, _e3_leader_epoch, _e3_delete_partition)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partition_states.append(_e3)
     o = StopReplicaTopicState(f_topic_name, f_partition_states)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -219,7 +222,13 @@ def _d_StopReplicaRequest_v0(b, p, n):
     else:
         f_ungrouped_partitions = []
         for _ in range(_c1):
-            _e2, p = _d_StopReplicaPartitionV0_v0(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_topic_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_partition_index, = _S1.unpack_from(b, p); p += 4
+            _e2 = StopReplicaPartitionV0(_e2_topic_name, _e2_partition_index)
             f_ungrouped_partitions.append(_e2)
     return StopReplicaRequest(f_controller_id, False, f_controller_epoch, -1, f_delete_partitions, f_ungrouped_partitions, [], []), p
 
@@ -237,7 +246,18 @@ def _d_StopReplicaRequest_v1(b, p, n):
     else:
         f_topics = []
         for _ in range(_c1):
-            _e2, p = _d_StopReplicaTopicV1_v1(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _c4, = _S1.unpack_from(b, p); p += 4
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_partition_indexes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e2 = StopReplicaTopicV1(_e2_name, _e2_partition_indexes)
             f_topics.append(_e2)
     return StopReplicaRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, f_delete_partitions, [], f_topics, []), p
 
@@ -258,7 +278,24 @@ def _d_StopReplicaRequest_v2(b, p, n):
     else:
         f_topics = []
         for _ in range(_c1):
-            _e2, p = _d_StopReplicaTopicV1_v2(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_partition_indexes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e2 = StopReplicaTopicV1(_e2_name, _e2_partition_indexes)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topics.append(_e2)
     o = StopReplicaRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, f_delete_partitions, [], f_topics, [])
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -422,7 +459,13 @@ def _d_StopReplicaResponse_v0(b, p, n):
     else:
         f_partition_errors = []
         for _ in range(_c1):
-            _e2, p = _d_StopReplicaPartitionError_v0(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_topic_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_partition_index, _e2_error_code = _S8.unpack_from(b, p); p += 6
+            _e2 = StopReplicaPartitionError(_e2_topic_name, _e2_partition_index, _e2_error_code)
             f_partition_errors.append(_e2)
     return StopReplicaResponse(f_error_code, f_partition_errors), p
 
@@ -443,7 +486,17 @@ def _d_StopReplicaResponse_v2(b, p, n):
     else:
         f_partition_errors = []
         for _ in range(_c1):
-            _e2, p = _d_StopReplicaPartitionError_v2(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_topic_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2_partition_index, _e2_error_code = _S8.unpack_from(b, p); p += 6
+            _e2 = StopReplicaPartitionError(_e2_topic_name, _e2_partition_index, _e2_error_code)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partition_errors.append(_e2)
     o = StopReplicaResponse(f_error_code, f_partition_errors)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -135,7 +135,17 @@ def _d_SyncGroupRequest_v0(b, p, n):
     else:
         f_assignments = []
         for _ in range(_c3):
-            _e4, p = _d_SyncGroupRequestAssignment_v0(b, p, n)
+            _l5, = _S0.unpack_from(b, p); p += 2
+            if _l5 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e4_member_id = str(b[p:p + _l5], 'utf-8'); p += _l5
+            _l6, = _S1.unpack_from(b, p); p += 4
+            if _l6 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l6 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e4_assignment = bytes(b[p:p + _l6]); p += _l6
+            _e4 = SyncGroupRequestAssignment(_e4_member_id, _e4_assignment)
             f_assignments.append(_e4)
     return SyncGroupRequest(f_group_id, f_generation_id, f_member_id, None, None, None, f_assignments), p
 
@@ -177,7 +187,17 @@ def _d_SyncGroupRequest_v3(b, p, n):
     else:
         f_assignments = []
         for _ in range(_c4):
-            _e5, p = _d_SyncGroupRequestAssignment_v0(b, p, n)
+            _l6, = _S0.unpack_from(b, p); p += 2
+            if _l6 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l6 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e5_member_id = str(b[p:p + _l6], 'utf-8'); p += _l6
+            _l7, = _S1.unpack_from(b, p); p += 4
+            if _l7 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l7 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e5_assignment = bytes(b[p:p + _l7]); p += _l7
+            _e5 = SyncGroupRequestAssignment(_e5_member_id, _e5_assignment)
             f_assignments.append(_e5)
     return SyncGroupRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, None, None, f_assignments), p
 
@@ -232,7 +252,23 @@ def _d_SyncGroupRequest_v4(b, p, n):
     else:
         f_assignments = []
         for _ in range(_c4):
-            _e5, p = _d_SyncGroupRequestAssignment_v4(b, p, n)
+            _l6 = b[p]; p += 1
+            if _l6 > 127: _l6, p = _uvt(b, p, _l6)
+            if _l6 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l6 += p - 1
+                if _l6 > n: raise DecodeError('field runs past the end of the buffer')
+                _e5_member_id = str(b[p:_l6], 'utf-8'); p = _l6
+            _l7 = b[p]; p += 1
+            if _l7 > 127: _l7, p = _uvt(b, p, _l7)
+            if _l7 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l7 += p - 1
+                if _l7 > n: raise DecodeError('field runs past the end of the buffer')
+                _e5_assignment = bytes(b[p:_l7]); p = _l7
+            _e5 = SyncGroupRequestAssignment(_e5_member_id, _e5_assignment)
+            if b[p]: _e5.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_assignments.append(_e5)
     o = SyncGroupRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, None, None, f_assignments)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -308,7 +344,23 @@ def _d_SyncGroupRequest_v5(b, p, n):
     else:
         f_assignments = []
         for _ in range(_c6):
-            _e7, p = _d_SyncGroupRequestAssignment_v4(b, p, n)
+            _l8 = b[p]; p += 1
+            if _l8 > 127: _l8, p = _uvt(b, p, _l8)
+            if _l8 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l8 += p - 1
+                if _l8 > n: raise DecodeError('field runs past the end of the buffer')
+                _e7_member_id = str(b[p:_l8], 'utf-8'); p = _l8
+            _l9 = b[p]; p += 1
+            if _l9 > 127: _l9, p = _uvt(b, p, _l9)
+            if _l9 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l9 += p - 1
+                if _l9 > n: raise DecodeError('field runs past the end of the buffer')
+                _e7_assignment = bytes(b[p:_l9]); p = _l9
+            _e7 = SyncGroupRequestAssignment(_e7_member_id, _e7_assignment)
+            if b[p]: _e7.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_assignments.append(_e7)
     o = SyncGroupRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, f_protocol_type, f_protocol_name, f_assignments)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

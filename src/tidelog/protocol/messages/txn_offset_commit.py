@@ -144,7 +144,13 @@ def _d_TxnOffsetCommitRequestTopic_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_TxnOffsetCommitRequestPartition_v0(b, p, n)
+            _e3_partition_index, _e3_committed_offset, _l4 = _S0.unpack_from(b, p); p += 14
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e3_committed_metadata = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_committed_metadata = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e3 = TxnOffsetCommitRequestPartition(_e3_partition_index, _e3_committed_offset, -1, _e3_committed_metadata)
             f_partitions.append(_e3)
     return TxnOffsetCommitRequestTopic(f_name, f_partitions), p
 
@@ -171,7 +177,13 @@ def _d_TxnOffsetCommitRequestTopic_v2(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_TxnOffsetCommitRequestPartition_v2(b, p, n)
+            _e3_partition_index, _e3_committed_offset, _e3_committed_leader_epoch, _l4 = _S1.unpack_from(b, p); p += 18
+            if _l4 < 0:
+                if _l4 != -1: raise DecodeError('invalid length')
+                _e3_committed_metadata = None
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e3_committed_metadata = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e3 = TxnOffsetCommitRequestPartition(_e3_partition_index, _e3_committed_offset, _e3_committed_leader_epoch, _e3_committed_metadata)
             f_partitions.append(_e3)
     return TxnOffsetCommitRequestTopic(f_name, f_partitions), p
 
@@ -202,7 +214,17 @@ def _d_TxnOffsetCommitRequestTopic_v3(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_TxnOffsetCommitRequestPartition_v3(b, p, n)
+            _e3_partition_index, _e3_committed_offset, _e3_committed_leader_epoch = _S2.unpack_from(b, p); p += 16
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: _e3_committed_metadata = None
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_committed_metadata = str(b[p:_l4], 'utf-8'); p = _l4
+            _e3 = TxnOffsetCommitRequestPartition(_e3_partition_index, _e3_committed_offset, _e3_committed_leader_epoch, _e3_committed_metadata)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = TxnOffsetCommitRequestTopic(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -449,7 +471,8 @@ def _d_TxnOffsetCommitResponseTopic_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_TxnOffsetCommitResponsePartition_v0(b, p, n)
+            _e3_partition_index, _e3_error_code = _S6.unpack_from(b, p); p += 6
+            _e3 = TxnOffsetCommitResponsePartition(_e3_partition_index, _e3_error_code)
             f_partitions.append(_e3)
     return TxnOffsetCommitResponseTopic(f_name, f_partitions), p
 
@@ -480,7 +503,10 @@ def _d_TxnOffsetCommitResponseTopic_v3(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_TxnOffsetCommitResponsePartition_v3(b, p, n)
+            _e3_partition_index, _e3_error_code = _S6.unpack_from(b, p); p += 6
+            _e3 = TxnOffsetCommitResponsePartition(_e3_partition_index, _e3_error_code)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = TxnOffsetCommitResponseTopic(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

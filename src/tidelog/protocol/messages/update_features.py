@@ -119,7 +119,17 @@ def _d_UpdateFeaturesRequest_v0(b, p, n):
     else:
         f_feature_updates = []
         for _ in range(_c1):
-            _e2, p = _d_FeatureUpdateKey_v0(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_feature = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2_max_version_level, _e2_allow_downgrade = _S0.unpack_from(b, p); p += 3
+            _e2 = FeatureUpdateKey(_e2_feature, _e2_max_version_level, _e2_allow_downgrade, 1)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_feature_updates.append(_e2)
     o = UpdateFeaturesRequest(f_timeout_ms, f_feature_updates, False)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -147,7 +157,17 @@ def _d_UpdateFeaturesRequest_v1(b, p, n):
     else:
         f_feature_updates = []
         for _ in range(_c1):
-            _e2, p = _d_FeatureUpdateKey_v1(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_feature = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2_max_version_level, _e2_upgrade_type = _S1.unpack_from(b, p); p += 3
+            _e2 = FeatureUpdateKey(_e2_feature, _e2_max_version_level, False, _e2_upgrade_type)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_feature_updates.append(_e2)
     f_validate_only, = _S3.unpack_from(b, p); p += 1
     o = UpdateFeaturesRequest(f_timeout_ms, f_feature_updates, f_validate_only)
@@ -265,7 +285,24 @@ def _d_UpdateFeaturesResponse_v0(b, p, n):
     else:
         f_results = []
         for _ in range(_c2):
-            _e3, p = _d_UpdatableFeatureResult_v0(b, p, n)
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_feature = str(b[p:_l4], 'utf-8'); p = _l4
+            _e3_error_code, = _S4.unpack_from(b, p); p += 2
+            _l5 = b[p]; p += 1
+            if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+            if _l5 == 0: _e3_error_message = None
+            else:
+                _l5 += p - 1
+                if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+                _e3_error_message = str(b[p:_l5], 'utf-8'); p = _l5
+            _e3 = UpdatableFeatureResult(_e3_feature, _e3_error_code, _e3_error_message)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_results.append(_e3)
     o = UpdateFeaturesResponse(f_throttle_time_ms, f_error_code, f_error_message, f_results)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

@@ -269,7 +269,25 @@ def _d_UpdateMetadataTopicState_v5(b, p, n):
     else:
         f_partition_states = []
         for _ in range(_c2):
-            _e3, p = _d_UpdateMetadataPartitionState_v5(b, p, n)
+            _e3_partition_index, _e3_controller_epoch, _e3_leader, _e3_leader_epoch, _c4 = _S1.unpack_from(b, p); p += 20
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e3_zk_version, _c5 = _S2.unpack_from(b, p); p += 8
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _c6, = _S3.unpack_from(b, p); p += 4
+            if _c6 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_offline_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
+            _e3 = UpdateMetadataPartitionState('', _e3_partition_index, _e3_controller_epoch, _e3_leader, _e3_leader_epoch, _e3_isr, _e3_zk_version, _e3_replicas, _e3_offline_replicas)
             f_partition_states.append(_e3)
     return UpdateMetadataTopicState(f_topic_name, ZERO_UUID, f_partition_states), p
 
@@ -300,7 +318,35 @@ def _d_UpdateMetadataTopicState_v6(b, p, n):
     else:
         f_partition_states = []
         for _ in range(_c2):
-            _e3, p = _d_UpdateMetadataPartitionState_v6(b, p, n)
+            _e3_partition_index, _e3_controller_epoch, _e3_leader, _e3_leader_epoch = _S4.unpack_from(b, p); p += 16
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e3_zk_version, = _S3.unpack_from(b, p); p += 4
+            _c5 = b[p]; p += 1
+            if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+            _c5 -= 1
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _c6 = b[p]; p += 1
+            if _c6 > 127: _c6, p = _uvt(b, p, _c6)
+            _c6 -= 1
+            if _c6 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_offline_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
+            _e3 = UpdateMetadataPartitionState('', _e3_partition_index, _e3_controller_epoch, _e3_leader, _e3_leader_epoch, _e3_isr, _e3_zk_version, _e3_replicas, _e3_offline_replicas)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partition_states.append(_e3)
     o = UpdateMetadataTopicState(f_topic_name, ZERO_UUID, f_partition_states)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -339,7 +385,35 @@ def _d_UpdateMetadataTopicState_v7(b, p, n):
     else:
         f_partition_states = []
         for _ in range(_c2):
-            _e3, p = _d_UpdateMetadataPartitionState_v6(b, p, n)
+            _e3_partition_index, _e3_controller_epoch, _e3_leader, _e3_leader_epoch = _S4.unpack_from(b, p); p += 16
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e3_zk_version, = _S3.unpack_from(b, p); p += 4
+            _c5 = b[p]; p += 1
+            if _c5 > 127: _c5, p = _uvt(b, p, _c5)
+            _c5 -= 1
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _c6 = b[p]; p += 1
+            if _c6 > 127: _c6, p = _uvt(b, p, _c6)
+            _c6 -= 1
+            if _c6 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e3_offline_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
+            _e3 = UpdateMetadataPartitionState('', _e3_partition_index, _e3_controller_epoch, _e3_leader, _e3_leader_epoch, _e3_isr, _e3_zk_version, _e3_replicas, _e3_offline_replicas)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partition_states.append(_e3)
     o = UpdateMetadataTopicState(f_topic_name, f_topic_id, f_partition_states)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -462,7 +536,13 @@ def _d_UpdateMetadataBroker_v1(b, p, n):
     else:
         f_endpoints = []
         for _ in range(_c1):
-            _e2, p = _d_UpdateMetadataEndpoint_v1(b, p, n)
+            _e2_port, _l3 = _S6.unpack_from(b, p); p += 6
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_host = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_security_protocol, = _S0.unpack_from(b, p); p += 2
+            _e2 = UpdateMetadataEndpoint(_e2_port, _e2_host, '', _e2_security_protocol)
             f_endpoints.append(_e2)
     return UpdateMetadataBroker(f_id, '', 0, f_endpoints, ''), p
 
@@ -480,14 +560,20 @@ def _d_UpdateMetadataBroker_v2(b, p, n):
     else:
         f_endpoints = []
         for _ in range(_c1):
-            _e2, p = _d_UpdateMetadataEndpoint_v1(b, p, n)
+            _e2_port, _l3 = _S6.unpack_from(b, p); p += 6
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_host = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_security_protocol, = _S0.unpack_from(b, p); p += 2
+            _e2 = UpdateMetadataEndpoint(_e2_port, _e2_host, '', _e2_security_protocol)
             f_endpoints.append(_e2)
-    _l3, = _S0.unpack_from(b, p); p += 2
-    if _l3 < 0:
-        if _l3 != -1: raise DecodeError('invalid length')
+    _l4, = _S0.unpack_from(b, p); p += 2
+    if _l4 < 0:
+        if _l4 != -1: raise DecodeError('invalid length')
         f_rack = None
-    elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
-    else: f_rack = str(b[p:p + _l3], 'utf-8'); p += _l3
+    elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+    else: f_rack = str(b[p:p + _l4], 'utf-8'); p += _l4
     return UpdateMetadataBroker(f_id, '', 0, f_endpoints, f_rack), p
 
 def _e_UpdateMetadataBroker_v2(o, ap):
@@ -509,14 +595,25 @@ def _d_UpdateMetadataBroker_v3(b, p, n):
     else:
         f_endpoints = []
         for _ in range(_c1):
-            _e2, p = _d_UpdateMetadataEndpoint_v3(b, p, n)
+            _e2_port, _l3 = _S6.unpack_from(b, p); p += 6
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_host = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _l4, = _S0.unpack_from(b, p); p += 2
+            if _l4 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l4 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_listener = str(b[p:p + _l4], 'utf-8'); p += _l4
+            _e2_security_protocol, = _S0.unpack_from(b, p); p += 2
+            _e2 = UpdateMetadataEndpoint(_e2_port, _e2_host, _e2_listener, _e2_security_protocol)
             f_endpoints.append(_e2)
-    _l3, = _S0.unpack_from(b, p); p += 2
-    if _l3 < 0:
-        if _l3 != -1: raise DecodeError('invalid length')
+    _l5, = _S0.unpack_from(b, p); p += 2
+    if _l5 < 0:
+        if _l5 != -1: raise DecodeError('invalid length')
         f_rack = None
-    elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
-    else: f_rack = str(b[p:p + _l3], 'utf-8'); p += _l3
+    elif p + _l5 > n: raise DecodeError('field runs past the end of the buffer')
+    else: f_rack = str(b[p:p + _l5], 'utf-8'); p += _l5
     return UpdateMetadataBroker(f_id, '', 0, f_endpoints, f_rack), p
 
 def _e_UpdateMetadataBroker_v3(o, ap):
@@ -541,15 +638,33 @@ def _d_UpdateMetadataBroker_v6(b, p, n):
     else:
         f_endpoints = []
         for _ in range(_c1):
-            _e2, p = _d_UpdateMetadataEndpoint_v6(b, p, n)
+            _e2_port, = _S3.unpack_from(b, p); p += 4
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_host = str(b[p:_l3], 'utf-8'); p = _l3
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_listener = str(b[p:_l4], 'utf-8'); p = _l4
+            _e2_security_protocol, = _S0.unpack_from(b, p); p += 2
+            _e2 = UpdateMetadataEndpoint(_e2_port, _e2_host, _e2_listener, _e2_security_protocol)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_endpoints.append(_e2)
-    _l3 = b[p]; p += 1
-    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
-    if _l3 == 0: f_rack = None
+    _l5 = b[p]; p += 1
+    if _l5 > 127: _l5, p = _uvt(b, p, _l5)
+    if _l5 == 0: f_rack = None
     else:
-        _l3 += p - 1
-        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
-        f_rack = str(b[p:_l3], 'utf-8'); p = _l3
+        _l5 += p - 1
+        if _l5 > n: raise DecodeError('field runs past the end of the buffer')
+        f_rack = str(b[p:_l5], 'utf-8'); p = _l5
     o = UpdateMetadataBroker(f_id, '', 0, f_endpoints, f_rack)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
     else: p += 1
@@ -578,17 +693,40 @@ def _d_UpdateMetadataRequest_v0(b, p, n):
     else:
         f_ungrouped_partition_states = []
         for _ in range(_c1):
-            _e2, p = _d_UpdateMetadataPartitionState_v0(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_topic_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _c4 = _S1.unpack_from(b, p); p += 20
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e2_zk_version, _c5 = _S2.unpack_from(b, p); p += 8
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _e2 = UpdateMetadataPartitionState(_e2_topic_name, _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _e2_isr, _e2_zk_version, _e2_replicas, [])
             f_ungrouped_partition_states.append(_e2)
-    _c3, = _S3.unpack_from(b, p); p += 4
-    if _c3 < 0:
+    _c6, = _S3.unpack_from(b, p); p += 4
+    if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_brokers = []
-        for _ in range(_c3):
-            _e4, p = _d_UpdateMetadataBroker_v0(b, p, n)
-            f_live_brokers.append(_e4)
+        for _ in range(_c6):
+            _e7_id, _l8 = _S6.unpack_from(b, p); p += 6
+            if _l8 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l8 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e7_v0_host = str(b[p:p + _l8], 'utf-8'); p += _l8
+            _e7_v0_port, = _S3.unpack_from(b, p); p += 4
+            _e7 = UpdateMetadataBroker(_e7_id, _e7_v0_host, _e7_v0_port, [], '')
+            f_live_brokers.append(_e7)
     return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, -1, f_ungrouped_partition_states, [], f_live_brokers), p
 
 def _e_UpdateMetadataRequest_v0(o, ap):
@@ -609,17 +747,34 @@ def _d_UpdateMetadataRequest_v1(b, p, n):
     else:
         f_ungrouped_partition_states = []
         for _ in range(_c1):
-            _e2, p = _d_UpdateMetadataPartitionState_v0(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_topic_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _c4 = _S1.unpack_from(b, p); p += 20
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e2_zk_version, _c5 = _S2.unpack_from(b, p); p += 8
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _e2 = UpdateMetadataPartitionState(_e2_topic_name, _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _e2_isr, _e2_zk_version, _e2_replicas, [])
             f_ungrouped_partition_states.append(_e2)
-    _c3, = _S3.unpack_from(b, p); p += 4
-    if _c3 < 0:
+    _c6, = _S3.unpack_from(b, p); p += 4
+    if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_brokers = []
-        for _ in range(_c3):
-            _e4, p = _d_UpdateMetadataBroker_v1(b, p, n)
-            f_live_brokers.append(_e4)
+        for _ in range(_c6):
+            _e7, p = _d_UpdateMetadataBroker_v1(b, p, n)
+            f_live_brokers.append(_e7)
     return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, -1, f_ungrouped_partition_states, [], f_live_brokers), p
 
 def _e_UpdateMetadataRequest_v1(o, ap):
@@ -640,17 +795,34 @@ def _d_UpdateMetadataRequest_v2(b, p, n):
     else:
         f_ungrouped_partition_states = []
         for _ in range(_c1):
-            _e2, p = _d_UpdateMetadataPartitionState_v0(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_topic_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _c4 = _S1.unpack_from(b, p); p += 20
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e2_zk_version, _c5 = _S2.unpack_from(b, p); p += 8
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _e2 = UpdateMetadataPartitionState(_e2_topic_name, _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _e2_isr, _e2_zk_version, _e2_replicas, [])
             f_ungrouped_partition_states.append(_e2)
-    _c3, = _S3.unpack_from(b, p); p += 4
-    if _c3 < 0:
+    _c6, = _S3.unpack_from(b, p); p += 4
+    if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_brokers = []
-        for _ in range(_c3):
-            _e4, p = _d_UpdateMetadataBroker_v2(b, p, n)
-            f_live_brokers.append(_e4)
+        for _ in range(_c6):
+            _e7, p = _d_UpdateMetadataBroker_v2(b, p, n)
+            f_live_brokers.append(_e7)
     return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, -1, f_ungrouped_partition_states, [], f_live_brokers), p
 
 def _e_UpdateMetadataRequest_v2(o, ap):
@@ -671,17 +843,34 @@ def _d_UpdateMetadataRequest_v3(b, p, n):
     else:
         f_ungrouped_partition_states = []
         for _ in range(_c1):
-            _e2, p = _d_UpdateMetadataPartitionState_v0(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_topic_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _c4 = _S1.unpack_from(b, p); p += 20
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e2_zk_version, _c5 = _S2.unpack_from(b, p); p += 8
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _e2 = UpdateMetadataPartitionState(_e2_topic_name, _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _e2_isr, _e2_zk_version, _e2_replicas, [])
             f_ungrouped_partition_states.append(_e2)
-    _c3, = _S3.unpack_from(b, p); p += 4
-    if _c3 < 0:
+    _c6, = _S3.unpack_from(b, p); p += 4
+    if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_brokers = []
-        for _ in range(_c3):
-            _e4, p = _d_UpdateMetadataBroker_v3(b, p, n)
-            f_live_brokers.append(_e4)
+        for _ in range(_c6):
+            _e7, p = _d_UpdateMetadataBroker_v3(b, p, n)
+            f_live_brokers.append(_e7)
     return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, -1, f_ungrouped_partition_states, [], f_live_brokers), p
 
 def _e_UpdateMetadataRequest_v3(o, ap):
@@ -702,17 +891,40 @@ def _d_UpdateMetadataRequest_v4(b, p, n):
     else:
         f_ungrouped_partition_states = []
         for _ in range(_c1):
-            _e2, p = _d_UpdateMetadataPartitionState_v4(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_topic_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _c4 = _S1.unpack_from(b, p); p += 20
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e2_zk_version, _c5 = _S2.unpack_from(b, p); p += 8
+            if _c5 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
+            _c6, = _S3.unpack_from(b, p); p += 4
+            if _c6 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_offline_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
+            _e2 = UpdateMetadataPartitionState(_e2_topic_name, _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _e2_isr, _e2_zk_version, _e2_replicas, _e2_offline_replicas)
             f_ungrouped_partition_states.append(_e2)
-    _c3, = _S3.unpack_from(b, p); p += 4
-    if _c3 < 0:
+    _c7, = _S3.unpack_from(b, p); p += 4
+    if _c7 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_brokers = []
-        for _ in range(_c3):
-            _e4, p = _d_UpdateMetadataBroker_v3(b, p, n)
-            f_live_brokers.append(_e4)
+        for _ in range(_c7):
+            _e8, p = _d_UpdateMetadataBroker_v3(b, p, n)
+            f_live_brokers.append(_e8)
     return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, -1, f_ungrouped_partition_states, [], f_live_brokers), p
 
 def _e_UpdateMetadataRequest_v4(o, ap):

@@ -115,7 +115,10 @@ def _d_TopicData_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_PartitionData_v0(b, p, n)
+            _e3_partition_index, _e3_candidate_epoch, _e3_candidate_id, _e3_last_offset_epoch, _e3_last_offset = _S0.unpack_from(b, p); p += 24
+            _e3 = PartitionData(_e3_partition_index, _e3_candidate_epoch, _e3_candidate_id, ZERO_UUID, ZERO_UUID, _e3_last_offset_epoch, _e3_last_offset)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = TopicData(f_topic_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -152,7 +155,12 @@ def _d_TopicData_v1(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_PartitionData_v1(b, p, n)
+            _e3_partition_index, _e3_candidate_epoch, _e3_candidate_id, _e3_candidate_directory_id, _e3_voter_directory_id, _e3_last_offset_epoch, _e3_last_offset = _S1.unpack_from(b, p); p += 56
+            _e3_candidate_directory_id = _uuid(_e3_candidate_directory_id)
+            _e3_voter_directory_id = _uuid(_e3_voter_directory_id)
+            _e3 = PartitionData(_e3_partition_index, _e3_candidate_epoch, _e3_candidate_id, _e3_candidate_directory_id, _e3_voter_directory_id, _e3_last_offset_epoch, _e3_last_offset)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = TopicData(f_topic_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -341,7 +349,10 @@ def _d_VoteResponseTopicData_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_VoteResponsePartitionData_v0(b, p, n)
+            _e3_partition_index, _e3_error_code, _e3_leader_id, _e3_leader_epoch, _e3_vote_granted = _S3.unpack_from(b, p); p += 15
+            _e3 = VoteResponsePartitionData(_e3_partition_index, _e3_error_code, _e3_leader_id, _e3_leader_epoch, _e3_vote_granted)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = VoteResponseTopicData(f_topic_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -438,7 +449,18 @@ def _dt_VoteResponse_v1(b, p, n, o):
             else:
                 x = []
                 for _ in range(_c1):
-                    _e2, p = _d_NodeEndpoint_v1(b, p, n)
+                    _e2_node_id, = _S2.unpack_from(b, p); p += 4
+                    _l3 = b[p]; p += 1
+                    if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+                    if _l3 == 0: raise DecodeError('null in a non-nullable field')
+                    else:
+                        _l3 += p - 1
+                        if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                        _e2_host = str(b[p:_l3], 'utf-8'); p = _l3
+                    _e2_port, = _S4.unpack_from(b, p); p += 2
+                    _e2 = NodeEndpoint(_e2_node_id, _e2_host, _e2_port)
+                    if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+                    else: p += 1
                     x.append(_e2)
             n = n0
             if p != end: raise DecodeError('tagged field size mismatch')

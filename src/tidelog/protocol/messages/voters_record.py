@@ -127,7 +127,24 @@ def _d_Voter_v0(b, p, n):
     else:
         f_endpoints = []
         for _ in range(_c1):
-            _e2, p = _d_Endpoint_v0(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _l4 = b[p]; p += 1
+            if _l4 > 127: _l4, p = _uvt(b, p, _l4)
+            if _l4 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l4 += p - 1
+                if _l4 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_host = str(b[p:_l4], 'utf-8'); p = _l4
+            _e2_port, = _S0.unpack_from(b, p); p += 2
+            _e2 = Endpoint(_e2_name, _e2_host, _e2_port)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_endpoints.append(_e2)
     f_k_raft_version_feature, p = _d_KRaftVersionFeature_v0(b, p, n)
     o = Voter(f_voter_id, f_voter_directory_id, f_endpoints, f_k_raft_version_feature)

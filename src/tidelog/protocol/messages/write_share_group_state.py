@@ -98,7 +98,10 @@ def _d_PartitionData_v0(b, p, n):
     else:
         f_state_batches = []
         for _ in range(_c1):
-            _e2, p = _d_StateBatch_v0(b, p, n)
+            _e2_first_offset, _e2_last_offset, _e2_delivery_state, _e2_delivery_count = _S0.unpack_from(b, p); p += 19
+            _e2 = StateBatch(_e2_first_offset, _e2_last_offset, _e2_delivery_state, _e2_delivery_count)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_state_batches.append(_e2)
     o = PartitionData(f_partition, f_state_epoch, f_leader_epoch, f_start_offset, f_state_batches)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
@@ -267,7 +270,17 @@ def _d_WriteStateResult_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c1):
-            _e2, p = _d_PartitionResult_v0(b, p, n)
+            _e2_partition, _e2_error_code = _S3.unpack_from(b, p); p += 6
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: _e2_error_message = None
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_error_message = str(b[p:_l3], 'utf-8'); p = _l3
+            _e2 = PartitionResult(_e2_partition, _e2_error_code, _e2_error_message)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e2)
     o = WriteStateResult(f_topic_id, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)

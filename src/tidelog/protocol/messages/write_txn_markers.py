@@ -131,7 +131,18 @@ def _d_WritableTxnMarker_v0(b, p, n):
     else:
         f_topics = []
         for _ in range(_c1):
-            _e2, p = _d_WritableTxnMarkerTopic_v0(b, p, n)
+            _l3, = _S0.unpack_from(b, p); p += 2
+            if _l3 < 0:
+                raise DecodeError('null or negative length in a non-nullable field')
+            elif p + _l3 > n: raise DecodeError('field runs past the end of the buffer')
+            else: _e2_name = str(b[p:p + _l3], 'utf-8'); p += _l3
+            _c4, = _S1.unpack_from(b, p); p += 4
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_partition_indexes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e2 = WritableTxnMarkerTopic(_e2_name, _e2_partition_indexes)
             f_topics.append(_e2)
     f_coordinator_epoch, = _S1.unpack_from(b, p); p += 4
     return WritableTxnMarker(f_producer_id, f_producer_epoch, f_transaction_result, f_topics, f_coordinator_epoch), p
@@ -154,7 +165,24 @@ def _d_WritableTxnMarker_v1(b, p, n):
     else:
         f_topics = []
         for _ in range(_c1):
-            _e2, p = _d_WritableTxnMarkerTopic_v1(b, p, n)
+            _l3 = b[p]; p += 1
+            if _l3 > 127: _l3, p = _uvt(b, p, _l3)
+            if _l3 == 0: raise DecodeError('null in a non-nullable field')
+            else:
+                _l3 += p - 1
+                if _l3 > n: raise DecodeError('field runs past the end of the buffer')
+                _e2_name = str(b[p:_l3], 'utf-8'); p = _l3
+            _c4 = b[p]; p += 1
+            if _c4 > 127: _c4, p = _uvt(b, p, _c4)
+            _c4 -= 1
+            if _c4 < 0:
+                raise DecodeError('null or negative length in a non-nullable array')
+            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            else:
+                _e2_partition_indexes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
+            _e2 = WritableTxnMarkerTopic(_e2_name, _e2_partition_indexes)
+            if b[p]: _e2.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_topics.append(_e2)
     f_coordinator_epoch, = _S1.unpack_from(b, p); p += 4
     o = WritableTxnMarker(f_producer_id, f_producer_epoch, f_transaction_result, f_topics, f_coordinator_epoch)
@@ -305,7 +333,8 @@ def _d_WritableTxnMarkerTopicResult_v0(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_WritableTxnMarkerPartitionResult_v0(b, p, n)
+            _e3_partition_index, _e3_error_code = _S4.unpack_from(b, p); p += 6
+            _e3 = WritableTxnMarkerPartitionResult(_e3_partition_index, _e3_error_code)
             f_partitions.append(_e3)
     return WritableTxnMarkerTopicResult(f_name, f_partitions), p
 
@@ -336,7 +365,10 @@ def _d_WritableTxnMarkerTopicResult_v1(b, p, n):
     else:
         f_partitions = []
         for _ in range(_c2):
-            _e3, p = _d_WritableTxnMarkerPartitionResult_v1(b, p, n)
+            _e3_partition_index, _e3_error_code = _S4.unpack_from(b, p); p += 6
+            _e3 = WritableTxnMarkerPartitionResult(_e3_partition_index, _e3_error_code)
+            if b[p]: _e3.unknown_tagged_fields, p = _rtags(b, p, n)
+            else: p += 1
             f_partitions.append(_e3)
     o = WritableTxnMarkerTopicResult(f_name, f_partitions)
     if b[p]: o.unknown_tagged_fields, p = _rtags(b, p, n)
