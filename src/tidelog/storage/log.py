@@ -28,6 +28,7 @@ from tidelog.protocol.records.batch import (
     CRC_OFFSET,
     CURRENT_MAGIC,
     HEADER_SIZE,
+    HEADER_STRUCT,
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     CorruptRecordError,
@@ -58,6 +59,7 @@ __all__ = ["FetchDataInfo", "Log", "LogAppendInfo", "parse_topic_partition"]
 
 logger = logging.getLogger(__name__)
 
+_STAMP = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
@@ -308,9 +310,10 @@ class Log:
         """Validate every batch (magic 2, CRC32C, size <= max.message.bytes, record count),
         assign offsets from the LEO and stamp `leader_epoch`, then write. Nothing is written
         unless every batch is valid."""
-        self._check_open()
-        src = records if isinstance(records, memoryview) else memoryview(records)
-        if src.ndim != 1 or src.itemsize != 1:
+        if self.closed:
+            self._check_open()
+        src = records if type(records) is memoryview else memoryview(records)
+        if src.itemsize != 1 or src.ndim != 1:
             src = src.cast("B")
         n = len(src)
         # Large appends are written with writev: only the 61-byte headers are copied (to stamp
@@ -331,14 +334,16 @@ class Log:
         max_ts_offset = -1
         record_count = 0
         pos = 0
-        unpack = PREFIX.unpack_from
+        unpack = HEADER_STRUCT.unpack_from
+        stamp = _STAMP.pack_into
         crc = crc32c.crc32c
         while pos < n:
             if n - pos < HEADER_SIZE:
                 raise CorruptRecordError(
                     f"truncated record batch: {n - pos} bytes left at position {pos}", pos
                 )
-            _, length, _, magic, stored_crc, attributes, delta = unpack(view, pos)
+            (_, length, _, magic, stored_crc, attributes, delta, _, batch_ts, _, _, _,
+             count) = unpack(view, pos)
             size = length + LOG_OVERHEAD
             if magic != CURRENT_MAGIC:
                 raise CorruptRecordError(f"unsupported magic {magic} (only v2 is supported)", pos)
@@ -346,14 +351,13 @@ class Log:
                 raise CorruptRecordError(f"record batch size {size} is smaller than a header", pos)
             if size > max_size:
                 raise RecordTooLargeError(size, max_size)
-            if pos + size > n:
+            end = pos + size
+            if end > n:
                 raise CorruptRecordError(
                     f"truncated record batch: {size} bytes declared, {n - pos} present", pos
                 )
-            end = pos + size
             if crc(view[pos + ATTRIBUTES_OFFSET : end]) != stored_crc:
                 raise CorruptRecordError(f"record batch at position {pos} fails its CRC32C", pos)
-            count = _I32.unpack_from(view, pos + _RECORD_COUNT_OFFSET)[0]
             if count <= 0 or delta != count - 1:
                 raise CorruptRecordError(
                     f"record batch at position {pos} has {count} records but last offset delta "
@@ -377,10 +381,8 @@ class Log:
                     target, at + CRC_OFFSET, crc(view[pos + HEADER_SIZE : end], head_crc)
                 )
                 batch_ts = log_append_time
-            else:
-                batch_ts = _I64.unpack_from(view, pos + _MAX_TIMESTAMP_OFFSET)[0]
-            _I64.pack_into(target, at, next_offset)
-            _I32.pack_into(target, at + _EPOCH_OFFSET, leader_epoch)
+            # baseOffset, batchLength (unchanged), partitionLeaderEpoch: one pack
+            stamp(target, at, next_offset, length, leader_epoch)
             last = next_offset + delta
             if batch_ts > max_ts:
                 max_ts, max_ts_offset = batch_ts, last
@@ -494,7 +496,23 @@ class Log:
         max_timestamp: int,
         now_ms: int,
     ) -> None:
-        segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp, now_ms)
+        segment = self.segments[-1]
+        config = self.config
+        used = segment.size
+        rolling = segment.rolling_based_timestamp
+        if (
+            used == 0
+            or used > config.segment_bytes - size
+            or (
+                (max_timestamp - rolling if rolling is not None and rolling >= 0
+                 else now_ms - segment.created_ms)
+                > config.segment_ms - config.segment_jitter_ms
+            )
+            or segment.offset_index.is_full
+            or segment.time_index.is_full
+            or not segment.can_hold(last_offset)
+        ):
+            segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp, now_ms)
         segment.append(data, batches, size)
         self.log_end_offset = last_offset + 1
         if self.unflushed_messages >= self.config.flush_messages:
