@@ -181,6 +181,20 @@ def test_bad_input_is_one_line_and_exit_status_one(tansu: str, topic_name: str) 
             ],
             "requires --acks all",
         ),
+        (
+            [
+                "produce",
+                "--bootstrap-server",
+                tansu,
+                "--topic",
+                "t",
+                "--count",
+                "1",
+                "--throughput",
+                "0",
+            ],
+            "must be positive",
+        ),
     ]
     for args, message in cases:
         result = run(*args)
@@ -205,6 +219,7 @@ def test_help_explains_every_option_with_its_default() -> None:
         "--key",
         "--partition",
         "--linger-ms",
+        "--throughput",
     ):
         assert text in produce
     consume = " ".join(run("consume", "--help").output.split())

@@ -154,6 +154,14 @@ def percentile(sorted_values: list[float], pct: float) -> float:
     show_default=True,
     help="request.timeout.ms for each produce request.",
 )
+@click.option(
+    "--throughput",
+    type=int,
+    default=-1,
+    show_default=True,
+    help="With --count: send at most this many records per second (-1: as fast as "
+    "possible). Latencies at full speed include the time records queue in the producer.",
+)
 def produce(
     bootstrap_server: str,
     topic: str,
@@ -167,8 +175,11 @@ def produce(
     batch_size: int,
     idempotence: bool | None,
     timeout_ms: int,
+    throughput: int,
 ) -> None:
     """Produce records to TOPIC: --count generated records, or one record per stdin line."""
+    if throughput == 0 or throughput < -1:
+        fail("--throughput must be positive, or -1 for no limit")
     if idempotence is None:
         idempotence = acks == "all"
     elif idempotence and acks != "all":
@@ -189,6 +200,7 @@ def produce(
             idempotence,
             timeout_ms,
             stdin,
+            throughput,
         )
     )
     _print_summary(summary)
@@ -210,6 +222,7 @@ async def _produce(
     idempotence: bool,
     timeout_ms: int,
     stdin: IO[str] | None,
+    throughput: int = -1,
 ) -> dict[str, object]:
     from tidelog.client.producer import Producer
 
@@ -258,6 +271,11 @@ async def _produce(
                 with Progress(transient=True, console=_stderr_console()) as progress:
                     task = progress.add_task(f"producing to {topic}", total=count)
                     for i in range(count):
+                        if throughput > 0:
+                            # pace to the target rate (ProducerPerformance's throttler)
+                            ahead = start + i / throughput - time.perf_counter()
+                            if ahead > 0.001:
+                                await asyncio.sleep(ahead)
                         await send(payload)
                         if i % 1000 == 999 or i == count - 1:
                             progress.update(task, completed=i + 1)
