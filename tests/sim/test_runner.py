@@ -76,3 +76,18 @@ def test_replay_is_identical_across_processes_and_hash_seeds() -> None:
         digests.add(out.stdout.strip())
     assert len(digests) == 1
     assert digests == {run_seed(11, 1200, brokers=5, partitions=3).trace_digest}
+
+
+def test_random_runs_find_the_naive_truncation_rule_unscripted() -> None:
+    from tidelog.sim.runner import naive_config
+
+    config = naive_config("truncate_to_hw")
+    found = None
+    for seed in range(40):
+        s = run_seed(seed, 3000, config=config)
+        if s.violations:
+            found = s
+            break
+    assert found is not None, "40 random seeds with truncate-to-HW and no violation"
+    kinds = {v.invariant for v in found.violations}
+    assert kinds & {"ValidHighWatermark", "NoAckedLoss", "ConsumedStable", "StrongIsr"}

@@ -11,7 +11,7 @@ def test_sim_runs_seeds_and_prints_a_summary() -> None:
     res = CliRunner().invoke(cli, ["sim", "--seed", "3", "--seeds", "2", "--steps", "800"],
                              env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
-    assert "tidelog sim" in res.output and "2 run(s)" in res.output
+    assert "tidelog sim" in res.output and "2 runs" in res.output
 
 
 def test_sim_scenario_trace_prints_every_replica_per_step() -> None:

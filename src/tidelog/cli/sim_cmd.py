@@ -47,11 +47,16 @@ def _parse_faults(value: str) -> tuple[str, ...]:
               help=f"Comma-separated fault kinds ({', '.join(ALL_FAULTS)}), 'all' or 'none'.")
 @click.option("--scenario", default=None, help="Run a named correctness scenario instead.")
 @click.option("--naive", is_flag=True, help="With --scenario: use the rule the fix replaced.")
+@click.option("--naive-rule", default=None,
+              help="Random runs with one naive rule switched on (truncate_to_hw, "
+                   "no_epoch_fencing, committed_isr_hw, no_eligibility, reelect_unclean): "
+                   "failing seeds show the simulator finds the bug unscripted.")
 @click.option("--trace", "show_trace", is_flag=True,
               help="Print the step table (scenarios) or the run's trace (single seed).")
 @click.option("--list-scenarios", is_flag=True, help="List the scenarios and exit.")
 def sim(seed: int, seeds: int, steps: int, brokers: int, partitions: int, faults: str,
-        scenario: str | None, naive: bool, show_trace: bool, list_scenarios: bool) -> None:
+        scenario: str | None, naive: bool, naive_rule: str | None, show_trace: bool,
+        list_scenarios: bool) -> None:
     """Deterministic simulation of a tidelog cluster: the real replication core and storage
     engine under a virtual clock, with seeded faults and invariant checks after every event."""
     console = Console()
@@ -77,7 +82,14 @@ def sim(seed: int, seeds: int, steps: int, brokers: int, partitions: int, faults
         sys.exit(0 if result.as_expected else 1)
 
     kinds = _parse_faults(faults)
-    from tidelog.sim.runner import run_seed
+    from tidelog.sim.runner import NAIVE_RULES, naive_config, run_seed
+
+    config = None
+    if naive_rule is not None:
+        if naive_rule not in NAIVE_RULES:
+            raise click.BadParameter(f"unknown rule {naive_rule!r}; one of "
+                                     f"{', '.join(NAIVE_RULES)}", param_hint="--naive-rule")
+        config = naive_config(naive_rule)
 
     summaries = []
     with Progress(TextColumn("[bold]sim"), BarColumn(), MofNCompleteColumn(),
@@ -85,30 +97,35 @@ def sim(seed: int, seeds: int, steps: int, brokers: int, partitions: int, faults
                   disable=seeds == 1, transient=True) as progress:
         task = progress.add_task("seeds", total=seeds, status="")
         for s in range(seed, seed + seeds):
-            summary = run_seed(s, steps, brokers=brokers, partitions=partitions, faults=kinds)
+            summary = run_seed(s, steps, brokers=brokers, partitions=partitions, faults=kinds,
+                               config=config)
             summaries.append(summary)
             failed = sum(1 for x in summaries if not x.ok)
             progress.update(task, advance=1, status=f"failed {failed}")
-    table = Table("seed", "events", "virt s", "elect", "shrink", "expand", "acked", "lost",
-                  "viol", "conv", "ev/s", title="tidelog sim")
-    for x in summaries[:200] if len(summaries) <= 200 else [x for x in summaries if not x.ok]:
-        table.add_row(str(x.seed), str(x.events), f"{x.virtual_ms / 1000:.1f}",
-                      str(x.elections), str(x.isr_shrinks), str(x.isr_expands), str(x.acked),
-                      str(x.lost), str(len(x.violations)),
-                      ("yes" if x.converged else "NO") + (" (offline)" if x.offline else ""),
-                      f"{x.events_per_s:,.0f}")
+    # A plain fixed-width table: it must stay readable in an 80-column terminal and in CI logs.
+    head = ("seed", "events", "elect", "shrink", "expand", "acked", "lost", "viol", "result",
+            "ev/s")
+    fmt = "{:<8} {:>8} {:>6} {:>6} {:>6} {:>7} {:>5} {:>5}  {:<8} {:>7}"
+    lines = [fmt.format(*head), "-" * 78]
+    shown = summaries if len(summaries) <= 200 else [x for x in summaries if not x.ok]
+    for x in shown:
+        result = "FAIL" if not x.ok else "offline" if x.offline else "ok"
+        lines.append(fmt.format(x.seed, x.events, x.elections, x.isr_shrinks, x.isr_expands,
+                                x.acked, x.lost, len(x.violations), result,
+                                f"{x.events_per_s:,.0f}"))
     total_events = sum(x.events for x in summaries)
     total_wall = sum(x.wall_s for x in summaries)
-    table.add_section()
-    table.add_row(f"{len(summaries)} run(s)", str(total_events), "",
-                  str(sum(x.elections for x in summaries)),
-                  str(sum(x.isr_shrinks for x in summaries)),
-                  str(sum(x.isr_expands for x in summaries)),
-                  str(sum(x.acked for x in summaries)), str(sum(x.lost for x in summaries)),
-                  str(sum(len(x.violations) for x in summaries)),
-                  str(sum(1 for x in summaries if x.converged)),
-                  f"{total_events / total_wall:,.0f}" if total_wall else "-")
-    console.print(table)
+    failed = sum(1 for x in summaries if not x.ok)
+    lines.append("-" * 78)
+    lines.append(fmt.format(
+        f"{len(summaries)} runs", total_events, sum(x.elections for x in summaries),
+        sum(x.isr_shrinks for x in summaries), sum(x.isr_expands for x in summaries),
+        sum(x.acked for x in summaries), sum(x.lost for x in summaries),
+        sum(len(x.violations) for x in summaries), f"{failed} FAIL" if failed else "all ok",
+        f"{total_events / total_wall:,.0f}" if total_wall else "-"))
+    console.print("tidelog sim", style="bold")
+    for line in lines:
+        console.print(line, markup=False, highlight=False)
     bad = [x for x in summaries if not x.ok]
     for x in bad[:5]:
         console.print(x.report(), markup=False, highlight=False)
@@ -116,7 +133,7 @@ def sim(seed: int, seeds: int, steps: int, brokers: int, partitions: int, faults
         from tidelog.sim.runner import run_seed as again
 
         replay = again(seed, steps, brokers=brokers, partitions=partitions, faults=kinds,
-                       tail=10_000)
+                       config=config, tail=10_000)
         if replay.trace_tail:
             for line in replay.trace_tail:
                 console.print(line, markup=False, highlight=False)

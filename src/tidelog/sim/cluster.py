@@ -134,9 +134,12 @@ class SimCluster:
         self.scheduler.schedule(controller_delay_ms, self._start_controller)
 
     def _start_controller(self) -> None:
-        if self.controller is not None:
-            self.controller.resign()
+        old = self.controller
+        if old is not None:
+            old.resign()
         self.controller = SimController(self)
+        if old is not None:
+            self.controller.core.stats = old.core.stats  # counters for the whole run
         self.trace_add(("controller", None, ("epoch", self.controller.core.controller_epoch)))
         self.controller.start()
 

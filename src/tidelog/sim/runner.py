@@ -61,6 +61,34 @@ class RunSummary:
         return "\n".join(lines)
 
 
+def _naive(rule: str) -> SimConfig:
+    base = SimConfig()
+    rep = base.replication
+    if rule == "truncate_to_hw":
+        return replace(base, replication=rep.with_(truncate_to_hw=True))
+    if rule == "no_epoch_fencing":
+        return replace(base, replication=rep.with_(fence_leader_epochs=False))
+    if rule == "committed_isr_hw":
+        return replace(base, replication=rep.with_(maximal_isr=False))
+    if rule == "no_eligibility":
+        return replace(base, kip841_eligibility=False)
+    if rule == "reelect_unclean":
+        return replace(base, kip966_unclean_restart_rule=False,
+                       replication=rep.with_(hw_requires_min_isr=False))
+    raise ValueError(f"unknown naive rule {rule!r}; one of {', '.join(NAIVE_RULES)}")
+
+
+# The rules the fixes replaced, for random runs that show the simulator finds their bugs
+# unscripted (`tidelog sim --naive-rule truncate_to_hw --seeds 50`).
+NAIVE_RULES = ("truncate_to_hw", "no_epoch_fencing", "committed_isr_hw", "no_eligibility",
+               "reelect_unclean")
+
+
+def naive_config(rule: str) -> SimConfig:
+    """The default random-run configuration with one naive rule switched on."""
+    return _naive(rule)
+
+
 def build_cluster(seed: int, *, brokers: int = 3, partitions: int = 1,
                   config: SimConfig | None = None, trace: bool = True) -> SimCluster:
     base = config or SimConfig()
