@@ -149,3 +149,28 @@ def test_server_command_runs_and_stops_on_sigterm(zookeeper: ZooKeeperServer, tm
         zkc.close()
     _, err = proc.communicate(timeout=5)
     assert "started on port" in err
+
+
+def test_several_listeners_each_advertise_their_own_port(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    from tidelog.protocol.messages import metadata as m_md
+
+    zk = new_chroot(zookeeper)
+    props = broker_props(3, zk, tmp_path / "ml", **{
+        "listeners": "PLAINTEXT://127.0.0.1:0,EXTERNAL://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,EXTERNAL:PLAINTEXT",
+        "inter.broker.listener.name": "PLAINTEXT",
+    })
+    b = BrokerThread(props).start()
+    zkc = KafkaZkClient(zk).start()
+    try:
+        internal, external = b.server.bound_ports["PLAINTEXT"], b.server.bound_ports["EXTERNAL"]
+        assert internal != external and b.port == internal
+        registration = zkc.get_broker(3)[0]
+        assert registration.endpoint("EXTERNAL").port == external
+        assert registration.endpoint("PLAINTEXT").port == internal
+        for port in (internal, external):
+            resp = send(port, m_md.MetadataRequest(topics=[]))
+            assert [(x.node_id, x.port) for x in resp.brokers] == [(3, port)]
+    finally:
+        zkc.close()
+        b.stop()

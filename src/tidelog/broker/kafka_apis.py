@@ -233,12 +233,15 @@ class KafkaApis:
                     if allow_auto and self.config.get("auto.create.topics.enable"):
                         error = await self._auto_create_topic(name)
             topics.append(m_md.MetadataResponseTopic(error_code=error, name=name or ""))
-        brokers = [
-            m_md.MetadataResponseBroker(b.broker_id, b.host, b.port, b.rack)
-            for b in (cache.brokers[i] for i in cache.alive_broker_ids())
-        ]
-        if not brokers:  # before the first UpdateMetadata: at least this broker is known
-            me = self.server.advertised_endpoint
+        # Kafka answers with the endpoints of the listener the request came in on; a broker
+        # without that listener is left out.
+        brokers = []
+        for b in (cache.brokers[i] for i in cache.alive_broker_ids()):
+            ep = b.for_listener(ctx.listener_name)
+            if ep is not None:
+                brokers.append(m_md.MetadataResponseBroker(b.broker_id, ep[0], ep[1], b.rack))
+        if not cache.brokers:  # before the first UpdateMetadata: at least this broker is known
+            me = self.server.advertised_endpoint_for(ctx.listener_name)
             brokers = [m_md.MetadataResponseBroker(self.broker_id, me[0], me[1],
                                                    self.config.get("broker.rack"))]
         return m_md.MetadataResponse(
@@ -773,11 +776,14 @@ class KafkaApis:
         brokers = []
         for b in request.live_brokers:
             host, port = b.v0_host, b.v0_port
+            listeners: tuple[tuple[str, str, int], ...] = ()
             if b.endpoints:
                 ep = next((e for e in b.endpoints if e.listener == listener), None) or next(
                     (e for e in b.endpoints if e.listener in ("", "PLAINTEXT")), b.endpoints[0])
                 host, port = ep.host, ep.port
-            brokers.append(BrokerEndpoint(b.id, host, port, b.rack or None))
+                # UpdateMetadata v0-2 has no listener names: those are PLAINTEXT endpoints.
+                listeners = tuple((e.listener or "PLAINTEXT", e.host, e.port) for e in b.endpoints)
+            brokers.append(BrokerEndpoint(b.id, host, port, b.rack or None, listeners))
         states = [
             PartitionMetadata(s.topic_name, s.partition_index, s.controller_epoch, s.leader,
                               s.leader_epoch, tuple(s.isr), s.zk_version, tuple(s.replicas),

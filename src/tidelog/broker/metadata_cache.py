@@ -18,10 +18,19 @@ __all__ = ["BrokerEndpoint", "MetadataCache", "PartitionMetadata"]
 
 @dataclass(frozen=True, slots=True)
 class BrokerEndpoint:
+    """A live broker: its inter-broker endpoint, plus every listener's (host, port)."""
+
     broker_id: int
     host: str
     port: int
     rack: str | None = None
+    listeners: tuple[tuple[str, str, int], ...] = ()  # (listener name, host, port)
+
+    def for_listener(self, listener_name: str) -> tuple[str, int] | None:
+        for name, host, port in self.listeners:
+            if name == listener_name:
+                return host, port
+        return None if self.listeners else (self.host, self.port)
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,11 +102,15 @@ class BrokerServer:
 
     @property
     def advertised_endpoint(self) -> tuple[str, int]:
-        for ep in self._advertised():
-            if ep.listener_name == self.inter_broker_listener_name:
+        """This broker's advertised (host, port) on the inter-broker listener."""
+        return self.advertised_endpoint_for(self.inter_broker_listener_name)
+
+    def advertised_endpoint_for(self, listener_name: str) -> tuple[str, int]:
+        advertised = self._advertised()
+        for ep in advertised:
+            if ep.listener_name == listener_name:
                 return ep.host, ep.port
-        ep = self._advertised()[0]
-        return ep.host, ep.port
+        return advertised[0].host, advertised[0].port
 
     def _advertised(self) -> list[Any]:
         out = []
@@ -172,6 +176,7 @@ class BrokerServer:
                 max_connections=cfg.get("max.connections"),
                 send_buffer_bytes=cfg.get("socket.send.buffer.bytes"),
                 receive_buffer_bytes=cfg.get("socket.receive.buffer.bytes"),
+                listener_name=ep.listener_name,
             )
             self.bound_ports[ep.listener_name] = await server.start()
             self.socket_servers[ep.listener_name] = server

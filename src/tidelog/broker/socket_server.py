@@ -50,6 +50,7 @@ class RequestContext:
     client_host: str
     client_port: int
     connection_id: int
+    listener_name: str = "PLAINTEXT"
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -75,7 +76,9 @@ class SocketServer:
         max_connections: int = 2**31 - 1,
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
+        listener_name: str = "PLAINTEXT",
     ) -> None:
+        self.listener_name = listener_name
         self.host = host
         self.port = port
         self.handler = handler
@@ -134,6 +137,11 @@ class SocketServer:
     async def shutdown(self, grace_s: float = 1.0) -> None:
         """Stop accepting, then close every connection (in-flight requests get `grace_s`)."""
         self.stop_accepting()
+        for conn_id, last in list(self._last_active.items()):
+            if last is not None:  # idle: nothing to finish
+                writer = self._writers.get(conn_id)
+                if writer is not None:
+                    writer.close()
         tasks = list(self._connections.values())
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=grace_s)
@@ -246,7 +254,7 @@ class SocketServer:
         except Exception as e:  # a codec bug must not take the broker down
             logger.warning("closing connection from %s:%d: undecodable request: %r", host, port, e)
             return False
-        ctx = RequestContext(header, host, port, conn_id)
+        ctx = RequestContext(header, host, port, conn_id, self.listener_name)
         try:
             response = await self.handler(ctx, body)
         except CloseConnection as e:
