@@ -213,3 +213,23 @@ def test_an_io_failure_surfaces_as_kafka_storage_error() -> None:
         reopen(fio)
     fio.heal()
     assert reopen(fio).log_end_offset == 3
+
+
+def test_real_files_with_a_torn_tail_are_recovered(tmp_path: object) -> None:
+    import os
+
+    from tidelog.storage.file_io import OsFileIO
+
+    d = f"{tmp_path}/t-0"
+    log = Log(d, small_config(segment_bytes=1 << 20), OsFileIO())
+    for i in range(10):
+        log.append_as_leader(batch(b"value-%d" % i), 0, 0)
+    log.close()
+    path = f"{d}/00000000000000000000.log"
+    os.truncate(path, os.path.getsize(path) - 7)  # the last batch is torn
+    with open(f"{d}/00000000000000000000.index", "wb") as f:
+        f.write(b"\x01" * 13)  # and the index is garbage
+    again = Log(d, small_config(segment_bytes=1 << 20), OsFileIO())
+    assert again.log_end_offset == 9
+    assert [b.base_offset for b in again.batches()] == list(range(9))
+    assert again.append_as_leader(batch(), 0, 0).first_offset == 9

@@ -254,13 +254,25 @@ class LogManager:
 
     def shutdown(self) -> None:
         """Flush and close every log, write the checkpoints, then the clean-shutdown marker."""
-        for log in self.all_logs():
-            if not log.closed:
+        for tp, log in self.logs.items():
+            if log.closed:
+                continue
+            try:
                 log.flush()
                 log.close()
-        self.checkpoint_logs()
-        self.checkpoint_high_watermarks()
+            except StorageError as exc:
+                # No clean marker for a dir that failed: its next start must recover.
+                logger.error("shutdown of %s failed: %s", log.dir, exc)
+                self.offline_dirs.add(self.log_dir_of[tp])
         for log_dir in self.log_dirs:
             if log_dir in self.offline_dirs:
                 continue
-            write_file_atomically(self.file_io, os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), b"")
+            try:
+                self.checkpoint_logs([log_dir])
+                self.checkpoint_high_watermarks([log_dir])
+                write_file_atomically(
+                    self.file_io, os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), b""
+                )
+            except (StorageError, OSError) as exc:
+                logger.error("shutdown of log dir %s failed: %s", log_dir, exc)
+                self.offline_dirs.add(log_dir)
