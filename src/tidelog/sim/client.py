@@ -57,6 +57,10 @@ class Producer:
         self.on_ack: Callable[[Producer, int, int], None] | None = None
         network.register(node_id, self.receive)
 
+    @property
+    def in_flight(self) -> int:
+        return len(self._inflight)
+
     def produce(self, count: int = 1) -> None:
         leader, _ = self.leader_of(self.tp)
         for _ in range(count):

@@ -177,7 +177,7 @@ class ScenarioRun:
         for _ in range(n):
             p.produce(1)
         if wait:
-            self.run_until(lambda: not p._inflight, max_ms)
+            self.run_until(lambda: not p.in_flight, max_ms)
         return len(p.acked) - before
 
     def stop(self, b: int, kind: str = "kill", tear: bool = False) -> None:
