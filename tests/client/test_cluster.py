@@ -24,6 +24,11 @@ from tidelog.client.metadata import TopicPartition
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages.fetch import FetchableTopicResponse, FetchResponse, PartitionData
+from tidelog.protocol.messages.list_offsets import (
+    ListOffsetsPartitionResponse,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+)
 from tidelog.protocol.messages.offset_for_leader_epoch import (
     EpochEndOffset,
     OffsetForLeaderEpochResponse,
@@ -307,5 +312,54 @@ def test_offsets_for_leader_epoch_asks_the_leader_or_a_given_broker() -> None:
                 sent = [r for _, r in broker.received(ApiKey.OFFSET_FOR_LEADER_EPOCH)]
                 assert [r.replica_id for r in sent] == [-2, 7]
                 assert sent[0].topics[0].partitions[0].current_leader_epoch == 9
+
+    asyncio.run(main())
+
+
+def test_list_offsets_asks_each_leader_once_and_retries_moved_partitions() -> None:
+    leaders = {0: 1, 1: 2}
+
+    def handler(node: int):  # type: ignore[no-untyped-def]
+        def answer(header, request):  # type: ignore[no-untyped-def]
+            if header.request_api_key == ApiKey.METADATA:
+                ports = {n: b.port for n, b in nodes.items()}
+                return metadata_answer(ports, {("t", p): n for p, n in leaders.items()})
+            if header.request_api_key == ApiKey.LIST_OFFSETS:
+                parts = [
+                    ListOffsetsPartitionResponse(
+                        p.partition_index,
+                        0 if leaders[p.partition_index] == node else 6,  # NOT_LEADER
+                        offset=100 * node + p.partition_index,
+                    )
+                    for p in request.topics[0].partitions
+                ]
+                return ListOffsetsResponse(topics=[ListOffsetsTopicResponse("t", parts)])
+            return None
+
+        return answer
+
+    nodes = {1: ScriptedBroker(handler(1)), 2: ScriptedBroker(handler(2))}
+
+    async def main() -> None:
+        for broker in nodes.values():
+            await broker.start()
+        try:
+            async with KafkaClient(nodes[1].address, retry_backoff_ms=5) as client:
+                tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+                got = await client.list_offsets({tp0: LATEST_TIMESTAMP, tp1: LATEST_TIMESTAMP})
+                assert {tp: r.offset for tp, r in got.items()} == {tp0: 100, tp1: 201}
+                assert len(nodes[1].received(ApiKey.LIST_OFFSETS)) == 1
+                assert len(nodes[2].received(ApiKey.LIST_OFFSETS)) == 1
+                leaders[1] = 1  # partition 1 moves; the client's metadata still says node 2
+                got = await client.list_offsets({tp0: LATEST_TIMESTAMP, tp1: LATEST_TIMESTAMP})
+                assert {tp: (r.error, r.offset) for tp, r in got.items()} == {
+                    tp0: (ErrorCode.NONE, 100),
+                    tp1: (ErrorCode.NONE, 101),
+                }
+                asked_2 = nodes[2].received(ApiKey.LIST_OFFSETS)[-1][1]
+                assert [p.partition_index for p in asked_2.topics[0].partitions] == [1]
+        finally:
+            for broker in nodes.values():
+                await broker.close()
 
     asyncio.run(main())

@@ -567,41 +567,83 @@ class KafkaClient:
         isolation_level: int = 0,
     ) -> dict[TopicPartition, OffsetAndEpoch]:
         """The offset for each partition's timestamp (LATEST_TIMESTAMP = the high watermark,
-        EARLIEST_TIMESTAMP = the log start offset, or a time in ms), from each leader."""
+        EARLIEST_TIMESTAMP = the log start offset, or a time in ms): one request per leader,
+        all leaders at once; partitions with retriable errors are asked again after a
+        metadata refresh (bounded). Errors are in the results."""
+        wanted = dict(partitions)
         results: dict[TopicPartition, OffsetAndEpoch] = {}
-        for tp, timestamp in partitions.items():
+        pending = dict(wanted)
+        unknown = sorted({tp.topic for tp in pending if self.leader_for(tp) is None})
+        if unknown:
+            await self._refresh_quietly(unknown)
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await self._backoff(attempt - 1)
+                await self._refresh_quietly(sorted({tp.topic for tp in pending}))
+            groups: dict[int, dict[TopicPartition, tuple[int, int]]] = {}
+            for tp, timestamp in pending.items():
+                part = self.metadata.partition(tp)
+                if part is None or part.leader < 0:
+                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    if part is not None:
+                        code = ErrorCode.LEADER_NOT_AVAILABLE
+                    results[tp] = OffsetAndEpoch(code)
+                    continue
+                groups.setdefault(part.leader, {})[tp] = (timestamp, part.leader_epoch)
+            leaders = list(groups)
+            answers = await asyncio.gather(
+                *(self._list_offsets_from(n, groups[n], isolation_level) for n in leaders),
+                return_exceptions=True,
+            )
+            for leader, answer in zip(leaders, answers, strict=True):
+                if isinstance(answer, (KafkaConnectionError, RequestTimedOutError)):
+                    code = (
+                        ErrorCode.REQUEST_TIMED_OUT
+                        if isinstance(answer, RequestTimedOutError)
+                        else ErrorCode.NETWORK_EXCEPTION
+                    )
+                    results.update({tp: OffsetAndEpoch(code) for tp in groups[leader]})
+                elif isinstance(answer, BaseException):
+                    raise answer
+                else:
+                    results.update(answer)
+            pending = {tp: ts for tp, ts in pending.items() if _is_retriable(results[tp].error)}
+            if not pending:
+                break
+        return {tp: results[tp] for tp in wanted}
 
-            async def attempt(tp: TopicPartition = tp, ts: int = timestamp) -> tuple[int, Any]:
-                part = await self._leader(tp)
-                conn = await self.connection(part.leader)
-                version = self._version(conn, ApiKey.LIST_OFFSETS)
-                request = ListOffsetsRequest(
-                    replica_id=-1,
-                    isolation_level=isolation_level,
-                    topics=[
-                        ListOffsetsTopic(
-                            tp.topic,
-                            [
-                                ListOffsetsPartition(
-                                    tp.partition, part.leader_epoch, ts, max_num_offsets=1
-                                )
-                            ],
-                        )
-                    ],
-                    timeout_ms=self.request_timeout_ms,
-                )
-                response = await conn.send(request, version)
-                p = response.topics[0].partitions[0]
+    async def _list_offsets_from(
+        self,
+        broker_id: int,
+        partitions: Mapping[TopicPartition, tuple[int, int]],
+        isolation_level: int,
+    ) -> dict[TopicPartition, OffsetAndEpoch]:
+        """One ListOffsets request: {partition: (timestamp, current leader epoch)}."""
+        conn = await self.connection(broker_id)
+        version = self._version(conn, ApiKey.LIST_OFFSETS)
+        topics: dict[str, list[ListOffsetsPartition]] = {}
+        for tp, (timestamp, epoch) in partitions.items():
+            topics.setdefault(tp.topic, []).append(
+                ListOffsetsPartition(tp.partition, epoch, timestamp, max_num_offsets=1)
+            )
+        request = ListOffsetsRequest(
+            replica_id=-1,
+            isolation_level=isolation_level,
+            topics=[ListOffsetsTopic(name, parts) for name, parts in topics.items()],
+            timeout_ms=self.request_timeout_ms,
+        )
+        response = await conn.send(request, version)
+        out = {tp: OffsetAndEpoch(ErrorCode.UNKNOWN_SERVER_ERROR) for tp in partitions}
+        for topic in response.topics:
+            for p in topic.partitions:
+                tp = TopicPartition(topic.name, p.partition_index)
+                if tp not in out:
+                    continue
                 offset = p.offset
-                if version == 0:
+                if version == 0:  # v0 answers a list of offsets
                     offset = p.old_style_offsets[0] if p.old_style_offsets else -1
-                return p.error_code, OffsetAndEpoch(
-                    _code(p.error_code), offset, p.leader_epoch, p.timestamp
-                )
-
-            code, result = await self._with_retries([tp.topic], attempt)
-            results[tp] = result if result is not None else OffsetAndEpoch(_code(code))
-        return results
+                out[tp] = OffsetAndEpoch(_code(p.error_code), offset, p.leader_epoch, p.timestamp)
+        return out
 
     async def offsets_for_leader_epoch(
         self,
