@@ -43,7 +43,10 @@ _MIN_BATCH_SIZE = HEADER_SIZE
 _INT32_MAX = 2**31 - 1
 
 RECOVERY_CHUNK = 16 * 1024 * 1024
-_SCAN_CHUNK = 64 * 1024
+_SCAN_CHUNK = 8 * 1024  # header walks start at an index entry, <= index.interval.bytes away
+# One read never materializes more than this (a client may ask for 2 GiB): it returns fewer
+# whole batches instead.
+MAX_READ_BYTES = 64 * 1024 * 1024
 
 
 def file_name(base_offset: int, suffix: str) -> str:
@@ -186,7 +189,7 @@ class LogSegment:
         if max_offset is not None and first_last >= max_offset:
             return memoryview(b""), first_base
         available = self.size - start
-        want = min(max(max_size, 0), available)
+        want = min(max(max_size, 0), available, MAX_READ_BYTES)
         data = self.log.read(start, want) if want > 0 else b""
         view = memoryview(data)
         pos = 0
