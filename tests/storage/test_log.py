@@ -345,3 +345,43 @@ def test_compressed_batches_are_stored_without_decoding(fio: MemoryFileIO) -> No
     stored = list(log.batches())
     assert [b.compression_type for b in stored] == [1, 2, 3, 4]
     assert [r.offset for r in decode_records(stored[2])] == [10, 11, 12, 13, 14]
+
+
+@pytest.mark.parametrize("timestamp_type", ["CreateTime", "LogAppendTime"])
+def test_large_appends_take_the_writev_path_with_the_same_result(
+    fio: MemoryFileIO, tmp_path: object, timestamp_type: str
+) -> None:
+    # >= 256 KiB: headers are stamped in a side buffer and written with the caller's bytes
+    big = b"".join(bytes(batch(b"x" * 30_000, b"y" * 30_000, timestamp=7)) for _ in range(6))
+    big += bytes(batch(b"z" * 100_000, timestamp=9))
+    assert len(big) >= 256 * 1024
+    config = small_config(segment_bytes=1 << 30, message_timestamp_type=timestamp_type)
+    for file_io, d in ((fio, DIR), (OsFileIO(), f"{tmp_path}/w-0")):
+        log = Log(d, config, file_io)
+        log.append_as_leader(batch(b"first"), 0, 0)
+        caller = bytes(big)
+        info = log.append_as_leader(caller, 4, now_ms=555)
+        assert caller == big  # untouched
+        assert (info.first_offset, info.last_offset, info.batch_count) == (1, 13, 7)
+        stored = list(log.batches(1))
+        assert [(b.base_offset, b.last_offset) for b in stored] == [
+            (1 + 2 * i, 2 + 2 * i) for i in range(6)
+        ] + [(13, 13)]
+        assert all(b.is_valid() and b.partition_leader_epoch == 4 for b in stored)
+        expected_ts = 555 if timestamp_type == "LogAppendTime" else 9
+        assert info.max_timestamp == expected_ts
+        assert stored[-1].max_timestamp == expected_ts
+        assert [bytes(b.records_data) for b in stored] == [
+            bytes(b.records_data) for b in iter_batches(big)
+        ]
+
+
+def test_read_slice_stops_at_max_bytes_and_at_the_log_end(tmp_path: object) -> None:
+    log = Log(f"{tmp_path}/s-0", small_config(segment_bytes=100_000), OsFileIO())
+    for _ in range(5):
+        log.append_as_leader(batch(b"abc"), 0, 0)
+    size = len(batch(b"abc"))
+    info = log.read_slice(0, 2 * size + 5)
+    assert isinstance(info.records, FileSlice) and info.records.length == 2 * size + 5
+    assert log.read_slice(5, 1000).records.length == 0
+    assert log.read_slice(2, 10**6).records.length == 3 * size
