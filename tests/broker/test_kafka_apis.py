@@ -303,3 +303,25 @@ def test_request_from_an_old_client_header_version(one_broker: BrokerThread) -> 
     resp = _metadata(one_broker.port, [], version=0)
     assert resp.brokers and resp.brokers[0].node_id == 1
     assert "md" in {t.name for t in resp.topics}  # v0: an empty list means every topic
+
+
+def test_stop_replica_from_an_older_leader_epoch_is_fenced(one_broker: BrokerThread, controller: ActingController) -> None:
+    controller.create_topic("fence", {0: [1]})
+    controller.change_leader("fence", 0, leader=1, isr=[1])  # leader epoch 1
+    assert one_broker.partition("fence", 0).leader_epoch == 1
+
+    def stop(epoch: int) -> Any:
+        return send(one_broker.port, m_sr.StopReplicaRequest(
+            controller_id=1, controller_epoch=1, broker_epoch=one_broker.server.broker_epoch,
+            topic_states=[m_sr.StopReplicaTopicState("fence", [m_sr.StopReplicaPartitionState(0, epoch, False)])]))
+
+    resp = stop(0)
+    assert resp.error_code == 0 and resp.partition_errors[0].error_code == ErrorCode.FENCED_LEADER_EPOCH
+    assert one_broker.partition("fence", 0).is_leader
+    resp = stop(1)
+    assert resp.partition_errors[0].error_code == 0
+    stale = send(one_broker.port, m_sr.StopReplicaRequest(
+        controller_id=1, controller_epoch=0, broker_epoch=-1,
+        topic_states=[m_sr.StopReplicaTopicState("fence", [m_sr.StopReplicaPartitionState(0, -1, True)])]))
+    assert stale.error_code == ErrorCode.STALE_CONTROLLER_EPOCH
+    assert one_broker.partition("fence", 0) is not None

@@ -58,14 +58,17 @@ def test_confluent_kafka_acks_all_round_trip(
     assert [o for _, _, o in got] == list(range(len(sent)))
 
 
+@pytest.mark.parametrize("compression", [None, "gzip", "snappy", "lz4", "zstd"])
 def test_kafka_python_idempotent_producer_round_trip(
-    one_broker: BrokerThread, controller: ActingController
+    one_broker: BrokerThread, controller: ActingController, compression: str | None
 ) -> None:
     kafka = pytest.importorskip("kafka")
-    topic = "kp-topic"
+    topic = f"kp-{compression}"
     controller.create_topic(topic, {0: [1], 1: [1]})
-    producer = kafka.KafkaProducer(bootstrap_servers=one_broker.bootstrap, acks="all",
-                                   enable_idempotence=True, compression_type="gzip")
+    # kafka-python's default producer is idempotent (acks=all, InitProducerId, sequences).
+    producer = kafka.KafkaProducer(bootstrap_servers=one_broker.bootstrap,
+                                   compression_type=compression)
+    assert producer.config["enable_idempotence"] and producer.config["acks"] in (-1, "all")
     sent = _records(100, "kp")
     futures = [producer.send(topic, key=k, value=v, partition=i % 2) for i, (k, v) in enumerate(sent)]
     producer.flush(30)

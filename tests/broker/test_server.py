@@ -92,6 +92,21 @@ def test_with_the_real_controller(zookeeper: ZooKeeperServer, tmp_path: Path) ->
         assert resp.topics[0].error_code == 0
         for p in (0, 1):
             assert produce(b.port, "via-controller", p, build_values([b"x"]), acks=-1) == (0, 0)
+        # Metadata auto-creation goes through ZooKeeper; the controller elects the leader.
+        from tidelog.protocol.messages import delete_topics as m_dt
+        from tidelog.protocol.messages import metadata as m_md
+
+        def auto_meta() -> bool:
+            r = send(b.port, m_md.MetadataRequest(topics=[m_md.MetadataRequestTopic(name="auto")]))
+            return r.topics[0].error_code == 0 and r.topics[0].partitions[0].leader_id == 1
+        wait_until(auto_meta, what="auto-created topic with a leader")
+        assert produce(b.port, "auto", 0, build_values([b"y"]), acks=-1) == (0, 0)
+        # Deletion: the controller sends StopReplica(delete) and UpdateMetadata; DeleteTopics
+        # answers once this broker's metadata no longer has the topic.
+        log_dir = b.call(lambda: b.server.log_manager.get_log("auto", 0).dir)
+        resp = send(b.port, m_dt.DeleteTopicsRequest(topic_names=["auto"], timeout_ms=10000), 5)
+        assert resp.responses[0].error_code == 0
+        wait_until(lambda: not os.path.isdir(log_dir), what="log deleted")
         cs = send(b.port, m_cs.ControlledShutdownRequest(broker_id=1, broker_epoch=b.server.broker_epoch))
         assert cs.error_code == 0 and cs.remaining_partitions == []
         assert b.run(b.server.controlled_shutdown())

@@ -814,13 +814,27 @@ class KafkaApis:
                     wanted[TopicPartition(ts.topic_name, ps.partition_index)] = ps.delete_partition
         if self._stale_broker_epoch(request.broker_epoch):
             return m_sr.StopReplicaResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
+        if request.controller_epoch < self.rm.core.controller_epoch:
+            return m_sr.StopReplicaResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
+        fenced: dict[TopicPartition, int] = {}
+        if version >= 3:
+            # KIP-570: a StopReplica from an older leader epoch is refused for that partition
+            # (-1: no epoch sent; -2: the topic is being deleted, always applied).
+            for ts in request.topic_states:
+                for ps in ts.partition_states:
+                    tp = TopicPartition(ts.topic_name, ps.partition_index)
+                    p = self.rm.core.partition(tp)
+                    if p is not None and ps.leader_epoch >= 0 and ps.leader_epoch < p.leader_epoch:
+                        fenced[tp] = ErrorCode.FENCED_LEADER_EPOCH
+                        del wanted[tp]
         result = self.rm.stop_replicas(request.controller_id, request.controller_epoch, wanted)
         if result.error != Errors.NONE:
             return m_sr.StopReplicaResponse(error_code=_code(result.error))
+        errors = {tp: _code(e) for tp, e in result.partition_errors.items()}
+        errors.update(fenced)
         return m_sr.StopReplicaResponse(error_code=0, partition_errors=[
-            m_sr.StopReplicaPartitionError(tp.topic, tp.partition,
-                                           _code(result.partition_errors.get(tp, Errors.NONE)))
-            for tp in wanted
+            m_sr.StopReplicaPartitionError(tp.topic, tp.partition, errors.get(tp, 0))
+            for tp in [*wanted, *fenced]
         ])
 
     async def handle_controlled_shutdown(
