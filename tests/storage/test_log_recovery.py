@@ -233,3 +233,17 @@ def test_real_files_with_a_torn_tail_are_recovered(tmp_path: object) -> None:
     assert again.log_end_offset == 9
     assert [b.base_offset for b in again.batches()] == list(range(9))
     assert again.append_as_leader(batch(), 0, 0).first_offset == 9
+
+
+def test_cleaned_up_leftovers_stay_gone_after_a_crash() -> None:
+    fio = MemoryFileIO()
+    log = filled_log(fio, count=3)
+    log.flush()
+    log.close()
+    fio.write_file(f"{DIR}/00000000000000000000.log.deleted", b"old")
+    fio.write_file(f"{DIR}/00000000000000000077.timeindex", b"")
+    reopen(fio)
+    fio.crash()
+    names = fio.listdir(DIR)
+    assert "00000000000000000000.log.deleted" not in names
+    assert "00000000000000000077.timeindex" not in names

@@ -196,9 +196,10 @@ class Log:
             logger.warning("%s: %s; rebuilding the leader epoch cache from the log", self.dir, exc)
             rebuild_epochs = True
 
+        cleaned = self._dir_dirty
         for base in sorted(log_bases):
             self.segments.append(self._new_segment(base, now_ms))
-        self._dir_dirty = False
+        self._dir_dirty = cleaned  # opening existing segments changes no directory entry
         if not self.segments:
             self.segments.append(self._new_segment(self.log_start_offset, now_ms))
         self._bases = [s.base_offset for s in self.segments]
