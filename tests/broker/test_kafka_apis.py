@@ -325,3 +325,26 @@ def test_stop_replica_from_an_older_leader_epoch_is_fenced(one_broker: BrokerThr
         topic_states=[m_sr.StopReplicaTopicState("fence", [m_sr.StopReplicaPartitionState(0, -1, True)])]))
     assert stale.error_code == ErrorCode.STALE_CONTROLLER_EPOCH
     assert one_broker.partition("fence", 0) is not None
+
+
+def test_acks0_produce_is_written_without_an_answer(one_broker: BrokerThread, controller: ActingController) -> None:
+    import asyncio
+
+    from tidelog.client.connection import BrokerConnection
+    from tidelog.protocol.messages.api_versions import ApiVersionsRequest
+
+    controller.create_topic("fire", {0: [1]})
+
+    async def scenario() -> int:
+        conn = BrokerConnection("127.0.0.1", one_broker.port)
+        await conn.connect()
+        try:
+            for i in range(3):
+                await conn.send_no_response(produce_request("fire", 0, build_values([b"%d" % i]), acks=0))
+            # The next request's answer proves the connection stayed in step (no stray responses).
+            return (await conn.send(ApiVersionsRequest())).error_code
+        finally:
+            await conn.close()
+
+    assert asyncio.run(scenario()) == 0
+    assert values_of(fetch(one_broker.port, "fire", 0, 0).records) == [b"0", b"1", b"2"]

@@ -99,6 +99,8 @@ STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 _CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6,
                  "list": 7, "password": 9}
+# Kafka's internal topics (Topic.INTERNAL_TOPICS).
+_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 
@@ -265,7 +267,7 @@ class KafkaApis:
                 offline_replicas=list(pm.offline_replicas),
             ))
         return m_md.MetadataResponseTopic(error_code=ErrorCode.NONE, name=topic,
-                                          is_internal=topic.startswith("__"), partitions=parts)
+                                          is_internal=topic in _INTERNAL_TOPICS, partitions=parts)
 
     async def _auto_create_topic(self, topic: str) -> int:
         partitions = self.config.get("num.partitions")
