@@ -363,3 +363,27 @@ def test_list_offsets_asks_each_leader_once_and_retries_moved_partitions() -> No
                 await broker.close()
 
     asyncio.run(main())
+
+
+def test_metadata_older_than_its_max_age_is_refreshed() -> None:
+    partitions = [0]
+
+    def handler(header, request):  # type: ignore[no-untyped-def]
+        if header.request_api_key == ApiKey.METADATA:
+            return metadata_answer({0: broker.port}, {("t", p): 0 for p in partitions})
+        return None
+
+    broker = ScriptedBroker(handler)
+
+    async def main() -> None:
+        async with broker:
+            async with KafkaClient(broker.address, metadata_max_age_ms=100) as client:
+                assert await client.partitions_for("t") == [0]
+                partitions.append(1)  # a partition is added
+                assert await client.partitions_for("t") == [0]  # cached, still fresh
+                await asyncio.sleep(0.15)
+                assert client.metadata_stale
+                assert await client.partitions_for("t") == [0, 1]
+                assert not client.metadata_stale
+
+    asyncio.run(main())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -166,6 +167,7 @@ class KafkaClient:
         retries: int = 8,
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1000,
+        metadata_max_age_ms: int = 300000,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
     ) -> None:
         self.bootstrap_servers = parse_bootstrap_servers(bootstrap_servers)
@@ -175,6 +177,8 @@ class KafkaClient:
         self.retries = retries
         self.retry_backoff_ms = retry_backoff_ms
         self.retry_backoff_max_ms = retry_backoff_max_ms
+        self.metadata_max_age_ms = metadata_max_age_ms
+        self._metadata_at = 0.0  # monotonic time of the last Metadata answer
         self.max_frame_bytes = max_frame_bytes
         self.metadata = ClusterMetadata()
         self._connections: dict[int, BrokerConnection] = {}
@@ -270,6 +274,7 @@ class KafkaClient:
                     await self._backoff(attempt)
                     continue
                 self.metadata.update(response, all_topics=wanted is None)
+                self._metadata_at = time.monotonic()
                 self._adopt_bootstrap_connection()
                 return self.metadata
             raise NoBrokersAvailableError(f"metadata request failed: {last}")
@@ -289,6 +294,12 @@ class KafkaClient:
         # The advertised address differs: keep the bootstrap connection only as a fallback.
         self._bootstrap_conn = conn
 
+    @property
+    def metadata_stale(self) -> bool:
+        """Older than ``metadata.max.age.ms``: refresh even without errors (new partitions,
+        leaders moved back by a preferred-leader election)."""
+        return time.monotonic() - self._metadata_at > self.metadata_max_age_ms / 1000
+
     def leader_for(self, tp: TopicPartition) -> int | None:
         """The leader's node id in the cached metadata (None if unknown or leaderless)."""
         return self.metadata.leader_for(tp)
@@ -298,7 +309,9 @@ class KafkaClient:
         metadata has not spread yet, LEADER_NOT_AVAILABLE) is retried with backoff up to
         ``retries`` times; then, or for other errors, BrokerResponseError is raised."""
         meta = self.metadata.topics.get(topic)
-        if not refresh and meta is not None and meta.error == ErrorCode.NONE:
+        if refresh or self.metadata_stale:
+            meta = None
+        if meta is not None and meta.error == ErrorCode.NONE:
             return sorted(meta.partitions)
         code: int = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         for attempt in range(self.retries + 1):
@@ -318,7 +331,7 @@ class KafkaClient:
     async def _leader(self, tp: TopicPartition) -> PartitionMetadata:
         """The partition's metadata, refreshed if its leader is not known."""
         part = self.metadata.partition(tp)
-        if part is None or part.leader < 0:
+        if part is None or part.leader < 0 or self.metadata_stale:
             await self.refresh_metadata([tp.topic])
             part = self.metadata.partition(tp)
         if part is None:

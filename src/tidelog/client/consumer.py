@@ -232,6 +232,8 @@ class Consumer:
                 missing.append(tp.topic)
                 continue
             by_leader.setdefault(part.leader, {})[tp] = (offset, part.leader_epoch, -1)
+        if self.client.metadata_stale:
+            missing += [tp.topic for tp in self._position]
         if missing:
             await self._refresh(missing)
             if not by_leader:

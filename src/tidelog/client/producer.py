@@ -219,7 +219,12 @@ class Producer:
         if not self._started:
             await self.start()
         meta = self.client.metadata.topics.get(topic)
-        if meta is not None and not meta.error and meta.partitions:
+        if (
+            meta is not None
+            and not meta.error
+            and meta.partitions
+            and not self.client.metadata_stale
+        ):
             partitions = sorted(meta.partitions) if partition is None else list(meta.partitions)
         else:
             partitions = await self.client.partitions_for(topic)
