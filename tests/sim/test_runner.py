@@ -91,3 +91,17 @@ def test_random_runs_find_the_naive_truncation_rule_unscripted() -> None:
     assert found is not None, "40 random seeds with truncate-to-HW and no violation"
     kinds = {v.invariant for v in found.violations}
     assert kinds & {"ValidHighWatermark", "NoAckedLoss", "ConsumedStable", "StrongIsr"}
+
+
+# Seeds that once exposed a bug in the simulator's shell or model, kept as regressions:
+# 244 (a restarted broker served requests meant for its previous registration), 170/1086
+# (lossy-crash exemption judged against the wrong leader), 9 (exemption ended too early),
+# 13 with 2 brokers (KIP-966 marks forgotten by a controller failover).
+REGRESSIONS = [(244, 3000, 3, 1), (170, 3000, 3, 1), (1086, 3000, 5, 3), (9, 2000, 3, 1),
+               (13, 2000, 2, 1)]
+
+
+@pytest.mark.parametrize(("seed", "steps", "brokers", "partitions"), REGRESSIONS)
+def test_regression_seeds(seed: int, steps: int, brokers: int, partitions: int) -> None:
+    s = run_seed(seed, steps, brokers=brokers, partitions=partitions)
+    assert s.ok, s.report()

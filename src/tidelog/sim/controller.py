@@ -28,6 +28,9 @@ if TYPE_CHECKING:  # pragma: no cover
 BROKERS = "/brokers/ids"
 ISR_CHANGES = "/isr_change_notification"
 CONTROLLER_EPOCH = "/controller_epoch"
+# KIP-966's marks (replicas back from an unclean shutdown, not caught up since) must survive a
+# controller failover, as ELR state lives in the metadata log in Kafka: kept in ZooKeeper here.
+UNCLEAN_REPLICAS = "/tidelog/unclean_replicas"
 
 
 def state_path(tp: TopicPartition) -> str:
@@ -64,6 +67,9 @@ class SimController:
         return self.core.stats
 
     def start(self) -> None:
+        got = self.zk.get(UNCLEAN_REPLICAS)
+        if got is not None and got[0]:
+            self.core.unclean_restarted = {tp: set(bs) for tp, bs in got[0].items()}
         for tp, replicas in sorted(self.cluster.assignments.items()):
             self.core.add_partition(tp, replicas)
             state = read_state(self.zk, tp)
@@ -157,12 +163,23 @@ class SimController:
                                             str(w.tp), ("leader", s.leader),
                                             ("epoch", s.leader_epoch), ("isr", tuple(s.isr))))
             self._send(self.core.commit(decision, results))
+            self._persist_unclean()
             if not failed or attempt == attempts - 1:
                 return
             for tp in failed:
                 s = read_state(self.zk, tp)
                 if s is not None:
                     self.core.refresh_partition(tp, s)
+
+    def _persist_unclean(self) -> None:
+        marks = {tp: tuple(sorted(bs)) for tp, bs in sorted(self.core.unclean_restarted.items())
+                 if bs}
+        got = self.zk.get(UNCLEAN_REPLICAS)
+        if got is None:
+            if marks:
+                self.zk.create(UNCLEAN_REPLICAS, marks)
+        elif got[0] != marks:
+            self.zk.set_data(UNCLEAN_REPLICAS, marks)
 
     def _send(self, requests: dict[int, list[Any]]) -> None:
         net = self.cluster.network
