@@ -122,3 +122,20 @@ def test_duplicates_gaps_and_fencing_over_the_wire_and_after_restart(
     finally:
         b.stop()
         ctl.close()
+
+
+def test_follower_updates_and_truncation() -> None:
+    st = ProducerStateManager()
+    buf = bytearray()
+    for offset, b in ((0, batch(0, 2)), (2, batch(2, 2)), (4, batch(4, 1))):
+        b[0:8] = offset.to_bytes(8, "big")
+        buf += b
+    # Only the batches the append covered are recorded.
+    st.update_from_batches(iter_batches(bytes(buf)), first_offset=2, last_offset=3)
+    assert [(m.first_seq, m.first_offset) for m in st.producers[PID].batches] == [(2, 2)]
+    st.update_from_batches(iter_batches(bytes(buf)), first_offset=4, last_offset=4)
+    assert st.check_batch(batch_producer_info(batch(4)))[0] == SequenceCheck.DUPLICATE
+    st.truncate(4)  # the batch at offset 4 is gone: its retry is new again
+    assert st.check_batch(batch_producer_info(batch(4)))[0] == SequenceCheck.OK
+    st.truncate(0)
+    assert len(st) == 0

@@ -141,3 +141,31 @@ def test_leader_change_follower_truncates_and_catches_up(pair: tuple[str, list[B
         assert fetch(b2.port, "move", 0, 0, current_leader_epoch=0).error_code == ErrorCode.FENCED_LEADER_EPOCH
     finally:
         ctl.close()
+
+
+def test_idempotent_retries_are_recognised_by_a_new_leader(pair: tuple[str, list[BrokerThread]]) -> None:
+    """A producer's retry after a leader change is answered with the original offset: the new
+    leader rebuilt the producer state from its replicated log, and a broker that was leader
+    before keeps it up to date while it follows."""
+    zk, (b1, b2) = pair
+    ctl = ActingController(zk, [b1, b2])
+
+    def batch(seq: int) -> bytearray:
+        return build_values([b"s%d" % seq], producer_id=99, producer_epoch=0, base_sequence=seq)
+
+    try:
+        ctl.create_topic("idem2", {0: [1, 2]})
+        assert produce(b1.port, "idem2", 0, batch(0), acks=-1) == (ErrorCode.NONE, 0)
+        ctl.change_leader("idem2", 0, leader=2, isr=[1, 2])
+        wait_until(lambda: b2.partition("idem2", 0).is_leader, what="broker 2 leads")
+        assert produce(b2.port, "idem2", 0, batch(0), acks=-1) == (ErrorCode.NONE, 0)  # a retry
+        assert produce(b2.port, "idem2", 0, batch(1), acks=-1) == (ErrorCode.NONE, 1)
+        assert produce(b2.port, "idem2", 0, batch(3), acks=-1)[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        wait_until(lambda: b1.partition("idem2", 0).log_end_offset == 2, what="broker 1 follows")
+        ctl.change_leader("idem2", 0, leader=1, isr=[1, 2])
+        wait_until(lambda: b1.partition("idem2", 0).is_leader, what="broker 1 leads again")
+        assert produce(b1.port, "idem2", 0, batch(1), acks=-1) == (ErrorCode.NONE, 1)
+        assert produce(b1.port, "idem2", 0, batch(2), acks=-1) == (ErrorCode.NONE, 2)
+        assert values_of(fetch(b1.port, "idem2", 0, 0).records) == [b"s0", b"s1", b"s2"]
+    finally:
+        ctl.close()

@@ -14,9 +14,11 @@ not written twice), or out of order (OUT_OF_ORDER_SEQUENCE_NUMBER), or from a fe
 - within an epoch the first sequence must follow the last one (wrapping at 2^31-1), except for
   a producer whose state is unknown (expired or never seen), whose first batch is accepted.
 
-The state is rebuilt from the batch headers of the log when the partition becomes a leader here
-(`rebuild_from_log`): a follower's log carries the same producer ids and sequences, so a new
-leader answers retries of batches the old leader wrote.
+The state is rebuilt from the batch headers of the log the first time a partition becomes a
+leader in this process (`rebuild_from_log`; tidelog keeps no producer-state snapshots), and is
+then maintained through role changes: a follower updates it from the batches it replicates
+(`update_from_batches`) and drops what truncation removes (`truncate`), so a new leader answers
+retries of batches the old leader wrote.
 """
 
 from __future__ import annotations
@@ -166,6 +168,36 @@ class ProducerStateManager:
             )
             self.update(info, b.base_offset)
         return n
+
+    def update_from_batches(
+        self, batches: Iterable[RecordBatch], first_offset: int, last_offset: int
+    ) -> None:
+        """Record batches appended as a follower (they carry the leader's offsets) whose offsets
+        lie in [first_offset, last_offset]."""
+        for b in batches:
+            if b.base_offset > last_offset:
+                break
+            if b.base_offset < first_offset or b.producer_id < 0 or b.is_control_batch:
+                continue
+            self.update(ProducerBatchInfo(
+                b.producer_id, b.producer_epoch, b.base_sequence,
+                _last_seq(b.base_sequence, b.last_offset_delta), b.last_offset_delta,
+                b.max_timestamp,
+            ), b.base_offset)
+
+    def truncate(self, offset: int) -> None:
+        """The log was truncated to `offset`: forget batches at or above it (a producer left
+        with none becomes unknown, whose next batch is accepted as Kafka does after expiry)."""
+        for pid in list(self.producers):
+            entry = self.producers[pid]
+            kept = [b for b in entry.batches if b.last_offset < offset]
+            if len(kept) == len(entry.batches):
+                continue
+            if not kept:
+                del self.producers[pid]
+                continue
+            entry.batches.clear()
+            entry.batches.extend(kept)
 
     def expire(self, now_ms: int, expiration_ms: int) -> int:
         """Drop producers idle for `producer.id.expiration.ms`; returns how many."""

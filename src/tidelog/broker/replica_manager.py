@@ -41,6 +41,7 @@ from tidelog.broker.producer_state import (
     batch_producer_info,
 )
 from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch
+from tidelog.protocol.records.batch import iter_batches
 from tidelog.replication.config import ReplicationConfig
 from tidelog.replication.errors import Errors
 from tidelog.replication.replica_manager import (
@@ -95,7 +96,7 @@ class BrokerReplicaManager:
         self.zk_client = zk_client
         self.core = ReplicaManager(broker_id, log_manager, config, broker_epoch=-1, now_ms=now_ms())
         self.fetcher_manager = ReplicaFetcherManager(
-            broker_id, self.core.logs_for_fetcher, config, endpoint_of,
+            broker_id, self._logs_for_fetcher, config, endpoint_of,
             num_fetchers=num_replica_fetchers, broker_epoch=-1, on_progress=self._after,
         )
         self.producer_states: dict[TopicPartition, ProducerStateManager] = {}
@@ -286,7 +287,6 @@ class BrokerReplicaManager:
         live_leaders: Collection[int],
     ) -> LeaderAndIsrResult:
         states = list(partition_states)
-        before = {s.tp: self._role(s.tp) for s in states}
         result = self.core.become_leader_or_follower(
             controller_id, controller_epoch, states, live_leaders, now_ms()
         )
@@ -298,18 +298,19 @@ class BrokerReplicaManager:
                 p = self.core.partition(s.tp)
                 if p is None:
                     continue
-                if p.is_leader and before[s.tp] != ("leader", p.leader_epoch):
+                # A state maintained since an earlier leadership here is kept (a follower
+                # updates it as it replicates); otherwise it is rebuilt from the log once.
+                if p.is_leader and s.tp not in self.producer_states:
                     self._rebuild_producer_state(s.tp)
-                elif not p.is_leader:
-                    self.producer_states.pop(s.tp, None)
         self._after()
         return result
 
-    def _role(self, tp: TopicPartition) -> tuple[str, int] | None:
-        p = self.core.partition(tp)
-        if p is None:
+    def _logs_for_fetcher(self, tp: TopicPartition) -> Any:
+        log = self.core.logs_for_fetcher(tp)
+        if log is None:
             return None
-        return ("leader" if p.is_leader else "follower", p.leader_epoch)
+        states = self.producer_states.get(tp)
+        return log if states is None else _ProducerTrackingLog(log, states)
 
     def _rebuild_producer_state(self, tp: TopicPartition) -> None:
         p = self.core.partition(tp)
@@ -328,8 +329,9 @@ class BrokerReplicaManager:
         result = self.core.stop_replicas(controller_id, controller_epoch, partitions, now_ms())
         self.fetcher_manager.apply(result.fetcher_actions)
         if result.error == Errors.NONE:
-            for tp in partitions:
-                self.producer_states.pop(tp, None)
+            for tp, delete in partitions.items():
+                if delete:
+                    self.producer_states.pop(tp, None)
         self._after()
         return result
 
@@ -443,6 +445,36 @@ class BrokerReplicaManager:
         self, replica_id: int, partitions: Mapping[TopicPartition, tuple[int, int]]
     ) -> dict[TopicPartition, ListOffsetsPartitionResult]:
         return self.core.list_offsets(replica_id, partitions)
+
+
+class _ProducerTrackingLog:
+    """A follower's log as its fetcher sees it: appends and truncations also update the
+    partition's producer state. Everything else is the log itself."""
+
+    __slots__ = ("_log", "_states")
+
+    def __init__(self, log: Any, states: ProducerStateManager) -> None:
+        self._log = log
+        self._states = states
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+    def append_as_follower(self, records: Any, now_ms: int) -> Any:
+        info = self._log.append_as_follower(records, now_ms)
+        if info.record_count:
+            self._states.update_from_batches(iter_batches(records), info.first_offset,
+                                             info.last_offset)
+        return info
+
+    def truncate_to(self, target_offset: int) -> bool:
+        done = self._log.truncate_to(target_offset)
+        self._states.truncate(target_offset)
+        return done
+
+    def truncate_fully_and_start_at(self, offset: int, now_ms: int | None = None) -> None:
+        self._log.truncate_fully_and_start_at(offset, now_ms)
+        self._states.producers.clear()
 
 
 # Kafka error codes the core does not define (idempotent producer).
