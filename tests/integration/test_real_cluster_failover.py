@@ -45,7 +45,10 @@ class Stream:
         self.epochs: dict[int, set[int]] = {}
         self.high_watermarks: list[int] = []
         self._stop = threading.Event()
-        self._producer = producer(real_cluster.bootstrap)
+        # A paused (zombie) broker keeps its TCP connections open: give up on it soon.
+        self._producer = producer(real_cluster.bootstrap, **{
+            "request.timeout.ms": 3000, "socket.timeout.ms": 4000,
+            "topic.metadata.refresh.interval.ms": 1000})
         self._threads = [threading.Thread(target=f, daemon=True)
                          for f in (self._produce, self._watch_state, self._watch_hw)]
 
