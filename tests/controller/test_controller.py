@@ -462,3 +462,40 @@ async def test_controller_shutdown_releases_the_role(cluster: Cluster) -> None:
     assert second.controller_epoch == 2
     with contextlib.suppress(Exception):
         assert cluster.admin_zk.get_controller_id() == 3
+
+
+def expire_session(zk: KafkaZkClient) -> None:
+    """Expire `zk`'s session the classic way: a second client attaches to the same session
+    and closes it (ZooKeeper then expires it for the first one)."""
+    from kazoo.client import KazooClient
+
+    sid, passwd = zk.kazoo.client_id
+    other = KazooClient(hosts=zk.connect_string, client_id=(sid, passwd), timeout=10)
+    other.start(timeout=15)
+    other.stop()
+    other.close()
+
+
+@with_cluster
+async def test_session_expiry_makes_the_controller_resign_and_campaign_again(
+        cluster: Cluster) -> None:
+    ctl = await three_brokers(cluster)
+    standby = await cluster.start_controller(2)
+    await create_topic(cluster, "exp", {0: [1, 2]})
+    b1 = cluster.brokers[1]
+    assert b1.zk is not None
+    epoch1 = b1.broker_epoch
+    await asyncio.to_thread(expire_session, b1.zk)
+    # Either broker may win the new election; there is exactly one controller, with epoch 2.
+    await wait_for(lambda: ctl.is_active != standby.is_active and
+                   max(ctl.controller_epoch, standby.controller_epoch) == 2,
+                   what="a new controller after the session expired")
+    winner = ctl if ctl.is_active else standby
+    assert cluster.admin_zk.get_controller_id() == winner.broker_id
+    # Broker 1 re-registered with a new session: a bounce, with a larger broker epoch.
+    found = await wait_for(lambda: (f := cluster.admin_zk.get_broker(1)) and f[1] > epoch1 and f,
+                           what="broker 1 re-registered")
+    assert found[1] > epoch1
+    assert winner.core is not None
+    await wait_for(lambda: winner.core is not None and winner.core.live_brokers.get(1) == found[1],
+                   what="the controller knows broker 1's new epoch")
