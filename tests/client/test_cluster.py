@@ -387,3 +387,20 @@ def test_metadata_older_than_its_max_age_is_refreshed() -> None:
                 assert not client.metadata_stale
 
     asyncio.run(main())
+
+
+def test_produce_with_acks_zero_writes_without_an_answer(tansu: str, topic_name: str) -> None:
+    async def main() -> None:
+        async with KafkaClient(tansu) as client:
+            await client.create_topics([NewTopic(topic_name, 1, 1)])
+            tp = TopicPartition(topic_name, 0)
+            assert await client.produce(tp, build_values([b"a", b"b"]), acks=0) == (
+                ErrorCode.NONE,
+                -1,
+            )
+            # the connection stays in step: the next answered request gets its own answer
+            assert await client.produce(tp, build_values([b"c"]), acks=1) == (ErrorCode.NONE, 2)
+            result = await client.fetch(tp, 0)
+            assert [r.value for r in iter_records(result.records)] == [b"a", b"b", b"c"]
+
+    asyncio.run(main())

@@ -30,6 +30,7 @@ from tidelog.protocol.messages.metadata import (
 from tidelog.protocol.messages.produce import (
     PartitionProduceData,
     ProduceRequest,
+    ProduceResponse,
     TopicProduceData,
 )
 from tidelog.protocol.records import build_values
@@ -322,6 +323,33 @@ def test_a_cancelled_request_leaves_the_connection_usable() -> None:
                 await slow
             await asyncio.sleep(0.15)  # its answer arrives and is dropped
             assert (await conn.send(ask("next"))).topics[0].name == "next"
+            assert not conn.closed
+            await conn.close()
+
+    asyncio.run(main())
+
+
+def test_an_answer_to_an_acks_zero_request_is_dropped() -> None:
+    # Kafka never answers acks=0; tansu 0.6 does. Neither may break the stream.
+    def handler(header, request):  # type: ignore[no-untyped-def]
+        if header.request_api_key == ApiKey.PRODUCE:
+            return ProduceResponse()
+        return echo_metadata(header, request)
+
+    versions = {ApiKey.API_VERSIONS: (0, 4), ApiKey.PRODUCE: (3, 9), ApiKey.METADATA: (0, 12)}
+
+    async def main() -> None:
+        async with ScriptedBroker(handler, versions) as broker:
+            conn = BrokerConnection("127.0.0.1", broker.port)
+            await conn.connect()
+            request = ProduceRequest(
+                acks=0,
+                timeout_ms=1000,
+                topic_data=[TopicProduceData("t", [PartitionProduceData(0, build_values([b"v"]))])],
+            )
+            for i in range(3):
+                await conn.send_no_response(request)
+                assert (await conn.send(ask(f"m{i}"))).topics[0].name == f"m{i}"
             assert not conn.closed
             await conn.close()
 

@@ -14,6 +14,7 @@ for the others. A closed or broken socket fails every request in flight with
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from struct import Struct
 from typing import Any
 
@@ -32,6 +33,7 @@ __all__ = ["DEFAULT_MAX_FRAME_BYTES", "BrokerConnection"]
 
 _CORRELATION = Struct(">i")
 _SOFTWARE_NAME = "tidelog"
+_MAX_NO_ANSWER_IDS = 4096
 
 
 def _software_version() -> str:
@@ -122,6 +124,12 @@ class BrokerConnection:
         self._pending: dict[int, _Pending] = {}
         # correlation ids whose caller gave up (timeout, cancel): their answers are dropped
         self._abandoned: set[int] = set()
+        # correlation ids of requests sent without expecting an answer (acks=0). Kafka sends
+        # none, but some Kafka-compatible brokers (tansu 0.6) answer anyway: such an answer is
+        # dropped rather than taken for a broken stream. Answers come in request order, so ids
+        # older than any answered request are forgotten; the rest are capped.
+        self._no_answer: deque[int] = deque()
+        self._no_answer_ids: set[int] = set()
         self._api_versions: dict[int, tuple[int, int]] = {}
         self._close_reason: str = "connection not open"
 
@@ -248,7 +256,11 @@ class BrokerConnection:
         if self.closed or self._transport is None:
             raise KafkaConnectionError(self._close_reason)
         version = self.pick_version(request.API_KEY, api_version)
-        self._write(request, version)
+        correlation_id = self._write(request, version)
+        self._no_answer.append(correlation_id)
+        self._no_answer_ids.add(correlation_id)
+        if len(self._no_answer) > _MAX_NO_ANSWER_IDS:
+            self._no_answer_ids.discard(self._no_answer.popleft())
         await self._drain()
 
     def _write(self, request: Any, version: int) -> int:
@@ -306,10 +318,15 @@ class BrokerConnection:
                 if correlation_id in self._abandoned:
                     self._abandoned.discard(correlation_id)
                     continue
+                if correlation_id in self._no_answer_ids:
+                    self._no_answer_ids.discard(correlation_id)
+                    continue
                 self._abort(
                     f"{self.host}:{self.port} answered unknown correlation id {correlation_id}"
                 )
                 return
+            if self._no_answer:
+                self._forget_no_answer_before(correlation_id)
             if pending.future.done():
                 continue
             try:
@@ -320,6 +337,12 @@ class BrokerConnection:
                     pending.future.set_exception(body)
                     continue
             pending.future.set_result(body)
+
+    def _forget_no_answer_before(self, correlation_id: int) -> None:
+        # ids wrap at 2**31: "older" is a forward distance of less than half the id space
+        queue = self._no_answer
+        while queue and 0 < ((correlation_id - queue[0]) & 0x7FFFFFFF) < 0x40000000:
+            self._no_answer_ids.discard(queue.popleft())
 
     @staticmethod
     def _decode_fallback(pending: _Pending, frame: memoryview, exc: DecodeError) -> Any:
@@ -353,6 +376,8 @@ class BrokerConnection:
     def _fail_all(self, error: Exception) -> None:
         pending, self._pending = self._pending, {}
         self._abandoned.clear()
+        self._no_answer.clear()
+        self._no_answer_ids.clear()
         for entry in pending.values():
             if not entry.future.done():
                 entry.future.set_exception(error)
