@@ -16,6 +16,7 @@ from harness import ActingController, BrokerThread, broker_props, fetch, produce
 
 from tidelog.cluster.zookeeper import ZooKeeperServer
 from tidelog.controller.zk_client import KafkaZkClient
+from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import controlled_shutdown as m_cs
 from tidelog.protocol.messages import create_topics as m_ct
 from tidelog.protocol.records.builder import build_values
@@ -186,6 +187,41 @@ def test_several_listeners_each_advertise_their_own_port(zookeeper: ZooKeeperSer
         for port in (internal, external):
             resp = send(port, m_md.MetadataRequest(topics=[]))
             assert [(x.node_id, x.port) for x in resp.brokers] == [(3, port)]
+    finally:
+        zkc.close()
+        b.stop()
+
+
+def test_zookeeper_session_expiry_re_registers_with_a_new_epoch(
+    zookeeper: ZooKeeperServer, tmp_path: Path
+) -> None:
+    """After its session expires, the broker registers again (Kafka's session-expiration
+    handler): a new, larger broker epoch, which requests from the controller must carry."""
+    from kazoo.client import KazooClient
+
+    zk = new_chroot(zookeeper)
+    b = BrokerThread(broker_props(1, zk, tmp_path / "exp")).start()
+    zkc = KafkaZkClient(zk).start()
+    try:
+        old_epoch = b.server.broker_epoch
+        session_id, password = b.server.zk_client.kazoo.client_id
+        # The classic way to expire a session: another client joins it and closes it.
+        other = KazooClient(hosts=zookeeper.connect_string, client_id=(session_id, password))
+        other.start(timeout=15)
+        other.stop()
+        other.close()
+        wait_until(lambda: b.server.broker_epoch > old_epoch, timeout_s=30, what="new broker epoch")
+        registered = wait_until(lambda: zkc.get_broker(1), what="re-registration")
+        assert registered[1] == b.server.broker_epoch
+        ctl = ActingController(zk, [b])
+        try:
+            # A request carrying the old epoch is now refused; the new one is accepted.
+            ctl.states[("exp", 0)] = {"leader": 1, "leader_epoch": 0, "isr": [1], "zk_version": 0, "replicas": [1]}
+            ctl.topic_ids["exp"] = __import__("uuid").uuid4()
+            assert ctl.send_leader_and_isr("exp", [0], broker_epoch=old_epoch)[1].error_code == ErrorCode.STALE_BROKER_EPOCH
+            assert ctl.send_leader_and_isr("exp", [0])[1].error_code == 0
+        finally:
+            ctl.close()
     finally:
         zkc.close()
         b.stop()

@@ -249,3 +249,25 @@ def test_a_slow_reader_does_not_block_other_connections() -> None:
             await server.shutdown(grace_s=0.2)
 
     assert _run_server(scenario)
+
+
+def test_connection_limit_per_ip() -> None:
+    async def scenario() -> tuple[bool, bool]:
+        server = SocketServer("127.0.0.1", 0, _Echo(), max_connections_per_ip=1)
+        port = await server.start()
+        try:
+            r1, w1 = await asyncio.open_connection("127.0.0.1", port)
+            await asyncio.sleep(0.05)
+            r2, w2 = await asyncio.open_connection("127.0.0.1", port)
+            refused = await asyncio.wait_for(r2.read(1), 5) == b""
+            w1.write(_frame(ApiVersionsRequest(), 0, 3))
+            await w1.drain()
+            size = struct.unpack(">i", await asyncio.wait_for(r1.readexactly(4), 5))[0]
+            first_ok = struct.unpack_from(">i", await r1.readexactly(size))[0] == 3
+            w1.close()
+            w2.close()
+            return refused, first_ok
+        finally:
+            await server.shutdown()
+
+    assert _run_server(scenario) == (True, True)

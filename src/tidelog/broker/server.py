@@ -174,6 +174,7 @@ class BrokerServer:
                 max_request_bytes=cfg.get("socket.request.max.bytes"),
                 connections_max_idle_ms=cfg.get("connections.max.idle.ms"),
                 max_connections=cfg.get("max.connections"),
+                max_connections_per_ip=cfg.get("max.connections.per.ip"),
                 send_buffer_bytes=cfg.get("socket.send.buffer.bytes"),
                 receive_buffer_bytes=cfg.get("socket.receive.buffer.bytes"),
                 listener_name=ep.listener_name,

@@ -74,6 +74,7 @@ class SocketServer:
         max_request_bytes: int = 104857600,
         connections_max_idle_ms: int = 600_000,
         max_connections: int = 2**31 - 1,
+        max_connections_per_ip: int = 2**31 - 1,
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
         listener_name: str = "PLAINTEXT",
@@ -85,6 +86,8 @@ class SocketServer:
         self.max_request_bytes = max_request_bytes
         self.connections_max_idle_ms = connections_max_idle_ms
         self.max_connections = max_connections
+        self.max_connections_per_ip = max_connections_per_ip
+        self._per_ip: dict[str, int] = {}
         self.send_buffer_bytes = send_buffer_bytes
         self.receive_buffer_bytes = receive_buffer_bytes
         self._server: asyncio.base_events.Server | None = None
@@ -164,9 +167,14 @@ class SocketServer:
     async def _on_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        if len(self._connections) >= self.max_connections:
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        ip = str(peer[0])
+        if (len(self._connections) >= self.max_connections
+                or self._per_ip.get(ip, 0) >= self.max_connections_per_ip):
+            logger.info("refusing a connection from %s: connection limit reached", ip)
             writer.close()
             return
+        self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
         self._next_id += 1
         conn_id = self._next_id
         task = asyncio.current_task()
@@ -182,7 +190,6 @@ class SocketServer:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
                 if self.receive_buffer_bytes > 0:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
-        peer = writer.get_extra_info("peername") or ("?", 0)
         try:
             await self._serve(conn_id, reader, writer, str(peer[0]), int(peer[1]))
         except (ConnectionError, asyncio.IncompleteReadError, OSError):
@@ -195,6 +202,11 @@ class SocketServer:
             self._connections.pop(conn_id, None)
             self._writers.pop(conn_id, None)
             self._last_active.pop(conn_id, None)
+            left = self._per_ip.get(ip, 1) - 1
+            if left > 0:
+                self._per_ip[ip] = left
+            else:
+                self._per_ip.pop(ip, None)
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), timeout=1.0)
