@@ -178,7 +178,8 @@ class Producer:
         self._started = True
 
     async def close(self, timeout_s: float | None = None) -> None:
-        """Flush what is buffered (up to ``timeout_s``), then stop the partition tasks."""
+        """Flush what is buffered (up to ``timeout_s``), then stop the sender; records still
+        unsent fail with KafkaConnectionError("producer closed")."""
         if self._closed:
             return
         try:
