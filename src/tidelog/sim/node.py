@@ -191,6 +191,8 @@ class SimBroker:
             for src, msg in backlog:
                 if self.running and not self.paused:
                     self._handle(src, msg)
+            if self.running and not self.paused:
+                self._after()  # delayed operations whose deadline passed while frozen
 
     def _every(self, interval_ms: int, task: Callable[[int], None], inc: int) -> None:
         def tick() -> None:
