@@ -279,5 +279,6 @@ class TidelogBatchReader(DataSourceReader):
         return plan_offset_ranges(start, end, options.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRange)
+        if not isinstance(partition, OffsetRange):
+            return  # Spark plans InputPartition(None) when there is nothing to read
         yield from read_offset_range(self.options, arrow_schema(self.schema), partition)

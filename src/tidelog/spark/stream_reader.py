@@ -193,7 +193,8 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return plan_offset_ranges(begin, until, self.options.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRange)
+        if not isinstance(partition, OffsetRange):
+            return  # Spark plans InputPartition(None) when there is nothing to read
         yield from read_offset_range(self.options, arrow_schema(self.schema), partition)
 
     def commit(self, end: dict) -> None:
