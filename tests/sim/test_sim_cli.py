@@ -37,3 +37,13 @@ def test_sim_rejects_unknown_faults_and_scenarios() -> None:
 def test_sim_lists_scenarios() -> None:
     res = CliRunner().invoke(cli, ["sim", "--list-scenarios"], env={"COLUMNS": "200"})
     assert res.exit_code == 0 and "kip320" in res.output
+
+
+def test_sim_scenario_all_runs_every_scenario_in_both_modes() -> None:
+    from tidelog.sim.scenarios import SCENARIOS
+
+    res = CliRunner().invoke(cli, ["sim", "--scenario", "all"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    lines = [line for line in res.output.splitlines() if line.startswith(("ok", "FAIL"))]
+    expected = len(SCENARIOS) + sum(1 for s in SCENARIOS.values() if s.naive_rule)
+    assert len(lines) == expected and all(line.startswith("ok") for line in lines)

@@ -5,6 +5,7 @@
     tidelog sim --faults crash,pause --brokers 5      only these faults, five brokers
     tidelog sim --scenario kip101 --trace             a scripted scenario, step by step
     tidelog sim --scenario kip101 --naive --trace     the same with the rule it replaced
+    tidelog sim --scenario all                        every scenario, fixed and naive
     tidelog sim --list-scenarios
 """
 
@@ -45,7 +46,9 @@ def _parse_faults(value: str) -> tuple[str, ...]:
 @click.option("--partitions", type=click.IntRange(1, 16), default=1, show_default=True)
 @click.option("--faults", default="all", show_default=True,
               help=f"Comma-separated fault kinds ({', '.join(ALL_FAULTS)}), 'all' or 'none'.")
-@click.option("--scenario", default=None, help="Run a named correctness scenario instead.")
+@click.option("--scenario", default=None,
+              help="Run a named correctness scenario instead ('all': every scenario, with "
+                   "tidelog's rules and with the naive rule).")
 @click.option("--naive", is_flag=True, help="With --scenario: use the rule the fix replaced.")
 @click.option("--naive-rule", default=None,
               help="Random runs with one naive rule switched on (truncate_to_hw, "
@@ -72,6 +75,18 @@ def sim(seed: int, seeds: int, steps: int, brokers: int, partitions: int, faults
             console.print(t)
             return
         assert scenario is not None
+        if scenario == "all":
+            failed = 0
+            for sc in SCENARIOS.values():
+                for mode in (False, True):
+                    if mode and sc.naive_rule is None:
+                        continue
+                    result = run_scenario(sc.name, naive=mode)
+                    failed += not result.as_expected
+                    mark = "ok  " if result.as_expected else "FAIL"
+                    console.print(f"{mark} {result.verdict().splitlines()[0]}", markup=False,
+                                  highlight=False)
+            sys.exit(1 if failed else 0)
         if scenario not in SCENARIOS:
             raise click.BadParameter(f"unknown scenario {scenario!r}; one of "
                                      f"{', '.join(SCENARIOS)}", param_hint="--scenario")
