@@ -376,9 +376,15 @@ class LogSegment:
         since = 0
         first = True
         for batch in self.iter_batches(position):
-            base, length, _, magic, _, _, delta = PREFIX.unpack_from(batch.buf, 0)
-            if magic != CURRENT_MAGIC or base < next_offset:
-                return False
+            base, length, _, magic, stored_crc, _, delta = PREFIX.unpack_from(batch.buf, 0)
+            if (
+                magic != CURRENT_MAGIC
+                or base < next_offset
+                or delta < 0
+                or base + delta - self.base_offset > _INT32_MAX
+                or crc32c.crc32c(batch.buf[ATTRIBUTES_OFFSET:]) != stored_crc
+            ):
+                return False  # the walked tail is validated like a recovery
             if first and len(self.offset_index) and base + delta != last_offset:
                 return False  # the last entry does not point at a batch holding its offset
             if first and self.rolling_based_timestamp is None and position == 0:
