@@ -137,8 +137,10 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadAllAvailable):
             return to_offset_dict(latest)
         min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else None
-        if min_rows is None and self._available_now is None:
+        if min_rows is None:
             min_rows = self.options.min_offsets_per_trigger
+        if self._available_now is not None:
+            min_rows = None  # availableNow must reach its target and end, not wait for more
         if min_rows is not None and self._delay_batch(min_rows, begin, latest):
             return start
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
