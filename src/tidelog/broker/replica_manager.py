@@ -116,6 +116,7 @@ class BrokerReplicaManager:
         self.isr_updates_ok = 0
         self.isr_updates_failed = 0
         self.isr_notifications_written = 0
+        self._isr_changes_unwritten: set[TopicPartition] = set()
 
     # ------------------------------------------------------------------ life cycle
     @property
@@ -193,16 +194,20 @@ class BrokerReplicaManager:
         self._after()
 
     async def _isr_change_propagation(self) -> None:
-        tps = self.core.isr_changes_to_propagate(now_ms())
+        self._isr_changes_unwritten |= self.core.isr_changes_to_propagate(now_ms())
+        tps = self._isr_changes_unwritten
         if not tps or self.zk_client is None:
             return
         try:
             await asyncio.to_thread(self.zk_client.propagate_isr_changes,
                                     sorted((tp.topic, tp.partition) for tp in tps))
-            self.isr_notifications_written += 1
         except Exception as e:
+            # Kept for the next run, as Kafka keeps its isrChangeSet when the write fails.
             logger.warning("writing an ISR change notification for %d partitions failed: %s",
                            len(tps), e)
+            return
+        self.isr_notifications_written += 1
+        self._isr_changes_unwritten = set()
 
     def _expire_producers(self) -> None:
         now = now_ms()
