@@ -239,6 +239,12 @@ def test_describe_configs(one_broker: BrokerThread, controller: ActingController
     assert bcfg["zookeeper.connect"] == one_broker.config.zk_connect
     assert missing.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert other.error_code == ErrorCode.INVALID_REQUEST
+    with_synonyms = m_dc.DescribeConfigsRequest(include_synonyms=True, resources=[
+        m_dc.DescribeConfigsResource(2, "dc", ["retention.ms", "max.message.bytes"])])
+    cfg = {c.name: c for c in send(one_broker.port, with_synonyms).results[0].configs}
+    assert [(s.name, s.value, s.source) for s in cfg["retention.ms"].synonyms] == [
+        ("retention.ms", "12345", 1), ("log.retention.ms", str(7 * 24 * 3600 * 1000), 5)]
+    assert [(s.name, s.source) for s in cfg["max.message.bytes"].synonyms] == [("message.max.bytes", 5)]
 
 
 def test_init_producer_id_hands_out_unique_ids(one_broker: BrokerThread) -> None:

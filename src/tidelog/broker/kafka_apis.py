@@ -99,6 +99,13 @@ STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 _CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6,
                  "list": 7, "password": 9}
+# Topic configs whose broker default comes from a differently named key (the most specific one).
+_DERIVED_BROKER_KEYS = {
+    "retention.ms": "log.retention.ms",
+    "segment.ms": "log.roll.ms",
+    "segment.jitter.ms": "log.roll.jitter.ms",
+    "flush.ms": "log.flush.interval.ms",
+}
 # Kafka's internal topics (Topic.INTERNAL_TOPICS).
 _INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 RESOURCE_TOPIC = 2
@@ -622,7 +629,8 @@ class KafkaApis:
                     res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     res.error_message = f"Topic {r.resource_name} does not exist"
                     continue
-                res.configs = self._topic_configs(overrides, keys)
+                res.configs = self._topic_configs(
+                    overrides, keys, request.include_synonyms and ctx.api_version >= 1)
             elif r.resource_type == RESOURCE_BROKER:
                 if r.resource_name not in ("", str(self.broker_id)):
                     res.error_code = ErrorCode.INVALID_REQUEST
@@ -634,7 +642,9 @@ class KafkaApis:
                 res.error_message = f"Unsupported resource type {r.resource_type}"
         return m_dc.DescribeConfigsResponse(results=results)
 
-    def _topic_configs(self, overrides: dict[str, str], keys: set[str] | None) -> list[Any]:
+    def _topic_configs(
+        self, overrides: dict[str, str], keys: set[str] | None, synonyms: bool = False
+    ) -> list[Any]:
         from tidelog.broker.config import _LOG_CONFIG_SYNONYMS
 
         defaults = self.config.log_config()
@@ -642,18 +652,29 @@ class KafkaApis:
         for name in sorted(set(defaults) | set(overrides)):
             if keys is not None and name not in keys:
                 continue
+            broker_key = _LOG_CONFIG_SYNONYMS.get(name) or _DERIVED_BROKER_KEYS.get(name)
+            set_on_broker = broker_key is not None and self.config.is_set(broker_key)
             if name in overrides:
                 value, source, is_default = overrides[name], DYNAMIC_TOPIC_CONFIG, False
             else:
-                broker_key = _LOG_CONFIG_SYNONYMS.get(name)
-                set_on_broker = broker_key is not None and self.config.is_set(broker_key)
                 value = _config_str(defaults[name])
                 source = STATIC_BROKER_CONFIG if set_on_broker else DEFAULT_CONFIG
                 is_default = not set_on_broker
-            out.append(m_dc.DescribeConfigsResourceResult(
+            entry = m_dc.DescribeConfigsResourceResult(
                 name=name, value=value, read_only=False, is_default=is_default,
                 config_source=source, is_sensitive=False, documentation=None,
-            ))
+            )
+            if synonyms:
+                # Kafka's order of precedence: the topic override, then the broker's key.
+                if name in overrides:
+                    entry.synonyms.append(m_dc.DescribeConfigsSynonym(
+                        name, overrides[name], DYNAMIC_TOPIC_CONFIG))
+                if broker_key is not None and name in defaults:
+                    entry.synonyms.append(m_dc.DescribeConfigsSynonym(
+                        broker_key, _config_str(self.config.get(broker_key)) if set_on_broker
+                        else _config_str(defaults[name]),
+                        STATIC_BROKER_CONFIG if set_on_broker else DEFAULT_CONFIG))
+            out.append(entry)
         return out
 
     def _broker_configs(self, keys: set[str] | None) -> list[Any]:
