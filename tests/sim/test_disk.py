@@ -145,3 +145,19 @@ def test_errors_for_missing_paths_and_injected_failures(fio: MemoryFileIO) -> No
     h.close()
     with pytest.raises(OSError, match="closed"):
         h.read(0, 1)
+
+
+def test_a_full_disk_fails_writes_but_still_reads(fio: MemoryFileIO) -> None:
+    import errno
+
+    h = fio.open("/d/a")
+    h.append(b"kept")
+    fio.fail_io("/d", error=errno.ENOSPC, writes_only=True)
+    with pytest.raises(OSError) as info:
+        h.append(b"more")
+    assert info.value.errno == errno.ENOSPC
+    with pytest.raises(OSError):
+        fio.open("/d/new")
+    assert h.read(0, 10) == b"kept" and h.size() == 4
+    assert fio.listdir("/d") == ["a"]
+    assert fio.open("/d/a").read(0, 4) == b"kept"  # opening an existing file is a read

@@ -247,3 +247,18 @@ def test_cleaned_up_leftovers_stay_gone_after_a_crash() -> None:
     names = fio.listdir(DIR)
     assert "00000000000000000000.log.deleted" not in names
     assert "00000000000000000077.timeindex" not in names
+
+
+def test_a_full_disk_refuses_appends_with_a_storage_error_and_keeps_serving_reads() -> None:
+    import errno
+
+    from tidelog.storage.errors import KafkaStorageError
+
+    fio = MemoryFileIO()
+    log = filled_log(fio, count=5)
+    fio.fail_io("/data", error=errno.ENOSPC, writes_only=True)
+    with pytest.raises(KafkaStorageError, match="No space left"):
+        log.append_as_leader(batch(), 0, 0)
+    assert log.log_end_offset == 5
+    assert [b.base_offset for b in log.batches()] == [0, 1, 2, 3, 4]
+    assert len(log.read(2, 1000).records) > 0

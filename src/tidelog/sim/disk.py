@@ -69,12 +69,12 @@ class MemoryFileHandle:
         self._generation = fs.generation
         self._closed = False
 
-    def _check(self) -> MemoryFile:
+    def _check(self, write: bool = True) -> MemoryFile:
         if self._closed:
             raise OSError(errno.EBADF, "file is closed", self.path)
         if self._generation != self._fs.generation:
             raise OSError(errno.EIO, "file handle from before a crash", self.path)
-        self._fs._maybe_fail(self.path)
+        self._fs._maybe_fail(self.path, write)
         return self._file
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
@@ -93,12 +93,12 @@ class MemoryFileHandle:
         return position
 
     def read(self, position: int, size: int) -> bytes:
-        file = self._check()
+        file = self._check(write=False)
         with memoryview(file.data) as view:
             return bytes(view[position : position + size])
 
     def size(self) -> int:
-        return len(self._check().data)
+        return len(self._check(write=False).data)
 
     def flush(self) -> None:
         self._check().fsync()
@@ -127,24 +127,31 @@ class MemoryFileIO:
         self.fsyncs = 0
         self.bytes_written = 0
         self.crashes = 0
-        self._failing: set[str] | None = None  # path prefixes whose I/O fails (disk errors)
+        # path prefix -> (errno, writes only): simulated disk errors
+        self._failing: dict[str, tuple[int, bool]] | None = None
 
     # -- faults ----------------------------------------------------------------------------
-    def fail_io(self, path_prefix: str = "/") -> None:
-        """From now on every operation under `path_prefix` raises OSError(EIO)."""
+    def fail_io(
+        self, path_prefix: str = "/", error: int = errno.EIO, writes_only: bool = False
+    ) -> None:
+        """From now on operations under `path_prefix` raise OSError(`error`): every operation
+        (a dead disk), or with `writes_only` only those that change the disk (a full disk:
+        `errno.ENOSPC`, a read-only one: `errno.EROFS`)."""
         if self._failing is None:
-            self._failing = set()
-        self._failing.add(_norm(path_prefix))
+            self._failing = {}
+        self._failing[_norm(path_prefix)] = (error, writes_only)
 
     def heal(self) -> None:
         self._failing = None
 
-    def _maybe_fail(self, path: str) -> None:
+    def _maybe_fail(self, path: str, write: bool = True) -> None:
         if self._failing:
             p = _norm(path)
-            for prefix in self._failing:
+            for prefix, (error, writes_only) in self._failing.items():
+                if writes_only and not write:
+                    continue
                 if p == prefix or p.startswith(prefix.rstrip("/") + "/"):
-                    raise OSError(errno.EIO, "simulated I/O error", path)
+                    raise OSError(error, f"simulated I/O error ({os.strerror(error)})", path)
 
     def crash(self, rng: random.Random | None = None, tear: bool = False) -> None:
         """Power loss: names revert to the last fsync_dir of their directory, contents to their
@@ -163,7 +170,7 @@ class MemoryFileIO:
     # -- FileIO ----------------------------------------------------------------------------
     def open(self, path: str) -> MemoryFileHandle:
         p = _norm(path)
-        self._maybe_fail(p)
+        self._maybe_fail(p, write=p not in self.files)
         parent = os.path.dirname(p)
         if parent not in self.dirs:
             raise FileNotFoundError(errno.ENOENT, "no such directory", parent)
@@ -181,7 +188,7 @@ class MemoryFileIO:
 
     def listdir(self, path: str) -> list[str]:
         p = _norm(path)
-        self._maybe_fail(p)
+        self._maybe_fail(p, write=False)
         if p in self.files:
             raise NotADirectoryError(errno.ENOTDIR, "not a directory", p)
         if p not in self.dirs:
