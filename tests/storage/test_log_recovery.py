@@ -262,3 +262,8 @@ def test_a_full_disk_refuses_appends_with_a_storage_error_and_keeps_serving_read
     assert log.log_end_offset == 5
     assert [b.base_offset for b in log.batches()] == [0, 1, 2, 3, 4]
     assert len(log.read(2, 1000).records) > 0
+    fio.heal()
+    with pytest.raises(KafkaStorageError, match="offline after an I/O error"):
+        log.append_as_leader(batch(), 0, 0)  # files may not match memory: reopen first
+    again = reopen(fio, recovery_point=0)
+    assert again.append_as_leader(batch(), 0, 0).first_offset == 5

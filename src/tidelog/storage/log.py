@@ -143,6 +143,7 @@ class Log:
         self.high_watermark = log_start_offset
         self.last_flush_ms = now_ms
         self.closed = False
+        self.failed = False  # an I/O error happened: writes are refused until reopened
         self._dir_dirty = False
         self.leader_epoch_cache = LeaderEpochFileCache(file_io, dir, lambda: self.log_end_offset)
         with self._io("load"):
@@ -154,7 +155,21 @@ class Log:
         try:
             yield
         except OSError as exc:
-            raise KafkaStorageError(f"I/O error during {what} of log {self.dir}: {exc}") from exc
+            raise self._fail(what, exc) from exc
+
+    def _fail(self, what: str, exc: OSError) -> KafkaStorageError:
+        """After an I/O error the files may not match the in-memory state (a short write):
+        the log refuses further writes until it is reopened (Kafka takes the dir offline)."""
+        self.failed = True
+        return KafkaStorageError(f"I/O error during {what} of log {self.dir}: {exc}")
+
+    def _check_writable(self) -> None:
+        if self.closed:
+            raise KafkaStorageError(f"log {self.dir} is closed")
+        if self.failed:
+            raise KafkaStorageError(
+                f"log {self.dir} is offline after an I/O error; reopen it to recover"
+            )
 
     # -- loading and recovery --------------------------------------------------------------
     def _new_segment(self, base_offset: int, now_ms: int) -> LogSegment:
@@ -311,8 +326,8 @@ class Log:
         """Validate every batch (magic 2, CRC32C, size <= max.message.bytes, record count),
         assign offsets from the LEO and stamp `leader_epoch`, then write. Nothing is written
         unless every batch is valid."""
-        if self.closed:
-            self._check_open()
+        if self.closed or self.failed:
+            self._check_writable()
         src = records if type(records) is memoryview else memoryview(records)
         if src.itemsize != 1 or src.ndim != 1:
             src = src.cast("B")
@@ -407,7 +422,7 @@ class Log:
                 self.leader_epoch_cache.assign(leader_epoch, first_offset)
             self._write(data, n, batches, first_offset, next_offset - 1, max_ts, now_ms)
         except OSError as exc:
-            raise KafkaStorageError(f"I/O error during append to log {self.dir}: {exc}") from exc
+            raise self._fail("append", exc) from exc
         return LogAppendInfo(
             first_offset, next_offset - 1, max_ts, n, record_count, max_ts_offset, len(batches),
             log_append_time,
@@ -418,8 +433,9 @@ class Log:
     ) -> LogAppendInfo:
         """Append batches that already carry the leader's offsets and epochs. The first offset
         must be >= the LEO and offsets must increase (else InvalidOffsetError); each batch's CRC
-        is checked. A partial trailing batch (fetch responses may cut one) is ignored."""
-        self._check_open()
+        is checked. A partial trailing batch (fetch responses may cut one) is ignored.
+        max.message.bytes is not applied: the leader accepted these batches."""
+        self._check_writable()
         view = memoryview(records)
         if view.ndim != 1 or view.itemsize != 1:
             view = view.cast("B")
@@ -541,6 +557,7 @@ class Log:
     def roll(self, now_ms: int, base_offset: int | None = None) -> LogSegment:
         """Start a new active segment at `base_offset` (default: the LEO). The old segment gets
         its final time index entry and is flushed, so the recovery point moves up to it."""
+        self._check_writable()
         new_base = self.log_end_offset if base_offset is None else base_offset
         old = self.segments[-1]
         if old.size == 0 and old.base_offset == new_base:
@@ -654,7 +671,7 @@ class Log:
         """Drop every batch holding an offset >= `target_offset` (a batch straddling it goes
         whole). The epoch cache is truncated from the end; HW and recovery point are capped by
         the new LEO. Returns False when there was nothing to drop."""
-        self._check_open()
+        self._check_writable()
         if target_offset < 0:
             raise ValueError(f"cannot truncate to a negative offset {target_offset}")
         if target_offset >= self.log_end_offset:
@@ -692,7 +709,7 @@ class Log:
     def truncate_fully_and_start_at(self, offset: int, now_ms: int | None = None) -> None:
         """Delete every segment and restart the log, empty, at `offset` (a follower whose
         leader's log starts past its LEO)."""
-        self._check_open()
+        self._check_writable()
         if offset < 0:
             raise ValueError(f"cannot start a log at a negative offset {offset}")
         with self._io("truncation"):
@@ -733,7 +750,7 @@ class Log:
         retention.bytes or lie wholly below the log start offset; only segments wholly below
         the HW, and never the last (the active segment is rolled first when it must go).
         Returns the number of segments deleted."""
-        self._check_open()
+        self._check_writable()
         config = self.config
         deleted = 0
         with self._io("retention"):
@@ -790,7 +807,7 @@ class Log:
     def flush(self, offset: int | None = None) -> None:
         """Make everything below `offset` (default: the LEO) durable and move the recovery
         point there. Segment files are fsynced whole; new or removed files get a dir fsync."""
-        self._check_open()
+        self._check_writable()
         target = self.log_end_offset if offset is None else min(offset, self.log_end_offset)
         with self._io("flush"):
             if target > self.recovery_point:
