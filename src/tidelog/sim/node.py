@@ -457,7 +457,8 @@ class SimBroker:
         now = self.scheduler.now_ms
         if isinstance(req, LeaderAndIsrRequest):
             res = rm.become_leader_or_follower(req.controller_id, req.controller_epoch,
-                                               req.partition_states, req.live_leaders, now)
+                                               req.partition_states, req.live_leaders, now,
+                                               broker_epoch=req.broker_epoch)
             if self.fm is not None:
                 self.fm.apply(res.fetcher_actions, now)
             for s in req.partition_states:
@@ -471,7 +472,8 @@ class SimBroker:
                 rm.set_eligible_brokers(self.live_brokers)
         elif isinstance(req, StopReplicaRequest):
             res = rm.stop_replicas(req.controller_id, req.controller_epoch,
-                                   {tp: req.delete_partitions for tp in req.partitions}, now)
+                                   {tp: req.delete_partitions for tp in req.partitions}, now,
+                                   broker_epoch=req.broker_epoch)
             if self.fm is not None:
                 self.fm.apply(res.fetcher_actions, now)
 
@@ -511,7 +513,7 @@ class SimBroker:
             if op[0] == "update_isr" and self.rm is not None:
                 prop: ProposeIsr = op[1]
                 self.rm.on_isr_update_result(prop.tp, False, -1, prop.new_isr,
-                                             self.scheduler.now_ms)
+                                             self.scheduler.now_ms, leader_epoch=prop.leader_epoch)
                 self.stats.isr_update_failures += 1
             return
         if op[0] == "connect":
@@ -541,7 +543,7 @@ class SimBroker:
                 self.trace("isr_update_failed", str(prop.tp), ("isr", tuple(prop.new_isr)),
                            msg.code)
             self.rm.on_isr_update_result(prop.tp, ok, msg.result if ok else -1, prop.new_isr,
-                                         self.scheduler.now_ms)
+                                         self.scheduler.now_ms, leader_epoch=prop.leader_epoch)
 
     def _retry_register(self, inc: int, session_id: int) -> None:
         if self.running and self.incarnation == inc and self.session_id == session_id:
