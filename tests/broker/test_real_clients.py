@@ -147,3 +147,41 @@ def test_kcat_round_trip(one_broker: BrokerThread, controller: ActingController)
                           "-o", "beginning", "-e", "-f", "%k:%s:%o\\n"],
                          text=True, check=True, timeout=60, capture_output=True).stdout
     assert out.splitlines() == [f"{line}:{i}" for i, line in enumerate(lines)]
+
+
+def test_confluent_admin_client_with_the_real_controller(
+    zookeeper: object, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """librdkafka's AdminClient: create (waits for leaders), describe configs, list, delete."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    controller_mod = pytest.importorskip("tidelog.controller.controller")
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+    from conftest import new_chroot
+    from harness import broker_props
+
+    zk = new_chroot(zookeeper)  # type: ignore[arg-type]
+    b = BrokerThread(broker_props(1, zk, tmp_path_factory.mktemp("admin")),
+                     controller_factory=controller_mod.KafkaController).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        futures = admin.create_topics([NewTopic("adm", 3, 1, config={"retention.ms": "60000"})],
+                                      operation_timeout=15)
+        futures["adm"].result(30)
+        with pytest.raises(confluent_kafka.KafkaException) as exc:
+            admin.create_topics([NewTopic("adm", 1, 1)], operation_timeout=5)["adm"].result(30)
+        assert exc.value.args[0].code() == confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS
+        md = admin.list_topics(timeout=10)
+        assert sorted(md.topics["adm"].partitions) == [0, 1, 2]
+        res = ConfigResource(ConfigResource.Type.TOPIC, "adm")
+        configs = admin.describe_configs([res])[res].result(30)
+        assert configs["retention.ms"].value == "60000"
+        assert configs["cleanup.policy"].value == "delete"
+        admin.delete_topics(["adm"], operation_timeout=15)["adm"].result(30)
+        for _ in range(100):
+            if "adm" not in admin.list_topics(timeout=10).topics:
+                break
+            time.sleep(0.1)
+        assert "adm" not in admin.list_topics(timeout=10).topics
+        del admin  # close librdkafka's connections before the broker goes
+    finally:
+        b.stop()
