@@ -166,3 +166,18 @@ def test_fault_injector_keeps_a_broker_up_and_one_lossy_recovery_at_a_time() -> 
     assert worst[0] <= c.config.brokers - 1
     with __import__("pytest").raises(ValueError, match="unknown fault"):
         FaultInjector(c, ("meteor",))
+
+
+def test_checker_reports_a_consumer_served_at_or_above_the_hw() -> None:
+    from tidelog.protocol.records.builder import build_values
+    from tidelog.replication.types import FetchPartitionData
+
+    c = booted()
+    tp = c.tps[0]
+    leader = c.nodes[0]
+    hw = leader.partition(tp).high_watermark
+    # What a buggy read path would hand out: a batch at the HW.
+    data = FetchPartitionData(0, high_watermark=hw, records=bytes(build_values([b"x"],
+                                                                               base_offset=hw)))
+    leader._reply_consumer(2999, 1, tp, data)
+    assert any(v.invariant == "ConsumersBelowHw" for v in c.checker.violations)
