@@ -162,9 +162,13 @@ class LocalCluster:
         overrides: Mapping[str, str] | None = None,
         timeout_s: float = 90.0,
         progress: Progress = _no_progress,
+        broker_overrides: Callable[[int, int], Mapping[str, str]] | None = None,
     ) -> None:
         """Start ZooKeeper and `n_brokers` brokers; wait until all are registered and a
-        controller is elected. On failure everything started here is stopped again."""
+        controller is elected. On failure everything started here is stopped again.
+
+        `broker_overrides(broker_id, client_port)` may add settings of one broker (extra
+        listeners, say); `client_port` is the PLAINTEXT port chosen for it."""
         if n_brokers < 1:
             raise ClusterError("--brokers must be at least 1")
         if self.state_path.exists():
@@ -195,6 +199,8 @@ class LocalCluster:
                 bdir.mkdir(parents=True, exist_ok=True)
                 cfg = bdir / "server.properties"
                 props = self.broker_properties(broker_id, port, n_brokers)
+                if broker_overrides is not None:
+                    props.update(broker_overrides(broker_id, port))
                 cfg.write_text("# written by tidelog cluster up\n"
                                + "".join(f"{k}={v}\n" for k, v in props.items()))
                 self.brokers[broker_id] = BrokerProcess(
