@@ -14,7 +14,7 @@ import pytest
 from conftest import new_chroot
 from harness import ActingController, BrokerThread, broker_props, fetch, produce, send, wait_until
 
-from tidelog.cluster.zookeeper import ZooKeeperServer
+from tidelog.cluster.zookeeper import ZooKeeperServer, pick_free_port
 from tidelog.controller.zk_client import KafkaZkClient
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import controlled_shutdown as m_cs
@@ -225,3 +225,28 @@ def test_zookeeper_session_expiry_re_registers_with_a_new_epoch(
     finally:
         zkc.close()
         b.stop()
+
+
+def test_startup_failures_are_clear(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    zk = new_chroot(zookeeper)
+    b = BrokerThread(broker_props(1, zk, tmp_path / "one")).start()
+    try:
+        twin = BrokerThread(broker_props(1, zk, tmp_path / "twin"))
+        with pytest.raises(Exception, match="already registered"):
+            twin.start()
+        twin.stop()
+        blocked = tmp_path / "a-file"
+        blocked.write_text("not a directory")
+        bad = BrokerThread(broker_props(2, zk, blocked))
+        with pytest.raises(RuntimeError, match="no usable log directory"):
+            bad.start()
+        bad.stop()
+    finally:
+        b.stop()
+    cfg = tmp_path / "nozk.properties"
+    cfg.write_text(f"broker.id=1\nzookeeper.connect=127.0.0.1:{pick_free_port()}\n"
+                   f"zookeeper.connection.timeout.ms=1000\nlog.dirs={tmp_path / 'nozk'}\n"
+                   "listeners=PLAINTEXT://127.0.0.1:0\n")
+    r = _tidelog("server", str(cfg), "--log-level", "ERROR")
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1].startswith("error: broker startup failed: could not connect to ZooKeeper")

@@ -156,6 +156,9 @@ class BrokerServer:
         topic_configs = await asyncio.to_thread(self._read_topic_configs, base)
         self.log_manager = await asyncio.to_thread(
             LogManager, cfg.log_dirs, base, OsFileIO(), now_ms(), topic_configs)
+        if set(self.log_manager.log_dirs) <= self.log_manager.offline_dirs:
+            # Kafka shuts down when no log dir is usable.
+            raise RuntimeError(f"no usable log directory among {', '.join(cfg.log_dirs)}")
         self.metadata_cache = MetadataCache(self.broker_id, self.inter_broker_listener_name)
         self.replica_manager = BrokerReplicaManager(
             self.broker_id, self.log_manager, replication_config_from(cfg),

@@ -41,8 +41,8 @@ async def _run(config: object, log: logging.Logger) -> int:
     try:
         await server.startup()
     except Exception as e:
-        log.error("startup failed: %s", e)
-        click.echo(f"error: broker startup failed: {e}", err=True)
+        log.debug("startup failed", exc_info=True)
+        click.echo(f"error: broker startup failed: {' '.join(str(e).split())}", err=True)
         return 1
     click.echo(f"tidelog broker {server.broker_id} started on port {server.port}", err=True)
     await stop.wait()
