@@ -46,3 +46,12 @@ def test_partitions_of_deleted_topics_are_dropped() -> None:
     assert list(cache.topic_partitions("d")) == [1]
     cache.update(1, 1, [BrokerEndpoint(1, "h", 1)], [_pm("d", 1, LEADER_DURING_DELETE)])
     assert not cache.contains_topic("d")
+
+
+def test_the_latest_endpoint_wins() -> None:
+    cache = MetadataCache(broker_id=1)
+    cache.update(1, 1, [BrokerEndpoint(2, "h", 1000)], [])
+    cache.remember_endpoint(BrokerEndpoint(2, "h", 2000))  # LeaderAndIsr: broker 2 restarted
+    assert cache.endpoint(2).port == 2000
+    cache.update(1, 1, [BrokerEndpoint(2, "h", 3000)], [])
+    assert cache.endpoint(2).port == 3000

@@ -101,7 +101,9 @@ class MetadataCache:
         return broker_id in self.brokers
 
     def endpoint(self, broker_id: int) -> BrokerEndpoint | None:
-        return self.brokers.get(broker_id) or self.known_endpoints.get(broker_id)
+        """A broker's inter-broker endpoint, from whichever of UpdateMetadata and
+        LeaderAndIsr's live leaders told us last (a restarted broker may have a new port)."""
+        return self.known_endpoints.get(broker_id) or self.brokers.get(broker_id)
 
     def topics(self) -> list[str]:
         return sorted(self.partitions)
