@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.metadata_cache import BrokerEndpoint, PartitionMetadata
@@ -111,7 +112,7 @@ _INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 
-_I32 = __import__("struct").Struct(">i")
+_I32 = struct.Struct(">i")
 
 ApiHandler = Callable[[RequestContext, Any], Awaitable[Any | None]]
 
@@ -876,9 +877,3 @@ class KafkaApis:
             m_cs.RemainingPartition(topic, partition) for topic, partition in remaining
         ])
 
-
-def partitions_by_topic(tps: Iterable[TopicPartition]) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for tp in tps:
-        out.setdefault(tp.topic, []).append(tp.partition)
-    return out
