@@ -159,7 +159,16 @@ class LogModel(RuleBasedStateMachine):
         self.log.delete_old_segments(self.now)
         self.start = self.log.log_start_offset
         assert before <= self.start <= self.log.high_watermark
-        self.model = [s for s in self.model if s[0] >= self.start]
+        self.model = [s for s in self.model if s[1] >= self.start]
+
+    @rule(fraction=st.floats(0, 1))
+    def delete_records(self, fraction: float) -> None:
+        hw = self.log.high_watermark
+        target = self.start + int((hw - self.start) * fraction)
+        changed = self.log.maybe_increment_log_start_offset(target)
+        assert changed == (target > self.start)
+        self.start = max(self.start, target)
+        self.model = [s for s in self.model if s[1] >= self.start]
 
     @rule()
     def flush(self) -> None:
@@ -212,7 +221,7 @@ class LogModel(RuleBasedStateMachine):
         assert all(a[0] < b[0] and a[1] <= b[1] for a, b in zip(entries, entries[1:], strict=False))
         for base, _, epoch, _ in self.model:
             if epoch >= 0:
-                assert cache.epoch_for_offset(base) == epoch
+                assert cache.epoch_for_offset(max(base, self.start)) == epoch
         if entries:
             assert entries[-1][1] <= self.end
             assert self.log.end_offset_for_epoch(entries[-1][0]) == (entries[-1][0], self.end)
