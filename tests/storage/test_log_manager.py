@@ -143,3 +143,14 @@ def test_a_topic_config_change_reaches_its_logs() -> None:
     assert log.config.max_message_bytes == 100
     assert other.config.max_message_bytes == 1048588
     assert m.get_or_create_log("t", 1).config.max_message_bytes == 100
+
+
+def test_illegal_topic_names_are_refused() -> None:
+    import pytest
+
+    m = LogManager(["/d", "/d/"], LogConfig(), MemoryFileIO())
+    assert m.log_dirs == ["/d"]
+    for topic, partition in (("", 0), ("a/b", 0), ("a b", 0), ("..", 0), ("x" * 250, 0), ("t", -1)):
+        with pytest.raises(ValueError, match="invalid topic partition"):
+            m.get_or_create_log(topic, partition)
+    assert m.get_or_create_log("ok.topic_1-x", 3).dir == "/d/ok.topic_1-x-3"

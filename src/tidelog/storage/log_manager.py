@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterable
 
 from tidelog.storage.checkpoint import (
@@ -29,6 +30,7 @@ __all__ = ["CLEAN_SHUTDOWN_FILE", "LogManager"]
 logger = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")  # Kafka's Topic.validate
 DELETE_DIR_SUFFIX = "-delete"
 _CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT)
 
@@ -44,7 +46,7 @@ class LogManager:
     ) -> None:
         if not log_dirs:
             raise ValueError("log.dirs must name at least one directory")
-        self.log_dirs = [os.path.normpath(d) for d in log_dirs]
+        self.log_dirs = list(dict.fromkeys(os.path.normpath(d) for d in log_dirs))
         self.config = config
         self.file_io = file_io
         self.topic_configs: dict[str, LogConfig] = dict(topic_configs or {})
@@ -166,8 +168,11 @@ class LogManager:
         log = self.logs.get(tp)
         if log is not None:
             return log
-        if not topic or "/" in topic or partition < 0:
-            raise ValueError(f"invalid topic partition {topic!r}-{partition}")
+        if not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", "..") or partition < 0:
+            raise ValueError(
+                f"invalid topic partition {topic!r}-{partition}: topics are 1-249 characters of "
+                "[a-zA-Z0-9._-], partitions >= 0"
+            )
         if config is not None:
             self.topic_configs[topic] = config
         online = [d for d in self.log_dirs if d not in self.offline_dirs]
