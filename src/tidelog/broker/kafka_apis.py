@@ -25,8 +25,8 @@ from tidelog.controller.admin import AdminError, validate_topic_name
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.api_versions import (
     PRODUCE_MIN_ACCEPTED_VERSION,
+    advertised,
     api_versions_response,
-    is_supported,
 )
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import (
@@ -172,6 +172,8 @@ class KafkaApis:
             ApiKey.FIND_COORDINATOR: self.handle_find_coordinator_unavailable,
         }
         self.requests_handled = 0
+        # api key -> (min, max) served: the advertised table (Produce v0-2 handled above).
+        self._served = advertised(include_controller_apis=True)
 
     def register_handler(self, api_key: int, handler: ApiHandler) -> None:
         """Plug in a handler (e.g. a group coordinator's) for an advertised API."""
@@ -191,7 +193,8 @@ class KafkaApis:
         self.requests_handled += 1
         if key == ApiKey.PRODUCE and version < PRODUCE_MIN_ACCEPTED_VERSION:
             return self._produce_error_response(request, ErrorCode.UNSUPPORTED_VERSION)
-        if not is_supported(key, version):
+        served = self._served.get(key)
+        if served is None or not served[0] <= version <= served[1]:
             raise CloseConnection(f"api key {key} version {version} is not served")
         handler = self.handlers.get(key)
         if handler is None:
