@@ -47,3 +47,11 @@ def test_sim_scenario_all_runs_every_scenario_in_both_modes() -> None:
     lines = [line for line in res.output.splitlines() if line.startswith(("ok", "FAIL"))]
     expected = len(SCENARIOS) + sum(1 for s in SCENARIOS.values() if s.naive_rule)
     assert len(lines) == expected and all(line.startswith("ok") for line in lines)
+
+
+def test_sim_single_seed_trace_replays_with_the_same_digest() -> None:
+    res = CliRunner().invoke(cli, ["sim", "--seed", "4", "--steps", "600", "--trace"],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "leader_and_isr" in res.output and "trace digest" in res.output
+    assert "DIFFERS" not in res.output

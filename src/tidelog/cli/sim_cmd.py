@@ -145,13 +145,12 @@ def sim(seed: int, seeds: int, steps: int, brokers: int, partitions: int, faults
     for x in bad[:5]:
         console.print(x.report(), markup=False, highlight=False)
     if show_trace and seeds == 1:
-        from tidelog.sim.runner import run_seed as again
-
-        replay = again(seed, steps, brokers=brokers, partitions=partitions, faults=kinds,
-                       config=config, tail=10_000)
-        if replay.trace_tail:
-            for line in replay.trace_tail:
-                console.print(line, markup=False, highlight=False)
-        else:
-            console.print(f"trace digest {replay.trace_digest} (no failure: trace not printed)")
+        # Replay the seed (same seed, same run) keeping its whole trace.
+        replay = run_seed(seed, steps, brokers=brokers, partitions=partitions, faults=kinds,
+                          config=config, full_trace=True)
+        for line in replay.trace_tail:
+            console.print(line, markup=False, highlight=False)
+        console.print(f"trace digest {replay.trace_digest}"
+                      + ("" if replay.trace_digest == summaries[0].trace_digest
+                         else " (DIFFERS from the first run: not deterministic)"))
     sys.exit(1 if bad else 0)

@@ -103,8 +103,10 @@ def build_cluster(seed: int, *, brokers: int = 3, partitions: int = 1,
 def run_seed(seed: int, steps: int = 2000, *, brokers: int = 3, partitions: int = 1,
              faults: Iterable[str] = ALL_FAULTS, produce_interval_ms: int = 25,
              settle_ms: int = 60_000, config: SimConfig | None = None, trace: bool = True,
-             tail: int = 60) -> RunSummary:
+             tail: int = 60, full_trace: bool = False) -> RunSummary:
     t0 = time.perf_counter()
+    if full_trace:
+        config = replace(config or SimConfig(), trace_limit=None)
     cluster = build_cluster(seed, brokers=brokers, partitions=partitions, config=config,
                             trace=trace)
     cluster.start()
@@ -154,7 +156,9 @@ def run_seed(seed: int, steps: int = 2000, *, brokers: int = 3, partitions: int 
     summary.offline = sum(1 for tp in cluster.tps if cluster.offline_by_kip966(tp))
     summary.trace_digest = cluster.trace.digest()
     summary.wall_s = time.perf_counter() - t0
-    if not summary.ok:
+    if full_trace:
+        summary.trace_tail = cluster.trace.lines()
+    elif not summary.ok:
         # Appends are most of the trace; the tail shows the protocol events around the failure.
         entries = [e for e in cluster.trace.entries if e[1] != "append"]
         summary.trace_tail = [format_entry(e) for e in entries[-tail:]]
