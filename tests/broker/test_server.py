@@ -250,3 +250,30 @@ def test_startup_failures_are_clear(zookeeper: ZooKeeperServer, tmp_path: Path) 
     r = _tidelog("server", str(cfg), "--log-level", "ERROR")
     assert r.returncode == 1
     assert r.stderr.strip().splitlines()[-1].startswith("error: broker startup failed: could not connect to ZooKeeper")
+
+
+def test_log_retention_task_deletes_old_segments(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    from tidelog.protocol.messages import list_offsets as m_lo
+    from tidelog.protocol.records.builder import Record, build_batch
+
+    zk = new_chroot(zookeeper)
+    b = BrokerThread(broker_props(1, zk, tmp_path / "ret",
+                                  **{"log.retention.check.interval.ms": 100})).start()
+    ctl = ActingController(zk, [b])
+    try:
+        ctl.create_topic("ret", {0: [1]}, config={"segment.bytes": "1000", "retention.ms": "60000"})
+        for i in range(4):  # records from 1970: older than any retention; ~700 B rolls a segment
+            batch = build_batch([Record(value=b"%d" % i * 700, timestamp=1000 + i)])
+            assert produce(b.port, "ret", 0, batch, acks=1) == (0, i)
+
+        def earliest() -> int:
+            req = m_lo.ListOffsetsRequest(replica_id=-1, topics=[m_lo.ListOffsetsTopic(
+                "ret", [m_lo.ListOffsetsPartition(partition_index=0, timestamp=-2)])])
+            return send(b.port, req).topics[0].partitions[0].offset
+
+        # Every closed segment goes; the active one (the last batch) stays.
+        wait_until(lambda: earliest() == 3, timeout_s=10, what="retention")
+        assert fetch(b.port, "ret", 0, 0).error_code == 1  # OFFSET_OUT_OF_RANGE
+    finally:
+        b.stop()
+        ctl.close()
