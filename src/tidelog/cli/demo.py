@@ -356,7 +356,8 @@ class ClusterDemo:
                 return (head + f"ISR [{_isr(a)}] -> [bold red][{_isr(b)}][/]\n         [cyan]"
                         f"leader {b.leader} dropped the follower: no fetch up to its log end for "
                         f"replica.lag.time.max.ms={self.lag_ms} (isr-expiration task, "
-                        f"maybe_shrink_isr)[/]")
+                        f"maybe_shrink_isr); acks=all writes go on with {len(b.isr)} in-sync "
+                        f"replicas (min.insync.replicas=2)[/]")
 
             def failed_over(st: PartitionStates) -> bool:
                 return (0 in st and st[0].leader not in (victim, -1)
@@ -399,7 +400,9 @@ class ClusterDemo:
             self.step(f"5. restart broker {victim}")
             msg = await asyncio.to_thread(self.cluster.start_broker, victim, 60.0,
                                           lambda m: self.console.print(f"[dim]  {m}"))
+            registered_at = time.monotonic()
             self.event(msg)
+            hw_at_restart = (await client.list_offsets({tp0: -1}))[tp0].offset
             self.say("It registers with a new broker epoch; the controller sends it "
                      "LeaderAndIsr (follower of every partition); it truncates to the leader "
                      "epoch boundaries (KIP-101) and fetches until it has caught up.")
@@ -409,6 +412,13 @@ class ClusterDemo:
 
             await self.watch(states, rejoined, 90, f"broker {victim} back in every ISR",
                              explain)
+            if on_disk is not None and hw_at_restart >= 0:
+                self.say(f"Broker {victim} was down {registered_at - self.t0:.1f} s: its "
+                         f"{TOPIC}-0 ended at {on_disk:,} and the high watermark was "
+                         f"{hw_at_restart:,} when it registered, so it fetched at least "
+                         f"{max(0, hw_at_restart - on_disk):,} records of {TOPIC}-0 and was back "
+                         f"in every ISR {time.monotonic() - registered_at:.1f} s after "
+                         f"registering.")
             after = await self.table(f"broker {victim} is back in every ISR")
             if 0 in after:
                 leo = next((o.log_end_offset for o in after[0].offsets if o.broker == victim),
@@ -608,7 +618,7 @@ def run_storage_demo(data_dir: str, count: int, console: Console) -> None:
               help="Records the producer writes.")
 @click.option("--rate", default=1000.0, show_default=True, type=click.FloatRange(10),
               help="Records per second the producer writes (a steady stream).")
-@click.option("--lag-ms", default=4000, show_default=True, type=click.IntRange(500, 30_000),
+@click.option("--lag-ms", default=2500, show_default=True, type=click.IntRange(500, 30_000),
               help="replica.lag.time.max.ms of the brokers: how soon a silent follower leaves "
                    "the ISR.")
 @click.option("--keep", is_flag=True, help="Leave the cluster running at the end.")
