@@ -19,7 +19,7 @@ def cluster(brokers: dict[int, int] | None = None, *, unclean: bool = False,
             replicas: tuple[int, ...] = (0, 1, 2)) -> ControllerCore:
     core = ControllerCore(100, 1, unclean_leader_election_enable=unclean)
     core.add_partition(TP, replicas)
-    for b, epoch in (brokers or {0: 10, 1: 11, 2: 12}).items():
+    for b, epoch in (brokers if brokers is not None else {0: 10, 1: 11, 2: 12}).items():
         core.live_brokers[b] = epoch
     return core
 
@@ -173,3 +173,15 @@ def test_requests_carry_controller_epoch_and_each_receivers_broker_epoch():
         for r in reqs:
             assert r.controller_epoch == 1 and r.controller_id == 100
             assert r.broker_epoch == core.live_brokers[broker]
+
+
+def test_new_partition_without_live_replicas_comes_online_when_one_starts():
+    core = cluster({})  # nobody registered yet
+    d = core.initial_leaders()
+    assert d.writes == [] and d.offline == [TP]
+    d = core.on_broker_startup(1, 31)
+    (w,) = d.writes
+    assert w.expected_zk_version == -1 and w.state.leader == 1 and w.state.isr == (1,)
+    out = apply_all(core, d)
+    assert core.partition_states[TP].zk_version == 0
+    assert any(isinstance(r, LeaderAndIsrRequest) for r in out[1])

@@ -118,20 +118,29 @@ class ControllerCore:
     def initial_leaders(self) -> Decision:
         """New partitions: leader = first live assigned replica, ISR = live assigned replicas."""
         d = Decision(update_metadata=True)
-        for tp, replicas in sorted(self.assignments.items()):
+        for tp in sorted(self.assignments):
             if tp in self.partition_states:
                 continue
-            live = [r for r in replicas if r in self.live_brokers]
-            if not live:
+            w = self._new_partition(tp)
+            if w is None:
                 d.offline.append(tp)
-                continue
-            state = LeaderAndIsrPartitionState(
-                topic=tp.topic, partition=tp.partition, controller_epoch=self.controller_epoch,
-                leader=live[0], leader_epoch=0, isr=tuple(live), zk_version=0,
-                replicas=tuple(replicas), is_new=True)
-            d.writes.append(PartitionWrite(tp, state, -1))
-            self.stats.elections += 1
+            else:
+                d.writes.append(w)
         return d
+
+    def _new_partition(self, tp: TopicPartition) -> PartitionWrite | None:
+        """Kafka's NewPartition -> OnlinePartition: leader = first live assigned replica,
+        ISR = the live assigned replicas; None while no replica is alive."""
+        replicas = self.assignments[tp]
+        live = [r for r in replicas if r in self.live_brokers and r not in self.shutting_down]
+        if not live:
+            return None
+        state = LeaderAndIsrPartitionState(
+            topic=tp.topic, partition=tp.partition, controller_epoch=self.controller_epoch,
+            leader=live[0], leader_epoch=0, isr=tuple(live), zk_version=0,
+            replicas=tuple(replicas), is_new=True)
+        self.stats.elections += 1
+        return PartitionWrite(tp, state, -1)
 
     # -- events --------------------------------------------------------------------------
     def on_broker_startup(self, broker_id: int, broker_epoch: int) -> Decision:
@@ -150,6 +159,10 @@ class ControllerCore:
                 continue
             state = self._current(tp, d)
             if state is None:
+                # A new partition none of whose replicas was alive so far.
+                w = self._new_partition(tp)
+                if w is not None:
+                    d.writes.append(w)
                 continue
             if state.leader == NO_LEADER or state.leader not in self.live_brokers:
                 w = self._elect(tp, state, reason="offline")

@@ -89,6 +89,25 @@ def naive_config(rule: str) -> SimConfig:
     return _naive(rule)
 
 
+def varied_config(seed: int, base: SimConfig | None = None) -> SimConfig:
+    """`base` with timing knobs drawn from the seed (lag time, session timeout, fetch wait,
+    link latency, checkpoint and page-cache intervals): safe to vary without touching
+    NoAckedLoss's precondition (min.insync.replicas and acks stay as they are)."""
+    import random
+
+    rng = random.Random(seed * 7919 + 17)
+    base = base or SimConfig()
+    rep = base.replication.with_(
+        replica_lag_time_max_ms=rng.choice((300, 1000, 3000)),
+        replica_fetch_wait_max_ms=rng.choice((10, 100, 500)),
+        replica_fetch_backoff_ms=rng.choice((20, 100, 500)))
+    link = replace(base.link, min_delay_ms=1, max_delay_ms=rng.choice((1, 3, 10, 30)))
+    return replace(base, replication=rep, link=link,
+                   session_timeout_ms=rng.choice((800, 1500, 4000)),
+                   hw_checkpoint_ms=rng.choice((100, 500, 5000)),
+                   os_flush_ms=rng.choice((50, 1000, 30_000)))
+
+
 def build_cluster(seed: int, *, brokers: int = 3, partitions: int = 1,
                   config: SimConfig | None = None, trace: bool = True) -> SimCluster:
     base = config or SimConfig()
