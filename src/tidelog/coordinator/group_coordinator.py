@@ -1,0 +1,536 @@
+"""`GroupCoordinator`: the asyncio shell around the pure group state machine (Kafka 2.x's
+`GroupCoordinator` + `GroupMetadataManager`).
+
+It owns the groups whose offsets partition (`partition_for(group_id)`) this broker leads:
+`on_election(partition, leader_epoch)` loads that partition's offsets and group metadata from
+the local log (requests for its groups meanwhile get COORDINATOR_LOAD_IN_PROGRESS);
+`on_resignation(partition)` drops them, answering every waiting request NOT_COORDINATOR so that
+clients look the coordinator up again.
+
+It performs what `GroupMetadata` decides: waiting JoinGroup / SyncGroup requests are futures
+resolved when a decision carries their answer; the leader's assignment (and an emptied group)
+is written to `__consumer_offsets` with acks=all before the members get it; a ticker task calls
+`tick` at the groups' next deadlines (sessions, the join phase, pending member ids). Committed
+offsets are written with acks=all (`offsets.commit.timeout.ms`) and only then become visible to
+OffsetFetch. Everything runs on the broker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tidelog.coordinator.group import (
+    GroupDecision,
+    GroupMetadata,
+    GroupState,
+    JoinResult,
+    MemberMetadata,
+    MemberSummary,
+    SyncResult,
+)
+from tidelog.coordinator.offsets import (
+    GROUP_METADATA_TOPIC_NAME,
+    GroupMetadataSnapshot,
+    MemberSnapshot,
+    OffsetAndMetadata,
+    encode_group_metadata_key,
+    encode_group_metadata_value,
+    encode_offset_commit_key,
+    encode_offset_commit_value,
+    load_partition,
+    partition_for,
+)
+from tidelog.protocol.errors import ErrorCode, error_name
+from tidelog.protocol.records.builder import Record, build_batch
+from tidelog.replication.types import TopicPartition
+
+__all__ = ["CoordinatorConfig", "GroupCoordinator"]
+
+logger = logging.getLogger(__name__)
+
+E = ErrorCode
+# The longest a ticker sleep lasts with nothing due (new deadlines wake it earlier).
+_MAX_TICK_S = 0.5
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorConfig:
+    """Kafka's group coordinator settings (keys in the comments, Kafka's defaults)."""
+
+    offsets_topic_num_partitions: int = 50  # offsets.topic.num.partitions
+    offsets_topic_replication_factor: int = 3  # offsets.topic.replication.factor
+    offsets_topic_segment_bytes: int = 100 * 1024 * 1024  # offsets.topic.segment.bytes
+    group_initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
+    group_min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
+    group_max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
+    offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+    offsets_commit_timeout_ms: int = 5000  # offsets.commit.timeout.ms
+
+    @classmethod
+    def from_kafka_config(cls, config: Any) -> CoordinatorConfig:
+        def get(key: str, default: int) -> int:
+            try:
+                v = config.get(key)
+            except (KeyError, ValueError):
+                return default
+            return default if v is None else int(v)
+
+        d = cls()
+        return cls(
+            offsets_topic_num_partitions=get("offsets.topic.num.partitions",
+                                             d.offsets_topic_num_partitions),
+            offsets_topic_replication_factor=get("offsets.topic.replication.factor",
+                                                 d.offsets_topic_replication_factor),
+            offsets_topic_segment_bytes=get("offsets.topic.segment.bytes",
+                                            d.offsets_topic_segment_bytes),
+            group_initial_rebalance_delay_ms=get("group.initial.rebalance.delay.ms",
+                                                 d.group_initial_rebalance_delay_ms),
+            group_min_session_timeout_ms=get("group.min.session.timeout.ms",
+                                             d.group_min_session_timeout_ms),
+            group_max_session_timeout_ms=get("group.max.session.timeout.ms",
+                                             d.group_max_session_timeout_ms),
+            offset_metadata_max_bytes=get("offset.metadata.max.bytes",
+                                          d.offset_metadata_max_bytes),
+            offsets_commit_timeout_ms=get("offsets.commit.timeout.ms",
+                                          d.offsets_commit_timeout_ms),
+        )
+
+
+def _offset_store_error(error: int) -> int:
+    """An append error as OffsetCommit reports it (Kafka's `GroupMetadataManager.storeOffsets`)."""
+    if error in (E.UNKNOWN_TOPIC_OR_PARTITION, E.NOT_ENOUGH_REPLICAS,
+                 E.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
+        return int(E.COORDINATOR_NOT_AVAILABLE)
+    if error in (E.NOT_LEADER_OR_FOLLOWER, E.KAFKA_STORAGE_ERROR):
+        return int(E.NOT_COORDINATOR)
+    if error in (E.MESSAGE_TOO_LARGE, E.RECORD_LIST_TOO_LARGE, E.INVALID_FETCH_SIZE):
+        return int(E.INVALID_COMMIT_OFFSET_SIZE)
+    return error
+
+
+def _group_store_error(error: int) -> int:
+    """An append error as SyncGroup reports it (Kafka's `GroupMetadataManager.storeGroup`)."""
+    if error in (E.UNKNOWN_TOPIC_OR_PARTITION, E.NOT_ENOUGH_REPLICAS,
+                 E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, E.REQUEST_TIMED_OUT):
+        return int(E.COORDINATOR_NOT_AVAILABLE)
+    if error in (E.NOT_LEADER_OR_FOLLOWER, E.KAFKA_STORAGE_ERROR):
+        return int(E.NOT_COORDINATOR)
+    return int(E.UNKNOWN_SERVER_ERROR) if error else 0
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        broker_id: int,
+        replica_manager: Any,
+        config: CoordinatorConfig | None = None,
+        *,
+        clock: Callable[[], int] = _wall_ms,
+    ) -> None:
+        """`replica_manager`: the broker's `BrokerReplicaManager` (its `core.partition(tp)` and
+        `append_records(acks, {tp: batch}, timeout_ms)` are used)."""
+        self.broker_id = broker_id
+        self.rm = replica_manager
+        self.config = config or CoordinatorConfig()
+        self.clock = clock
+        self.groups: dict[str, GroupMetadata] = {}
+        self.offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        self.owned: dict[int, int] = {}  # loaded offsets partition -> its leader epoch
+        self.loading: dict[int, int] = {}  # offsets partition being loaded -> leader epoch
+        self._waiters: dict[tuple[str, str, str], asyncio.Future[Any]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._ticker: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        self.active = False
+
+    # ------------------------------------------------------------------ life cycle
+    def startup(self) -> None:
+        self._wake = asyncio.Event()
+        self._ticker = asyncio.get_running_loop().create_task(self._run_ticker())
+        self.active = True
+
+    async def shutdown(self) -> None:
+        self.active = False
+        for partition in list(self.owned) + list(self.loading):
+            self.on_resignation(partition)
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._ticker
+        for t in list(self._tasks):
+            t.cancel()
+        for fut in self._waiters.values():
+            if not fut.done():
+                fut.set_result(None)
+        self._waiters.clear()
+
+    # ------------------------------------------------------------------ ownership
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.config.offsets_topic_num_partitions)
+
+    def coordinator_error(self, group_id: str) -> int:
+        """0 when this broker serves `group_id` now, else Kafka's error for why not."""
+        if not self.active:
+            return int(E.COORDINATOR_NOT_AVAILABLE)
+        p = self.partition_for(group_id)
+        if p in self.loading:
+            return int(E.COORDINATOR_LOAD_IN_PROGRESS)
+        if p not in self.owned:
+            return int(E.NOT_COORDINATOR)
+        return 0
+
+    def on_election(self, partition: int, leader_epoch: int) -> None:
+        """This broker became leader of offsets partition `partition`: load it."""
+        if self.owned.get(partition) is not None:
+            self.owned[partition] = max(self.owned[partition], leader_epoch)
+            return
+        if partition in self.loading:
+            return
+        self.loading[partition] = leader_epoch
+        self._spawn(self._load(partition, leader_epoch))
+
+    def on_resignation(self, partition: int) -> None:
+        """This broker no longer leads offsets partition `partition`: drop its groups."""
+        self.loading.pop(partition, None)
+        if self.owned.pop(partition, None) is None:
+            return
+        for group_id in [g for g in self.groups if self.partition_for(g) == partition]:
+            group = self.groups.pop(group_id)
+            self._apply(group, group.mark_dead())
+        for group_id in [g for g in self.offsets if self.partition_for(g) == partition]:
+            del self.offsets[group_id]
+        logger.info("unloaded offsets partition %d", partition)
+
+    async def _load(self, partition: int, leader_epoch: int) -> None:
+        await asyncio.sleep(0)  # after the LeaderAndIsr that elected us has been answered
+        if self.loading.get(partition) != leader_epoch:
+            return
+        tp = TopicPartition(GROUP_METADATA_TOPIC_NAME, partition)
+        p = self.rm.core.partition(tp)
+        if p is None or not p.is_leader:
+            self.loading.pop(partition, None)
+            return
+        try:
+            loaded = load_partition(p.log.batches(p.log.log_start_offset), p.log_end_offset)
+        except Exception as e:  # the partition stays unserved (COORDINATOR_LOAD_IN_PROGRESS)
+            logger.error("loading offsets partition %d failed: %s", partition, e)
+            return
+        if loaded.skipped:
+            logger.warning("offsets partition %d: %d unreadable records skipped", partition,
+                           loaded.skipped)
+        now = self.clock()
+        for group_id, offsets in loaded.offsets.items():
+            if self.partition_for(group_id) == partition:
+                self.offsets[group_id] = offsets
+        for group_id, snap in loaded.groups.items():
+            if self.partition_for(group_id) != partition:
+                continue
+            members = [
+                MemberMetadata(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                               m.rebalance_timeout_ms, m.session_timeout_ms, snap.protocol_type,
+                               [(snap.protocol_name or "", m.subscription)], m.assignment)
+                for m in snap.members
+            ]
+            self.groups[group_id] = GroupMetadata.loaded(
+                group_id, protocol_type=snap.protocol_type, generation_id=snap.generation_id,
+                protocol_name=snap.protocol_name, leader_id=snap.leader_id, members=members,
+                now_ms=now, initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms)
+        del self.loading[partition]
+        self.owned[partition] = leader_epoch
+        self._kick()
+        logger.info("loaded offsets partition %d (epoch %d): %d groups, offsets of %d groups",
+                    partition, leader_epoch, len(loaded.groups), len(loaded.offsets))
+
+    # ------------------------------------------------------------------ plumbing
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _kick(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def _wait(self, group_id: str, member_id: str, kind: str) -> asyncio.Future[Any]:
+        key = (group_id, member_id, kind)
+        old = self._waiters.get(key)
+        if old is not None and not old.done():
+            # The member asked again (its client gave up on the first request).
+            old.set_result(JoinResult(int(E.REBALANCE_IN_PROGRESS), member_id) if kind == "join"
+                           else SyncResult(int(E.REBALANCE_IN_PROGRESS)))
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiters[key] = fut
+        return fut
+
+    def _resolve(self, group_id: str, member_id: str, kind: str, result: Any) -> None:
+        fut = self._waiters.pop((group_id, member_id, kind), None)
+        if fut is not None and not fut.done():
+            fut.set_result(result)
+
+    def _apply(self, group: GroupMetadata, d: GroupDecision) -> None:
+        for mid, jr in d.joins.items():
+            self._resolve(group.group_id, mid, "join", jr)
+        for mid, sr in d.syncs.items():
+            self._resolve(group.group_id, mid, "sync", sr)
+        if d.store:
+            self._spawn(self._store_group(group, d.store_generation, dict(d.assignment)))
+        self._kick()
+
+    async def _await_answer(self, fut: asyncio.Future[Any], timeout_ms: int, error: Any) -> Any:
+        try:
+            result = await asyncio.wait_for(fut, timeout=timeout_ms / 1000)
+        except TimeoutError:
+            return error
+        return error if result is None else result
+
+    async def _append(self, partition: int, records: list[Record]) -> int:
+        tp = TopicPartition(GROUP_METADATA_TOPIC_NAME, partition)
+        batch = build_batch(records, now_ms=self.clock())
+        try:
+            results = await self.rm.append_records(-1, {tp: batch},
+                                                   self.config.offsets_commit_timeout_ms)
+        except Exception as e:
+            logger.warning("append to %s failed: %s", tp, e)
+            return int(E.UNKNOWN_SERVER_ERROR)
+        r = results.get(tp)
+        return int(r.error) if r is not None else int(E.UNKNOWN_SERVER_ERROR)
+
+    async def _store_group(self, group: GroupMetadata, generation: int,
+                           assignment: dict[str, bytes]) -> None:
+        snap = GroupMetadataSnapshot(
+            protocol_type=group.protocol_type or "",
+            generation_id=generation,
+            protocol_name=group.protocol_name,
+            leader_id=group.leader_id,
+            current_state_timestamp_ms=group.state_timestamp_ms,
+            members=tuple(
+                MemberSnapshot(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                               m.rebalance_timeout_ms, m.session_timeout_ms,
+                               m.metadata(group.protocol_name), assignment.get(m.member_id, b""))
+                for m in group.members.values()
+            ),
+        )
+        record = Record(key=encode_group_metadata_key(group.group_id),
+                        value=encode_group_metadata_value(snap))
+        error = _group_store_error(await self._append(self.partition_for(group.group_id), [record]))
+        if error:
+            logger.info("group %s: writing generation %d failed: %s", group.group_id, generation,
+                        error_name(error))
+        if self.groups.get(group.group_id) is group:
+            self._apply(group, group.on_store_complete(generation, error, self.clock()))
+
+    async def _run_ticker(self) -> None:
+        assert self._wake is not None
+        while True:
+            self._wake.clear()
+            now = self.clock()
+            next_due: int | None = None
+            for group in list(self.groups.values()):
+                due = group.next_deadline_ms()
+                if due is not None and due <= now:
+                    self._apply(group, group.tick(now))
+                    due = group.next_deadline_ms()
+                if due is not None and (next_due is None or due < next_due):
+                    next_due = due
+            self._wake.clear()
+            sleep_s = _MAX_TICK_S if next_due is None else min(
+                _MAX_TICK_S, max(0.005, (next_due - self.clock()) / 1000))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=sleep_s)
+
+    # ------------------------------------------------------------------ JoinGroup
+    async def handle_join_group(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        require_known_member_id: bool,
+        client_id: str,
+        client_host: str,
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        protocol_type: str,
+        protocols: Sequence[tuple[str, bytes]],
+    ) -> JoinResult:
+        if not group_id:
+            return JoinResult(int(E.INVALID_GROUP_ID), member_id)
+        error = self.coordinator_error(group_id)
+        if error:
+            return JoinResult(error, member_id)
+        cfg = self.config
+        if not cfg.group_min_session_timeout_ms <= session_timeout_ms <= cfg.group_max_session_timeout_ms:
+            return JoinResult(int(E.INVALID_SESSION_TIMEOUT), member_id)
+        now = self.clock()
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_id:
+                return JoinResult(int(E.UNKNOWN_MEMBER_ID), member_id)
+            group = self.groups[group_id] = GroupMetadata(
+                group_id, now, initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms)
+        d = group.join(
+            member_id=member_id, group_instance_id=group_instance_id, client_id=client_id,
+            client_host=client_host, session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms, protocol_type=protocol_type,
+            protocols=protocols, require_known_member_id=require_known_member_id,
+            new_member_id=f"{client_id}-{uuid.uuid4()}", now_ms=now,
+        )
+        fut = self._wait(group_id, d.waiter, "join") if d.waiter is not None else None
+        self._apply(group, d)
+        if d.reply is not None or fut is None:
+            assert isinstance(d.reply, JoinResult)
+            return d.reply
+        # Bounded: the join phase ends by the rebalance timeout (the first one of an Empty
+        # group may be extended up to it past the initial delay); a margin on top.
+        bound = (max(rebalance_timeout_ms, group.rebalance_timeout_ms)
+                 + cfg.group_initial_rebalance_delay_ms + 30_000)
+        return await self._await_answer(fut, bound, JoinResult(int(E.REBALANCE_IN_PROGRESS),
+                                                               d.waiter or member_id))
+
+    # ------------------------------------------------------------------ SyncGroup
+    async def handle_sync_group(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: Mapping[str, bytes],
+    ) -> SyncResult:
+        if not group_id:
+            return SyncResult(int(E.INVALID_GROUP_ID))
+        error = self.coordinator_error(group_id)
+        if error:
+            return SyncResult(error)
+        group = self.groups.get(group_id)
+        if group is None:
+            return SyncResult(int(E.UNKNOWN_MEMBER_ID))
+        d = group.sync(member_id=member_id, generation_id=generation_id,
+                       protocol_type=protocol_type, protocol_name=protocol_name,
+                       assignments=dict(assignments), now_ms=self.clock())
+        fut = self._wait(group_id, d.waiter, "sync") if d.waiter is not None else None
+        self._apply(group, d)
+        if d.reply is not None or fut is None:
+            assert isinstance(d.reply, SyncResult)
+            return d.reply
+        bound = group.rebalance_timeout_ms + self.config.offsets_commit_timeout_ms + 30_000
+        return await self._await_answer(fut, bound, SyncResult(int(E.REBALANCE_IN_PROGRESS)))
+
+    # ------------------------------------------------------------------ Heartbeat / Leave
+    def handle_heartbeat(self, group_id: str, member_id: str, generation_id: int) -> int:
+        if not group_id:
+            return int(E.INVALID_GROUP_ID)
+        error = self.coordinator_error(group_id)
+        if error:
+            return error
+        group = self.groups.get(group_id)
+        if group is None:
+            return int(E.UNKNOWN_MEMBER_ID)
+        return group.heartbeat(member_id, generation_id, self.clock())
+
+    def handle_leave_group(self, group_id: str, member_ids: Sequence[str]) -> tuple[int, dict[str, int]]:
+        """(group-level error, error per member id)."""
+        if not group_id:
+            return int(E.INVALID_GROUP_ID), {}
+        error = self.coordinator_error(group_id)
+        if error:
+            return error, {}
+        group = self.groups.get(group_id)
+        if group is None:
+            return 0, {m: int(E.UNKNOWN_MEMBER_ID) for m in member_ids}
+        errors, d = group.leave(member_ids, self.clock())
+        self._apply(group, d)
+        return 0, errors
+
+    # ------------------------------------------------------------------ offsets
+    async def handle_commit_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        offsets: Mapping[tuple[str, int], OffsetAndMetadata],
+    ) -> dict[tuple[str, int], int]:
+        """Commit; an error code per (topic, partition)."""
+
+        def all_(error: int) -> dict[tuple[str, int], int]:
+            return {tp: error for tp in offsets}
+
+        if not group_id:
+            return all_(int(E.INVALID_GROUP_ID))
+        error = self.coordinator_error(group_id)
+        if error:
+            return all_(error)
+        now = self.clock()
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                # A commit from a generation of a group that does not exist (any more).
+                return all_(int(E.ILLEGAL_GENERATION))
+            group = self.groups[group_id] = GroupMetadata(
+                group_id, now, initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms)
+        error = group.validate_offset_commit(member_id, generation_id, now)
+        if error:
+            return all_(error)
+        results: dict[tuple[str, int], int] = {}
+        records: list[Record] = []
+        accepted: dict[tuple[str, int], OffsetAndMetadata] = {}
+        for (topic, partition), om in offsets.items():
+            if len(om.metadata.encode()) > self.config.offset_metadata_max_bytes:
+                results[(topic, partition)] = int(E.OFFSET_METADATA_TOO_LARGE)
+                continue
+            accepted[(topic, partition)] = om
+            records.append(Record(key=encode_offset_commit_key(group_id, topic, partition),
+                                  value=encode_offset_commit_value(om)))
+        if not records:
+            return results
+        partition = self.partition_for(group_id)
+        epoch = self.owned.get(partition)
+        error = _offset_store_error(await self._append(partition, records))
+        if not error and self.owned.get(partition) == epoch:
+            self.offsets.setdefault(group_id, {}).update(accepted)
+        for tp in accepted:
+            results[tp] = error
+        return results
+
+    def handle_fetch_offsets(
+        self, group_id: str, partitions: Sequence[tuple[str, int]] | None
+    ) -> tuple[int, dict[tuple[str, int], OffsetAndMetadata | None]]:
+        """(error, committed offset per partition; None = nothing committed). `partitions`
+        None: every partition the group committed."""
+        error = self.coordinator_error(group_id)
+        if error:
+            return error, {}
+        stored = self.offsets.get(group_id, {})
+        if partitions is None:
+            return 0, dict(stored)
+        return 0, {tp: stored.get(tp) for tp in partitions}
+
+    # ------------------------------------------------------------------ ListGroups / DescribeGroups
+    def handle_list_groups(self) -> tuple[int, list[tuple[str, str, str]]]:
+        """(error, [(group id, protocol type, state)]) for the groups coordinated here."""
+        if not self.active:
+            return int(E.COORDINATOR_NOT_AVAILABLE), []
+        error = int(E.COORDINATOR_LOAD_IN_PROGRESS) if self.loading else 0
+        return error, [(g.group_id, g.protocol_type or "", g.state.value)
+                       for g in self.groups.values() if g.state != GroupState.DEAD]
+
+    def handle_describe_group(
+        self, group_id: str
+    ) -> tuple[int, tuple[str, str, str, list[MemberSummary]]]:
+        error = self.coordinator_error(group_id)
+        if error:
+            return error, ("", "", "", [])
+        group = self.groups.get(group_id)
+        if group is None:
+            return 0, (GroupState.DEAD.value, "", "", [])
+        return 0, group.summary()
