@@ -5,9 +5,8 @@ Every refusal is Kafka's error code for that case. Requests at a version outside
 range close the connection (as Kafka does), except Produce v0-2, which is advertised (librdkafka
 needs v0 in the table to compress) and answered with UNSUPPORTED_VERSION per partition.
 
-Consumer group APIs are advertised by the protocol table but belong to a group coordinator that
-is not part of this module: `register_handler` plugs one in; until then FindCoordinator answers
-COORDINATOR_NOT_AVAILABLE and the other group APIs close the connection.
+The consumer group APIs belong to `group_coordinator.GroupCoordinator`, which `BrokerServer`
+plugs in with `register_handler`; without it FindCoordinator answers COORDINATOR_NOT_AVAILABLE.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Start-up, in Kafka's order: ZooKeeper session -> cluster id -> broker id (genera
 `/brokers/seqid` when `broker.id=-1`) -> `LogManager` (load + recovery; the HW checkpoints are
 read with it) -> replica manager -> socket servers (one per listener; port 0 binds a free port
 and that port is advertised) -> registration `/brokers/ids/<id>` (its czxid is the broker epoch)
--> scheduled tasks -> the controller, if a factory was given.
+-> scheduled tasks and the group coordinator -> the controller, if a factory was given.
 
 Shutdown: controlled shutdown first (when `controlled.shutdown.enable` and a controller is
 elected: ask it, over the wire, to move leadership off this broker; retried
@@ -30,6 +30,8 @@ from collections.abc import Callable
 from typing import Any
 
 from tidelog.broker.config import KafkaConfig
+from tidelog.broker.group_apis import GroupApis
+from tidelog.broker.group_coordinator import GroupCoordinator
 from tidelog.broker.kafka_apis import KafkaApis
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.producer_id_manager import ProducerIdManager
@@ -77,6 +79,8 @@ class BrokerServer:
         self.metadata_cache: MetadataCache = None  # type: ignore[assignment]
         self.producer_id_manager: ProducerIdManager = None  # type: ignore[assignment]
         self.apis: KafkaApis = None  # type: ignore[assignment]
+        self.group_apis: GroupApis | None = None
+        self.group_coordinator: GroupCoordinator = None  # type: ignore[assignment]
         self.controller: Any = None
         self.socket_servers: dict[str, SocketServer] = {}
         self.bound_ports: dict[str, int] = {}
@@ -171,6 +175,10 @@ class BrokerServer:
             producer_id_expiration_ms=cfg.get("producer.id.expiration.ms"),
         )
         self.apis = KafkaApis(self)
+        self.group_apis = GroupApis(self)  # the group coordinator's APIs (register_handler)
+        self.group_apis.register(self.apis)
+        self.group_coordinator = GroupCoordinator(self)
+        self.group_coordinator.register(self.apis)
         for ep in cfg.listeners:
             server = SocketServer(
                 ep.host, ep.port, self._handle,
@@ -193,6 +201,7 @@ class BrokerServer:
         loop = asyncio.get_running_loop()
         zk.on_new_session(lambda e: loop.call_soon_threadsafe(self._on_new_session, e))
         self.replica_manager.start()
+        self.group_coordinator.start()
         if self.controller_factory is not None:
             self.controller = self.controller_factory(cfg, zk, self.broker_id)
             result = self.controller.startup()
@@ -318,6 +327,10 @@ class BrokerServer:
                         await result
                 except Exception as e:
                     logger.warning("controller shutdown failed: %s", e)
+            if self.group_coordinator is not None:
+                await self.group_coordinator.shutdown()
+            if self.group_apis is not None:
+                await self.group_apis.shutdown()
             if self.replica_manager is not None:
                 await self.replica_manager.shutdown()
             for server in self.socket_servers.values():
