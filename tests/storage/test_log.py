@@ -322,6 +322,21 @@ def test_offset_for_timestamp_finds_the_first_batch_at_or_after(fio: MemoryFileI
     assert log.offset_for_timestamp(5000) is None
 
 
+def test_offset_for_timestamp_finds_the_record_inside_a_batch(fio: MemoryFileIO) -> None:
+    from tidelog.protocol.records.builder import Record, build_batch
+
+    log = new_log(fio, small_config(segment_bytes=1 << 20))
+    stamps = [100, 300, 200, 400, 500]  # CreateTime records need not be ordered
+    log.append_as_leader(build_batch([Record(b"v", timestamp=t) for t in stamps]), 0, 0)
+    log.append_as_leader(build_batch([Record(b"w", timestamp=t) for t in (600, 700)]), 0, 0)
+    assert log.offset_for_timestamp(250) == (1, 300)
+    assert log.offset_for_timestamp(301) == (3, 400)
+    assert log.offset_for_timestamp(650) == (6, 700)
+    log.update_high_watermark(7)
+    log.maybe_increment_log_start_offset(2)
+    assert log.offset_for_timestamp(250) == (3, 400)  # never below the log start
+
+
 def test_parse_topic_partition() -> None:
     assert parse_topic_partition("orders-3") == ("orders", 3)
     assert parse_topic_partition("my-topic-12") == ("my-topic", 12)

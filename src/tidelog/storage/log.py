@@ -654,15 +654,27 @@ class Log:
             yield from segment.iter_batches(found[0])
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """ListOffsets by time, at batch granularity: (base offset, max timestamp) of the first
-        batch whose max timestamp >= `timestamp`, or None when every batch is older."""
+        """ListOffsets by time (Kafka's findOffsetByTimestamp): (offset, timestamp) of the first
+        record at or after the log start whose timestamp >= `timestamp`, or None when every
+        record is older. The time index finds the batch; only that batch is decoded."""
+        from tidelog.protocol.records.decoder import decode_records
+
+        start = self.log_start_offset
         for segment in self.segments:
             if segment.max_timestamp < timestamp:
                 continue
             _, offset = segment.time_index.lookup(timestamp - 1)
-            for batch in self.batches(max(offset, self.log_start_offset, segment.base_offset)):
-                if batch.max_timestamp >= timestamp:
-                    return max(batch.base_offset, self.log_start_offset), batch.max_timestamp
+            for batch in self.batches(max(offset, start, segment.base_offset)):
+                if batch.max_timestamp < timestamp:
+                    continue
+                if batch.timestamp_type == 1:  # LogAppendTime: every record has max_timestamp
+                    return max(batch.base_offset, start), batch.max_timestamp
+                try:
+                    for record in decode_records(batch, verify_crc=False):
+                        if record.offset >= start and record.timestamp >= timestamp:
+                            return record.offset, record.timestamp
+                except CorruptRecordError:
+                    return max(batch.base_offset, start), batch.max_timestamp
             return None
         return None
 
