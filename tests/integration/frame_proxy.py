@@ -138,3 +138,99 @@ async def _read_frame(reader: asyncio.StreamReader) -> bytes | None:
         return await reader.readexactly(size)
     except (asyncio.IncompleteReadError, ConnectionError, OSError):
         return None
+
+
+class HoldProxy:
+    """A byte-level TCP proxy (for ZooKeeper) that can hold the client's traffic: once armed
+    with a pattern, the first client chunk containing it, and everything after it, is held
+    until `release()` (a write in flight that the server has not seen yet)."""
+
+    def __init__(self, target_port: int, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.target_port = target_port
+        self.port = pick_free_port(host)
+        self.pattern: bytes | None = None
+        self.holding = threading.Event()
+        self._released: asyncio.Event | None = None
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.AbstractServer | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
+                                        name=f"hold-proxy-{self.port}")
+
+    def start(self) -> HoldProxy:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        return self
+
+    async def _start(self) -> None:
+        self._released = asyncio.Event()
+        self._released.set()
+        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+
+    def arm(self, pattern: bytes) -> None:
+        self.holding.clear()
+        self.pattern = pattern
+
+    def release(self) -> None:
+        self.pattern = None
+        self.holding.clear()
+        assert self._released is not None
+        self._loop.call_soon_threadsafe(self._released.set)
+
+    def stop(self) -> None:
+        async def close() -> None:
+            if self._server is not None:
+                self._server.close()
+            for w in list(self._writers):
+                w.close()
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(close(), self._loop).result(5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    async def _handle(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+        try:
+            sr, sw = await asyncio.open_connection(self.host, self.target_port)
+        except OSError:
+            cw.close()
+            return
+        self._writers.update((cw, sw))
+
+        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter, up: bool) -> None:
+            while data := await r.read(65536):
+                if up:
+                    assert self._released is not None
+                    pattern = self.pattern
+                    if pattern is not None and pattern in data and self._released.is_set():
+                        self._released.clear()
+                        self.holding.set()
+                    await self._released.wait()
+                w.write(data)
+                await w.drain()
+
+        tasks = [asyncio.ensure_future(pipe(cr, sw, True)),
+                 asyncio.ensure_future(pipe(sr, cw, False))]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            for t in tasks:
+                t.cancel()
+            for w in (cw, sw):
+                w.close()
+                self._writers.discard(w)
+
+
+def replication_listener(proxy: FrameProxy, real_port: int, client_port: int) -> dict[str, str]:
+    """A broker's settings for a REPLICATION listener on `real_port`, advertised at the proxy:
+    every inter-broker connection (fetchers, the controller's channel) passes the proxy."""
+    return {
+        "listeners": f"PLAINTEXT://127.0.0.1:{client_port},REPLICATION://127.0.0.1:{real_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{client_port},"
+                                f"REPLICATION://127.0.0.1:{proxy.port}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,REPLICATION:PLAINTEXT",
+        "inter.broker.listener.name": "REPLICATION",
+    }

@@ -3,6 +3,7 @@ processes), real Kafka clients, and helpers to read the partition state in ZooKe
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -14,8 +15,14 @@ from typing import Any
 
 import confluent_kafka
 
+from tidelog.client.connection import BrokerConnection
 from tidelog.controller.zk_client import KafkaZkClient
 from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch
+from tidelog.protocol.messages.list_offsets import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
 
 TIDELOG = [sys.executable, "-m", "tidelog"]
 LAG_MS = 1500
@@ -148,3 +155,21 @@ def produce_acked(p: Any, topic: str, values: list[tuple[bytes, bytes]],
     return acked
 
 
+def replica_leo(port: int, topic: str, partition: int) -> int | None:
+    """The replica's log end offset, from its own broker (ListOffsets, replica id -2)."""
+
+    async def ask() -> int | None:
+        conn = BrokerConnection("127.0.0.1", port, request_timeout_ms=3000)
+        try:
+            await conn.connect(timeout_s=3)
+            r = await conn.send(ListOffsetsRequest(
+                replica_id=-2, topics=[ListOffsetsTopic(topic, [
+                    ListOffsetsPartition(partition, -1, -1, max_num_offsets=1)])]))
+            p = r.topics[0].partitions[0]
+            return None if p.error_code else int(p.offset)
+        except Exception:  # noqa: BLE001 - not up yet
+            return None
+        finally:
+            await conn.close()
+
+    return asyncio.run(ask())

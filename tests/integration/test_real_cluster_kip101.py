@@ -11,7 +11,6 @@ truncates nothing. Once the network heals A rejoins the ISR; B is killed; A lead
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import time
@@ -20,19 +19,13 @@ from typing import Any
 
 import pytest
 from frame_proxy import FrameProxy, ProxiedRequest
-from real_cluster_harness import consume_all, producer, wait_for
+from real_cluster_harness import consume_all, producer, replica_leo, wait_for
 
-from tidelog.client.connection import BrokerConnection
 from tidelog.cluster.local import LocalCluster, _pid_runs
 from tidelog.cluster.zookeeper import pick_free_port
 from tidelog.controller.admin import AdminZkClient
 from tidelog.controller.zk_client import KafkaZkClient
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.messages.list_offsets import (
-    ListOffsetsPartition,
-    ListOffsetsRequest,
-    ListOffsetsTopic,
-)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -45,26 +38,6 @@ SETTINGS = {
     "auto.leader.rebalance.enable": "false",
     "unclean.leader.election.enable": "false",
 }
-
-
-def replica_leo(port: int, topic: str, partition: int) -> int | None:
-    """The replica's log end offset, from its own broker (ListOffsets, replica id -2)."""
-
-    async def ask() -> int | None:
-        conn = BrokerConnection("127.0.0.1", port, request_timeout_ms=3000)
-        try:
-            await conn.connect(timeout_s=3)
-            r = await conn.send(ListOffsetsRequest(
-                replica_id=-2, topics=[ListOffsetsTopic(topic, [
-                    ListOffsetsPartition(partition, -1, -1, max_num_offsets=1)])]))
-            p = r.topics[0].partitions[0]
-            return None if p.error_code else int(p.offset)
-        except Exception:  # noqa: BLE001 - not up yet
-            return None
-        finally:
-            await conn.close()
-
-    return asyncio.run(ask())
 
 
 def fetch_at_or_past(offset: int) -> Any:

@@ -1,0 +1,150 @@
+"""The maximal-ISR rule with real processes (correctness.md, marked P).
+
+While an ISR expansion is being written to ZooKeeper, the leader must compute the high
+watermark over the current and the proposed members. Counterexample without it: ISR [1,2], the
+leader starts adding 3; the HW advances on [1,2] while 3 has nothing; the write lands ISR
+[1,2,3]; 1 and 2 die; 3 is elected; the acknowledged records are lost.
+
+Here the leader's (broker 1) ZooKeeper connection goes through a proxy that holds the write
+`"isr":[1,2,3]` in flight, and a frame-aware proxy on its replication listener starves broker
+3 of data; records produced meanwhile must not be acknowledged, and after 1 and 2 are killed
+and 3 leads, every acknowledged record is there.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from frame_proxy import FrameProxy, HoldProxy, ProxiedRequest, replication_listener
+from real_cluster_harness import consume_all, producer, replica_leo, wait_for
+
+from tidelog.cluster.local import LocalCluster, _pid_runs
+from tidelog.cluster.zookeeper import pick_free_port
+from tidelog.controller.admin import AdminZkClient
+from tidelog.controller.zk_client import KafkaZkClient
+from tidelog.protocol.api_keys import ApiKey
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+TOPIC = "maxisr"
+SETTINGS = {
+    "zookeeper.session.timeout.ms": "8000",
+    "replica.socket.timeout.ms": "3000",
+    "replica.lag.time.max.ms": "2000",
+    "auto.leader.rebalance.enable": "false",
+}
+
+
+def starve(broker_id: int) -> Any:
+    prefix = f"broker-{broker_id}-"
+
+    def rule(req: ProxiedRequest) -> bool:
+        return req.api_key == ApiKey.FETCH and bool(req.client_id) and \
+            req.client_id.startswith(prefix)  # type: ignore[union-attr]
+    return rule
+
+
+def test_hw_waits_for_a_replica_being_added_to_the_isr(tmp_path: Path) -> None:
+    proxies: dict[int, FrameProxy] = {}
+    cluster = LocalCluster(tmp_path / "maxisr")
+    zk_hold: list[HoldProxy] = []
+
+    def overrides(broker_id: int, client_port: int) -> dict[str, str]:
+        real = pick_free_port()
+        proxies[broker_id] = FrameProxy(real).start()
+        out = replication_listener(proxies[broker_id], real, client_port)
+        if broker_id == 1:
+            zk_port = int(cluster.zookeeper.rsplit(":", 1)[1])
+            zk_hold.append(HoldProxy(zk_port).start())
+            out["zookeeper.connect"] = f"127.0.0.1:{zk_hold[0].port}"
+        return out
+
+    zk: KafkaZkClient | None = None
+    try:
+        cluster.up(3, SETTINGS, broker_overrides=overrides)
+        hold, to_1 = zk_hold[0], proxies[1]
+        zk = KafkaZkClient(cluster.zookeeper).start(create_top_level_paths=False)
+
+        def state() -> Any:
+            return zk.get_partition_state((TOPIC, 0))  # type: ignore[union-attr]
+
+        AdminZkClient(zk).create_topic(TOPIC, 0, 0, {"min.insync.replicas": "2"},
+                                       replica_assignment={0: [1, 2, 3]})
+        wait_for(lambda: (s := state()) and s.leader == 1 and s.isr == (1, 2, 3), 30,
+                 "1 leads with ISR [1,2,3]")
+
+        acked: list[tuple[int, bytes]] = []
+        lock = threading.Lock()
+        p = producer(cluster.bootstrap_servers, **{"linger.ms": 0, "message.timeout.ms": 20000})
+
+        def on_delivery(err: Any, msg: Any) -> None:
+            if err is None:
+                with lock:
+                    acked.append((msg.offset(), msg.value()))
+
+        def send(prefix: bytes, n: int) -> None:
+            for i in range(n):
+                p.produce(TOPIC, value=b"%s-%d" % (prefix, i), partition=0,
+                          on_delivery=on_delivery)
+            p.poll(0)
+
+        send(b"first", 20)
+        assert p.flush(30) == 0 and len(acked) == 20
+
+        # 3 falls behind and leaves the ISR (the leader shrinks it after the lag time).
+        to_1.drop_responses = starve(3)
+        wait_for(lambda: (s := state()) and s.isr == (1, 2), 30, "ISR [1,2]")
+        send(b"second", 20)
+        assert p.flush(30) == 0 and len(acked) == 40
+
+        # 3 may fetch again: it catches up and the leader proposes ISR [1,2,3]; that write is
+        # held on its way to ZooKeeper.
+        hold.arm(b'"isr":[1,2,3]')
+        to_1.drop_responses = None
+        to_1.cut_connections()
+        assert hold.holding.wait(30), "the leader never proposed adding 3"
+        # 3 gets nothing more from now on; records produced now are on 1 and 2 only.
+        to_1.drop_responses = starve(3)
+        before = len(acked)
+        send(b"during", 10)
+        # They reached 2: over ISR [1,2] alone the HW would be 50 and they would be acked.
+        two = cluster.brokers[2].port
+        wait_for(lambda: replica_leo(two, TOPIC, 0) == 50, 10, "broker 2 has the records")
+        time.sleep(1.5)
+        p.poll(0)
+        with lock:
+            during = len(acked) - before
+        assert during == 0, f"{during} records acknowledged without the replica being added"
+        hold.release()
+        wait_for(lambda: (s := state()) and s.isr == (1, 2, 3), 30, "ISR [1,2,3] written")
+
+        # 1 and 2 die; 3 is the only one left in the ISR: it leads.
+        cluster.stop_broker(1, kill=True)
+        cluster.stop_broker(2, kill=True)
+        wait_for(lambda: (s := state()) and s.leader == 3, 60, "3 elected")
+        p.flush(30)
+        three = f"127.0.0.1:{cluster.brokers[3].port}"
+        got = consume_all(three, TOPIC, 1, len(acked), timeout_s=30)[0]
+        by_offset = {o: v for _k, v, o in got}
+        lost = [(o, v) for o, v in acked if by_offset.get(o) != v]
+        assert not lost, f"acknowledged records lost: {lost[:5]}"
+    finally:
+        if zk is not None:
+            zk.close()
+        for h in zk_hold:
+            h.release()
+        if (cluster.dir / "cluster.json").exists():
+            cluster.down(timeout_s=10)
+        for b in cluster.brokers.values():  # backstop, by PID, only if still that broker
+            if _pid_runs(b.pid, b.config):
+                os.kill(b.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        for proxy in proxies.values():
+            proxy.stop()
+        for h in zk_hold:
+            h.stop()
