@@ -141,7 +141,7 @@ def test_list_offsets_earliest_latest_and_by_timestamp(one_broker: BrokerThread,
 
     assert ask(-2).offset == 0
     assert ask(-1).offset == 3
-    assert (ask(1001).offset, ask(1001).timestamp) == (0, 1001)
+    assert (ask(1001).offset, ask(1001).timestamp) == (1, 1001)  # the first record at or after
     assert (ask(4000).offset, ask(4000).timestamp) == (2, 5000)
     assert ask(9999).offset == -1
     assert ask(-1, version=0).old_style_offsets == [3]

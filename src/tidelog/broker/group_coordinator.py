@@ -215,6 +215,8 @@ class GroupCoordinator:
                 logger.info("group %s: member %s expired (no heartbeat for %d ms)", group_id,
                             m.member_id, m.session_timeout_ms)
                 self._remove_member(group, m.member_id)
+            if group.state == EMPTY and not group.members and not group.pending:
+                del self.groups[group_id]  # its committed offsets stay in ZooKeeper
 
     # ------------------------------------------------------------------ state machine
     def _fail_waiters(self, group: Group, error: int) -> None:
