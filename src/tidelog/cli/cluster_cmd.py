@@ -28,6 +28,9 @@ def _table(cluster: Any, title: str) -> None:
     from rich.table import Table
 
     rows = cluster.status()
+    console = Console()
+    if not console.is_terminal:  # piped or captured: do not squeeze addresses to fit 80 columns
+        console = Console(width=200)
     table = Table(title=title)
     for col in ("broker", "address", "pid", "alive", "registered", "controller", "log"):
         table.add_column(col)
@@ -38,14 +41,27 @@ def _table(cluster: Any, title: str) -> None:
             "yes" if s.alive else "no",
             "?" if s.registered is None else ("yes" if s.registered else "no"),
             "*" if s.controller else "",
-            b.log_file,
+            _relative(b.log_file, cluster.dir),
         )
-    Console(soft_wrap=True).print(table)
+    console.print(table)
+
+
+def _relative(path: str, root: Any) -> str:
+    from pathlib import Path
+
+    try:
+        return str(Path(path).relative_to(root))
+    except ValueError:
+        return path
 
 
 @click.group()
 def cluster() -> None:
     """Run a local cluster: a private ZooKeeper and N brokers on 127.0.0.1."""
+    import logging
+
+    # kazoo reports every reconnection attempt; the tool reports what matters itself.
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)
 
 
 def _dir_option(f: Any) -> Any:

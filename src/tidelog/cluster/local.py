@@ -382,6 +382,12 @@ class LocalCluster:
                                f"(brokers: {', '.join(map(str, sorted(self.brokers)))})")
         return b
 
+    def _zookeeper_running(self) -> bool:
+        try:
+            return self._zookeeper_server().is_running()
+        except Exception:  # noqa: BLE001 - no zookeeper.json: not started by us
+            return False
+
     def _zookeeper_server(self) -> ZooKeeperServer:
         return ZooKeeperServer.attach(self.dir / "zookeeper")
 
@@ -419,7 +425,7 @@ class LocalCluster:
     def status(self, ask_zookeeper: bool = True) -> list[BrokerStatus]:
         registered: set[int] | None = None
         controller: int | None = None
-        if ask_zookeeper and self.zookeeper:
+        if ask_zookeeper and self.zookeeper and self._zookeeper_running():
             zk = None
             try:
                 zk = self._zk_client()
