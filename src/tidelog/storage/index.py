@@ -213,13 +213,9 @@ class TimeIndex:
                 f"time index size {len(data)} is not a multiple of {TIME_ENTRY_SIZE}"
             )
         count = len(data) // TIME_ENTRY_SIZE
-        ts_bytes = bytearray()
-        rel_bytes = bytearray()
-        for i in range(count):
-            ts_bytes += data[12 * i : 12 * i + 8]
-            rel_bytes += data[12 * i + 8 : 12 * i + 12]
-        timestamps = _from_big_endian("q", bytes(ts_bytes))
-        relative = _from_big_endian("i", bytes(rel_bytes))
+        pairs = list(struct.iter_unpack(">qi", data))
+        timestamps = array("q", [p[0] for p in pairs])
+        relative = array("i", [p[1] for p in pairs])
         while count and timestamps[count - 1] == 0 and relative[count - 1] == 0:
             count -= 1
         del timestamps[count:]
