@@ -4,9 +4,10 @@
   controller epoch, moves the dead broker's leaderships, and topics can still be created;
 - the leader stopped with SIGTERM: a controlled shutdown moves leadership off it before it
   exits, so not one delivery fails;
-- the leader paused with SIGSTOP past its ZooKeeper session timeout (a zombie): a new leader is
-  elected, the zombie's acknowledgements cannot happen (its ISR writes are fenced), and after
-  SIGCONT it comes back as a follower;
+- the leader, also the controller, paused with SIGSTOP past its ZooKeeper session timeout (a
+  zombie): a new leader and a new controller are elected, the zombie's acknowledgements cannot
+  happen (its ISR writes are fenced), and after SIGCONT it resigns as controller and comes back
+  as a follower;
 
 and in each: no acknowledged write is lost, one leader per leader epoch, and a consumer asking
 for the high watermark never sees it go back.
@@ -194,27 +195,40 @@ def test_leader_sigterm_is_a_controlled_shutdown(real_cluster: RealCluster) -> N
              "the stopped leader back in the ISR")
 
 
-def test_zombie_leader_paused_past_session_timeout(real_cluster: RealCluster) -> None:
+def test_zombie_leader_and_controller_paused_past_session_timeout(
+        real_cluster: RealCluster) -> None:
+    zk = real_cluster.zk
+    controller = zk.get_controller_id()
+    assert controller is not None
     topic = "zombie"
+    # The zombie leads the partition and is the controller: both roles must be fenced.
+    others = sorted({1, 2, 3} - {controller})
+    real_cluster.create_topic_with_assignment(topic, {0: [controller, *others]})
     paused: int | None = None
     try:
-        with streaming(real_cluster, topic) as s:
+        with streaming(real_cluster, topic, create=False) as s:
             before = real_cluster.state(topic)
-            assert before is not None
-            leader = before.leader
-            b = local(real_cluster).brokers[leader]
+            assert before is not None and before.leader == controller
+            b = local(real_cluster).brokers[controller]
             assert b.pid is not None and _pid_runs(b.pid, b.config)
+            log = Path(b.log_file)
             os.kill(b.pid, signal.SIGSTOP)
             paused = b.pid
             new = wait_for(lambda: (x := real_cluster.state(topic)) and x.leader not in
-                           (leader, -1) and x, 60, "a new leader while the old one is paused")
+                           (controller, -1) and x, 60, "a new leader while the old one is paused")
             assert new.leader_epoch > before.leader_epoch
+            new_controller = zk.get_controller_id()
+            assert new_controller in others
             produce_more(s, 200)
             os.kill(b.pid, signal.SIGCONT)
             paused = None
-            # Back from the dead: a new session, a new broker epoch, a follower now.
-            wait_for(lambda: (x := real_cluster.state(topic)) and leader in x.isr
-                     and x.leader != leader, 90, "the zombie back in the ISR as a follower")
+            # Back from the dead: a new session, a new broker epoch; a follower, and no longer
+            # the controller (it resigned when it learnt its session had expired).
+            wait_for(lambda: (x := real_cluster.state(topic)) and controller in x.isr
+                     and x.leader != controller, 90, "the zombie back in the ISR as a follower")
+            wait_for(lambda: f"controller {controller}: resigning" in log.read_text(), 30,
+                     "the zombie controller resigning")
+            assert zk.get_controller_id() == new_controller
             produce_more(s, 100)
     finally:
         if paused is not None:
