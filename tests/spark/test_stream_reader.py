@@ -207,3 +207,43 @@ def test_offsets_that_went_away_are_data_loss(
     else:
         _run_available_now(df, tmp_path / "ckpt", after)
         assert [r[3] for r in after.rows()] == [b"new0", b"new1"]
+
+
+def test_leader_killed_during_a_streaming_query(spark, broker, tmp_path) -> None:
+    """Every acknowledged record is read exactly once although a partition leader dies
+    (SIGKILL) mid-stream and comes back: tasks and the driver follow the new leader."""
+    if broker.cluster is None:
+        pytest.skip("needs a tidelog cluster (TIDELOG_SPARK_BROKER=tidelog)")
+    topic = broker.new_topic(partitions=2)
+    collector = Collector()
+    df = _stream(spark, broker, subscribe=topic, startingOffsets="earliest")
+    query = (
+        df.writeStream.foreachBatch(collector)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="300 milliseconds")
+        .start()
+    )
+    sent: list[bytes] = []
+
+    def send_round(name: str) -> None:
+        for p in (0, 1):
+            values = [b"%s-p%d-%d" % (name.encode(), p, i) for i in range(20)]
+            broker.produce(topic, values, partition=p)
+            sent.extend(values)
+        deadline = time.monotonic() + 120
+        while len(collector.rows()) < len(sent) and time.monotonic() < deadline:
+            assert query.exception() is None, query.exception()
+            time.sleep(0.2)
+        assert sorted(r[3] for r in collector.rows()) == sorted(sent)
+
+    try:
+        send_round("before")
+        broker.run(broker.client.refresh_metadata([topic]))
+        leader = broker.client.leader_for(TopicPartition(topic, 0))
+        assert leader is not None
+        broker.cluster.stop_broker(leader, kill=True)
+        send_round("during")
+        broker.cluster.start_broker(leader)
+        send_round("after")
+    finally:
+        query.stop()

@@ -70,7 +70,6 @@ def test_streaming_write_copies_a_topic(spark, broker, tmp_path: Path) -> None:
         .option("kafka.bootstrap.servers", broker.bootstrap)
         .option("subscribe", source)
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "10")
         .load()
         .select(F.upper(F.col("value").cast("string")).alias("value"), "key")
     )

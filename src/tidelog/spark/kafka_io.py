@@ -42,7 +42,9 @@ class SyncKafka:
         *,
         client_id: str = "tidelog-spark",
         request_timeout_ms: int = 30000,
+        offsets_timeout_ms: int = 60000,
     ) -> None:
+        self.offsets_timeout_ms = offsets_timeout_ms
         self._loop = asyncio.new_event_loop()
         self.client = KafkaClient(
             bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms
@@ -141,15 +143,22 @@ class SyncKafka:
         if not wanted:
             return {}
         last_error = ""
-        for attempt in range(retries + 1):
+        # Retriable errors (a leader election in progress) are retried until the deadline, as
+        # Kafka's consumer blocks up to default.api.timeout.ms; others `retries` times.
+        deadline = time.monotonic() + self.offsets_timeout_ms / 1000
+        attempt = 0
+        while True:
             answers = self.run(self.client.list_offsets(wanted))
             failed = {tp: a for tp, a in answers.items() if a.error != ErrorCode.NONE}
             if not failed:
                 return {tp: a.offset for tp, a in answers.items()}
             last_error = ", ".join(f"{tp}: {_name(a.error)}" for tp, a in sorted(failed.items()))
-            if attempt < retries:
-                time.sleep(retry_interval_ms / 1000)
-                self._refresh_quietly({tp.topic for tp in failed})
+            retriable = all(_retriable(a.error) for a in failed.values())
+            attempt += 1
+            if attempt > retries and not (retriable and time.monotonic() < deadline):
+                break
+            time.sleep(max(retry_interval_ms, 100 if attempt > retries else 0) / 1000)
+            self._refresh_quietly({tp.topic for tp in failed})
         which = "earliest" if timestamp == EARLIEST_TIMESTAMP else "latest"
         raise KafkaOffsetError(f"could not get the {which} offsets ({last_error})")
 
@@ -173,6 +182,13 @@ class SyncKafka:
             return FetchResult(exc.code_value)
         except KafkaClientError:
             return FetchResult(ErrorCode.NETWORK_EXCEPTION)
+
+
+def _retriable(code: int) -> bool:
+    try:
+        return ErrorCode(code).retriable
+    except ValueError:
+        return False
 
 
 def _name(code: int) -> str:
