@@ -400,3 +400,16 @@ def test_read_slice_stops_at_max_bytes_and_at_the_log_end(tmp_path: object) -> N
     assert isinstance(info.records, FileSlice) and info.records.length == 2 * size + 5
     assert log.read_slice(5, 1000).records.length == 0
     assert log.read_slice(2, 10**6).records.length == 3 * size
+
+
+def test_segment_jitter_rolls_earlier_by_a_per_segment_amount(fio: MemoryFileIO) -> None:
+    config = small_config(segment_bytes=1 << 20, segment_ms=1000, segment_jitter_ms=500)
+    jitters = {Log(f"/data/j{i}-0", config, fio).active_segment.roll_jitter_ms for i in range(8)}
+    assert all(0 <= j < 500 for j in jitters) and len(jitters) > 1
+    log = Log("/data/j0-0", config, fio)
+    jitter = log.active_segment.roll_jitter_ms
+    log.append_as_leader(batch(timestamp=0), 0, 0)
+    log.append_as_leader(batch(timestamp=1000 - jitter), 0, 0)
+    assert len(log.segments) == 1
+    log.append_as_leader(batch(timestamp=1001 - jitter), 0, 0)
+    assert len(log.segments) == 2

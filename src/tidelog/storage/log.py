@@ -174,7 +174,7 @@ class Log:
     # -- loading and recovery --------------------------------------------------------------
     def _new_segment(self, base_offset: int, now_ms: int) -> LogSegment:
         self._dir_dirty = True
-        return LogSegment(
+        segment = LogSegment(
             self.file_io,
             self.dir,
             base_offset,
@@ -182,6 +182,13 @@ class Log:
             max_index_bytes=self.config.segment_index_bytes,
             created_ms=now_ms,
         )
+        jitter = min(self.config.segment_jitter_ms, self.config.segment_ms)
+        if jitter > 0:
+            # Kafka draws a random jitter per segment so that partitions do not all roll at
+            # once; a hash of (dir, base offset) spreads them the same way, deterministically.
+            seed = crc32c.crc32c(f"{self.dir}:{base_offset}".encode())
+            segment.roll_jitter_ms = seed % jitter
+        return segment
 
     def _load(self, had_clean_shutdown: bool, now_ms: int) -> None:
         fio = self.file_io
@@ -523,7 +530,7 @@ class Log:
             or (
                 (max_timestamp - rolling if rolling is not None and rolling >= 0
                  else now_ms - segment.created_ms)
-                > config.segment_ms - config.segment_jitter_ms
+                > config.segment_ms - segment.roll_jitter_ms
             )
             or segment.offset_index.is_full
             or segment.time_index.is_full
@@ -546,7 +553,7 @@ class Log:
         elif not (
             segment.size > config.segment_bytes - size
             or segment.time_waited_for_roll(now_ms, max_timestamp)
-            > config.segment_ms - config.segment_jitter_ms
+            > config.segment_ms - segment.roll_jitter_ms
             or segment.offset_index.is_full
             or segment.time_index.is_full
             or not segment.can_hold(last_offset)

@@ -93,6 +93,7 @@ class LogSegment:
         self.offset_of_max_timestamp = base_offset
         self.rolling_based_timestamp: int | None = None  # first batch's max timestamp
         self.created_ms = created_ms
+        self.roll_jitter_ms = 0  # segment.jitter.ms share of this segment (set by the log)
         self.bytes_since_last_index_entry = 0
         self._indexes_dirty = True
         # Entries already in the index files ([offset, time]); None = rewrite them whole.
