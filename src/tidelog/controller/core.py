@@ -104,6 +104,9 @@ class ControllerCore:
         # leader candidates (KIP-966's lesson). The shell reports them.
         self.unclean_restarted: dict[TopicPartition, set[int]] = {}
         self.stats = ControllerStats()
+        # New partitions are created by `initial_leaders` once the brokers known at start are
+        # loaded; after that a broker startup also brings up partitions still without state.
+        self.initialized = False
 
     # -- state loading -------------------------------------------------------------------
     def add_partition(self, tp: TopicPartition, replicas: Iterable[int]) -> None:
@@ -117,6 +120,7 @@ class ControllerCore:
 
     def initial_leaders(self) -> Decision:
         """New partitions: leader = first live assigned replica, ISR = live assigned replicas."""
+        self.initialized = True
         d = Decision(update_metadata=True)
         for tp in sorted(self.assignments):
             if tp in self.partition_states:
@@ -160,7 +164,7 @@ class ControllerCore:
             state = self._current(tp, d)
             if state is None:
                 # A new partition none of whose replicas was alive so far.
-                w = self._new_partition(tp)
+                w = self._new_partition(tp) if self.initialized else None
                 if w is not None:
                     d.writes.append(w)
                 continue

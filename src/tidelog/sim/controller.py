@@ -144,6 +144,10 @@ class SimController:
         """Run `event`, write its decisions as compare-and-sets, send the resulting requests;
         re-read and replay on a lost compare-and-set (bounded)."""
         for attempt in range(attempts):
+            # Like Kafka's controller (removeReplicasFromIsr, electLeaderForPartitions), decide
+            # on the partition states as they are in ZooKeeper now, not on a cache that an ISR
+            # change by a leader (not yet notified) may have made stale.
+            self._refresh_states()
             decision = event()
             results: dict[TopicPartition, int | None] = {}
             failed: list[TopicPartition] = []
@@ -170,6 +174,12 @@ class SimController:
                 s = read_state(self.zk, tp)
                 if s is not None:
                     self.core.refresh_partition(tp, s)
+
+    def _refresh_states(self) -> None:
+        for tp in self.core.assignments:
+            s = read_state(self.zk, tp)
+            if s is not None and s != self.core.partition_states.get(tp):
+                self.core.refresh_partition(tp, s)
 
     def _persist_unclean(self) -> None:
         marks = {tp: tuple(sorted(bs)) for tp, bs in sorted(self.core.unclean_restarted.items())
