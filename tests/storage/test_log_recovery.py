@@ -267,3 +267,15 @@ def test_a_full_disk_refuses_appends_with_a_storage_error_and_keeps_serving_read
         log.append_as_leader(batch(), 0, 0)  # files may not match memory: reopen first
     again = reopen(fio, recovery_point=0)
     assert again.append_as_leader(batch(), 0, 0).first_offset == 5
+
+
+def test_reads_over_bytes_damaged_after_loading_stay_bounded() -> None:
+    fio = MemoryFileIO()
+    log = filled_log(fio, count=6, config=small_config(segment_bytes=1 << 20))
+    path = log.active_segment.log_path
+    data = bytearray(fio.read_file(path))
+    data[8:12] = (2**31 - 1).to_bytes(4, "big")  # the first batch now claims 2 GiB
+    fio.files[path].data[:] = data
+    got = log.read(0, 100)  # min_one_message: bounded by the segment, no huge allocation
+    assert len(got.records) <= len(data)
+    assert list(log.batches()) == []  # the walk stops at the damaged length

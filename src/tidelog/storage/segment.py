@@ -206,7 +206,8 @@ class LogSegment:
                 return memoryview(b""), first_base
             header = bytes(view[:PREFIX_SIZE]) if n >= PREFIX_SIZE else self.log.read(start, PREFIX_SIZE)
             size = PREFIX.unpack_from(header, 0)[1] + LOG_OVERHEAD
-            return memoryview(self.log.read(start, size)), first_base
+            # bounded by the segment: a damaged length never asks for more than is there
+            return memoryview(self.log.read(start, max(0, min(size, available)))), first_base
         return view[:pos], first_base
 
     def position_range(self, start_offset: int, max_offset: int | None) -> tuple[int, int] | None:
@@ -244,6 +245,8 @@ class LogSegment:
                     return
                 # One batch larger than the chunk: read exactly it.
                 size = PREFIX.unpack_from(view, 0)[1] + LOG_OVERHEAD
+                if size > end - position:
+                    return  # a damaged length: never read past the segment
                 whole = self.log.read(position, size)
                 if len(whole) < size:
                     return
