@@ -185,3 +185,12 @@ def test_new_partition_without_live_replicas_comes_online_when_one_starts():
     out = apply_all(core, d)
     assert core.partition_states[TP].zk_version == 0
     assert any(isinstance(r, LeaderAndIsrRequest) for r in out[1])
+
+
+def test_startup_load_before_initial_leaders_does_not_elect_from_a_partial_view():
+    core = ControllerCore(100, 1)
+    core.add_partition(TP, (2, 0, 1))
+    for b, e in ((0, 10), (1, 11), (2, 12)):  # brokers found at controller start, one by one
+        assert core.on_broker_startup(b, e).writes == []
+    (w,) = core.initial_leaders().writes
+    assert w.state.leader == 2 and w.state.isr == (2, 0, 1)
