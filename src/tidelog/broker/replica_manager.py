@@ -18,8 +18,9 @@ The core decides; this class performs and schedules:
   the partitions the core hands out), plus the log manager's `kafka-log-retention`,
   `kafka-log-flusher` and `kafka-recovery-point-checkpoint`.
 - **Idempotent producers**: per partition a `ProducerStateManager`, checked before the core
-  appends (duplicates answered with their original offsets, gaps refused) and rebuilt from the
-  log when the partition becomes a leader here.
+  appends (duplicates answered with their original offsets, gaps refused), rebuilt from the log
+  the first time the partition leads here, then kept up to date through role changes (the
+  fetcher's log is wrapped so that replicated batches and truncations update it).
 
 Everything runs on the event loop thread; only ZooKeeper calls go to threads.
 """
