@@ -188,6 +188,24 @@ def produce_for(bootstrap: str, topic: str, size: int, seconds: float,
     return d
 
 
+def client_ceiling(size: int, n: int = 300_000) -> float:
+    """produce() calls per second of this benchmark's own loop into librdkafka's queue with
+    no broker at all (nothing is sent): the most one Python producer thread could reach here."""
+    p = confluent_kafka.Producer({"bootstrap.servers": "127.0.0.1:9", "log_level": 0,
+                                  "queue.buffering.max.messages": n + 1,
+                                  "queue.buffering.max.kbytes": 2_097_151})
+    d = Deliveries()
+    pad = payload(size)
+    pack, perf, produce = STAMP.pack, time.perf_counter_ns, p.produce
+    start = time.perf_counter()
+    for _ in range(n):
+        produce("ceiling", pack(perf()) + pad, on_delivery=d)
+    rate = n / (time.perf_counter() - start)
+    p.purge()
+    p.flush(0)
+    return rate
+
+
 def consume_back(bootstrap: str, topic: str, partitions: int, expected: int,
                  timeout_s: float) -> tuple[int, float]:
     """Read `topic` from the beginning until `expected` records or `timeout_s`: (records,
@@ -235,6 +253,15 @@ def create_topic(bootstrap: str, topic: str, partitions: int, rf: int,
         time.sleep(0.2)
 
 
+def delete_topic(bootstrap: str, topic: str) -> None:
+    """Drop a finished workload's topic so that its data does not weigh on the next one."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=60)
+    except Exception as e:  # noqa: BLE001 - only housekeeping: the run goes on
+        print(f"    (deleting {topic} failed: {e})", flush=True)
+
+
 def leader_of(bootstrap: str, topic: str, partition: int) -> int:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     md = admin.list_topics(topic, timeout=10).topics[topic]
@@ -259,6 +286,7 @@ def run_target(target: str, bootstrap: str, rf: int, args: argparse.Namespace,
             r.note = d.first_error
         n, secs = consume_back(bootstrap, topic, args.partitions, d.ok, args.seconds * 2)
         r.consumed, r.consume_seconds = n, secs
+        delete_topic(bootstrap, topic)
         out.append(r)
         print(f"    {r.records_s:,.0f} records/s, {r.mb_s:.1f} MB/s, p99 {r.pct(99):.1f} ms; "
               f"consumer {n:,} records {r.consumer_records_s or 0:,.0f}/s", flush=True)
@@ -275,6 +303,7 @@ def run_target(target: str, bootstrap: str, rf: int, args: argparse.Namespace,
         r = Result(target, f"fixed {args.rate_mb:g} MB/s, linger.ms={linger}", size, d.ok,
                    elapsed, d.errors, sorted(d.latencies), note=d.first_error,
                    rate_mb_s=args.rate_mb)
+        delete_topic(bootstrap, topic)
         out.append(r)
         print(f"    {r.records_s:,.0f} records/s, {r.mb_s:.1f} MB/s, p50 {r.pct(50):.1f} ms, "
               f"p99 {r.pct(99):.1f} ms", flush=True)
@@ -403,7 +432,8 @@ def fmt(x: float | None, spec: str = ",.0f") -> str:
     return format(x, spec)
 
 
-def table(results: list[Result], failover: Failover | None) -> str:
+def table(results: list[Result], failover: Failover | None,
+          ceilings: dict[int, float] | None = None) -> str:
     rows = ["| target | workload | record | produced records/s | MB/s | p50 ms | p99 ms | "
             "p99.9 ms | errors | consumer records/s |",
             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -413,6 +443,11 @@ def table(results: list[Result], failover: Failover | None) -> str:
             f"{fmt(r.mb_s, '.1f')} | {fmt(r.pct(50), '.1f')} | {fmt(r.pct(99), '.1f')} | "
             f"{fmt(r.pct(99.9), '.1f')} | {r.errors} | {fmt(r.consumer_records_s)} |")
     text = "\n".join(rows)
+    if ceilings:
+        text += ("\n\nClient ceiling (the same produce loop into librdkafka's queue with no "
+                 "broker, nothing sent): " + ", ".join(
+                     f"{size} B: {rate:,.0f} produce() calls/s" for size, rate in
+                     sorted(ceilings.items())) + ".")
     if failover is not None:
         text += (
             f"\n\nUnavailability after kill -9 of the leader (tidelog RF=3, one partition, "
@@ -502,6 +537,8 @@ def main() -> int:
                     help="skip the kill -9 unavailability measurement")
     ap.add_argument("--dir", default=str(ROOT / "bench-data" / "cluster"),
                     help="the tidelog cluster's directory (wiped first)")
+    ap.add_argument("--keep-data", action="store_true",
+                    help="keep the cluster's directory (logs, data) after the run")
     ap.add_argument("--no-write-doc", action="store_true",
                     help="do not append the results to docs/benchmarks.md")
     args = ap.parse_args()
@@ -556,8 +593,11 @@ def main() -> int:
             stop_process(tansu)
         if cluster is not None:
             cluster.down(timeout_s=20)
+            if not args.keep_data:
+                shutil.rmtree(workdir, ignore_errors=True)
 
-    body = table(results, failover)
+    ceilings = {size: client_ceiling(size) for size in args.sizes}
+    body = table(results, failover, ceilings)
     goal_lines = goals(results)
     print()
     print(body)

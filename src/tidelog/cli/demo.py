@@ -91,13 +91,14 @@ class Stream:
     sent: int = 0
     acked: list[tuple[int, int, int]] = field(default_factory=list)  # (partition, offset, i)
     failed: list[tuple[int, str]] = field(default_factory=list)
+    acked_per_partition: dict[int, int] = field(default_factory=dict)
     last_ack: dict[int, float] = field(default_factory=dict)  # partition -> monotonic time
     killed_at: float | None = None  # when the leader of partition 0 was seen dead
     resumed_at: float | None = None  # first ack of partition 0 after that
     done: bool = False
 
     def acked_in(self, partition: int) -> int:
-        return sum(1 for p, _o, _i in self.acked if p == partition)
+        return self.acked_per_partition.get(partition, 0)
 
 
 def value_of(i: int) -> bytes:
@@ -206,6 +207,7 @@ class ClusterDemo:
             else:
                 tp, offset = fut.result()
                 s.acked.append((tp.partition, offset, i))
+                s.acked_per_partition[tp.partition] = s.acked_in(tp.partition) + 1
                 now = loop.time()  # time.monotonic() on Linux's event loops
                 s.last_ack[partition] = now
                 # acks already on the wire when the leader died do not count as resumed
