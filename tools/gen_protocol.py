@@ -279,7 +279,8 @@ class Gen:
             else:
                 body += ["    raise DecodeError('null or negative length in a non-nullable array')"]
             body += [
-                f"elif {cnt} > n - p: raise DecodeError('array length larger than the buffer')"
+                f"elif {cnt}{self.times_min(f, v, compact)} > n - p: "
+                "raise DecodeError('array length larger than the buffer')"
             ]
             body += ["else:"]
             if f.type in FIXED and f.type not in ("uuid", "bool"):
@@ -560,6 +561,32 @@ class Gen:
 
     # ---- per (struct, version) functions --------------------------------------------------
 
+    def min_size(self, f: Field, v: int, compact: bool, element: bool = False) -> int:
+        """Fewest bytes a value of ``f`` (or one element of it) takes on the wire."""
+        if f.is_array and not element:
+            return 1 if compact else 4
+        if f.is_struct:
+            if not element and v in f.nullable:
+                return 1
+            st = f.struct
+            flex = self.msg.is_flexible(v)
+            total = 1 if flex else 0
+            for sf in st.fields:  # type: ignore[union-attr]
+                if v in sf.versions and not (flex and v in sf.tagged):
+                    total += self.min_size(sf, v, self.compact(sf, v))
+            return total
+        if f.type in FIXED:
+            return FIXED[f.type][1]
+        if compact:
+            return 1
+        return 2 if f.type == "string" else 4
+
+    def times_min(self, f: Field, v: int, compact: bool) -> str:
+        # bound the element count by what the remaining bytes can hold, so a forged count
+        # never makes the decoder allocate more objects than the frame could describe
+        size = self.min_size(f, v, compact, element=True)
+        return f" * {size}" if size > 1 else ""
+
     def is_leaf(self, st: Struct, v: int) -> bool:
         return not any(f.is_struct and v in f.versions for f in st.fields)
 
@@ -583,9 +610,7 @@ class Gen:
             if tagged:
                 lines.append(f"{indent}if b[p]: p = _dt_{cls}_v{v}(b, p, n, {obj})")
             else:
-                lines.append(
-                    f"{indent}if b[p]: {obj}.unknown_tagged_fields, p = _rtags(b, p, n)"
-                )
+                lines.append(f"{indent}if b[p]: {obj}.unknown_tagged_fields, p = _rtags(b, p, n)")
             lines.append(f"{indent}else: p += 1")
         return lines
 

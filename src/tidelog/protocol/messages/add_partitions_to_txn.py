@@ -80,7 +80,7 @@ def _d_AddPartitionsToTxnTopic_v0(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     return AddPartitionsToTxnTopic(f_name, f_partitions), p
@@ -107,7 +107,7 @@ def _d_AddPartitionsToTxnTopic_v3(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     o = AddPartitionsToTxnTopic(f_name, f_partitions)
@@ -141,7 +141,7 @@ def _d_AddPartitionsToTxnTransaction_v4(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c2):
@@ -157,7 +157,7 @@ def _d_AddPartitionsToTxnTransaction_v4(b, p, n):
             _c5 -= 1
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_partitions = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _e3 = AddPartitionsToTxnTopic(_e3_name, _e3_partitions)
@@ -192,7 +192,7 @@ def _d_AddPartitionsToTxnRequest_v0(b, p, n):
     f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, _c2 = _S3.unpack_from(b, p); p += 14
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_v3_and_below_topics = []
         for _ in range(_c2):
@@ -204,7 +204,7 @@ def _d_AddPartitionsToTxnRequest_v0(b, p, n):
             _c5, = _S1.unpack_from(b, p); p += 4
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_partitions = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _e3 = AddPartitionsToTxnTopic(_e3_name, _e3_partitions)
@@ -235,7 +235,7 @@ def _d_AddPartitionsToTxnRequest_v3(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_v3_and_below_topics = []
         for _ in range(_c2):
@@ -251,7 +251,7 @@ def _d_AddPartitionsToTxnRequest_v3(b, p, n):
             _c5 -= 1
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_partitions = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _e3 = AddPartitionsToTxnTopic(_e3_name, _e3_partitions)
@@ -283,7 +283,7 @@ def _d_AddPartitionsToTxnRequest_v4(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 14 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_transactions = []
         for _ in range(_c1):
@@ -390,7 +390,7 @@ def _d_AddPartitionsToTxnTopicResult_v0(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results_by_partition = []
         for _ in range(_c2):
@@ -422,7 +422,7 @@ def _d_AddPartitionsToTxnTopicResult_v3(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results_by_partition = []
         for _ in range(_c2):
@@ -462,7 +462,7 @@ def _d_AddPartitionsToTxnResult_v4(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_results = []
         for _ in range(_c2):
@@ -490,7 +490,7 @@ def _d_AddPartitionsToTxnResponse_v0(b, p, n):
     f_throttle_time_ms, _c1 = _S6.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results_by_topic_v3_and_below = []
         for _ in range(_c1):
@@ -511,7 +511,7 @@ def _d_AddPartitionsToTxnResponse_v3(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results_by_topic_v3_and_below = []
         for _ in range(_c1):
@@ -539,7 +539,7 @@ def _d_AddPartitionsToTxnResponse_v4(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results_by_transaction = []
         for _ in range(_c1):

@@ -108,7 +108,7 @@ def _d_AddRaftVoterRequest_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_listeners = []
         for _ in range(_c2):

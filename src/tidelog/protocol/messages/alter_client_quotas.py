@@ -175,7 +175,7 @@ def _d_EntryData_v0(b, p, n):
     _c1, = _S2.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_entity = []
         for _ in range(_c1):
@@ -195,7 +195,7 @@ def _d_EntryData_v0(b, p, n):
     _c5, = _S2.unpack_from(b, p); p += 4
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 11 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_ops = []
         for _ in range(_c5):
@@ -225,7 +225,7 @@ def _d_EntryData_v1(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_entity = []
         for _ in range(_c1):
@@ -252,7 +252,7 @@ def _d_EntryData_v1(b, p, n):
     _c5 -= 1
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 11 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_ops = []
         for _ in range(_c5):
@@ -290,7 +290,7 @@ def _d_AlterClientQuotasRequest_v0(b, p, n):
     _c1, = _S2.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_entries = []
         for _ in range(_c1):
@@ -312,7 +312,7 @@ def _d_AlterClientQuotasRequest_v1(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_entries = []
         for _ in range(_c1):
@@ -453,7 +453,7 @@ def _d_AlterClientQuotasResponseEntryData_v0(b, p, n):
     _c2, = _S2.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_entity = []
         for _ in range(_c2):
@@ -497,7 +497,7 @@ def _d_AlterClientQuotasResponseEntryData_v1(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_entity = []
         for _ in range(_c2):
@@ -543,7 +543,7 @@ def _d_AlterClientQuotasResponse_v0(b, p, n):
     f_throttle_time_ms, _c1 = _S5.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_entries = []
         for _ in range(_c1):
@@ -564,7 +564,7 @@ def _d_AlterClientQuotasResponse_v1(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_entries = []
         for _ in range(_c1):

@@ -134,7 +134,7 @@ def _d_AlterConfigsResource_v0(b, p, n):
     _c2, = _S2.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_configs = []
         for _ in range(_c2):
@@ -177,7 +177,7 @@ def _d_AlterConfigsResource_v2(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_configs = []
         for _ in range(_c2):
@@ -222,7 +222,7 @@ def _d_AlterConfigsRequest_v0(b, p, n):
     _c1, = _S2.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_resources = []
         for _ in range(_c1):
@@ -244,7 +244,7 @@ def _d_AlterConfigsRequest_v2(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_resources = []
         for _ in range(_c1):
@@ -377,7 +377,7 @@ def _d_AlterConfigsResponse_v0(b, p, n):
     f_throttle_time_ms, _c1 = _S6.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):
@@ -409,7 +409,7 @@ def _d_AlterConfigsResponse_v2(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):

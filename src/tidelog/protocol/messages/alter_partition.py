@@ -98,7 +98,7 @@ def _d_PartitionData_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_new_isr = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     f_partition_epoch, = _S2.unpack_from(b, p); p += 4
@@ -124,7 +124,7 @@ def _d_PartitionData_v1(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_new_isr = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     f_leader_recovery_state, f_partition_epoch = _S3.unpack_from(b, p); p += 5
@@ -150,7 +150,7 @@ def _d_PartitionData_v3(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 13 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_new_isr_with_epochs = []
         for _ in range(_c1):
@@ -189,7 +189,7 @@ def _d_TopicData_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 14 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -199,7 +199,7 @@ def _d_TopicData_v0(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_new_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e3_partition_epoch, = _S2.unpack_from(b, p); p += 4
@@ -238,7 +238,7 @@ def _d_TopicData_v1(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 15 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -248,7 +248,7 @@ def _d_TopicData_v1(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_new_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e3_leader_recovery_state, _e3_partition_epoch = _S3.unpack_from(b, p); p += 5
@@ -282,7 +282,7 @@ def _d_TopicData_v2(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 15 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c1):
@@ -292,7 +292,7 @@ def _d_TopicData_v2(b, p, n):
             _c3 -= 1
             if _c3 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c3 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_new_isr = list(_unpack_from('>%di' % _c3, b, p)); p += 4 * _c3
             _e2_leader_recovery_state, _e2_partition_epoch = _S3.unpack_from(b, p); p += 5
@@ -323,7 +323,7 @@ def _d_TopicData_v3(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 15 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c1):
@@ -351,7 +351,7 @@ def _d_AlterPartitionRequest_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -379,7 +379,7 @@ def _d_AlterPartitionRequest_v1(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -407,7 +407,7 @@ def _d_AlterPartitionRequest_v2(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -435,7 +435,7 @@ def _d_AlterPartitionRequest_v3(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -519,7 +519,7 @@ def _d_AlterPartitionResponsePartitionData_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_isr = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     f_partition_epoch, = _S2.unpack_from(b, p); p += 4
@@ -545,7 +545,7 @@ def _d_AlterPartitionResponsePartitionData_v1(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_isr = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     f_leader_recovery_state, f_partition_epoch = _S3.unpack_from(b, p); p += 5
@@ -577,7 +577,7 @@ def _d_AlterPartitionResponseTopicData_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 20 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -587,7 +587,7 @@ def _d_AlterPartitionResponseTopicData_v0(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e3_partition_epoch, = _S2.unpack_from(b, p); p += 4
@@ -626,7 +626,7 @@ def _d_AlterPartitionResponseTopicData_v1(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 21 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -636,7 +636,7 @@ def _d_AlterPartitionResponseTopicData_v1(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e3_leader_recovery_state, _e3_partition_epoch = _S3.unpack_from(b, p); p += 5
@@ -670,7 +670,7 @@ def _d_AlterPartitionResponseTopicData_v2(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 21 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c1):
@@ -680,7 +680,7 @@ def _d_AlterPartitionResponseTopicData_v2(b, p, n):
             _c3 -= 1
             if _c3 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c3 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_isr = list(_unpack_from('>%di' % _c3, b, p)); p += 4 * _c3
             _e2_leader_recovery_state, _e2_partition_epoch = _S3.unpack_from(b, p); p += 5
@@ -710,7 +710,7 @@ def _d_AlterPartitionResponse_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -738,7 +738,7 @@ def _d_AlterPartitionResponse_v1(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -766,7 +766,7 @@ def _d_AlterPartitionResponse_v2(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):

@@ -68,7 +68,7 @@ def _d_ReassignablePartition_v0(b, p, n):
     if _c1 < 0:
         if _c1 != -1: raise DecodeError('invalid array length')
         f_replicas = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_replicas = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     o = ReassignablePartition(f_partition_index, f_replicas)
@@ -99,7 +99,7 @@ def _d_ReassignableTopic_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -110,7 +110,7 @@ def _d_ReassignableTopic_v0(b, p, n):
             if _c4 < 0:
                 if _c4 != -1: raise DecodeError('invalid array length')
                 _e3_replicas = None
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_replicas = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e3 = ReassignablePartition(_e3_partition_index, _e3_replicas)
@@ -142,7 +142,7 @@ def _d_AlterPartitionReassignmentsRequest_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -253,7 +253,7 @@ def _d_ReassignableTopicResponse_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -301,7 +301,7 @@ def _d_AlterPartitionReassignmentsResponse_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c2):

@@ -70,7 +70,7 @@ def _d_AlterReplicaLogDirTopic_v0(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     return AlterReplicaLogDirTopic(f_name, f_partitions), p
@@ -97,7 +97,7 @@ def _d_AlterReplicaLogDirTopic_v2(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     o = AlterReplicaLogDirTopic(f_name, f_partitions)
@@ -126,7 +126,7 @@ def _d_AlterReplicaLogDir_v0(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c2):
@@ -138,7 +138,7 @@ def _d_AlterReplicaLogDir_v0(b, p, n):
             _c5, = _S1.unpack_from(b, p); p += 4
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_partitions = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _e3 = AlterReplicaLogDirTopic(_e3_name, _e3_partitions)
@@ -168,7 +168,7 @@ def _d_AlterReplicaLogDir_v2(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c2):
@@ -184,7 +184,7 @@ def _d_AlterReplicaLogDir_v2(b, p, n):
             _c5 -= 1
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_partitions = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _e3 = AlterReplicaLogDirTopic(_e3_name, _e3_partitions)
@@ -213,7 +213,7 @@ def _d_AlterReplicaLogDirsRequest_v0(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_dirs = []
         for _ in range(_c1):
@@ -233,7 +233,7 @@ def _d_AlterReplicaLogDirsRequest_v2(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_dirs = []
         for _ in range(_c1):
@@ -331,7 +331,7 @@ def _d_AlterReplicaLogDirTopicResult_v0(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -363,7 +363,7 @@ def _d_AlterReplicaLogDirTopicResult_v2(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -394,7 +394,7 @@ def _d_AlterReplicaLogDirsResponse_v0(b, p, n):
     f_throttle_time_ms, _c1 = _S3.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results = []
         for _ in range(_c1):
@@ -415,7 +415,7 @@ def _d_AlterReplicaLogDirsResponse_v2(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results = []
         for _ in range(_c1):

@@ -141,7 +141,7 @@ def _d_AlterUserScramCredentialsRequest_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_deletions = []
         for _ in range(_c1):
@@ -162,7 +162,7 @@ def _d_AlterUserScramCredentialsRequest_v0(b, p, n):
     _c4 -= 1
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 9 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_upsertions = []
         for _ in range(_c4):
@@ -296,7 +296,7 @@ def _d_AlterUserScramCredentialsResponse_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results = []
         for _ in range(_c1):

@@ -226,7 +226,7 @@ def _d_ApiVersionsResponse_v0(b, p, n):
     f_error_code, _c1 = _S2.unpack_from(b, p); p += 6
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_api_keys = []
         for _ in range(_c1):
@@ -245,7 +245,7 @@ def _d_ApiVersionsResponse_v1(b, p, n):
     f_error_code, _c1 = _S2.unpack_from(b, p); p += 6
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_api_keys = []
         for _ in range(_c1):
@@ -281,7 +281,7 @@ def _dt_ApiVersionsResponse_v3(b, p, n, o):
             _c1 -= 1
             if _c1 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 x = []
                 for _ in range(_c1):
@@ -313,7 +313,7 @@ def _dt_ApiVersionsResponse_v3(b, p, n, o):
             _c1 -= 1
             if _c1 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 x = []
                 for _ in range(_c1):
@@ -352,7 +352,7 @@ def _d_ApiVersionsResponse_v3(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_api_keys = []
         for _ in range(_c1):

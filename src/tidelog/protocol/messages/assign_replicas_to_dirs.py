@@ -90,7 +90,7 @@ def _d_TopicData_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c1):
@@ -122,7 +122,7 @@ def _d_DirectoryData_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -150,7 +150,7 @@ def _d_AssignReplicasToDirsRequest_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_directories = []
         for _ in range(_c1):
@@ -249,7 +249,7 @@ def _d_AssignReplicasToDirsResponseTopicData_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c1):
@@ -281,7 +281,7 @@ def _d_AssignReplicasToDirsResponseDirectoryData_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -309,7 +309,7 @@ def _d_AssignReplicasToDirsResponse_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_directories = []
         for _ in range(_c1):

@@ -150,7 +150,7 @@ def _d_BrokerRegistrationRequest_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_listeners = []
         for _ in range(_c2):
@@ -178,7 +178,7 @@ def _d_BrokerRegistrationRequest_v0(b, p, n):
     _c6 -= 1
     if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_features = []
         for _ in range(_c6):
@@ -246,7 +246,7 @@ def _d_BrokerRegistrationRequest_v1(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_listeners = []
         for _ in range(_c2):
@@ -274,7 +274,7 @@ def _d_BrokerRegistrationRequest_v1(b, p, n):
     _c6 -= 1
     if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_features = []
         for _ in range(_c6):
@@ -344,7 +344,7 @@ def _d_BrokerRegistrationRequest_v2(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_listeners = []
         for _ in range(_c2):
@@ -372,7 +372,7 @@ def _d_BrokerRegistrationRequest_v2(b, p, n):
     _c6 -= 1
     if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_features = []
         for _ in range(_c6):
@@ -401,7 +401,7 @@ def _d_BrokerRegistrationRequest_v2(b, p, n):
     _c10 -= 1
     if _c10 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c10 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c10 * 16 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_log_dirs = []
         for _ in range(_c10):
@@ -458,7 +458,7 @@ def _d_BrokerRegistrationRequest_v3(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_listeners = []
         for _ in range(_c2):
@@ -486,7 +486,7 @@ def _d_BrokerRegistrationRequest_v3(b, p, n):
     _c6 -= 1
     if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_features = []
         for _ in range(_c6):
@@ -515,7 +515,7 @@ def _d_BrokerRegistrationRequest_v3(b, p, n):
     _c10 -= 1
     if _c10 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c10 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c10 * 16 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_log_dirs = []
         for _ in range(_c10):

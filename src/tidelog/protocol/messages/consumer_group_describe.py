@@ -172,7 +172,7 @@ def _d_TopicPartitions_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     o = TopicPartitions(f_topic_id, f_topic_name, f_partitions)
@@ -199,7 +199,7 @@ def _d_Assignment_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 19 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_partitions = []
         for _ in range(_c1):
@@ -217,7 +217,7 @@ def _d_Assignment_v0(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_partitions = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e2 = TopicPartitions(_e2_topic_id, _e2_topic_name, _e2_partitions)
@@ -377,7 +377,7 @@ def _d_DescribedGroup_v0(b, p, n):
     _c5 -= 1
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 16 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
         for _ in range(_c5):
@@ -425,7 +425,7 @@ def _d_ConsumerGroupDescribeResponse_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 20 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_groups = []
         for _ in range(_c1):

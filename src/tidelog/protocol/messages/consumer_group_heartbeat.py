@@ -71,7 +71,7 @@ def _d_TopicPartitions_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     o = TopicPartitions(f_topic_id, f_partitions)
@@ -144,7 +144,7 @@ def _d_ConsumerGroupHeartbeatRequest_v0(b, p, n):
     if _c8 < 0:
         if _c8 != -1: raise DecodeError('invalid array length')
         f_topic_partitions = None
-    elif _c8 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c8 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_partitions = []
         for _ in range(_c8):
@@ -155,7 +155,7 @@ def _d_ConsumerGroupHeartbeatRequest_v0(b, p, n):
             _c10 -= 1
             if _c10 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c10 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c10 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e9_partitions = list(_unpack_from('>%di' % _c10, b, p)); p += 4 * _c10
             _e9 = TopicPartitions(_e9_topic_id, _e9_partitions)
@@ -272,7 +272,7 @@ def _d_ConsumerGroupHeartbeatRequest_v1(b, p, n):
     if _c9 < 0:
         if _c9 != -1: raise DecodeError('invalid array length')
         f_topic_partitions = None
-    elif _c9 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c9 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_partitions = []
         for _ in range(_c9):
@@ -283,7 +283,7 @@ def _d_ConsumerGroupHeartbeatRequest_v1(b, p, n):
             _c11 -= 1
             if _c11 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c11 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c11 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e10_partitions = list(_unpack_from('>%di' % _c11, b, p)); p += 4 * _c11
             _e10 = TopicPartitions(_e10_topic_id, _e10_partitions)
@@ -403,7 +403,7 @@ def _d_ConsumerGroupHeartbeatResponseTopicPartitions_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     o = ConsumerGroupHeartbeatResponseTopicPartitions(f_topic_id, f_partitions)
@@ -426,7 +426,7 @@ def _d_Assignment_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_partitions = []
         for _ in range(_c1):
@@ -437,7 +437,7 @@ def _d_Assignment_v0(b, p, n):
             _c3 -= 1
             if _c3 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c3 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_partitions = list(_unpack_from('>%di' % _c3, b, p)); p += 4 * _c3
             _e2 = ConsumerGroupHeartbeatResponseTopicPartitions(_e2_topic_id, _e2_partitions)

@@ -57,7 +57,7 @@ def _d_TopicPartition_v0(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     return TopicPartition(f_topic, f_partitions), p
@@ -75,7 +75,7 @@ def _d_ConsumerProtocolAssignment_v0(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_assigned_partitions = []
         for _ in range(_c1):
@@ -87,7 +87,7 @@ def _d_ConsumerProtocolAssignment_v0(b, p, n):
             _c4, = _S1.unpack_from(b, p); p += 4
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_partitions = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e2 = TopicPartition(_e2_topic, _e2_partitions)

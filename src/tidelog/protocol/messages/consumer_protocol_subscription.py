@@ -61,7 +61,7 @@ def _d_TopicPartition_v1(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     return TopicPartition(f_topic, f_partitions), p
@@ -79,7 +79,7 @@ def _d_ConsumerProtocolSubscription_v0(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -109,7 +109,7 @@ def _d_ConsumerProtocolSubscription_v1(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -124,7 +124,7 @@ def _d_ConsumerProtocolSubscription_v1(b, p, n):
     _c4, = _S1.unpack_from(b, p); p += 4
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_owned_partitions = []
         for _ in range(_c4):
@@ -136,7 +136,7 @@ def _d_ConsumerProtocolSubscription_v1(b, p, n):
             _c7, = _S1.unpack_from(b, p); p += 4
             if _c7 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c7 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e5_partitions = list(_unpack_from('>%di' % _c7, b, p)); p += 4 * _c7
             _e5 = TopicPartition(_e5_topic, _e5_partitions)
@@ -163,7 +163,7 @@ def _d_ConsumerProtocolSubscription_v2(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -178,7 +178,7 @@ def _d_ConsumerProtocolSubscription_v2(b, p, n):
     _c4, = _S1.unpack_from(b, p); p += 4
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_owned_partitions = []
         for _ in range(_c4):
@@ -190,7 +190,7 @@ def _d_ConsumerProtocolSubscription_v2(b, p, n):
             _c7, = _S1.unpack_from(b, p); p += 4
             if _c7 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c7 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e5_partitions = list(_unpack_from('>%di' % _c7, b, p)); p += 4 * _c7
             _e5 = TopicPartition(_e5_topic, _e5_partitions)
@@ -219,7 +219,7 @@ def _d_ConsumerProtocolSubscription_v3(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -234,7 +234,7 @@ def _d_ConsumerProtocolSubscription_v3(b, p, n):
     _c4, = _S1.unpack_from(b, p); p += 4
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_owned_partitions = []
         for _ in range(_c4):
@@ -246,7 +246,7 @@ def _d_ConsumerProtocolSubscription_v3(b, p, n):
             _c7, = _S1.unpack_from(b, p); p += 4
             if _c7 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c7 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e5_partitions = list(_unpack_from('>%di' % _c7, b, p)); p += 4 * _c7
             _e5 = TopicPartition(_e5_topic, _e5_partitions)

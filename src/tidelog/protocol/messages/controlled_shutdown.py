@@ -161,7 +161,7 @@ def _d_ControlledShutdownResponse_v0(b, p, n):
     f_error_code, _c1 = _S3.unpack_from(b, p); p += 6
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_remaining_partitions = []
         for _ in range(_c1):
@@ -188,7 +188,7 @@ def _d_ControlledShutdownResponse_v3(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_remaining_partitions = []
         for _ in range(_c1):

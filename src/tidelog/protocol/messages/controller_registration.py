@@ -135,7 +135,7 @@ def _d_ControllerRegistrationRequest_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_listeners = []
         for _ in range(_c1):
@@ -163,7 +163,7 @@ def _d_ControllerRegistrationRequest_v0(b, p, n):
     _c5 -= 1
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_features = []
         for _ in range(_c5):

@@ -184,7 +184,7 @@ def _d_CreateAclsRequest_v0(b, p, n):
     _c1, = _S4.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 9 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_creations = []
         for _ in range(_c1):
@@ -218,7 +218,7 @@ def _d_CreateAclsRequest_v1(b, p, n):
     _c1, = _S4.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_creations = []
         for _ in range(_c1):
@@ -254,7 +254,7 @@ def _d_CreateAclsRequest_v2(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_creations = []
         for _ in range(_c1):
@@ -387,7 +387,7 @@ def _d_CreateAclsResponse_v0(b, p, n):
     f_throttle_time_ms, _c1 = _S6.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results = []
         for _ in range(_c1):
@@ -414,7 +414,7 @@ def _d_CreateAclsResponse_v2(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results = []
         for _ in range(_c1):

@@ -119,7 +119,7 @@ def _d_CreateDelegationTokenRequest_v0(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_renewers = []
         for _ in range(_c1):
@@ -151,7 +151,7 @@ def _d_CreateDelegationTokenRequest_v2(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_renewers = []
         for _ in range(_c1):
@@ -209,7 +209,7 @@ def _d_CreateDelegationTokenRequest_v3(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_renewers = []
         for _ in range(_c3):

@@ -68,7 +68,7 @@ def _d_CreatePartitionsAssignment_v0(b, p, n):
     _c1, = _S0.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_broker_ids = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     return CreatePartitionsAssignment(f_broker_ids), p
@@ -84,7 +84,7 @@ def _d_CreatePartitionsAssignment_v2(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_broker_ids = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     o = CreatePartitionsAssignment(f_broker_ids)
@@ -110,14 +110,14 @@ def _d_CreatePartitionsTopic_v0(b, p, n):
     if _c2 < 0:
         if _c2 != -1: raise DecodeError('invalid array length')
         f_assignments = None
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_assignments = []
         for _ in range(_c2):
             _c4, = _S0.unpack_from(b, p); p += 4
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_broker_ids = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e3 = CreatePartitionsAssignment(_e3_broker_ids)
@@ -150,7 +150,7 @@ def _d_CreatePartitionsTopic_v2(b, p, n):
     if _c2 < 0:
         if _c2 != -1: raise DecodeError('invalid array length')
         f_assignments = None
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_assignments = []
         for _ in range(_c2):
@@ -159,7 +159,7 @@ def _d_CreatePartitionsTopic_v2(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_broker_ids = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e3 = CreatePartitionsAssignment(_e3_broker_ids)
@@ -190,7 +190,7 @@ def _d_CreatePartitionsRequest_v0(b, p, n):
     _c1, = _S0.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -212,7 +212,7 @@ def _d_CreatePartitionsRequest_v2(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -342,7 +342,7 @@ def _d_CreatePartitionsResponse_v0(b, p, n):
     f_throttle_time_ms, _c1 = _S2.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results = []
         for _ in range(_c1):
@@ -374,7 +374,7 @@ def _d_CreatePartitionsResponse_v2(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results = []
         for _ in range(_c1):

@@ -82,7 +82,7 @@ def _d_CreatableReplicaAssignment_v0(b, p, n):
     f_partition_index, _c1 = _S0.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_broker_ids = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     return CreatableReplicaAssignment(f_partition_index, f_broker_ids), p
@@ -99,7 +99,7 @@ def _d_CreatableReplicaAssignment_v5(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_broker_ids = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     o = CreatableReplicaAssignment(f_partition_index, f_broker_ids)
@@ -184,14 +184,14 @@ def _d_CreatableTopic_v0(b, p, n):
     f_num_partitions, f_replication_factor, _c2 = _S3.unpack_from(b, p); p += 10
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_assignments = []
         for _ in range(_c2):
             _e3_partition_index, _c4 = _S0.unpack_from(b, p); p += 8
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_broker_ids = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e3 = CreatableReplicaAssignment(_e3_partition_index, _e3_broker_ids)
@@ -199,7 +199,7 @@ def _d_CreatableTopic_v0(b, p, n):
     _c5, = _S1.unpack_from(b, p); p += 4
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_configs = []
         for _ in range(_c5):
@@ -246,7 +246,7 @@ def _d_CreatableTopic_v5(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_assignments = []
         for _ in range(_c2):
@@ -256,7 +256,7 @@ def _d_CreatableTopic_v5(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_broker_ids = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e3 = CreatableReplicaAssignment(_e3_partition_index, _e3_broker_ids)
@@ -268,7 +268,7 @@ def _d_CreatableTopic_v5(b, p, n):
     _c5 -= 1
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_configs = []
         for _ in range(_c5):
@@ -317,7 +317,7 @@ def _d_CreateTopicsRequest_v0(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 16 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -337,7 +337,7 @@ def _d_CreateTopicsRequest_v1(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 16 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -359,7 +359,7 @@ def _d_CreateTopicsRequest_v5(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -564,7 +564,7 @@ def _d_CreatableTopicResult_v5(b, p, n):
     if _c3 < 0:
         if _c3 != -1: raise DecodeError('invalid array length')
         f_configs = None
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_configs = []
         for _ in range(_c3):
@@ -644,7 +644,7 @@ def _d_CreatableTopicResult_v7(b, p, n):
     if _c3 < 0:
         if _c3 != -1: raise DecodeError('invalid array length')
         f_configs = None
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_configs = []
         for _ in range(_c3):
@@ -704,7 +704,7 @@ def _d_CreateTopicsResponse_v0(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -728,7 +728,7 @@ def _d_CreateTopicsResponse_v1(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -757,7 +757,7 @@ def _d_CreateTopicsResponse_v2(b, p, n):
     f_throttle_time_ms, _c1 = _S0.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -789,7 +789,7 @@ def _d_CreateTopicsResponse_v5(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 12 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -817,7 +817,7 @@ def _d_CreateTopicsResponse_v7(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 28 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):

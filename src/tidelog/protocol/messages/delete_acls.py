@@ -199,7 +199,7 @@ def _d_DeleteAclsRequest_v0(b, p, n):
     _c1, = _S4.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 9 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_filters = []
         for _ in range(_c1):
@@ -236,7 +236,7 @@ def _d_DeleteAclsRequest_v1(b, p, n):
     _c1, = _S4.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_filters = []
         for _ in range(_c1):
@@ -275,7 +275,7 @@ def _d_DeleteAclsRequest_v2(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_filters = []
         for _ in range(_c1):
@@ -542,7 +542,7 @@ def _d_DeleteAclsFilterResult_v0(b, p, n):
     _c2, = _S4.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 13 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_matching_acls = []
         for _ in range(_c2):
@@ -593,7 +593,7 @@ def _d_DeleteAclsFilterResult_v1(b, p, n):
     _c2, = _S4.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 14 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_matching_acls = []
         for _ in range(_c2):
@@ -648,7 +648,7 @@ def _d_DeleteAclsFilterResult_v2(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 11 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_matching_acls = []
         for _ in range(_c2):
@@ -712,7 +712,7 @@ def _d_DeleteAclsResponse_v0(b, p, n):
     f_throttle_time_ms, _c1 = _S6.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_filter_results = []
         for _ in range(_c1):
@@ -730,7 +730,7 @@ def _d_DeleteAclsResponse_v1(b, p, n):
     f_throttle_time_ms, _c1 = _S6.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_filter_results = []
         for _ in range(_c1):
@@ -751,7 +751,7 @@ def _d_DeleteAclsResponse_v2(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_filter_results = []
         for _ in range(_c1):

@@ -87,7 +87,7 @@ def _d_DeleteTopicsRequest_v0(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_names = []
         for _ in range(_c1):
@@ -141,7 +141,7 @@ def _d_DeleteTopicsRequest_v6(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -336,7 +336,7 @@ def _d_DeleteTopicsResponse_v0(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):
@@ -360,7 +360,7 @@ def _d_DeleteTopicsResponse_v1(b, p, n):
     f_throttle_time_ms, _c1 = _S4.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):
@@ -387,7 +387,7 @@ def _d_DeleteTopicsResponse_v4(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):
@@ -425,7 +425,7 @@ def _d_DeleteTopicsResponse_v5(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):
@@ -470,7 +470,7 @@ def _d_DeleteTopicsResponse_v6(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 21 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):

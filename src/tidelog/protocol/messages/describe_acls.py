@@ -314,7 +314,7 @@ def _d_DescribeAclsResource_v0(b, p, n):
     _c2, = _S4.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_acls = []
         for _ in range(_c2):
@@ -352,7 +352,7 @@ def _d_DescribeAclsResource_v1(b, p, n):
     f_pattern_type, _c2 = _S5.unpack_from(b, p); p += 5
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_acls = []
         for _ in range(_c2):
@@ -396,7 +396,7 @@ def _d_DescribeAclsResource_v2(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_acls = []
         for _ in range(_c2):
@@ -449,7 +449,7 @@ def _d_DescribeAclsResponse_v0(b, p, n):
     _c2, = _S4.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_resources = []
         for _ in range(_c2):
@@ -478,7 +478,7 @@ def _d_DescribeAclsResponse_v1(b, p, n):
     _c2, = _S4.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_resources = []
         for _ in range(_c2):
@@ -511,7 +511,7 @@ def _d_DescribeAclsResponse_v2(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_resources = []
         for _ in range(_c2):

@@ -125,7 +125,7 @@ def _d_DescribeClientQuotasRequest_v0(b, p, n):
     _c1, = _S3.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_components = []
         for _ in range(_c1):
@@ -158,7 +158,7 @@ def _d_DescribeClientQuotasRequest_v1(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_components = []
         for _ in range(_c1):
@@ -358,7 +358,7 @@ def _d_EntryData_v0(b, p, n):
     _c1, = _S3.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_entity = []
         for _ in range(_c1):
@@ -378,7 +378,7 @@ def _d_EntryData_v0(b, p, n):
     _c5, = _S3.unpack_from(b, p); p += 4
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_values = []
         for _ in range(_c5):
@@ -408,7 +408,7 @@ def _d_EntryData_v1(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_entity = []
         for _ in range(_c1):
@@ -435,7 +435,7 @@ def _d_EntryData_v1(b, p, n):
     _c5 -= 1
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_values = []
         for _ in range(_c5):
@@ -480,7 +480,7 @@ def _d_DescribeClientQuotasResponse_v0(b, p, n):
     if _c2 < 0:
         if _c2 != -1: raise DecodeError('invalid array length')
         f_entries = None
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_entries = []
         for _ in range(_c2):
@@ -515,7 +515,7 @@ def _d_DescribeClientQuotasResponse_v1(b, p, n):
     if _c2 < 0:
         if _c2 != -1: raise DecodeError('invalid array length')
         f_entries = None
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_entries = []
         for _ in range(_c2):

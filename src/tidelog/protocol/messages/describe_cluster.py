@@ -185,7 +185,7 @@ def _d_DescribeClusterResponse_v0(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 11 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_brokers = []
         for _ in range(_c3):
@@ -259,7 +259,7 @@ def _d_DescribeClusterResponse_v1(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 11 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_brokers = []
         for _ in range(_c3):

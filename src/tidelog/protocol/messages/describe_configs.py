@@ -74,7 +74,7 @@ def _d_DescribeConfigsResource_v0(b, p, n):
     if _c2 < 0:
         if _c2 != -1: raise DecodeError('invalid array length')
         f_configuration_keys = None
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_configuration_keys = []
         for _ in range(_c2):
@@ -142,7 +142,7 @@ def _d_DescribeConfigsRequest_v0(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_resources = []
         for _ in range(_c1):
@@ -155,7 +155,7 @@ def _d_DescribeConfigsRequest_v0(b, p, n):
             if _c4 < 0:
                 if _c4 != -1: raise DecodeError('invalid array length')
                 _e2_configuration_keys = None
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 2 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_configuration_keys = []
                 for _ in range(_c4):
@@ -175,7 +175,7 @@ def _d_DescribeConfigsRequest_v1(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_resources = []
         for _ in range(_c1):
@@ -188,7 +188,7 @@ def _d_DescribeConfigsRequest_v1(b, p, n):
             if _c4 < 0:
                 if _c4 != -1: raise DecodeError('invalid array length')
                 _e2_configuration_keys = None
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 2 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_configuration_keys = []
                 for _ in range(_c4):
@@ -210,7 +210,7 @@ def _d_DescribeConfigsRequest_v3(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_resources = []
         for _ in range(_c1):
@@ -223,7 +223,7 @@ def _d_DescribeConfigsRequest_v3(b, p, n):
             if _c4 < 0:
                 if _c4 != -1: raise DecodeError('invalid array length')
                 _e2_configuration_keys = None
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 2 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_configuration_keys = []
                 for _ in range(_c4):
@@ -247,7 +247,7 @@ def _d_DescribeConfigsRequest_v4(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_resources = []
         for _ in range(_c1):
@@ -463,7 +463,7 @@ def _d_DescribeConfigsResourceResult_v1(b, p, n):
     f_read_only, f_config_source, f_is_sensitive, _c3 = _S7.unpack_from(b, p); p += 7
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_synonyms = []
         for _ in range(_c3):
@@ -513,7 +513,7 @@ def _d_DescribeConfigsResourceResult_v3(b, p, n):
     f_read_only, f_config_source, f_is_sensitive, _c3 = _S7.unpack_from(b, p); p += 7
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_synonyms = []
         for _ in range(_c3):
@@ -580,7 +580,7 @@ def _d_DescribeConfigsResourceResult_v4(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_synonyms = []
         for _ in range(_c3):
@@ -656,7 +656,7 @@ def _d_DescribeConfigsResult_v0(b, p, n):
     _c3, = _S1.unpack_from(b, p); p += 4
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_configs = []
         for _ in range(_c3):
@@ -706,7 +706,7 @@ def _d_DescribeConfigsResult_v1(b, p, n):
     _c3, = _S1.unpack_from(b, p); p += 4
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 11 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_configs = []
         for _ in range(_c3):
@@ -744,7 +744,7 @@ def _d_DescribeConfigsResult_v3(b, p, n):
     _c3, = _S1.unpack_from(b, p); p += 4
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 14 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_configs = []
         for _ in range(_c3):
@@ -789,7 +789,7 @@ def _d_DescribeConfigsResult_v4(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 9 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_configs = []
         for _ in range(_c3):
@@ -824,7 +824,7 @@ def _d_DescribeConfigsResponse_v0(b, p, n):
     f_throttle_time_ms, _c1 = _S10.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 11 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results = []
         for _ in range(_c1):
@@ -842,7 +842,7 @@ def _d_DescribeConfigsResponse_v1(b, p, n):
     f_throttle_time_ms, _c1 = _S10.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 11 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results = []
         for _ in range(_c1):
@@ -860,7 +860,7 @@ def _d_DescribeConfigsResponse_v3(b, p, n):
     f_throttle_time_ms, _c1 = _S10.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 11 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results = []
         for _ in range(_c1):
@@ -881,7 +881,7 @@ def _d_DescribeConfigsResponse_v4(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results = []
         for _ in range(_c1):

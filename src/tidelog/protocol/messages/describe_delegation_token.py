@@ -116,7 +116,7 @@ def _d_DescribeDelegationTokenRequest_v0(b, p, n):
     if _c1 < 0:
         if _c1 != -1: raise DecodeError('invalid array length')
         f_owners = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_owners = []
         for _ in range(_c1):
@@ -148,7 +148,7 @@ def _d_DescribeDelegationTokenRequest_v2(b, p, n):
     if _c1 < 0:
         if _c1 != -1: raise DecodeError('invalid array length')
         f_owners = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_owners = []
         for _ in range(_c1):
@@ -323,7 +323,7 @@ def _d_DescribedDelegationToken_v0(b, p, n):
     _c5, = _S1.unpack_from(b, p); p += 4
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_renewers = []
         for _ in range(_c5):
@@ -398,7 +398,7 @@ def _d_DescribedDelegationToken_v2(b, p, n):
     _c5 -= 1
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_renewers = []
         for _ in range(_c5):
@@ -500,7 +500,7 @@ def _d_DescribedDelegationToken_v3(b, p, n):
     _c7 -= 1
     if _c7 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c7 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_renewers = []
         for _ in range(_c7):
@@ -565,7 +565,7 @@ def _d_DescribeDelegationTokenResponse_v0(b, p, n):
     f_error_code, _c1 = _S4.unpack_from(b, p); p += 6
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 38 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_tokens = []
         for _ in range(_c1):
@@ -588,7 +588,7 @@ def _d_DescribeDelegationTokenResponse_v2(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 30 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_tokens = []
         for _ in range(_c1):
@@ -618,7 +618,7 @@ def _d_DescribeDelegationTokenResponse_v3(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 32 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_tokens = []
         for _ in range(_c1):

@@ -53,7 +53,7 @@ def _d_DescribeGroupsRequest_v0(b, p, n):
     _c1, = _S0.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_groups = []
         for _ in range(_c1):
@@ -73,7 +73,7 @@ def _d_DescribeGroupsRequest_v3(b, p, n):
     _c1, = _S0.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_groups = []
         for _ in range(_c1):
@@ -392,7 +392,7 @@ def _d_DescribedGroup_v0(b, p, n):
     _c5, = _S0.unpack_from(b, p); p += 4
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 14 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
         for _ in range(_c5):
@@ -471,7 +471,7 @@ def _d_DescribedGroup_v3(b, p, n):
     _c5, = _S0.unpack_from(b, p); p += 4
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 14 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
         for _ in range(_c5):
@@ -552,7 +552,7 @@ def _d_DescribedGroup_v4(b, p, n):
     _c5, = _S0.unpack_from(b, p); p += 4
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 16 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
         for _ in range(_c5):
@@ -650,7 +650,7 @@ def _d_DescribedGroup_v5(b, p, n):
     _c5 -= 1
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
         for _ in range(_c5):
@@ -737,7 +737,7 @@ def _d_DescribeGroupsResponse_v0(b, p, n):
     _c1, = _S0.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 14 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_groups = []
         for _ in range(_c1):
@@ -755,7 +755,7 @@ def _d_DescribeGroupsResponse_v1(b, p, n):
     f_throttle_time_ms, _c1 = _S4.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 14 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_groups = []
         for _ in range(_c1):
@@ -773,7 +773,7 @@ def _d_DescribeGroupsResponse_v3(b, p, n):
     f_throttle_time_ms, _c1 = _S4.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_groups = []
         for _ in range(_c1):
@@ -791,7 +791,7 @@ def _d_DescribeGroupsResponse_v4(b, p, n):
     f_throttle_time_ms, _c1 = _S4.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_groups = []
         for _ in range(_c1):
@@ -812,7 +812,7 @@ def _d_DescribeGroupsResponse_v5(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 12 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_groups = []
         for _ in range(_c1):

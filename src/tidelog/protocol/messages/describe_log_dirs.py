@@ -66,7 +66,7 @@ def _d_DescribableLogDirTopic_v0(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     return DescribableLogDirTopic(f_topic, f_partitions), p
@@ -93,7 +93,7 @@ def _d_DescribableLogDirTopic_v2(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     o = DescribableLogDirTopic(f_topic, f_partitions)
@@ -118,7 +118,7 @@ def _d_DescribeLogDirsRequest_v0(b, p, n):
     if _c1 < 0:
         if _c1 != -1: raise DecodeError('invalid array length')
         f_topics = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -130,7 +130,7 @@ def _d_DescribeLogDirsRequest_v0(b, p, n):
             _c4, = _S1.unpack_from(b, p); p += 4
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_partitions = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e2 = DescribableLogDirTopic(_e2_topic, _e2_partitions)
@@ -151,7 +151,7 @@ def _d_DescribeLogDirsRequest_v2(b, p, n):
     if _c1 < 0:
         if _c1 != -1: raise DecodeError('invalid array length')
         f_topics = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -167,7 +167,7 @@ def _d_DescribeLogDirsRequest_v2(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_partitions = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e2 = DescribableLogDirTopic(_e2_topic, _e2_partitions)
@@ -280,7 +280,7 @@ def _d_DescribeLogDirsTopic_v0(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 21 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -312,7 +312,7 @@ def _d_DescribeLogDirsTopic_v2(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 22 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -348,7 +348,7 @@ def _d_DescribeLogDirsResult_v0(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c2):
@@ -380,7 +380,7 @@ def _d_DescribeLogDirsResult_v2(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c2):
@@ -419,7 +419,7 @@ def _d_DescribeLogDirsResult_v4(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c2):
@@ -450,7 +450,7 @@ def _d_DescribeLogDirsResponse_v0(b, p, n):
     f_throttle_time_ms, _c1 = _S5.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results = []
         for _ in range(_c1):
@@ -471,7 +471,7 @@ def _d_DescribeLogDirsResponse_v2(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results = []
         for _ in range(_c1):
@@ -499,7 +499,7 @@ def _d_DescribeLogDirsResponse_v3(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results = []
         for _ in range(_c1):
@@ -527,7 +527,7 @@ def _d_DescribeLogDirsResponse_v4(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 21 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results = []
         for _ in range(_c1):

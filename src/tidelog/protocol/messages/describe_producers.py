@@ -66,7 +66,7 @@ def _d_TopicRequest_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_indexes = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     o = TopicRequest(f_name, f_partition_indexes)
@@ -92,7 +92,7 @@ def _d_DescribeProducersRequest_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -108,7 +108,7 @@ def _d_DescribeProducersRequest_v0(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_partition_indexes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e2 = TopicRequest(_e2_name, _e2_partition_indexes)
@@ -218,7 +218,7 @@ def _d_PartitionResponse_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 37 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_active_producers = []
         for _ in range(_c2):
@@ -260,7 +260,7 @@ def _d_TopicResponse_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 9 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -291,7 +291,7 @@ def _d_DescribeProducersResponse_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):

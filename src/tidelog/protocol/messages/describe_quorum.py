@@ -91,7 +91,7 @@ def _d_TopicData_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -124,7 +124,7 @@ def _d_DescribeQuorumRequest_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -273,7 +273,7 @@ def _d_DescribeQuorumResponsePartitionData_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 13 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_current_voters = []
         for _ in range(_c1):
@@ -287,7 +287,7 @@ def _d_DescribeQuorumResponsePartitionData_v0(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 13 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_observers = []
         for _ in range(_c3):
@@ -322,7 +322,7 @@ def _d_DescribeQuorumResponsePartitionData_v1(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 29 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_current_voters = []
         for _ in range(_c1):
@@ -336,7 +336,7 @@ def _d_DescribeQuorumResponsePartitionData_v1(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 29 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_observers = []
         for _ in range(_c3):
@@ -379,7 +379,7 @@ def _d_DescribeQuorumResponsePartitionData_v2(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 45 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_current_voters = []
         for _ in range(_c2):
@@ -394,7 +394,7 @@ def _d_DescribeQuorumResponsePartitionData_v2(b, p, n):
     _c4 -= 1
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 45 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_observers = []
         for _ in range(_c4):
@@ -442,7 +442,7 @@ def _d_DescribeQuorumResponseTopicData_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 25 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -479,7 +479,7 @@ def _d_DescribeQuorumResponseTopicData_v1(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 25 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -516,7 +516,7 @@ def _d_DescribeQuorumResponseTopicData_v2(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 26 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -582,7 +582,7 @@ def _d_Node_v2(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_listeners = []
         for _ in range(_c1):
@@ -627,7 +627,7 @@ def _d_DescribeQuorumResponse_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -655,7 +655,7 @@ def _d_DescribeQuorumResponse_v1(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -690,7 +690,7 @@ def _d_DescribeQuorumResponse_v2(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c2):
@@ -701,7 +701,7 @@ def _d_DescribeQuorumResponse_v2(b, p, n):
     _c4 -= 1
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_nodes = []
         for _ in range(_c4):

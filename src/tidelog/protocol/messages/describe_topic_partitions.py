@@ -116,7 +116,7 @@ def _d_DescribeTopicPartitionsRequest_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -226,7 +226,7 @@ def _d_DescribeTopicPartitionsResponsePartition_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_replica_nodes = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     _c2 = b[p]; p += 1
@@ -234,7 +234,7 @@ def _d_DescribeTopicPartitionsResponsePartition_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_isr_nodes = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     _c3 = b[p]; p += 1
@@ -243,7 +243,7 @@ def _d_DescribeTopicPartitionsResponsePartition_v0(b, p, n):
     if _c3 < 0:
         if _c3 != -1: raise DecodeError('invalid array length')
         f_eligible_leader_replicas = None
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_eligible_leader_replicas = list(_unpack_from('>%di' % _c3, b, p)); p += 4 * _c3
     _c4 = b[p]; p += 1
@@ -252,7 +252,7 @@ def _d_DescribeTopicPartitionsResponsePartition_v0(b, p, n):
     if _c4 < 0:
         if _c4 != -1: raise DecodeError('invalid array length')
         f_last_known_elr = None
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_last_known_elr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
     _c5 = b[p]; p += 1
@@ -260,7 +260,7 @@ def _d_DescribeTopicPartitionsResponsePartition_v0(b, p, n):
     _c5 -= 1
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_offline_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
     o = DescribeTopicPartitionsResponsePartition(f_error_code, f_partition_index, f_leader_id, f_leader_epoch, f_replica_nodes, f_isr_nodes, f_eligible_leader_replicas, f_last_known_elr, f_offline_replicas)
@@ -307,7 +307,7 @@ def _d_DescribeTopicPartitionsResponseTopic_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 20 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -317,7 +317,7 @@ def _d_DescribeTopicPartitionsResponseTopic_v0(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_replica_nodes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _c5 = b[p]; p += 1
@@ -325,7 +325,7 @@ def _d_DescribeTopicPartitionsResponseTopic_v0(b, p, n):
             _c5 -= 1
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_isr_nodes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _c6 = b[p]; p += 1
@@ -334,7 +334,7 @@ def _d_DescribeTopicPartitionsResponseTopic_v0(b, p, n):
             if _c6 < 0:
                 if _c6 != -1: raise DecodeError('invalid array length')
                 _e3_eligible_leader_replicas = None
-            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c6 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_eligible_leader_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
             _c7 = b[p]; p += 1
@@ -343,7 +343,7 @@ def _d_DescribeTopicPartitionsResponseTopic_v0(b, p, n):
             if _c7 < 0:
                 if _c7 != -1: raise DecodeError('invalid array length')
                 _e3_last_known_elr = None
-            elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c7 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_last_known_elr = list(_unpack_from('>%di' % _c7, b, p)); p += 4 * _c7
             _c8 = b[p]; p += 1
@@ -351,7 +351,7 @@ def _d_DescribeTopicPartitionsResponseTopic_v0(b, p, n):
             _c8 -= 1
             if _c8 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c8 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c8 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_offline_replicas = list(_unpack_from('>%di' % _c8, b, p)); p += 4 * _c8
             _e3 = DescribeTopicPartitionsResponsePartition(_e3_error_code, _e3_partition_index, _e3_leader_id, _e3_leader_epoch, _e3_replica_nodes, _e3_isr_nodes, _e3_eligible_leader_replicas, _e3_last_known_elr, _e3_offline_replicas)
@@ -412,7 +412,7 @@ def _d_DescribeTopicPartitionsResponse_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 26 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):

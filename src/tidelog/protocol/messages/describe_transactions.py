@@ -142,7 +142,7 @@ def _d_TopicData_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     o = TopicData(f_topic, f_partitions)
@@ -184,7 +184,7 @@ def _d_TransactionState_v0(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c3):
@@ -200,7 +200,7 @@ def _d_TransactionState_v0(b, p, n):
             _c6 -= 1
             if _c6 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c6 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e4_partitions = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
             _e4 = TopicData(_e4_topic, _e4_partitions)
@@ -238,7 +238,7 @@ def _d_DescribeTransactionsResponse_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 28 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_transaction_states = []
         for _ in range(_c1):

@@ -69,7 +69,7 @@ def _d_TopicPartitions_v0(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     return TopicPartitions(f_topic, f_partitions), p
@@ -96,7 +96,7 @@ def _d_TopicPartitions_v2(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     o = TopicPartitions(f_topic, f_partitions)
@@ -121,7 +121,7 @@ def _d_ElectLeadersRequest_v0(b, p, n):
     if _c1 < 0:
         if _c1 != -1: raise DecodeError('invalid array length')
         f_topic_partitions = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_partitions = []
         for _ in range(_c1):
@@ -133,7 +133,7 @@ def _d_ElectLeadersRequest_v0(b, p, n):
             _c4, = _S1.unpack_from(b, p); p += 4
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_partitions = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e2 = TopicPartitions(_e2_topic, _e2_partitions)
@@ -154,7 +154,7 @@ def _d_ElectLeadersRequest_v1(b, p, n):
     if _c1 < 0:
         if _c1 != -1: raise DecodeError('invalid array length')
         f_topic_partitions = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_partitions = []
         for _ in range(_c1):
@@ -166,7 +166,7 @@ def _d_ElectLeadersRequest_v1(b, p, n):
             _c4, = _S1.unpack_from(b, p); p += 4
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_partitions = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e2 = TopicPartitions(_e2_topic, _e2_partitions)
@@ -190,7 +190,7 @@ def _d_ElectLeadersRequest_v2(b, p, n):
     if _c1 < 0:
         if _c1 != -1: raise DecodeError('invalid array length')
         f_topic_partitions = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_partitions = []
         for _ in range(_c1):
@@ -206,7 +206,7 @@ def _d_ElectLeadersRequest_v2(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_partitions = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e2 = TopicPartitions(_e2_topic, _e2_partitions)
@@ -332,7 +332,7 @@ def _d_ReplicaElectionResult_v0(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_result = []
         for _ in range(_c2):
@@ -369,7 +369,7 @@ def _d_ReplicaElectionResult_v2(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_result = []
         for _ in range(_c2):
@@ -407,7 +407,7 @@ def _d_ElectLeadersResponse_v0(b, p, n):
     f_throttle_time_ms, _c1 = _S6.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_replica_election_results = []
         for _ in range(_c1):
@@ -425,7 +425,7 @@ def _d_ElectLeadersResponse_v1(b, p, n):
     f_throttle_time_ms, f_error_code, _c1 = _S7.unpack_from(b, p); p += 10
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_replica_election_results = []
         for _ in range(_c1):
@@ -446,7 +446,7 @@ def _d_ElectLeadersResponse_v2(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_replica_election_results = []
         for _ in range(_c1):

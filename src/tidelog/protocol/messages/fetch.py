@@ -214,7 +214,7 @@ def _d_FetchTopic_v0(b, p, n):
     _c2, = _S7.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 16 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -242,7 +242,7 @@ def _d_FetchTopic_v5(b, p, n):
     _c2, = _S7.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 24 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -270,7 +270,7 @@ def _d_FetchTopic_v9(b, p, n):
     _c2, = _S7.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 28 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -302,7 +302,7 @@ def _d_FetchTopic_v12(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 33 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -337,7 +337,7 @@ def _d_FetchTopic_v13(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 33 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c1):
@@ -369,7 +369,7 @@ def _d_FetchTopic_v17(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 33 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c1):
@@ -402,7 +402,7 @@ def _d_ForgottenTopic_v7(b, p, n):
     _c2, = _S7.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     return ForgottenTopic(f_topic, ZERO_UUID, f_partitions), p
@@ -429,7 +429,7 @@ def _d_ForgottenTopic_v12(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     o = ForgottenTopic(f_topic, ZERO_UUID, f_partitions)
@@ -457,7 +457,7 @@ def _d_ForgottenTopic_v13(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     o = ForgottenTopic('', f_topic_id, f_partitions)
@@ -478,7 +478,7 @@ def _d_FetchRequest_v0(b, p, n):
     f_replica_id, f_max_wait_ms, f_min_bytes, _c1 = _S8.unpack_from(b, p); p += 16
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -496,7 +496,7 @@ def _d_FetchRequest_v3(b, p, n):
     f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, _c1 = _S9.unpack_from(b, p); p += 20
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -514,7 +514,7 @@ def _d_FetchRequest_v4(b, p, n):
     f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, _c1 = _S10.unpack_from(b, p); p += 21
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -532,7 +532,7 @@ def _d_FetchRequest_v5(b, p, n):
     f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, _c1 = _S10.unpack_from(b, p); p += 21
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -550,7 +550,7 @@ def _d_FetchRequest_v7(b, p, n):
     f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, _c1 = _S11.unpack_from(b, p); p += 29
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -559,7 +559,7 @@ def _d_FetchRequest_v7(b, p, n):
     _c3, = _S7.unpack_from(b, p); p += 4
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_forgotten_topics_data = []
         for _ in range(_c3):
@@ -571,7 +571,7 @@ def _d_FetchRequest_v7(b, p, n):
             _c6, = _S7.unpack_from(b, p); p += 4
             if _c6 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c6 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e4_partitions = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
             _e4 = ForgottenTopic(_e4_topic, ZERO_UUID, _e4_partitions)
@@ -592,7 +592,7 @@ def _d_FetchRequest_v9(b, p, n):
     f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, _c1 = _S11.unpack_from(b, p); p += 29
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -601,7 +601,7 @@ def _d_FetchRequest_v9(b, p, n):
     _c3, = _S7.unpack_from(b, p); p += 4
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_forgotten_topics_data = []
         for _ in range(_c3):
@@ -613,7 +613,7 @@ def _d_FetchRequest_v9(b, p, n):
             _c6, = _S7.unpack_from(b, p); p += 4
             if _c6 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c6 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e4_partitions = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
             _e4 = ForgottenTopic(_e4_topic, ZERO_UUID, _e4_partitions)
@@ -634,7 +634,7 @@ def _d_FetchRequest_v11(b, p, n):
     f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, _c1 = _S11.unpack_from(b, p); p += 29
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -643,7 +643,7 @@ def _d_FetchRequest_v11(b, p, n):
     _c3, = _S7.unpack_from(b, p); p += 4
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_forgotten_topics_data = []
         for _ in range(_c3):
@@ -655,7 +655,7 @@ def _d_FetchRequest_v11(b, p, n):
             _c6, = _S7.unpack_from(b, p); p += 4
             if _c6 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c6 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e4_partitions = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
             _e4 = ForgottenTopic(_e4_topic, ZERO_UUID, _e4_partitions)
@@ -719,7 +719,7 @@ def _d_FetchRequest_v12(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -730,7 +730,7 @@ def _d_FetchRequest_v12(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_forgotten_topics_data = []
         for _ in range(_c3):
@@ -746,7 +746,7 @@ def _d_FetchRequest_v12(b, p, n):
             _c6 -= 1
             if _c6 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c6 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e4_partitions = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
             _e4 = ForgottenTopic(_e4_topic, ZERO_UUID, _e4_partitions)
@@ -801,7 +801,7 @@ def _d_FetchRequest_v13(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -812,7 +812,7 @@ def _d_FetchRequest_v13(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_forgotten_topics_data = []
         for _ in range(_c3):
@@ -823,7 +823,7 @@ def _d_FetchRequest_v13(b, p, n):
             _c5 -= 1
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e4_partitions = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _e4 = ForgottenTopic('', _e4_topic_id, _e4_partitions)
@@ -915,7 +915,7 @@ def _d_FetchRequest_v15(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -926,7 +926,7 @@ def _d_FetchRequest_v15(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_forgotten_topics_data = []
         for _ in range(_c3):
@@ -937,7 +937,7 @@ def _d_FetchRequest_v15(b, p, n):
             _c5 -= 1
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e4_partitions = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _e4 = ForgottenTopic('', _e4_topic_id, _e4_partitions)
@@ -998,7 +998,7 @@ def _d_FetchRequest_v17(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -1009,7 +1009,7 @@ def _d_FetchRequest_v17(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_forgotten_topics_data = []
         for _ in range(_c3):
@@ -1020,7 +1020,7 @@ def _d_FetchRequest_v17(b, p, n):
             _c5 -= 1
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e4_partitions = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _e4 = ForgottenTopic('', _e4_topic_id, _e4_partitions)
@@ -1254,7 +1254,7 @@ def _d_PartitionData_v4(b, p, n):
     if _c1 < 0:
         if _c1 != -1: raise DecodeError('invalid array length')
         f_aborted_transactions = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 16 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_aborted_transactions = []
         for _ in range(_c1):
@@ -1287,7 +1287,7 @@ def _d_PartitionData_v5(b, p, n):
     if _c1 < 0:
         if _c1 != -1: raise DecodeError('invalid array length')
         f_aborted_transactions = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 16 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_aborted_transactions = []
         for _ in range(_c1):
@@ -1320,7 +1320,7 @@ def _d_PartitionData_v11(b, p, n):
     if _c1 < 0:
         if _c1 != -1: raise DecodeError('invalid array length')
         f_aborted_transactions = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 16 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_aborted_transactions = []
         for _ in range(_c1):
@@ -1393,7 +1393,7 @@ def _d_PartitionData_v12(b, p, n):
     if _c1 < 0:
         if _c1 != -1: raise DecodeError('invalid array length')
         f_aborted_transactions = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 17 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_aborted_transactions = []
         for _ in range(_c1):
@@ -1461,7 +1461,7 @@ def _d_FetchableTopicResponse_v0(b, p, n):
     _c2, = _S7.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -1494,7 +1494,7 @@ def _d_FetchableTopicResponse_v4(b, p, n):
     _c2, = _S7.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 30 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -1521,7 +1521,7 @@ def _d_FetchableTopicResponse_v5(b, p, n):
     _c2, = _S7.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 38 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -1548,7 +1548,7 @@ def _d_FetchableTopicResponse_v11(b, p, n):
     _c2, = _S7.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 42 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -1579,7 +1579,7 @@ def _d_FetchableTopicResponse_v12(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 37 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -1611,7 +1611,7 @@ def _d_FetchableTopicResponse_v13(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 37 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c1):
@@ -1674,7 +1674,7 @@ def _d_FetchResponse_v0(b, p, n):
     _c1, = _S7.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):
@@ -1692,7 +1692,7 @@ def _d_FetchResponse_v1(b, p, n):
     f_throttle_time_ms, _c1 = _S14.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):
@@ -1710,7 +1710,7 @@ def _d_FetchResponse_v4(b, p, n):
     f_throttle_time_ms, _c1 = _S14.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):
@@ -1728,7 +1728,7 @@ def _d_FetchResponse_v5(b, p, n):
     f_throttle_time_ms, _c1 = _S14.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):
@@ -1746,7 +1746,7 @@ def _d_FetchResponse_v7(b, p, n):
     f_throttle_time_ms, f_error_code, f_session_id, _c1 = _S21.unpack_from(b, p); p += 14
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):
@@ -1764,7 +1764,7 @@ def _d_FetchResponse_v11(b, p, n):
     f_throttle_time_ms, f_error_code, f_session_id, _c1 = _S21.unpack_from(b, p); p += 14
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):
@@ -1785,7 +1785,7 @@ def _d_FetchResponse_v12(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):
@@ -1813,7 +1813,7 @@ def _d_FetchResponse_v13(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):
@@ -1853,7 +1853,7 @@ def _dt_FetchResponse_v16(b, p, n, o):
             _c1 -= 1
             if _c1 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c1 * 11 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 x = []
                 for _ in range(_c1):
@@ -1894,7 +1894,7 @@ def _d_FetchResponse_v16(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):

@@ -325,7 +325,7 @@ def _d_FindCoordinatorResponse_v4(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 14 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_coordinators = []
         for _ in range(_c1):

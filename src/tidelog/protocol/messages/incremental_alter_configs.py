@@ -137,7 +137,7 @@ def _d_AlterConfigsResource_v0(b, p, n):
     _c2, = _S3.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_configs = []
         for _ in range(_c2):
@@ -180,7 +180,7 @@ def _d_AlterConfigsResource_v1(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_configs = []
         for _ in range(_c2):
@@ -226,7 +226,7 @@ def _d_IncrementalAlterConfigsRequest_v0(b, p, n):
     _c1, = _S3.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_resources = []
         for _ in range(_c1):
@@ -248,7 +248,7 @@ def _d_IncrementalAlterConfigsRequest_v1(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_resources = []
         for _ in range(_c1):
@@ -381,7 +381,7 @@ def _d_IncrementalAlterConfigsResponse_v0(b, p, n):
     f_throttle_time_ms, _c1 = _S6.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):
@@ -413,7 +413,7 @@ def _d_IncrementalAlterConfigsResponse_v1(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):

@@ -141,7 +141,7 @@ def _d_JoinGroupRequest_v0(b, p, n):
     _c4, = _S1.unpack_from(b, p); p += 4
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_protocols = []
         for _ in range(_c4):
@@ -196,7 +196,7 @@ def _d_JoinGroupRequest_v1(b, p, n):
     _c4, = _S1.unpack_from(b, p); p += 4
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_protocols = []
         for _ in range(_c4):
@@ -257,7 +257,7 @@ def _d_JoinGroupRequest_v5(b, p, n):
     _c5, = _S1.unpack_from(b, p); p += 4
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_protocols = []
         for _ in range(_c5):
@@ -333,7 +333,7 @@ def _d_JoinGroupRequest_v6(b, p, n):
     _c5 -= 1
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_protocols = []
         for _ in range(_c5):
@@ -422,7 +422,7 @@ def _d_JoinGroupRequest_v8(b, p, n):
     _c5 -= 1
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_protocols = []
         for _ in range(_c5):
@@ -659,7 +659,7 @@ def _d_JoinGroupResponse_v0(b, p, n):
     _c4, = _S1.unpack_from(b, p); p += 4
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
         for _ in range(_c4):
@@ -714,7 +714,7 @@ def _d_JoinGroupResponse_v2(b, p, n):
     _c4, = _S1.unpack_from(b, p); p += 4
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
         for _ in range(_c4):
@@ -769,7 +769,7 @@ def _d_JoinGroupResponse_v5(b, p, n):
     _c4, = _S1.unpack_from(b, p); p += 4
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
         for _ in range(_c4):
@@ -839,7 +839,7 @@ def _d_JoinGroupResponse_v6(b, p, n):
     _c4 -= 1
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
         for _ in range(_c4):
@@ -930,7 +930,7 @@ def _d_JoinGroupResponse_v7(b, p, n):
     _c5 -= 1
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
         for _ in range(_c5):
@@ -1028,7 +1028,7 @@ def _d_JoinGroupResponse_v9(b, p, n):
     _c5 -= 1
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
         for _ in range(_c5):

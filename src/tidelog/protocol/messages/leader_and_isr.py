@@ -107,13 +107,13 @@ def _d_LeaderAndIsrPartitionState_v0(b, p, n):
     f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, _c2 = _S1.unpack_from(b, p); p += 20
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_isr = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     f_partition_epoch, _c3 = _S2.unpack_from(b, p); p += 8
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_replicas = list(_unpack_from('>%di' % _c3, b, p)); p += 4 * _c3
     return LeaderAndIsrPartitionState(f_topic_name, f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_partition_epoch, f_replicas, [], [], False, 0), p
@@ -139,13 +139,13 @@ def _d_LeaderAndIsrPartitionState_v1(b, p, n):
     f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, _c2 = _S1.unpack_from(b, p); p += 20
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_isr = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     f_partition_epoch, _c3 = _S2.unpack_from(b, p); p += 8
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_replicas = list(_unpack_from('>%di' % _c3, b, p)); p += 4 * _c3
     f_is_new, = _S3.unpack_from(b, p); p += 1
@@ -168,13 +168,13 @@ def _d_LeaderAndIsrPartitionState_v2(b, p, n):
     f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, _c1 = _S1.unpack_from(b, p); p += 20
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_isr = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     f_partition_epoch, _c2 = _S2.unpack_from(b, p); p += 8
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_replicas = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     f_is_new, = _S3.unpack_from(b, p); p += 1
@@ -193,25 +193,25 @@ def _d_LeaderAndIsrPartitionState_v3(b, p, n):
     f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, _c1 = _S1.unpack_from(b, p); p += 20
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_isr = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     f_partition_epoch, _c2 = _S2.unpack_from(b, p); p += 8
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_replicas = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     _c3, = _S4.unpack_from(b, p); p += 4
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_adding_replicas = list(_unpack_from('>%di' % _c3, b, p)); p += 4 * _c3
     _c4, = _S4.unpack_from(b, p); p += 4
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_removing_replicas = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
     f_is_new, = _S3.unpack_from(b, p); p += 1
@@ -239,7 +239,7 @@ def _d_LeaderAndIsrPartitionState_v4(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_isr = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     f_partition_epoch, = _S4.unpack_from(b, p); p += 4
@@ -248,7 +248,7 @@ def _d_LeaderAndIsrPartitionState_v4(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_replicas = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     _c3 = b[p]; p += 1
@@ -256,7 +256,7 @@ def _d_LeaderAndIsrPartitionState_v4(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_adding_replicas = list(_unpack_from('>%di' % _c3, b, p)); p += 4 * _c3
     _c4 = b[p]; p += 1
@@ -264,7 +264,7 @@ def _d_LeaderAndIsrPartitionState_v4(b, p, n):
     _c4 -= 1
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_removing_replicas = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
     f_is_new, = _S3.unpack_from(b, p); p += 1
@@ -300,7 +300,7 @@ def _d_LeaderAndIsrPartitionState_v6(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_isr = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     f_partition_epoch, = _S4.unpack_from(b, p); p += 4
@@ -309,7 +309,7 @@ def _d_LeaderAndIsrPartitionState_v6(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_replicas = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     _c3 = b[p]; p += 1
@@ -317,7 +317,7 @@ def _d_LeaderAndIsrPartitionState_v6(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_adding_replicas = list(_unpack_from('>%di' % _c3, b, p)); p += 4 * _c3
     _c4 = b[p]; p += 1
@@ -325,7 +325,7 @@ def _d_LeaderAndIsrPartitionState_v6(b, p, n):
     _c4 -= 1
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_removing_replicas = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
     f_is_new, f_leader_recovery_state = _S6.unpack_from(b, p); p += 2
@@ -363,20 +363,20 @@ def _d_LeaderAndIsrTopicState_v2(b, p, n):
     _c2, = _S4.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 29 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_states = []
         for _ in range(_c2):
             _e3_partition_index, _e3_controller_epoch, _e3_leader, _e3_leader_epoch, _c4 = _S1.unpack_from(b, p); p += 20
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e3_partition_epoch, _c5 = _S2.unpack_from(b, p); p += 8
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _e3_is_new, = _S3.unpack_from(b, p); p += 1
@@ -403,32 +403,32 @@ def _d_LeaderAndIsrTopicState_v3(b, p, n):
     _c2, = _S4.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 37 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_states = []
         for _ in range(_c2):
             _e3_partition_index, _e3_controller_epoch, _e3_leader, _e3_leader_epoch, _c4 = _S1.unpack_from(b, p); p += 20
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e3_partition_epoch, _c5 = _S2.unpack_from(b, p); p += 8
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _c6, = _S4.unpack_from(b, p); p += 4
             if _c6 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c6 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_adding_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
             _c7, = _S4.unpack_from(b, p); p += 4
             if _c7 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c7 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_removing_replicas = list(_unpack_from('>%di' % _c7, b, p)); p += 4 * _c7
             _e3_is_new, = _S3.unpack_from(b, p); p += 1
@@ -459,7 +459,7 @@ def _d_LeaderAndIsrTopicState_v4(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 26 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_states = []
         for _ in range(_c2):
@@ -469,7 +469,7 @@ def _d_LeaderAndIsrTopicState_v4(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e3_partition_epoch, = _S4.unpack_from(b, p); p += 4
@@ -478,7 +478,7 @@ def _d_LeaderAndIsrTopicState_v4(b, p, n):
             _c5 -= 1
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _c6 = b[p]; p += 1
@@ -486,7 +486,7 @@ def _d_LeaderAndIsrTopicState_v4(b, p, n):
             _c6 -= 1
             if _c6 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c6 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_adding_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
             _c7 = b[p]; p += 1
@@ -494,7 +494,7 @@ def _d_LeaderAndIsrTopicState_v4(b, p, n):
             _c7 -= 1
             if _c7 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c7 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_removing_replicas = list(_unpack_from('>%di' % _c7, b, p)); p += 4 * _c7
             _e3_is_new, = _S3.unpack_from(b, p); p += 1
@@ -535,7 +535,7 @@ def _d_LeaderAndIsrTopicState_v5(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 26 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_states = []
         for _ in range(_c2):
@@ -545,7 +545,7 @@ def _d_LeaderAndIsrTopicState_v5(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e3_partition_epoch, = _S4.unpack_from(b, p); p += 4
@@ -554,7 +554,7 @@ def _d_LeaderAndIsrTopicState_v5(b, p, n):
             _c5 -= 1
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _c6 = b[p]; p += 1
@@ -562,7 +562,7 @@ def _d_LeaderAndIsrTopicState_v5(b, p, n):
             _c6 -= 1
             if _c6 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c6 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_adding_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
             _c7 = b[p]; p += 1
@@ -570,7 +570,7 @@ def _d_LeaderAndIsrTopicState_v5(b, p, n):
             _c7 -= 1
             if _c7 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c7 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_removing_replicas = list(_unpack_from('>%di' % _c7, b, p)); p += 4 * _c7
             _e3_is_new, = _S3.unpack_from(b, p); p += 1
@@ -612,7 +612,7 @@ def _d_LeaderAndIsrTopicState_v6(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 27 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_states = []
         for _ in range(_c2):
@@ -622,7 +622,7 @@ def _d_LeaderAndIsrTopicState_v6(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e3_partition_epoch, = _S4.unpack_from(b, p); p += 4
@@ -631,7 +631,7 @@ def _d_LeaderAndIsrTopicState_v6(b, p, n):
             _c5 -= 1
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _c6 = b[p]; p += 1
@@ -639,7 +639,7 @@ def _d_LeaderAndIsrTopicState_v6(b, p, n):
             _c6 -= 1
             if _c6 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c6 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_adding_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
             _c7 = b[p]; p += 1
@@ -647,7 +647,7 @@ def _d_LeaderAndIsrTopicState_v6(b, p, n):
             _c7 -= 1
             if _c7 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c7 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_removing_replicas = list(_unpack_from('>%di' % _c7, b, p)); p += 4 * _c7
             _e3_is_new, _e3_leader_recovery_state = _S6.unpack_from(b, p); p += 2
@@ -720,7 +720,7 @@ def _d_LeaderAndIsrRequest_v0(b, p, n):
     f_controller_id, f_controller_epoch, _c1 = _S9.unpack_from(b, p); p += 12
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 30 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_ungrouped_partition_states = []
         for _ in range(_c1):
@@ -732,13 +732,13 @@ def _d_LeaderAndIsrRequest_v0(b, p, n):
             _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _c4 = _S1.unpack_from(b, p); p += 20
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e2_partition_epoch, _c5 = _S2.unpack_from(b, p); p += 8
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _e2 = LeaderAndIsrPartitionState(_e2_topic_name, _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _e2_isr, _e2_partition_epoch, _e2_replicas, [], [], False, 0)
@@ -746,7 +746,7 @@ def _d_LeaderAndIsrRequest_v0(b, p, n):
     _c6, = _S4.unpack_from(b, p); p += 4
     if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_leaders = []
         for _ in range(_c6):
@@ -774,7 +774,7 @@ def _d_LeaderAndIsrRequest_v1(b, p, n):
     f_controller_id, f_controller_epoch, _c1 = _S9.unpack_from(b, p); p += 12
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 31 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_ungrouped_partition_states = []
         for _ in range(_c1):
@@ -786,13 +786,13 @@ def _d_LeaderAndIsrRequest_v1(b, p, n):
             _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _c4 = _S1.unpack_from(b, p); p += 20
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e2_partition_epoch, _c5 = _S2.unpack_from(b, p); p += 8
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _e2_is_new, = _S3.unpack_from(b, p); p += 1
@@ -801,7 +801,7 @@ def _d_LeaderAndIsrRequest_v1(b, p, n):
     _c6, = _S4.unpack_from(b, p); p += 4
     if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_leaders = []
         for _ in range(_c6):
@@ -829,7 +829,7 @@ def _d_LeaderAndIsrRequest_v2(b, p, n):
     f_controller_id, f_controller_epoch, f_broker_epoch, _c1 = _S10.unpack_from(b, p); p += 20
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_states = []
         for _ in range(_c1):
@@ -838,7 +838,7 @@ def _d_LeaderAndIsrRequest_v2(b, p, n):
     _c3, = _S4.unpack_from(b, p); p += 4
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_leaders = []
         for _ in range(_c3):
@@ -866,7 +866,7 @@ def _d_LeaderAndIsrRequest_v3(b, p, n):
     f_controller_id, f_controller_epoch, f_broker_epoch, _c1 = _S10.unpack_from(b, p); p += 20
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_states = []
         for _ in range(_c1):
@@ -875,7 +875,7 @@ def _d_LeaderAndIsrRequest_v3(b, p, n):
     _c3, = _S4.unpack_from(b, p); p += 4
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_leaders = []
         for _ in range(_c3):
@@ -906,7 +906,7 @@ def _d_LeaderAndIsrRequest_v4(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_states = []
         for _ in range(_c1):
@@ -917,7 +917,7 @@ def _d_LeaderAndIsrRequest_v4(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_leaders = []
         for _ in range(_c3):
@@ -960,7 +960,7 @@ def _d_LeaderAndIsrRequest_v5(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 19 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_states = []
         for _ in range(_c1):
@@ -971,7 +971,7 @@ def _d_LeaderAndIsrRequest_v5(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_leaders = []
         for _ in range(_c3):
@@ -1014,7 +1014,7 @@ def _d_LeaderAndIsrRequest_v6(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 19 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_states = []
         for _ in range(_c1):
@@ -1025,7 +1025,7 @@ def _d_LeaderAndIsrRequest_v6(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_leaders = []
         for _ in range(_c3):
@@ -1068,7 +1068,7 @@ def _d_LeaderAndIsrRequest_v7(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 19 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_states = []
         for _ in range(_c1):
@@ -1079,7 +1079,7 @@ def _d_LeaderAndIsrRequest_v7(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_leaders = []
         for _ in range(_c3):
@@ -1227,7 +1227,7 @@ def _d_LeaderAndIsrTopicError_v5(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_errors = []
         for _ in range(_c1):
@@ -1255,7 +1255,7 @@ def _d_LeaderAndIsrResponse_v0(b, p, n):
     f_error_code, _c1 = _S14.unpack_from(b, p); p += 6
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_errors = []
         for _ in range(_c1):
@@ -1282,7 +1282,7 @@ def _d_LeaderAndIsrResponse_v4(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_errors = []
         for _ in range(_c1):
@@ -1320,7 +1320,7 @@ def _d_LeaderAndIsrResponse_v5(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):

@@ -85,7 +85,7 @@ def _d_LeaderChangeMessage_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_voters = []
         for _ in range(_c1):
@@ -99,7 +99,7 @@ def _d_LeaderChangeMessage_v0(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_granting_voters = []
         for _ in range(_c3):
@@ -134,7 +134,7 @@ def _d_LeaderChangeMessage_v1(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 21 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_voters = []
         for _ in range(_c1):
@@ -149,7 +149,7 @@ def _d_LeaderChangeMessage_v1(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 21 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_granting_voters = []
         for _ in range(_c3):

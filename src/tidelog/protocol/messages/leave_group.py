@@ -194,7 +194,7 @@ def _d_LeaveGroupRequest_v3(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
         for _ in range(_c2):
@@ -236,7 +236,7 @@ def _d_LeaveGroupRequest_v4(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
         for _ in range(_c2):
@@ -289,7 +289,7 @@ def _d_LeaveGroupRequest_v5(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
         for _ in range(_c2):
@@ -461,7 +461,7 @@ def _d_LeaveGroupResponse_v3(b, p, n):
     f_throttle_time_ms, f_error_code, _c1 = _S3.unpack_from(b, p); p += 10
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
         for _ in range(_c1):
@@ -494,7 +494,7 @@ def _d_LeaveGroupResponse_v4(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_members = []
         for _ in range(_c1):

@@ -342,7 +342,7 @@ def _d_ListGroupsResponse_v0(b, p, n):
     f_error_code, _c1 = _S1.unpack_from(b, p); p += 6
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_groups = []
         for _ in range(_c1):
@@ -370,7 +370,7 @@ def _d_ListGroupsResponse_v1(b, p, n):
     f_throttle_time_ms, f_error_code, _c1 = _S2.unpack_from(b, p); p += 10
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_groups = []
         for _ in range(_c1):
@@ -401,7 +401,7 @@ def _d_ListGroupsResponse_v3(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_groups = []
         for _ in range(_c1):
@@ -445,7 +445,7 @@ def _d_ListGroupsResponse_v4(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_groups = []
         for _ in range(_c1):
@@ -496,7 +496,7 @@ def _d_ListGroupsResponse_v5(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_groups = []
         for _ in range(_c1):

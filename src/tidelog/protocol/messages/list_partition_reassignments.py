@@ -66,7 +66,7 @@ def _d_ListPartitionReassignmentsTopics_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_indexes = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     o = ListPartitionReassignmentsTopics(f_name, f_partition_indexes)
@@ -94,7 +94,7 @@ def _d_ListPartitionReassignmentsRequest_v0(b, p, n):
     if _c1 < 0:
         if _c1 != -1: raise DecodeError('invalid array length')
         f_topics = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -110,7 +110,7 @@ def _d_ListPartitionReassignmentsRequest_v0(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_partition_indexes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e2 = ListPartitionReassignmentsTopics(_e2_name, _e2_partition_indexes)
@@ -193,7 +193,7 @@ def _d_OngoingPartitionReassignment_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_replicas = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     _c2 = b[p]; p += 1
@@ -201,7 +201,7 @@ def _d_OngoingPartitionReassignment_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_adding_replicas = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     _c3 = b[p]; p += 1
@@ -209,7 +209,7 @@ def _d_OngoingPartitionReassignment_v0(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_removing_replicas = list(_unpack_from('>%di' % _c3, b, p)); p += 4 * _c3
     o = OngoingPartitionReassignment(f_partition_index, f_replicas, f_adding_replicas, f_removing_replicas)
@@ -245,7 +245,7 @@ def _d_OngoingTopicReassignment_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -255,7 +255,7 @@ def _d_OngoingTopicReassignment_v0(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_replicas = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _c5 = b[p]; p += 1
@@ -263,7 +263,7 @@ def _d_OngoingTopicReassignment_v0(b, p, n):
             _c5 -= 1
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_adding_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _c6 = b[p]; p += 1
@@ -271,7 +271,7 @@ def _d_OngoingTopicReassignment_v0(b, p, n):
             _c6 -= 1
             if _c6 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c6 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_removing_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
             _e3 = OngoingPartitionReassignment(_e3_partition_index, _e3_replicas, _e3_adding_replicas, _e3_removing_replicas)
@@ -310,7 +310,7 @@ def _d_ListPartitionReassignmentsResponse_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c2):

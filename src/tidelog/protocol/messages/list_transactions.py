@@ -64,7 +64,7 @@ def _d_ListTransactionsRequest_v0(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_producer_id_filters = list(_unpack_from('>%dq' % _c3, b, p)); p += 8 * _c3
     o = ListTransactionsRequest(f_state_filters, f_producer_id_filters, -1)
@@ -103,7 +103,7 @@ def _d_ListTransactionsRequest_v1(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_producer_id_filters = list(_unpack_from('>%dq' % _c3, b, p)); p += 8 * _c3
     f_duration_filter, = _S0.unpack_from(b, p); p += 8
@@ -225,7 +225,7 @@ def _d_ListTransactionsResponse_v0(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 11 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_transaction_states = []
         for _ in range(_c3):

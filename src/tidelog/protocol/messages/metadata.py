@@ -132,7 +132,7 @@ def _d_MetadataRequest_v0(b, p, n):
     _c1, = _S2.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -156,7 +156,7 @@ def _d_MetadataRequest_v1(b, p, n):
     if _c1 < 0:
         if _c1 != -1: raise DecodeError('invalid array length')
         f_topics = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -181,7 +181,7 @@ def _d_MetadataRequest_v4(b, p, n):
     if _c1 < 0:
         if _c1 != -1: raise DecodeError('invalid array length')
         f_topics = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -208,7 +208,7 @@ def _d_MetadataRequest_v8(b, p, n):
     if _c1 < 0:
         if _c1 != -1: raise DecodeError('invalid array length')
         f_topics = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -237,7 +237,7 @@ def _d_MetadataRequest_v9(b, p, n):
     if _c1 < 0:
         if _c1 != -1: raise DecodeError('invalid array length')
         f_topics = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -276,7 +276,7 @@ def _d_MetadataRequest_v10(b, p, n):
     if _c1 < 0:
         if _c1 != -1: raise DecodeError('invalid array length')
         f_topics = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -317,7 +317,7 @@ def _d_MetadataRequest_v11(b, p, n):
     if _c1 < 0:
         if _c1 != -1: raise DecodeError('invalid array length')
         f_topics = None
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -505,13 +505,13 @@ def _d_MetadataResponsePartition_v0(b, p, n):
     f_error_code, f_partition_index, f_leader_id, _c1 = _S7.unpack_from(b, p); p += 14
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_replica_nodes = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     _c2, = _S2.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_isr_nodes = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     return MetadataResponsePartition(f_error_code, f_partition_index, f_leader_id, -1, f_replica_nodes, f_isr_nodes, []), p
@@ -528,19 +528,19 @@ def _d_MetadataResponsePartition_v5(b, p, n):
     f_error_code, f_partition_index, f_leader_id, _c1 = _S7.unpack_from(b, p); p += 14
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_replica_nodes = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     _c2, = _S2.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_isr_nodes = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     _c3, = _S2.unpack_from(b, p); p += 4
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_offline_replicas = list(_unpack_from('>%di' % _c3, b, p)); p += 4 * _c3
     return MetadataResponsePartition(f_error_code, f_partition_index, f_leader_id, -1, f_replica_nodes, f_isr_nodes, f_offline_replicas), p
@@ -560,19 +560,19 @@ def _d_MetadataResponsePartition_v7(b, p, n):
     f_error_code, f_partition_index, f_leader_id, f_leader_epoch, _c1 = _S8.unpack_from(b, p); p += 18
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_replica_nodes = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     _c2, = _S2.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_isr_nodes = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     _c3, = _S2.unpack_from(b, p); p += 4
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_offline_replicas = list(_unpack_from('>%di' % _c3, b, p)); p += 4 * _c3
     return MetadataResponsePartition(f_error_code, f_partition_index, f_leader_id, f_leader_epoch, f_replica_nodes, f_isr_nodes, f_offline_replicas), p
@@ -595,7 +595,7 @@ def _d_MetadataResponsePartition_v9(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_replica_nodes = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     _c2 = b[p]; p += 1
@@ -603,7 +603,7 @@ def _d_MetadataResponsePartition_v9(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_isr_nodes = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     _c3 = b[p]; p += 1
@@ -611,7 +611,7 @@ def _d_MetadataResponsePartition_v9(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_offline_replicas = list(_unpack_from('>%di' % _c3, b, p)); p += 4 * _c3
     o = MetadataResponsePartition(f_error_code, f_partition_index, f_leader_id, f_leader_epoch, f_replica_nodes, f_isr_nodes, f_offline_replicas)
@@ -643,20 +643,20 @@ def _d_MetadataResponseTopic_v0(b, p, n):
     _c2, = _S2.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
             _e3_error_code, _e3_partition_index, _e3_leader_id, _c4 = _S7.unpack_from(b, p); p += 14
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_replica_nodes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _c5, = _S2.unpack_from(b, p); p += 4
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_isr_nodes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _e3 = MetadataResponsePartition(_e3_error_code, _e3_partition_index, _e3_leader_id, -1, _e3_replica_nodes, _e3_isr_nodes, [])
@@ -682,20 +682,20 @@ def _d_MetadataResponseTopic_v1(b, p, n):
     f_is_internal, _c2 = _S10.unpack_from(b, p); p += 5
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
             _e3_error_code, _e3_partition_index, _e3_leader_id, _c4 = _S7.unpack_from(b, p); p += 14
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_replica_nodes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _c5, = _S2.unpack_from(b, p); p += 4
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_isr_nodes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _e3 = MetadataResponsePartition(_e3_error_code, _e3_partition_index, _e3_leader_id, -1, _e3_replica_nodes, _e3_isr_nodes, [])
@@ -721,26 +721,26 @@ def _d_MetadataResponseTopic_v5(b, p, n):
     f_is_internal, _c2 = _S10.unpack_from(b, p); p += 5
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 22 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
             _e3_error_code, _e3_partition_index, _e3_leader_id, _c4 = _S7.unpack_from(b, p); p += 14
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_replica_nodes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _c5, = _S2.unpack_from(b, p); p += 4
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_isr_nodes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _c6, = _S2.unpack_from(b, p); p += 4
             if _c6 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c6 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_offline_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
             _e3 = MetadataResponsePartition(_e3_error_code, _e3_partition_index, _e3_leader_id, -1, _e3_replica_nodes, _e3_isr_nodes, _e3_offline_replicas)
@@ -766,26 +766,26 @@ def _d_MetadataResponseTopic_v7(b, p, n):
     f_is_internal, _c2 = _S10.unpack_from(b, p); p += 5
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 26 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
             _e3_error_code, _e3_partition_index, _e3_leader_id, _e3_leader_epoch, _c4 = _S8.unpack_from(b, p); p += 18
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_replica_nodes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _c5, = _S2.unpack_from(b, p); p += 4
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_isr_nodes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _c6, = _S2.unpack_from(b, p); p += 4
             if _c6 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c6 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_offline_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
             _e3 = MetadataResponsePartition(_e3_error_code, _e3_partition_index, _e3_leader_id, _e3_leader_epoch, _e3_replica_nodes, _e3_isr_nodes, _e3_offline_replicas)
@@ -811,26 +811,26 @@ def _d_MetadataResponseTopic_v8(b, p, n):
     f_is_internal, _c2 = _S10.unpack_from(b, p); p += 5
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 26 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
             _e3_error_code, _e3_partition_index, _e3_leader_id, _e3_leader_epoch, _c4 = _S8.unpack_from(b, p); p += 18
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_replica_nodes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _c5, = _S2.unpack_from(b, p); p += 4
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_isr_nodes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _c6, = _S2.unpack_from(b, p); p += 4
             if _c6 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c6 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_offline_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
             _e3 = MetadataResponsePartition(_e3_error_code, _e3_partition_index, _e3_leader_id, _e3_leader_epoch, _e3_replica_nodes, _e3_isr_nodes, _e3_offline_replicas)
@@ -864,7 +864,7 @@ def _d_MetadataResponseTopic_v9(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -874,7 +874,7 @@ def _d_MetadataResponseTopic_v9(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_replica_nodes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _c5 = b[p]; p += 1
@@ -882,7 +882,7 @@ def _d_MetadataResponseTopic_v9(b, p, n):
             _c5 -= 1
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_isr_nodes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _c6 = b[p]; p += 1
@@ -890,7 +890,7 @@ def _d_MetadataResponseTopic_v9(b, p, n):
             _c6 -= 1
             if _c6 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c6 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_offline_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
             _e3 = MetadataResponsePartition(_e3_error_code, _e3_partition_index, _e3_leader_id, _e3_leader_epoch, _e3_replica_nodes, _e3_isr_nodes, _e3_offline_replicas)
@@ -935,7 +935,7 @@ def _d_MetadataResponseTopic_v10(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -945,7 +945,7 @@ def _d_MetadataResponseTopic_v10(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_replica_nodes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _c5 = b[p]; p += 1
@@ -953,7 +953,7 @@ def _d_MetadataResponseTopic_v10(b, p, n):
             _c5 -= 1
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_isr_nodes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _c6 = b[p]; p += 1
@@ -961,7 +961,7 @@ def _d_MetadataResponseTopic_v10(b, p, n):
             _c6 -= 1
             if _c6 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c6 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_offline_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
             _e3 = MetadataResponsePartition(_e3_error_code, _e3_partition_index, _e3_leader_id, _e3_leader_epoch, _e3_replica_nodes, _e3_isr_nodes, _e3_offline_replicas)
@@ -1006,7 +1006,7 @@ def _d_MetadataResponseTopic_v12(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -1016,7 +1016,7 @@ def _d_MetadataResponseTopic_v12(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_replica_nodes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _c5 = b[p]; p += 1
@@ -1024,7 +1024,7 @@ def _d_MetadataResponseTopic_v12(b, p, n):
             _c5 -= 1
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_isr_nodes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _c6 = b[p]; p += 1
@@ -1032,7 +1032,7 @@ def _d_MetadataResponseTopic_v12(b, p, n):
             _c6 -= 1
             if _c6 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c6 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_offline_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
             _e3 = MetadataResponsePartition(_e3_error_code, _e3_partition_index, _e3_leader_id, _e3_leader_epoch, _e3_replica_nodes, _e3_isr_nodes, _e3_offline_replicas)
@@ -1066,7 +1066,7 @@ def _d_MetadataResponse_v0(b, p, n):
     _c1, = _S2.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_brokers = []
         for _ in range(_c1):
@@ -1081,7 +1081,7 @@ def _d_MetadataResponse_v0(b, p, n):
     _c4, = _S2.unpack_from(b, p); p += 4
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c4):
@@ -1103,7 +1103,7 @@ def _d_MetadataResponse_v1(b, p, n):
     _c1, = _S2.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 12 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_brokers = []
         for _ in range(_c1):
@@ -1123,7 +1123,7 @@ def _d_MetadataResponse_v1(b, p, n):
     f_controller_id, _c5 = _S12.unpack_from(b, p); p += 8
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 9 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c5):
@@ -1145,7 +1145,7 @@ def _d_MetadataResponse_v2(b, p, n):
     _c1, = _S2.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 12 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_brokers = []
         for _ in range(_c1):
@@ -1171,7 +1171,7 @@ def _d_MetadataResponse_v2(b, p, n):
     f_controller_id, _c6 = _S12.unpack_from(b, p); p += 8
     if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 * 9 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c6):
@@ -1198,7 +1198,7 @@ def _d_MetadataResponse_v3(b, p, n):
     f_throttle_time_ms, _c1 = _S12.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 12 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_brokers = []
         for _ in range(_c1):
@@ -1224,7 +1224,7 @@ def _d_MetadataResponse_v3(b, p, n):
     f_controller_id, _c6 = _S12.unpack_from(b, p); p += 8
     if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 * 9 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c6):
@@ -1251,7 +1251,7 @@ def _d_MetadataResponse_v5(b, p, n):
     f_throttle_time_ms, _c1 = _S12.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 12 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_brokers = []
         for _ in range(_c1):
@@ -1277,7 +1277,7 @@ def _d_MetadataResponse_v5(b, p, n):
     f_controller_id, _c6 = _S12.unpack_from(b, p); p += 8
     if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 * 9 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c6):
@@ -1304,7 +1304,7 @@ def _d_MetadataResponse_v7(b, p, n):
     f_throttle_time_ms, _c1 = _S12.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 12 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_brokers = []
         for _ in range(_c1):
@@ -1330,7 +1330,7 @@ def _d_MetadataResponse_v7(b, p, n):
     f_controller_id, _c6 = _S12.unpack_from(b, p); p += 8
     if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 * 9 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c6):
@@ -1357,7 +1357,7 @@ def _d_MetadataResponse_v8(b, p, n):
     f_throttle_time_ms, _c1 = _S12.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 12 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_brokers = []
         for _ in range(_c1):
@@ -1383,7 +1383,7 @@ def _d_MetadataResponse_v8(b, p, n):
     f_controller_id, _c6 = _S12.unpack_from(b, p); p += 8
     if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 * 13 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c6):
@@ -1415,7 +1415,7 @@ def _d_MetadataResponse_v9(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 11 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_brokers = []
         for _ in range(_c1):
@@ -1452,7 +1452,7 @@ def _d_MetadataResponse_v9(b, p, n):
     _c6 -= 1
     if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c6):
@@ -1492,7 +1492,7 @@ def _d_MetadataResponse_v10(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 11 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_brokers = []
         for _ in range(_c1):
@@ -1529,7 +1529,7 @@ def _d_MetadataResponse_v10(b, p, n):
     _c6 -= 1
     if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 * 26 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c6):
@@ -1569,7 +1569,7 @@ def _d_MetadataResponse_v11(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 11 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_brokers = []
         for _ in range(_c1):
@@ -1606,7 +1606,7 @@ def _d_MetadataResponse_v11(b, p, n):
     _c6 -= 1
     if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 * 26 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c6):
@@ -1644,7 +1644,7 @@ def _d_MetadataResponse_v12(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 11 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_brokers = []
         for _ in range(_c1):
@@ -1681,7 +1681,7 @@ def _d_MetadataResponse_v12(b, p, n):
     _c6 -= 1
     if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 * 26 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c6):

@@ -156,7 +156,7 @@ def _d_OffsetCommitRequestTopic_v0(b, p, n):
     _c2, = _S5.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 14 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -189,7 +189,7 @@ def _d_OffsetCommitRequestTopic_v1(b, p, n):
     _c2, = _S5.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 22 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -222,7 +222,7 @@ def _d_OffsetCommitRequestTopic_v6(b, p, n):
     _c2, = _S5.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -259,7 +259,7 @@ def _d_OffsetCommitRequestTopic_v8(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -302,7 +302,7 @@ def _d_OffsetCommitRequest_v0(b, p, n):
     _c2, = _S5.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c2):
@@ -334,7 +334,7 @@ def _d_OffsetCommitRequest_v1(b, p, n):
     _c3, = _S5.unpack_from(b, p); p += 4
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c3):
@@ -370,7 +370,7 @@ def _d_OffsetCommitRequest_v2(b, p, n):
     f_retention_time_ms, _c3 = _S7.unpack_from(b, p); p += 12
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c3):
@@ -406,7 +406,7 @@ def _d_OffsetCommitRequest_v5(b, p, n):
     _c3, = _S5.unpack_from(b, p); p += 4
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c3):
@@ -442,7 +442,7 @@ def _d_OffsetCommitRequest_v6(b, p, n):
     _c3, = _S5.unpack_from(b, p); p += 4
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c3):
@@ -484,7 +484,7 @@ def _d_OffsetCommitRequest_v7(b, p, n):
     _c4, = _S5.unpack_from(b, p); p += 4
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c4):
@@ -539,7 +539,7 @@ def _d_OffsetCommitRequest_v8(b, p, n):
     _c4 -= 1
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c4):
@@ -651,7 +651,7 @@ def _d_OffsetCommitResponseTopic_v0(b, p, n):
     _c2, = _S5.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -683,7 +683,7 @@ def _d_OffsetCommitResponseTopic_v8(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -714,7 +714,7 @@ def _d_OffsetCommitResponse_v0(b, p, n):
     _c1, = _S5.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -732,7 +732,7 @@ def _d_OffsetCommitResponse_v3(b, p, n):
     f_throttle_time_ms, _c1 = _S8.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -753,7 +753,7 @@ def _d_OffsetCommitResponse_v8(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):

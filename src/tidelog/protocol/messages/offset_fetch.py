@@ -85,7 +85,7 @@ def _d_OffsetFetchRequestTopic_v0(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_indexes = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     return OffsetFetchRequestTopic(f_name, f_partition_indexes), p
@@ -112,7 +112,7 @@ def _d_OffsetFetchRequestTopic_v6(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_indexes = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     o = OffsetFetchRequestTopic(f_name, f_partition_indexes)
@@ -145,7 +145,7 @@ def _d_OffsetFetchRequestTopics_v8(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_indexes = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     o = OffsetFetchRequestTopics(f_name, f_partition_indexes)
@@ -167,7 +167,7 @@ def _d_OffsetFetchRequestGroup_v8(b, p, n):
     if _c2 < 0:
         if _c2 != -1: raise DecodeError('invalid array length')
         f_topics = None
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c2):
@@ -183,7 +183,7 @@ def _d_OffsetFetchRequestGroup_v8(b, p, n):
             _c5 -= 1
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_partition_indexes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _e3 = OffsetFetchRequestTopics(_e3_name, _e3_partition_indexes)
@@ -231,7 +231,7 @@ def _d_OffsetFetchRequestGroup_v9(b, p, n):
     if _c3 < 0:
         if _c3 != -1: raise DecodeError('invalid array length')
         f_topics = None
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c3):
@@ -247,7 +247,7 @@ def _d_OffsetFetchRequestGroup_v9(b, p, n):
             _c6 -= 1
             if _c6 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c6 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e4_partition_indexes = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
             _e4 = OffsetFetchRequestTopics(_e4_name, _e4_partition_indexes)
@@ -288,7 +288,7 @@ def _d_OffsetFetchRequest_v0(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c2):
@@ -300,7 +300,7 @@ def _d_OffsetFetchRequest_v0(b, p, n):
             _c5, = _S1.unpack_from(b, p); p += 4
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_partition_indexes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _e3 = OffsetFetchRequestTopic(_e3_name, _e3_partition_indexes)
@@ -327,7 +327,7 @@ def _d_OffsetFetchRequest_v2(b, p, n):
     if _c2 < 0:
         if _c2 != -1: raise DecodeError('invalid array length')
         f_topics = None
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c2):
@@ -339,7 +339,7 @@ def _d_OffsetFetchRequest_v2(b, p, n):
             _c5, = _S1.unpack_from(b, p); p += 4
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_partition_indexes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _e3 = OffsetFetchRequestTopic(_e3_name, _e3_partition_indexes)
@@ -371,7 +371,7 @@ def _d_OffsetFetchRequest_v6(b, p, n):
     if _c2 < 0:
         if _c2 != -1: raise DecodeError('invalid array length')
         f_topics = None
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c2):
@@ -387,7 +387,7 @@ def _d_OffsetFetchRequest_v6(b, p, n):
             _c5 -= 1
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_partition_indexes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _e3 = OffsetFetchRequestTopic(_e3_name, _e3_partition_indexes)
@@ -413,7 +413,7 @@ def _d_OffsetFetchRequest_v7(b, p, n):
     if _c2 < 0:
         if _c2 != -1: raise DecodeError('invalid array length')
         f_topics = None
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c2):
@@ -429,7 +429,7 @@ def _d_OffsetFetchRequest_v7(b, p, n):
             _c5 -= 1
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_partition_indexes = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _e3 = OffsetFetchRequestTopic(_e3_name, _e3_partition_indexes)
@@ -463,7 +463,7 @@ def _d_OffsetFetchRequest_v8(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_groups = []
         for _ in range(_c1):
@@ -491,7 +491,7 @@ def _d_OffsetFetchRequest_v9(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_groups = []
         for _ in range(_c1):
@@ -664,7 +664,7 @@ def _d_OffsetFetchResponseTopic_v0(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 16 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -698,7 +698,7 @@ def _d_OffsetFetchResponseTopic_v5(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 20 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -736,7 +736,7 @@ def _d_OffsetFetchResponseTopic_v6(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 20 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -799,7 +799,7 @@ def _d_OffsetFetchResponseTopics_v8(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 20 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -834,7 +834,7 @@ def _d_OffsetFetchResponseGroup_v8(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c2):
@@ -864,7 +864,7 @@ def _d_OffsetFetchResponse_v0(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -882,7 +882,7 @@ def _d_OffsetFetchResponse_v2(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -902,7 +902,7 @@ def _d_OffsetFetchResponse_v3(b, p, n):
     f_throttle_time_ms, _c1 = _S6.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -922,7 +922,7 @@ def _d_OffsetFetchResponse_v5(b, p, n):
     f_throttle_time_ms, _c1 = _S6.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -945,7 +945,7 @@ def _d_OffsetFetchResponse_v6(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -975,7 +975,7 @@ def _d_OffsetFetchResponse_v8(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_groups = []
         for _ in range(_c1):

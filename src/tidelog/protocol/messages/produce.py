@@ -122,7 +122,7 @@ def _d_TopicProduceData_v0(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_data = []
         for _ in range(_c2):
@@ -159,7 +159,7 @@ def _d_TopicProduceData_v9(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_data = []
         for _ in range(_c2):
@@ -197,7 +197,7 @@ def _d_ProduceRequest_v0(b, p, n):
     f_acks, f_timeout_ms, _c1 = _S3.unpack_from(b, p); p += 10
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_data = []
         for _ in range(_c1):
@@ -221,7 +221,7 @@ def _d_ProduceRequest_v3(b, p, n):
     f_acks, f_timeout_ms, _c2 = _S3.unpack_from(b, p); p += 10
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_data = []
         for _ in range(_c2):
@@ -254,7 +254,7 @@ def _d_ProduceRequest_v9(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_data = []
         for _ in range(_c2):
@@ -438,7 +438,7 @@ def _d_PartitionProduceResponse_v8(b, p, n):
     f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, _c1 = _S9.unpack_from(b, p); p += 34
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_record_errors = []
         for _ in range(_c1):
@@ -476,7 +476,7 @@ def _d_PartitionProduceResponse_v9(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_record_errors = []
         for _ in range(_c1):
@@ -551,7 +551,7 @@ def _d_PartitionProduceResponse_v10(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_record_errors = []
         for _ in range(_c1):
@@ -610,7 +610,7 @@ def _d_TopicProduceResponse_v0(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 14 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_responses = []
         for _ in range(_c2):
@@ -638,7 +638,7 @@ def _d_TopicProduceResponse_v2(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 22 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_responses = []
         for _ in range(_c2):
@@ -666,7 +666,7 @@ def _d_TopicProduceResponse_v5(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 30 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_responses = []
         for _ in range(_c2):
@@ -694,7 +694,7 @@ def _d_TopicProduceResponse_v8(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 36 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_responses = []
         for _ in range(_c2):
@@ -725,7 +725,7 @@ def _d_TopicProduceResponse_v9(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 33 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_responses = []
         for _ in range(_c2):
@@ -762,7 +762,7 @@ def _d_TopicProduceResponse_v10(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 33 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_responses = []
         for _ in range(_c2):
@@ -828,7 +828,7 @@ def _d_ProduceResponse_v0(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):
@@ -846,7 +846,7 @@ def _d_ProduceResponse_v1(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):
@@ -866,7 +866,7 @@ def _d_ProduceResponse_v2(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):
@@ -886,7 +886,7 @@ def _d_ProduceResponse_v5(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):
@@ -906,7 +906,7 @@ def _d_ProduceResponse_v8(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):
@@ -928,7 +928,7 @@ def _d_ProduceResponse_v9(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):
@@ -969,7 +969,7 @@ def _dt_ProduceResponse_v10(b, p, n, o):
             _c1 -= 1
             if _c1 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c1 * 11 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 x = []
                 for _ in range(_c1):
@@ -1009,7 +1009,7 @@ def _d_ProduceResponse_v10(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c1):

@@ -98,7 +98,7 @@ def _d_SaslHandshakeResponse_v0(b, p, n):
     f_error_code, _c1 = _S1.unpack_from(b, p); p += 6
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 2 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_mechanisms = []
         for _ in range(_c1):

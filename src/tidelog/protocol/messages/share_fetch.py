@@ -119,7 +119,7 @@ def _d_FetchPartition_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_acknowledgement_batches = []
         for _ in range(_c1):
@@ -159,7 +159,7 @@ def _d_FetchTopic_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c1):
@@ -188,7 +188,7 @@ def _d_ForgottenTopic_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     o = ForgottenTopic(f_topic_id, f_partitions)
@@ -226,7 +226,7 @@ def _d_ShareFetchRequest_v0(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c3):
@@ -237,7 +237,7 @@ def _d_ShareFetchRequest_v0(b, p, n):
     _c5 -= 1
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_forgotten_topics_data = []
         for _ in range(_c5):
@@ -248,7 +248,7 @@ def _d_ShareFetchRequest_v0(b, p, n):
             _c7 -= 1
             if _c7 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c7 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e6_partitions = list(_unpack_from('>%di' % _c7, b, p)); p += 4 * _c7
             _e6 = ForgottenTopic(_e6_topic_id, _e6_partitions)
@@ -422,7 +422,7 @@ def _d_PartitionData_v0(b, p, n):
     _c4 -= 1
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 19 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_acquired_records = []
         for _ in range(_c4):
@@ -472,7 +472,7 @@ def _d_ShareFetchableTopicResponse_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 22 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c1):
@@ -545,7 +545,7 @@ def _d_ShareFetchResponse_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_responses = []
         for _ in range(_c2):
@@ -556,7 +556,7 @@ def _d_ShareFetchResponse_v0(b, p, n):
     _c4 -= 1
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 11 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_node_endpoints = []
         for _ in range(_c4):

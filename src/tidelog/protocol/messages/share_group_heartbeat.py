@@ -178,7 +178,7 @@ def _d_TopicPartitions_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     o = TopicPartitions(f_topic_id, f_partitions)
@@ -201,7 +201,7 @@ def _d_Assignment_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_partitions = []
         for _ in range(_c1):
@@ -212,7 +212,7 @@ def _d_Assignment_v0(b, p, n):
             _c3 -= 1
             if _c3 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c3 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_partitions = list(_unpack_from('>%di' % _c3, b, p)); p += 4 * _c3
             _e2 = TopicPartitions(_e2_topic_id, _e2_partitions)

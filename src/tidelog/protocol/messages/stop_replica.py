@@ -114,7 +114,7 @@ def _d_StopReplicaTopicV1_v1(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_indexes = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     return StopReplicaTopicV1(f_name, f_partition_indexes), p
@@ -141,7 +141,7 @@ def _d_StopReplicaTopicV1_v2(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_indexes = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     o = StopReplicaTopicV1(f_name, f_partition_indexes)
@@ -187,7 +187,7 @@ def _d_StopReplicaTopicState_v3(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_states = []
         for _ in range(_c2):
@@ -218,7 +218,7 @@ def _d_StopReplicaRequest_v0(b, p, n):
     f_controller_id, f_controller_epoch, f_delete_partitions, _c1 = _S3.unpack_from(b, p); p += 13
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_ungrouped_partitions = []
         for _ in range(_c1):
@@ -242,7 +242,7 @@ def _d_StopReplicaRequest_v1(b, p, n):
     f_controller_id, f_controller_epoch, f_broker_epoch, f_delete_partitions, _c1 = _S4.unpack_from(b, p); p += 21
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -254,7 +254,7 @@ def _d_StopReplicaRequest_v1(b, p, n):
             _c4, = _S1.unpack_from(b, p); p += 4
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_partition_indexes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e2 = StopReplicaTopicV1(_e2_name, _e2_partition_indexes)
@@ -274,7 +274,7 @@ def _d_StopReplicaRequest_v2(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -290,7 +290,7 @@ def _d_StopReplicaRequest_v2(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_partition_indexes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e2 = StopReplicaTopicV1(_e2_name, _e2_partition_indexes)
@@ -319,7 +319,7 @@ def _d_StopReplicaRequest_v3(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_states = []
         for _ in range(_c1):
@@ -347,7 +347,7 @@ def _d_StopReplicaRequest_v4(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_states = []
         for _ in range(_c1):
@@ -455,7 +455,7 @@ def _d_StopReplicaResponse_v0(b, p, n):
     f_error_code, _c1 = _S9.unpack_from(b, p); p += 6
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_errors = []
         for _ in range(_c1):
@@ -482,7 +482,7 @@ def _d_StopReplicaResponse_v2(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_errors = []
         for _ in range(_c1):

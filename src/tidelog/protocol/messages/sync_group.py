@@ -131,7 +131,7 @@ def _d_SyncGroupRequest_v0(b, p, n):
     _c3, = _S1.unpack_from(b, p); p += 4
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_assignments = []
         for _ in range(_c3):
@@ -183,7 +183,7 @@ def _d_SyncGroupRequest_v3(b, p, n):
     _c4, = _S1.unpack_from(b, p); p += 4
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_assignments = []
         for _ in range(_c4):
@@ -248,7 +248,7 @@ def _d_SyncGroupRequest_v4(b, p, n):
     _c4 -= 1
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_assignments = []
         for _ in range(_c4):
@@ -340,7 +340,7 @@ def _d_SyncGroupRequest_v5(b, p, n):
     _c6 -= 1
     if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_assignments = []
         for _ in range(_c6):

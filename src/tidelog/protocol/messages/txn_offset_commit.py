@@ -140,7 +140,7 @@ def _d_TxnOffsetCommitRequestTopic_v0(b, p, n):
     _c2, = _S4.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 14 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -173,7 +173,7 @@ def _d_TxnOffsetCommitRequestTopic_v2(b, p, n):
     _c2, = _S4.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -210,7 +210,7 @@ def _d_TxnOffsetCommitRequestTopic_v3(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -258,7 +258,7 @@ def _d_TxnOffsetCommitRequest_v0(b, p, n):
     f_producer_id, f_producer_epoch, _c3 = _S5.unpack_from(b, p); p += 14
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c3):
@@ -294,7 +294,7 @@ def _d_TxnOffsetCommitRequest_v2(b, p, n):
     f_producer_id, f_producer_epoch, _c3 = _S5.unpack_from(b, p); p += 14
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c3):
@@ -351,7 +351,7 @@ def _d_TxnOffsetCommitRequest_v3(b, p, n):
     _c5 -= 1
     if _c5 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c5 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c5):
@@ -467,7 +467,7 @@ def _d_TxnOffsetCommitResponseTopic_v0(b, p, n):
     _c2, = _S4.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -499,7 +499,7 @@ def _d_TxnOffsetCommitResponseTopic_v3(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -530,7 +530,7 @@ def _d_TxnOffsetCommitResponse_v0(b, p, n):
     f_throttle_time_ms, _c1 = _S7.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -551,7 +551,7 @@ def _d_TxnOffsetCommitResponse_v3(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):

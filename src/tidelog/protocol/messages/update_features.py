@@ -115,7 +115,7 @@ def _d_UpdateFeaturesRequest_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_feature_updates = []
         for _ in range(_c1):
@@ -153,7 +153,7 @@ def _d_UpdateFeaturesRequest_v1(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_feature_updates = []
         for _ in range(_c1):
@@ -281,7 +281,7 @@ def _d_UpdateFeaturesResponse_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results = []
         for _ in range(_c2):

@@ -112,13 +112,13 @@ def _d_UpdateMetadataPartitionState_v0(b, p, n):
     f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, _c2 = _S1.unpack_from(b, p); p += 20
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_isr = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     f_zk_version, _c3 = _S2.unpack_from(b, p); p += 8
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_replicas = list(_unpack_from('>%di' % _c3, b, p)); p += 4 * _c3
     return UpdateMetadataPartitionState(f_topic_name, f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_zk_version, f_replicas, []), p
@@ -144,19 +144,19 @@ def _d_UpdateMetadataPartitionState_v4(b, p, n):
     f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, _c2 = _S1.unpack_from(b, p); p += 20
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_isr = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     f_zk_version, _c3 = _S2.unpack_from(b, p); p += 8
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_replicas = list(_unpack_from('>%di' % _c3, b, p)); p += 4 * _c3
     _c4, = _S3.unpack_from(b, p); p += 4
     if _c4 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_offline_replicas = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
     return UpdateMetadataPartitionState(f_topic_name, f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_zk_version, f_replicas, f_offline_replicas), p
@@ -180,19 +180,19 @@ def _d_UpdateMetadataPartitionState_v5(b, p, n):
     f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, _c1 = _S1.unpack_from(b, p); p += 20
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_isr = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     f_zk_version, _c2 = _S2.unpack_from(b, p); p += 8
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_replicas = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     _c3, = _S3.unpack_from(b, p); p += 4
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_offline_replicas = list(_unpack_from('>%di' % _c3, b, p)); p += 4 * _c3
     return UpdateMetadataPartitionState('', f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_zk_version, f_replicas, f_offline_replicas), p
@@ -215,7 +215,7 @@ def _d_UpdateMetadataPartitionState_v6(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_isr = list(_unpack_from('>%di' % _c1, b, p)); p += 4 * _c1
     f_zk_version, = _S3.unpack_from(b, p); p += 4
@@ -224,7 +224,7 @@ def _d_UpdateMetadataPartitionState_v6(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_replicas = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     _c3 = b[p]; p += 1
@@ -232,7 +232,7 @@ def _d_UpdateMetadataPartitionState_v6(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_offline_replicas = list(_unpack_from('>%di' % _c3, b, p)); p += 4 * _c3
     o = UpdateMetadataPartitionState('', f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_zk_version, f_replicas, f_offline_replicas)
@@ -265,26 +265,26 @@ def _d_UpdateMetadataTopicState_v5(b, p, n):
     _c2, = _S3.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 32 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_states = []
         for _ in range(_c2):
             _e3_partition_index, _e3_controller_epoch, _e3_leader, _e3_leader_epoch, _c4 = _S1.unpack_from(b, p); p += 20
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e3_zk_version, _c5 = _S2.unpack_from(b, p); p += 8
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _c6, = _S3.unpack_from(b, p); p += 4
             if _c6 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c6 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_offline_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
             _e3 = UpdateMetadataPartitionState('', _e3_partition_index, _e3_controller_epoch, _e3_leader, _e3_leader_epoch, _e3_isr, _e3_zk_version, _e3_replicas, _e3_offline_replicas)
@@ -314,7 +314,7 @@ def _d_UpdateMetadataTopicState_v6(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 24 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_states = []
         for _ in range(_c2):
@@ -324,7 +324,7 @@ def _d_UpdateMetadataTopicState_v6(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e3_zk_version, = _S3.unpack_from(b, p); p += 4
@@ -333,7 +333,7 @@ def _d_UpdateMetadataTopicState_v6(b, p, n):
             _c5 -= 1
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _c6 = b[p]; p += 1
@@ -341,7 +341,7 @@ def _d_UpdateMetadataTopicState_v6(b, p, n):
             _c6 -= 1
             if _c6 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c6 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_offline_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
             _e3 = UpdateMetadataPartitionState('', _e3_partition_index, _e3_controller_epoch, _e3_leader, _e3_leader_epoch, _e3_isr, _e3_zk_version, _e3_replicas, _e3_offline_replicas)
@@ -381,7 +381,7 @@ def _d_UpdateMetadataTopicState_v7(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 24 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_states = []
         for _ in range(_c2):
@@ -391,7 +391,7 @@ def _d_UpdateMetadataTopicState_v7(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e3_zk_version, = _S3.unpack_from(b, p); p += 4
@@ -400,7 +400,7 @@ def _d_UpdateMetadataTopicState_v7(b, p, n):
             _c5 -= 1
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _c6 = b[p]; p += 1
@@ -408,7 +408,7 @@ def _d_UpdateMetadataTopicState_v7(b, p, n):
             _c6 -= 1
             if _c6 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c6 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e3_offline_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
             _e3 = UpdateMetadataPartitionState('', _e3_partition_index, _e3_controller_epoch, _e3_leader, _e3_leader_epoch, _e3_isr, _e3_zk_version, _e3_replicas, _e3_offline_replicas)
@@ -532,7 +532,7 @@ def _d_UpdateMetadataBroker_v1(b, p, n):
     f_id, _c1 = _S2.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_endpoints = []
         for _ in range(_c1):
@@ -556,7 +556,7 @@ def _d_UpdateMetadataBroker_v2(b, p, n):
     f_id, _c1 = _S2.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_endpoints = []
         for _ in range(_c1):
@@ -591,7 +591,7 @@ def _d_UpdateMetadataBroker_v3(b, p, n):
     f_id, _c1 = _S2.unpack_from(b, p); p += 8
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_endpoints = []
         for _ in range(_c1):
@@ -634,7 +634,7 @@ def _d_UpdateMetadataBroker_v6(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 9 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_endpoints = []
         for _ in range(_c1):
@@ -689,7 +689,7 @@ def _d_UpdateMetadataRequest_v0(b, p, n):
     f_controller_id, f_controller_epoch, _c1 = _S7.unpack_from(b, p); p += 12
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 30 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_ungrouped_partition_states = []
         for _ in range(_c1):
@@ -701,13 +701,13 @@ def _d_UpdateMetadataRequest_v0(b, p, n):
             _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _c4 = _S1.unpack_from(b, p); p += 20
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e2_zk_version, _c5 = _S2.unpack_from(b, p); p += 8
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _e2 = UpdateMetadataPartitionState(_e2_topic_name, _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _e2_isr, _e2_zk_version, _e2_replicas, [])
@@ -715,7 +715,7 @@ def _d_UpdateMetadataRequest_v0(b, p, n):
     _c6, = _S3.unpack_from(b, p); p += 4
     if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_brokers = []
         for _ in range(_c6):
@@ -743,7 +743,7 @@ def _d_UpdateMetadataRequest_v1(b, p, n):
     f_controller_id, f_controller_epoch, _c1 = _S7.unpack_from(b, p); p += 12
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 30 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_ungrouped_partition_states = []
         for _ in range(_c1):
@@ -755,13 +755,13 @@ def _d_UpdateMetadataRequest_v1(b, p, n):
             _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _c4 = _S1.unpack_from(b, p); p += 20
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e2_zk_version, _c5 = _S2.unpack_from(b, p); p += 8
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _e2 = UpdateMetadataPartitionState(_e2_topic_name, _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _e2_isr, _e2_zk_version, _e2_replicas, [])
@@ -769,7 +769,7 @@ def _d_UpdateMetadataRequest_v1(b, p, n):
     _c6, = _S3.unpack_from(b, p); p += 4
     if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_brokers = []
         for _ in range(_c6):
@@ -791,7 +791,7 @@ def _d_UpdateMetadataRequest_v2(b, p, n):
     f_controller_id, f_controller_epoch, _c1 = _S7.unpack_from(b, p); p += 12
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 30 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_ungrouped_partition_states = []
         for _ in range(_c1):
@@ -803,13 +803,13 @@ def _d_UpdateMetadataRequest_v2(b, p, n):
             _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _c4 = _S1.unpack_from(b, p); p += 20
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e2_zk_version, _c5 = _S2.unpack_from(b, p); p += 8
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _e2 = UpdateMetadataPartitionState(_e2_topic_name, _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _e2_isr, _e2_zk_version, _e2_replicas, [])
@@ -817,7 +817,7 @@ def _d_UpdateMetadataRequest_v2(b, p, n):
     _c6, = _S3.unpack_from(b, p); p += 4
     if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_brokers = []
         for _ in range(_c6):
@@ -839,7 +839,7 @@ def _d_UpdateMetadataRequest_v3(b, p, n):
     f_controller_id, f_controller_epoch, _c1 = _S7.unpack_from(b, p); p += 12
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 30 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_ungrouped_partition_states = []
         for _ in range(_c1):
@@ -851,13 +851,13 @@ def _d_UpdateMetadataRequest_v3(b, p, n):
             _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _c4 = _S1.unpack_from(b, p); p += 20
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e2_zk_version, _c5 = _S2.unpack_from(b, p); p += 8
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _e2 = UpdateMetadataPartitionState(_e2_topic_name, _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _e2_isr, _e2_zk_version, _e2_replicas, [])
@@ -865,7 +865,7 @@ def _d_UpdateMetadataRequest_v3(b, p, n):
     _c6, = _S3.unpack_from(b, p); p += 4
     if _c6 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c6 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_brokers = []
         for _ in range(_c6):
@@ -887,7 +887,7 @@ def _d_UpdateMetadataRequest_v4(b, p, n):
     f_controller_id, f_controller_epoch, _c1 = _S7.unpack_from(b, p); p += 12
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 34 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_ungrouped_partition_states = []
         for _ in range(_c1):
@@ -899,19 +899,19 @@ def _d_UpdateMetadataRequest_v4(b, p, n):
             _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _c4 = _S1.unpack_from(b, p); p += 20
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_isr = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e2_zk_version, _c5 = _S2.unpack_from(b, p); p += 8
             if _c5 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c5 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c5 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_replicas = list(_unpack_from('>%di' % _c5, b, p)); p += 4 * _c5
             _c6, = _S3.unpack_from(b, p); p += 4
             if _c6 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c6 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c6 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_offline_replicas = list(_unpack_from('>%di' % _c6, b, p)); p += 4 * _c6
             _e2 = UpdateMetadataPartitionState(_e2_topic_name, _e2_partition_index, _e2_controller_epoch, _e2_leader, _e2_leader_epoch, _e2_isr, _e2_zk_version, _e2_replicas, _e2_offline_replicas)
@@ -919,7 +919,7 @@ def _d_UpdateMetadataRequest_v4(b, p, n):
     _c7, = _S3.unpack_from(b, p); p += 4
     if _c7 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c7 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c7 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_brokers = []
         for _ in range(_c7):
@@ -941,7 +941,7 @@ def _d_UpdateMetadataRequest_v5(b, p, n):
     f_controller_id, f_controller_epoch, f_broker_epoch, _c1 = _S8.unpack_from(b, p); p += 20
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_states = []
         for _ in range(_c1):
@@ -950,7 +950,7 @@ def _d_UpdateMetadataRequest_v5(b, p, n):
     _c3, = _S3.unpack_from(b, p); p += 4
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_brokers = []
         for _ in range(_c3):
@@ -975,7 +975,7 @@ def _d_UpdateMetadataRequest_v6(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_states = []
         for _ in range(_c1):
@@ -986,7 +986,7 @@ def _d_UpdateMetadataRequest_v6(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_brokers = []
         for _ in range(_c3):
@@ -1018,7 +1018,7 @@ def _d_UpdateMetadataRequest_v7(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 19 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_states = []
         for _ in range(_c1):
@@ -1029,7 +1029,7 @@ def _d_UpdateMetadataRequest_v7(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_brokers = []
         for _ in range(_c3):
@@ -1086,7 +1086,7 @@ def _d_UpdateMetadataRequest_v8(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 19 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topic_states = []
         for _ in range(_c1):
@@ -1097,7 +1097,7 @@ def _d_UpdateMetadataRequest_v8(b, p, n):
     _c3 -= 1
     if _c3 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c3 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c3 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_live_brokers = []
         for _ in range(_c3):

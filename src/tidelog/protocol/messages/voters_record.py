@@ -123,7 +123,7 @@ def _d_Voter_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 5 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_endpoints = []
         for _ in range(_c1):
@@ -170,7 +170,7 @@ def _d_VotersRecord_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 27 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_voters = []
         for _ in range(_c1):

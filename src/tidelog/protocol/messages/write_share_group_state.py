@@ -94,7 +94,7 @@ def _d_PartitionData_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 20 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_state_batches = []
         for _ in range(_c1):
@@ -126,7 +126,7 @@ def _d_WriteStateData_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 22 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c1):
@@ -160,7 +160,7 @@ def _d_WriteShareGroupStateRequest_v0(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c2):
@@ -266,7 +266,7 @@ def _d_WriteStateResult_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 8 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c1):
@@ -303,7 +303,7 @@ def _d_WriteShareGroupStateResponse_v0(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 18 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_results = []
         for _ in range(_c1):

@@ -76,7 +76,7 @@ def _d_WritableTxnMarkerTopic_v0(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_indexes = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     return WritableTxnMarkerTopic(f_name, f_partition_indexes), p
@@ -103,7 +103,7 @@ def _d_WritableTxnMarkerTopic_v1(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 4 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partition_indexes = list(_unpack_from('>%di' % _c2, b, p)); p += 4 * _c2
     o = WritableTxnMarkerTopic(f_name, f_partition_indexes)
@@ -127,7 +127,7 @@ def _d_WritableTxnMarker_v0(b, p, n):
     f_producer_id, f_producer_epoch, f_transaction_result, _c1 = _S2.unpack_from(b, p); p += 15
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -139,7 +139,7 @@ def _d_WritableTxnMarker_v0(b, p, n):
             _c4, = _S1.unpack_from(b, p); p += 4
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_partition_indexes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e2 = WritableTxnMarkerTopic(_e2_name, _e2_partition_indexes)
@@ -161,7 +161,7 @@ def _d_WritableTxnMarker_v1(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -177,7 +177,7 @@ def _d_WritableTxnMarker_v1(b, p, n):
             _c4 -= 1
             if _c4 < 0:
                 raise DecodeError('null or negative length in a non-nullable array')
-            elif _c4 > n - p: raise DecodeError('array length larger than the buffer')
+            elif _c4 * 4 > n - p: raise DecodeError('array length larger than the buffer')
             else:
                 _e2_partition_indexes = list(_unpack_from('>%di' % _c4, b, p)); p += 4 * _c4
             _e2 = WritableTxnMarkerTopic(_e2_name, _e2_partition_indexes)
@@ -205,7 +205,7 @@ def _d_WriteTxnMarkersRequest_v0(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 19 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_markers = []
         for _ in range(_c1):
@@ -225,7 +225,7 @@ def _d_WriteTxnMarkersRequest_v1(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 17 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_markers = []
         for _ in range(_c1):
@@ -329,7 +329,7 @@ def _d_WritableTxnMarkerTopicResult_v0(b, p, n):
     _c2, = _S1.unpack_from(b, p); p += 4
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -361,7 +361,7 @@ def _d_WritableTxnMarkerTopicResult_v1(b, p, n):
     _c2 -= 1
     if _c2 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c2 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c2 * 7 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_partitions = []
         for _ in range(_c2):
@@ -392,7 +392,7 @@ def _d_WritableTxnMarkerResult_v0(b, p, n):
     f_producer_id, _c1 = _S5.unpack_from(b, p); p += 12
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 6 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -413,7 +413,7 @@ def _d_WritableTxnMarkerResult_v1(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 3 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_topics = []
         for _ in range(_c1):
@@ -438,7 +438,7 @@ def _d_WriteTxnMarkersResponse_v0(b, p, n):
     _c1, = _S1.unpack_from(b, p); p += 4
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 12 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_markers = []
         for _ in range(_c1):
@@ -458,7 +458,7 @@ def _d_WriteTxnMarkersResponse_v1(b, p, n):
     _c1 -= 1
     if _c1 < 0:
         raise DecodeError('null or negative length in a non-nullable array')
-    elif _c1 > n - p: raise DecodeError('array length larger than the buffer')
+    elif _c1 * 10 > n - p: raise DecodeError('array length larger than the buffer')
     else:
         f_markers = []
         for _ in range(_c1):
