@@ -7,6 +7,7 @@ import struct
 import tracemalloc
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -104,3 +105,26 @@ def test_huge_claimed_lengths_do_not_allocate() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 1 << 20
+
+
+def test_memory_stays_proportional_to_the_frame() -> None:
+    # OffsetFetch v1: 10,000 topics of the smallest possible shape (empty name, no partitions,
+    # 6 bytes each) is the densest object count a frame can ask for here.
+    body = (
+        struct.pack(">h", 1)
+        + b"g"
+        + struct.pack(">i", 10_000)
+        + b"\x00\x00\x00\x00\x00\x00" * 10_000
+    )
+    frame = struct.pack(">hhih", 9, 1, 1, -1) + body
+    tracemalloc.start()
+    try:
+        _, request = codec.decode_request(frame)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(request.topics) == 10_000
+    assert peak < 64 * len(frame)
+    # one topic fewer than claimed: rejected before any element is built
+    with pytest.raises(DecodeError, match="array length"):
+        codec.decode_request(frame[:-6])
