@@ -413,3 +413,12 @@ def test_segment_jitter_rolls_earlier_by_a_per_segment_amount(fio: MemoryFileIO)
     assert len(log.segments) == 1
     log.append_as_leader(batch(timestamp=1001 - jitter), 0, 0)
     assert len(log.segments) == 2
+
+
+def test_truncating_the_batch_that_holds_the_log_start_restarts_the_log(fio: MemoryFileIO) -> None:
+    log = new_log(fio)
+    log.append_as_leader(batch(b"a", b"b", b"c", b"d"), 0, 0)  # offsets 0..3
+    log.update_high_watermark(4)
+    log.maybe_increment_log_start_offset(2)  # inside the batch
+    assert log.truncate_to(3)  # the batch 0..3 goes whole
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (3, 3, 3)

@@ -136,8 +136,12 @@ class LogModel(RuleBasedStateMachine):
             return
         kept = [s for s in self.model if s[1] < target]
         removed = [s for s in self.model if s[1] >= target]
+        new_end = min(target, removed[0][0]) if removed else target
+        if new_end < self.start:  # the batch holding the log start went: restart at target
+            self.model, self.start, self.end = [], target, target
+            return
         self.model = kept
-        self.end = min(target, removed[0][0]) if removed else target
+        self.end = new_end
 
     @rule(offset=st.integers(0, 80))
     def truncate_fully_and_start_at(self, offset: int) -> None:

@@ -708,6 +708,11 @@ class Log:
                 if found is not None:
                     new_end = min(target_offset, found[1])
                     break
+            if new_end < self.log_start_offset:
+                # The batch holding the log start goes: nothing visible is left, so the log
+                # restarts at the target (never with its end below its start).
+                self.truncate_fully_and_start_at(target_offset)
+                return True
             if keep < len(self.segments):
                 self._delete_segments_from(max(keep, 1))
             segment = self.segments[-1]
