@@ -151,12 +151,11 @@ class GroupCoordinator:
         self._waiters: dict[tuple[str, str, str], asyncio.Future[Any]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._ticker: asyncio.Task[None] | None = None
-        self._wake: asyncio.Event | None = None
+        self._wake: asyncio.Future[None] | None = None
         self.active = False
 
     # ------------------------------------------------------------------ life cycle
     def startup(self) -> None:
-        self._wake = asyncio.Event()
         self._ticker = asyncio.get_running_loop().create_task(self._run_ticker())
         self.active = True
 
@@ -259,8 +258,8 @@ class GroupCoordinator:
         task.add_done_callback(self._tasks.discard)
 
     def _kick(self) -> None:
-        if self._wake is not None:
-            self._wake.set()
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
 
     def _wait(self, group_id: str, member_id: str, kind: str) -> asyncio.Future[Any]:
         key = (group_id, member_id, kind)
@@ -288,10 +287,10 @@ class GroupCoordinator:
         self._kick()
 
     async def _await_answer(self, fut: asyncio.Future[Any], timeout_ms: int, error: Any) -> Any:
-        try:
-            result = await asyncio.wait_for(fut, timeout=timeout_ms / 1000)
-        except TimeoutError:
+        done, _ = await asyncio.wait({fut}, timeout=timeout_ms / 1000)
+        if not done:
             return error
+        result = fut.result()
         return error if result is None else result
 
     async def _append(self, partition: int, records: list[Record]) -> int:
@@ -331,9 +330,8 @@ class GroupCoordinator:
             self._apply(group, group.on_store_complete(generation, error, self.clock()))
 
     async def _run_ticker(self) -> None:
-        assert self._wake is not None
+        loop = asyncio.get_running_loop()
         while True:
-            self._wake.clear()
             now = self.clock()
             next_due: int | None = None
             for group in list(self.groups.values()):
@@ -343,11 +341,18 @@ class GroupCoordinator:
                     due = group.next_deadline_ms()
                 if due is not None and (next_due is None or due < next_due):
                     next_due = due
-            self._wake.clear()
+            # Sleep until the next deadline or a change (`_kick`). A plain future, not
+            # wait_for: cancelling wait_for can hang in Python 3.11 when the awaited task
+            # completes at the same moment. Nothing else runs during the ticks above, so no
+            # change is missed by creating it here.
+            self._wake = loop.create_future()
             sleep_s = _MAX_TICK_S if next_due is None else min(
                 _MAX_TICK_S, max(0.005, (next_due - self.clock()) / 1000))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=sleep_s)
+            timer = loop.call_later(sleep_s, self._kick)
+            try:
+                await self._wake
+            finally:
+                timer.cancel()
 
     # ------------------------------------------------------------------ JoinGroup
     async def handle_join_group(
