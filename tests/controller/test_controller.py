@@ -499,3 +499,23 @@ async def test_session_expiry_makes_the_controller_resign_and_campaign_again(
     assert winner.core is not None
     await wait_for(lambda: winner.core is not None and winner.core.live_brokers.get(1) == found[1],
                    what="the controller knows broker 1's new epoch")
+
+
+@with_cluster
+async def test_partition_created_without_live_replicas_gets_a_leader_when_one_starts(
+        cluster: Cluster) -> None:
+    await three_brokers(cluster)
+    # Assigned to broker 4, which has never registered: no leader can be chosen yet.
+    await asyncio.to_thread(cluster.admin_zk.create_topic, "later", {0: [4, 1]})
+    s = await wait_for(lambda: cluster.state("later", 0), what="state with the live replica")
+    assert (s.leader, s.isr) == (1, (1,))
+    await asyncio.to_thread(cluster.admin_zk.create_topic, "lonely", {0: [4]})
+    await asyncio.sleep(0.5)
+    assert cluster.state("lonely", 0) is None
+    b4 = await cluster.start_broker(4)
+    s = await wait_for(lambda: cluster.state("lonely", 0), what="lonely-0 initialized")
+    assert (s.leader, s.leader_epoch, s.isr) == (4, 0, (4,))
+    reqs = await wait_for(lambda: [r for r in b4.of(ApiKey.LEADER_AND_ISR)
+                                   if TopicPartition("lonely", 0) in lai_states(r)],
+                          what="LeaderAndIsr to broker 4")
+    assert lai_states(reqs[-1])[TopicPartition("lonely", 0)].leader == 4

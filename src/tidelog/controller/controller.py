@@ -477,8 +477,13 @@ class KafkaController:
                 await channel.remove_broker(b)
             channel.add_broker(b, info)
             await self._execute(lambda b=b, e=epoch: core.on_broker_startup(b, e))
-        if (started or bounced) and self.topics_to_be_deleted:
-            await self._resume_deletions()
+        if started or bounced:
+            # Partitions that had no live replica when they were created get their first
+            # leader now (Kafka's NewPartition -> OnlinePartition on broker startup).
+            if any(tp not in core.partition_states for tp in core.assignments):
+                await self._execute(core.initial_leaders)
+            if self.topics_to_be_deleted:
+                await self._resume_deletions()
 
     # -- topics ------------------------------------------------------------------------------------
     async def _on_topic_change(self) -> None:
