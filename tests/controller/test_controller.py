@@ -519,3 +519,31 @@ async def test_partition_created_without_live_replicas_gets_a_leader_when_one_st
                                    if TopicPartition("lonely", 0) in lai_states(r)],
                           what="LeaderAndIsr to broker 4")
     assert lai_states(reqs[-1])[TopicPartition("lonely", 0)].leader == 4
+
+
+@with_cluster
+async def test_unclean_election_follows_the_topic_override(cluster: Cluster) -> None:
+    await three_brokers(cluster)  # broker default: unclean.leader.election.enable=false
+    admin = AdminZkClient(cluster.admin_zk)
+    await asyncio.to_thread(admin.create_topic, "dirty", 0, 0,
+                            {"unclean.leader.election.enable": "true"}, {0: [3, 2]})
+    await asyncio.to_thread(admin.create_topic, "clean", 0, 0, None, {0: [3, 2]})
+    for t in ("dirty", "clean"):
+        await wait_for(lambda t=t: cluster.state(t, 0), what=f"{t} online")
+        s = cluster.state(t, 0)
+        assert s is not None
+        # The leader shrank the ISR to itself (2 fell behind).
+        ok, _ = cluster.admin_zk.update_leader_and_isr(
+            (t, 0), LeaderIsrAndControllerEpoch(3, s.leader_epoch, (3,), s.controller_epoch),
+            s.zk_version)
+        assert ok
+    await asyncio.to_thread(cluster.admin_zk.propagate_isr_changes, [("dirty", 0), ("clean", 0)])
+    await wait_for(lambda: cluster.admin_zk.get_all_isr_change_notifications() == [],
+                   what="notifications handled")
+    await cluster.brokers[3].deregister()
+    dirty = await wait_for(lambda: (s := cluster.state("dirty", 0)) and s.leader == 2 and s,
+                           what="unclean leader for the topic that allows it")
+    assert dirty.isr == (2,)
+    clean = await wait_for(lambda: (s := cluster.state("clean", 0)) and s.leader == -1 and s,
+                           what="the other topic offline")
+    assert clean.isr == (3,)

@@ -74,6 +74,33 @@ def from_zk_state(tp: TopicPartition, state: LeaderIsrAndControllerEpoch,
         zk_version=state.zk_version, replicas=tuple(replicas))
 
 
+class _TopicAwareCore(ControllerCore):
+    """`ControllerCore` with Kafka's per-topic `unclean.leader.election.enable` (a topic
+    override, else the broker's value): the core's elections read one flag, set here for the
+    partition being elected."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.default_unclean = self.unclean_leader_election_enable
+        self.topic_unclean: dict[str, bool] = {}
+
+    def _elect(self, tp: TopicPartition, state: LeaderAndIsrPartitionState,
+               reason: str) -> Any:
+        self.unclean_leader_election_enable = self.topic_unclean.get(tp.topic,
+                                                                     self.default_unclean)
+        try:
+            return super()._elect(tp, state, reason)
+        finally:
+            self.unclean_leader_election_enable = self.default_unclean
+
+
+def _unclean_override(config: dict[str, str]) -> bool | None:
+    value = config.get("unclean.leader.election.enable")
+    if value is None:
+        return None
+    return value.strip().lower() == "true"
+
+
 class _Event:
     __slots__ = ("name", "handler", "future")
 
@@ -272,10 +299,11 @@ class KafkaController:
     async def _on_controller_failover(self) -> None:
         log.info("controller %d: elected, controller epoch %d", self.broker_id,
                  self.controller_epoch)
-        core = ControllerCore(
+        core = _TopicAwareCore(
             self.broker_id, self.controller_epoch,
             unclean_leader_election_enable=bool(self._cfg("unclean.leader.election.enable", False)))
-        brokers, assignments, states, deletions = await self._zk(self._load_context)
+        brokers, assignments, states, deletions, unclean = await self._zk(self._load_context)
+        core.topic_unclean.update(unclean)
         self.core = core
         self.is_active = True
         self.elections_won.append(self.controller_epoch)
@@ -332,7 +360,8 @@ class KafkaController:
 
     def _load_context(self) -> tuple[dict[int, tuple[BrokerInfo, int]],
                                      dict[TopicPartition, tuple[int, ...]],
-                                     dict[TopicPartition, LeaderIsrAndControllerEpoch], set[str]]:
+                                     dict[TopicPartition, LeaderIsrAndControllerEpoch], set[str],
+                                     dict[str, bool]]:
         """Every ZooKeeper read of a failover, in one worker-thread call."""
         zk = self.zk_client
         brokers = zk.get_all_brokers_and_epochs()
@@ -348,7 +377,16 @@ class KafkaController:
         self._topics_without_partitions = empty
         states = {TopicPartition(*tp): s
                   for tp, s in zk.get_partition_states(list(assignments)).items()}
-        return brokers, assignments, states, zk.get_topic_deletions()
+        return (brokers, assignments, states, zk.get_topic_deletions(),
+                self._read_unclean_overrides({tp.topic for tp in assignments}))
+
+    def _read_unclean_overrides(self, topics: Iterable[str]) -> dict[str, bool]:
+        out: dict[str, bool] = {}
+        for t in topics:
+            v = _unclean_override(self.zk_client.get_topic_config(t))
+            if v is not None:
+                out[t] = v
+        return out
 
     def _inter_broker_listener(self) -> str:
         try:
@@ -448,6 +486,8 @@ class KafkaController:
         removed: dict[TopicPartition, tuple[int, ...]] = {}
         if core is None:
             return removed
+        if isinstance(core, _TopicAwareCore):
+            core.topic_unclean.pop(topic, None)
         for tp in [tp for tp in core.assignments if tp.topic == topic]:
             removed[tp] = core.assignments.pop(tp)
             core.partition_states.pop(tp, None)
@@ -500,6 +540,8 @@ class KafkaController:
             return
         assignments = await self._zk(
             lambda: {t: self.zk_client.get_topic_assignment(t) for t in new})
+        if isinstance(core, _TopicAwareCore):
+            core.topic_unclean.update(await self._zk(self._read_unclean_overrides, new))
         added = 0
         for t, a in sorted(assignments.items()):
             for p, replicas in sorted((a or {}).items()):
