@@ -1,0 +1,217 @@
+"""Consumer groups on a real 3-broker cluster with real clients: confluent-kafka `subscribe()`
+with two members sharing the partitions, committing, and a restarted member resuming from the
+committed offsets; kafka-python and aiokafka group consumers; `kcat -G`; the coordinator is the
+leader of the group's `__consumer_offsets` partition, and after that broker is killed the next
+leader serves the same committed offsets."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+import uuid
+from typing import Any
+
+import confluent_kafka
+import pytest
+from confluent_kafka.admin import AdminClient
+from real_cluster_harness import RealCluster, produce_acked, producer, wait_for
+
+from tidelog.coordinator.offsets import GROUP_METADATA_TOPIC_NAME, partition_for
+
+pytestmark = pytest.mark.integration
+
+OFFSETS_PARTITIONS = 50  # offsets.topic.num.partitions (Kafka's default)
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _topic_with_records(cluster: RealCluster, partitions: int, n: int, start: int = 0,
+                        topic: str | None = None) -> tuple[str, set[bytes]]:
+    topic = topic or _name("cg")
+    if start == 0:
+        cluster.create_topic(topic, partitions, 3)
+    p = producer(cluster.bootstrap)
+    values = [(f"k{i}".encode(), f"v{i}".encode()) for i in range(start, start + n)]
+    produce_acked(p, topic, values)
+    return topic, {v for _, v in values}
+
+
+def _consumer_conf(cluster: RealCluster, group: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": cluster.bootstrap,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": 10000,
+        "heartbeat.interval.ms": 500,
+    }
+
+
+def _coordinator_of(cluster: RealCluster, group: str) -> int:
+    """The broker that should coordinate `group`: the leader of its offsets partition."""
+    state = wait_for(lambda: cluster.state(GROUP_METADATA_TOPIC_NAME,
+                                           partition_for(group, OFFSETS_PARTITIONS)),
+                     what="the offsets topic")
+    return int(state.leader)
+
+
+def test_confluent_two_members_share_partitions_commit_and_resume(real_cluster: RealCluster) -> None:
+    topic, first = _topic_with_records(real_cluster, 4, 200)
+    group = _name("cf-group")
+    conf = _consumer_conf(real_cluster, group)
+    c1, c2 = confluent_kafka.Consumer(conf), confluent_kafka.Consumer(conf)
+    try:
+        c1.subscribe([topic])
+        c2.subscribe([topic])
+        seen: dict[int, set[bytes]] = {1: set(), 2: set()}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for i, c in ((1, c1), (2, c2)):
+                for m in c.consume(200, timeout=0.3):
+                    if m.error() is None:
+                        seen[i].add(m.value())
+            a1 = {tp.partition for tp in c1.assignment()}
+            a2 = {tp.partition for tp in c2.assignment()}
+            if seen[1] | seen[2] == first and a1 and a2:
+                break
+        assert seen[1] | seen[2] == first
+        # Both members hold partitions, none twice, all four covered.
+        assert a1 and a2 and not a1 & a2 and a1 | a2 == {0, 1, 2, 3}
+        for c in (c1, c2):
+            c.commit(asynchronous=False)
+        committed = c1.committed([confluent_kafka.TopicPartition(topic, p) for p in range(4)],
+                                 timeout=10)
+        ends = [c1.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p), timeout=10)[1]
+                for p in range(4)]
+        assert [tp.offset for tp in committed] == ends and sum(ends) == 200
+        # The coordinator is the leader of the group's offsets partition; the group is Stable.
+        admin = AdminClient({"bootstrap.servers": real_cluster.bootstrap})
+        desc = admin.describe_consumer_groups([group])[group].result(timeout=15)
+        assert desc.coordinator.id == _coordinator_of(real_cluster, group)
+        assert str(desc.state).endswith("STABLE") and len(desc.members) == 2
+        listed = admin.list_consumer_groups().result(timeout=15)
+        assert group in {g.group_id for g in listed.valid}
+    finally:
+        c1.close()
+        c2.close()
+    # A member started later resumes from the committed offsets: only the new records.
+    _, more = _topic_with_records(real_cluster, 4, 40, start=200, topic=topic)
+    c3 = confluent_kafka.Consumer(conf)
+    try:
+        c3.subscribe([topic])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(got) < 40:
+            got += [m.value() for m in c3.consume(100, timeout=0.5) if m.error() is None]
+        got += [m.value() for m in c3.consume(100, timeout=1.0) if m.error() is None]
+        assert sorted(got) == sorted(more)
+    finally:
+        c3.close()
+
+
+def test_kafka_python_group_consumer(real_cluster: RealCluster) -> None:
+    import kafka
+
+    topic, values = _topic_with_records(real_cluster, 3, 60)
+    group = _name("kp-group")
+    c = kafka.KafkaConsumer(topic, bootstrap_servers=real_cluster.bootstrap, group_id=group,
+                            auto_offset_reset="earliest", enable_auto_commit=False,
+                            consumer_timeout_ms=20000)
+    try:
+        got: set[bytes] = set()
+        for m in c:
+            got.add(m.value)
+            if got == values:
+                break
+        assert got == values
+        assert {tp.partition for tp in c.assignment()} == {0, 1, 2}
+        c.commit()
+        committed = {p: c.committed(kafka.TopicPartition(topic, p)) for p in range(3)}
+        assert sum(committed.values()) == 60
+    finally:
+        c.close()
+
+
+def test_aiokafka_group_consumer(real_cluster: RealCluster) -> None:
+    import aiokafka
+
+    topic, values = _topic_with_records(real_cluster, 3, 60)
+    group = _name("aio-group")
+
+    async def go() -> None:
+        c = aiokafka.AIOKafkaConsumer(topic, bootstrap_servers=real_cluster.bootstrap,
+                                      group_id=group, auto_offset_reset="earliest",
+                                      enable_auto_commit=False)
+        await c.start()
+        try:
+            got: set[bytes] = set()
+            deadline = time.monotonic() + 60
+            while got != values and time.monotonic() < deadline:
+                batches = await c.getmany(timeout_ms=500)
+                for records in batches.values():
+                    got.update(r.value for r in records)
+            assert got == values
+            await c.commit()
+            committed = [await c.committed(aiokafka.TopicPartition(topic, p)) for p in range(3)]
+            assert sum(committed) == 60
+        finally:
+            await c.stop()
+
+    asyncio.run(go())
+
+
+def test_kcat_balanced_consumer(real_cluster: RealCluster) -> None:
+    topic, values = _topic_with_records(real_cluster, 2, 30)
+    group = _name("kcat-group")
+    proc = subprocess.Popen(
+        ["kcat", "-b", real_cluster.bootstrap, "-G", group, "-X", "auto.offset.reset=earliest",
+         "-c", "30", "-q", "-f", "%s\n", topic],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+    assert proc.returncode == 0, err
+    assert {line.encode() for line in out.split()} == values
+
+
+def test_committed_offsets_survive_killing_the_coordinator(real_cluster: RealCluster) -> None:
+    topic, _ = _topic_with_records(real_cluster, 2, 20)
+    group = _name("move-group")
+    conf = _consumer_conf(real_cluster, group)
+    c = confluent_kafka.Consumer(conf)
+    tps = [confluent_kafka.TopicPartition(topic, 0, 7), confluent_kafka.TopicPartition(topic, 1, 3)]
+    try:
+        c.commit(offsets=tps, asynchronous=False)
+    finally:
+        c.close()
+    offsets_partition = partition_for(group, OFFSETS_PARTITIONS)
+    coordinator = _coordinator_of(real_cluster, group)
+    real_cluster.kill(coordinator)
+    try:
+        wait_for(lambda: (s := real_cluster.state(GROUP_METADATA_TOPIC_NAME, offsets_partition))
+                 and s.leader not in (-1, coordinator), timeout_s=60,
+                 what="a new leader of the group's offsets partition")
+        c = confluent_kafka.Consumer(conf)
+        try:
+            def committed() -> list[int] | None:
+                try:
+                    got = c.committed([confluent_kafka.TopicPartition(topic, p) for p in (0, 1)],
+                                      timeout=5)
+                except confluent_kafka.KafkaException:
+                    return None
+                return [tp.offset for tp in got]
+            assert wait_for(committed, timeout_s=60, what="the committed offsets") == [7, 3]
+        finally:
+            c.close()
+    finally:
+        real_cluster.start(coordinator)
+        wait_for(lambda: (s := real_cluster.state(GROUP_METADATA_TOPIC_NAME, offsets_partition))
+                 and coordinator in s.isr, timeout_s=60, what="the restarted broker in the ISR")
