@@ -93,17 +93,20 @@ def test_random_runs_find_the_naive_truncation_rule_unscripted() -> None:
     assert kinds & {"ValidHighWatermark", "NoAckedLoss", "ConsumedStable", "StrongIsr"}
 
 
-# Seeds that once exposed a bug in the simulator's shell or model, kept as regressions:
+# Seeds that once exposed a bug in the simulator's shell or model, kept as regressions (with the
+# fault kinds of their time, so that they replay as closely as the code allows):
 # 244 (a restarted broker served requests meant for its previous registration), 170/1086
 # (lossy-crash exemption judged against the wrong leader), 9 (exemption ended too early),
 # 13 with 2 brokers (KIP-966 marks forgotten by a controller failover).
-REGRESSIONS = [(244, 3000, 3, 1), (170, 3000, 3, 1), (1086, 3000, 5, 3), (9, 2000, 3, 1),
-               (13, 2000, 2, 1)]
+_NINE = ALL_FAULTS[:9]  # before the controller-failover and disk faults existed
+REGRESSIONS = [(244, 3000, 3, 1, _NINE), (170, 3000, 3, 1, _NINE), (1086, 3000, 5, 3, _NINE),
+               (9, 2000, 3, 1, _NINE), (13, 2000, 2, 1, ALL_FAULTS[:10])]
 
 
-@pytest.mark.parametrize(("seed", "steps", "brokers", "partitions"), REGRESSIONS)
-def test_regression_seeds(seed: int, steps: int, brokers: int, partitions: int) -> None:
-    s = run_seed(seed, steps, brokers=brokers, partitions=partitions)
+@pytest.mark.parametrize(("seed", "steps", "brokers", "partitions", "faults"), REGRESSIONS)
+def test_regression_seeds(seed: int, steps: int, brokers: int, partitions: int,
+                          faults: tuple[str, ...]) -> None:
+    s = run_seed(seed, steps, brokers=brokers, partitions=partitions, faults=faults)
     assert s.ok, s.report()
 
 

@@ -169,6 +169,11 @@ class SimCluster:
         """End every fault: links healed, paused brokers resumed, stopped ones restarted."""
         self.network.heal()
         for node in self.nodes:
+            if node.disk_failed:
+                node.file_io.heal()
+                node.disk_failed = False
+                if node.running:
+                    node.stop("kill")  # a failed log dir comes back only with a restart
             if node.paused:
                 node.resume()
             if not node.running:
@@ -265,7 +270,11 @@ class SimCluster:
                 node = self.nodes[r]
                 if node is leader or not node.running:
                     continue
-                theirs = batch_signatures(node.log(tp))
+                log = node.log(tp)
+                if log is None:
+                    fail("Converged", tp, f"replica {r} has no log for the partition")
+                    continue
+                theirs = batch_signatures(log)
                 if theirs != ref:
                     diff = next((i for i, (a, b) in enumerate(zip(ref, theirs, strict=False))
                                  if a != b), min(len(ref), len(theirs)))

@@ -11,7 +11,9 @@
 - `slow`: make one broker's links slow (a slow follower);
 - `burst`: a burst of produce traffic;
 - `controller`: a controller failover (a new controller epoch; the old one's requests in flight
-  must be refused).
+  must be refused);
+- `disk`: one broker's log dir fails (dead disk, full disk or read-only) for a while; the broker
+  is then restarted on the repaired disk (Kafka takes a failed log dir offline until restart).
 
 Limits keep a run inside the precondition of NoAckedLoss ("one ISR member's disk stays
 intact"): at most `max_down` brokers are stopped or frozen at once and at most one broker is
@@ -32,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tidelog.sim.cluster import SimCluster
 
 ALL_FAULTS = ("drop", "duplicate", "reorder", "delay", "partition", "crash", "pause", "slow",
-              "burst", "controller")
+              "burst", "controller", "disk")
 # Process faults move leadership and the ISR, where the bugs live: draw them more often.
 WEIGHTS = {"crash": 3, "pause": 2, "partition": 2}
 
@@ -197,6 +199,33 @@ class FaultInjector:
         self.cluster.nodes[b].pause()
         self._note("pause", ("broker", b), ("ms", duration))
         self.cluster.scheduler.schedule(duration, self.cluster.nodes[b].resume)
+
+    def _disk(self) -> None:
+        if self._down_count() >= self.max_down:
+            return
+        b = self._pick_running()
+        if b is None:
+            return
+        import errno
+
+        node = self.cluster.nodes[b]
+        kind = self.rng.choice(("dead", "full", "read-only"))
+        code, writes_only = {"dead": (errno.EIO, False), "full": (errno.ENOSPC, True),
+                             "read-only": (errno.EROFS, True)}[kind]
+        node.file_io.fail_io(node.log_dir, code, writes_only)
+        node.disk_failed = True
+        self._note("disk", ("broker", b), kind)
+
+        def repair(inc: int) -> None:
+            node.file_io.heal()
+            node.disk_failed = False
+            # Restart whichever process runs now: one started on the failed disk (a crash fault
+            # may have restarted it meanwhile) has its log dir offline too.
+            if node.running:
+                self.cluster.trace_add(("fault", None, "disk_repaired", ("broker", b)))
+                node.stop("kill")
+                self._later(100, 1000, self._restart, b)
+        self._later(200, 1500, repair, node.incarnation)
 
     def _controller(self) -> None:
         self._note("controller")

@@ -86,7 +86,7 @@ class InvariantChecker:
         last_hw = self.last_hw
         for node in nodes:
             rm = node.rm
-            if rm is None or not node.running:
+            if rm is None or not node.running or node.disk_failed:
                 continue
             bid = node.broker_id
             for tp, p in rm.partitions.items():
@@ -118,7 +118,7 @@ class InvariantChecker:
                         continue
                     peer = nodes[m]
                     prm = peer.rm
-                    if prm is None or not peer.running:
+                    if prm is None or not peer.running or peer.disk_failed:
                         continue
                     pp = prm.partitions.get(tp)
                     if pp is None:
@@ -143,7 +143,8 @@ class InvariantChecker:
             if m == leader.broker_id:
                 continue
             peer = self.cluster.node(m)
-            if peer is None or not peer.running or peer.is_dirty(tp, epoch):
+            if (peer is None or not peer.running or peer.disk_failed
+                    or peer.is_dirty(tp, epoch)):
                 continue
             leo = peer.log_end_offset(tp)
             if leo is None:

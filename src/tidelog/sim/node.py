@@ -59,6 +59,7 @@ from tidelog.sim.messages import (
     ZkResponse,
 )
 from tidelog.storage.checkpoint import OffsetCheckpointFile
+from tidelog.storage.errors import KafkaStorageError
 from tidelog.storage.log_manager import LogManager
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -101,6 +102,7 @@ class SimBroker:
         # older epochs may still count on data that is gone.
         self.dirty: dict[TopicPartition, int | None] = {}
         self._backlog: list[tuple[int, Any]] = []
+        self.disk_failed = False  # its log dir fails (a fault): its data cannot be read
         self._corr = 0
         self._inflight: dict[int, tuple[Any, Any]] = {}  # corr -> (fetcher request, timer)
         self._zk_inflight: dict[int, tuple[tuple[Any, ...], Any]] = {}
@@ -596,8 +598,12 @@ class SimBroker:
     def _checkpoint_hw(self, inc: int) -> None:
         if self.rm is None:
             return
-        OffsetCheckpointFile.in_dir(self.file_io, self.log_dir, HW_CHECKPOINT).write(
-            dict(self.rm.high_watermarks()))
+        try:
+            OffsetCheckpointFile.in_dir(self.file_io, self.log_dir, HW_CHECKPOINT).write(
+                dict(self.rm.high_watermarks()))
+        except KafkaStorageError as exc:
+            # Kafka logs it and marks the log dir offline; the old checkpoint stays valid.
+            self.trace("checkpoint_failed", str(exc).split(":")[0])
 
     def _propagate_isr_changes(self, inc: int) -> None:
         if self.rm is None or not self.session_id:
@@ -614,7 +620,10 @@ class SimBroker:
         if self.log_manager is None:
             return
         for log in self.log_manager.all_logs():
-            log.flush()
+            try:
+                log.flush()
+            except KafkaStorageError:
+                pass  # a failed disk: what is not flushed is what a power loss would take
 
 
 @dataclass(slots=True)
