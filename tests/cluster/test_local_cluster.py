@@ -110,3 +110,13 @@ def test_up_status_kill_start_down(cluster_dir: Path) -> None:
     for b in c.brokers.values():
         assert not _pid_runs(b.pid, b.config)
     assert not _pid_runs(c.zookeeper_pid, str(cluster_dir / "zookeeper"))
+
+    # The same directory comes up again (its ZooKeeper data and logs are kept) ...
+    r = run("cluster", "up", "--dir", d, "--brokers", "2")
+    assert r.returncode == 0, r.stderr
+    again = LocalCluster.load(cluster_dir)
+    assert all(s.alive and s.registered for s in again.status())
+    # ... but not twice.
+    r = run("cluster", "up", "--dir", d, "--brokers", "2")
+    assert r.returncode == 1 and "already running" in r.stderr
+    assert run("cluster", "down", "--dir", d).returncode == 0

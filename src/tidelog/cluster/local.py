@@ -177,7 +177,7 @@ class LocalCluster:
             except ClusterError:
                 old = None
             if old is not None and (any(s.alive for s in old.status(ask_zookeeper=False))
-                                    or old._zookeeper_server().is_running()):
+                                    or old._zookeeper_running()):
                 raise ClusterError(f"a cluster is already running in {self.dir}; "
                                    "`tidelog cluster down` first")
         self.dir.mkdir(parents=True, exist_ok=True)
