@@ -74,7 +74,9 @@ def test_broker_that_cannot_start_fails_up_and_leaves_nothing_running(cluster_di
 @pytest.mark.timeout(240)
 def test_up_status_kill_start_down(cluster_dir: Path) -> None:
     d = str(cluster_dir)
-    r = run("cluster", "up", "--dir", d, "--brokers", "2")
+    # A short session: start-broker after --kill waits for the killed one's to expire.
+    r = run("cluster", "up", "--dir", d, "--brokers", "2",
+            "--override", "zookeeper.session.timeout.ms=2500")
     assert r.returncode == 0, r.stderr
     state = json.loads((cluster_dir / "cluster.json").read_text())
     last = r.stdout.strip().splitlines()[-1]
