@@ -97,10 +97,12 @@ def test_random_runs_find_the_naive_truncation_rule_unscripted() -> None:
 # fault kinds of their time, so that they replay as closely as the code allows):
 # 244 (a restarted broker served requests meant for its previous registration), 170/1086
 # (lossy-crash exemption judged against the wrong leader), 9 (exemption ended too early),
-# 13 with 2 brokers (KIP-966 marks forgotten by a controller failover).
+# 13 with 2 brokers (KIP-966 marks forgotten by a controller failover), 8151 (a broker whose
+# registration answer was lost never knew its new broker epoch: own-session NODE_EXISTS).
 _NINE = ALL_FAULTS[:9]  # before the controller-failover and disk faults existed
 REGRESSIONS = [(244, 3000, 3, 1, _NINE), (170, 3000, 3, 1, _NINE), (1086, 3000, 5, 3, _NINE),
-               (9, 2000, 3, 1, _NINE), (13, 2000, 2, 1, ALL_FAULTS[:10])]
+               (9, 2000, 3, 1, _NINE), (13, 2000, 2, 1, ALL_FAULTS[:10]),
+               (8151, 3000, 3, 1, ALL_FAULTS[:11])]
 
 
 @pytest.mark.parametrize(("seed", "steps", "brokers", "partitions", "faults"), REGRESSIONS)

@@ -331,6 +331,9 @@ class SimCluster:
         if kind == "register":
             code, path = zk.create(f"/brokers/ids/{op[1]}", op[2], session_id=sid)
             stat = zk.exists(path)
+            if code is ZkCode.NODE_EXISTS and stat is not None and stat.ephemeral_owner == sid:
+                # Kafka's checkedEphemeralCreate: our own earlier create (its answer was lost).
+                code = ZkCode.OK
             result = stat.czxid if code is ZkCode.OK and stat is not None else None
             self.network.send(ZK_NODE, src, ZkResponse(msg.corr_id, sid, op, code.value, result))
         elif kind == "update_isr":
