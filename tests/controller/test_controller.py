@@ -55,6 +55,7 @@ class FakeBroker:
     zk: KafkaZkClient | None = None
     port: int = 0
     broker_epoch: int = -1
+    stop_replica_errors: int = 0  # answer this many StopReplica requests with an error
 
     async def start(self) -> None:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -93,6 +94,10 @@ class FakeBroker:
                     else:
                         self.received.append(Received(key, version, body))
                         response = _answer(key, body)
+                        if key == ApiKey.STOP_REPLICA and self.stop_replica_errors > 0:
+                            self.stop_replica_errors -= 1
+                            for e in response.partition_errors:
+                                e.error_code = 56  # KAFKA_STORAGE_ERROR
                     hv = api_spec(key).response_header_version(version)
                     writer.writelines(encode_response(hv, header.correlation_id, response, version))
                     await writer.drain()
@@ -547,3 +552,36 @@ async def test_unclean_election_follows_the_topic_override(cluster: Cluster) -> 
     clean = await wait_for(lambda: (s := cluster.state("clean", 0)) and s.leader == -1 and s,
                            what="the other topic offline")
     assert clean.isr == (3,)
+
+
+@with_cluster
+async def test_deletion_retries_a_failed_stop_replica_a_bounded_number_of_times(
+        cluster: Cluster) -> None:
+    from tidelog.controller.controller import MAX_DELETION_RETRIES
+
+    await three_brokers(cluster)
+    await create_topic(cluster, "sticky", {0: [1, 2]})
+    await create_topic(cluster, "flaky", {0: [2, 3]})
+    b2 = cluster.brokers[2]
+
+    def stops(topic: str) -> int:
+        return sum(1 for r in b2.of(ApiKey.STOP_REPLICA)
+                   if any(t.topic_name == topic for t in r.topic_states))
+
+    b2.stop_replica_errors = 2  # two failures, then success
+    await asyncio.to_thread(AdminZkClient(cluster.admin_zk).delete_topic, "flaky")
+    await wait_for(lambda: not cluster.admin_zk.topic_exists("flaky"), what="flaky deleted")
+    assert stops("flaky") == 3
+
+    b2.stop_replica_errors = 10_000  # a broken disk: never succeeds
+    await asyncio.to_thread(AdminZkClient(cluster.admin_zk).delete_topic, "sticky")
+    await wait_for(lambda: stops("sticky") == MAX_DELETION_RETRIES + 1, timeout_s=30,
+                   what="bounded retries")
+    await asyncio.sleep(1.0)
+    assert stops("sticky") == MAX_DELETION_RETRIES + 1  # no more until a broker starts
+    assert cluster.admin_zk.topic_exists("sticky")
+    b2.stop_replica_errors = 0  # the disk was replaced and the broker restarted
+    await b2.deregister()
+    await b2.register()
+    await wait_for(lambda: not cluster.admin_zk.topic_exists("sticky"),
+                   what="deletion resumed after the broker restarted")

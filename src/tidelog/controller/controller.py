@@ -59,6 +59,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 MAX_EVENT_ATTEMPTS = 5
+MAX_DELETION_RETRIES = 5
+DELETION_RETRY_BACKOFF_S = 0.2
 
 
 def to_zk_state(state: LeaderAndIsrPartitionState) -> LeaderIsrAndControllerEpoch:
@@ -128,6 +130,7 @@ class KafkaController:
         self.topics_to_be_deleted: set[str] = set()
         self._deleting: dict[str, dict[TopicPartition, tuple[int, ...]]] = {}
         self._deletion_assignments: dict[str, dict[TopicPartition, tuple[int, ...]]] = {}
+        self._deletion_failures: dict[str, int] = {}
         self._watches: list[WatchHandle] = []
         self._controller_watch: WatchHandle | None = None
         self._queue: asyncio.Queue[_Event] = asyncio.Queue()
@@ -418,6 +421,7 @@ class KafkaController:
         self.topics_to_be_deleted = set()
         self._deleting = {}
         self._deletion_assignments = {}
+        self._deletion_failures = {}
 
     # -- carrying out decisions ----------------------------------------------------------------
     def _send(self, requests: dict[int, list[Any]]) -> None:
@@ -523,6 +527,7 @@ class KafkaController:
             if any(tp not in core.partition_states for tp in core.assignments):
                 await self._execute(core.initial_leaders)
             if self.topics_to_be_deleted:
+                self._deletion_failures.clear()
                 await self._resume_deletions()
 
     # -- topics ------------------------------------------------------------------------------------
@@ -633,11 +638,21 @@ class KafkaController:
             return
         del self._deleting[topic]
         if not ok:
-            log.info("controller %d: a replica of %s did not stop; retrying the deletion",
-                     self.broker_id, topic)
-            await asyncio.sleep(0.2)
-            await self._resume_deletions()
+            failures = self._deletion_failures.get(topic, 0) + 1
+            self._deletion_failures[topic] = failures
+            if failures <= MAX_DELETION_RETRIES:
+                log.info("controller %d: a replica of %s did not stop; retrying the deletion",
+                         self.broker_id, topic)
+                asyncio.get_running_loop().call_later(
+                    min(DELETION_RETRY_BACKOFF_S * failures, 1.0),
+                    lambda: self._closing or self.enqueue("TopicDeletionRetry",
+                                                          self._resume_deletions))
+            else:
+                # Kafka marks the topic ineligible: retried when a broker (re)starts.
+                log.warning("controller %d: deletion of %s failed %d times; it resumes when a "
+                            "broker starts", self.broker_id, topic, failures)
             return
+        self._deletion_failures.pop(topic, None)
         await self._zk(self.zk_client.delete_topic_znodes, topic, self.epoch_zk_version)
         await self._zk(self.zk_client.delete_topic_deletions, [topic], self.epoch_zk_version)
         self.topics.discard(topic)
