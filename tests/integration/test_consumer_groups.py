@@ -215,3 +215,116 @@ def test_committed_offsets_survive_killing_the_coordinator(real_cluster: RealClu
         real_cluster.start(coordinator)
         wait_for(lambda: (s := real_cluster.state(GROUP_METADATA_TOPIC_NAME, offsets_partition))
                  and coordinator in s.isr, timeout_s=60, what="the restarted broker in the ISR")
+
+
+def test_group_apis_per_version_over_the_wire(real_cluster: RealCluster) -> None:
+    """The version-dependent parts of the protocol, spoken raw to the brokers."""
+    from tidelog.client.connection import BrokerConnection
+    from tidelog.protocol.errors import ErrorCode as E
+    from tidelog.protocol.messages import describe_groups as m_dg
+    from tidelog.protocol.messages import find_coordinator as m_fc
+    from tidelog.protocol.messages import heartbeat as m_hb
+    from tidelog.protocol.messages import join_group as m_jg
+    from tidelog.protocol.messages import leave_group as m_lg
+    from tidelog.protocol.messages import offset_commit as m_oc
+    from tidelog.protocol.messages import offset_fetch as m_of
+    from tidelog.protocol.messages import sync_group as m_sg
+
+    topic, _ = _topic_with_records(real_cluster, 1, 1)
+    group = _name("wire-group")
+    host, port = real_cluster.bootstrap.split(",")[0].rsplit(":", 1)
+
+    async def connect(h: str, p: int) -> BrokerConnection:
+        conn = BrokerConnection(h, p, client_id="wire-test")
+        await conn.connect(timeout_s=10)
+        return conn
+
+    def join(member_id: str = "") -> m_jg.JoinGroupRequest:
+        return m_jg.JoinGroupRequest(
+            group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000,
+            member_id=member_id, protocol_type="consumer",
+            protocols=[m_jg.JoinGroupRequestProtocol("range", b"meta")])
+
+    async def go() -> None:
+        boot = await connect(host, int(port))
+        try:
+            # v4: batched keys; a transactional id has no coordinator in tidelog.
+            r = None
+            for _ in range(100):
+                r = await boot.send(m_fc.FindCoordinatorRequest(
+                    key_type=0, coordinator_keys=[group, group + "-b"]), 4)
+                if all(c.error_code == 0 for c in r.coordinators):
+                    break
+                await asyncio.sleep(0.2)
+            assert r is not None and [c.key for c in r.coordinators] == [group, group + "-b"]
+            assert all(c.error_code == 0 for c in r.coordinators)
+            coord = r.coordinators[0]
+            assert coord.node_id == _coordinator_of(real_cluster, group)
+            txn = await boot.send(m_fc.FindCoordinatorRequest(key="tx", key_type=1), 2)
+            assert txn.error_code == E.COORDINATOR_NOT_AVAILABLE
+            v0 = await boot.send(m_fc.FindCoordinatorRequest(key=group), 0)
+            assert (v0.error_code, v0.node_id, v0.port) == (0, coord.node_id, coord.port)
+            # The wrong broker answers NOT_COORDINATOR.
+            others = [b for b in real_cluster.bootstrap.split(",")
+                      if not b.endswith(f":{coord.port}")]
+            wrong = await connect(*others[0].rsplit(":", 1))
+            try:
+                hb = await wrong.send(m_hb.HeartbeatRequest(group, 1, "m"), 0)
+                assert hb.error_code == E.NOT_COORDINATOR
+            finally:
+                await wrong.close()
+        finally:
+            await boot.close()
+        c = await connect(coord.host, coord.port)
+        try:
+            # v4+: a new member first gets its id with MEMBER_ID_REQUIRED.
+            r4 = await c.send(join(), 4)
+            assert r4.error_code == E.MEMBER_ID_REQUIRED and r4.member_id.startswith("wire-test-")
+            # v7 answers with the protocol type; the group's first rebalance waits
+            # group.initial.rebalance.delay.ms.
+            r7 = await c.send(join(r4.member_id), 7, timeout_ms=30000)
+            assert r7.error_code == 0 and r7.generation_id == 1 and r7.protocol_type == "consumer"
+            assert r7.protocol_name == "range" and r7.leader == r4.member_id
+            assert [(m.member_id, m.metadata) for m in r7.members] == [(r4.member_id, b"meta")]
+            s = await c.send(m_sg.SyncGroupRequest(
+                group_id=group, generation_id=1, member_id=r4.member_id, protocol_type="consumer",
+                protocol_name="range",
+                assignments=[m_sg.SyncGroupRequestAssignment(r4.member_id, b"asg")]), 5)
+            assert (s.error_code, s.assignment, s.protocol_name) == (0, b"asg", "range")
+            assert (await c.send(m_hb.HeartbeatRequest(group, 1, r4.member_id), 0)).error_code == 0
+            # OffsetCommit v2 with a retention time; OffsetFetch v1 and v5 (leader epoch).
+            oc = await c.send(m_oc.OffsetCommitRequest(
+                group_id=group, generation_id_or_member_epoch=1, member_id=r4.member_id,
+                retention_time_ms=60000, topics=[m_oc.OffsetCommitRequestTopic(topic, [
+                    m_oc.OffsetCommitRequestPartition(0, 1, committed_metadata="md")])]), 2)
+            assert oc.topics[0].partitions[0].error_code == 0
+            stale = await c.send(m_oc.OffsetCommitRequest(
+                group_id=group, generation_id_or_member_epoch=9, member_id=r4.member_id,
+                topics=[m_oc.OffsetCommitRequestTopic(topic, [
+                    m_oc.OffsetCommitRequestPartition(0, 5)])]), 6)
+            assert stale.topics[0].partitions[0].error_code == E.ILLEGAL_GENERATION
+            f1 = await c.send(m_of.OffsetFetchRequest(group_id=group, topics=[
+                m_of.OffsetFetchRequestTopic(topic, [0, 7])]), 1)
+            assert [(p.partition_index, p.committed_offset, p.metadata)
+                    for p in f1.topics[0].partitions] == [(0, 1, "md"), (7, -1, "")]
+            f_all = await c.send(m_of.OffsetFetchRequest(group_id=group, topics=None), 5)
+            assert [(t.name, [p.committed_offset for p in t.partitions])
+                    for t in f_all.topics] == [(topic, [1])]
+            d = await c.send(m_dg.DescribeGroupsRequest(groups=[group, "no-such-group"]), 0)
+            assert (d.groups[0].group_state, d.groups[0].protocol_data) == ("Stable", "range")
+            assert d.groups[0].members[0].member_assignment == b"asg"
+            assert d.groups[0].members[0].client_host == "/127.0.0.1"
+            # A group that does not exist (here, or coordinated elsewhere): Dead or NOT_COORDINATOR.
+            assert (d.groups[1].group_state == "Dead") or d.groups[1].error_code == E.NOT_COORDINATOR
+            # LeaveGroup v3: several members at once, each with its own answer.
+            lv = await c.send(m_lg.LeaveGroupRequest(group_id=group, members=[
+                m_lg.MemberIdentity(r4.member_id), m_lg.MemberIdentity("ghost")]), 3)
+            assert lv.error_code == 0
+            assert [(m.member_id, m.error_code) for m in lv.members] == [
+                (r4.member_id, 0), ("ghost", E.UNKNOWN_MEMBER_ID)]
+            hb = await c.send(m_hb.HeartbeatRequest(group, 1, r4.member_id), 3)
+            assert hb.error_code == E.UNKNOWN_MEMBER_ID
+        finally:
+            await c.close()
+
+    asyncio.run(go())
