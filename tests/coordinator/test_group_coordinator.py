@@ -187,3 +187,44 @@ def test_committed_offsets_and_the_group_survive_a_coordinator_move(tmp_path: Pa
             await b.stop()
 
     run(second(run(first())))
+
+
+def test_offsets_expire_after_the_retention_and_empty_groups_are_forgotten(tmp_path: Path) -> None:
+    now = [1_000_000]
+    retention = 60_000
+
+    async def go() -> None:
+        b = Broker(tmp_path)
+        b.coordinator = GroupCoordinator(1, b.rm, CoordinatorConfig(
+            offsets_topic_num_partitions=1, group_initial_rebalance_delay_ms=0,
+            offsets_retention_ms=retention), clock=lambda: now[0])
+        await b.start()
+        c = b.coordinator
+        try:
+            member, gen = await join_and_sync(c, "g")
+            assert await c.handle_commit_offsets("g", member, gen, {
+                ("t", 0): OffsetAndMetadata(5, -1, "", now[0])}) == {("t", 0): 0}
+            assert await c.handle_commit_offsets("solo", "", -1, {
+                ("t", 0): OffsetAndMetadata(9, -1, "", now[0])}) == {("t", 0): 0}
+            now[0] += retention
+            # "g" has a member: its offsets stay; the standalone commit expires.
+            assert await c.cleanup_group_metadata() == 1
+            assert c.handle_fetch_offsets("solo", [("t", 0)]) == (0, {("t", 0): None})
+            assert c.handle_fetch_offsets("g", [("t", 0)])[1][("t", 0)] is not None
+            assert c.handle_leave_group("g", [member]) == (0, {member: 0})
+            for _ in range(100):  # the emptied group's generation is written by the shell
+                if c.groups["g"].state == GroupState.EMPTY:
+                    break
+                await asyncio.sleep(0.01)
+            now[0] += retention - 1
+            assert await c.cleanup_group_metadata() == 0
+            now[0] += 1
+            assert await c.cleanup_group_metadata() == 1
+            assert "g" not in c.groups and c.handle_fetch_offsets("g", None) == (0, {})
+            # The tombstones are in the log: a reload finds nothing.
+            loaded = load_partition(b.rm.core.partition(TP).log.batches(0))
+            assert loaded.offsets == {} and loaded.groups == {}
+        finally:
+            await b.stop()
+
+    run(go())

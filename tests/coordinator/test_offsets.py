@@ -147,3 +147,28 @@ def test_load_partition_skips_a_corrupt_batch() -> None:
     bad[-1] ^= 0xFF  # the CRC no longer matches
     loaded = load_partition([RecordBatch(bad), RecordBatch(good)])
     assert loaded.skipped == 1 and loaded.offsets == {"g": {("t", 0): OffsetAndMetadata(4)}}
+
+
+def test_expired_offsets_follow_kafka_retention_rules() -> None:
+    from tidelog.coordinator.offsets import expired_offsets
+
+    offsets = {
+        ("t", 0): OffsetAndMetadata(1, commit_timestamp_ms=100),
+        ("t", 1): OffsetAndMetadata(2, commit_timestamp_ms=900),
+        ("t", 2): OffsetAndMetadata(3, commit_timestamp_ms=100, expire_timestamp_ms=5000),
+    }
+
+    def expired(**kw: object) -> list[tuple[str, int]]:
+        args = {"group_is_empty": True, "has_protocol_type": True, "empty_since_ms": 1000,
+                "retention_ms": 1000, "now_ms": 1500}
+        args.update(kw)
+        return sorted(expired_offsets(offsets, **args))  # type: ignore[arg-type]
+
+    # A group with members keeps its offsets; only an explicit expire timestamp counts.
+    assert expired(group_is_empty=False, now_ms=4999) == []
+    assert expired(group_is_empty=False, now_ms=5000) == [("t", 2)]
+    # An Empty consumer group: counted from when it became Empty.
+    assert expired(now_ms=1999) == []
+    assert expired(now_ms=2000) == [("t", 0), ("t", 1)]
+    # Standalone commits (no protocol type): counted from each commit.
+    assert expired(has_protocol_type=False, now_ms=1100) == [("t", 0)]

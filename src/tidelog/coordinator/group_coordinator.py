@@ -44,6 +44,7 @@ from tidelog.coordinator.offsets import (
     encode_group_metadata_value,
     encode_offset_commit_key,
     encode_offset_commit_value,
+    expired_offsets,
     load_partition,
     partition_for,
 )
@@ -76,6 +77,8 @@ class CoordinatorConfig:
     group_max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
     offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
     offsets_commit_timeout_ms: int = 5000  # offsets.commit.timeout.ms
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
+    offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
 
     @classmethod
     def from_kafka_config(cls, config: Any) -> CoordinatorConfig:
@@ -104,6 +107,10 @@ class CoordinatorConfig:
                                           d.offset_metadata_max_bytes),
             offsets_commit_timeout_ms=get("offsets.commit.timeout.ms",
                                           d.offsets_commit_timeout_ms),
+            offsets_retention_ms=get("offsets.retention.minutes",
+                                     d.offsets_retention_ms // 60_000) * 60_000,
+            offsets_retention_check_interval_ms=get("offsets.retention.check.interval.ms",
+                                                    d.offsets_retention_check_interval_ms),
         )
 
 
@@ -151,22 +158,26 @@ class GroupCoordinator:
         self._waiters: dict[tuple[str, str, str], asyncio.Future[Any]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._ticker: asyncio.Task[None] | None = None
+        self._cleaner: asyncio.Task[None] | None = None
         self._wake: asyncio.Future[None] | None = None
         self.active = False
 
     # ------------------------------------------------------------------ life cycle
     def startup(self) -> None:
-        self._ticker = asyncio.get_running_loop().create_task(self._run_ticker())
+        loop = asyncio.get_running_loop()
+        self._ticker = loop.create_task(self._run_ticker())
+        self._cleaner = loop.create_task(self._run_cleaner())
         self.active = True
 
     async def shutdown(self) -> None:
         self.active = False
         for partition in list(self.owned) + list(self.loading):
             self.on_resignation(partition)
-        if self._ticker is not None:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._ticker
+        for task in (self._ticker, self._cleaner):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         for t in list(self._tasks):
             t.cancel()
         for fut in self._waiters.values():
@@ -353,6 +364,58 @@ class GroupCoordinator:
                 await self._wake
             finally:
                 timer.cancel()
+
+    async def _run_cleaner(self) -> None:
+        """Kafka's `delete-expired-group-metadata` task."""
+        while True:
+            await asyncio.sleep(self.config.offsets_retention_check_interval_ms / 1000)
+            try:
+                await self.cleanup_group_metadata()
+            except Exception as e:  # next round retries; never kills the task
+                logger.warning("expiring committed offsets failed: %s", e)
+
+    async def cleanup_group_metadata(self) -> int:
+        """Expire committed offsets (`expired_offsets`) with tombstones in the offsets topic,
+        and forget Empty groups left with no offsets (a tombstone for their metadata too).
+        Returns how many offsets expired."""
+        now = self.clock()
+        expired_count = 0
+        for group_id in list(self.offsets.keys() | self.groups.keys()):
+            partition = self.partition_for(group_id)
+            if partition not in self.owned:
+                continue
+            group = self.groups.get(group_id)
+            offsets = self.offsets.get(group_id, {})
+            empty = group is None or group.state == GroupState.EMPTY
+            expired = expired_offsets(
+                offsets, group_is_empty=empty,
+                has_protocol_type=group is not None and group.protocol_type is not None,
+                empty_since_ms=group.state_timestamp_ms if group is not None else now,
+                retention_ms=self.config.offsets_retention_ms, now_ms=now)
+            drop_group = empty and len(expired) == len(offsets) and group is not None
+            if not expired and not drop_group:
+                continue
+            records = [Record(key=encode_offset_commit_key(group_id, t, p), value=None)
+                       for t, p in expired]
+            if drop_group:
+                records.append(Record(key=encode_group_metadata_key(group_id), value=None))
+            epoch = self.owned.get(partition)
+            if await self._append(partition, records):
+                continue  # not written: try again next round
+            if self.owned.get(partition) != epoch:
+                continue
+            for tp in expired:
+                offsets.pop(tp, None)
+            if not offsets:
+                self.offsets.pop(group_id, None)
+            expired_count += len(expired)
+            current = self.groups.get(group_id)
+            if drop_group and current is group and group.state == GroupState.EMPTY:
+                del self.groups[group_id]
+                self._apply(group, group.mark_dead())
+        if expired_count:
+            logger.info("expired %d committed offsets", expired_count)
+        return expired_count
 
     # ------------------------------------------------------------------ JoinGroup
     async def handle_join_group(

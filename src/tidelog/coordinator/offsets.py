@@ -38,6 +38,7 @@ __all__ = [
     "encode_group_metadata_value",
     "encode_offset_commit_key",
     "encode_offset_commit_value",
+    "expired_offsets",
     "java_string_hash",
     "load_partition",
     "partition_for",
@@ -302,6 +303,34 @@ def decode_group_metadata_value(value: bytes) -> GroupMetadataSnapshot:
     r.tagged_fields()
     return GroupMetadataSnapshot(protocol_type, generation, protocol, leader, state_ts,
                                  tuple(members))
+
+
+def expired_offsets(
+    offsets: dict[tuple[str, int], OffsetAndMetadata],
+    *,
+    group_is_empty: bool,
+    has_protocol_type: bool,
+    empty_since_ms: int,
+    retention_ms: int,
+    now_ms: int,
+) -> list[tuple[str, int]]:
+    """The committed offsets of one group that `offsets.retention.minutes` expires now
+    (Kafka 2.1+, KIP-211): one with an explicit expire timestamp (OffsetCommit v2-4 retention
+    time) when that passed; otherwise only while the group is Empty, counted from when it
+    became Empty, or from each commit for a group that never had members (standalone commits)."""
+    out = []
+    for tp, om in offsets.items():
+        if om.expire_timestamp_ms is not None:
+            expired = now_ms >= om.expire_timestamp_ms
+        elif not group_is_empty:
+            expired = False
+        elif has_protocol_type:
+            expired = now_ms >= empty_since_ms + retention_ms
+        else:
+            expired = now_ms >= om.commit_timestamp_ms + retention_ms
+        if expired:
+            out.append(tp)
+    return out
 
 
 @dataclass(slots=True)
