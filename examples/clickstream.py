@@ -1,0 +1,331 @@
+"""Clickstream on a live tidelog cluster: page views counted per page per minute by Spark.
+
+    python examples/clickstream.py                  # starts a 3-broker cluster in a temp dir
+    python examples/clickstream.py --bootstrap 127.0.0.1:9092 --no-kill
+
+1. a generator produces JSON page-view events ``{"page", "user", "ts"}`` (event time in ms) to
+   ``page-views`` (3 partitions, replication factor 3) with tidelog's idempotent producer
+   (acks=all) and remembers what was acknowledged;
+2. a Structured Streaming job reads ``page-views`` with the ``tidelog`` source, parses the JSON,
+   counts views per page per 1-minute event-time window with a 1-minute watermark, and writes
+   each finalized window count both to Parquet and to the ``page-counts`` topic (foreachBatch:
+   a replayed micro-batch overwrites its own Parquet directory, so the Parquet side stays exact);
+3. mid-stream, the leader of ``page-views`` partition 0 is killed (SIGKILL) and later restarted;
+4. at the end the Parquet counts and the ``page-counts`` topic are compared with the counts
+   computed directly from the acknowledged events. Exit status 0 only if they are equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+PAGES = [f"/page/{i}" for i in range(8)]
+WINDOW_MS = 60_000
+TOPIC, COUNTS = "page-views", "page-counts"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class Generator(threading.Thread):
+    """Produces ``events`` page views (event time advancing 0.25 s of a simulated clock per
+    event) on its own event loop; ``acked`` holds the events the cluster acknowledged."""
+
+    def __init__(self, bootstrap: str, events: int, rate_per_s: float) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap = bootstrap
+        self.events = events
+        self.rate = rate_per_s
+        self.acked: list[dict] = []
+        self.failed = 0
+        self.error: BaseException | None = None
+        self.base_ms = (int(time.time() * 1000) // WINDOW_MS) * WINDOW_MS
+
+    def run(self) -> None:
+        try:
+            asyncio.run(self._produce())
+        except BaseException as exc:  # reported by the main thread
+            self.error = exc
+
+    async def _produce(self) -> None:
+        from tidelog.client.cluster import KafkaClient
+        from tidelog.client.producer import Producer
+
+        rng = random.Random(7)
+        async with KafkaClient(self.bootstrap, client_id="clickstream-gen") as client:
+            producer = Producer(client, acks="all", linger_ms=5)
+            await producer.start()
+            pending = []
+            for i in range(self.events):
+                event = {
+                    "page": rng.choice(PAGES),
+                    "user": f"u{rng.randrange(50)}",
+                    "ts": self.base_ms + i * 250,
+                }
+                future = await producer.send(TOPIC, json.dumps(event).encode(), key=None)
+                pending.append((event, future))
+                await asyncio.sleep(1 / self.rate)
+            await producer.flush()
+            await producer.close()
+            for event, future in pending:
+                if future.exception() is None:
+                    self.acked.append(event)
+                else:
+                    self.failed += 1
+
+    def flush_event(self) -> dict:
+        """An event far past every window: moves the watermark so the last windows close."""
+        return {
+            "page": "/flush",
+            "user": "-",
+            "ts": self.base_ms + self.events * 250 + 10 * WINDOW_MS,
+        }
+
+
+def expected_counts(events: list[dict]) -> Counter:
+    return Counter(((e["ts"] // WINDOW_MS) * WINDOW_MS, e["page"]) for e in events)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bootstrap", help="an existing cluster (default: start 3 brokers)")
+    parser.add_argument("--events", type=int, default=2400)
+    parser.add_argument("--rate", type=float, default=200.0, help="events per second")
+    parser.add_argument("--no-kill", action="store_true", help="do not kill a leader")
+    parser.add_argument("--out", help="output directory (default: a temp dir)")
+    args = parser.parse_args()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    workdir = Path(args.out or tempfile.mkdtemp(prefix="clickstream-"))
+    cluster = None
+    try:
+        if args.bootstrap:
+            bootstrap = args.bootstrap
+        else:
+            from tidelog.cluster.local import LocalCluster
+
+            cluster = LocalCluster(workdir / "cluster")
+            log("starting a 3-broker tidelog cluster")
+            cluster.up(3, timeout_s=120)
+            bootstrap = cluster.bootstrap_servers
+        log(f"cluster at {bootstrap}")
+        return run(bootstrap, cluster, workdir, args)
+    finally:
+        if cluster is not None:
+            cluster.down()
+            log("cluster stopped")
+        if not args.out:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def create_topics(bootstrap: str, replication: int) -> None:
+    from tidelog.client.cluster import KafkaClient, NewTopic
+
+    async def go() -> None:
+        async with KafkaClient(bootstrap) as client:
+            result = await client.create_topics(
+                [
+                    NewTopic(TOPIC, 3, replication, {"min.insync.replicas": "2"}),
+                    NewTopic(COUNTS, 1, replication),
+                ]
+            )
+            for name, error in result.items():
+                if error is not None and "TOPIC_ALREADY_EXISTS" not in str(error):
+                    raise SystemExit(f"create {name}: {error}")
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                meta = await client.refresh_metadata([TOPIC, COUNTS])
+                if all(
+                    t in meta.topics
+                    and all(p.leader >= 0 for p in meta.topics[t].partitions.values())
+                    for t in (TOPIC, COUNTS)
+                ):
+                    return
+                await asyncio.sleep(0.2)
+            raise SystemExit("topics have no leaders after 30 s")
+
+    asyncio.run(go())
+
+
+def leader_of_partition0(bootstrap: str) -> int | None:
+    from tidelog.client.cluster import KafkaClient
+    from tidelog.client.metadata import TopicPartition
+
+    async def go() -> int | None:
+        async with KafkaClient(bootstrap) as client:
+            await client.refresh_metadata([TOPIC])
+            return client.leader_for(TopicPartition(TOPIC, 0))
+
+    return asyncio.run(go())
+
+
+def run(bootstrap: str, cluster, workdir: Path, args: argparse.Namespace) -> int:
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    import tidelog.spark
+
+    create_topics(bootstrap, 3 if cluster is not None else 1)
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("clickstream")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    tidelog.spark.register(spark)
+    parquet_dir = workdir / "page-counts.parquet"
+
+    views = (
+        spark.readStream.format("tidelog")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", TOPIC)
+        .option("startingOffsets", "earliest")
+        .load()
+        .select(
+            F.from_json(F.col("value").cast("string"), "page string, user string, ts long").alias(
+                "e"
+            )
+        )
+        .select("e.page", (F.col("e.ts") / 1000).cast("timestamp").alias("event_time"))
+    )
+    counts = (
+        views.withWatermark("event_time", "1 minute")
+        .groupBy(F.window("event_time", "1 minute"), "page")
+        .count()
+        .select(
+            (F.col("window.start").cast("double") * 1000).cast("long").alias("window_ms"),
+            "page",
+            "count",
+        )
+    )
+
+    def sink(df, batch_id: int) -> None:
+        df = df.where(F.col("page") != "/flush").cache()
+        if df.isEmpty():
+            df.unpersist()
+            return
+        # Parquet: one directory per micro-batch, overwritten if the batch is replayed.
+        df.write.mode("overwrite").parquet(str(parquet_dir / f"batch={batch_id}"))
+        (
+            df.select(
+                F.col("page").alias("key"),
+                F.to_json(F.struct("window_ms", "page", "count")).alias("value"),
+            )
+            .write.format("tidelog")
+            .mode("append")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("topic", COUNTS)
+            .save()
+        )
+        df.unpersist()
+
+    query = (
+        counts.writeStream.outputMode("append")
+        .foreachBatch(sink)
+        .option("checkpointLocation", str(workdir / "checkpoint"))
+        .trigger(processingTime="1 second")
+        .start()
+    )
+    generator = Generator(bootstrap, args.events, args.rate)
+    generator.start()
+    log(f"producing {args.events} page views at ~{args.rate:.0f}/s")
+    killed = None
+    if cluster is not None and not args.no_kill:
+        time.sleep(args.events / args.rate / 3)
+        killed = leader_of_partition0(bootstrap)
+        if killed is not None:
+            log(f"killing broker {killed}, the leader of {TOPIC}-0 (SIGKILL)")
+            cluster.stop_broker(killed, kill=True)
+            time.sleep(args.events / args.rate / 3)
+            log(f"restarting broker {killed}")
+            cluster.start_broker(killed)
+    generator.join(timeout=600)
+    if generator.error is not None:
+        raise SystemExit(f"generator failed: {generator.error!r}")
+    log(f"{len(generator.acked)} events acknowledged, {generator.failed} failed")
+
+    # Close the last windows, then wait until the query has consumed everything.
+    flush = generator.flush_event()
+    asyncio.run(_send_one(bootstrap, flush))
+    expected = expected_counts(generator.acked)
+    deadline = time.monotonic() + 300
+    got: Counter = Counter()
+    while time.monotonic() < deadline:
+        if query.exception() is not None:
+            raise SystemExit(f"query failed: {query.exception()}")
+        got = read_parquet_counts(spark, parquet_dir)
+        if got == expected:
+            break
+        time.sleep(2)
+    query.stop()
+    topic_counts = read_topic_counts(spark, bootstrap)
+    spark.stop()
+
+    ok = got == expected and topic_counts == expected
+    log(
+        f"windows: expected {len(expected)}, Parquet {len(got)}, {COUNTS} topic "
+        f"{len(topic_counts)}; views: expected {sum(expected.values())}, Parquet "
+        f"{sum(got.values())}, topic {sum(topic_counts.values())}"
+    )
+    if killed is not None:
+        log(f"broker {killed} was killed and restarted mid-stream")
+    log("counts equal the acknowledged events" if ok else "MISMATCH")
+    return 0 if ok else 1
+
+
+async def _send_one(bootstrap: str, event: dict) -> None:
+    from tidelog.client.cluster import KafkaClient
+    from tidelog.client.producer import Producer
+
+    async with KafkaClient(bootstrap) as client:
+        producer = Producer(client, acks="all")
+        await producer.start()
+        for partition in range(3):  # every partition, so the watermark moves on all of them
+            await producer.send(TOPIC, json.dumps(event).encode(), partition=partition)
+        await producer.flush()
+        await producer.close()
+
+
+def read_parquet_counts(spark, parquet_dir: Path) -> Counter:
+    if not any(parquet_dir.glob("*/*.parquet")):
+        return Counter()
+    schema = "window_ms long, page string, count long"
+    rows = spark.read.schema(schema).parquet(str(parquet_dir)).collect()
+    return Counter({(r.window_ms, r.page): r["count"] for r in rows})
+
+
+def read_topic_counts(spark, bootstrap: str) -> Counter:
+    rows = (
+        spark.read.format("tidelog")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", COUNTS)
+        .load()
+        .collect()
+    )
+    out: Counter = Counter()
+    for r in rows:
+        record = json.loads(r.value)
+        # at-least-once: a replayed batch may repeat a window; the last write wins
+        out[(record["window_ms"], record["page"])] = record["count"]
+    return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
