@@ -228,3 +228,28 @@ def test_offsets_expire_after_the_retention_and_empty_groups_are_forgotten(tmp_p
             await b.stop()
 
     run(go())
+
+
+def test_a_long_offsets_partition_loads_in_steps_to_its_last_commits(tmp_path: Path) -> None:
+    async def commit_many() -> None:
+        b = Broker(tmp_path)
+        await b.start()
+        try:
+            for i in range(450):  # one batch each: the load yields to the loop on the way
+                assert await b.coordinator.handle_commit_offsets(
+                    "solo", "", -1, {("t", i % 3): OffsetAndMetadata(i)}) == {("t", i % 3): 0}
+        finally:
+            await b.stop()
+
+    async def reload() -> None:
+        b = Broker(tmp_path, leader_epoch=1)
+        await b.start()
+        try:
+            _, found = b.coordinator.handle_fetch_offsets("solo", None)
+            assert {tp: om.offset for tp, om in found.items()} == {
+                ("t", 0): 447, ("t", 1): 448, ("t", 2): 449}
+        finally:
+            await b.stop()
+
+    run(commit_many())
+    run(reload())

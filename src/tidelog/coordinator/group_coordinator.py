@@ -38,6 +38,7 @@ from tidelog.coordinator.group import (
 from tidelog.coordinator.offsets import (
     GROUP_METADATA_TOPIC_NAME,
     GroupMetadataSnapshot,
+    LoadedPartition,
     MemberSnapshot,
     OffsetAndMetadata,
     encode_group_metadata_key,
@@ -45,7 +46,6 @@ from tidelog.coordinator.offsets import (
     encode_offset_commit_key,
     encode_offset_commit_value,
     expired_offsets,
-    load_partition,
     partition_for,
 )
 from tidelog.protocol.errors import ErrorCode, error_name
@@ -59,6 +59,8 @@ logger = logging.getLogger(__name__)
 E = ErrorCode
 # The longest a ticker sleep lasts with nothing due (new deadlines wake it earlier).
 _MAX_TICK_S = 0.5
+# Loading an offsets partition yields to the event loop after this many batches.
+_LOAD_BATCHES_PER_YIELD = 200
 
 
 def _wall_ms() -> int:
@@ -231,8 +233,17 @@ class GroupCoordinator:
         if p is None or not p.is_leader:
             self.loading.pop(partition, None)
             return
+        loaded = LoadedPartition({}, {})
+        end_offset = p.log_end_offset
         try:
-            loaded = load_partition(p.log.batches(p.log.log_start_offset), p.log_end_offset)
+            for i, batch in enumerate(p.log.batches(p.log.log_start_offset)):
+                if not loaded.add_batch(batch, end_offset):
+                    break
+                if i % _LOAD_BATCHES_PER_YIELD == _LOAD_BATCHES_PER_YIELD - 1:
+                    # Let the broker serve meanwhile; give up if the partition moved on.
+                    await asyncio.sleep(0)
+                    if self.loading.get(partition) != leader_epoch:
+                        return
         except Exception as e:  # the partition stays unserved (COORDINATOR_LOAD_IN_PROGRESS)
             logger.error("loading offsets partition %d failed: %s", partition, e)
             return

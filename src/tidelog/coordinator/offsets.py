@@ -341,6 +341,41 @@ class LoadedPartition:
     groups: dict[str, GroupMetadataSnapshot]
     skipped: int = 0  # records that could not be read (logged, never fatal)
 
+    def add_batch(self, batch: RecordBatch, end_offset: int | None = None) -> bool:
+        """Apply one batch; False once `end_offset` is reached (nothing more to read)."""
+        if batch.is_control_batch:
+            return True
+        try:
+            records = decode_records(batch)
+        except ValueError:  # a corrupt batch (CorruptRecordError is a ValueError)
+            self.skipped += 1
+            return True
+        for rec in records:
+            if end_offset is not None and rec.offset >= end_offset:
+                return False
+            if rec.key is None:
+                self.skipped += 1
+                continue
+            try:
+                self._apply(decode_key(bytes(rec.key)), rec.value)
+            except ValueError:
+                self.skipped += 1
+        return True
+
+    def _apply(self, key: OffsetKey | str, value: bytes | None) -> None:
+        if isinstance(key, OffsetKey):
+            group_offsets = self.offsets.setdefault(key.group, {})
+            if value is None:
+                group_offsets.pop((key.topic, key.partition), None)
+            else:
+                group_offsets[(key.topic, key.partition)] = decode_offset_commit_value(bytes(value))
+            if not group_offsets:
+                del self.offsets[key.group]
+        elif value is None:
+            self.groups.pop(key, None)
+        else:
+            self.groups[key] = decode_group_metadata_value(bytes(value))
+
 
 def load_partition(batches: Iterable[RecordBatch], end_offset: int | None = None) -> LoadedPartition:
     """Replay a partition's batches (up to `end_offset`, exclusive) in order. A record that
@@ -348,34 +383,6 @@ def load_partition(batches: Iterable[RecordBatch], end_offset: int | None = None
     coordinator from loading the rest."""
     out = LoadedPartition({}, {})
     for batch in batches:
-        if batch.is_control_batch:
-            continue
-        try:
-            records = decode_records(batch)
-        except ValueError:  # a corrupt batch (CorruptRecordError is a ValueError)
-            out.skipped += 1
-            continue
-        for rec in records:
-            if end_offset is not None and rec.offset >= end_offset:
-                return out
-            if rec.key is None:
-                out.skipped += 1
-                continue
-            try:
-                key = decode_key(bytes(rec.key))
-                if isinstance(key, OffsetKey):
-                    group_offsets = out.offsets.setdefault(key.group, {})
-                    if rec.value is None:
-                        group_offsets.pop((key.topic, key.partition), None)
-                        if not group_offsets:
-                            del out.offsets[key.group]
-                    else:
-                        group_offsets[(key.topic, key.partition)] = decode_offset_commit_value(
-                            bytes(rec.value))
-                elif rec.value is None:
-                    out.groups.pop(key, None)
-                else:
-                    out.groups[key] = decode_group_metadata_value(bytes(rec.value))
-            except ValueError:
-                out.skipped += 1
+        if not out.add_batch(batch, end_offset):
+            break
     return out
