@@ -611,7 +611,8 @@ def run_storage_demo(data_dir: str, count: int, console: Console) -> None:
 @click.command()
 @click.option("--dir", "data_dir", default=DEFAULT_DIR, show_default=True,
               help="Where the demo keeps its cluster (ZooKeeper, broker logs and data); wiped "
-                   "at the start of every run.")
+                   "at the start of every run (only a dir an earlier demo made, or an empty "
+                   "one).")
 @click.option("--brokers", default=3, show_default=True, type=click.IntRange(3, 9),
               help="Brokers to start (the topic has 3 replicas).")
 @click.option("--partitions", default=3, show_default=True, type=click.IntRange(1, 64),
