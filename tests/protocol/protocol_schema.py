@@ -98,7 +98,9 @@ def message_strategy(
                 continue
             if f.is_struct:
                 elem: st.SearchStrategy[Any] = st.deferred(lambda f=f: struct(f.struct))
-            elif kio_safe and "timestamp" in f.py:
+            elif kio_safe and (
+                "timestamp" in f.py or (f.py.endswith("_time_ms") and "throttle" not in f.py)
+            ):
                 elem = st.integers(0, 2**40)  # kio: aware datetimes, non-negative
             elif kio_safe and f.py.endswith("error_code"):
                 elem = st.sampled_from([int(code) for code in ErrorCode])  # kio uses an enum
