@@ -328,3 +328,49 @@ def test_group_apis_per_version_over_the_wire(real_cluster: RealCluster) -> None
             await c.close()
 
     asyncio.run(go())
+
+
+def test_a_member_keeps_consuming_when_its_coordinator_is_killed(real_cluster: RealCluster) -> None:
+    topic, first = _topic_with_records(real_cluster, 2, 50)
+    group = _name("failover-group")
+    conf = _consumer_conf(real_cluster, group)
+    c = confluent_kafka.Consumer(conf)
+    coordinator = _coordinator_of(real_cluster, group)
+    try:
+        c.subscribe([topic])
+        got: set[bytes] = set()
+        deadline = time.monotonic() + 60
+        while got != first and time.monotonic() < deadline:
+            got.update(m.value() for m in c.consume(100, timeout=0.5) if m.error() is None)
+        assert got == first
+        c.commit(asynchronous=False)
+        real_cluster.kill(coordinator)
+        try:
+            _, more = _topic_with_records(real_cluster, 2, 50, start=50, topic=topic)
+            got = set()
+            deadline = time.monotonic() + 60
+            while got != more and time.monotonic() < deadline:
+                got.update(m.value() for m in c.consume(100, timeout=0.5) if m.error() is None)
+            assert got == more
+            # Commits reach the new coordinator: the leader elected for the offsets partition.
+            def committed_all() -> bool:
+                try:
+                    c.commit(asynchronous=False)
+                except confluent_kafka.KafkaException:
+                    return False
+                tps = c.committed([confluent_kafka.TopicPartition(topic, p) for p in (0, 1)],
+                                  timeout=5)
+                return sum(tp.offset for tp in tps) == 100
+            wait_for(committed_all, timeout_s=60, what="a commit after the coordinator moved")
+            admin = AdminClient({"bootstrap.servers": real_cluster.bootstrap})
+            desc = admin.describe_consumer_groups([group])[group].result(timeout=15)
+            assert desc.coordinator.id == _coordinator_of(real_cluster, group) != coordinator
+            assert str(desc.state).endswith("STABLE") and len(desc.members) == 1
+        finally:
+            real_cluster.start(coordinator)
+            offsets_partition = partition_for(group, OFFSETS_PARTITIONS)
+            wait_for(lambda: (s := real_cluster.state(GROUP_METADATA_TOPIC_NAME,
+                                                      offsets_partition)) and coordinator in s.isr,
+                     timeout_s=60, what="the restarted broker in the ISR")
+    finally:
+        c.close()
