@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,23 +10,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from harness import ActingController, BrokerThread, broker_props  # noqa: E402
+from harness import ActingController, BrokerThread, broker_props, new_chroot  # noqa: E402
 
 from tidelog.cluster.zookeeper import ZooKeeperServer  # noqa: E402
-
-
-def new_chroot(zookeeper: ZooKeeperServer) -> str:
-    from kazoo.client import KazooClient
-
-    chroot = f"/b-{uuid.uuid4().hex[:12]}"
-    client = KazooClient(hosts=zookeeper.connect_string, timeout=10.0)
-    client.start(timeout=15)
-    try:
-        client.ensure_path(chroot)
-    finally:
-        client.stop()
-        client.close()
-    return zookeeper.connect_string + chroot
 
 
 @pytest.fixture(scope="module")

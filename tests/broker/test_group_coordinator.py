@@ -9,8 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import new_chroot
-from harness import ActingController, BrokerThread, broker_props, send
+from harness import ActingController, BrokerThread, broker_props, new_chroot, send
 
 from tidelog.cluster.zookeeper import ZooKeeperServer
 from tidelog.protocol.errors import ErrorCode

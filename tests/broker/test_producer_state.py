@@ -7,8 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import new_chroot
-from harness import ActingController, BrokerThread, broker_props, fetch, produce, values_of
+from harness import (
+    ActingController,
+    BrokerThread,
+    broker_props,
+    fetch,
+    new_chroot,
+    produce,
+    values_of,
+)
 
 from tidelog.broker.producer_state import (
     NUM_BATCHES_TO_RETAIN,

@@ -9,12 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import new_chroot
 from harness import (
     ActingController,
     BrokerThread,
     broker_props,
     fetch,
+    new_chroot,
     produce,
     values_of,
     wait_until,

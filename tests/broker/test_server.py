@@ -11,8 +11,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import new_chroot
-from harness import ActingController, BrokerThread, broker_props, fetch, produce, send, wait_until
+from harness import (
+    ActingController,
+    BrokerThread,
+    broker_props,
+    fetch,
+    new_chroot,
+    produce,
+    send,
+    wait_until,
+)
 
 from tidelog.cluster.zookeeper import ZooKeeperServer, pick_free_port
 from tidelog.controller.zk_client import KafkaZkClient
