@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from tidelog.cli.demo import on_disk_log_end_offset
+from tidelog.cli.main import cli
 from tidelog.cluster.local import _pid_runs
-
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(170)]
 
 TIDELOG = [sys.executable, "-m", "tidelog"]
 ENV = {**os.environ, "COLUMNS": "140", "NO_COLOR": "1"}
@@ -45,6 +45,8 @@ def assert_all_stopped(demo_dir: Path) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(170)
 def test_demo_kills_the_leader_fails_over_rejoins_and_loses_nothing(tmp_path: Path) -> None:
     demo_dir = tmp_path / "demo"
     r = subprocess.run(
@@ -77,6 +79,8 @@ def test_demo_kills_the_leader_fails_over_rejoins_and_loses_nothing(tmp_path: Pa
     assert_all_stopped(demo_dir)
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(170)
 def test_demo_interrupted_stops_the_cluster_it_started(tmp_path: Path) -> None:
     demo_dir = tmp_path / "demo"
     proc = subprocess.Popen(
@@ -118,3 +122,21 @@ def test_demo_storage_only_walks_through_a_partition_log(tmp_path: Path) -> None
     assert r.returncode == 0, r.stdout + r.stderr
     assert "demo finished" in r.stdout
     assert any((demo_dir / "logs" / "demo-0").glob("*.log"))
+
+
+def test_on_disk_log_end_offset_reads_the_segments_without_opening_the_log(
+        tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    log_dir = tmp_path / "logs"
+    r = CliRunner().invoke(cli, ["log", "write", str(log_dir), "--topic", "demo", "--partition",
+                                 "0", "--count", "1234", "--batch", "100"])
+    assert r.exit_code == 0, r.output
+    partition_dir = log_dir / "demo-0"
+    assert on_disk_log_end_offset(partition_dir) == 1234
+    segment = max(partition_dir.glob("*.log"), key=lambda p: int(p.stem))
+    whole = segment.read_bytes()
+    with segment.open("ab") as f:  # a torn batch at the tail, as a kill -9 can leave
+        f.write(whole[:40])
+    assert on_disk_log_end_offset(partition_dir) == 1234
+    assert on_disk_log_end_offset(tmp_path / "no-such-partition") is None
