@@ -5,7 +5,7 @@ Every refusal is Kafka's error code for that case. Requests at a version outside
 range close the connection (as Kafka does), except Produce v0-2, which is advertised (librdkafka
 needs v0 in the table to compress) and answered with UNSUPPORTED_VERSION per partition.
 
-The consumer group APIs belong to `group_coordinator.GroupCoordinator`, which `BrokerServer`
+The consumer group APIs belong to `broker/group_apis.GroupApis` (over `coordinator/`), which `BrokerServer`
 plugs in with `register_handler`; without it FindCoordinator answers COORDINATOR_NOT_AVAILABLE.
 """
 

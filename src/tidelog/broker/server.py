@@ -31,7 +31,6 @@ from typing import Any
 
 from tidelog.broker.config import KafkaConfig
 from tidelog.broker.group_apis import GroupApis
-from tidelog.broker.group_coordinator import GroupCoordinator
 from tidelog.broker.kafka_apis import KafkaApis
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.producer_id_manager import ProducerIdManager
@@ -80,7 +79,6 @@ class BrokerServer:
         self.producer_id_manager: ProducerIdManager = None  # type: ignore[assignment]
         self.apis: KafkaApis = None  # type: ignore[assignment]
         self.group_apis: GroupApis | None = None
-        self.group_coordinator: GroupCoordinator = None  # type: ignore[assignment]
         self.controller: Any = None
         self.socket_servers: dict[str, SocketServer] = {}
         self.bound_ports: dict[str, int] = {}
@@ -177,8 +175,6 @@ class BrokerServer:
         self.apis = KafkaApis(self)
         self.group_apis = GroupApis(self)  # the group coordinator's APIs (register_handler)
         self.group_apis.register(self.apis)
-        self.group_coordinator = GroupCoordinator(self)
-        self.group_coordinator.register(self.apis)
         for ep in cfg.listeners:
             server = SocketServer(
                 ep.host, ep.port, self._handle,
@@ -201,7 +197,6 @@ class BrokerServer:
         loop = asyncio.get_running_loop()
         zk.on_new_session(lambda e: loop.call_soon_threadsafe(self._on_new_session, e))
         self.replica_manager.start()
-        self.group_coordinator.start()
         if self.controller_factory is not None:
             self.controller = self.controller_factory(cfg, zk, self.broker_id)
             result = self.controller.startup()
@@ -327,8 +322,6 @@ class BrokerServer:
                         await result
                 except Exception as e:
                     logger.warning("controller shutdown failed: %s", e)
-            if self.group_coordinator is not None:
-                await self.group_coordinator.shutdown()
             if self.group_apis is not None:
                 await self.group_apis.shutdown()
             if self.replica_manager is not None:
