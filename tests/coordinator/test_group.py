@@ -127,9 +127,7 @@ def test_session_timeout_evicts_a_silent_member_and_the_group_rebalances() -> No
 def test_the_last_member_leaving_empties_the_group_at_the_next_generation() -> None:
     g = stable_group("m1")
     errors, d = g.leave(["m1", "ghost"], 500)
-    assert errors == {"m1": 0, "ghost": E.UNKNOWN_MEMBER_ID}
-    assert g.state == GroupState.PREPARING_REBALANCE
-    d = g.tick(500)
+    assert errors == [0, E.UNKNOWN_MEMBER_ID]
     assert g.state == GroupState.EMPTY and g.generation_id == 2
     assert d.store and d.store_generation == 2 and d.assignment == {}  # Kafka writes it
 
@@ -138,7 +136,7 @@ def test_leave_during_a_rebalance_answers_the_leaving_members_join() -> None:
     g = stable_group("m1", "m2")
     join(g, 100, "m1")  # m1 rejoins (leader): a rebalance, m1 waits
     errors, d = g.leave(["m1"], 200)
-    assert errors == {"m1": 0}
+    assert errors == [0]
     assert d.joins["m1"].error == E.UNKNOWN_MEMBER_ID
 
 
@@ -275,3 +273,57 @@ def test_loaded_group_is_stable_with_fresh_sessions() -> None:
     state, ptype, proto, members = g.summary()
     assert (state, ptype, proto) == ("Stable", "consumer", "range")
     assert {m.member_id: m.assignment for m in members} == {"m1": b"a-m1", "m2": b"a-m2"}
+
+
+def static_join(g: GroupMetadata, now: int, instance: str, member_id: str = "", *,
+                new_id: str, protocols: list[tuple[str, bytes]] | None = None) -> Any:
+    return g.join(member_id=member_id, group_instance_id=instance, client_id="c",
+                  client_host="/h", session_timeout_ms=SESSION, rebalance_timeout_ms=REBALANCE,
+                  protocol_type="consumer", protocols=protocols or RANGE,
+                  require_known_member_id=True, new_member_id=new_id, now_ms=now)
+
+
+def test_a_static_member_joins_without_the_member_id_round_trip() -> None:
+    g = GroupMetadata("g", 0, initial_rebalance_delay_ms=0)
+    d = static_join(g, 0, "host-1", new_id="s1")
+    assert d.joins["s1"].error == 0 and g.static_members == {"host-1": "s1"}
+
+
+def test_a_restarted_static_member_takes_its_place_back_without_a_rebalance() -> None:
+    g = GroupMetadata("g", 0, initial_rebalance_delay_ms=100)
+    static_join(g, 0, "host-1", new_id="s1")
+    join(g, 0, new_id="m2")
+    g.tick(100)
+    assert set(g.tick(200).joins) == {"s1", "m2"}
+    g.sync(member_id=g.leader_id or "", generation_id=1, protocol_type=None, protocol_name=None,
+           assignments={"s1": b"p0", "m2": b"p1"}, now_ms=200)
+    g.on_store_complete(1, 0, 200)
+    # host-1 restarts: it comes back with no member id, same metadata.
+    d = static_join(g, 1000, "host-1", new_id="s1-again")
+    r = d.reply
+    assert isinstance(r, JoinResult) and r.error == 0 and r.member_id == "s1-again"
+    assert r.generation_id == 1 and g.state == GroupState.STABLE
+    assert d.store and d.assignment["s1-again"] == b"p0"  # the new id is written
+    s = g.sync(member_id="s1-again", generation_id=1, protocol_type=None, protocol_name=None,
+               assignments={}, now_ms=1001).reply
+    assert s.assignment == b"p0"
+    # The old incarnation is fenced everywhere.
+    assert g.heartbeat("s1", 1, 1002, "host-1") == E.FENCED_INSTANCE_ID
+    assert g.validate_offset_commit("s1", 1, 1002, "host-1") == E.FENCED_INSTANCE_ID
+    assert static_join(g, 1002, "host-1", "s1", new_id="x").reply.error == E.FENCED_INSTANCE_ID
+    assert g.leave([("s1", "host-1")], 1002)[0] == [E.FENCED_INSTANCE_ID]
+    # Leaving by instance id alone removes the member and rebalances the rest.
+    errors, _ = g.leave([("", "host-1")], 1003)
+    assert errors == [0] and not g.has("s1-again") and g.static_members == {}
+    assert g.state == GroupState.PREPARING_REBALANCE
+    assert g.leave([("", "host-1")], 1004)[0] == [E.UNKNOWN_MEMBER_ID]
+
+
+def test_a_static_member_back_with_new_metadata_triggers_a_rebalance() -> None:
+    g = GroupMetadata("g", 0, initial_rebalance_delay_ms=0)
+    static_join(g, 0, "host-1", new_id="s1")
+    g.sync(member_id="s1", generation_id=1, protocol_type=None, protocol_name=None,
+           assignments={"s1": b"all"}, now_ms=0)
+    g.on_store_complete(1, 0, 0)
+    d = static_join(g, 10, "host-1", new_id="s1b", protocols=[("range", b"new-topics")])
+    assert d.joins["s1b"].generation_id == 2 and g.leader_id == "s1b"

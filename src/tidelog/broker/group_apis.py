@@ -246,6 +246,7 @@ class GroupApis:
             request.protocol_type if version >= 5 else None,
             request.protocol_name if version >= 5 else None,
             {a.member_id: a.assignment for a in request.assignments},
+            request.group_instance_id if version >= 3 else None,
         )
         return m_sg.SyncGroupResponse(error_code=r.error, assignment=r.assignment,
                                       protocol_type=r.protocol_type,
@@ -256,7 +257,8 @@ class GroupApis:
         self, ctx: RequestContext, request: m_hb.HeartbeatRequest
     ) -> m_hb.HeartbeatResponse:
         return m_hb.HeartbeatResponse(error_code=self.coordinator.handle_heartbeat(
-            request.group_id, request.member_id, request.generation_id))
+            request.group_id, request.member_id, request.generation_id,
+            request.group_instance_id if ctx.api_version >= 3 else None))
 
     async def handle_leave_group(
         self, ctx: RequestContext, request: m_lg.LeaveGroupRequest
@@ -266,16 +268,13 @@ class GroupApis:
             identities = [(m.member_id, m.group_instance_id) for m in request.members]
         else:
             identities = [(request.member_id, None)]
-        error, per_member = self.coordinator.handle_leave_group(
-            request.group_id, [mid for mid, _ in identities])
+        error, per_member = self.coordinator.handle_leave_group(request.group_id, identities)
         if version >= 3:
             return m_lg.LeaveGroupResponse(error_code=error, members=[
-                m_lg.MemberResponse(member_id=mid, group_instance_id=inst,
-                                    error_code=per_member.get(mid, 0))
-                for mid, inst in identities
+                m_lg.MemberResponse(member_id=mid, group_instance_id=inst, error_code=code)
+                for (mid, inst), code in zip(identities, per_member, strict=True)
             ] if not error else [])
-        return m_lg.LeaveGroupResponse(
-            error_code=error or per_member.get(request.member_id, 0))
+        return m_lg.LeaveGroupResponse(error_code=error or per_member[0])
 
     # ------------------------------------------------------------------ OffsetCommit
     async def handle_offset_commit(
@@ -304,7 +303,8 @@ class GroupApis:
                 )
         if offsets:
             errors.update(await self.coordinator.handle_commit_offsets(
-                request.group_id, member_id, generation, offsets))
+                request.group_id, member_id, generation, offsets,
+                request.group_instance_id if version >= 7 else None))
         return m_oc.OffsetCommitResponse(topics=[
             m_oc.OffsetCommitResponseTopic(name=t.name, partitions=[
                 m_oc.OffsetCommitResponsePartition(

@@ -21,8 +21,11 @@ caller waits for (`waiter`) and carries the answers due to earlier waiting reque
 `syncs`). `tick(now_ms)` performs what time decides: session expiry, the end of the join phase,
 forgetting member ids handed out with MEMBER_ID_REQUIRED that never came back.
 
-Static membership (KIP-345, `group.instance.id`) is not implemented: an instance id is recorded
-and reported, but the member is treated as a dynamic one.
+Static membership (KIP-345, `group.instance.id`): a member with an instance id joins without the
+MEMBER_ID_REQUIRED round trip; when it comes back (restarted) with no member id it takes over its
+old member and assignment under a new member id, without a rebalance while the group is Stable
+and its metadata is unchanged; requests still using the replaced member id get
+FENCED_INSTANCE_ID. A static member leaves by session expiry or an explicit LeaveGroup.
 """
 
 from __future__ import annotations
@@ -156,6 +159,7 @@ class GroupMetadata:
         self.members: dict[str, MemberMetadata] = {}
         # Member ids handed out with MEMBER_ID_REQUIRED, not yet back: id -> expiry deadline.
         self.pending_members: dict[str, int] = {}
+        self.static_members: dict[str, str] = {}  # group instance id -> its current member id
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.new_member_added = False
         self.join_deadline_ms: int | None = None
@@ -248,17 +252,32 @@ class GroupMetadata:
         if not self.members:
             self.protocol_type = member.protocol_type
         self.members[member.member_id] = member
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = member.member_id
         if self.leader_id is None:
             self.leader_id = member.member_id
 
     def _remove(self, member_id: str) -> None:
-        self.members.pop(member_id, None)
+        m = self.members.pop(member_id, None)
+        if m is not None and m.group_instance_id is not None \
+                and self.static_members.get(m.group_instance_id) == member_id:
+            del self.static_members[m.group_instance_id]
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
+
+    def is_static_member_fenced(self, member_id: str, group_instance_id: str | None) -> bool:
+        """A request naming an instance id whose member id is now another one (Kafka's
+        `isStaticMemberFenced`)."""
+        if group_instance_id is None:
+            return False
+        current = self.static_members.get(group_instance_id)
+        return current is not None and current != member_id
 
     def _maybe_prepare_rebalance(self, now_ms: int, d: GroupDecision) -> None:
         if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY):
             self._prepare_rebalance(now_ms, d)
+            # Kafka's tryCompleteElseWatch: a group left with no members completes at once.
+            self._try_complete_join(now_ms, d)
 
     def _prepare_rebalance(self, now_ms: int, d: GroupDecision) -> None:
         if self.state == GroupState.COMPLETING_REBALANCE:
@@ -360,8 +379,16 @@ class GroupMetadata:
         if not self.supports_protocols(protocol_type, protos):
             d.reply = JoinResult(int(ErrorCode.INCONSISTENT_GROUP_PROTOCOL), member_id)
             return d
+        if not member_id and group_instance_id is not None \
+                and group_instance_id in self.static_members:
+            return self._replace_static_member(
+                group_instance_id, new_member_id, client_id, client_host, session_timeout_ms,
+                rebalance_timeout_ms, protos, now_ms)
+        if member_id and self.is_static_member_fenced(member_id, group_instance_id):
+            d.reply = JoinResult(int(ErrorCode.FENCED_INSTANCE_ID), member_id)
+            return d
         if not member_id:
-            if require_known_member_id:
+            if require_known_member_id and group_instance_id is None:
                 # KIP-394: the id comes back with MEMBER_ID_REQUIRED; the member joins with it.
                 self.pending_members[new_member_id] = now_ms + session_timeout_ms
                 d.reply = JoinResult(int(ErrorCode.MEMBER_ID_REQUIRED), new_member_id)
@@ -406,6 +433,46 @@ class GroupMetadata:
         self._try_complete_join(now_ms, d)
         return d
 
+    def _replace_static_member(
+        self, instance_id: str, new_member_id: str, client_id: str, client_host: str,
+        session_timeout_ms: int, rebalance_timeout_ms: int, protocols: list[tuple[str, bytes]],
+        now_ms: int,
+    ) -> GroupDecision:
+        """A known static member came back without its member id (Kafka's
+        `updateStaticMemberAndRebalance`): the old id is fenced, the member keeps its place."""
+        d = GroupDecision()
+        old_id = self.static_members[instance_id]
+        m = self.members.pop(old_id)
+        fenced = int(ErrorCode.FENCED_INSTANCE_ID)
+        if m.awaiting_join:
+            d.joins[old_id] = JoinResult(fenced, old_id)
+            m.awaiting_join = False
+        if m.awaiting_sync:
+            d.syncs[old_id] = self._sync_result(b"", fenced)
+            m.awaiting_sync = False
+        m.member_id = new_member_id
+        m.client_id, m.client_host = client_id, client_host
+        m.session_timeout_ms, m.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
+        self.members[new_member_id] = m
+        self.static_members[instance_id] = new_member_id
+        if self.leader_id == old_id:
+            self.leader_id = new_member_id
+        if self.state == GroupState.STABLE and m.matches(protocols):
+            # Nothing to reassign: the member resumes its assignment; the new id is written.
+            self._heartbeat(m, now_ms)
+            d.reply = JoinResult(NONE, new_member_id, self.generation_id, self.protocol_type,
+                                 self.protocol_name, self.leader_id or "")
+            d.store = True
+            d.store_generation = self.generation_id
+            d.assignment = {mid: mm.assignment for mid, mm in self.members.items()}
+            return d
+        m.protocols = protocols
+        m.awaiting_join = True
+        d.waiter = new_member_id
+        self._maybe_prepare_rebalance(now_ms, d)
+        self._try_complete_join(now_ms, d)
+        return d
+
     # ------------------------------------------------------------------ SyncGroup
     def sync(
         self,
@@ -416,10 +483,13 @@ class GroupMetadata:
         protocol_name: str | None,
         assignments: dict[str, bytes],
         now_ms: int,
+        group_instance_id: str | None = None,
     ) -> GroupDecision:
         d = GroupDecision()
         if self.state == GroupState.DEAD:
             d.reply = self._sync_result(b"", int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+        elif self.is_static_member_fenced(member_id, group_instance_id):
+            d.reply = self._sync_result(b"", int(ErrorCode.FENCED_INSTANCE_ID))
         elif member_id not in self.members:
             d.reply = self._sync_result(b"", int(ErrorCode.UNKNOWN_MEMBER_ID))
         elif generation_id != self.generation_id:
@@ -468,9 +538,12 @@ class GroupMetadata:
         return d
 
     # ------------------------------------------------------------------ Heartbeat / Leave
-    def heartbeat(self, member_id: str, generation_id: int, now_ms: int) -> int:
+    def heartbeat(self, member_id: str, generation_id: int, now_ms: int,
+                  group_instance_id: str | None = None) -> int:
         if self.state == GroupState.DEAD:
             return int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if self.is_static_member_fenced(member_id, group_instance_id):
+            return int(ErrorCode.FENCED_INSTANCE_ID)
         if member_id not in self.members:
             return int(ErrorCode.UNKNOWN_MEMBER_ID)
         if generation_id != self.generation_id:
@@ -480,30 +553,48 @@ class GroupMetadata:
             return int(ErrorCode.REBALANCE_IN_PROGRESS)
         return NONE
 
-    def leave(self, member_ids: Sequence[str], now_ms: int) -> tuple[dict[str, int], GroupDecision]:
-        """LeaveGroup for each member id: its error code, and what the departures decided."""
+    def leave(
+        self, members: Sequence[str | tuple[str, str | None]], now_ms: int
+    ) -> tuple[list[int], GroupDecision]:
+        """LeaveGroup for each member (a member id, or (member id, instance id); a static
+        member may leave by its instance id alone): its error code (in the order given), and
+        what the departures decided."""
         d = GroupDecision()
-        errors: dict[str, int] = {}
-        for mid in member_ids:
+        errors: list[int] = []
+        for entry in members:
+            given, instance_id = (entry, None) if isinstance(entry, str) else entry
+            mid = given
+            if instance_id is not None:
+                current = self.static_members.get(instance_id)
+                if current is None:
+                    errors.append(int(ErrorCode.UNKNOWN_MEMBER_ID))
+                    continue
+                if given and given != current:
+                    errors.append(int(ErrorCode.FENCED_INSTANCE_ID))
+                    continue
+                mid = current
             if self.state == GroupState.DEAD:
-                errors[mid] = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                errors.append(int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
             elif mid in self.pending_members:
                 del self.pending_members[mid]
-                errors[mid] = NONE
+                errors.append(NONE)
                 self._try_complete_join(now_ms, d)
             elif mid not in self.members:
-                errors[mid] = int(ErrorCode.UNKNOWN_MEMBER_ID)
+                errors.append(int(ErrorCode.UNKNOWN_MEMBER_ID))
             else:
                 self._remove_member_and_update_group(self.members[mid], now_ms, d)
-                errors[mid] = NONE
+                errors.append(NONE)
         return errors, d
 
     # ------------------------------------------------------------------ OffsetCommit
-    def validate_offset_commit(self, member_id: str, generation_id: int, now_ms: int) -> int:
+    def validate_offset_commit(self, member_id: str, generation_id: int, now_ms: int,
+                               group_instance_id: str | None = None) -> int:
         """May this member commit? (Kafka's `doCommitOffsets` checks.) A negative generation
         on an Empty group is a commit from outside group management (`assign()`)."""
         if self.state == GroupState.DEAD:
             return int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if self.is_static_member_fenced(member_id, group_instance_id):
+            return int(ErrorCode.FENCED_INSTANCE_ID)
         if generation_id < 0 and self.state == GroupState.EMPTY:
             return NONE
         if self.state == GroupState.COMPLETING_REBALANCE:
@@ -576,6 +667,8 @@ class GroupMetadata:
         g.protocol_name = protocol_name
         for m in members:
             g.members[m.member_id] = m
+            if m.group_instance_id is not None:
+                g.static_members[m.group_instance_id] = m.member_id
             g._heartbeat(m, now_ms)
         g.leader_id = leader_id if leader_id in g.members else next(iter(g.members), None)
         g.state = GroupState.STABLE if g.members else GroupState.EMPTY

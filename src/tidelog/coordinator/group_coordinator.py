@@ -485,6 +485,7 @@ class GroupCoordinator:
         protocol_type: str | None,
         protocol_name: str | None,
         assignments: Mapping[str, bytes],
+        group_instance_id: str | None = None,
     ) -> SyncResult:
         if not group_id:
             return SyncResult(int(E.INVALID_GROUP_ID))
@@ -496,7 +497,8 @@ class GroupCoordinator:
             return SyncResult(int(E.UNKNOWN_MEMBER_ID))
         d = group.sync(member_id=member_id, generation_id=generation_id,
                        protocol_type=protocol_type, protocol_name=protocol_name,
-                       assignments=dict(assignments), now_ms=self.clock())
+                       assignments=dict(assignments), now_ms=self.clock(),
+                       group_instance_id=group_instance_id)
         fut = self._wait(group_id, d.waiter, "sync") if d.waiter is not None else None
         self._apply(group, d)
         if d.reply is not None or fut is None:
@@ -506,7 +508,8 @@ class GroupCoordinator:
         return await self._await_answer(fut, bound, SyncResult(int(E.REBALANCE_IN_PROGRESS)))
 
     # ------------------------------------------------------------------ Heartbeat / Leave
-    def handle_heartbeat(self, group_id: str, member_id: str, generation_id: int) -> int:
+    def handle_heartbeat(self, group_id: str, member_id: str, generation_id: int,
+                         group_instance_id: str | None = None) -> int:
         if not group_id:
             return int(E.INVALID_GROUP_ID)
         error = self.coordinator_error(group_id)
@@ -515,19 +518,22 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return int(E.UNKNOWN_MEMBER_ID)
-        return group.heartbeat(member_id, generation_id, self.clock())
+        return group.heartbeat(member_id, generation_id, self.clock(), group_instance_id)
 
-    def handle_leave_group(self, group_id: str, member_ids: Sequence[str]) -> tuple[int, dict[str, int]]:
-        """(group-level error, error per member id)."""
+    def handle_leave_group(
+        self, group_id: str, members: Sequence[str | tuple[str, str | None]]
+    ) -> tuple[int, list[int]]:
+        """(group-level error, the error of each member in order). A member is a member id or
+        (member id, group instance id)."""
         if not group_id:
-            return int(E.INVALID_GROUP_ID), {}
+            return int(E.INVALID_GROUP_ID), []
         error = self.coordinator_error(group_id)
         if error:
-            return error, {}
+            return error, []
         group = self.groups.get(group_id)
         if group is None:
-            return 0, {m: int(E.UNKNOWN_MEMBER_ID) for m in member_ids}
-        errors, d = group.leave(member_ids, self.clock())
+            return 0, [int(E.UNKNOWN_MEMBER_ID)] * len(members)
+        errors, d = group.leave(members, self.clock())
         self._apply(group, d)
         return 0, errors
 
@@ -538,6 +544,7 @@ class GroupCoordinator:
         member_id: str,
         generation_id: int,
         offsets: Mapping[tuple[str, int], OffsetAndMetadata],
+        group_instance_id: str | None = None,
     ) -> dict[tuple[str, int], int]:
         """Commit; an error code per (topic, partition)."""
 
@@ -557,7 +564,7 @@ class GroupCoordinator:
                 return all_(int(E.ILLEGAL_GENERATION))
             group = self.groups[group_id] = GroupMetadata(
                 group_id, now, initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms)
-        error = group.validate_offset_commit(member_id, generation_id, now)
+        error = group.validate_offset_commit(member_id, generation_id, now, group_instance_id)
         if error:
             return all_(error)
         results: dict[tuple[str, int], int] = {}
