@@ -67,15 +67,15 @@ def test_demo_kills_the_leader_fails_over_rejoins_and_loses_nothing(tmp_path: Pa
     assert re.search(rf"broker {victim} started", out), out
     assert f"broker {victim} is back in every ISR" in out
 
-    total = re.search(r"total\s*│\s*([\d,]+)\s*│\s*([\d,]+)\s*│\s*([\d,]+)\s*│\s*([\d,]+)\s*│"
-                      r"\s*([\d,]+)\s*│\s*([\d,]+)", out)
+    cell = r"\s*[│|]\s*([\d,]+)"  # rich draws ASCII boxes when the encoding is not UTF-8
+    total = re.search(r"total" + cell * 6, out)
     assert total, out
     sent, acked, _failed, consumed, missing, duplicates = (
         int(g.replace(",", "")) for g in total.groups())
     assert sent == 1800 and acked > 0
     assert consumed >= acked
     assert missing == 0 and duplicates == 0
-    assert "acked ⊆ consumed and no duplicates: holds" in out
+    assert re.search(r"acked (⊆|subset of) consumed and no duplicates: holds", out), out
     assert_all_stopped(demo_dir)
 
 

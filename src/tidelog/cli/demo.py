@@ -239,7 +239,8 @@ class ClusterDemo:
         parts = []
         for p in range(self.partitions):
             last = self.stream.last_ack.get(p)
-            stalled = f" [red](no ack for {now - last:.1f} s)[/]" if last and now - last > 1 else ""
+            waiting = last is not None and now - last > 1 and not self.stream.done
+            stalled = f" [red](no ack for {now - last:.1f} s)[/]" if waiting else ""
             parts.append(f"{TOPIC}-{p}: {self.stream.acked_in(p):,}{stalled}")
         return (f"producer: {self.stream.sent:,} sent, {len(self.stream.acked):,} acked  "
                 + " | ".join(parts))
@@ -495,7 +496,8 @@ class ClusterDemo:
             self.say(f"first failed sends: {self.stream.failed[:3]}")
         ok = total["acked"] > 0 and total["missing"] == 0 and total["dup"] == 0
         verdict = "[bold green]holds[/]" if ok else "[bold red]VIOLATED[/]"
-        self.console.print(f"acked ⊆ consumed and no duplicates: {verdict} "
+        subset = "⊆" if "utf" in (self.console.encoding or "").lower() else "subset of"
+        self.console.print(f"acked {subset} consumed and no duplicates: {verdict} "
                            f"({total['acked']:,} acked, {total['consumed']:,} consumed, "
                            f"{total['missing']:,} missing, {total['dup']:,} duplicates)")
         return ok
