@@ -374,3 +374,31 @@ def test_a_member_keeps_consuming_when_its_coordinator_is_killed(real_cluster: R
                      timeout_s=60, what="the restarted broker in the ISR")
     finally:
         c.close()
+
+
+def test_confluent_static_member_restarts_into_its_assignment(real_cluster: RealCluster) -> None:
+    topic, first = _topic_with_records(real_cluster, 2, 20)
+    group = _name("static-group")
+    conf = {**_consumer_conf(real_cluster, group), "group.instance.id": "host-a"}
+    admin = AdminClient({"bootstrap.servers": real_cluster.bootstrap})
+
+    def consume(expected: set[bytes]) -> str:
+        c = confluent_kafka.Consumer(conf)
+        try:
+            c.subscribe([topic])
+            got: set[bytes] = set()
+            deadline = time.monotonic() + 60
+            while got != expected and time.monotonic() < deadline:
+                got.update(m.value() for m in c.consume(100, timeout=0.5) if m.error() is None)
+            assert got == expected
+            c.commit(asynchronous=False)
+            desc = admin.describe_consumer_groups([group])[group].result(timeout=15)
+            assert [m.group_instance_id for m in desc.members] == ["host-a"]
+            return str(desc.members[0].member_id)
+        finally:
+            c.close()
+
+    first_id = consume(first)
+    # A static member does not leave on close: the restarted one takes its place (new id).
+    _, more = _topic_with_records(real_cluster, 2, 20, start=20, topic=topic)
+    assert consume(more) != first_id
