@@ -23,8 +23,10 @@ __all__ = [
     "unsupported_api_versions_response",
 ]
 
-# Produce is advertised from v0 but v0-2 are refused with UNSUPPORTED_VERSION
-# (KAFKA-18659: librdkafka stops compressing when the advertised minimum is 3).
+# Produce is advertised from v0 but v0-2 are refused (KAFKA-18659: librdkafka stops
+# compressing when the advertised minimum is 3). As Kafka 4 does, refuse with a Produce
+# response whose partitions carry UNSUPPORTED_VERSION rather than by disconnecting: the
+# version is in the advertised range, so a disconnect would only confuse the client.
 PRODUCE_MIN_ACCEPTED_VERSION = 3
 
 # api key -> (min, max) served to clients. The broker must implement all of these.
