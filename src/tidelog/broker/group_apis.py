@@ -60,6 +60,16 @@ _NOT_PROVIDED_OPERATIONS = -(1 << 31)
 _CREATE_RETRY_S = 1.0
 
 
+def _message(error: int) -> str | None:
+    """Kafka puts the error's message in FindCoordinator's error_message (None when fine)."""
+    if not error:
+        return None
+    try:
+        return ErrorCode(error).message
+    except ValueError:
+        return None
+
+
 class GroupApis:
     def __init__(self, server: BrokerServer) -> None:
         self.server = server
@@ -143,12 +153,12 @@ class GroupApis:
         if version >= 4:
             return m_fc.FindCoordinatorResponse(coordinators=[
                 m_fc.Coordinator(key=k, node_id=n, host=h, port=p, error_code=e,
-                                 error_message=None)
+                                 error_message=_message(e))
                 for k, (e, n, h, p) in zip(keys, found, strict=True)
             ])
         e, n, h, p = found[0]
-        return m_fc.FindCoordinatorResponse(error_code=e, error_message=None, node_id=n, host=h,
-                                            port=p)
+        return m_fc.FindCoordinatorResponse(error_code=e, error_message=_message(e), node_id=n,
+                                            host=h, port=p)
 
     async def _find(self, key: str, key_type: int, listener: str) -> tuple[int, int, str, int]:
         unavailable = (int(E.COORDINATOR_NOT_AVAILABLE), -1, "", -1)
