@@ -9,6 +9,7 @@ fetchers, the controller channel): :func:`encode_request` and :func:`decode_resp
 from __future__ import annotations
 
 from struct import Struct
+from struct import error as StructError
 from typing import Any
 
 from tidelog.protocol.api_keys import api_spec
@@ -16,12 +17,12 @@ from tidelog.protocol.errors import DecodeError
 from tidelog.protocol.headers import (
     RequestHeader,
     ResponseHeader,
-    decode_request_header,
     decode_response_header,
     encode_request_header,
     encode_response_header,
     peek_api,
 )
+from tidelog.protocol.messages.request_header import HEADER_DECODERS as _HEADER_DECODERS
 from tidelog.protocol.primitives import coalesce
 
 __all__ = [
@@ -55,16 +56,29 @@ def decode_request(frame: memoryview | bytes) -> tuple[RequestHeader, Any]:
     Raises :class:`DecodeError` for anything malformed, :class:`UnsupportedVersionError` for a
     version outside the schema's range, ``UnknownApiKeyError`` for an unknown key.
     """
-    view = frame if isinstance(frame, memoryview) else memoryview(frame)
+    view = _view(frame)
     api_key, api_version, correlation_id = peek_api(view)
     spec = api_spec(api_key)
     if not spec.min_version <= api_version <= spec.max_version:
         raise UnsupportedVersionError(api_key, api_version, correlation_id)
-    header, pos = decode_request_header(view, spec.request_header_version(api_version))
-    # Bytes after the body are ignored, as Kafka does: librdkafka's all-topics Metadata v12
-    # request carries three stray bytes after its tagged fields.
-    body, _ = spec.module.decode_request(api_version, view, pos)
+    n = len(view)
+    try:
+        # straight to the generated per-version functions: one bounds-error translation
+        header, pos = _HEADER_DECODERS[spec.request_header_version(api_version)](view, 0, n)
+        # Bytes after the body are ignored, as Kafka does: librdkafka's all-topics Metadata
+        # v12 request carries three stray bytes after its tagged fields.
+        body, _ = spec.module.REQUEST_DECODERS[api_version](view, pos, n)
+    except DecodeError:
+        raise
+    except (StructError, IndexError, UnicodeDecodeError, ValueError) as e:
+        raise DecodeError(f"malformed {spec.name} v{api_version} request: {e}") from None
     return header, body
+
+
+def _view(frame: memoryview | bytes) -> memoryview:
+    if type(frame) is memoryview and frame.format == "B":
+        return frame
+    return memoryview(frame).cast("B")
 
 
 def _framed(parts: list) -> list:
