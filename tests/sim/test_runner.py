@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from tidelog.sim.faults import ALL_FAULTS
+from tidelog.sim.faults import ALL_FAULTS, DEFAULT_FAULTS
 from tidelog.sim.runner import run_seed
 
 SEEDS = int(os.environ.get("TIDELOG_SIM_SEEDS", "200"))
@@ -39,7 +39,7 @@ def test_random_runs_exercise_the_faults_and_the_protocol() -> None:
         shrinks += s.isr_shrinks
         expands += s.isr_expands
         acked += s.acked
-    assert set(totals) == set(ALL_FAULTS)
+    assert set(totals) == set(DEFAULT_FAULTS)
     assert elections > 10 and shrinks > 0 and expands > 0 and acked > 100
 
 
@@ -126,3 +126,17 @@ def test_random_seeds_with_varied_timing_and_cluster_shapes(first: int) -> None:
         if not s.ok:
             failures.append(s.report())
     assert not failures, "\n\n".join(failures)
+
+
+def test_random_runs_with_failing_disks() -> None:
+    for seed in range(8):
+        s = run_seed(seed, STEPS, faults=ALL_FAULTS, partitions=2)
+        assert s.ok, s.report()
+        assert set(s.faults) <= set(ALL_FAULTS)
+
+
+@pytest.mark.xfail(strict=True, reason="replication core: a storage error inside make_leader "
+                   "leaves the partition leading in its old epoch (requests-from-sim.md)")
+def test_known_core_bug_storage_error_during_make_leader() -> None:
+    s = run_seed(9207, 3000, faults=ALL_FAULTS)
+    assert s.ok, s.report()

@@ -19,12 +19,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tidelog.sim.faults import ALL_FAULTS
+from tidelog.sim.faults import ALL_FAULTS, DEFAULT_FAULTS
 
 
 def _parse_faults(value: str) -> tuple[str, ...]:
     v = value.strip().lower()
-    if v in ("all", ""):
+    if v in ("default", ""):
+        return DEFAULT_FAULTS
+    if v == "all":
         return ALL_FAULTS
     if v == "none":
         return ()
@@ -32,7 +34,7 @@ def _parse_faults(value: str) -> tuple[str, ...]:
     unknown = [k for k in kinds if k not in ALL_FAULTS]
     if unknown:
         raise click.BadParameter(f"unknown fault(s) {', '.join(unknown)}; choose from "
-                                 f"{', '.join(ALL_FAULTS)}, all or none")
+                                 f"{', '.join(ALL_FAULTS)}, default, all or none")
     return kinds
 
 
@@ -44,8 +46,9 @@ def _parse_faults(value: str) -> tuple[str, ...]:
               help="Scheduler events per run before healing.")
 @click.option("--brokers", type=click.IntRange(1, 9), default=3, show_default=True)
 @click.option("--partitions", type=click.IntRange(1, 16), default=1, show_default=True)
-@click.option("--faults", default="all", show_default=True,
-              help=f"Comma-separated fault kinds ({', '.join(ALL_FAULTS)}), 'all' or 'none'.")
+@click.option("--faults", default="default", show_default=True,
+              help=f"Comma-separated fault kinds ({', '.join(ALL_FAULTS)}), 'default' (all "
+                   "but disk), 'all' or 'none'.")
 @click.option("--scenario", default=None,
               help="Run a named correctness scenario instead ('all': every scenario, with "
                    "tidelog's rules and with the naive rule).")

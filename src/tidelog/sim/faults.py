@@ -35,6 +35,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 ALL_FAULTS = ("drop", "duplicate", "reorder", "delay", "partition", "crash", "pause", "slow",
               "burst", "controller", "disk")
+# The default random runs leave out `disk` until the replication core survives a storage error
+# inside make_leader (reported in /work/briefs/requests-from-sim.md; test_runner has it as a
+# strict xfail). `--faults all` includes it.
+DEFAULT_FAULTS = tuple(k for k in ALL_FAULTS if k != "disk")
 # Process faults move leadership and the ISR, where the bugs live: draw them more often.
 WEIGHTS = {"crash": 3, "pause": 2, "partition": 2}
 
@@ -52,7 +56,7 @@ class FaultStats:
 
 
 class FaultInjector:
-    def __init__(self, cluster: SimCluster, kinds: Iterable[str] = ALL_FAULTS, *,
+    def __init__(self, cluster: SimCluster, kinds: Iterable[str] = DEFAULT_FAULTS, *,
                  rng: random.Random | None = None, mean_interval_ms: int = 500,
                  max_down: int | None = None) -> None:
         self.cluster = cluster

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tidelog.sim.cluster import SimCluster, SimConfig
-from tidelog.sim.faults import ALL_FAULTS, FaultInjector
+from tidelog.sim.faults import DEFAULT_FAULTS, FaultInjector
 from tidelog.sim.invariants import Violation
 from tidelog.sim.trace import format_entry
 
@@ -120,7 +120,7 @@ def build_cluster(seed: int, *, brokers: int = 3, partitions: int = 1,
 
 
 def run_seed(seed: int, steps: int = 2000, *, brokers: int = 3, partitions: int = 1,
-             faults: Iterable[str] = ALL_FAULTS, produce_interval_ms: int = 25,
+             faults: Iterable[str] = DEFAULT_FAULTS, produce_interval_ms: int = 25,
              settle_ms: int = 60_000, config: SimConfig | None = None, trace: bool = True,
              tail: int = 60, full_trace: bool = False) -> RunSummary:
     t0 = time.perf_counter()
