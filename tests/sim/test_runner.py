@@ -134,9 +134,3 @@ def test_random_runs_with_failing_disks() -> None:
         assert s.ok, s.report()
         assert set(s.faults) <= set(ALL_FAULTS)
 
-
-@pytest.mark.xfail(strict=True, reason="replication core: a storage error inside make_leader "
-                   "leaves the partition leading in its old epoch (requests-from-sim.md)")
-def test_known_core_bug_storage_error_during_make_leader() -> None:
-    s = run_seed(9207, 3000, faults=ALL_FAULTS)
-    assert s.ok, s.report()
