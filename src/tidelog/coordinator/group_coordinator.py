@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 import uuid
@@ -61,6 +62,8 @@ E = ErrorCode
 _MAX_TICK_S = 0.5
 # Loading an offsets partition yields to the event loop after this many batches.
 _LOAD_BATCHES_PER_YIELD = 200
+_LOAD_ATTEMPTS = 5
+_LOAD_RETRY_S = 1.0
 
 
 def _wall_ms() -> int:
@@ -156,7 +159,10 @@ class GroupCoordinator:
         self.groups: dict[str, GroupMetadata] = {}
         self.offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
         self.owned: dict[int, int] = {}  # loaded offsets partition -> its leader epoch
-        self.loading: dict[int, int] = {}  # offsets partition being loaded -> leader epoch
+        # Offsets partition being loaded -> (its leader epoch, the load's token): a load that
+        # finds another token there was superseded and stops.
+        self.loading: dict[int, tuple[int, int]] = {}
+        self._load_tokens = itertools.count()
         self._waiters: dict[tuple[str, str, str], asyncio.Future[Any]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._ticker: asyncio.Task[None] | None = None
@@ -209,8 +215,9 @@ class GroupCoordinator:
             return
         if partition in self.loading:
             return
-        self.loading[partition] = leader_epoch
-        self._spawn(self._load(partition, leader_epoch))
+        token = next(self._load_tokens)
+        self.loading[partition] = (leader_epoch, token)
+        self._spawn(self._load(partition, leader_epoch, token))
 
     def on_resignation(self, partition: int) -> None:
         """This broker no longer leads offsets partition `partition`: drop its groups."""
@@ -224,9 +231,9 @@ class GroupCoordinator:
             del self.offsets[group_id]
         logger.info("unloaded offsets partition %d", partition)
 
-    async def _load(self, partition: int, leader_epoch: int) -> None:
+    async def _load(self, partition: int, leader_epoch: int, token: int, attempt: int = 1) -> None:
         await asyncio.sleep(0)  # after the LeaderAndIsr that elected us has been answered
-        if self.loading.get(partition) != leader_epoch:
+        if self.loading.get(partition) != (leader_epoch, token):
             return
         tp = TopicPartition(GROUP_METADATA_TOPIC_NAME, partition)
         p = self.rm.core.partition(tp)
@@ -242,10 +249,16 @@ class GroupCoordinator:
                 if i % _LOAD_BATCHES_PER_YIELD == _LOAD_BATCHES_PER_YIELD - 1:
                     # Let the broker serve meanwhile; give up if the partition moved on.
                     await asyncio.sleep(0)
-                    if self.loading.get(partition) != leader_epoch:
+                    if self.loading.get(partition) != (leader_epoch, token):
                         return
-        except Exception as e:  # the partition stays unserved (COORDINATOR_LOAD_IN_PROGRESS)
-            logger.error("loading offsets partition %d failed: %s", partition, e)
+        except Exception as e:
+            # Never serve a partition half read (committed offsets would go back): the groups
+            # stay COORDINATOR_LOAD_IN_PROGRESS; the load is retried a few times.
+            logger.error("loading offsets partition %d failed (attempt %d): %s", partition,
+                         attempt, e)
+            if attempt < _LOAD_ATTEMPTS:
+                await asyncio.sleep(_LOAD_RETRY_S * attempt)
+                await self._load(partition, leader_epoch, token, attempt + 1)
             return
         if loaded.skipped:
             logger.warning("offsets partition %d: %d unreadable records skipped", partition,
