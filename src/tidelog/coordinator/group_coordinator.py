@@ -619,9 +619,10 @@ class GroupCoordinator:
         """(error, [(group id, protocol type, state)]) for the groups coordinated here."""
         if not self.active:
             return int(E.COORDINATOR_NOT_AVAILABLE), []
-        error = int(E.COORDINATOR_LOAD_IN_PROGRESS) if self.loading else 0
-        return error, [(g.group_id, g.protocol_type or "", g.state.value)
-                       for g in self.groups.values() if g.state != GroupState.DEAD]
+        if self.loading:  # Kafka answers nothing until every partition here is loaded
+            return int(E.COORDINATOR_LOAD_IN_PROGRESS), []
+        return 0, [(g.group_id, g.protocol_type or "", g.state.value)
+                   for g in self.groups.values() if g.state != GroupState.DEAD]
 
     def handle_describe_group(
         self, group_id: str
