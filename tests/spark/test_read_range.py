@@ -170,3 +170,11 @@ def test_min_partitions_splits_in_proportion() -> None:
     assert sum(r.size for r in ranges if r.partition == 1) == 10
     assert len(ranges) >= 4
     assert [r for r in plan_offset_ranges({a: 5}, {a: 5})] == []
+
+
+def test_a_batch_larger_than_the_fetch_size_grows_the_fetch() -> None:
+    big = _batch(0, [b"x" * 300, b"y" * 300])
+    log = ScriptedPartition([big], high_watermark=2)
+    table = _read(log, 0, 2, **{"kafka.max.partition.fetch.bytes": "64"})
+    assert table.column("value").to_pylist() == [b"x" * 300, b"y" * 300]
+    assert len(log.fetches) == 1 + (len(big) - 1).bit_length() - 6  # 64, 128, ... >= len(big)

@@ -42,6 +42,9 @@ log = logging.getLogger("tidelog.spark")
 
 # Rows per Arrow batch handed to Spark: large enough to amortise the per-batch cost.
 ARROW_BATCH_ROWS = 65536
+# The largest fetch a task grows to for one oversized batch (Kafka's message.max.bytes is 1 MiB
+# by default; this leaves room for brokers configured far above it).
+MAX_FETCH_BYTES = 256 * 1024 * 1024
 
 INSTRUCTION_FOR_FAIL_ON_DATA_LOSS_FALSE = (
     "Some data may have been lost because they are not available in tidelog any more; either "
@@ -238,7 +241,11 @@ def _read(
             idle_sleep = 0.01
             continue
         if len(result.records) >= max_bytes and result.high_watermark > offset:
-            max_bytes *= 2  # one batch larger than the fetch size: ask for more
+            if max_bytes >= MAX_FETCH_BYTES:
+                raise RuntimeError(
+                    f"{tp} at offset {offset}: no complete record batch in {max_bytes} bytes"
+                )
+            max_bytes = min(MAX_FETCH_BYTES, max_bytes * 2)  # a batch larger than the fetch
             continue
         if time.monotonic() > deadline:
             latest = kafka.latest_offsets([tp]).get(tp, result.high_watermark)
