@@ -21,6 +21,7 @@ from tidelog.replication import (
     TopicPartition,
 )
 from tidelog.sim.disk import MemoryFileIO
+from tidelog.storage.errors import KafkaStorageError
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.log_manager import LogManager
 
@@ -49,6 +50,36 @@ def test_a_request_for_an_earlier_registration_of_this_broker_is_refused() -> No
     assert rm.stop_replicas(0, 1, {TP: True}, 0, broker_epoch=6).error == Errors.STALE_BROKER_EPOCH
     ok = rm.become_leader_or_follower(0, 1, [state(1, 0, (1, 2, 3))], {1, 2, 3}, 0, broker_epoch=7)
     assert ok.error == Errors.NONE and rm.partition(TP).is_leader
+
+
+def test_a_storage_error_in_make_leader_changes_nothing_in_the_partition() -> None:
+    # The new leader epoch is written to the epoch cache first; when that write fails, neither
+    # the zk version nor the leader may move, or the partition would act in the old epoch with
+    # the new zk version (the simulator's seed 9207).
+    io = MemoryFileIO()
+    rm = ReplicaManager(1, LogManager(["/broker-1"], LogConfig(), io), ReplicationConfig())
+    rm.become_leader_or_follower(0, 1, [state(2, 0, (1, 2, 3), zk_version=0)], {1, 2, 3}, 0)
+    p = rm.partition(TP)
+    io.fail_io("/broker-1")
+    with pytest.raises(KafkaStorageError):
+        p.make_leader(state(1, 1, (1, 3), zk_version=1), 0)
+    assert (p.leader_id, p.leader_epoch, p.zk_version, p.isr) == (2, 0, 0, frozenset({1, 2, 3}))
+
+
+def test_a_partition_whose_role_change_fails_on_storage_goes_offline() -> None:
+    io = MemoryFileIO()
+    rm = ReplicaManager(1, LogManager(["/broker-1"], LogConfig(), io), ReplicationConfig())
+    rm.become_leader_or_follower(0, 1, [state(2, 0, (1, 2, 3), zk_version=0)], {1, 2, 3}, 0)
+    io.fail_io("/broker-1")
+    result = rm.become_leader_or_follower(0, 1, [state(1, 1, (1, 3), zk_version=1)], {1, 2, 3}, 0)
+    assert result.partition_errors == {TP: Errors.KAFKA_STORAGE_ERROR}
+    assert RemoveFetcher(TP) in result.fetcher_actions
+    assert rm.partition(TP) is None and rm.maybe_shrink_isr(60_000) == []
+    io.heal()  # still offline until the broker restarts, as Kafka's offline log dir
+    again = rm.become_leader_or_follower(0, 1, [state(1, 2, (1, 3), zk_version=2)], {1, 2, 3}, 0)
+    assert again.partition_errors == {TP: Errors.KAFKA_STORAGE_ERROR}
+    produced = rm.append_records(1, {TP: records(1)}, 1000, 0)
+    assert produced.results[TP].error == Errors.KAFKA_STORAGE_ERROR
 
 
 def test_partition_states_with_an_old_epoch_or_for_other_brokers_are_refused() -> None:

@@ -117,13 +117,17 @@ class Partition:
         start offset is the LEO, and every follower's state is reset (LEO unknown until it
         fetches; ISR members get a full lag period)."""
         is_new_epoch = state.leader_epoch > self.leader_epoch
+        leo = self.log_end_offset
+        if is_new_epoch:
+            # The I/O comes first: a storage error must leave the partition as it was. Applying
+            # the new zk version before a failed write let a leader of the old epoch win a
+            # compare-and-set with the new version (found by the simulator, seed 9207).
+            self.log.assign_epoch_start_offset(state.leader_epoch, leo)
         self.controller_epoch = state.controller_epoch
         self._update_assignment_and_isr(state.replicas, state.isr)
         self.zk_version = state.zk_version
         self.leader_id = self.local_broker_id
         if is_new_epoch:
-            leo = self.log_end_offset
-            self.log.assign_epoch_start_offset(state.leader_epoch, leo)
             self.leader_epoch = state.leader_epoch
             # After a restart in the same epoch the cache already holds its real start offset.
             latest = self.log.leader_epoch_cache.latest_entry

@@ -115,6 +115,9 @@ class ReplicaManager:
         self.config = config or ReplicationConfig()
         self.controller_epoch = -1
         self.partitions: dict[TopicPartition, Partition] = {}
+        # Partitions whose log failed during a role change: offline on this broker until it
+        # restarts (Kafka takes the log dir offline), answering KAFKA_STORAGE_ERROR.
+        self.offline_partitions: set[TopicPartition] = set()
         self._initial_hws = dict(initial_high_watermarks or {})
         self._eligible: Mapping[int, int] | None = None
         self.produce_purgatory = DelayedOperationPurgatory("Produce")
@@ -129,6 +132,18 @@ class ReplicaManager:
     # ------------------------------------------------------------------ lookups
     def partition(self, tp: TopicPartition) -> Partition | None:
         return self.partitions.get(tp)
+
+    def _missing_error(self, tp: TopicPartition) -> Errors:
+        if tp in self.offline_partitions:
+            return Errors.KAFKA_STORAGE_ERROR
+        return Errors.UNKNOWN_TOPIC_OR_PARTITION
+
+    def _mark_offline(self, tp: TopicPartition, actions: list[FetcherAction]) -> None:
+        """Stop hosting ``tp``: it neither leads, follows nor proposes ISR changes any more, so a
+        half-failed role change can never act on ZooKeeper in a stale epoch."""
+        self.partitions.pop(tp, None)
+        self.offline_partitions.add(tp)
+        actions.append(RemoveFetcher(tp))
 
     def logs_for_fetcher(self, tp: TopicPartition) -> Any:
         """The ``logs`` callable for ``ReplicaFetcher``: the log of a local follower, else None."""
@@ -188,6 +203,9 @@ class ReplicaManager:
             if self.broker_id not in state.replicas:
                 errors[tp] = Errors.UNKNOWN_TOPIC_OR_PARTITION
                 continue
+            if tp in self.offline_partitions:
+                errors[tp] = Errors.KAFKA_STORAGE_ERROR
+                continue
             try:
                 p = self._get_or_create_partition(tp)
             except StorageError as e:
@@ -219,6 +237,7 @@ class ReplicaManager:
                         )
             except StorageError as e:
                 errors[tp] = _error_of(e)
+                self._mark_offline(tp, actions)
         self._drain(now_ms)
         return LeaderAndIsrResult(Errors.NONE, errors, actions)
 
@@ -243,6 +262,7 @@ class ReplicaManager:
             errors[tp] = Errors.NONE
             if delete:
                 self.partitions.pop(tp, None)
+                self.offline_partitions.discard(tp)  # the topic is gone, and its failed log too
                 try:
                     self.log_manager.delete_log(tp.topic, tp.partition)
                 except StorageError as e:
@@ -269,7 +289,7 @@ class ReplicaManager:
         for tp, records in entries_per_partition.items():
             p = self.partitions.get(tp)
             if p is None:
-                results[tp] = ProducePartitionResult(Errors.UNKNOWN_TOPIC_OR_PARTITION)
+                results[tp] = ProducePartitionResult(self._missing_error(tp))
                 continue
             try:
                 info = p.append_records_to_leader(records, acks, now_ms)
@@ -353,7 +373,7 @@ class ReplicaManager:
     def _leader_partition(self, tp: TopicPartition, current_leader_epoch: int) -> Partition:
         p = self.partitions.get(tp)
         if p is None:
-            raise ReplicationError(Errors.UNKNOWN_TOPIC_OR_PARTITION, str(tp))
+            raise ReplicationError(self._missing_error(tp), str(tp))
         error = p.check_current_leader_epoch(current_leader_epoch)
         if error != Errors.NONE:
             raise ReplicationError(error, f"{tp}: request epoch {current_leader_epoch}, ours {p.leader_epoch}")
@@ -447,7 +467,7 @@ class ReplicaManager:
         for tp, (current_leader_epoch, leader_epoch) in partitions.items():
             p = self.partitions.get(tp)
             if p is None:
-                out[tp] = EpochEndOffset(Errors.UNKNOWN_TOPIC_OR_PARTITION)
+                out[tp] = EpochEndOffset(self._missing_error(tp))
                 continue
             try:
                 out[tp] = p.last_offset_for_leader_epoch(current_leader_epoch, leader_epoch)
