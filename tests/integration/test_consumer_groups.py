@@ -330,7 +330,11 @@ def test_group_apis_per_version_over_the_wire(real_cluster: RealCluster) -> None
     asyncio.run(go())
 
 
-def test_a_member_keeps_consuming_when_its_coordinator_is_killed(real_cluster: RealCluster) -> None:
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_a_member_keeps_consuming_when_its_coordinator_goes(real_cluster: RealCluster,
+                                                           how: str) -> None:
+    """kill -9, or SIGTERM (a controlled shutdown: the broker is told to follow, and unloads
+    the group while the member is connected to it)."""
     topic, first = _topic_with_records(real_cluster, 2, 50)
     group = _name("failover-group")
     conf = _consumer_conf(real_cluster, group)
@@ -344,7 +348,7 @@ def test_a_member_keeps_consuming_when_its_coordinator_is_killed(real_cluster: R
             got.update(m.value() for m in c.consume(100, timeout=0.5) if m.error() is None)
         assert got == first
         c.commit(asynchronous=False)
-        real_cluster.kill(coordinator)
+        (real_cluster.kill if how == "kill" else real_cluster.stop)(coordinator)
         try:
             _, more = _topic_with_records(real_cluster, 2, 50, start=50, topic=topic)
             got = set()
