@@ -585,3 +585,27 @@ async def test_deletion_retries_a_failed_stop_replica_a_bounded_number_of_times(
     await b2.register()
     await wait_for(lambda: not cluster.admin_zk.topic_exists("sticky"),
                    what="deletion resumed after the broker restarted")
+
+
+@with_cluster
+async def test_decisions_use_the_state_in_zookeeper_not_a_stale_cache(cluster: Cluster) -> None:
+    ctl = await three_brokers(cluster)
+    await create_topic(cluster, "fresh", {0: [1, 2, 3]})
+    zk = cluster.admin_zk
+    s = cluster.state("fresh", 0)
+    assert s is not None
+    # The leader shrinks the ISR and the controller hears of it ...
+    ok, v = zk.update_leader_and_isr(("fresh", 0),
+                                     LeaderIsrAndControllerEpoch(1, 0, (1, 2), 1), s.zk_version)
+    assert ok
+    await asyncio.to_thread(zk.propagate_isr_changes, [("fresh", 0)])
+    await wait_for(lambda: (p := ctl.partition_state(TopicPartition("fresh", 0))) is not None
+                   and p.isr == (1, 2), what="controller sees ISR [1,2]")
+    # ... then expands it again, and the notification has not arrived yet.
+    ok, _ = zk.update_leader_and_isr(("fresh", 0),
+                                     LeaderIsrAndControllerEpoch(1, 0, (1, 2, 3), 1), v)
+    assert ok
+    err, remaining = await ctl.controlled_shutdown(3, cluster.brokers[3].broker_epoch)
+    assert (err, remaining) == (0, [])
+    after = cluster.state("fresh", 0)
+    assert after is not None and after.isr == (1, 2) and after.leader == 1

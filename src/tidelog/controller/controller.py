@@ -337,7 +337,7 @@ class KafkaController:
                        for b in (s.leader, *s.isr, *core.assignments[tp])
                        if b >= 0 and b not in core.live_brokers})
         for b in dead:
-            await self._execute(lambda b=b: core.on_broker_failure(b))
+            await self._execute(lambda b=b: core.on_broker_failure(b), self._partitions_of(b))
         await self._execute(core.initial_leaders)
         # Watches fire at once with the current children: changes since the load are events.
         self._watches = [
@@ -428,13 +428,21 @@ class KafkaController:
         if self.channel is not None:
             self.channel.send_all(requests)
 
-    async def _execute(self, event: Callable[[], Decision]) -> Decision | None:
+    async def _execute(self, event: Callable[[], Decision],
+                       refresh: Iterable[TopicPartition] = ()) -> Decision | None:
         """Run `event`, write its partition states (fenced CAS), commit, send the requests.
 
-        A write that lost its compare-and-set is re-read and the event replayed (bounded).
+        The partitions in `refresh` are re-read from ZooKeeper first (as Kafka's
+        removeReplicasFromIsr / electLeaderForPartitions do): a leader may have changed an ISR
+        whose notification has not arrived yet, and a decision taken on the stale state may
+        write nothing at all (so no compare-and-set could catch it). A write that lost its
+        compare-and-set is re-read and the event replayed (bounded).
         """
         core = self.core
         if core is None or not self.is_active:
+            return None
+        await self._refresh_states(list(refresh))
+        if self.core is not core:
             return None
         decision: Decision | None = None
         for attempt in range(MAX_EVENT_ATTEMPTS):
@@ -450,12 +458,25 @@ class KafkaController:
                 log.warning("controller %d: giving up on %d partition state writes",
                             self.broker_id, len(failed))
                 break
-            fresh = await self._zk(self.zk_client.get_partition_states, failed)
-            for tp in failed:
-                s = fresh.get(tp)
-                if s is not None and tp in core.assignments:
-                    core.refresh_partition(tp, from_zk_state(tp, s, core.assignments[tp]))
+            await self._refresh_states(failed)
         return decision
+
+    async def _refresh_states(self, tps: list[TopicPartition]) -> None:
+        core = self.core
+        if core is None or not tps:
+            return
+        fresh = await self._zk(self.zk_client.get_partition_states, tps)
+        for tp in tps:
+            s = fresh.get(tp)
+            if s is not None and tp in core.assignments:
+                core.refresh_partition(tp, from_zk_state(tp, s, core.assignments[tp]))
+
+    def _partitions_of(self, broker_id: int) -> list[TopicPartition]:
+        core = self.core
+        if core is None:
+            return []
+        return sorted(tp for tp, rs in core.assignments.items()
+                      if broker_id in rs and tp in core.partition_states)
 
     def _write_states(self, decision: Decision) -> dict[TopicPartition, int | None]:
         """The ZooKeeper side of `_execute` (worker thread): creates, then pipelined CAS."""
@@ -513,14 +534,15 @@ class KafkaController:
                      started, dead, bounced)
         for b in dead:
             await channel.remove_broker(b)
-            await self._execute(lambda b=b: core.on_broker_failure(b))
+            await self._execute(lambda b=b: core.on_broker_failure(b), self._partitions_of(b))
         for b in bounced + started:
             info, epoch = current[b]
             if b in bounced:
                 # Requests queued for the old incarnation carry its epoch: drop them.
                 await channel.remove_broker(b)
             channel.add_broker(b, info)
-            await self._execute(lambda b=b, e=epoch: core.on_broker_startup(b, e))
+            await self._execute(lambda b=b, e=epoch: core.on_broker_startup(b, e),
+                                self._partitions_of(b))
         if started or bounced:
             # Partitions that had no live replica when they were created get their first
             # leader now (Kafka's NewPartition -> OnlinePartition on broker startup).
@@ -687,7 +709,8 @@ class KafkaController:
         if broker_epoch >= 0 and broker_epoch < cached:
             return int(ErrorCode.STALE_BROKER_EPOCH), []
         log.info("controller %d: controlled shutdown of broker %d", self.broker_id, broker_id)
-        await self._execute(lambda: core.controlled_shutdown(broker_id))
+        await self._execute(lambda: core.controlled_shutdown(broker_id),
+                            self._partitions_of(broker_id))
         remaining = sorted(
             tp for tp, s in core.partition_states.items()
             if s.leader == broker_id and len(core.assignments.get(tp, ())) > 1)
@@ -741,7 +764,7 @@ class KafkaController:
                 d.writes = [w for w in d.writes if core.assignments[w.tp][0] in brokers]
             return d
 
-        decision = await self._execute(event)
+        decision = await self._execute(event, sorted(core.partition_states))
         return len(decision.writes) if decision is not None else 0
 
     # -- introspection ---------------------------------------------------------------------------
