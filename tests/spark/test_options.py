@@ -87,7 +87,17 @@ def test_defaults_follow_spark() -> None:
             "kafka.auto.offset.reset",
             "startingOffsets",
         ),
-        ({**B, "subscribe": "a", "startingTimestamp": "1"}, "startingTimestamp", "not supported"),
+        ({**B, "subscribe": "a", "startingTimestamp": "soon"}, "startingTimestamp", "single long"),
+        (
+            {**B, "subscribe": "a", "endingOffsetsByTimestamp": '{"a":{"0":-5}}'},
+            "endingOffsetsByTimestamp",
+            ">= 0",
+        ),
+        (
+            {**B, "subscribe": "a", "startingOffsetsByTimestampStrategy": "skip"},
+            "startingOffsetsByTimestampStrategy",
+            "error or latest",
+        ),
     ],
 )
 def test_batch_option_errors_name_the_option(options, option: str, fragment: str) -> None:
@@ -97,8 +107,31 @@ def test_batch_option_errors_name_the_option(options, option: str, fragment: str
 
 
 def test_ending_offsets_are_batch_only() -> None:
-    error = _error({**B, "subscribe": "a", "endingOffsets": "latest"}, streaming=True)
-    assert error.option == "endingOffsets" and "streaming" in str(error)
+    for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+        error = _error({**B, "subscribe": "a", name: "latest"}, streaming=True)
+        assert error.option == name and "streaming" in str(error)
+
+
+def test_timestamp_options_take_precedence_as_in_spark() -> None:
+    options = parse_source_options(
+        {
+            **B,
+            "subscribe": "a",
+            "startingOffsets": "earliest",
+            "startingOffsetsByTimestamp": '{"a":{"0":1000}}',
+            "endingTimestamp": "5000",
+            "endingOffsetsByTimestamp": '{"a":{"0":4000}}',
+        },
+        streaming=False,
+    )
+    start, end = options.starting_offsets, options.ending_offsets
+    assert (start.kind, start.offsets, start.option) == (
+        "timestamp",
+        {TopicPartition("a", 0): 1000},
+        "startingOffsetsByTimestamp",
+    )
+    assert end is not None and (end.kind, end.timestamp) == ("timestamp", 5000)
+    assert options.timestamp_no_match == "error"
 
 
 def test_streaming_accepts_latest_and_trigger_limits() -> None:

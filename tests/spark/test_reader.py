@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 
 import pytest
+from pyspark.errors import AnalysisException
 
 pytestmark = pytest.mark.spark
 
@@ -99,3 +101,26 @@ def test_subscribe_pattern_and_min_partitions(spark, broker) -> None:
     for row in df.select("topic", "partition").collect():
         counts[(row.topic, row.partition)] = counts.get((row.topic, row.partition), 0) + 1
     assert counts == {(prefix, 0): 3, (other, 1): 40}
+
+
+def test_starting_and_ending_timestamps(spark, broker) -> None:
+    topic = broker.new_topic()
+    broker.produce(topic, [b"early0", b"early1"])
+    time.sleep(0.05)
+    middle = int(time.time() * 1000)
+    time.sleep(0.05)
+    broker.produce(topic, [b"late0", b"late1"])
+
+    def values(**options: str) -> list[bytes]:
+        return sorted(r.value for r in _read(spark, broker, subscribe=topic, **options).collect())
+
+    assert values(startingTimestamp=str(middle)) == [b"late0", b"late1"]
+    assert values(endingOffsetsByTimestamp=json.dumps({topic: {"0": middle}})) == [
+        b"early0",
+        b"early1",
+    ]
+    future = str(int(time.time() * 1000) + 3_600_000)
+    with pytest.raises(AnalysisException, match="no record at or after the timestamp"):
+        values(startingTimestamp=future)
+    assert values(startingTimestamp=future, startingOffsetsByTimestampStrategy="latest") == []
+    assert values(endingTimestamp=future) == [b"early0", b"early1", b"late0", b"late1"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
 from tidelog.client.cluster import (
@@ -136,10 +136,29 @@ class SyncKafka:
                     listed[tp] = result.high_watermark
         return listed
 
-    def _list_offsets(
-        self, tps: Iterable[TopicPartition], timestamp: int, retries: int, retry_interval_ms: int
+    def offsets_for_times(
+        self,
+        timestamps: Mapping[TopicPartition, int],
+        *,
+        retries: int = 3,
+        retry_interval_ms: int = 10,
     ) -> dict[TopicPartition, int]:
-        wanted = {tp: timestamp for tp in tps}
+        """Per partition, the first offset whose timestamp is >= the given one (ms); -1 where
+        no record is that recent (ListOffsets by timestamp, as Kafka's offsetsForTimes)."""
+        return self._list_offsets(timestamps, None, retries, retry_interval_ms)
+
+    def _list_offsets(
+        self,
+        tps: Iterable[TopicPartition] | Mapping[TopicPartition, int],
+        timestamp: int | None,
+        retries: int,
+        retry_interval_ms: int,
+    ) -> dict[TopicPartition, int]:
+        if timestamp is None:
+            assert isinstance(tps, Mapping)
+            wanted = dict(tps)
+        else:
+            wanted = {tp: timestamp for tp in tps}
         if not wanted:
             return {}
         last_error = ""
@@ -151,6 +170,13 @@ class SyncKafka:
             answers = self.run(self.client.list_offsets(wanted))
             failed = {tp: a for tp, a in answers.items() if a.error != ErrorCode.NONE}
             if not failed:
+                if timestamp is None:
+                    # No record that recent: Kafka answers offset -1 and timestamp -1; tansu 0.6
+                    # answers offset 0 with timestamp -1. A real match has its timestamp.
+                    return {
+                        tp: a.offset if a.offset >= 0 and a.timestamp >= 0 else -1
+                        for tp, a in answers.items()
+                    }
                 return {tp: a.offset for tp, a in answers.items()}
             last_error = ", ".join(f"{tp}: {_name(a.error)}" for tp, a in sorted(failed.items()))
             retriable = all(_retriable(a.error) for a in failed.values())
@@ -159,7 +185,9 @@ class SyncKafka:
                 break
             time.sleep(max(retry_interval_ms, 100 if attempt > retries else 0) / 1000)
             self._refresh_quietly({tp.topic for tp in failed})
-        which = "earliest" if timestamp == EARLIEST_TIMESTAMP else "latest"
+        which = {EARLIEST_TIMESTAMP: "earliest", LATEST_TIMESTAMP: "latest"}.get(
+            timestamp if timestamp is not None else 0, "timestamp"
+        )
         raise KafkaOffsetError(f"could not get the {which} offsets ({last_error})")
 
     def _refresh_quietly(self, topics: Iterable[str]) -> None:

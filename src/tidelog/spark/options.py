@@ -30,14 +30,6 @@ __all__ = [
 BOOTSTRAP = "kafka.bootstrap.servers"
 STRATEGY_KEYS = ("subscribe", "subscribePattern", "assign")
 
-# Spark options tidelog does not implement: refuse them rather than silently reading something
-# else than what the job asked for.
-_UNSUPPORTED = {
-    "startingtimestamp": "startingTimestamp",
-    "endingtimestamp": "endingTimestamp",
-    "startingoffsetsbytimestamp": "startingOffsetsByTimestamp",
-    "endingoffsetsbytimestamp": "endingOffsetsByTimestamp",
-}
 # Consumer settings Spark's source rejects too (the source manages offsets and bytes itself).
 _REJECTED_KAFKA = {
     "kafka.auto.offset.reset": "set the source option 'startingOffsets' to 'earliest' or "
@@ -84,8 +76,12 @@ class OffsetLimit:
     """startingOffsets / endingOffsets: ``earliest``, ``latest`` or per-partition offsets
     (``specific``; -2 = earliest and -1 = latest inside the JSON, as in Spark)."""
 
-    kind: Literal["earliest", "latest", "specific"]
+    kind: Literal["earliest", "latest", "specific", "timestamp"]
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    # kind "timestamp": one timestamp (ms) for every partition, or ``offsets`` holds one per
+    # partition (startingOffsetsByTimestamp); resolved with ListOffsets by timestamp.
+    timestamp: int | None = None
+    option: str = ""  # the option it came from, for errors
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +90,8 @@ class SourceOptions:
     subscription: Subscription
     starting_offsets: OffsetLimit
     ending_offsets: OffsetLimit | None  # batch only
+    # startingOffsetsByTimestampStrategy: no record at/after the timestamp -> "error" / "latest"
+    timestamp_no_match: Literal["error", "latest"] = "error"
     fail_on_data_loss: bool = True
     include_headers: bool = False
     max_offsets_per_trigger: int | None = None
@@ -228,12 +226,43 @@ def _assign(value: str) -> tuple[TopicPartition, ...]:
     return tuple(dict.fromkeys(partitions))
 
 
+def _range_limit(opts: dict[str, str], which: str, default: str) -> OffsetLimit:
+    """Spark's order of preference: ``<which>Timestamp`` (one timestamp for all partitions),
+    then ``<which>OffsetsByTimestamp`` (JSON of timestamps), then ``<which>Offsets``."""
+    global_name = f"{which}Timestamp"
+    raw = opts.get(global_name.lower())
+    if raw is not None:
+        try:
+            ts = int(raw.strip())
+        except ValueError:
+            raise TidelogOptionError(
+                global_name, f"expected a single long value, got '{raw}'"
+            ) from None
+        if ts < 0:
+            raise TidelogOptionError(global_name, f"must be >= 0 (ms since the epoch), got {ts}")
+        return OffsetLimit("timestamp", timestamp=ts, option=global_name)
+    by_name = f"{which}OffsetsByTimestamp"
+    raw = opts.get(by_name.lower())
+    if raw is not None:
+        try:
+            timestamps = parse_partition_offsets(raw)
+        except ValueError as exc:
+            raise TidelogOptionError(
+                by_name, f'expected JSON such as {{"topic":{{"0":1700000000000}}}}: {exc}'
+            ) from None
+        for tp, ts in timestamps.items():
+            if ts < 0:
+                raise TidelogOptionError(by_name, f"timestamp {ts} for {tp} must be >= 0")
+        return OffsetLimit("timestamp", timestamps, option=by_name)
+    return _offset_limit(opts, f"{which}Offsets", default)
+
+
 def _offset_limit(opts: dict[str, str], name: str, default: str) -> OffsetLimit:
     raw = opts.get(name.lower(), default).strip()
     if raw.lower() == "earliest":
-        return OffsetLimit("earliest")
+        return OffsetLimit("earliest", option=name)
     if raw.lower() == "latest":
-        return OffsetLimit("latest")
+        return OffsetLimit("latest", option=name)
     try:
         offsets = parse_partition_offsets(raw)
     except ValueError as exc:
@@ -245,16 +274,13 @@ def _offset_limit(opts: dict[str, str], name: str, default: str) -> OffsetLimit:
             raise TidelogOptionError(
                 name, f"offset {off} for {tp} is invalid (-2 = earliest, -1 = latest, or >= 0)"
             )
-    return OffsetLimit("specific", offsets)
+    return OffsetLimit("specific", offsets, option=name)
 
 
 def _check_kafka_params(opts: dict[str, str]) -> None:
     for key, why in _REJECTED_KAFKA.items():
         if key in opts:
             raise TidelogOptionError(key, f"is not supported: {why}")
-    for key, name in _UNSUPPORTED.items():
-        if key in opts:
-            raise TidelogOptionError(name, "is not supported by the tidelog connector yet")
 
 
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -264,10 +290,17 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
     endingOffsets ``latest`` (batch only); failOnDataLoss true; includeHeaders false.
     """
     opts = _lower(options)
-    if streaming and "endingoffsets" in opts:
-        raise TidelogOptionError("endingOffsets", "is not valid in streaming queries")
+    if streaming:
+        for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+            if name.lower() in opts:
+                raise TidelogOptionError(name, "is not valid in streaming queries")
     _check_kafka_params(opts)
-    starting = _offset_limit(opts, "startingOffsets", "latest" if streaming else "earliest")
+    starting = _range_limit(opts, "starting", "latest" if streaming else "earliest")
+    no_match = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if no_match not in ("error", "latest"):
+        raise TidelogOptionError(
+            "startingOffsetsByTimestampStrategy", f"expected error or latest, got '{no_match}'"
+        )
     ending: OffsetLimit | None = None
     if not streaming:
         if starting.kind == "latest":
@@ -277,7 +310,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
                 raise TidelogOptionError(
                     "startingOffsets", f"{tp} can't be latest (-1) for batch queries"
                 )
-        ending = _offset_limit(opts, "endingOffsets", "latest")
+        ending = _range_limit(opts, "ending", "latest")
         if ending.kind == "earliest":
             raise TidelogOptionError("endingOffsets", "can't be earliest for batch queries")
         for tp, off in ending.offsets.items():
@@ -322,6 +355,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         subscription=subscription,
         starting_offsets=starting,
         ending_offsets=ending,
+        timestamp_no_match=no_match,  # type: ignore[arg-type]
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         include_headers=_bool(opts, "includeHeaders", False),
         max_offsets_per_trigger=max_per_trigger,

@@ -130,6 +130,8 @@ def resolve_offsets(
         return kafka.earliest_offsets(tps, **retry)
     if limit.kind == "latest":
         return kafka.latest_offsets(tps, **retry)
+    if limit.kind == "timestamp" and limit.timestamp is not None:
+        return _offsets_for_times(kafka, {tp: limit.timestamp for tp in tps}, limit, options)
     missing = set(tps) - set(limit.offsets)
     unknown = set(limit.offsets) - set(tps)
     if missing or unknown:
@@ -141,12 +143,42 @@ def resolve_offsets(
         raise TidelogOptionError(
             option_name, "must specify every subscribed topic-partition: " + "; ".join(detail)
         )
+    if limit.kind == "timestamp":
+        return _offsets_for_times(kafka, dict(limit.offsets), limit, options)
     resolved = dict(limit.offsets)
     earliest = [tp for tp, off in resolved.items() if off == EARLIEST]
     latest = [tp for tp, off in resolved.items() if off == LATEST]
     resolved.update(kafka.earliest_offsets(earliest, **retry))
     resolved.update(kafka.latest_offsets(latest, **retry))
     return resolved
+
+
+def _offsets_for_times(
+    kafka: SyncKafka,
+    timestamps: dict[TopicPartition, int],
+    limit: OffsetLimit,
+    options: SourceOptions,
+) -> dict[TopicPartition, int]:
+    """The first offset at or after each timestamp. No such record: the latest offset for an
+    ending limit (Spark), and for a starting one an error unless
+    startingOffsetsByTimestampStrategy is ``latest``."""
+    retry = {
+        "retries": options.fetch_offset_num_retries,
+        "retry_interval_ms": options.fetch_offset_retry_interval_ms,
+    }
+    found = kafka.offsets_for_times(timestamps, **retry)
+    unmatched = sorted(tp for tp, off in found.items() if off < 0)
+    if unmatched:
+        starting = limit.option.startswith("starting")
+        if starting and options.timestamp_no_match == "error":
+            names = ", ".join(f"{tp} (timestamp {timestamps[tp]})" for tp in unmatched)
+            raise TidelogOptionError(
+                limit.option,
+                f"no record at or after the timestamp in {names}; set "
+                "startingOffsetsByTimestampStrategy to latest to start at the end instead",
+            )
+        found.update(kafka.latest_offsets(unmatched, **retry))
+    return found
 
 
 def _retriable(code: int) -> bool:
