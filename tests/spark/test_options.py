@@ -94,6 +94,12 @@ def test_defaults_follow_spark() -> None:
             ">= 0",
         ),
         (
+            {**B, "subscribe": "a", "kafka.security.protocol": "SASL_SSL"},
+            "kafka.security.protocol",
+            "PLAINTEXT",
+        ),
+        ({**B, "subscribe": "a", "kafka.sasl.mechanism": "PLAIN"}, "kafka.sasl.mechanism", "SASL"),
+        (
             {**B, "subscribe": "a", "startingOffsetsByTimestampStrategy": "skip"},
             "startingOffsetsByTimestampStrategy",
             "error or latest",

@@ -281,6 +281,16 @@ def _check_kafka_params(opts: dict[str, str]) -> None:
     for key, why in _REJECTED_KAFKA.items():
         if key in opts:
             raise TidelogOptionError(key, f"is not supported: {why}")
+    # tidelog's client speaks PLAINTEXT only: a secured setting would otherwise be ignored and
+    # the connection fail (or, worse, go out unencrypted) far from the cause.
+    protocol = opts.get("kafka.security.protocol")
+    if protocol is not None and protocol.strip().upper() != "PLAINTEXT":
+        raise TidelogOptionError(
+            "kafka.security.protocol", f"only PLAINTEXT is supported, got '{protocol}'"
+        )
+    for key in opts:
+        if key.startswith(("kafka.ssl.", "kafka.sasl.")):
+            raise TidelogOptionError(key, "TLS and SASL are not supported (PLAINTEXT only)")
 
 
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
