@@ -76,8 +76,8 @@ def main() -> None:
         f"### run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         "",
         f"Machine: {machine()}.",
-        f"Command: `python bench/sim.py --seeds {args.seeds} --steps {args.steps}` (all fault "
-        "kinds, acks=all + acks=1 producers and a consumer per partition; wall time of the "
+        f"Command: `python bench/sim.py --seeds {args.seeds} --steps {args.steps}` (the default "
+        "fault set, acks=all + acks=1 producers and a consumer per partition; wall time of the "
         "faulty phase of each run).",
         "",
         f"Load average at the start: {os.getloadavg()[0]:.1f} (the machine is shared; events per "
