@@ -134,3 +134,15 @@ def test_random_runs_with_failing_disks() -> None:
         assert s.ok, s.report()
         assert set(s.faults) <= set(ALL_FAULTS)
 
+
+
+def test_unclean_election_runs_still_converge() -> None:
+    from tidelog.sim.runner import UNCLEAN_ALLOWED, unclean_config
+
+    unclean = 0
+    for seed in range(8):
+        s = run_seed(seed, 3000, config=unclean_config(), partitions=1 + seed % 2,
+                     allowed=UNCLEAN_ALLOWED)
+        assert s.ok, s.report()
+        unclean += s.unclean_elections
+    assert unclean > 0  # the runs did elect replicas outside the ISR

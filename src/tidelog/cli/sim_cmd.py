@@ -57,12 +57,15 @@ def _parse_faults(value: str) -> tuple[str, ...]:
               help="Random runs with one naive rule switched on (truncate_to_hw, "
                    "no_epoch_fencing, committed_isr_hw, no_eligibility, reelect_unclean): "
                    "failing seeds show the simulator finds the bug unscripted.")
+@click.option("--unclean", is_flag=True,
+              help="Random runs with unclean leader election and min.insync.replicas=1: acked "
+                   "data may be lost (allowed), replicas must still converge.")
 @click.option("--trace", "show_trace", is_flag=True,
               help="Print the step table (scenarios) or the run's trace (single seed).")
 @click.option("--list-scenarios", is_flag=True, help="List the scenarios and exit.")
 def sim(seed: int, seeds: int, steps: int, brokers: int, partitions: int, faults: str,
-        scenario: str | None, naive: bool, naive_rule: str | None, show_trace: bool,
-        list_scenarios: bool) -> None:
+        scenario: str | None, naive: bool, naive_rule: str | None, unclean: bool,
+        show_trace: bool, list_scenarios: bool) -> None:
     """Deterministic simulation of a tidelog cluster: the real replication core and storage
     engine under a virtual clock, with seeded faults and invariant checks after every event."""
     console = Console()
@@ -101,14 +104,24 @@ def sim(seed: int, seeds: int, steps: int, brokers: int, partitions: int, faults
         sys.exit(0 if result.as_expected else 1)
 
     kinds = _parse_faults(faults)
-    from tidelog.sim.runner import NAIVE_RULES, naive_config, run_seed
+    from tidelog.sim.runner import (
+        NAIVE_RULES,
+        UNCLEAN_ALLOWED,
+        naive_config,
+        run_seed,
+        unclean_config,
+    )
 
     config = None
+    allowed: tuple[str, ...] = ()
     if naive_rule is not None:
         if naive_rule not in NAIVE_RULES:
             raise click.BadParameter(f"unknown rule {naive_rule!r}; one of "
                                      f"{', '.join(NAIVE_RULES)}", param_hint="--naive-rule")
         config = naive_config(naive_rule)
+    if unclean:
+        config = unclean_config(config)
+        allowed = UNCLEAN_ALLOWED
 
     summaries = []
     with Progress(TextColumn("[bold]sim"), BarColumn(), MofNCompleteColumn(),
@@ -117,7 +130,7 @@ def sim(seed: int, seeds: int, steps: int, brokers: int, partitions: int, faults
         task = progress.add_task("seeds", total=seeds, status="")
         for s in range(seed, seed + seeds):
             summary = run_seed(s, steps, brokers=brokers, partitions=partitions, faults=kinds,
-                               config=config)
+                               config=config, allowed=allowed)
             summaries.append(summary)
             failed = sum(1 for x in summaries if not x.ok)
             progress.update(task, advance=1, status=f"failed {failed}")
@@ -151,7 +164,7 @@ def sim(seed: int, seeds: int, steps: int, brokers: int, partitions: int, faults
     if show_trace and seeds == 1:
         # Replay the seed (same seed, same run) keeping its whole trace.
         replay = run_seed(seed, steps, brokers=brokers, partitions=partitions, faults=kinds,
-                          config=config, full_trace=True)
+                          config=config, full_trace=True, allowed=allowed)
         for line in replay.trace_tail:
             console.print(line, markup=False, highlight=False)
         console.print(f"trace digest {replay.trace_digest}"
