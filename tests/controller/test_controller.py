@@ -62,10 +62,11 @@ class FakeBroker:
         self.port = self.server.sockets[0].getsockname()[1]
         await self.register()
 
-    async def register(self) -> None:
+    async def register(self, clean_shutdown: bool | None = None) -> None:
         self.zk = KafkaZkClient(self.zk_connect, session_timeout_ms=6000)
         await asyncio.to_thread(self.zk.start)
-        info = BrokerInfo(self.broker_id, (BrokerEndPoint("PLAINTEXT", "127.0.0.1", self.port),))
+        info = BrokerInfo(self.broker_id, (BrokerEndPoint("PLAINTEXT", "127.0.0.1", self.port),),
+                          clean_shutdown=clean_shutdown)
         self.broker_epoch = await asyncio.to_thread(self.zk.register_broker, info)
 
     async def deregister(self) -> None:
@@ -609,3 +610,48 @@ async def test_decisions_use_the_state_in_zookeeper_not_a_stale_cache(cluster: C
     assert (err, remaining) == (0, [])
     after = cluster.state("fresh", 0)
     assert after is not None and after.isr == (1, 2) and after.leader == 1
+
+
+@with_cluster
+async def test_unclean_restart_is_no_clean_leader_candidate_even_after_failover(
+        cluster: Cluster) -> None:
+    import json
+
+    from tidelog.controller.controller import UNCLEAN_REPLICAS_PATH
+
+    await three_brokers(cluster)
+    standby = await cluster.start_controller(2)
+    await create_topic(cluster, "k966", {0: [3, 2]})
+    zk = cluster.admin_zk
+    s = cluster.state("k966", 0)
+    assert s is not None
+    ok, _ = zk.update_leader_and_isr(("k966", 0), LeaderIsrAndControllerEpoch(3, 0, (3,), 1),
+                                     s.zk_version)  # 2 fell behind
+    assert ok
+    await asyncio.to_thread(zk.propagate_isr_changes, [("k966", 0)])
+    await wait_for(lambda: zk.get_all_isr_change_notifications() == [], what="ISR [3] known")
+    b3 = cluster.brokers[3]
+    await b3.deregister()
+    await wait_for(lambda: (x := cluster.state("k966", 0)) and x.leader == -1, what="offline")
+    # 3 comes back after a crash: its log may have lost acknowledged records.
+    await b3.register(clean_shutdown=False)
+    marks = await wait_for(lambda: zk.kazoo.exists(UNCLEAN_REPLICAS_PATH)
+                           and json.loads(zk.kazoo.get(UNCLEAN_REPLICAS_PATH)[0])["partitions"],
+                           what="the mark persisted")
+    assert marks == {"k966:0": [3]}
+    await asyncio.sleep(0.5)
+    assert cluster.state("k966", 0).leader == -1  # type: ignore[union-attr]
+    # A new controller remembers the mark, even across a later clean restart of 3.
+    await cluster.stop_controller(1)
+    await wait_for(lambda: standby.is_active, what="broker 2 takes over")
+    assert standby.core is not None
+    assert standby.core.unclean_restarted.get(TopicPartition("k966", 0)) == {3}
+    await b3.deregister()
+    await wait_for(lambda: standby.core is not None and 3 not in standby.core.live_brokers,
+                   what="3 gone")
+    await b3.register()
+    await wait_for(lambda: standby.core is not None and 3 in standby.core.live_brokers,
+                   what="3 back, cleanly")
+    await asyncio.sleep(0.5)
+    s = cluster.state("k966", 0)
+    assert s is not None and s.leader == -1 and s.isr == (3,)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
@@ -49,7 +50,11 @@ from tidelog.controller.zk_client import (
     KafkaZkClient,
     WatchHandle,
 )
-from tidelog.controller.zk_data import BrokerInfo, LeaderIsrAndControllerEpoch
+from tidelog.controller.zk_data import (
+    CONTROLLER_EPOCH_PATH,
+    BrokerInfo,
+    LeaderIsrAndControllerEpoch,
+)
 from tidelog.protocol.errors import ErrorCode
 from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
 
@@ -60,6 +65,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAX_EVENT_ATTEMPTS = 5
 MAX_DELETION_RETRIES = 5
+# KIP-966 marks (replicas back from an unclean shutdown, not caught up yet) outlive a
+# controller failover here, as the simulated controller keeps them.
+UNCLEAN_REPLICAS_PATH = "/tidelog/unclean_replicas"
 DELETION_RETRY_BACKOFF_S = 0.2
 
 
@@ -131,6 +139,7 @@ class KafkaController:
         self._deleting: dict[str, dict[TopicPartition, tuple[int, ...]]] = {}
         self._deletion_assignments: dict[str, dict[TopicPartition, tuple[int, ...]]] = {}
         self._deletion_failures: dict[str, int] = {}
+        self._persisted_marks: dict[str, list[int]] = {}
         self._watches: list[WatchHandle] = []
         self._controller_watch: WatchHandle | None = None
         self._queue: asyncio.Queue[_Event] = asyncio.Queue()
@@ -307,6 +316,11 @@ class KafkaController:
             unclean_leader_election_enable=bool(self._cfg("unclean.leader.election.enable", False)))
         brokers, assignments, states, deletions, unclean = await self._zk(self._load_context)
         core.topic_unclean.update(unclean)
+        marks = await self._zk(self._read_unclean_marks)
+        for tp, ids in marks.items():
+            if tp in assignments:
+                core.unclean_restarted[tp] = set(ids)
+        self._persisted_marks = self._unclean_marks_of(marks, assignments)
         self.core = core
         self.is_active = True
         self.elections_won.append(self.controller_epoch)
@@ -459,7 +473,66 @@ class KafkaController:
                             self.broker_id, len(failed))
                 break
             await self._refresh_states(failed)
+        await self._persist_unclean_marks()
         return decision
+
+    @staticmethod
+    def _unclean_marks_of(marks: dict[TopicPartition, set[int]],
+                          assignments: dict[TopicPartition, tuple[int, ...]]) -> dict[str, list[int]]:
+        return {f"{tp.topic}:{tp.partition}": sorted(ids)
+                for tp, ids in sorted(marks.items()) if ids and tp in assignments}
+
+    def _unclean_marks(self) -> dict[str, list[int]]:
+        core = self.core
+        if core is None:
+            return {}
+        return {f"{tp.topic}:{tp.partition}": sorted(ids)
+                for tp, ids in sorted(core.unclean_restarted.items()) if ids}
+
+    async def _persist_unclean_marks(self) -> None:
+        if self.core is None or not self.is_active:
+            return
+        marks = self._unclean_marks()
+        if marks == self._persisted_marks:
+            return
+        data = json.dumps({"version": 1, "partitions": marks}, sort_keys=True).encode()
+        await self._zk(self._write_unclean_marks, data)
+        self._persisted_marks = marks
+
+    def _write_unclean_marks(self, data: bytes) -> None:
+        kz = self.zk_client.kazoo
+
+        def attempt() -> list[Any]:
+            kz.ensure_path(UNCLEAN_REPLICAS_PATH.rsplit("/", 1)[0])
+            tx = kz.transaction()
+            tx.check(CONTROLLER_EPOCH_PATH, self.epoch_zk_version)
+            if kz.exists(UNCLEAN_REPLICAS_PATH) is None:
+                tx.create(UNCLEAN_REPLICAS_PATH, data)
+            else:
+                tx.set_data(UNCLEAN_REPLICAS_PATH, data)
+            return list(tx.commit())
+
+        results = kz.retry(attempt)
+        if isinstance(results[0], Exception):
+            raise ControllerMovedError("another controller was elected (KIP-966 marks not written)")
+        if isinstance(results[1], Exception):
+            raise RuntimeError(f"writing {UNCLEAN_REPLICAS_PATH} failed: {results[1]!r}")
+
+    def _read_unclean_marks(self) -> dict[TopicPartition, set[int]]:
+        try:
+            data, _ = self.zk_client.kazoo.retry(self.zk_client.kazoo.get, UNCLEAN_REPLICAS_PATH)
+        except NoNodeError:
+            return {}
+        try:
+            parts = json.loads(data.decode())["partitions"]
+            out: dict[TopicPartition, set[int]] = {}
+            for key, ids in parts.items():
+                topic, _, p = key.rpartition(":")
+                out[TopicPartition(topic, int(p))] = {int(i) for i in ids}
+            return out
+        except (ValueError, KeyError, TypeError, AttributeError):
+            log.warning("unreadable %s: %r", UNCLEAN_REPLICAS_PATH, data)
+            return {}
 
     async def _refresh_states(self, tps: list[TopicPartition]) -> None:
         core = self.core
@@ -537,6 +610,10 @@ class KafkaController:
             await self._execute(lambda b=b: core.on_broker_failure(b), self._partitions_of(b))
         for b in bounced + started:
             info, epoch = current[b]
+            if info.clean_shutdown is False:
+                # KIP-966: its logs may have lost an acknowledged tail; not a clean leader
+                # candidate until it is back in an ISR under another leader.
+                core.mark_unclean_restart(b)
             if b in bounced:
                 # Requests queued for the old incarnation carry its epoch: drop them.
                 await channel.remove_broker(b)

@@ -19,6 +19,7 @@ Fencing, as in Kafka:
 from __future__ import annotations
 
 import base64
+import dataclasses
 import logging
 import threading
 import uuid
@@ -227,6 +228,9 @@ class KafkaZkClient:
         epoch = -1
         info = self._registered
         if info is not None:
+            if info.clean_shutdown is False:
+                # The same process registers again: its logs lost nothing this time.
+                info = dataclasses.replace(info, clean_shutdown=None)
             try:
                 epoch = self.register_broker(info)
             except Exception:

@@ -182,17 +182,22 @@ class BrokerInfo:
     rack: str | None = None
     jmx_port: int = -1
     version: int = BROKER_INFO_VERSION
+    # tidelog's addition (KIP-966): False when the broker started after an unclean shutdown
+    # (its log dirs had no clean-shutdown marker), None when it does not say. Encoded as
+    # "tidelog_clean_shutdown"; Kafka's readers ignore fields they do not know.
+    clean_shutdown: bool | None = None
 
     @classmethod
     def from_endpoints(
-        cls, broker_id: int, endpoints: Iterable[Any], rack: str | None = None
+        cls, broker_id: int, endpoints: Iterable[Any], rack: str | None = None,
+        clean_shutdown: bool | None = None,
     ) -> BrokerInfo:
         """From any objects with listener_name/host/port/security_protocol (KafkaConfig's)."""
         eps = tuple(
             BrokerEndPoint(e.listener_name, e.host, int(e.port), e.security_protocol)
             for e in endpoints
         )
-        return cls(broker_id, eps, rack)
+        return cls(broker_id, eps, rack, clean_shutdown=clean_shutdown)
 
     def endpoint(self, listener_name: str = "PLAINTEXT") -> BrokerEndPoint | None:
         return next((e for e in self.endpoints if e.listener_name == listener_name), None)
@@ -213,6 +218,8 @@ class BrokerInfo:
         obj["listener_security_protocol_map"] = {
             e.listener_name: e.security_protocol for e in self.endpoints
         }
+        if self.clean_shutdown is not None:
+            obj["tidelog_clean_shutdown"] = self.clean_shutdown
         return _encode(obj)
 
     @classmethod
@@ -240,7 +247,9 @@ class BrokerInfo:
                 eps = tuple(parsed)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ZkDataError(f"{path}: invalid broker registration ({e!r})") from None
-        return cls(broker_id, eps, obj.get("rack"), jmx_port, version)
+        clean = obj.get("tidelog_clean_shutdown")
+        return cls(broker_id, eps, obj.get("rack"), jmx_port, version,
+                   clean if isinstance(clean, bool) else None)
 
 
 # --- /brokers/topics/<t> ----------------------------------------------------------------------
