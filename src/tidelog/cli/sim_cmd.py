@@ -47,8 +47,8 @@ def _parse_faults(value: str) -> tuple[str, ...]:
 @click.option("--brokers", type=click.IntRange(1, 9), default=3, show_default=True)
 @click.option("--partitions", type=click.IntRange(1, 16), default=1, show_default=True)
 @click.option("--faults", default="default", show_default=True,
-              help=f"Comma-separated fault kinds ({', '.join(ALL_FAULTS)}), 'default' (all "
-                   "but disk), 'all' or 'none'.")
+              help=f"Comma-separated fault kinds ({', '.join(ALL_FAULTS)}), 'default' (= all), "
+                   "'all' or 'none'.")
 @click.option("--scenario", default=None,
               help="Run a named correctness scenario instead ('all': every scenario, with "
                    "tidelog's rules and with the naive rule).")

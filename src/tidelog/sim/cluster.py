@@ -216,6 +216,13 @@ class SimCluster:
         """Run until every replica converged (bounded by `max_ms` of virtual time)."""
         waited = 0
         while waited < max_ms:
+            # A fault's own follow-up scheduled before the heal (the stop that ends a controlled
+            # shutdown, a disk repair's restart) may still take a broker down: bring it back.
+            for node in self.nodes:
+                if node.paused:
+                    node.resume()
+                if not node.running:
+                    node.start()
             if self.converged():
                 return True
             self.run_for(step_ms)
