@@ -13,6 +13,9 @@ Defaults are Kafka's (checked against apache/kafka `KafkaConfig`/`Defaults`, 3.x
   default) only the time rule applies, as in Kafka >= 0.9. Setting it to N >= 1 also applies the
   pre-0.9 rule (a follower more than N messages behind the leader's LEO leaves the ISR; 0.8's
   default was 4000), for the flapping experiments of seed 003.
+- ``tidelog.replication.events.enable`` (default false) is a tidelog extension: the broker
+  appends its ISR changes, elections and HW checkpoints to the internal topic
+  ``__replication_events`` (`tidelog.broker.replication_events`).
 - Unknown keys are an error (Kafka only warns) so that a typo never silently falls back to a
   default. Keys of Kafka's stock `server.properties` that tidelog accepts but does not act on
   are defined here too and marked "accepted, unused" in their doc.
@@ -390,6 +393,10 @@ define("transaction.state.log.min.isr", "int", 2, at_least(1), doc=_UNUSED)
 define("transaction.state.log.num.partitions", "int", 50, at_least(1), doc=_UNUSED)
 define("transactional.id.expiration.ms", "int", 604800000, at_least(1), doc=_UNUSED)
 define("producer.id.expiration.ms", "int", 86400000, at_least(1))
+# --- tidelog extensions
+define("tidelog.replication.events.enable", "boolean", False,
+       doc="tidelog extension: publish ISR changes, elections and HW checkpoints to "
+           "__replication_events")
 
 # Broker key -> topic-level LogConfig key, for the keys that map one to one
 # (kafka.server.KafkaServer.copyKafkaConfigToLog / LogConfig.extractLogConfigMap).

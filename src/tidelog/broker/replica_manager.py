@@ -41,6 +41,7 @@ from tidelog.broker.producer_state import (
     SequenceCheck,
     batch_producer_info,
 )
+from tidelog.broker.replication_events import ReplicationEventPublisher
 from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch
 from tidelog.protocol.records.batch import iter_batches
 from tidelog.replication.config import ReplicationConfig
@@ -118,6 +119,8 @@ class BrokerReplicaManager:
         self.isr_updates_failed = 0
         self.isr_notifications_written = 0
         self._isr_changes_unwritten: set[TopicPartition] = set()
+        # tidelog.replication.events.enable: the telemetry publisher (set by the server)
+        self.events: ReplicationEventPublisher | None = None
 
     # ------------------------------------------------------------------ life cycle
     @property
@@ -188,6 +191,12 @@ class BrokerReplicaManager:
     def checkpoint_high_watermarks(self) -> None:
         """`highwatermark-checkpoint`: the `replication-offset-checkpoint` file of each dir."""
         self.log_manager.checkpoint_high_watermarks()
+        if self.events is not None:
+            self.events.hw_checkpoint(
+                (tp.topic, tp.partition, p.leader_epoch, p.isr, p.log_end_offset,
+                 p.high_watermark)
+                for tp, p in list(self.core.partitions.items())
+            )
 
     def _isr_expiration(self) -> None:
         for prop in self.core.maybe_shrink_isr(now_ms()):
@@ -235,6 +244,11 @@ class BrokerReplicaManager:
         if ok:
             self.isr_updates_ok += 1
             logger.info("%s: ISR is now %s (zk version %d)", prop.tp, list(prop.new_isr), version)
+            p = self.core.partition(prop.tp)
+            if self.events is not None and p is not None:
+                # p.isr is still the committed ISR: the core adopts new_isr just below.
+                self.events.isr_changed(prop.tp.topic, prop.tp.partition, prop.leader_epoch,
+                                        p.isr, prop.new_isr, p.log_end_offset, p.high_watermark)
         else:
             self.isr_updates_failed += 1
             logger.info("%s: ISR update to %s refused (stale zk version %d); waiting for the "
@@ -293,6 +307,8 @@ class BrokerReplicaManager:
         live_leaders: Collection[int],
     ) -> LeaderAndIsrResult:
         states = list(partition_states)
+        led_before = {s.tp: p.leader_epoch for s in states
+                      if (p := self.core.partition(s.tp)) is not None and p.is_leader}
         result = self.core.become_leader_or_follower(
             controller_id, controller_epoch, states, live_leaders, now_ms()
         )
@@ -308,6 +324,10 @@ class BrokerReplicaManager:
                 # updates it as it replicates); otherwise it is rebuilt from the log once.
                 if p.is_leader and s.tp not in self.producer_states:
                     self._rebuild_producer_state(s.tp)
+                if (self.events is not None and p.is_leader
+                        and led_before.get(s.tp) != p.leader_epoch):
+                    self.events.leader_elected(s.tp.topic, s.tp.partition, p.leader_epoch,
+                                               p.isr, p.log_end_offset, p.high_watermark)
         self._after()
         return result
 

@@ -35,6 +35,7 @@ from tidelog.broker.kafka_apis import KafkaApis
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.replica_manager import BrokerReplicaManager, now_ms
+from tidelog.broker.replication_events import EVENTS_TOPIC, ReplicationEventPublisher
 from tidelog.broker.socket_server import RequestContext, SocketServer
 from tidelog.controller.admin import AdminZkClient
 from tidelog.controller.zk_client import KafkaZkClient
@@ -202,6 +203,9 @@ class BrokerServer:
         loop = asyncio.get_running_loop()
         zk.on_new_session(lambda e: loop.call_soon_threadsafe(self._on_new_session, e))
         self.replica_manager.start()
+        if cfg.get("tidelog.replication.events.enable"):
+            self.replica_manager.events = self._event_publisher()
+            self.replica_manager.events.start()
         if self.controller_factory is not None:
             self.controller = self.controller_factory(cfg, zk, self.broker_id)
             result = self.controller.startup()
@@ -209,6 +213,18 @@ class BrokerServer:
                 await result
         logger.info("broker %d started (broker epoch %d, cluster %s)", self.broker_id, epoch,
                     self.cluster_id)
+
+    def _event_publisher(self) -> ReplicationEventPublisher:
+        def create_topic(replication_factor: int) -> None:
+            self.admin.create_topic(EVENTS_TOPIC, 1, replication_factor)
+
+        def bootstrap() -> str:
+            host, port = self.advertised_endpoint
+            return f"{host}:{port}"
+
+        return ReplicationEventPublisher(
+            self.broker_id, bootstrap, create_topic=create_topic,
+            live_brokers=lambda: len(self.zk_client.get_all_broker_ids()))
 
     def _read_topic_configs(self, base: LogConfig) -> dict[str, LogConfig]:
         out: dict[str, LogConfig] = {}
@@ -329,6 +345,8 @@ class BrokerServer:
                     logger.warning("controller shutdown failed: %s", e)
             if self.group_apis is not None:
                 await self.group_apis.shutdown()
+            if self.replica_manager is not None and self.replica_manager.events is not None:
+                await self.replica_manager.events.shutdown()
             if self.replica_manager is not None:
                 await self.replica_manager.shutdown()
             for server in self.socket_servers.values():
