@@ -18,7 +18,6 @@ from tidelog.broker.replication_events import (
     read_events,
 )
 from tidelog.cluster.zookeeper import ZooKeeperServer
-from tidelog.controller.zk_client import KafkaZkClient
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.records.builder import build_values
 
@@ -55,22 +54,19 @@ def test_shrink_expand_election_and_checkpoint_are_published(
     zk: str, brokers: list[BrokerThread], tmp_path: Path
 ) -> None:
     b1 = brokers[0]
-    zkc = KafkaZkClient(zk, session_timeout_ms=6000).start()
+    ctl = ActingController(zk, [b1])
     try:
-        assignment = wait_until(lambda: zkc.get_topic_assignment(EVENTS_TOPIC), timeout_s=20,
-                                what="the broker creating __replication_events")
-    finally:
-        zkc.close()
-    assert {p: list(r) for p, r in assignment.items()} == {0: [1]}
-    b2 = BrokerThread(broker_props(2, zk, tmp_path / "b2", replica_lag_time_max_ms=LAG_MS)).start()
-    brokers.append(b2)
-    ctl = ActingController(zk, [b1, b2])
-    try:
-        # The test plays the controller: the events topic gets its leader, then "rep" starts
-        # with leader 1 alone in the ISR.
-        ctl.create_topic(EVENTS_TOPIC, {0: [1]}, write_assignment=False)
+        # The test plays the controller. "rep" starts with leader 1 alone in the ISR: that
+        # election is the first event, so broker 1 creates the events topic (RF 1: alone).
         ctl.create_topic("rep", {0: [1, 2]}, isr=[1], live=[1])
+        assignment = wait_until(lambda: ctl.zk.get_topic_assignment(EVENTS_TOPIC), timeout_s=20,
+                                what="the broker creating __replication_events")
+        assert {p: list(r) for p, r in assignment.items()} == {0: [1]}
+        ctl.create_topic(EVENTS_TOPIC, {0: [1]}, write_assignment=False)  # its leader
         assert produce(b1.port, "rep", 0, build_values([b"a", b"b"]), acks=1) == (ErrorCode.NONE, 0)
+        b2 = BrokerThread(broker_props(2, zk, tmp_path / "b2", replica_lag_time_max_ms=LAG_MS))
+        brokers.append(b2.start())
+        ctl.brokers[2] = b2
         ctl.send_leader_and_isr("rep", [0], live={2})  # broker 2 follows, catches up, joins
         ctl.send_update_metadata()  # KIP-841: the leader adds only brokers reported live
         wait_until(lambda: ctl.read_state("rep", 0).isr == (1, 2), what="ISR expand")

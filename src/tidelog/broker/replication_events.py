@@ -17,7 +17,8 @@ Telemetry must never slow down or fail replication: the hooks only ``put_nowait`
 queue (a full queue drops the event, counted in ``dropped`` and logged); one task drains it
 through tidelog's own producer (acks=1, not idempotent). A failed send is a drop too. The
 topic is created on first use when missing (replication factor min(3, live brokers), one
-partition), through the ZooKeeper admin path as Kafka's ``AdminZkClient`` does. Events about the
+partition), through the ZooKeeper admin path as Kafka's ``AdminZkClient`` does, when the first
+event is to be sent (in a new cluster that is the first topic's creation, all brokers up). Events about the
 events topic's own HW are not published: each would move that HW again (a feedback loop).
 """
 
@@ -181,7 +182,12 @@ class ReplicationEventPublisher:
         from tidelog.client.cluster import KafkaClient
         from tidelog.client.producer import Producer
 
+        first: ReplicationEvent | None = None
         while True:  # one client per attempt: a broken client is rebuilt after a pause
+            if first is None:
+                # Connect (and create the topic) only once there is something to say: a new
+                # cluster's first event comes with its first topic, when every broker is up.
+                first = await self._queue.get()
             client = KafkaClient(self._bootstrap(), client_id=f"replication-events-{self.broker_id}",
                                  request_timeout_ms=10_000, retries=3)
             try:
@@ -191,10 +197,14 @@ class ReplicationEventPublisher:
                                     delivery_timeout_ms=30_000, request_timeout_ms=10_000)
                 await producer.start()
                 try:
+                    event, first = first, None
+                    await self._send(producer, event)
                     await self._drain(producer)
                 finally:
                     await producer.close(timeout_s=1.0)
             except asyncio.CancelledError:
+                if first is not None:
+                    self._drop(1, "shutdown")
                 raise
             except Exception as e:
                 logger.warning("broker %d: replication events sender failed (%s); retrying",
@@ -230,14 +240,16 @@ class ReplicationEventPublisher:
 
     async def _drain(self, producer: Any) -> None:
         while True:
-            event = await self._queue.get()
-            key = f"{event.topic}-{event.partition}".encode()
-            try:
-                fut = await producer.send(self.topic, event.to_json(), key=key, partition=0)
-            except Exception:
-                self._drop(1, "send failed")
-                raise
-            fut.add_done_callback(self._on_sent)
+            await self._send(producer, await self._queue.get())
+
+    async def _send(self, producer: Any, event: ReplicationEvent) -> None:
+        key = f"{event.topic}-{event.partition}".encode()
+        try:
+            fut = await producer.send(self.topic, event.to_json(), key=key, partition=0)
+        except Exception:
+            self._drop(1, "send failed")
+            raise
+        fut.add_done_callback(self._on_sent)
 
     def _on_sent(self, fut: asyncio.Future[Any]) -> None:
         if fut.cancelled() or fut.exception() is not None:
