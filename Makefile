@@ -21,11 +21,14 @@ debs:
 test: install
 	@bash scripts/run-tests.sh
 
+# The main job: a live 3-broker cluster surviving a leader kill -9, then the Spark clickstream
+# pipeline on a fresh cluster (its counts must equal the counts of the acknowledged events).
 demo: install
 	$(VENV)/bin/tidelog demo
+	$(PY) examples/clickstream.py
 
 lint: install
-	$(VENV)/bin/ruff check src tests bench tools
+	$(VENV)/bin/ruff check src tests bench tools examples
 
 bench: install
 	$(PY) bench/storage.py

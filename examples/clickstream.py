@@ -103,9 +103,12 @@ def expected_counts(events: list[dict]) -> Counter:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", help="an existing cluster (default: start 3 brokers)")
-    parser.add_argument("--events", type=int, default=2400)
-    parser.add_argument("--rate", type=float, default=200.0, help="events per second")
-    parser.add_argument("--no-kill", action="store_true", help="do not kill a leader")
+    parser.add_argument("--events", type=int, default=2400,
+                        help="page-view events to produce (default: 2400)")
+    parser.add_argument("--rate", type=float, default=200.0,
+                        help="events per second (default: 200)")
+    parser.add_argument("--no-kill", action="store_true",
+                        help="do not kill (and restart) the leader of partition 0 mid-stream")
     parser.add_argument("--out", help="output directory (default: a temp dir)")
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -184,6 +187,7 @@ def run(bootstrap: str, cluster, workdir: Path, args: argparse.Namespace) -> int
         SparkSession.builder.master("local[2]")
         .appName("clickstream")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.host", "127.0.0.1")
         .getOrCreate()
