@@ -205,6 +205,35 @@ def consumer_fetch(rm: ReplicaManager, offset: int, now_ms: int, epoch: int = -1
                              1 << 20, {TP: (offset, epoch, 0, 1 << 20)}, now_ms, **kw)
 
 
+def test_a_new_leader_makes_consumers_wait_until_its_hw_reaches_its_epoch_start() -> None:
+    # DESIGN's MonotonicHighWatermark: the old leader published HW 5, this follower only learnt
+    # 2. Elected, it must not show consumers 2 after 5: OFFSET_NOT_AVAILABLE (retriable) until
+    # its HW reaches the start offset of its epoch (5), as KIP-207 does for ListOffsets.
+    rm = manager(1)
+    rm.become_leader_or_follower(0, 1, [state(2, 0, (1, 2, 3))], {1, 2, 3}, 0)
+    p = rm.partition(TP)
+    p.log.append_as_follower(build_values([b"v"] * 5, base_offset=0, partition_leader_epoch=0), 0)
+    p.log.update_high_watermark(2)
+    rm.become_leader_or_follower(0, 1, [state(1, 1, (1, 2), zk_version=1)], {1, 2, 3}, 0)
+    assert consumer_fetch(rm, 0, 0).results[TP].error == Errors.OFFSET_NOT_AVAILABLE
+    follower = rm.fetch_messages(2, 0, 1, 1 << 20, {TP: (5, 1, 0, 1 << 20)}, 10).results[TP]
+    assert follower.error == Errors.NONE  # replicas are never held back
+    result = consumer_fetch(rm, 0, 10).results[TP]
+    assert (result.error, result.high_watermark) == (Errors.NONE, 5)
+
+
+def test_without_the_guard_a_new_leader_shows_consumers_an_older_hw() -> None:
+    # Kafka's Fetch (consumer_hw_guard=False): the HW a consumer sees goes back from 5 to 2.
+    rm = manager(1, ReplicationConfig(consumer_hw_guard=False))
+    rm.become_leader_or_follower(0, 1, [state(2, 0, (1, 2, 3))], {1, 2, 3}, 0)
+    p = rm.partition(TP)
+    p.log.append_as_follower(build_values([b"v"] * 5, base_offset=0, partition_leader_epoch=0), 0)
+    p.log.update_high_watermark(2)
+    rm.become_leader_or_follower(0, 1, [state(1, 1, (1, 2), zk_version=1)], {1, 2, 3}, 0)
+    result = consumer_fetch(rm, 0, 0).results[TP]
+    assert (result.error, result.high_watermark) == (Errors.NONE, 2)
+
+
 def test_consumers_read_only_below_the_hw() -> None:
     c = MiniCluster()
     c.elect(1, (1, 2, 3))

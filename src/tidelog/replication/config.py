@@ -47,6 +47,10 @@ class ReplicationConfig:
     isr_change_propagation_interval_ms: int = 60_000
     # KIP-966: the HW does not advance while the ISR is smaller than min.insync.replicas.
     hw_requires_min_isr: bool = True
+    # DESIGN's MonotonicHighWatermark for consumers: a new leader answers consumer fetches with
+    # OFFSET_NOT_AVAILABLE until its HW reaches its epoch's start offset (KIP-207's rule, which
+    # Kafka applies to ListOffsets only; False = Kafka's Fetch, where the HW may go back).
+    consumer_hw_guard: bool = True
     # naive-rule switches (see the module docstring)
     truncate_to_hw: bool = False
     fence_leader_epochs: bool = True

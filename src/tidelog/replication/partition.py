@@ -87,6 +87,14 @@ class Partition:
         return int(self.log.log_end_offset)
 
     @property
+    def high_watermark_caught_up(self) -> bool:
+        """Whether a leader's HW has reached the start offset of its epoch. Before that it may be
+        below a HW the previous leader already published: everything below the epoch start was
+        in this log at the election, but the HW only moves as followers fetch (KIP-207)."""
+        start = self.leader_epoch_start_offset
+        return start is None or self.high_watermark >= start
+
+    @property
     def log_start_offset(self) -> int:
         return int(self.log.log_start_offset)
 

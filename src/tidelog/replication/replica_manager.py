@@ -397,6 +397,9 @@ class ReplicaManager:
                 p = self._leader_partition(tp, st.current_leader_epoch)
                 if is_follower and params.replica_id not in p.remote_replicas:
                     raise ReplicationError(Errors.NOT_LEADER_OR_FOLLOWER, f"{params.replica_id} not a replica of {tp}")
+                if not is_follower and self.config.consumer_hw_guard and not p.high_watermark_caught_up:
+                    # A consumer must never see the HW go back across a leader change.
+                    raise ReplicationError(Errors.OFFSET_NOT_AVAILABLE, f"{tp}: HW not caught up yet")
                 # Kafka answers with the HW as of the read, before this fetch moves it.
                 hw = p.high_watermark
                 leo = p.log_end_offset

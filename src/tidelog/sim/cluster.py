@@ -244,6 +244,14 @@ class SimCluster:
         return self.consumers_caught_up()
 
     # -- end of run -----------------------------------------------------------------------
+    def _consumer_hw_must_be_monotonic(self) -> bool:
+        """DESIGN's strict MonotonicHighWatermark: the HW a consumer observes never goes back
+        (the core's consumer HW guard; without it, Kafka's Fetch lets it), unless data itself
+        may be lost: a power loss or an unclean election can take back a published HW."""
+        rc = self.config.replication
+        return not rc.unclean_leader_election_enable and not any(
+            n.had_lossy_crash for n in self.nodes)
+
     def final_checks(self) -> list[Violation]:
         """NoAckedLoss, consumed data stable, replicas identical batch by batch."""
         out: list[Violation] = []
@@ -314,6 +322,9 @@ class SimCluster:
                         fail("ConsumedStable", tp, f"consumed offset {offset} changed: {sig}")
                 for prev, got in cons.offset_violations[:3]:
                     fail("ConsumerOffsets", tp, f"consumer at {prev} received offset {got}")
+                if cons.hw_regressions and self._consumer_hw_must_be_monotonic():
+                    fail("MonotonicHighWatermark", tp, f"a consumer saw the HW go back "
+                         f"{cons.hw_regressions} time(s) across leader changes")
         return out
 
     # -- ZooKeeper server ---------------------------------------------------------------------

@@ -101,6 +101,7 @@ class SimBroker:
         # written after the controller handled this broker's failure (None: not yet). Leaders of
         # older epochs may still count on data that is gone.
         self.dirty: dict[TopicPartition, int | None] = {}
+        self.had_lossy_crash = False  # a power loss may take back what consumers already saw
         self._backlog: list[tuple[int, Any]] = []
         self.disk_failed = False  # its log dir fails (a fault): its data cannot be read
         self._corr = 0
@@ -177,6 +178,7 @@ class SimBroker:
         self.rm = None
         self.fm = None
         if kind == "lossy":
+            self.had_lossy_crash = True
             for tp in self.cluster.tps:
                 self.dirty[tp] = None
 
