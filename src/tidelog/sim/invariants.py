@@ -5,7 +5,8 @@ After every event (cheap, incremental):
 - OneLeaderPerEpoch: no two brokers ever act as leader of one partition in one leader epoch.
 - ValidHighWatermark: a leader's HW does not exceed the real LEO of any live member of the ISR
   it computes the HW over (current members plus pending additions).
-- MonotonicHighWatermark: while a broker leads a partition in one epoch its HW never decreases.
+- MonotonicHighWatermark: while a broker leads a partition in one epoch its HW never decreases
+  (and at the end, `SimCluster.final_checks`: no consumer ever saw the HW go back).
 - StrongIsr: below the leader's HW, the leader and every live member of the ISR recorded in
   ZooKeeper hold the same batches (offset range, leader epoch, CRC). Checked when the leader,
   its epoch, its HW or a member's LEO changed, on the newest committed batch; the whole prefix is
