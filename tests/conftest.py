@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
+from zk_chroot import new_chroot
 
 from tidelog.cluster.zookeeper import ZooKeeperServer
 
@@ -28,14 +28,4 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
 @pytest.fixture
 def zk_connect(zookeeper: ZooKeeperServer) -> str:
     """A connect string with a fresh chroot, so each test sees an empty ZooKeeper tree."""
-    from kazoo.client import KazooClient
-
-    chroot = f"/t-{uuid.uuid4().hex[:12]}"
-    client = KazooClient(hosts=zookeeper.connect_string, timeout=10.0)
-    client.start(timeout=15)
-    try:
-        client.ensure_path(chroot)
-    finally:
-        client.stop()
-        client.close()
-    return zookeeper.connect_string + chroot
+    return new_chroot(zookeeper)

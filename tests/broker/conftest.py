@@ -10,7 +10,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from harness import ActingController, BrokerThread, broker_props, new_chroot  # noqa: E402
+from harness import ActingController, BrokerThread, broker_props  # noqa: E402
+from zk_chroot import new_chroot
 
 from tidelog.cluster.zookeeper import ZooKeeperServer  # noqa: E402
 

@@ -27,21 +27,6 @@ from tidelog.protocol.messages import update_metadata as m_um
 T = TypeVar("T")
 
 
-def new_chroot(zookeeper: Any) -> str:
-    """A fresh ZooKeeper chroot on the session's server: one test's cluster state, isolated."""
-    from kazoo.client import KazooClient
-
-    chroot = f"/b-{uuid.uuid4().hex[:12]}"
-    client = KazooClient(hosts=zookeeper.connect_string, timeout=10.0)
-    client.start(timeout=15)
-    try:
-        client.ensure_path(chroot)
-    finally:
-        client.stop()
-        client.close()
-    return zookeeper.connect_string + chroot
-
-
 def broker_props(broker_id: int, zk_connect: str, log_dir: Path, **extra: Any) -> dict[str, str]:
     props = {
         "broker.id": str(broker_id),

@@ -12,10 +12,10 @@ from harness import (
     BrokerThread,
     broker_props,
     fetch,
-    new_chroot,
     produce,
     values_of,
 )
+from zk_chroot import new_chroot
 
 from tidelog.broker.producer_state import (
     NUM_BATCHES_TO_RETAIN,

@@ -7,6 +7,7 @@ import time
 
 import pytest
 from harness import ActingController, BrokerThread
+from zk_chroot import new_chroot
 
 pytestmark = pytest.mark.integration
 
@@ -156,7 +157,7 @@ def test_confluent_admin_client_with_the_real_controller(
     confluent_kafka = pytest.importorskip("confluent_kafka")
     controller_mod = pytest.importorskip("tidelog.controller.controller")
     from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
-    from harness import broker_props, new_chroot
+    from harness import broker_props
 
     zk = new_chroot(zookeeper)  # type: ignore[arg-type]
     b = BrokerThread(broker_props(1, zk, tmp_path_factory.mktemp("admin")),

@@ -14,11 +14,11 @@ from harness import (
     BrokerThread,
     broker_props,
     fetch,
-    new_chroot,
     produce,
     values_of,
     wait_until,
 )
+from zk_chroot import new_chroot
 
 from tidelog.cluster.zookeeper import ZooKeeperServer
 from tidelog.protocol.errors import ErrorCode

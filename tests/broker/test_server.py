@@ -16,11 +16,11 @@ from harness import (
     BrokerThread,
     broker_props,
     fetch,
-    new_chroot,
     produce,
     send,
     wait_until,
 )
+from zk_chroot import new_chroot
 
 from tidelog.cluster.zookeeper import ZooKeeperServer, pick_free_port
 from tidelog.controller.zk_client import KafkaZkClient
