@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import ActingController, BrokerThread, broker_props, new_chroot, produce, wait_until
+from harness import ActingController, BrokerThread, broker_props, produce, wait_until
+from zk_chroot import new_chroot
 
 from tidelog.broker.replication_events import (
     EVENTS_TOPIC,
