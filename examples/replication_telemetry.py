@@ -1,6 +1,6 @@
 """Replication telemetry: ISR flapping under a bursty producer, legacy vs time-based ISR rule.
 
-    python examples/replication_telemetry.py                     # both policies, ~2 x 60 s
+    python examples/replication_telemetry.py                     # both policies, ~3 minutes
     python examples/replication_telemetry.py --duration 20 --no-docs
 
 For each policy (seed 003):
@@ -10,8 +10,9 @@ For each policy (seed 003):
 - ``time``: ``replica.lag.time.max.ms`` only (Kafka >= 0.9: out of the ISR only when not caught
   up to the leader's LEO for that long),
 
-a fresh 3-broker tidelog cluster starts with ``tidelog.replication.events.enable=true``, a bursty
-producer (bursts of ``--burst`` records as fast as acks=1 allows, then ``--pause`` seconds idle)
+a fresh 3-broker tidelog cluster starts with ``tidelog.replication.events.enable=true`` (and
+``replica.fetch.min.bytes=--fetch-min-bytes`` in both runs), a bursty producer (bursts of
+``--burst`` records at ``--burst-rate`` records/s with acks=1, then ``--pause`` seconds idle)
 writes to a 3-partition topic (replication factor 3) for ``--duration`` seconds, and a Spark batch
 job reads ``__replication_events`` with the ``tidelog`` connector and reports per partition: ISR
 shrinks and expands (and per hour), time under-replicated (ISR smaller than the replicas) and
@@ -49,13 +50,15 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def policy_overrides(policy: str, lag_max_messages: int, lag_time_max_ms: int) -> dict[str, str]:
+def policy_overrides(policy: str, lag_max_messages: int, lag_time_max_ms: int,
+                     fetch_min_bytes: int = 1) -> dict[str, str]:
     """Broker settings of one run (events on; the ISR rule under test)."""
     out = {
         "tidelog.replication.events.enable": "true",
         "replica.lag.time.max.ms": str(lag_time_max_ms),
         "replica.high.watermark.checkpoint.interval.ms": "2000",
-        "replica.fetch.wait.max.ms": "100",
+        "replica.fetch.wait.max.ms": "500",
+        "replica.fetch.min.bytes": str(fetch_min_bytes),
     }
     if policy == "legacy":
         out["replica.lag.max.messages"] = str(lag_max_messages)
@@ -229,7 +232,8 @@ class PolicyRun:
 def run_policy(spark: Any, policy: str, workdir: Path, args: argparse.Namespace) -> PolicyRun:
     from tidelog.cluster.local import LocalCluster
 
-    run = PolicyRun(policy, policy_overrides(policy, args.lag_max_messages, args.lag_time_ms))
+    run = PolicyRun(policy, policy_overrides(policy, args.lag_max_messages, args.lag_time_ms,
+                                             args.fetch_min_bytes))
     cluster = LocalCluster(workdir / f"cluster-{policy}")
     log(f"[{policy}] starting 3 brokers: {run.overrides}")
     cluster.up(3, overrides=run.overrides, timeout_s=120)
@@ -323,9 +327,13 @@ def write_docs(runs: Sequence[PolicyRun], args: argparse.Namespace, docs: Path,
         "",
         f"Each run: a fresh 3-broker cluster, topic `{DATA_TOPIC}` ({args.partitions} partitions, "
         f"replication factor 3), a producer sending bursts of {args.burst} records (100 bytes, "
-        f"acks=1) as fast as they go, then idle {args.pause} s, for {args.duration} s; then "
+        f"acks=1) at {args.burst_rate:.0f} records/s (0: unpaced), then idle {args.pause} s, "
+        f"for {args.duration} s; then "
         f"{args.settle} s to settle. Both runs use `replica.lag.time.max.ms={args.lag_time_ms}` "
-        f"(so `isr-expiration` checks every {args.lag_time_ms // 2} ms); the legacy run adds "
+        f"(so `isr-expiration` checks every {args.lag_time_ms // 2} ms) and "
+        f"`replica.fetch.min.bytes={args.fetch_min_bytes}` with `replica.fetch.wait.max.ms=500` "
+        "(a follower's fetch returns once that much is new: a fetch cycle of tens of ms during "
+        "a burst, where a localhost round trip is ~1 ms); the legacy run adds "
         f"`replica.lag.max.messages={args.lag_max_messages}`.",
         "",
         f"## Totals over the `{DATA_TOPIC}` partitions",
@@ -378,7 +386,7 @@ def write_docs(runs: Sequence[PolicyRun], args: argparse.Namespace, docs: Path,
         "the burst and is added back: a shrink/expand pair per caught burst, the ISR flapping "
         "with the traffic pattern. The number that would be safe depends on the producer's "
         "burst size, which the operator can only guess, and it is one global setting for "
-        "topics with very different rates. Kafka 0.9 (KIP-16 era) replaced it with one rule: "
+        "topics with very different rates. Kafka 0.9 removed it, leaving one rule: "
         "a follower is out of sync only when it has not been caught up to the leader's LEO "
         "within `replica.lag.time.max.ms`. A burst that replicates within that time never "
         "removes anyone, so the ISR only shrinks for followers that are really stuck or slow.",
@@ -389,7 +397,9 @@ def write_docs(runs: Sequence[PolicyRun], args: argparse.Namespace, docs: Path,
         "ISR-bearing events (election, shrink, expand) whose ISR is smaller than the "
         "replication factor (the largest ISR seen), the last one running to the end of the "
         "window; elections count `leader_election` events (a broker became leader in a new "
-        "epoch, the topic's creation included). The test "
+        "epoch, the topic's creation included). Expands outnumber shrinks about two to one "
+        "because one `isr-expiration` check drops both followers of a partition at once "
+        "(3 -> 1) while each follower is added back by its own fetch (1 -> 2 -> 3). The test "
         "`tests/spark/test_telemetry_pipeline.py` checks these numbers against the events read "
         "directly with tidelog's consumer.",
         "",
@@ -439,6 +449,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="replica.lag.max.messages of the legacy run")
     parser.add_argument("--lag-time-ms", type=int, default=2000,
                         help="replica.lag.time.max.ms of both runs")
+    parser.add_argument("--fetch-min-bytes", type=int, default=32768,
+                        help="replica.fetch.min.bytes of both runs: a follower's fetch returns "
+                             "once this much is new (or after replica.fetch.wait.max.ms=500), "
+                             "a longer fetch cycle than localhost's ~1 ms round trip")
     parser.add_argument("--settle", type=float, default=5.0,
                         help="seconds after the producer stops before the Spark job")
     parser.add_argument("--docs", default=str(ROOT / "docs"), help="where to write the results")
