@@ -118,3 +118,18 @@ def test_a_full_queue_drops_and_counts_instead_of_blocking() -> None:
     assert (publisher.pending, publisher.dropped) == (2, 3)
     publisher.isr_changed("t", 0, 4, [7, 8], [8, 7], 10, 10)  # same set: no event, no drop
     assert publisher.dropped == 3
+
+
+def test_an_unreachable_cluster_costs_drops_not_a_hang() -> None:
+    async def go() -> ReplicationEventPublisher:
+        publisher = ReplicationEventPublisher(7, lambda: "127.0.0.1:1", queue_capacity=10)
+        publisher.start()
+        for epoch in range(3):
+            publisher.leader_elected("t", 0, epoch, [7], 10, 10)
+        await asyncio.sleep(0.3)  # the sender fails to connect and waits to retry
+        async with asyncio.timeout(5):
+            await publisher.shutdown(timeout_s=0.5)
+        return publisher
+
+    publisher = asyncio.run(go())
+    assert (publisher.published, publisher.dropped, publisher.pending) == (0, 3, 0)

@@ -175,44 +175,50 @@ class ReplicationEventPublisher:
         with contextlib.suppress(BaseException):
             await self._task
         self._task = None
-        if self._queue.qsize():
-            self._drop(self._queue.qsize(), "shutdown")
+        left = 0
+        while not self._queue.empty():
+            self._queue.get_nowait()
+            left += 1
+        if left:
+            self._drop(left, "shutdown")
 
     async def _run(self) -> None:
         from tidelog.client.cluster import KafkaClient
         from tidelog.client.producer import Producer
 
         first: ReplicationEvent | None = None
-        while True:  # one client per attempt: a broken client is rebuilt after a pause
-            if first is None:
-                # Connect (and create the topic) only once there is something to say: a new
-                # cluster's first event comes with its first topic, when every broker is up.
-                first = await self._queue.get()
-            client = KafkaClient(self._bootstrap(), client_id=f"replication-events-{self.broker_id}",
-                                 request_timeout_ms=10_000, retries=3)
-            try:
-                await client.start()
-                await self._ensure_topic(client)
-                producer = Producer(client, acks=1, enable_idempotence=False, linger_ms=50,
-                                    delivery_timeout_ms=30_000, request_timeout_ms=10_000)
-                await producer.start()
+        try:
+            while True:  # one client per attempt: a broken client is rebuilt after a pause
+                if first is None:
+                    # Connect (and create the topic) only once there is something to say: a
+                    # new cluster's first event comes with its first topic, all brokers up.
+                    first = await self._queue.get()
+                client = KafkaClient(self._bootstrap(),
+                                     client_id=f"replication-events-{self.broker_id}",
+                                     request_timeout_ms=10_000, retries=3)
                 try:
-                    event, first = first, None
-                    await self._send(producer, event)
-                    await self._drain(producer)
+                    await client.start()
+                    await self._ensure_topic(client)
+                    producer = Producer(client, acks=1, enable_idempotence=False, linger_ms=50,
+                                        delivery_timeout_ms=30_000, request_timeout_ms=10_000)
+                    await producer.start()
+                    try:
+                        event, first = first, None
+                        await self._send(producer, event)
+                        await self._drain(producer)
+                    finally:
+                        await producer.close(timeout_s=1.0)
+                except Exception as e:
+                    logger.warning("broker %d: replication events sender failed (%s); retrying",
+                                   self.broker_id, e)
                 finally:
-                    await producer.close(timeout_s=1.0)
-            except asyncio.CancelledError:
-                if first is not None:
-                    self._drop(1, "shutdown")
-                raise
-            except Exception as e:
-                logger.warning("broker %d: replication events sender failed (%s); retrying",
-                               self.broker_id, e)
-            finally:
-                with contextlib.suppress(Exception):
-                    await client.close()
-            await asyncio.sleep(1.0)
+                    with contextlib.suppress(Exception):
+                        await client.close()
+                await asyncio.sleep(1.0)
+        except asyncio.CancelledError:
+            if first is not None:  # taken from the queue, never handed to the producer
+                self._drop(1, "shutdown")
+            raise
 
     async def _ensure_topic(self, client: Any) -> None:
         try:
