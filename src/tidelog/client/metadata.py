@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from tidelog.protocol.errors import ErrorCode
+from tidelog.protocol.topic_partition import TopicPartition
 
 __all__ = [
     "BrokerMetadata",
@@ -14,14 +15,6 @@ __all__ = [
     "TopicMetadata",
     "TopicPartition",
 ]
-
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 @dataclass(frozen=True, slots=True)

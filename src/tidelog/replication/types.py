@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
+from tidelog.protocol.topic_partition import TopicPartition
 from tidelog.replication.errors import Errors
 
 NO_LEADER = -1
@@ -24,14 +24,6 @@ CONSUMER_REPLICA_ID = -1
 # ListOffsets special timestamps (Kafka's ListOffsetsRequest.LATEST_TIMESTAMP / EARLIEST_TIMESTAMP).
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
-
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 @dataclass(frozen=True, slots=True)
