@@ -42,6 +42,25 @@ FIXED = {
     "uuid": ("16s", 16),
 }
 PRIMITIVES = set(FIXED) | {"string", "bytes", "records"}
+# Field kinds of the native decoder programs (src/tidelog/protocol/_native_decoder.c, K_*).
+NATIVE_KINDS = {
+    "int8": 0,
+    "int16": 1,
+    "int32": 2,
+    "int64": 3,
+    "uint16": 4,
+    "uint32": 5,
+    "float64": 6,
+    "bool": 7,
+    "uuid": 8,
+    "string": 9,
+    "bytes": 10,
+    "records": 11,
+}
+NATIVE_STRUCT = 12
+NATIVE_ARRAY = 13
+NATIVE_NULLABLE = 1
+NATIVE_COMPACT = 2
 PY_TYPES = {
     "int8": "int",
     "int16": "int",
@@ -238,6 +257,7 @@ class Gen:
         self.mod = mod
         self.cls = cls
         self.tmp = 0
+        self.native_canon: dict[str, str] = {}
 
     def var(self, prefix: str = "t") -> str:
         self.tmp += 1
@@ -559,6 +579,56 @@ class Gen:
         flush()
         return pre + out
 
+    # ---- native programs ------------------------------------------------------------------
+    # For every (struct, version) the same decoding as _d_X_vN, as data for the C interpreter
+    # in tidelog.protocol._native_decoder: op = (slot, kind, flags, arg, min_size).
+
+    def native_ref(self, f: Field, v: int) -> str:
+        name = f"_n_{self.cls[f.type]}_v{v}"
+        return self.native_canon.get(name, name)
+
+    def native_op(self, f: Field, v: int, name: str | None) -> str:
+        compact = self.compact(f, v)
+        nullable = v in f.nullable
+        flags = (NATIVE_NULLABLE if nullable else 0) | (NATIVE_COMPACT if compact else 0)
+        if f.is_array:
+            if f.is_struct:
+                el = f"(None, {NATIVE_STRUCT}, 0, {self.native_ref(f, v)}, 0)"
+            else:
+                el = f"(None, {NATIVE_KINDS[f.type]}, {NATIVE_COMPACT if compact else 0}, None, 0)"
+            size = self.min_size(f, v, compact, element=True)
+            return f"({name!r}, {NATIVE_ARRAY}, {flags}, {el}, {size})"
+        if f.is_struct:
+            return f"({name!r}, {NATIVE_STRUCT}, {flags & NATIVE_NULLABLE}, {self.native_ref(f, v)}, 0)"
+        return f"({name!r}, {NATIVE_KINDS[f.type]}, {flags}, None, 0)"
+
+    def native_program(self, st: Struct, v: int) -> str:
+        """The arguments of _native.program() for ``st`` at ``v``."""
+        flex = self.msg.is_flexible(v)
+        regular = [f for f in st.fields if v in f.versions and not (flex and v in f.tagged)]
+        tagged = sorted(
+            (f for f in st.fields if flex and v in f.versions and v in f.tagged),
+            key=lambda f: f.tag,
+        )
+        ops = [self.native_op(f, v, f.py) for f in regular]
+        tags = [f"({f.tag}, {self.native_op(f, v, f.py)})" for f in tagged]
+        defaults = []
+        for f in st.fields:
+            if f in regular:
+                continue
+            dflt, mutable = py_default(f, self.cls)
+            if dflt == "[]":
+                defaults.append(f"({f.py!r}, None, 1)")  # a fresh list per instance
+            elif mutable:
+                defaults.append(f"({f.py!r}, {dflt[:-2]}, 2)")  # a fresh Cls() per instance
+            else:
+                defaults.append(f"({f.py!r}, {dflt}, 0)")
+
+        def tup(items: list[str]) -> str:
+            return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+        return f"{self.cls[st.name]}, {tup(ops)}, {tup(tags)}, {tup(defaults)}, {flex}"
+
     # ---- per (struct, version) functions --------------------------------------------------
 
     def min_size(self, f: Field, v: int, compact: bool, element: bool = False) -> int:
@@ -812,13 +882,18 @@ def struct_order(msg: Message) -> list[str]:
     return order
 
 
-def gen_message(msg: Message, mod: Module, cls: dict[str, str], role: str) -> list[str]:
-    """Classes, codecs and the version tables of one message (request, response or data)."""
+def gen_message(
+    msg: Message, mod: Module, cls: dict[str, str], role: str
+) -> tuple[list[str], list[str]]:
+    """Classes, codecs and the version tables of one message (request, response or data), and
+    the lines defining its native decoders (run at the end of the module, if available)."""
     g = Gen(msg, mod, cls)
     lines = class_defs(msg, cls, struct_order(msg))
     used = reachable(msg)
     canon: dict[str, str] = {}
     seen: dict[str, str] = {}
+    native: list[str] = []
+    native_seen: dict[str, str] = {}
     for name in struct_order(msg):
         if name not in used:
             continue
@@ -837,28 +912,42 @@ def gen_message(msg: Message, mod: Module, cls: dict[str, str], role: str) -> li
                 else:
                     seen[key] = fname
                     lines += block
+            # the same sharing for the native programs
+            nname = f"_n_{cls[name]}_v{v}"
+            args = g.native_program(st, v)
+            if args in native_seen:
+                g.native_canon[nname] = native_seen[args]
+            else:
+                native_seen[args] = nname
+                native.append(f"    {nname} = _P({args})")
     root = cls[msg.root.name]
     lo, hi = msg.versions[0], msg.versions[-1]
     pad = ["None"] * lo
+    R = role.upper()
     lines.append(
-        f"{role.upper()}_DECODERS = ({', '.join(pad + [canon.get(f'_d_{root}_v{v}', f'_d_{root}_v{v}') for v in msg.versions])},)"
+        f"PY_{R}_DECODERS = ({', '.join(pad + [canon.get(f'_d_{root}_v{v}', f'_d_{root}_v{v}') for v in msg.versions])},)"
     )
     lines.append(
-        f"{role.upper()}_ENCODERS = ({', '.join(pad + [canon.get(f'_e_{root}_v{v}', f'_e_{root}_v{v}') for v in msg.versions])},)"
+        f"{R}_ENCODERS = ({', '.join(pad + [canon.get(f'_e_{root}_v{v}', f'_e_{root}_v{v}') for v in msg.versions])},)"
     )
-    lines.append(f"{role.upper()}_VERSIONS = ({lo}, {hi})")
+    lines.append(f"{R}_VERSIONS = ({lo}, {hi})")
     lines.append("")
     lines.append("")
     lines += [
-        f"def decode_{role}(version: int, buf, pos: int = 0) -> tuple[{root}, int]:",
+        f"def py_decode_{role}(version: int, buf, pos: int = 0) -> tuple[{root}, int]:",
         f'    """Decode a {msg.name} of ``version`` at ``buf[pos:]``; return it and the end offset."""',
         f"    if not {lo} <= version <= {hi}: raise DecodeError(f'{msg.name} version {{version}} is not defined')",
         "    b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')",
         "    try:",
-        f"        return {role.upper()}_DECODERS[version](b, pos, len(b))",
+        f"        return PY_{R}_DECODERS[version](b, pos, len(b))",
         "    except DecodeError: raise",
         "    except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:",
         f"        raise DecodeError(f'malformed {msg.name} v{{version}}: {{e}}') from None",
+        "",
+        "",
+        f"# the pure-Python decoders; replaced by the native ones at the end of the module",
+        f"{R}_DECODERS = PY_{R}_DECODERS",
+        f"decode_{role} = py_decode_{role}",
         "",
         "",
         f"def encode_{role}(version: int, message: {root}, out: list | None = None) -> list:",
@@ -866,15 +955,19 @@ def gen_message(msg: Message, mod: Module, cls: dict[str, str], role: str) -> li
         "    if out is None: out = []",
         f"    if not {lo} <= version <= {hi}: raise ValueError(f'{msg.name} version {{version}} is not defined')",
         "    try:",
-        f"        {role.upper()}_ENCODERS[version](message, out.append)",
+        f"        {R}_ENCODERS[version](message, out.append)",
         "    except (_StructError, AttributeError, TypeError, ValueError) as e:",
         f"        raise EncodeError(f'cannot encode {msg.name} v{{version}}: {{type(e).__name__}}: {{e}}') from e",
         "    return out",
         "",
         "",
     ]
-    # default instances for tagged struct comparisons
-    return lines
+    roots = [g.native_canon.get(f"_n_{root}_v{v}", f"_n_{root}_v{v}") for v in msg.versions]
+    native += [
+        f"    {R}_DECODERS = ({', '.join(pad + roots)},)",
+        f"    decode_{role} = _native.entry({msg.name!r}, {R}_DECODERS)",
+    ]
+    return lines, native
 
 
 def module_name(name: str) -> str:
@@ -904,13 +997,14 @@ def build_module(msgs: list[Message]) -> str:
     mod = Module()
     cls_maps = class_names(msgs)
     body: list[str] = []
-    roles = []
+    native: list[str] = []
     for m, cmap in zip(msgs, cls_maps, strict=True):
         role = m.kind if m.kind in ("request", "response") else "data"
         if m.kind == "header":
             role = "header"
-        roles.append(role)
-        body += gen_message(m, mod, cmap, role)
+        lines, nat = gen_message(m, mod, cmap, role)
+        body += lines
+        native += nat
     defaults = []
     for m, cmap in zip(msgs, cls_maps, strict=True):
         for st in m.structs.values():
@@ -930,6 +1024,7 @@ def build_module(msgs: list[Message]) -> str:
         "from uuid import UUID",
         "",
         "from tidelog.protocol.errors import DecodeError, EncodeError",
+        "from tidelog.protocol.messages._native import native as _native",
         "from tidelog.protocol.primitives import (",
         "    ZERO_UUID,",
         "    read_compact_bytes as _rc_bytes,",
@@ -964,7 +1059,35 @@ def build_module(msgs: list[Message]) -> str:
             "",
         ]
     structs = [f"{var} = Struct({fmt!r})" for fmt, var in mod.structs.items()]
-    return "\n".join(head + meta + structs + ["", ""] + body + defaults).rstrip() + "\n"
+    tail = [
+        "",
+        "# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and",
+        "# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*",
+        "# and PY_*_DECODERS stay pure Python.",
+        "NATIVE = _native is not None",
+        "if _native is not None:",
+        "    _P = _native.program",
+        *native,
+    ]
+    return "\n".join(head + meta + structs + ["", ""] + body + defaults + tail).rstrip() + "\n"
+
+
+NATIVE_LOADER = (
+    HEADER.format(sources="nothing (the native decoder loader)")
+    + '''
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+native: ModuleType | None = None
+if os.environ.get("TIDELOG_PURE_PYTHON") != "1":
+    try:
+        from tidelog.protocol import _native_decoder as native
+    except ImportError:  # not built (no compiler at install): the pure-Python decoders
+        native = None
+'''
+)
 
 
 def load() -> dict[str, list[Message]]:
@@ -1025,6 +1148,7 @@ def generate() -> dict[str, str]:
     groups = load()
     files = {f"{name}.py": build_module(msgs) for name, msgs in groups.items()}
     files["_index.py"] = index_module(groups)
+    files["_native.py"] = NATIVE_LOADER
     files["__init__.py"] = (
         '"""Kafka message codecs generated by tools/gen_protocol.py; see _index.APIS."""\n'
     )

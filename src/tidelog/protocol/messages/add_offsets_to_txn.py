@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -108,20 +109,25 @@ def _e_AddOffsetsToTxnRequest_v3(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_AddOffsetsToTxnRequest_v0, _d_AddOffsetsToTxnRequest_v0, _d_AddOffsetsToTxnRequest_v0, _d_AddOffsetsToTxnRequest_v3, _d_AddOffsetsToTxnRequest_v3,)
+PY_REQUEST_DECODERS = (_d_AddOffsetsToTxnRequest_v0, _d_AddOffsetsToTxnRequest_v0, _d_AddOffsetsToTxnRequest_v0, _d_AddOffsetsToTxnRequest_v3, _d_AddOffsetsToTxnRequest_v3,)
 REQUEST_ENCODERS = (_e_AddOffsetsToTxnRequest_v0, _e_AddOffsetsToTxnRequest_v0, _e_AddOffsetsToTxnRequest_v0, _e_AddOffsetsToTxnRequest_v3, _e_AddOffsetsToTxnRequest_v3,)
 REQUEST_VERSIONS = (0, 4)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[AddOffsetsToTxnRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[AddOffsetsToTxnRequest, int]:
     """Decode a AddOffsetsToTxnRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 4: raise DecodeError(f'AddOffsetsToTxnRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed AddOffsetsToTxnRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: AddOffsetsToTxnRequest, out: list | None = None) -> list:
@@ -163,20 +169,25 @@ def _e_AddOffsetsToTxnResponse_v3(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_AddOffsetsToTxnResponse_v0, _d_AddOffsetsToTxnResponse_v0, _d_AddOffsetsToTxnResponse_v0, _d_AddOffsetsToTxnResponse_v3, _d_AddOffsetsToTxnResponse_v3,)
+PY_RESPONSE_DECODERS = (_d_AddOffsetsToTxnResponse_v0, _d_AddOffsetsToTxnResponse_v0, _d_AddOffsetsToTxnResponse_v0, _d_AddOffsetsToTxnResponse_v3, _d_AddOffsetsToTxnResponse_v3,)
 RESPONSE_ENCODERS = (_e_AddOffsetsToTxnResponse_v0, _e_AddOffsetsToTxnResponse_v0, _e_AddOffsetsToTxnResponse_v0, _e_AddOffsetsToTxnResponse_v3, _e_AddOffsetsToTxnResponse_v3,)
 RESPONSE_VERSIONS = (0, 4)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[AddOffsetsToTxnResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[AddOffsetsToTxnResponse, int]:
     """Decode a AddOffsetsToTxnResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 4: raise DecodeError(f'AddOffsetsToTxnResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed AddOffsetsToTxnResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: AddOffsetsToTxnResponse, out: list | None = None) -> list:
@@ -188,3 +199,20 @@ def encode_response(version: int, message: AddOffsetsToTxnResponse, out: list | 
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode AddOffsetsToTxnResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_AddOffsetsToTxnRequest_v0 = _P(AddOffsetsToTxnRequest, (('transactional_id', 9, 0, None, 0), ('producer_id', 3, 0, None, 0), ('producer_epoch', 1, 0, None, 0), ('group_id', 9, 0, None, 0)), (), (), False)
+    _n_AddOffsetsToTxnRequest_v3 = _P(AddOffsetsToTxnRequest, (('transactional_id', 9, 2, None, 0), ('producer_id', 3, 2, None, 0), ('producer_epoch', 1, 2, None, 0), ('group_id', 9, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_AddOffsetsToTxnRequest_v0, _n_AddOffsetsToTxnRequest_v0, _n_AddOffsetsToTxnRequest_v0, _n_AddOffsetsToTxnRequest_v3, _n_AddOffsetsToTxnRequest_v3,)
+    decode_request = _native.entry('AddOffsetsToTxnRequest', REQUEST_DECODERS)
+    _n_AddOffsetsToTxnResponse_v0 = _P(AddOffsetsToTxnResponse, (('throttle_time_ms', 2, 0, None, 0), ('error_code', 1, 0, None, 0)), (), (), False)
+    _n_AddOffsetsToTxnResponse_v3 = _P(AddOffsetsToTxnResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0)), (), (), True)
+    RESPONSE_DECODERS = (_n_AddOffsetsToTxnResponse_v0, _n_AddOffsetsToTxnResponse_v0, _n_AddOffsetsToTxnResponse_v0, _n_AddOffsetsToTxnResponse_v3, _n_AddOffsetsToTxnResponse_v3,)
+    decode_response = _native.entry('AddOffsetsToTxnResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -303,20 +304,25 @@ def _e_AddPartitionsToTxnRequest_v4(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_AddPartitionsToTxnRequest_v0, _d_AddPartitionsToTxnRequest_v0, _d_AddPartitionsToTxnRequest_v0, _d_AddPartitionsToTxnRequest_v3, _d_AddPartitionsToTxnRequest_v4, _d_AddPartitionsToTxnRequest_v4,)
+PY_REQUEST_DECODERS = (_d_AddPartitionsToTxnRequest_v0, _d_AddPartitionsToTxnRequest_v0, _d_AddPartitionsToTxnRequest_v0, _d_AddPartitionsToTxnRequest_v3, _d_AddPartitionsToTxnRequest_v4, _d_AddPartitionsToTxnRequest_v4,)
 REQUEST_ENCODERS = (_e_AddPartitionsToTxnRequest_v0, _e_AddPartitionsToTxnRequest_v0, _e_AddPartitionsToTxnRequest_v0, _e_AddPartitionsToTxnRequest_v3, _e_AddPartitionsToTxnRequest_v4, _e_AddPartitionsToTxnRequest_v4,)
 REQUEST_VERSIONS = (0, 5)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[AddPartitionsToTxnRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[AddPartitionsToTxnRequest, int]:
     """Decode a AddPartitionsToTxnRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 5: raise DecodeError(f'AddPartitionsToTxnRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed AddPartitionsToTxnRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: AddPartitionsToTxnRequest, out: list | None = None) -> list:
@@ -560,20 +566,25 @@ def _e_AddPartitionsToTxnResponse_v4(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_AddPartitionsToTxnResponse_v0, _d_AddPartitionsToTxnResponse_v0, _d_AddPartitionsToTxnResponse_v0, _d_AddPartitionsToTxnResponse_v3, _d_AddPartitionsToTxnResponse_v4, _d_AddPartitionsToTxnResponse_v4,)
+PY_RESPONSE_DECODERS = (_d_AddPartitionsToTxnResponse_v0, _d_AddPartitionsToTxnResponse_v0, _d_AddPartitionsToTxnResponse_v0, _d_AddPartitionsToTxnResponse_v3, _d_AddPartitionsToTxnResponse_v4, _d_AddPartitionsToTxnResponse_v4,)
 RESPONSE_ENCODERS = (_e_AddPartitionsToTxnResponse_v0, _e_AddPartitionsToTxnResponse_v0, _e_AddPartitionsToTxnResponse_v0, _e_AddPartitionsToTxnResponse_v3, _e_AddPartitionsToTxnResponse_v4, _e_AddPartitionsToTxnResponse_v4,)
 RESPONSE_VERSIONS = (0, 5)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[AddPartitionsToTxnResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[AddPartitionsToTxnResponse, int]:
     """Decode a AddPartitionsToTxnResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 5: raise DecodeError(f'AddPartitionsToTxnResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed AddPartitionsToTxnResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: AddPartitionsToTxnResponse, out: list | None = None) -> list:
@@ -585,3 +596,30 @@ def encode_response(version: int, message: AddPartitionsToTxnResponse, out: list
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode AddPartitionsToTxnResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_AddPartitionsToTxnTopic_v0 = _P(AddPartitionsToTxnTopic, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 2, 0, None, 0), 4)), (), (), False)
+    _n_AddPartitionsToTxnTopic_v3 = _P(AddPartitionsToTxnTopic, (('name', 9, 2, None, 0), ('partitions', 13, 2, (None, 2, 2, None, 0), 4)), (), (), True)
+    _n_AddPartitionsToTxnTransaction_v4 = _P(AddPartitionsToTxnTransaction, (('transactional_id', 9, 2, None, 0), ('producer_id', 3, 2, None, 0), ('producer_epoch', 1, 2, None, 0), ('verify_only', 7, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_AddPartitionsToTxnTopic_v3, 0), 3)), (), (), True)
+    _n_AddPartitionsToTxnRequest_v0 = _P(AddPartitionsToTxnRequest, (('v3_and_below_transactional_id', 9, 0, None, 0), ('v3_and_below_producer_id', 3, 0, None, 0), ('v3_and_below_producer_epoch', 1, 0, None, 0), ('v3_and_below_topics', 13, 0, (None, 12, 0, _n_AddPartitionsToTxnTopic_v0, 0), 6)), (), (('transactions', None, 1),), False)
+    _n_AddPartitionsToTxnRequest_v3 = _P(AddPartitionsToTxnRequest, (('v3_and_below_transactional_id', 9, 2, None, 0), ('v3_and_below_producer_id', 3, 2, None, 0), ('v3_and_below_producer_epoch', 1, 2, None, 0), ('v3_and_below_topics', 13, 2, (None, 12, 0, _n_AddPartitionsToTxnTopic_v3, 0), 3)), (), (('transactions', None, 1),), True)
+    _n_AddPartitionsToTxnRequest_v4 = _P(AddPartitionsToTxnRequest, (('transactions', 13, 2, (None, 12, 0, _n_AddPartitionsToTxnTransaction_v4, 0), 14),), (), (('v3_and_below_transactional_id', '', 0), ('v3_and_below_producer_id', 0, 0), ('v3_and_below_producer_epoch', 0, 0), ('v3_and_below_topics', None, 1)), True)
+    REQUEST_DECODERS = (_n_AddPartitionsToTxnRequest_v0, _n_AddPartitionsToTxnRequest_v0, _n_AddPartitionsToTxnRequest_v0, _n_AddPartitionsToTxnRequest_v3, _n_AddPartitionsToTxnRequest_v4, _n_AddPartitionsToTxnRequest_v4,)
+    decode_request = _native.entry('AddPartitionsToTxnRequest', REQUEST_DECODERS)
+    _n_AddPartitionsToTxnPartitionResult_v0 = _P(AddPartitionsToTxnPartitionResult, (('partition_index', 2, 0, None, 0), ('partition_error_code', 1, 0, None, 0)), (), (), False)
+    _n_AddPartitionsToTxnPartitionResult_v3 = _P(AddPartitionsToTxnPartitionResult, (('partition_index', 2, 2, None, 0), ('partition_error_code', 1, 2, None, 0)), (), (), True)
+    _n_AddPartitionsToTxnTopicResult_v0 = _P(AddPartitionsToTxnTopicResult, (('name', 9, 0, None, 0), ('results_by_partition', 13, 0, (None, 12, 0, _n_AddPartitionsToTxnPartitionResult_v0, 0), 6)), (), (), False)
+    _n_AddPartitionsToTxnTopicResult_v3 = _P(AddPartitionsToTxnTopicResult, (('name', 9, 2, None, 0), ('results_by_partition', 13, 2, (None, 12, 0, _n_AddPartitionsToTxnPartitionResult_v3, 0), 7)), (), (), True)
+    _n_AddPartitionsToTxnResult_v4 = _P(AddPartitionsToTxnResult, (('transactional_id', 9, 2, None, 0), ('topic_results', 13, 2, (None, 12, 0, _n_AddPartitionsToTxnTopicResult_v3, 0), 3)), (), (), True)
+    _n_AddPartitionsToTxnResponse_v0 = _P(AddPartitionsToTxnResponse, (('throttle_time_ms', 2, 0, None, 0), ('results_by_topic_v3_and_below', 13, 0, (None, 12, 0, _n_AddPartitionsToTxnTopicResult_v0, 0), 6)), (), (('error_code', 0, 0), ('results_by_transaction', None, 1)), False)
+    _n_AddPartitionsToTxnResponse_v3 = _P(AddPartitionsToTxnResponse, (('throttle_time_ms', 2, 2, None, 0), ('results_by_topic_v3_and_below', 13, 2, (None, 12, 0, _n_AddPartitionsToTxnTopicResult_v3, 0), 3)), (), (('error_code', 0, 0), ('results_by_transaction', None, 1)), True)
+    _n_AddPartitionsToTxnResponse_v4 = _P(AddPartitionsToTxnResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('results_by_transaction', 13, 2, (None, 12, 0, _n_AddPartitionsToTxnResult_v4, 0), 3)), (), (('results_by_topic_v3_and_below', None, 1),), True)
+    RESPONSE_DECODERS = (_n_AddPartitionsToTxnResponse_v0, _n_AddPartitionsToTxnResponse_v0, _n_AddPartitionsToTxnResponse_v0, _n_AddPartitionsToTxnResponse_v3, _n_AddPartitionsToTxnResponse_v4, _n_AddPartitionsToTxnResponse_v4,)
+    decode_response = _native.entry('AddPartitionsToTxnResponse', RESPONSE_DECODERS)

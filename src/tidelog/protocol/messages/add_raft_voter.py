@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -151,20 +152,25 @@ def _e_AddRaftVoterRequest_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_AddRaftVoterRequest_v0,)
+PY_REQUEST_DECODERS = (_d_AddRaftVoterRequest_v0,)
 REQUEST_ENCODERS = (_e_AddRaftVoterRequest_v0,)
 REQUEST_VERSIONS = (0, 0)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[AddRaftVoterRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[AddRaftVoterRequest, int]:
     """Decode a AddRaftVoterRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'AddRaftVoterRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed AddRaftVoterRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: AddRaftVoterRequest, out: list | None = None) -> list:
@@ -212,20 +218,25 @@ def _e_AddRaftVoterResponse_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_AddRaftVoterResponse_v0,)
+PY_RESPONSE_DECODERS = (_d_AddRaftVoterResponse_v0,)
 RESPONSE_ENCODERS = (_e_AddRaftVoterResponse_v0,)
 RESPONSE_VERSIONS = (0, 0)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[AddRaftVoterResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[AddRaftVoterResponse, int]:
     """Decode a AddRaftVoterResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'AddRaftVoterResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed AddRaftVoterResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: AddRaftVoterResponse, out: list | None = None) -> list:
@@ -237,3 +248,19 @@ def encode_response(version: int, message: AddRaftVoterResponse, out: list | Non
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode AddRaftVoterResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_Listener_v0 = _P(Listener, (('name', 9, 2, None, 0), ('host', 9, 2, None, 0), ('port', 4, 2, None, 0)), (), (), True)
+    _n_AddRaftVoterRequest_v0 = _P(AddRaftVoterRequest, (('cluster_id', 9, 3, None, 0), ('timeout_ms', 2, 2, None, 0), ('voter_id', 2, 2, None, 0), ('voter_directory_id', 8, 2, None, 0), ('listeners', 13, 2, (None, 12, 0, _n_Listener_v0, 0), 5)), (), (), True)
+    REQUEST_DECODERS = (_n_AddRaftVoterRequest_v0,)
+    decode_request = _native.entry('AddRaftVoterRequest', REQUEST_DECODERS)
+    _n_AddRaftVoterResponse_v0 = _P(AddRaftVoterResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0)), (), (), True)
+    RESPONSE_DECODERS = (_n_AddRaftVoterResponse_v0,)
+    decode_response = _native.entry('AddRaftVoterResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -59,20 +60,25 @@ def _e_AllocateProducerIdsRequest_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_AllocateProducerIdsRequest_v0,)
+PY_REQUEST_DECODERS = (_d_AllocateProducerIdsRequest_v0,)
 REQUEST_ENCODERS = (_e_AllocateProducerIdsRequest_v0,)
 REQUEST_VERSIONS = (0, 0)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[AllocateProducerIdsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[AllocateProducerIdsRequest, int]:
     """Decode a AllocateProducerIdsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'AllocateProducerIdsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed AllocateProducerIdsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: AllocateProducerIdsRequest, out: list | None = None) -> list:
@@ -109,20 +115,25 @@ def _e_AllocateProducerIdsResponse_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_AllocateProducerIdsResponse_v0,)
+PY_RESPONSE_DECODERS = (_d_AllocateProducerIdsResponse_v0,)
 RESPONSE_ENCODERS = (_e_AllocateProducerIdsResponse_v0,)
 RESPONSE_VERSIONS = (0, 0)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[AllocateProducerIdsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[AllocateProducerIdsResponse, int]:
     """Decode a AllocateProducerIdsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'AllocateProducerIdsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed AllocateProducerIdsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: AllocateProducerIdsResponse, out: list | None = None) -> list:
@@ -134,3 +145,18 @@ def encode_response(version: int, message: AllocateProducerIdsResponse, out: lis
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode AllocateProducerIdsResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_AllocateProducerIdsRequest_v0 = _P(AllocateProducerIdsRequest, (('broker_id', 2, 2, None, 0), ('broker_epoch', 3, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_AllocateProducerIdsRequest_v0,)
+    decode_request = _native.entry('AllocateProducerIdsRequest', REQUEST_DECODERS)
+    _n_AllocateProducerIdsResponse_v0 = _P(AllocateProducerIdsResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('producer_id_start', 3, 2, None, 0), ('producer_id_len', 2, 2, None, 0)), (), (), True)
+    RESPONSE_DECODERS = (_n_AllocateProducerIdsResponse_v0,)
+    decode_response = _native.entry('AllocateProducerIdsResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -266,20 +267,25 @@ def _e_AlterConfigsRequest_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_AlterConfigsRequest_v0, _d_AlterConfigsRequest_v0, _d_AlterConfigsRequest_v2,)
+PY_REQUEST_DECODERS = (_d_AlterConfigsRequest_v0, _d_AlterConfigsRequest_v0, _d_AlterConfigsRequest_v2,)
 REQUEST_ENCODERS = (_e_AlterConfigsRequest_v0, _e_AlterConfigsRequest_v0, _e_AlterConfigsRequest_v2,)
 REQUEST_VERSIONS = (0, 2)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[AlterConfigsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[AlterConfigsRequest, int]:
     """Decode a AlterConfigsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 2: raise DecodeError(f'AlterConfigsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed AlterConfigsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: AlterConfigsRequest, out: list | None = None) -> list:
@@ -448,20 +454,25 @@ def _e_AlterConfigsResponse_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_AlterConfigsResponse_v0, _d_AlterConfigsResponse_v0, _d_AlterConfigsResponse_v2,)
+PY_RESPONSE_DECODERS = (_d_AlterConfigsResponse_v0, _d_AlterConfigsResponse_v0, _d_AlterConfigsResponse_v2,)
 RESPONSE_ENCODERS = (_e_AlterConfigsResponse_v0, _e_AlterConfigsResponse_v0, _e_AlterConfigsResponse_v2,)
 RESPONSE_VERSIONS = (0, 2)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[AlterConfigsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[AlterConfigsResponse, int]:
     """Decode a AlterConfigsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 2: raise DecodeError(f'AlterConfigsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed AlterConfigsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: AlterConfigsResponse, out: list | None = None) -> list:
@@ -473,3 +484,26 @@ def encode_response(version: int, message: AlterConfigsResponse, out: list | Non
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode AlterConfigsResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_AlterableConfig_v0 = _P(AlterableConfig, (('name', 9, 0, None, 0), ('value', 9, 1, None, 0)), (), (), False)
+    _n_AlterableConfig_v2 = _P(AlterableConfig, (('name', 9, 2, None, 0), ('value', 9, 3, None, 0)), (), (), True)
+    _n_AlterConfigsResource_v0 = _P(AlterConfigsResource, (('resource_type', 0, 0, None, 0), ('resource_name', 9, 0, None, 0), ('configs', 13, 0, (None, 12, 0, _n_AlterableConfig_v0, 0), 4)), (), (), False)
+    _n_AlterConfigsResource_v2 = _P(AlterConfigsResource, (('resource_type', 0, 2, None, 0), ('resource_name', 9, 2, None, 0), ('configs', 13, 2, (None, 12, 0, _n_AlterableConfig_v2, 0), 3)), (), (), True)
+    _n_AlterConfigsRequest_v0 = _P(AlterConfigsRequest, (('resources', 13, 0, (None, 12, 0, _n_AlterConfigsResource_v0, 0), 7), ('validate_only', 7, 0, None, 0)), (), (), False)
+    _n_AlterConfigsRequest_v2 = _P(AlterConfigsRequest, (('resources', 13, 2, (None, 12, 0, _n_AlterConfigsResource_v2, 0), 4), ('validate_only', 7, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_AlterConfigsRequest_v0, _n_AlterConfigsRequest_v0, _n_AlterConfigsRequest_v2,)
+    decode_request = _native.entry('AlterConfigsRequest', REQUEST_DECODERS)
+    _n_AlterConfigsResourceResponse_v0 = _P(AlterConfigsResourceResponse, (('error_code', 1, 0, None, 0), ('error_message', 9, 1, None, 0), ('resource_type', 0, 0, None, 0), ('resource_name', 9, 0, None, 0)), (), (), False)
+    _n_AlterConfigsResourceResponse_v2 = _P(AlterConfigsResourceResponse, (('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('resource_type', 0, 2, None, 0), ('resource_name', 9, 2, None, 0)), (), (), True)
+    _n_AlterConfigsResponse_v0 = _P(AlterConfigsResponse, (('throttle_time_ms', 2, 0, None, 0), ('responses', 13, 0, (None, 12, 0, _n_AlterConfigsResourceResponse_v0, 0), 7)), (), (), False)
+    _n_AlterConfigsResponse_v2 = _P(AlterConfigsResponse, (('throttle_time_ms', 2, 2, None, 0), ('responses', 13, 2, (None, 12, 0, _n_AlterConfigsResourceResponse_v2, 0), 6)), (), (), True)
+    RESPONSE_DECODERS = (_n_AlterConfigsResponse_v0, _n_AlterConfigsResponse_v0, _n_AlterConfigsResponse_v2,)
+    decode_response = _native.entry('AlterConfigsResponse', RESPONSE_DECODERS)

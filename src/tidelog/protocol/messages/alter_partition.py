@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -456,20 +457,25 @@ def _e_AlterPartitionRequest_v3(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_AlterPartitionRequest_v0, _d_AlterPartitionRequest_v1, _d_AlterPartitionRequest_v2, _d_AlterPartitionRequest_v3,)
+PY_REQUEST_DECODERS = (_d_AlterPartitionRequest_v0, _d_AlterPartitionRequest_v1, _d_AlterPartitionRequest_v2, _d_AlterPartitionRequest_v3,)
 REQUEST_ENCODERS = (_e_AlterPartitionRequest_v0, _e_AlterPartitionRequest_v1, _e_AlterPartitionRequest_v2, _e_AlterPartitionRequest_v3,)
 REQUEST_VERSIONS = (0, 3)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[AlterPartitionRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[AlterPartitionRequest, int]:
     """Decode a AlterPartitionRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 3: raise DecodeError(f'AlterPartitionRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed AlterPartitionRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: AlterPartitionRequest, out: list | None = None) -> list:
@@ -787,20 +793,25 @@ def _e_AlterPartitionResponse_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_AlterPartitionResponse_v0, _d_AlterPartitionResponse_v1, _d_AlterPartitionResponse_v2, _d_AlterPartitionResponse_v2,)
+PY_RESPONSE_DECODERS = (_d_AlterPartitionResponse_v0, _d_AlterPartitionResponse_v1, _d_AlterPartitionResponse_v2, _d_AlterPartitionResponse_v2,)
 RESPONSE_ENCODERS = (_e_AlterPartitionResponse_v0, _e_AlterPartitionResponse_v1, _e_AlterPartitionResponse_v2, _e_AlterPartitionResponse_v2,)
 RESPONSE_VERSIONS = (0, 3)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[AlterPartitionResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[AlterPartitionResponse, int]:
     """Decode a AlterPartitionResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 3: raise DecodeError(f'AlterPartitionResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed AlterPartitionResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: AlterPartitionResponse, out: list | None = None) -> list:
@@ -812,3 +823,36 @@ def encode_response(version: int, message: AlterPartitionResponse, out: list | N
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode AlterPartitionResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_BrokerState_v3 = _P(BrokerState, (('broker_id', 2, 2, None, 0), ('broker_epoch', 3, 2, None, 0)), (), (), True)
+    _n_PartitionData_v0 = _P(PartitionData, (('partition_index', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0), ('new_isr', 13, 2, (None, 2, 2, None, 0), 4), ('partition_epoch', 2, 2, None, 0)), (), (('new_isr_with_epochs', None, 1), ('leader_recovery_state', 0, 0)), True)
+    _n_PartitionData_v1 = _P(PartitionData, (('partition_index', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0), ('new_isr', 13, 2, (None, 2, 2, None, 0), 4), ('leader_recovery_state', 0, 2, None, 0), ('partition_epoch', 2, 2, None, 0)), (), (('new_isr_with_epochs', None, 1),), True)
+    _n_PartitionData_v3 = _P(PartitionData, (('partition_index', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0), ('new_isr_with_epochs', 13, 2, (None, 12, 0, _n_BrokerState_v3, 0), 13), ('leader_recovery_state', 0, 2, None, 0), ('partition_epoch', 2, 2, None, 0)), (), (('new_isr', None, 1),), True)
+    _n_TopicData_v0 = _P(TopicData, (('topic_name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_PartitionData_v0, 0), 14)), (), (('topic_id', ZERO_UUID, 0),), True)
+    _n_TopicData_v1 = _P(TopicData, (('topic_name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_PartitionData_v1, 0), 15)), (), (('topic_id', ZERO_UUID, 0),), True)
+    _n_TopicData_v2 = _P(TopicData, (('topic_id', 8, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_PartitionData_v1, 0), 15)), (), (('topic_name', '', 0),), True)
+    _n_TopicData_v3 = _P(TopicData, (('topic_id', 8, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_PartitionData_v3, 0), 15)), (), (('topic_name', '', 0),), True)
+    _n_AlterPartitionRequest_v0 = _P(AlterPartitionRequest, (('broker_id', 2, 2, None, 0), ('broker_epoch', 3, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_TopicData_v0, 0), 3)), (), (), True)
+    _n_AlterPartitionRequest_v1 = _P(AlterPartitionRequest, (('broker_id', 2, 2, None, 0), ('broker_epoch', 3, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_TopicData_v1, 0), 3)), (), (), True)
+    _n_AlterPartitionRequest_v2 = _P(AlterPartitionRequest, (('broker_id', 2, 2, None, 0), ('broker_epoch', 3, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_TopicData_v2, 0), 18)), (), (), True)
+    _n_AlterPartitionRequest_v3 = _P(AlterPartitionRequest, (('broker_id', 2, 2, None, 0), ('broker_epoch', 3, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_TopicData_v3, 0), 18)), (), (), True)
+    REQUEST_DECODERS = (_n_AlterPartitionRequest_v0, _n_AlterPartitionRequest_v1, _n_AlterPartitionRequest_v2, _n_AlterPartitionRequest_v3,)
+    decode_request = _native.entry('AlterPartitionRequest', REQUEST_DECODERS)
+    _n_AlterPartitionResponsePartitionData_v0 = _P(AlterPartitionResponsePartitionData, (('partition_index', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('leader_id', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0), ('isr', 13, 2, (None, 2, 2, None, 0), 4), ('partition_epoch', 2, 2, None, 0)), (), (('leader_recovery_state', 0, 0),), True)
+    _n_AlterPartitionResponsePartitionData_v1 = _P(AlterPartitionResponsePartitionData, (('partition_index', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('leader_id', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0), ('isr', 13, 2, (None, 2, 2, None, 0), 4), ('leader_recovery_state', 0, 2, None, 0), ('partition_epoch', 2, 2, None, 0)), (), (), True)
+    _n_AlterPartitionResponseTopicData_v0 = _P(AlterPartitionResponseTopicData, (('topic_name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_AlterPartitionResponsePartitionData_v0, 0), 20)), (), (('topic_id', ZERO_UUID, 0),), True)
+    _n_AlterPartitionResponseTopicData_v1 = _P(AlterPartitionResponseTopicData, (('topic_name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_AlterPartitionResponsePartitionData_v1, 0), 21)), (), (('topic_id', ZERO_UUID, 0),), True)
+    _n_AlterPartitionResponseTopicData_v2 = _P(AlterPartitionResponseTopicData, (('topic_id', 8, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_AlterPartitionResponsePartitionData_v1, 0), 21)), (), (('topic_name', '', 0),), True)
+    _n_AlterPartitionResponse_v0 = _P(AlterPartitionResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_AlterPartitionResponseTopicData_v0, 0), 3)), (), (), True)
+    _n_AlterPartitionResponse_v1 = _P(AlterPartitionResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_AlterPartitionResponseTopicData_v1, 0), 3)), (), (), True)
+    _n_AlterPartitionResponse_v2 = _P(AlterPartitionResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_AlterPartitionResponseTopicData_v2, 0), 18)), (), (), True)
+    RESPONSE_DECODERS = (_n_AlterPartitionResponse_v0, _n_AlterPartitionResponse_v1, _n_AlterPartitionResponse_v2, _n_AlterPartitionResponse_v2,)
+    decode_response = _native.entry('AlterPartitionResponse', RESPONSE_DECODERS)

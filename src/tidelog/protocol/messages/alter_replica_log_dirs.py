@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -253,20 +254,25 @@ def _e_AlterReplicaLogDirsRequest_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_AlterReplicaLogDirsRequest_v0, _d_AlterReplicaLogDirsRequest_v0, _d_AlterReplicaLogDirsRequest_v2,)
+PY_REQUEST_DECODERS = (_d_AlterReplicaLogDirsRequest_v0, _d_AlterReplicaLogDirsRequest_v0, _d_AlterReplicaLogDirsRequest_v2,)
 REQUEST_ENCODERS = (_e_AlterReplicaLogDirsRequest_v0, _e_AlterReplicaLogDirsRequest_v0, _e_AlterReplicaLogDirsRequest_v2,)
 REQUEST_VERSIONS = (0, 2)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[AlterReplicaLogDirsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[AlterReplicaLogDirsRequest, int]:
     """Decode a AlterReplicaLogDirsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 2: raise DecodeError(f'AlterReplicaLogDirsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed AlterReplicaLogDirsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: AlterReplicaLogDirsRequest, out: list | None = None) -> list:
@@ -436,20 +442,25 @@ def _e_AlterReplicaLogDirsResponse_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_AlterReplicaLogDirsResponse_v0, _d_AlterReplicaLogDirsResponse_v0, _d_AlterReplicaLogDirsResponse_v2,)
+PY_RESPONSE_DECODERS = (_d_AlterReplicaLogDirsResponse_v0, _d_AlterReplicaLogDirsResponse_v0, _d_AlterReplicaLogDirsResponse_v2,)
 RESPONSE_ENCODERS = (_e_AlterReplicaLogDirsResponse_v0, _e_AlterReplicaLogDirsResponse_v0, _e_AlterReplicaLogDirsResponse_v2,)
 RESPONSE_VERSIONS = (0, 2)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[AlterReplicaLogDirsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[AlterReplicaLogDirsResponse, int]:
     """Decode a AlterReplicaLogDirsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 2: raise DecodeError(f'AlterReplicaLogDirsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed AlterReplicaLogDirsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: AlterReplicaLogDirsResponse, out: list | None = None) -> list:
@@ -461,3 +472,28 @@ def encode_response(version: int, message: AlterReplicaLogDirsResponse, out: lis
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode AlterReplicaLogDirsResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_AlterReplicaLogDirTopic_v0 = _P(AlterReplicaLogDirTopic, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 2, 0, None, 0), 4)), (), (), False)
+    _n_AlterReplicaLogDirTopic_v2 = _P(AlterReplicaLogDirTopic, (('name', 9, 2, None, 0), ('partitions', 13, 2, (None, 2, 2, None, 0), 4)), (), (), True)
+    _n_AlterReplicaLogDir_v0 = _P(AlterReplicaLogDir, (('path', 9, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_AlterReplicaLogDirTopic_v0, 0), 6)), (), (), False)
+    _n_AlterReplicaLogDir_v2 = _P(AlterReplicaLogDir, (('path', 9, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_AlterReplicaLogDirTopic_v2, 0), 3)), (), (), True)
+    _n_AlterReplicaLogDirsRequest_v0 = _P(AlterReplicaLogDirsRequest, (('dirs', 13, 0, (None, 12, 0, _n_AlterReplicaLogDir_v0, 0), 6),), (), (), False)
+    _n_AlterReplicaLogDirsRequest_v2 = _P(AlterReplicaLogDirsRequest, (('dirs', 13, 2, (None, 12, 0, _n_AlterReplicaLogDir_v2, 0), 3),), (), (), True)
+    REQUEST_DECODERS = (_n_AlterReplicaLogDirsRequest_v0, _n_AlterReplicaLogDirsRequest_v0, _n_AlterReplicaLogDirsRequest_v2,)
+    decode_request = _native.entry('AlterReplicaLogDirsRequest', REQUEST_DECODERS)
+    _n_AlterReplicaLogDirPartitionResult_v0 = _P(AlterReplicaLogDirPartitionResult, (('partition_index', 2, 0, None, 0), ('error_code', 1, 0, None, 0)), (), (), False)
+    _n_AlterReplicaLogDirPartitionResult_v2 = _P(AlterReplicaLogDirPartitionResult, (('partition_index', 2, 2, None, 0), ('error_code', 1, 2, None, 0)), (), (), True)
+    _n_AlterReplicaLogDirTopicResult_v0 = _P(AlterReplicaLogDirTopicResult, (('topic_name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_AlterReplicaLogDirPartitionResult_v0, 0), 6)), (), (), False)
+    _n_AlterReplicaLogDirTopicResult_v2 = _P(AlterReplicaLogDirTopicResult, (('topic_name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_AlterReplicaLogDirPartitionResult_v2, 0), 7)), (), (), True)
+    _n_AlterReplicaLogDirsResponse_v0 = _P(AlterReplicaLogDirsResponse, (('throttle_time_ms', 2, 0, None, 0), ('results', 13, 0, (None, 12, 0, _n_AlterReplicaLogDirTopicResult_v0, 0), 6)), (), (), False)
+    _n_AlterReplicaLogDirsResponse_v2 = _P(AlterReplicaLogDirsResponse, (('throttle_time_ms', 2, 2, None, 0), ('results', 13, 2, (None, 12, 0, _n_AlterReplicaLogDirTopicResult_v2, 0), 3)), (), (), True)
+    RESPONSE_DECODERS = (_n_AlterReplicaLogDirsResponse_v0, _n_AlterReplicaLogDirsResponse_v0, _n_AlterReplicaLogDirsResponse_v2,)
+    decode_response = _native.entry('AlterReplicaLogDirsResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -210,20 +211,25 @@ def _e_AlterUserScramCredentialsRequest_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_AlterUserScramCredentialsRequest_v0,)
+PY_REQUEST_DECODERS = (_d_AlterUserScramCredentialsRequest_v0,)
 REQUEST_ENCODERS = (_e_AlterUserScramCredentialsRequest_v0,)
 REQUEST_VERSIONS = (0, 0)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[AlterUserScramCredentialsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[AlterUserScramCredentialsRequest, int]:
     """Decode a AlterUserScramCredentialsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'AlterUserScramCredentialsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed AlterUserScramCredentialsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: AlterUserScramCredentialsRequest, out: list | None = None) -> list:
@@ -334,20 +340,25 @@ def _e_AlterUserScramCredentialsResponse_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_AlterUserScramCredentialsResponse_v0,)
+PY_RESPONSE_DECODERS = (_d_AlterUserScramCredentialsResponse_v0,)
 RESPONSE_ENCODERS = (_e_AlterUserScramCredentialsResponse_v0,)
 RESPONSE_VERSIONS = (0, 0)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[AlterUserScramCredentialsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[AlterUserScramCredentialsResponse, int]:
     """Decode a AlterUserScramCredentialsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'AlterUserScramCredentialsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed AlterUserScramCredentialsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: AlterUserScramCredentialsResponse, out: list | None = None) -> list:
@@ -359,3 +370,21 @@ def encode_response(version: int, message: AlterUserScramCredentialsResponse, ou
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode AlterUserScramCredentialsResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_ScramCredentialDeletion_v0 = _P(ScramCredentialDeletion, (('name', 9, 2, None, 0), ('mechanism', 0, 2, None, 0)), (), (), True)
+    _n_ScramCredentialUpsertion_v0 = _P(ScramCredentialUpsertion, (('name', 9, 2, None, 0), ('mechanism', 0, 2, None, 0), ('iterations', 2, 2, None, 0), ('salt', 10, 2, None, 0), ('salted_password', 10, 2, None, 0)), (), (), True)
+    _n_AlterUserScramCredentialsRequest_v0 = _P(AlterUserScramCredentialsRequest, (('deletions', 13, 2, (None, 12, 0, _n_ScramCredentialDeletion_v0, 0), 3), ('upsertions', 13, 2, (None, 12, 0, _n_ScramCredentialUpsertion_v0, 0), 9)), (), (), True)
+    REQUEST_DECODERS = (_n_AlterUserScramCredentialsRequest_v0,)
+    decode_request = _native.entry('AlterUserScramCredentialsRequest', REQUEST_DECODERS)
+    _n_AlterUserScramCredentialsResult_v0 = _P(AlterUserScramCredentialsResult, (('user', 9, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0)), (), (), True)
+    _n_AlterUserScramCredentialsResponse_v0 = _P(AlterUserScramCredentialsResponse, (('throttle_time_ms', 2, 2, None, 0), ('results', 13, 2, (None, 12, 0, _n_AlterUserScramCredentialsResult_v0, 0), 5)), (), (), True)
+    RESPONSE_DECODERS = (_n_AlterUserScramCredentialsResponse_v0,)
+    decode_response = _native.entry('AlterUserScramCredentialsResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -90,20 +91,25 @@ def _e_ApiVersionsRequest_v3(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_ApiVersionsRequest_v0, _d_ApiVersionsRequest_v0, _d_ApiVersionsRequest_v0, _d_ApiVersionsRequest_v3, _d_ApiVersionsRequest_v3,)
+PY_REQUEST_DECODERS = (_d_ApiVersionsRequest_v0, _d_ApiVersionsRequest_v0, _d_ApiVersionsRequest_v0, _d_ApiVersionsRequest_v3, _d_ApiVersionsRequest_v3,)
 REQUEST_ENCODERS = (_e_ApiVersionsRequest_v0, _e_ApiVersionsRequest_v0, _e_ApiVersionsRequest_v0, _e_ApiVersionsRequest_v3, _e_ApiVersionsRequest_v3,)
 REQUEST_VERSIONS = (0, 4)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[ApiVersionsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[ApiVersionsRequest, int]:
     """Decode a ApiVersionsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 4: raise DecodeError(f'ApiVersionsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ApiVersionsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: ApiVersionsRequest, out: list | None = None) -> list:
@@ -409,20 +415,25 @@ def _e_ApiVersionsResponse_v3(o, ap):
     if _tg: _wtags(ap, _tg)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_ApiVersionsResponse_v0, _d_ApiVersionsResponse_v1, _d_ApiVersionsResponse_v1, _d_ApiVersionsResponse_v3, _d_ApiVersionsResponse_v3,)
+PY_RESPONSE_DECODERS = (_d_ApiVersionsResponse_v0, _d_ApiVersionsResponse_v1, _d_ApiVersionsResponse_v1, _d_ApiVersionsResponse_v3, _d_ApiVersionsResponse_v3,)
 RESPONSE_ENCODERS = (_e_ApiVersionsResponse_v0, _e_ApiVersionsResponse_v1, _e_ApiVersionsResponse_v1, _e_ApiVersionsResponse_v3, _e_ApiVersionsResponse_v3,)
 RESPONSE_VERSIONS = (0, 4)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[ApiVersionsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[ApiVersionsResponse, int]:
     """Decode a ApiVersionsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 4: raise DecodeError(f'ApiVersionsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ApiVersionsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: ApiVersionsResponse, out: list | None = None) -> list:
@@ -438,3 +449,23 @@ def encode_response(version: int, message: ApiVersionsResponse, out: list | None
 
 _DEF_SupportedFeatureKey = SupportedFeatureKey()
 _DEF_FinalizedFeatureKey = FinalizedFeatureKey()
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_ApiVersionsRequest_v0 = _P(ApiVersionsRequest, (), (), (('client_software_name', '', 0), ('client_software_version', '', 0)), False)
+    _n_ApiVersionsRequest_v3 = _P(ApiVersionsRequest, (('client_software_name', 9, 2, None, 0), ('client_software_version', 9, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_ApiVersionsRequest_v0, _n_ApiVersionsRequest_v0, _n_ApiVersionsRequest_v0, _n_ApiVersionsRequest_v3, _n_ApiVersionsRequest_v3,)
+    decode_request = _native.entry('ApiVersionsRequest', REQUEST_DECODERS)
+    _n_ApiVersion_v0 = _P(ApiVersion, (('api_key', 1, 0, None, 0), ('min_version', 1, 0, None, 0), ('max_version', 1, 0, None, 0)), (), (), False)
+    _n_ApiVersion_v3 = _P(ApiVersion, (('api_key', 1, 2, None, 0), ('min_version', 1, 2, None, 0), ('max_version', 1, 2, None, 0)), (), (), True)
+    _n_SupportedFeatureKey_v3 = _P(SupportedFeatureKey, (('name', 9, 2, None, 0), ('min_version', 1, 2, None, 0), ('max_version', 1, 2, None, 0)), (), (), True)
+    _n_FinalizedFeatureKey_v3 = _P(FinalizedFeatureKey, (('name', 9, 2, None, 0), ('max_version_level', 1, 2, None, 0), ('min_version_level', 1, 2, None, 0)), (), (), True)
+    _n_ApiVersionsResponse_v0 = _P(ApiVersionsResponse, (('error_code', 1, 0, None, 0), ('api_keys', 13, 0, (None, 12, 0, _n_ApiVersion_v0, 0), 6)), (), (('throttle_time_ms', 0, 0), ('supported_features', None, 1), ('finalized_features_epoch', -1, 0), ('finalized_features', None, 1), ('zk_migration_ready', False, 0)), False)
+    _n_ApiVersionsResponse_v1 = _P(ApiVersionsResponse, (('error_code', 1, 0, None, 0), ('api_keys', 13, 0, (None, 12, 0, _n_ApiVersion_v0, 0), 6), ('throttle_time_ms', 2, 0, None, 0)), (), (('supported_features', None, 1), ('finalized_features_epoch', -1, 0), ('finalized_features', None, 1), ('zk_migration_ready', False, 0)), False)
+    _n_ApiVersionsResponse_v3 = _P(ApiVersionsResponse, (('error_code', 1, 2, None, 0), ('api_keys', 13, 2, (None, 12, 0, _n_ApiVersion_v3, 0), 7), ('throttle_time_ms', 2, 2, None, 0)), ((0, ('supported_features', 13, 2, (None, 12, 0, _n_SupportedFeatureKey_v3, 0), 6)), (1, ('finalized_features_epoch', 3, 2, None, 0)), (2, ('finalized_features', 13, 2, (None, 12, 0, _n_FinalizedFeatureKey_v3, 0), 6)), (3, ('zk_migration_ready', 7, 2, None, 0))), (('supported_features', None, 1), ('finalized_features_epoch', -1, 0), ('finalized_features', None, 1), ('zk_migration_ready', False, 0)), True)
+    RESPONSE_DECODERS = (_n_ApiVersionsResponse_v0, _n_ApiVersionsResponse_v1, _n_ApiVersionsResponse_v1, _n_ApiVersionsResponse_v3, _n_ApiVersionsResponse_v3,)
+    decode_response = _native.entry('ApiVersionsResponse', RESPONSE_DECODERS)

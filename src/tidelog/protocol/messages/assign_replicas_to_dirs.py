@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -171,20 +172,25 @@ def _e_AssignReplicasToDirsRequest_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_AssignReplicasToDirsRequest_v0,)
+PY_REQUEST_DECODERS = (_d_AssignReplicasToDirsRequest_v0,)
 REQUEST_ENCODERS = (_e_AssignReplicasToDirsRequest_v0,)
 REQUEST_VERSIONS = (0, 0)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[AssignReplicasToDirsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[AssignReplicasToDirsRequest, int]:
     """Decode a AssignReplicasToDirsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'AssignReplicasToDirsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed AssignReplicasToDirsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: AssignReplicasToDirsRequest, out: list | None = None) -> list:
@@ -330,20 +336,25 @@ def _e_AssignReplicasToDirsResponse_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_AssignReplicasToDirsResponse_v0,)
+PY_RESPONSE_DECODERS = (_d_AssignReplicasToDirsResponse_v0,)
 RESPONSE_ENCODERS = (_e_AssignReplicasToDirsResponse_v0,)
 RESPONSE_VERSIONS = (0, 0)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[AssignReplicasToDirsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[AssignReplicasToDirsResponse, int]:
     """Decode a AssignReplicasToDirsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'AssignReplicasToDirsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed AssignReplicasToDirsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: AssignReplicasToDirsResponse, out: list | None = None) -> list:
@@ -355,3 +366,24 @@ def encode_response(version: int, message: AssignReplicasToDirsResponse, out: li
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode AssignReplicasToDirsResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_PartitionData_v0 = _P(PartitionData, (('partition_index', 2, 2, None, 0),), (), (), True)
+    _n_TopicData_v0 = _P(TopicData, (('topic_id', 8, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_PartitionData_v0, 0), 5)), (), (), True)
+    _n_DirectoryData_v0 = _P(DirectoryData, (('id', 8, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_TopicData_v0, 0), 18)), (), (), True)
+    _n_AssignReplicasToDirsRequest_v0 = _P(AssignReplicasToDirsRequest, (('broker_id', 2, 2, None, 0), ('broker_epoch', 3, 2, None, 0), ('directories', 13, 2, (None, 12, 0, _n_DirectoryData_v0, 0), 18)), (), (), True)
+    REQUEST_DECODERS = (_n_AssignReplicasToDirsRequest_v0,)
+    decode_request = _native.entry('AssignReplicasToDirsRequest', REQUEST_DECODERS)
+    _n_AssignReplicasToDirsResponsePartitionData_v0 = _P(AssignReplicasToDirsResponsePartitionData, (('partition_index', 2, 2, None, 0), ('error_code', 1, 2, None, 0)), (), (), True)
+    _n_AssignReplicasToDirsResponseTopicData_v0 = _P(AssignReplicasToDirsResponseTopicData, (('topic_id', 8, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_AssignReplicasToDirsResponsePartitionData_v0, 0), 7)), (), (), True)
+    _n_AssignReplicasToDirsResponseDirectoryData_v0 = _P(AssignReplicasToDirsResponseDirectoryData, (('id', 8, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_AssignReplicasToDirsResponseTopicData_v0, 0), 18)), (), (), True)
+    _n_AssignReplicasToDirsResponse_v0 = _P(AssignReplicasToDirsResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('directories', 13, 2, (None, 12, 0, _n_AssignReplicasToDirsResponseDirectoryData_v0, 0), 18)), (), (), True)
+    RESPONSE_DECODERS = (_n_AssignReplicasToDirsResponse_v0,)
+    decode_response = _native.entry('AssignReplicasToDirsResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -303,20 +304,25 @@ def _e_BeginQuorumEpochRequest_v1(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_BeginQuorumEpochRequest_v0, _d_BeginQuorumEpochRequest_v1,)
+PY_REQUEST_DECODERS = (_d_BeginQuorumEpochRequest_v0, _d_BeginQuorumEpochRequest_v1,)
 REQUEST_ENCODERS = (_e_BeginQuorumEpochRequest_v0, _e_BeginQuorumEpochRequest_v1,)
 REQUEST_VERSIONS = (0, 1)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[BeginQuorumEpochRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[BeginQuorumEpochRequest, int]:
     """Decode a BeginQuorumEpochRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'BeginQuorumEpochRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed BeginQuorumEpochRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: BeginQuorumEpochRequest, out: list | None = None) -> list:
@@ -579,20 +585,25 @@ def _e_BeginQuorumEpochResponse_v1(o, ap):
     if _tg: _wtags(ap, _tg)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_BeginQuorumEpochResponse_v0, _d_BeginQuorumEpochResponse_v1,)
+PY_RESPONSE_DECODERS = (_d_BeginQuorumEpochResponse_v0, _d_BeginQuorumEpochResponse_v1,)
 RESPONSE_ENCODERS = (_e_BeginQuorumEpochResponse_v0, _e_BeginQuorumEpochResponse_v1,)
 RESPONSE_VERSIONS = (0, 1)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[BeginQuorumEpochResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[BeginQuorumEpochResponse, int]:
     """Decode a BeginQuorumEpochResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'BeginQuorumEpochResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed BeginQuorumEpochResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: BeginQuorumEpochResponse, out: list | None = None) -> list:
@@ -607,3 +618,28 @@ def encode_response(version: int, message: BeginQuorumEpochResponse, out: list |
 
 
 _DEF_NodeEndpoint = NodeEndpoint()
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_PartitionData_v0 = _P(PartitionData, (('partition_index', 2, 0, None, 0), ('leader_id', 2, 0, None, 0), ('leader_epoch', 2, 0, None, 0)), (), (('voter_directory_id', ZERO_UUID, 0),), False)
+    _n_PartitionData_v1 = _P(PartitionData, (('partition_index', 2, 2, None, 0), ('voter_directory_id', 8, 2, None, 0), ('leader_id', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0)), (), (), True)
+    _n_TopicData_v0 = _P(TopicData, (('topic_name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_PartitionData_v0, 0), 12)), (), (), False)
+    _n_TopicData_v1 = _P(TopicData, (('topic_name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_PartitionData_v1, 0), 29)), (), (), True)
+    _n_LeaderEndpoint_v1 = _P(LeaderEndpoint, (('name', 9, 2, None, 0), ('host', 9, 2, None, 0), ('port', 4, 2, None, 0)), (), (), True)
+    _n_BeginQuorumEpochRequest_v0 = _P(BeginQuorumEpochRequest, (('cluster_id', 9, 1, None, 0), ('topics', 13, 0, (None, 12, 0, _n_TopicData_v0, 0), 6)), (), (('voter_id', -1, 0), ('leader_endpoints', None, 1)), False)
+    _n_BeginQuorumEpochRequest_v1 = _P(BeginQuorumEpochRequest, (('cluster_id', 9, 3, None, 0), ('voter_id', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_TopicData_v1, 0), 3), ('leader_endpoints', 13, 2, (None, 12, 0, _n_LeaderEndpoint_v1, 0), 5)), (), (), True)
+    REQUEST_DECODERS = (_n_BeginQuorumEpochRequest_v0, _n_BeginQuorumEpochRequest_v1,)
+    decode_request = _native.entry('BeginQuorumEpochRequest', REQUEST_DECODERS)
+    _n_BeginQuorumEpochResponsePartitionData_v0 = _P(BeginQuorumEpochResponsePartitionData, (('partition_index', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('leader_id', 2, 0, None, 0), ('leader_epoch', 2, 0, None, 0)), (), (), False)
+    _n_BeginQuorumEpochResponsePartitionData_v1 = _P(BeginQuorumEpochResponsePartitionData, (('partition_index', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('leader_id', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0)), (), (), True)
+    _n_BeginQuorumEpochResponseTopicData_v0 = _P(BeginQuorumEpochResponseTopicData, (('topic_name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_BeginQuorumEpochResponsePartitionData_v0, 0), 14)), (), (), False)
+    _n_BeginQuorumEpochResponseTopicData_v1 = _P(BeginQuorumEpochResponseTopicData, (('topic_name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_BeginQuorumEpochResponsePartitionData_v1, 0), 15)), (), (), True)
+    _n_NodeEndpoint_v1 = _P(NodeEndpoint, (('node_id', 2, 2, None, 0), ('host', 9, 2, None, 0), ('port', 4, 2, None, 0)), (), (), True)
+    _n_BeginQuorumEpochResponse_v0 = _P(BeginQuorumEpochResponse, (('error_code', 1, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_BeginQuorumEpochResponseTopicData_v0, 0), 6)), (), (('node_endpoints', None, 1),), False)
+    _n_BeginQuorumEpochResponse_v1 = _P(BeginQuorumEpochResponse, (('error_code', 1, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_BeginQuorumEpochResponseTopicData_v1, 0), 3)), ((0, ('node_endpoints', 13, 2, (None, 12, 0, _n_NodeEndpoint_v1, 0), 8)),), (('node_endpoints', None, 1),), True)
+    RESPONSE_DECODERS = (_n_BeginQuorumEpochResponse_v0, _n_BeginQuorumEpochResponse_v1,)
+    decode_response = _native.entry('BeginQuorumEpochResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -123,20 +124,25 @@ def _e_BrokerHeartbeatRequest_v1(o, ap):
     if _tg: _wtags(ap, _tg)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_BrokerHeartbeatRequest_v0, _d_BrokerHeartbeatRequest_v1,)
+PY_REQUEST_DECODERS = (_d_BrokerHeartbeatRequest_v0, _d_BrokerHeartbeatRequest_v1,)
 REQUEST_ENCODERS = (_e_BrokerHeartbeatRequest_v0, _e_BrokerHeartbeatRequest_v1,)
 REQUEST_VERSIONS = (0, 1)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[BrokerHeartbeatRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[BrokerHeartbeatRequest, int]:
     """Decode a BrokerHeartbeatRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'BrokerHeartbeatRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed BrokerHeartbeatRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: BrokerHeartbeatRequest, out: list | None = None) -> list:
@@ -174,20 +180,25 @@ def _e_BrokerHeartbeatResponse_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_BrokerHeartbeatResponse_v0, _d_BrokerHeartbeatResponse_v0,)
+PY_RESPONSE_DECODERS = (_d_BrokerHeartbeatResponse_v0, _d_BrokerHeartbeatResponse_v0,)
 RESPONSE_ENCODERS = (_e_BrokerHeartbeatResponse_v0, _e_BrokerHeartbeatResponse_v0,)
 RESPONSE_VERSIONS = (0, 1)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[BrokerHeartbeatResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[BrokerHeartbeatResponse, int]:
     """Decode a BrokerHeartbeatResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'BrokerHeartbeatResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed BrokerHeartbeatResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: BrokerHeartbeatResponse, out: list | None = None) -> list:
@@ -199,3 +210,19 @@ def encode_response(version: int, message: BrokerHeartbeatResponse, out: list | 
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode BrokerHeartbeatResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_BrokerHeartbeatRequest_v0 = _P(BrokerHeartbeatRequest, (('broker_id', 2, 2, None, 0), ('broker_epoch', 3, 2, None, 0), ('current_metadata_offset', 3, 2, None, 0), ('want_fence', 7, 2, None, 0), ('want_shut_down', 7, 2, None, 0)), (), (('offline_log_dirs', None, 1),), True)
+    _n_BrokerHeartbeatRequest_v1 = _P(BrokerHeartbeatRequest, (('broker_id', 2, 2, None, 0), ('broker_epoch', 3, 2, None, 0), ('current_metadata_offset', 3, 2, None, 0), ('want_fence', 7, 2, None, 0), ('want_shut_down', 7, 2, None, 0)), ((0, ('offline_log_dirs', 13, 2, (None, 8, 2, None, 0), 16)),), (('offline_log_dirs', None, 1),), True)
+    REQUEST_DECODERS = (_n_BrokerHeartbeatRequest_v0, _n_BrokerHeartbeatRequest_v1,)
+    decode_request = _native.entry('BrokerHeartbeatRequest', REQUEST_DECODERS)
+    _n_BrokerHeartbeatResponse_v0 = _P(BrokerHeartbeatResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('is_caught_up', 7, 2, None, 0), ('is_fenced', 7, 2, None, 0), ('should_shut_down', 7, 2, None, 0)), (), (), True)
+    RESPONSE_DECODERS = (_n_BrokerHeartbeatResponse_v0, _n_BrokerHeartbeatResponse_v0,)
+    decode_response = _native.entry('BrokerHeartbeatResponse', RESPONSE_DECODERS)

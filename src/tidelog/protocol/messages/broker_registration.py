@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -558,20 +559,25 @@ def _e_BrokerRegistrationRequest_v3(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_BrokerRegistrationRequest_v0, _d_BrokerRegistrationRequest_v1, _d_BrokerRegistrationRequest_v2, _d_BrokerRegistrationRequest_v3, _d_BrokerRegistrationRequest_v3,)
+PY_REQUEST_DECODERS = (_d_BrokerRegistrationRequest_v0, _d_BrokerRegistrationRequest_v1, _d_BrokerRegistrationRequest_v2, _d_BrokerRegistrationRequest_v3, _d_BrokerRegistrationRequest_v3,)
 REQUEST_ENCODERS = (_e_BrokerRegistrationRequest_v0, _e_BrokerRegistrationRequest_v1, _e_BrokerRegistrationRequest_v2, _e_BrokerRegistrationRequest_v3, _e_BrokerRegistrationRequest_v3,)
 REQUEST_VERSIONS = (0, 4)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[BrokerRegistrationRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[BrokerRegistrationRequest, int]:
     """Decode a BrokerRegistrationRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 4: raise DecodeError(f'BrokerRegistrationRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed BrokerRegistrationRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: BrokerRegistrationRequest, out: list | None = None) -> list:
@@ -607,20 +613,25 @@ def _e_BrokerRegistrationResponse_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_BrokerRegistrationResponse_v0, _d_BrokerRegistrationResponse_v0, _d_BrokerRegistrationResponse_v0, _d_BrokerRegistrationResponse_v0, _d_BrokerRegistrationResponse_v0,)
+PY_RESPONSE_DECODERS = (_d_BrokerRegistrationResponse_v0, _d_BrokerRegistrationResponse_v0, _d_BrokerRegistrationResponse_v0, _d_BrokerRegistrationResponse_v0, _d_BrokerRegistrationResponse_v0,)
 RESPONSE_ENCODERS = (_e_BrokerRegistrationResponse_v0, _e_BrokerRegistrationResponse_v0, _e_BrokerRegistrationResponse_v0, _e_BrokerRegistrationResponse_v0, _e_BrokerRegistrationResponse_v0,)
 RESPONSE_VERSIONS = (0, 4)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[BrokerRegistrationResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[BrokerRegistrationResponse, int]:
     """Decode a BrokerRegistrationResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 4: raise DecodeError(f'BrokerRegistrationResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed BrokerRegistrationResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: BrokerRegistrationResponse, out: list | None = None) -> list:
@@ -632,3 +643,23 @@ def encode_response(version: int, message: BrokerRegistrationResponse, out: list
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode BrokerRegistrationResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_Listener_v0 = _P(Listener, (('name', 9, 2, None, 0), ('host', 9, 2, None, 0), ('port', 4, 2, None, 0), ('security_protocol', 1, 2, None, 0)), (), (), True)
+    _n_Feature_v0 = _P(Feature, (('name', 9, 2, None, 0), ('min_supported_version', 1, 2, None, 0), ('max_supported_version', 1, 2, None, 0)), (), (), True)
+    _n_BrokerRegistrationRequest_v0 = _P(BrokerRegistrationRequest, (('broker_id', 2, 2, None, 0), ('cluster_id', 9, 2, None, 0), ('incarnation_id', 8, 2, None, 0), ('listeners', 13, 2, (None, 12, 0, _n_Listener_v0, 0), 7), ('features', 13, 2, (None, 12, 0, _n_Feature_v0, 0), 6), ('rack', 9, 3, None, 0)), (), (('is_migrating_zk_broker', False, 0), ('log_dirs', None, 1), ('previous_broker_epoch', -1, 0)), True)
+    _n_BrokerRegistrationRequest_v1 = _P(BrokerRegistrationRequest, (('broker_id', 2, 2, None, 0), ('cluster_id', 9, 2, None, 0), ('incarnation_id', 8, 2, None, 0), ('listeners', 13, 2, (None, 12, 0, _n_Listener_v0, 0), 7), ('features', 13, 2, (None, 12, 0, _n_Feature_v0, 0), 6), ('rack', 9, 3, None, 0), ('is_migrating_zk_broker', 7, 2, None, 0)), (), (('log_dirs', None, 1), ('previous_broker_epoch', -1, 0)), True)
+    _n_BrokerRegistrationRequest_v2 = _P(BrokerRegistrationRequest, (('broker_id', 2, 2, None, 0), ('cluster_id', 9, 2, None, 0), ('incarnation_id', 8, 2, None, 0), ('listeners', 13, 2, (None, 12, 0, _n_Listener_v0, 0), 7), ('features', 13, 2, (None, 12, 0, _n_Feature_v0, 0), 6), ('rack', 9, 3, None, 0), ('is_migrating_zk_broker', 7, 2, None, 0), ('log_dirs', 13, 2, (None, 8, 2, None, 0), 16)), (), (('previous_broker_epoch', -1, 0),), True)
+    _n_BrokerRegistrationRequest_v3 = _P(BrokerRegistrationRequest, (('broker_id', 2, 2, None, 0), ('cluster_id', 9, 2, None, 0), ('incarnation_id', 8, 2, None, 0), ('listeners', 13, 2, (None, 12, 0, _n_Listener_v0, 0), 7), ('features', 13, 2, (None, 12, 0, _n_Feature_v0, 0), 6), ('rack', 9, 3, None, 0), ('is_migrating_zk_broker', 7, 2, None, 0), ('log_dirs', 13, 2, (None, 8, 2, None, 0), 16), ('previous_broker_epoch', 3, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_BrokerRegistrationRequest_v0, _n_BrokerRegistrationRequest_v1, _n_BrokerRegistrationRequest_v2, _n_BrokerRegistrationRequest_v3, _n_BrokerRegistrationRequest_v3,)
+    decode_request = _native.entry('BrokerRegistrationRequest', REQUEST_DECODERS)
+    _n_BrokerRegistrationResponse_v0 = _P(BrokerRegistrationResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('broker_epoch', 3, 2, None, 0)), (), (), True)
+    RESPONSE_DECODERS = (_n_BrokerRegistrationResponse_v0, _n_BrokerRegistrationResponse_v0, _n_BrokerRegistrationResponse_v0, _n_BrokerRegistrationResponse_v0, _n_BrokerRegistrationResponse_v0,)
+    decode_response = _native.entry('BrokerRegistrationResponse', RESPONSE_DECODERS)

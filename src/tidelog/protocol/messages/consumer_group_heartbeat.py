@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -342,20 +343,25 @@ def _e_ConsumerGroupHeartbeatRequest_v1(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_ConsumerGroupHeartbeatRequest_v0, _d_ConsumerGroupHeartbeatRequest_v1,)
+PY_REQUEST_DECODERS = (_d_ConsumerGroupHeartbeatRequest_v0, _d_ConsumerGroupHeartbeatRequest_v1,)
 REQUEST_ENCODERS = (_e_ConsumerGroupHeartbeatRequest_v0, _e_ConsumerGroupHeartbeatRequest_v1,)
 REQUEST_VERSIONS = (0, 1)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[ConsumerGroupHeartbeatRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[ConsumerGroupHeartbeatRequest, int]:
     """Decode a ConsumerGroupHeartbeatRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'ConsumerGroupHeartbeatRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ConsumerGroupHeartbeatRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: ConsumerGroupHeartbeatRequest, out: list | None = None) -> list:
@@ -501,20 +507,25 @@ def _e_ConsumerGroupHeartbeatResponse_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_ConsumerGroupHeartbeatResponse_v0, _d_ConsumerGroupHeartbeatResponse_v0,)
+PY_RESPONSE_DECODERS = (_d_ConsumerGroupHeartbeatResponse_v0, _d_ConsumerGroupHeartbeatResponse_v0,)
 RESPONSE_ENCODERS = (_e_ConsumerGroupHeartbeatResponse_v0, _e_ConsumerGroupHeartbeatResponse_v0,)
 RESPONSE_VERSIONS = (0, 1)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[ConsumerGroupHeartbeatResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[ConsumerGroupHeartbeatResponse, int]:
     """Decode a ConsumerGroupHeartbeatResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'ConsumerGroupHeartbeatResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ConsumerGroupHeartbeatResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: ConsumerGroupHeartbeatResponse, out: list | None = None) -> list:
@@ -526,3 +537,22 @@ def encode_response(version: int, message: ConsumerGroupHeartbeatResponse, out: 
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode ConsumerGroupHeartbeatResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_TopicPartitions_v0 = _P(TopicPartitions, (('topic_id', 8, 2, None, 0), ('partitions', 13, 2, (None, 2, 2, None, 0), 4)), (), (), True)
+    _n_ConsumerGroupHeartbeatRequest_v0 = _P(ConsumerGroupHeartbeatRequest, (('group_id', 9, 2, None, 0), ('member_id', 9, 2, None, 0), ('member_epoch', 2, 2, None, 0), ('instance_id', 9, 3, None, 0), ('rack_id', 9, 3, None, 0), ('rebalance_timeout_ms', 2, 2, None, 0), ('subscribed_topic_names', 13, 3, (None, 9, 2, None, 0), 1), ('server_assignor', 9, 3, None, 0), ('topic_partitions', 13, 3, (None, 12, 0, _n_TopicPartitions_v0, 0), 18)), (), (('subscribed_topic_regex', None, 0),), True)
+    _n_ConsumerGroupHeartbeatRequest_v1 = _P(ConsumerGroupHeartbeatRequest, (('group_id', 9, 2, None, 0), ('member_id', 9, 2, None, 0), ('member_epoch', 2, 2, None, 0), ('instance_id', 9, 3, None, 0), ('rack_id', 9, 3, None, 0), ('rebalance_timeout_ms', 2, 2, None, 0), ('subscribed_topic_names', 13, 3, (None, 9, 2, None, 0), 1), ('subscribed_topic_regex', 9, 3, None, 0), ('server_assignor', 9, 3, None, 0), ('topic_partitions', 13, 3, (None, 12, 0, _n_TopicPartitions_v0, 0), 18)), (), (), True)
+    REQUEST_DECODERS = (_n_ConsumerGroupHeartbeatRequest_v0, _n_ConsumerGroupHeartbeatRequest_v1,)
+    decode_request = _native.entry('ConsumerGroupHeartbeatRequest', REQUEST_DECODERS)
+    _n_ConsumerGroupHeartbeatResponseTopicPartitions_v0 = _P(ConsumerGroupHeartbeatResponseTopicPartitions, (('topic_id', 8, 2, None, 0), ('partitions', 13, 2, (None, 2, 2, None, 0), 4)), (), (), True)
+    _n_Assignment_v0 = _P(Assignment, (('topic_partitions', 13, 2, (None, 12, 0, _n_ConsumerGroupHeartbeatResponseTopicPartitions_v0, 0), 18),), (), (), True)
+    _n_ConsumerGroupHeartbeatResponse_v0 = _P(ConsumerGroupHeartbeatResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('member_id', 9, 3, None, 0), ('member_epoch', 2, 2, None, 0), ('heartbeat_interval_ms', 2, 2, None, 0), ('assignment', 12, 1, _n_Assignment_v0, 0)), (), (), True)
+    RESPONSE_DECODERS = (_n_ConsumerGroupHeartbeatResponse_v0, _n_ConsumerGroupHeartbeatResponse_v0,)
+    decode_response = _native.entry('ConsumerGroupHeartbeatResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -280,20 +281,25 @@ def _e_ConsumerProtocolSubscription_v3(o, ap):
     ap(_S2.pack(o.generation_id, _l8))
     if _s7 is not None: ap(_s7)
 
-DATA_DECODERS = (_d_ConsumerProtocolSubscription_v0, _d_ConsumerProtocolSubscription_v1, _d_ConsumerProtocolSubscription_v2, _d_ConsumerProtocolSubscription_v3,)
+PY_DATA_DECODERS = (_d_ConsumerProtocolSubscription_v0, _d_ConsumerProtocolSubscription_v1, _d_ConsumerProtocolSubscription_v2, _d_ConsumerProtocolSubscription_v3,)
 DATA_ENCODERS = (_e_ConsumerProtocolSubscription_v0, _e_ConsumerProtocolSubscription_v1, _e_ConsumerProtocolSubscription_v2, _e_ConsumerProtocolSubscription_v3,)
 DATA_VERSIONS = (0, 3)
 
 
-def decode_data(version: int, buf, pos: int = 0) -> tuple[ConsumerProtocolSubscription, int]:
+def py_decode_data(version: int, buf, pos: int = 0) -> tuple[ConsumerProtocolSubscription, int]:
     """Decode a ConsumerProtocolSubscription of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 3: raise DecodeError(f'ConsumerProtocolSubscription version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return DATA_DECODERS[version](b, pos, len(b))
+        return PY_DATA_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ConsumerProtocolSubscription v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+DATA_DECODERS = PY_DATA_DECODERS
+decode_data = py_decode_data
 
 
 def encode_data(version: int, message: ConsumerProtocolSubscription, out: list | None = None) -> list:
@@ -305,3 +311,19 @@ def encode_data(version: int, message: ConsumerProtocolSubscription, out: list |
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode ConsumerProtocolSubscription v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_TopicPartition_v1 = _P(TopicPartition, (('topic', 9, 0, None, 0), ('partitions', 13, 0, (None, 2, 0, None, 0), 4)), (), (), False)
+    _n_ConsumerProtocolSubscription_v0 = _P(ConsumerProtocolSubscription, (('topics', 13, 0, (None, 9, 0, None, 0), 2), ('user_data', 10, 1, None, 0)), (), (('owned_partitions', None, 1), ('generation_id', -1, 0), ('rack_id', None, 0)), False)
+    _n_ConsumerProtocolSubscription_v1 = _P(ConsumerProtocolSubscription, (('topics', 13, 0, (None, 9, 0, None, 0), 2), ('user_data', 10, 1, None, 0), ('owned_partitions', 13, 0, (None, 12, 0, _n_TopicPartition_v1, 0), 6)), (), (('generation_id', -1, 0), ('rack_id', None, 0)), False)
+    _n_ConsumerProtocolSubscription_v2 = _P(ConsumerProtocolSubscription, (('topics', 13, 0, (None, 9, 0, None, 0), 2), ('user_data', 10, 1, None, 0), ('owned_partitions', 13, 0, (None, 12, 0, _n_TopicPartition_v1, 0), 6), ('generation_id', 2, 0, None, 0)), (), (('rack_id', None, 0),), False)
+    _n_ConsumerProtocolSubscription_v3 = _P(ConsumerProtocolSubscription, (('topics', 13, 0, (None, 9, 0, None, 0), 2), ('user_data', 10, 1, None, 0), ('owned_partitions', 13, 0, (None, 12, 0, _n_TopicPartition_v1, 0), 6), ('generation_id', 2, 0, None, 0), ('rack_id', 9, 1, None, 0)), (), (), False)
+    DATA_DECODERS = (_n_ConsumerProtocolSubscription_v0, _n_ConsumerProtocolSubscription_v1, _n_ConsumerProtocolSubscription_v2, _n_ConsumerProtocolSubscription_v3,)
+    decode_data = _native.entry('ConsumerProtocolSubscription', DATA_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -75,20 +76,25 @@ def _e_ControlledShutdownRequest_v3(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_ControlledShutdownRequest_v0, _d_ControlledShutdownRequest_v0, _d_ControlledShutdownRequest_v2, _d_ControlledShutdownRequest_v3,)
+PY_REQUEST_DECODERS = (_d_ControlledShutdownRequest_v0, _d_ControlledShutdownRequest_v0, _d_ControlledShutdownRequest_v2, _d_ControlledShutdownRequest_v3,)
 REQUEST_ENCODERS = (_e_ControlledShutdownRequest_v0, _e_ControlledShutdownRequest_v0, _e_ControlledShutdownRequest_v2, _e_ControlledShutdownRequest_v3,)
 REQUEST_VERSIONS = (0, 3)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[ControlledShutdownRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[ControlledShutdownRequest, int]:
     """Decode a ControlledShutdownRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 3: raise DecodeError(f'ControlledShutdownRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ControlledShutdownRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: ControlledShutdownRequest, out: list | None = None) -> list:
@@ -219,20 +225,25 @@ def _e_ControlledShutdownResponse_v3(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_ControlledShutdownResponse_v0, _d_ControlledShutdownResponse_v0, _d_ControlledShutdownResponse_v0, _d_ControlledShutdownResponse_v3,)
+PY_RESPONSE_DECODERS = (_d_ControlledShutdownResponse_v0, _d_ControlledShutdownResponse_v0, _d_ControlledShutdownResponse_v0, _d_ControlledShutdownResponse_v3,)
 RESPONSE_ENCODERS = (_e_ControlledShutdownResponse_v0, _e_ControlledShutdownResponse_v0, _e_ControlledShutdownResponse_v0, _e_ControlledShutdownResponse_v3,)
 RESPONSE_VERSIONS = (0, 3)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[ControlledShutdownResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[ControlledShutdownResponse, int]:
     """Decode a ControlledShutdownResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 3: raise DecodeError(f'ControlledShutdownResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ControlledShutdownResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: ControlledShutdownResponse, out: list | None = None) -> list:
@@ -244,3 +255,23 @@ def encode_response(version: int, message: ControlledShutdownResponse, out: list
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode ControlledShutdownResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_ControlledShutdownRequest_v0 = _P(ControlledShutdownRequest, (('broker_id', 2, 0, None, 0),), (), (('broker_epoch', -1, 0),), False)
+    _n_ControlledShutdownRequest_v2 = _P(ControlledShutdownRequest, (('broker_id', 2, 0, None, 0), ('broker_epoch', 3, 0, None, 0)), (), (), False)
+    _n_ControlledShutdownRequest_v3 = _P(ControlledShutdownRequest, (('broker_id', 2, 2, None, 0), ('broker_epoch', 3, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_ControlledShutdownRequest_v0, _n_ControlledShutdownRequest_v0, _n_ControlledShutdownRequest_v2, _n_ControlledShutdownRequest_v3,)
+    decode_request = _native.entry('ControlledShutdownRequest', REQUEST_DECODERS)
+    _n_RemainingPartition_v0 = _P(RemainingPartition, (('topic_name', 9, 0, None, 0), ('partition_index', 2, 0, None, 0)), (), (), False)
+    _n_RemainingPartition_v3 = _P(RemainingPartition, (('topic_name', 9, 2, None, 0), ('partition_index', 2, 2, None, 0)), (), (), True)
+    _n_ControlledShutdownResponse_v0 = _P(ControlledShutdownResponse, (('error_code', 1, 0, None, 0), ('remaining_partitions', 13, 0, (None, 12, 0, _n_RemainingPartition_v0, 0), 6)), (), (), False)
+    _n_ControlledShutdownResponse_v3 = _P(ControlledShutdownResponse, (('error_code', 1, 2, None, 0), ('remaining_partitions', 13, 2, (None, 12, 0, _n_RemainingPartition_v3, 0), 6)), (), (), True)
+    RESPONSE_DECODERS = (_n_ControlledShutdownResponse_v0, _n_ControlledShutdownResponse_v0, _n_ControlledShutdownResponse_v0, _n_ControlledShutdownResponse_v3,)
+    decode_response = _native.entry('ControlledShutdownResponse', RESPONSE_DECODERS)

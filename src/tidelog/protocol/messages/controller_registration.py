@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -198,20 +199,25 @@ def _e_ControllerRegistrationRequest_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_ControllerRegistrationRequest_v0,)
+PY_REQUEST_DECODERS = (_d_ControllerRegistrationRequest_v0,)
 REQUEST_ENCODERS = (_e_ControllerRegistrationRequest_v0,)
 REQUEST_VERSIONS = (0, 0)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[ControllerRegistrationRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[ControllerRegistrationRequest, int]:
     """Decode a ControllerRegistrationRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'ControllerRegistrationRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ControllerRegistrationRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: ControllerRegistrationRequest, out: list | None = None) -> list:
@@ -259,20 +265,25 @@ def _e_ControllerRegistrationResponse_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_ControllerRegistrationResponse_v0,)
+PY_RESPONSE_DECODERS = (_d_ControllerRegistrationResponse_v0,)
 RESPONSE_ENCODERS = (_e_ControllerRegistrationResponse_v0,)
 RESPONSE_VERSIONS = (0, 0)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[ControllerRegistrationResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[ControllerRegistrationResponse, int]:
     """Decode a ControllerRegistrationResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'ControllerRegistrationResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ControllerRegistrationResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: ControllerRegistrationResponse, out: list | None = None) -> list:
@@ -284,3 +295,20 @@ def encode_response(version: int, message: ControllerRegistrationResponse, out: 
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode ControllerRegistrationResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_Listener_v0 = _P(Listener, (('name', 9, 2, None, 0), ('host', 9, 2, None, 0), ('port', 4, 2, None, 0), ('security_protocol', 1, 2, None, 0)), (), (), True)
+    _n_Feature_v0 = _P(Feature, (('name', 9, 2, None, 0), ('min_supported_version', 1, 2, None, 0), ('max_supported_version', 1, 2, None, 0)), (), (), True)
+    _n_ControllerRegistrationRequest_v0 = _P(ControllerRegistrationRequest, (('controller_id', 2, 2, None, 0), ('incarnation_id', 8, 2, None, 0), ('zk_migration_ready', 7, 2, None, 0), ('listeners', 13, 2, (None, 12, 0, _n_Listener_v0, 0), 7), ('features', 13, 2, (None, 12, 0, _n_Feature_v0, 0), 6)), (), (), True)
+    REQUEST_DECODERS = (_n_ControllerRegistrationRequest_v0,)
+    decode_request = _native.entry('ControllerRegistrationRequest', REQUEST_DECODERS)
+    _n_ControllerRegistrationResponse_v0 = _P(ControllerRegistrationResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0)), (), (), True)
+    RESPONSE_DECODERS = (_n_ControllerRegistrationResponse_v0,)
+    decode_response = _native.entry('ControllerRegistrationResponse', RESPONSE_DECODERS)

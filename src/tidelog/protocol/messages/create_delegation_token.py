@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -257,20 +258,25 @@ def _e_CreateDelegationTokenRequest_v3(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_CreateDelegationTokenRequest_v0, _d_CreateDelegationTokenRequest_v0, _d_CreateDelegationTokenRequest_v2, _d_CreateDelegationTokenRequest_v3,)
+PY_REQUEST_DECODERS = (_d_CreateDelegationTokenRequest_v0, _d_CreateDelegationTokenRequest_v0, _d_CreateDelegationTokenRequest_v2, _d_CreateDelegationTokenRequest_v3,)
 REQUEST_ENCODERS = (_e_CreateDelegationTokenRequest_v0, _e_CreateDelegationTokenRequest_v0, _e_CreateDelegationTokenRequest_v2, _e_CreateDelegationTokenRequest_v3,)
 REQUEST_VERSIONS = (0, 3)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[CreateDelegationTokenRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[CreateDelegationTokenRequest, int]:
     """Decode a CreateDelegationTokenRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 3: raise DecodeError(f'CreateDelegationTokenRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed CreateDelegationTokenRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: CreateDelegationTokenRequest, out: list | None = None) -> list:
@@ -488,20 +494,25 @@ def _e_CreateDelegationTokenResponse_v3(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_CreateDelegationTokenResponse_v0, _d_CreateDelegationTokenResponse_v0, _d_CreateDelegationTokenResponse_v2, _d_CreateDelegationTokenResponse_v3,)
+PY_RESPONSE_DECODERS = (_d_CreateDelegationTokenResponse_v0, _d_CreateDelegationTokenResponse_v0, _d_CreateDelegationTokenResponse_v2, _d_CreateDelegationTokenResponse_v3,)
 RESPONSE_ENCODERS = (_e_CreateDelegationTokenResponse_v0, _e_CreateDelegationTokenResponse_v0, _e_CreateDelegationTokenResponse_v2, _e_CreateDelegationTokenResponse_v3,)
 RESPONSE_VERSIONS = (0, 3)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[CreateDelegationTokenResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[CreateDelegationTokenResponse, int]:
     """Decode a CreateDelegationTokenResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 3: raise DecodeError(f'CreateDelegationTokenResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed CreateDelegationTokenResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: CreateDelegationTokenResponse, out: list | None = None) -> list:
@@ -513,3 +524,24 @@ def encode_response(version: int, message: CreateDelegationTokenResponse, out: l
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode CreateDelegationTokenResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_CreatableRenewers_v0 = _P(CreatableRenewers, (('principal_type', 9, 0, None, 0), ('principal_name', 9, 0, None, 0)), (), (), False)
+    _n_CreatableRenewers_v2 = _P(CreatableRenewers, (('principal_type', 9, 2, None, 0), ('principal_name', 9, 2, None, 0)), (), (), True)
+    _n_CreateDelegationTokenRequest_v0 = _P(CreateDelegationTokenRequest, (('renewers', 13, 0, (None, 12, 0, _n_CreatableRenewers_v0, 0), 4), ('max_lifetime_ms', 3, 0, None, 0)), (), (('owner_principal_type', '', 0), ('owner_principal_name', '', 0)), False)
+    _n_CreateDelegationTokenRequest_v2 = _P(CreateDelegationTokenRequest, (('renewers', 13, 2, (None, 12, 0, _n_CreatableRenewers_v2, 0), 3), ('max_lifetime_ms', 3, 2, None, 0)), (), (('owner_principal_type', '', 0), ('owner_principal_name', '', 0)), True)
+    _n_CreateDelegationTokenRequest_v3 = _P(CreateDelegationTokenRequest, (('owner_principal_type', 9, 3, None, 0), ('owner_principal_name', 9, 3, None, 0), ('renewers', 13, 2, (None, 12, 0, _n_CreatableRenewers_v2, 0), 3), ('max_lifetime_ms', 3, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_CreateDelegationTokenRequest_v0, _n_CreateDelegationTokenRequest_v0, _n_CreateDelegationTokenRequest_v2, _n_CreateDelegationTokenRequest_v3,)
+    decode_request = _native.entry('CreateDelegationTokenRequest', REQUEST_DECODERS)
+    _n_CreateDelegationTokenResponse_v0 = _P(CreateDelegationTokenResponse, (('error_code', 1, 0, None, 0), ('principal_type', 9, 0, None, 0), ('principal_name', 9, 0, None, 0), ('issue_timestamp_ms', 3, 0, None, 0), ('expiry_timestamp_ms', 3, 0, None, 0), ('max_timestamp_ms', 3, 0, None, 0), ('token_id', 9, 0, None, 0), ('hmac', 10, 0, None, 0), ('throttle_time_ms', 2, 0, None, 0)), (), (('token_requester_principal_type', '', 0), ('token_requester_principal_name', '', 0)), False)
+    _n_CreateDelegationTokenResponse_v2 = _P(CreateDelegationTokenResponse, (('error_code', 1, 2, None, 0), ('principal_type', 9, 2, None, 0), ('principal_name', 9, 2, None, 0), ('issue_timestamp_ms', 3, 2, None, 0), ('expiry_timestamp_ms', 3, 2, None, 0), ('max_timestamp_ms', 3, 2, None, 0), ('token_id', 9, 2, None, 0), ('hmac', 10, 2, None, 0), ('throttle_time_ms', 2, 2, None, 0)), (), (('token_requester_principal_type', '', 0), ('token_requester_principal_name', '', 0)), True)
+    _n_CreateDelegationTokenResponse_v3 = _P(CreateDelegationTokenResponse, (('error_code', 1, 2, None, 0), ('principal_type', 9, 2, None, 0), ('principal_name', 9, 2, None, 0), ('token_requester_principal_type', 9, 2, None, 0), ('token_requester_principal_name', 9, 2, None, 0), ('issue_timestamp_ms', 3, 2, None, 0), ('expiry_timestamp_ms', 3, 2, None, 0), ('max_timestamp_ms', 3, 2, None, 0), ('token_id', 9, 2, None, 0), ('hmac', 10, 2, None, 0), ('throttle_time_ms', 2, 2, None, 0)), (), (), True)
+    RESPONSE_DECODERS = (_n_CreateDelegationTokenResponse_v0, _n_CreateDelegationTokenResponse_v0, _n_CreateDelegationTokenResponse_v2, _n_CreateDelegationTokenResponse_v3,)
+    decode_response = _native.entry('CreateDelegationTokenResponse', RESPONSE_DECODERS)

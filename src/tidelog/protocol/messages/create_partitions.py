@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -234,20 +235,25 @@ def _e_CreatePartitionsRequest_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_CreatePartitionsRequest_v0, _d_CreatePartitionsRequest_v0, _d_CreatePartitionsRequest_v2, _d_CreatePartitionsRequest_v2,)
+PY_REQUEST_DECODERS = (_d_CreatePartitionsRequest_v0, _d_CreatePartitionsRequest_v0, _d_CreatePartitionsRequest_v2, _d_CreatePartitionsRequest_v2,)
 REQUEST_ENCODERS = (_e_CreatePartitionsRequest_v0, _e_CreatePartitionsRequest_v0, _e_CreatePartitionsRequest_v2, _e_CreatePartitionsRequest_v2,)
 REQUEST_VERSIONS = (0, 3)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[CreatePartitionsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[CreatePartitionsRequest, int]:
     """Decode a CreatePartitionsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 3: raise DecodeError(f'CreatePartitionsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed CreatePartitionsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: CreatePartitionsRequest, out: list | None = None) -> list:
@@ -412,20 +418,25 @@ def _e_CreatePartitionsResponse_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_CreatePartitionsResponse_v0, _d_CreatePartitionsResponse_v0, _d_CreatePartitionsResponse_v2, _d_CreatePartitionsResponse_v2,)
+PY_RESPONSE_DECODERS = (_d_CreatePartitionsResponse_v0, _d_CreatePartitionsResponse_v0, _d_CreatePartitionsResponse_v2, _d_CreatePartitionsResponse_v2,)
 RESPONSE_ENCODERS = (_e_CreatePartitionsResponse_v0, _e_CreatePartitionsResponse_v0, _e_CreatePartitionsResponse_v2, _e_CreatePartitionsResponse_v2,)
 RESPONSE_VERSIONS = (0, 3)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[CreatePartitionsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[CreatePartitionsResponse, int]:
     """Decode a CreatePartitionsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 3: raise DecodeError(f'CreatePartitionsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed CreatePartitionsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: CreatePartitionsResponse, out: list | None = None) -> list:
@@ -437,3 +448,26 @@ def encode_response(version: int, message: CreatePartitionsResponse, out: list |
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode CreatePartitionsResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_CreatePartitionsAssignment_v0 = _P(CreatePartitionsAssignment, (('broker_ids', 13, 0, (None, 2, 0, None, 0), 4),), (), (), False)
+    _n_CreatePartitionsAssignment_v2 = _P(CreatePartitionsAssignment, (('broker_ids', 13, 2, (None, 2, 2, None, 0), 4),), (), (), True)
+    _n_CreatePartitionsTopic_v0 = _P(CreatePartitionsTopic, (('name', 9, 0, None, 0), ('count', 2, 0, None, 0), ('assignments', 13, 1, (None, 12, 0, _n_CreatePartitionsAssignment_v0, 0), 4)), (), (), False)
+    _n_CreatePartitionsTopic_v2 = _P(CreatePartitionsTopic, (('name', 9, 2, None, 0), ('count', 2, 2, None, 0), ('assignments', 13, 3, (None, 12, 0, _n_CreatePartitionsAssignment_v2, 0), 2)), (), (), True)
+    _n_CreatePartitionsRequest_v0 = _P(CreatePartitionsRequest, (('topics', 13, 0, (None, 12, 0, _n_CreatePartitionsTopic_v0, 0), 10), ('timeout_ms', 2, 0, None, 0), ('validate_only', 7, 0, None, 0)), (), (), False)
+    _n_CreatePartitionsRequest_v2 = _P(CreatePartitionsRequest, (('topics', 13, 2, (None, 12, 0, _n_CreatePartitionsTopic_v2, 0), 7), ('timeout_ms', 2, 2, None, 0), ('validate_only', 7, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_CreatePartitionsRequest_v0, _n_CreatePartitionsRequest_v0, _n_CreatePartitionsRequest_v2, _n_CreatePartitionsRequest_v2,)
+    decode_request = _native.entry('CreatePartitionsRequest', REQUEST_DECODERS)
+    _n_CreatePartitionsTopicResult_v0 = _P(CreatePartitionsTopicResult, (('name', 9, 0, None, 0), ('error_code', 1, 0, None, 0), ('error_message', 9, 1, None, 0)), (), (), False)
+    _n_CreatePartitionsTopicResult_v2 = _P(CreatePartitionsTopicResult, (('name', 9, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0)), (), (), True)
+    _n_CreatePartitionsResponse_v0 = _P(CreatePartitionsResponse, (('throttle_time_ms', 2, 0, None, 0), ('results', 13, 0, (None, 12, 0, _n_CreatePartitionsTopicResult_v0, 0), 6)), (), (), False)
+    _n_CreatePartitionsResponse_v2 = _P(CreatePartitionsResponse, (('throttle_time_ms', 2, 2, None, 0), ('results', 13, 2, (None, 12, 0, _n_CreatePartitionsTopicResult_v2, 0), 5)), (), (), True)
+    RESPONSE_DECODERS = (_n_CreatePartitionsResponse_v0, _n_CreatePartitionsResponse_v0, _n_CreatePartitionsResponse_v2, _n_CreatePartitionsResponse_v2,)
+    decode_response = _native.entry('CreatePartitionsResponse', RESPONSE_DECODERS)

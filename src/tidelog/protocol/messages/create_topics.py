@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -381,20 +382,25 @@ def _e_CreateTopicsRequest_v5(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_CreateTopicsRequest_v0, _d_CreateTopicsRequest_v1, _d_CreateTopicsRequest_v1, _d_CreateTopicsRequest_v1, _d_CreateTopicsRequest_v1, _d_CreateTopicsRequest_v5, _d_CreateTopicsRequest_v5, _d_CreateTopicsRequest_v5,)
+PY_REQUEST_DECODERS = (_d_CreateTopicsRequest_v0, _d_CreateTopicsRequest_v1, _d_CreateTopicsRequest_v1, _d_CreateTopicsRequest_v1, _d_CreateTopicsRequest_v1, _d_CreateTopicsRequest_v5, _d_CreateTopicsRequest_v5, _d_CreateTopicsRequest_v5,)
 REQUEST_ENCODERS = (_e_CreateTopicsRequest_v0, _e_CreateTopicsRequest_v1, _e_CreateTopicsRequest_v1, _e_CreateTopicsRequest_v1, _e_CreateTopicsRequest_v1, _e_CreateTopicsRequest_v5, _e_CreateTopicsRequest_v5, _e_CreateTopicsRequest_v5,)
 REQUEST_VERSIONS = (0, 7)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[CreateTopicsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[CreateTopicsRequest, int]:
     """Decode a CreateTopicsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 7: raise DecodeError(f'CreateTopicsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed CreateTopicsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: CreateTopicsRequest, out: list | None = None) -> list:
@@ -838,20 +844,25 @@ def _e_CreateTopicsResponse_v7(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_CreateTopicsResponse_v0, _d_CreateTopicsResponse_v1, _d_CreateTopicsResponse_v2, _d_CreateTopicsResponse_v2, _d_CreateTopicsResponse_v2, _d_CreateTopicsResponse_v5, _d_CreateTopicsResponse_v5, _d_CreateTopicsResponse_v7,)
+PY_RESPONSE_DECODERS = (_d_CreateTopicsResponse_v0, _d_CreateTopicsResponse_v1, _d_CreateTopicsResponse_v2, _d_CreateTopicsResponse_v2, _d_CreateTopicsResponse_v2, _d_CreateTopicsResponse_v5, _d_CreateTopicsResponse_v5, _d_CreateTopicsResponse_v7,)
 RESPONSE_ENCODERS = (_e_CreateTopicsResponse_v0, _e_CreateTopicsResponse_v1, _e_CreateTopicsResponse_v2, _e_CreateTopicsResponse_v2, _e_CreateTopicsResponse_v2, _e_CreateTopicsResponse_v5, _e_CreateTopicsResponse_v5, _e_CreateTopicsResponse_v7,)
 RESPONSE_VERSIONS = (0, 7)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[CreateTopicsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[CreateTopicsResponse, int]:
     """Decode a CreateTopicsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 7: raise DecodeError(f'CreateTopicsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed CreateTopicsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: CreateTopicsResponse, out: list | None = None) -> list:
@@ -863,3 +874,35 @@ def encode_response(version: int, message: CreateTopicsResponse, out: list | Non
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode CreateTopicsResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_CreatableReplicaAssignment_v0 = _P(CreatableReplicaAssignment, (('partition_index', 2, 0, None, 0), ('broker_ids', 13, 0, (None, 2, 0, None, 0), 4)), (), (), False)
+    _n_CreatableReplicaAssignment_v5 = _P(CreatableReplicaAssignment, (('partition_index', 2, 2, None, 0), ('broker_ids', 13, 2, (None, 2, 2, None, 0), 4)), (), (), True)
+    _n_CreatableTopicConfig_v0 = _P(CreatableTopicConfig, (('name', 9, 0, None, 0), ('value', 9, 1, None, 0)), (), (), False)
+    _n_CreatableTopicConfig_v5 = _P(CreatableTopicConfig, (('name', 9, 2, None, 0), ('value', 9, 3, None, 0)), (), (), True)
+    _n_CreatableTopic_v0 = _P(CreatableTopic, (('name', 9, 0, None, 0), ('num_partitions', 2, 0, None, 0), ('replication_factor', 1, 0, None, 0), ('assignments', 13, 0, (None, 12, 0, _n_CreatableReplicaAssignment_v0, 0), 8), ('configs', 13, 0, (None, 12, 0, _n_CreatableTopicConfig_v0, 0), 4)), (), (), False)
+    _n_CreatableTopic_v5 = _P(CreatableTopic, (('name', 9, 2, None, 0), ('num_partitions', 2, 2, None, 0), ('replication_factor', 1, 2, None, 0), ('assignments', 13, 2, (None, 12, 0, _n_CreatableReplicaAssignment_v5, 0), 6), ('configs', 13, 2, (None, 12, 0, _n_CreatableTopicConfig_v5, 0), 3)), (), (), True)
+    _n_CreateTopicsRequest_v0 = _P(CreateTopicsRequest, (('topics', 13, 0, (None, 12, 0, _n_CreatableTopic_v0, 0), 16), ('timeout_ms', 2, 0, None, 0)), (), (('validate_only', False, 0),), False)
+    _n_CreateTopicsRequest_v1 = _P(CreateTopicsRequest, (('topics', 13, 0, (None, 12, 0, _n_CreatableTopic_v0, 0), 16), ('timeout_ms', 2, 0, None, 0), ('validate_only', 7, 0, None, 0)), (), (), False)
+    _n_CreateTopicsRequest_v5 = _P(CreateTopicsRequest, (('topics', 13, 2, (None, 12, 0, _n_CreatableTopic_v5, 0), 10), ('timeout_ms', 2, 2, None, 0), ('validate_only', 7, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_CreateTopicsRequest_v0, _n_CreateTopicsRequest_v1, _n_CreateTopicsRequest_v1, _n_CreateTopicsRequest_v1, _n_CreateTopicsRequest_v1, _n_CreateTopicsRequest_v5, _n_CreateTopicsRequest_v5, _n_CreateTopicsRequest_v5,)
+    decode_request = _native.entry('CreateTopicsRequest', REQUEST_DECODERS)
+    _n_CreatableTopicConfigs_v5 = _P(CreatableTopicConfigs, (('name', 9, 2, None, 0), ('value', 9, 3, None, 0), ('read_only', 7, 2, None, 0), ('config_source', 0, 2, None, 0), ('is_sensitive', 7, 2, None, 0)), (), (), True)
+    _n_CreatableTopicResult_v0 = _P(CreatableTopicResult, (('name', 9, 0, None, 0), ('error_code', 1, 0, None, 0)), (), (('topic_id', ZERO_UUID, 0), ('error_message', '', 0), ('topic_config_error_code', 0, 0), ('num_partitions', -1, 0), ('replication_factor', -1, 0), ('configs', None, 1)), False)
+    _n_CreatableTopicResult_v1 = _P(CreatableTopicResult, (('name', 9, 0, None, 0), ('error_code', 1, 0, None, 0), ('error_message', 9, 1, None, 0)), (), (('topic_id', ZERO_UUID, 0), ('topic_config_error_code', 0, 0), ('num_partitions', -1, 0), ('replication_factor', -1, 0), ('configs', None, 1)), False)
+    _n_CreatableTopicResult_v5 = _P(CreatableTopicResult, (('name', 9, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('num_partitions', 2, 2, None, 0), ('replication_factor', 1, 2, None, 0), ('configs', 13, 3, (None, 12, 0, _n_CreatableTopicConfigs_v5, 0), 6)), ((0, ('topic_config_error_code', 1, 2, None, 0)),), (('topic_id', ZERO_UUID, 0), ('topic_config_error_code', 0, 0)), True)
+    _n_CreatableTopicResult_v7 = _P(CreatableTopicResult, (('name', 9, 2, None, 0), ('topic_id', 8, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('num_partitions', 2, 2, None, 0), ('replication_factor', 1, 2, None, 0), ('configs', 13, 3, (None, 12, 0, _n_CreatableTopicConfigs_v5, 0), 6)), ((0, ('topic_config_error_code', 1, 2, None, 0)),), (('topic_config_error_code', 0, 0),), True)
+    _n_CreateTopicsResponse_v0 = _P(CreateTopicsResponse, (('topics', 13, 0, (None, 12, 0, _n_CreatableTopicResult_v0, 0), 4),), (), (('throttle_time_ms', 0, 0),), False)
+    _n_CreateTopicsResponse_v1 = _P(CreateTopicsResponse, (('topics', 13, 0, (None, 12, 0, _n_CreatableTopicResult_v1, 0), 6),), (), (('throttle_time_ms', 0, 0),), False)
+    _n_CreateTopicsResponse_v2 = _P(CreateTopicsResponse, (('throttle_time_ms', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_CreatableTopicResult_v1, 0), 6)), (), (), False)
+    _n_CreateTopicsResponse_v5 = _P(CreateTopicsResponse, (('throttle_time_ms', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_CreatableTopicResult_v5, 0), 12)), (), (), True)
+    _n_CreateTopicsResponse_v7 = _P(CreateTopicsResponse, (('throttle_time_ms', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_CreatableTopicResult_v7, 0), 28)), (), (), True)
+    RESPONSE_DECODERS = (_n_CreateTopicsResponse_v0, _n_CreateTopicsResponse_v1, _n_CreateTopicsResponse_v2, _n_CreateTopicsResponse_v2, _n_CreateTopicsResponse_v2, _n_CreateTopicsResponse_v5, _n_CreateTopicsResponse_v5, _n_CreateTopicsResponse_v7,)
+    decode_response = _native.entry('CreateTopicsResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -321,20 +322,25 @@ def _e_DeleteAclsRequest_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_DeleteAclsRequest_v0, _d_DeleteAclsRequest_v1, _d_DeleteAclsRequest_v2, _d_DeleteAclsRequest_v2,)
+PY_REQUEST_DECODERS = (_d_DeleteAclsRequest_v0, _d_DeleteAclsRequest_v1, _d_DeleteAclsRequest_v2, _d_DeleteAclsRequest_v2,)
 REQUEST_ENCODERS = (_e_DeleteAclsRequest_v0, _e_DeleteAclsRequest_v1, _e_DeleteAclsRequest_v2, _e_DeleteAclsRequest_v2,)
 REQUEST_VERSIONS = (0, 3)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[DeleteAclsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[DeleteAclsRequest, int]:
     """Decode a DeleteAclsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 3: raise DecodeError(f'DeleteAclsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DeleteAclsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: DeleteAclsRequest, out: list | None = None) -> list:
@@ -772,20 +778,25 @@ def _e_DeleteAclsResponse_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_DeleteAclsResponse_v0, _d_DeleteAclsResponse_v1, _d_DeleteAclsResponse_v2, _d_DeleteAclsResponse_v2,)
+PY_RESPONSE_DECODERS = (_d_DeleteAclsResponse_v0, _d_DeleteAclsResponse_v1, _d_DeleteAclsResponse_v2, _d_DeleteAclsResponse_v2,)
 RESPONSE_ENCODERS = (_e_DeleteAclsResponse_v0, _e_DeleteAclsResponse_v1, _e_DeleteAclsResponse_v2, _e_DeleteAclsResponse_v2,)
 RESPONSE_VERSIONS = (0, 3)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[DeleteAclsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[DeleteAclsResponse, int]:
     """Decode a DeleteAclsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 3: raise DecodeError(f'DeleteAclsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DeleteAclsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: DeleteAclsResponse, out: list | None = None) -> list:
@@ -797,3 +808,31 @@ def encode_response(version: int, message: DeleteAclsResponse, out: list | None 
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode DeleteAclsResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_DeleteAclsFilter_v0 = _P(DeleteAclsFilter, (('resource_type_filter', 0, 0, None, 0), ('resource_name_filter', 9, 1, None, 0), ('principal_filter', 9, 1, None, 0), ('host_filter', 9, 1, None, 0), ('operation', 0, 0, None, 0), ('permission_type', 0, 0, None, 0)), (), (('pattern_type_filter', 3, 0),), False)
+    _n_DeleteAclsFilter_v1 = _P(DeleteAclsFilter, (('resource_type_filter', 0, 0, None, 0), ('resource_name_filter', 9, 1, None, 0), ('pattern_type_filter', 0, 0, None, 0), ('principal_filter', 9, 1, None, 0), ('host_filter', 9, 1, None, 0), ('operation', 0, 0, None, 0), ('permission_type', 0, 0, None, 0)), (), (), False)
+    _n_DeleteAclsFilter_v2 = _P(DeleteAclsFilter, (('resource_type_filter', 0, 2, None, 0), ('resource_name_filter', 9, 3, None, 0), ('pattern_type_filter', 0, 2, None, 0), ('principal_filter', 9, 3, None, 0), ('host_filter', 9, 3, None, 0), ('operation', 0, 2, None, 0), ('permission_type', 0, 2, None, 0)), (), (), True)
+    _n_DeleteAclsRequest_v0 = _P(DeleteAclsRequest, (('filters', 13, 0, (None, 12, 0, _n_DeleteAclsFilter_v0, 0), 9),), (), (), False)
+    _n_DeleteAclsRequest_v1 = _P(DeleteAclsRequest, (('filters', 13, 0, (None, 12, 0, _n_DeleteAclsFilter_v1, 0), 10),), (), (), False)
+    _n_DeleteAclsRequest_v2 = _P(DeleteAclsRequest, (('filters', 13, 2, (None, 12, 0, _n_DeleteAclsFilter_v2, 0), 8),), (), (), True)
+    REQUEST_DECODERS = (_n_DeleteAclsRequest_v0, _n_DeleteAclsRequest_v1, _n_DeleteAclsRequest_v2, _n_DeleteAclsRequest_v2,)
+    decode_request = _native.entry('DeleteAclsRequest', REQUEST_DECODERS)
+    _n_DeleteAclsMatchingAcl_v0 = _P(DeleteAclsMatchingAcl, (('error_code', 1, 0, None, 0), ('error_message', 9, 1, None, 0), ('resource_type', 0, 0, None, 0), ('resource_name', 9, 0, None, 0), ('principal', 9, 0, None, 0), ('host', 9, 0, None, 0), ('operation', 0, 0, None, 0), ('permission_type', 0, 0, None, 0)), (), (('pattern_type', 3, 0),), False)
+    _n_DeleteAclsMatchingAcl_v1 = _P(DeleteAclsMatchingAcl, (('error_code', 1, 0, None, 0), ('error_message', 9, 1, None, 0), ('resource_type', 0, 0, None, 0), ('resource_name', 9, 0, None, 0), ('pattern_type', 0, 0, None, 0), ('principal', 9, 0, None, 0), ('host', 9, 0, None, 0), ('operation', 0, 0, None, 0), ('permission_type', 0, 0, None, 0)), (), (), False)
+    _n_DeleteAclsMatchingAcl_v2 = _P(DeleteAclsMatchingAcl, (('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('resource_type', 0, 2, None, 0), ('resource_name', 9, 2, None, 0), ('pattern_type', 0, 2, None, 0), ('principal', 9, 2, None, 0), ('host', 9, 2, None, 0), ('operation', 0, 2, None, 0), ('permission_type', 0, 2, None, 0)), (), (), True)
+    _n_DeleteAclsFilterResult_v0 = _P(DeleteAclsFilterResult, (('error_code', 1, 0, None, 0), ('error_message', 9, 1, None, 0), ('matching_acls', 13, 0, (None, 12, 0, _n_DeleteAclsMatchingAcl_v0, 0), 13)), (), (), False)
+    _n_DeleteAclsFilterResult_v1 = _P(DeleteAclsFilterResult, (('error_code', 1, 0, None, 0), ('error_message', 9, 1, None, 0), ('matching_acls', 13, 0, (None, 12, 0, _n_DeleteAclsMatchingAcl_v1, 0), 14)), (), (), False)
+    _n_DeleteAclsFilterResult_v2 = _P(DeleteAclsFilterResult, (('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('matching_acls', 13, 2, (None, 12, 0, _n_DeleteAclsMatchingAcl_v2, 0), 11)), (), (), True)
+    _n_DeleteAclsResponse_v0 = _P(DeleteAclsResponse, (('throttle_time_ms', 2, 0, None, 0), ('filter_results', 13, 0, (None, 12, 0, _n_DeleteAclsFilterResult_v0, 0), 8)), (), (), False)
+    _n_DeleteAclsResponse_v1 = _P(DeleteAclsResponse, (('throttle_time_ms', 2, 0, None, 0), ('filter_results', 13, 0, (None, 12, 0, _n_DeleteAclsFilterResult_v1, 0), 8)), (), (), False)
+    _n_DeleteAclsResponse_v2 = _P(DeleteAclsResponse, (('throttle_time_ms', 2, 2, None, 0), ('filter_results', 13, 2, (None, 12, 0, _n_DeleteAclsFilterResult_v2, 0), 5)), (), (), True)
+    RESPONSE_DECODERS = (_n_DeleteAclsResponse_v0, _n_DeleteAclsResponse_v1, _n_DeleteAclsResponse_v2, _n_DeleteAclsResponse_v2,)
+    decode_response = _native.entry('DeleteAclsResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -94,20 +95,25 @@ def _e_DeleteGroupsRequest_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_DeleteGroupsRequest_v0, _d_DeleteGroupsRequest_v0, _d_DeleteGroupsRequest_v2,)
+PY_REQUEST_DECODERS = (_d_DeleteGroupsRequest_v0, _d_DeleteGroupsRequest_v0, _d_DeleteGroupsRequest_v2,)
 REQUEST_ENCODERS = (_e_DeleteGroupsRequest_v0, _e_DeleteGroupsRequest_v0, _e_DeleteGroupsRequest_v2,)
 REQUEST_VERSIONS = (0, 2)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[DeleteGroupsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[DeleteGroupsRequest, int]:
     """Decode a DeleteGroupsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 2: raise DecodeError(f'DeleteGroupsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DeleteGroupsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: DeleteGroupsRequest, out: list | None = None) -> list:
@@ -238,20 +244,25 @@ def _e_DeleteGroupsResponse_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_DeleteGroupsResponse_v0, _d_DeleteGroupsResponse_v0, _d_DeleteGroupsResponse_v2,)
+PY_RESPONSE_DECODERS = (_d_DeleteGroupsResponse_v0, _d_DeleteGroupsResponse_v0, _d_DeleteGroupsResponse_v2,)
 RESPONSE_ENCODERS = (_e_DeleteGroupsResponse_v0, _e_DeleteGroupsResponse_v0, _e_DeleteGroupsResponse_v2,)
 RESPONSE_VERSIONS = (0, 2)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[DeleteGroupsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[DeleteGroupsResponse, int]:
     """Decode a DeleteGroupsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 2: raise DecodeError(f'DeleteGroupsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DeleteGroupsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: DeleteGroupsResponse, out: list | None = None) -> list:
@@ -263,3 +274,22 @@ def encode_response(version: int, message: DeleteGroupsResponse, out: list | Non
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode DeleteGroupsResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_DeleteGroupsRequest_v0 = _P(DeleteGroupsRequest, (('groups_names', 13, 0, (None, 9, 0, None, 0), 2),), (), (), False)
+    _n_DeleteGroupsRequest_v2 = _P(DeleteGroupsRequest, (('groups_names', 13, 2, (None, 9, 2, None, 0), 1),), (), (), True)
+    REQUEST_DECODERS = (_n_DeleteGroupsRequest_v0, _n_DeleteGroupsRequest_v0, _n_DeleteGroupsRequest_v2,)
+    decode_request = _native.entry('DeleteGroupsRequest', REQUEST_DECODERS)
+    _n_DeletableGroupResult_v0 = _P(DeletableGroupResult, (('group_id', 9, 0, None, 0), ('error_code', 1, 0, None, 0)), (), (), False)
+    _n_DeletableGroupResult_v2 = _P(DeletableGroupResult, (('group_id', 9, 2, None, 0), ('error_code', 1, 2, None, 0)), (), (), True)
+    _n_DeleteGroupsResponse_v0 = _P(DeleteGroupsResponse, (('throttle_time_ms', 2, 0, None, 0), ('results', 13, 0, (None, 12, 0, _n_DeletableGroupResult_v0, 0), 4)), (), (), False)
+    _n_DeleteGroupsResponse_v2 = _P(DeleteGroupsResponse, (('throttle_time_ms', 2, 2, None, 0), ('results', 13, 2, (None, 12, 0, _n_DeletableGroupResult_v2, 0), 4)), (), (), True)
+    RESPONSE_DECODERS = (_n_DeleteGroupsResponse_v0, _n_DeleteGroupsResponse_v0, _n_DeleteGroupsResponse_v2,)
+    decode_response = _native.entry('DeleteGroupsResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -199,20 +200,25 @@ def _e_DeleteRecordsRequest_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_DeleteRecordsRequest_v0, _d_DeleteRecordsRequest_v0, _d_DeleteRecordsRequest_v2,)
+PY_REQUEST_DECODERS = (_d_DeleteRecordsRequest_v0, _d_DeleteRecordsRequest_v0, _d_DeleteRecordsRequest_v2,)
 REQUEST_ENCODERS = (_e_DeleteRecordsRequest_v0, _e_DeleteRecordsRequest_v0, _e_DeleteRecordsRequest_v2,)
 REQUEST_VERSIONS = (0, 2)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[DeleteRecordsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[DeleteRecordsRequest, int]:
     """Decode a DeleteRecordsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 2: raise DecodeError(f'DeleteRecordsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DeleteRecordsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: DeleteRecordsRequest, out: list | None = None) -> list:
@@ -383,20 +389,25 @@ def _e_DeleteRecordsResponse_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_DeleteRecordsResponse_v0, _d_DeleteRecordsResponse_v0, _d_DeleteRecordsResponse_v2,)
+PY_RESPONSE_DECODERS = (_d_DeleteRecordsResponse_v0, _d_DeleteRecordsResponse_v0, _d_DeleteRecordsResponse_v2,)
 RESPONSE_ENCODERS = (_e_DeleteRecordsResponse_v0, _e_DeleteRecordsResponse_v0, _e_DeleteRecordsResponse_v2,)
 RESPONSE_VERSIONS = (0, 2)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[DeleteRecordsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[DeleteRecordsResponse, int]:
     """Decode a DeleteRecordsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 2: raise DecodeError(f'DeleteRecordsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DeleteRecordsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: DeleteRecordsResponse, out: list | None = None) -> list:
@@ -408,3 +419,28 @@ def encode_response(version: int, message: DeleteRecordsResponse, out: list | No
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode DeleteRecordsResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_DeleteRecordsPartition_v0 = _P(DeleteRecordsPartition, (('partition_index', 2, 0, None, 0), ('offset', 3, 0, None, 0)), (), (), False)
+    _n_DeleteRecordsPartition_v2 = _P(DeleteRecordsPartition, (('partition_index', 2, 2, None, 0), ('offset', 3, 2, None, 0)), (), (), True)
+    _n_DeleteRecordsTopic_v0 = _P(DeleteRecordsTopic, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_DeleteRecordsPartition_v0, 0), 12)), (), (), False)
+    _n_DeleteRecordsTopic_v2 = _P(DeleteRecordsTopic, (('name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_DeleteRecordsPartition_v2, 0), 13)), (), (), True)
+    _n_DeleteRecordsRequest_v0 = _P(DeleteRecordsRequest, (('topics', 13, 0, (None, 12, 0, _n_DeleteRecordsTopic_v0, 0), 6), ('timeout_ms', 2, 0, None, 0)), (), (), False)
+    _n_DeleteRecordsRequest_v2 = _P(DeleteRecordsRequest, (('topics', 13, 2, (None, 12, 0, _n_DeleteRecordsTopic_v2, 0), 3), ('timeout_ms', 2, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_DeleteRecordsRequest_v0, _n_DeleteRecordsRequest_v0, _n_DeleteRecordsRequest_v2,)
+    decode_request = _native.entry('DeleteRecordsRequest', REQUEST_DECODERS)
+    _n_DeleteRecordsPartitionResult_v0 = _P(DeleteRecordsPartitionResult, (('partition_index', 2, 0, None, 0), ('low_watermark', 3, 0, None, 0), ('error_code', 1, 0, None, 0)), (), (), False)
+    _n_DeleteRecordsPartitionResult_v2 = _P(DeleteRecordsPartitionResult, (('partition_index', 2, 2, None, 0), ('low_watermark', 3, 2, None, 0), ('error_code', 1, 2, None, 0)), (), (), True)
+    _n_DeleteRecordsTopicResult_v0 = _P(DeleteRecordsTopicResult, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_DeleteRecordsPartitionResult_v0, 0), 14)), (), (), False)
+    _n_DeleteRecordsTopicResult_v2 = _P(DeleteRecordsTopicResult, (('name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_DeleteRecordsPartitionResult_v2, 0), 15)), (), (), True)
+    _n_DeleteRecordsResponse_v0 = _P(DeleteRecordsResponse, (('throttle_time_ms', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_DeleteRecordsTopicResult_v0, 0), 6)), (), (), False)
+    _n_DeleteRecordsResponse_v2 = _P(DeleteRecordsResponse, (('throttle_time_ms', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_DeleteRecordsTopicResult_v2, 0), 3)), (), (), True)
+    RESPONSE_DECODERS = (_n_DeleteRecordsResponse_v0, _n_DeleteRecordsResponse_v0, _n_DeleteRecordsResponse_v2,)
+    decode_response = _native.entry('DeleteRecordsResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -174,20 +175,25 @@ def _e_DeleteTopicsRequest_v6(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_DeleteTopicsRequest_v0, _d_DeleteTopicsRequest_v0, _d_DeleteTopicsRequest_v0, _d_DeleteTopicsRequest_v0, _d_DeleteTopicsRequest_v4, _d_DeleteTopicsRequest_v4, _d_DeleteTopicsRequest_v6,)
+PY_REQUEST_DECODERS = (_d_DeleteTopicsRequest_v0, _d_DeleteTopicsRequest_v0, _d_DeleteTopicsRequest_v0, _d_DeleteTopicsRequest_v0, _d_DeleteTopicsRequest_v4, _d_DeleteTopicsRequest_v4, _d_DeleteTopicsRequest_v6,)
 REQUEST_ENCODERS = (_e_DeleteTopicsRequest_v0, _e_DeleteTopicsRequest_v0, _e_DeleteTopicsRequest_v0, _e_DeleteTopicsRequest_v0, _e_DeleteTopicsRequest_v4, _e_DeleteTopicsRequest_v4, _e_DeleteTopicsRequest_v6,)
 REQUEST_VERSIONS = (0, 6)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[DeleteTopicsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[DeleteTopicsRequest, int]:
     """Decode a DeleteTopicsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 6: raise DecodeError(f'DeleteTopicsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DeleteTopicsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: DeleteTopicsRequest, out: list | None = None) -> list:
@@ -509,20 +515,25 @@ def _e_DeleteTopicsResponse_v6(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_DeleteTopicsResponse_v0, _d_DeleteTopicsResponse_v1, _d_DeleteTopicsResponse_v1, _d_DeleteTopicsResponse_v1, _d_DeleteTopicsResponse_v4, _d_DeleteTopicsResponse_v5, _d_DeleteTopicsResponse_v6,)
+PY_RESPONSE_DECODERS = (_d_DeleteTopicsResponse_v0, _d_DeleteTopicsResponse_v1, _d_DeleteTopicsResponse_v1, _d_DeleteTopicsResponse_v1, _d_DeleteTopicsResponse_v4, _d_DeleteTopicsResponse_v5, _d_DeleteTopicsResponse_v6,)
 RESPONSE_ENCODERS = (_e_DeleteTopicsResponse_v0, _e_DeleteTopicsResponse_v1, _e_DeleteTopicsResponse_v1, _e_DeleteTopicsResponse_v1, _e_DeleteTopicsResponse_v4, _e_DeleteTopicsResponse_v5, _e_DeleteTopicsResponse_v6,)
 RESPONSE_VERSIONS = (0, 6)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[DeleteTopicsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[DeleteTopicsResponse, int]:
     """Decode a DeleteTopicsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 6: raise DecodeError(f'DeleteTopicsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DeleteTopicsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: DeleteTopicsResponse, out: list | None = None) -> list:
@@ -534,3 +545,29 @@ def encode_response(version: int, message: DeleteTopicsResponse, out: list | Non
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode DeleteTopicsResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_DeleteTopicState_v6 = _P(DeleteTopicState, (('name', 9, 3, None, 0), ('topic_id', 8, 2, None, 0)), (), (), True)
+    _n_DeleteTopicsRequest_v0 = _P(DeleteTopicsRequest, (('topic_names', 13, 0, (None, 9, 0, None, 0), 2), ('timeout_ms', 2, 0, None, 0)), (), (('topics', None, 1),), False)
+    _n_DeleteTopicsRequest_v4 = _P(DeleteTopicsRequest, (('topic_names', 13, 2, (None, 9, 2, None, 0), 1), ('timeout_ms', 2, 2, None, 0)), (), (('topics', None, 1),), True)
+    _n_DeleteTopicsRequest_v6 = _P(DeleteTopicsRequest, (('topics', 13, 2, (None, 12, 0, _n_DeleteTopicState_v6, 0), 18), ('timeout_ms', 2, 2, None, 0)), (), (('topic_names', None, 1),), True)
+    REQUEST_DECODERS = (_n_DeleteTopicsRequest_v0, _n_DeleteTopicsRequest_v0, _n_DeleteTopicsRequest_v0, _n_DeleteTopicsRequest_v0, _n_DeleteTopicsRequest_v4, _n_DeleteTopicsRequest_v4, _n_DeleteTopicsRequest_v6,)
+    decode_request = _native.entry('DeleteTopicsRequest', REQUEST_DECODERS)
+    _n_DeletableTopicResult_v0 = _P(DeletableTopicResult, (('name', 9, 0, None, 0), ('error_code', 1, 0, None, 0)), (), (('topic_id', ZERO_UUID, 0), ('error_message', None, 0)), False)
+    _n_DeletableTopicResult_v4 = _P(DeletableTopicResult, (('name', 9, 2, None, 0), ('error_code', 1, 2, None, 0)), (), (('topic_id', ZERO_UUID, 0), ('error_message', None, 0)), True)
+    _n_DeletableTopicResult_v5 = _P(DeletableTopicResult, (('name', 9, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0)), (), (('topic_id', ZERO_UUID, 0),), True)
+    _n_DeletableTopicResult_v6 = _P(DeletableTopicResult, (('name', 9, 3, None, 0), ('topic_id', 8, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0)), (), (), True)
+    _n_DeleteTopicsResponse_v0 = _P(DeleteTopicsResponse, (('responses', 13, 0, (None, 12, 0, _n_DeletableTopicResult_v0, 0), 4),), (), (('throttle_time_ms', 0, 0),), False)
+    _n_DeleteTopicsResponse_v1 = _P(DeleteTopicsResponse, (('throttle_time_ms', 2, 0, None, 0), ('responses', 13, 0, (None, 12, 0, _n_DeletableTopicResult_v0, 0), 4)), (), (), False)
+    _n_DeleteTopicsResponse_v4 = _P(DeleteTopicsResponse, (('throttle_time_ms', 2, 2, None, 0), ('responses', 13, 2, (None, 12, 0, _n_DeletableTopicResult_v4, 0), 4)), (), (), True)
+    _n_DeleteTopicsResponse_v5 = _P(DeleteTopicsResponse, (('throttle_time_ms', 2, 2, None, 0), ('responses', 13, 2, (None, 12, 0, _n_DeletableTopicResult_v5, 0), 5)), (), (), True)
+    _n_DeleteTopicsResponse_v6 = _P(DeleteTopicsResponse, (('throttle_time_ms', 2, 2, None, 0), ('responses', 13, 2, (None, 12, 0, _n_DeletableTopicResult_v6, 0), 21)), (), (), True)
+    RESPONSE_DECODERS = (_n_DeleteTopicsResponse_v0, _n_DeleteTopicsResponse_v1, _n_DeleteTopicsResponse_v1, _n_DeleteTopicsResponse_v1, _n_DeleteTopicsResponse_v4, _n_DeleteTopicsResponse_v5, _n_DeleteTopicsResponse_v6,)
+    decode_response = _native.entry('DeleteTopicsResponse', RESPONSE_DECODERS)

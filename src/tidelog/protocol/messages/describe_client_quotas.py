@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -197,20 +198,25 @@ def _e_DescribeClientQuotasRequest_v1(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_DescribeClientQuotasRequest_v0, _d_DescribeClientQuotasRequest_v1,)
+PY_REQUEST_DECODERS = (_d_DescribeClientQuotasRequest_v0, _d_DescribeClientQuotasRequest_v1,)
 REQUEST_ENCODERS = (_e_DescribeClientQuotasRequest_v0, _e_DescribeClientQuotasRequest_v1,)
 REQUEST_VERSIONS = (0, 1)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[DescribeClientQuotasRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[DescribeClientQuotasRequest, int]:
     """Decode a DescribeClientQuotasRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'DescribeClientQuotasRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DescribeClientQuotasRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: DescribeClientQuotasRequest, out: list | None = None) -> list:
@@ -542,20 +548,25 @@ def _e_DescribeClientQuotasResponse_v1(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_DescribeClientQuotasResponse_v0, _d_DescribeClientQuotasResponse_v1,)
+PY_RESPONSE_DECODERS = (_d_DescribeClientQuotasResponse_v0, _d_DescribeClientQuotasResponse_v1,)
 RESPONSE_ENCODERS = (_e_DescribeClientQuotasResponse_v0, _e_DescribeClientQuotasResponse_v1,)
 RESPONSE_VERSIONS = (0, 1)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[DescribeClientQuotasResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[DescribeClientQuotasResponse, int]:
     """Decode a DescribeClientQuotasResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'DescribeClientQuotasResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DescribeClientQuotasResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: DescribeClientQuotasResponse, out: list | None = None) -> list:
@@ -567,3 +578,28 @@ def encode_response(version: int, message: DescribeClientQuotasResponse, out: li
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode DescribeClientQuotasResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_ComponentData_v0 = _P(ComponentData, (('entity_type', 9, 0, None, 0), ('match_type', 0, 0, None, 0), ('match', 9, 1, None, 0)), (), (), False)
+    _n_ComponentData_v1 = _P(ComponentData, (('entity_type', 9, 2, None, 0), ('match_type', 0, 2, None, 0), ('match', 9, 3, None, 0)), (), (), True)
+    _n_DescribeClientQuotasRequest_v0 = _P(DescribeClientQuotasRequest, (('components', 13, 0, (None, 12, 0, _n_ComponentData_v0, 0), 5), ('strict', 7, 0, None, 0)), (), (), False)
+    _n_DescribeClientQuotasRequest_v1 = _P(DescribeClientQuotasRequest, (('components', 13, 2, (None, 12, 0, _n_ComponentData_v1, 0), 4), ('strict', 7, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_DescribeClientQuotasRequest_v0, _n_DescribeClientQuotasRequest_v1,)
+    decode_request = _native.entry('DescribeClientQuotasRequest', REQUEST_DECODERS)
+    _n_EntityData_v0 = _P(EntityData, (('entity_type', 9, 0, None, 0), ('entity_name', 9, 1, None, 0)), (), (), False)
+    _n_EntityData_v1 = _P(EntityData, (('entity_type', 9, 2, None, 0), ('entity_name', 9, 3, None, 0)), (), (), True)
+    _n_ValueData_v0 = _P(ValueData, (('key', 9, 0, None, 0), ('value', 6, 0, None, 0)), (), (), False)
+    _n_ValueData_v1 = _P(ValueData, (('key', 9, 2, None, 0), ('value', 6, 2, None, 0)), (), (), True)
+    _n_EntryData_v0 = _P(EntryData, (('entity', 13, 0, (None, 12, 0, _n_EntityData_v0, 0), 4), ('values', 13, 0, (None, 12, 0, _n_ValueData_v0, 0), 10)), (), (), False)
+    _n_EntryData_v1 = _P(EntryData, (('entity', 13, 2, (None, 12, 0, _n_EntityData_v1, 0), 3), ('values', 13, 2, (None, 12, 0, _n_ValueData_v1, 0), 10)), (), (), True)
+    _n_DescribeClientQuotasResponse_v0 = _P(DescribeClientQuotasResponse, (('throttle_time_ms', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('error_message', 9, 1, None, 0), ('entries', 13, 1, (None, 12, 0, _n_EntryData_v0, 0), 8)), (), (), False)
+    _n_DescribeClientQuotasResponse_v1 = _P(DescribeClientQuotasResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('entries', 13, 3, (None, 12, 0, _n_EntryData_v1, 0), 3)), (), (), True)
+    RESPONSE_DECODERS = (_n_DescribeClientQuotasResponse_v0, _n_DescribeClientQuotasResponse_v1,)
+    decode_response = _native.entry('DescribeClientQuotasResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -75,20 +76,25 @@ def _e_DescribeClusterRequest_v1(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_DescribeClusterRequest_v0, _d_DescribeClusterRequest_v1,)
+PY_REQUEST_DECODERS = (_d_DescribeClusterRequest_v0, _d_DescribeClusterRequest_v1,)
 REQUEST_ENCODERS = (_e_DescribeClusterRequest_v0, _e_DescribeClusterRequest_v1,)
 REQUEST_VERSIONS = (0, 1)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[DescribeClusterRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[DescribeClusterRequest, int]:
     """Decode a DescribeClusterRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'DescribeClusterRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DescribeClusterRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: DescribeClusterRequest, out: list | None = None) -> list:
@@ -311,20 +317,25 @@ def _e_DescribeClusterResponse_v1(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_DescribeClusterResponse_v0, _d_DescribeClusterResponse_v1,)
+PY_RESPONSE_DECODERS = (_d_DescribeClusterResponse_v0, _d_DescribeClusterResponse_v1,)
 RESPONSE_ENCODERS = (_e_DescribeClusterResponse_v0, _e_DescribeClusterResponse_v1,)
 RESPONSE_VERSIONS = (0, 1)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[DescribeClusterResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[DescribeClusterResponse, int]:
     """Decode a DescribeClusterResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'DescribeClusterResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DescribeClusterResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: DescribeClusterResponse, out: list | None = None) -> list:
@@ -336,3 +347,21 @@ def encode_response(version: int, message: DescribeClusterResponse, out: list | 
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode DescribeClusterResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_DescribeClusterRequest_v0 = _P(DescribeClusterRequest, (('include_cluster_authorized_operations', 7, 2, None, 0),), (), (('endpoint_type', 1, 0),), True)
+    _n_DescribeClusterRequest_v1 = _P(DescribeClusterRequest, (('include_cluster_authorized_operations', 7, 2, None, 0), ('endpoint_type', 0, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_DescribeClusterRequest_v0, _n_DescribeClusterRequest_v1,)
+    decode_request = _native.entry('DescribeClusterRequest', REQUEST_DECODERS)
+    _n_DescribeClusterBroker_v0 = _P(DescribeClusterBroker, (('broker_id', 2, 2, None, 0), ('host', 9, 2, None, 0), ('port', 2, 2, None, 0), ('rack', 9, 3, None, 0)), (), (), True)
+    _n_DescribeClusterResponse_v0 = _P(DescribeClusterResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('cluster_id', 9, 2, None, 0), ('controller_id', 2, 2, None, 0), ('brokers', 13, 2, (None, 12, 0, _n_DescribeClusterBroker_v0, 0), 11), ('cluster_authorized_operations', 2, 2, None, 0)), (), (('endpoint_type', 1, 0),), True)
+    _n_DescribeClusterResponse_v1 = _P(DescribeClusterResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('endpoint_type', 0, 2, None, 0), ('cluster_id', 9, 2, None, 0), ('controller_id', 2, 2, None, 0), ('brokers', 13, 2, (None, 12, 0, _n_DescribeClusterBroker_v0, 0), 11), ('cluster_authorized_operations', 2, 2, None, 0)), (), (), True)
+    RESPONSE_DECODERS = (_n_DescribeClusterResponse_v0, _n_DescribeClusterResponse_v1,)
+    decode_response = _native.entry('DescribeClusterResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -291,20 +292,25 @@ def _e_DescribeConfigsRequest_v4(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_DescribeConfigsRequest_v0, _d_DescribeConfigsRequest_v1, _d_DescribeConfigsRequest_v1, _d_DescribeConfigsRequest_v3, _d_DescribeConfigsRequest_v4,)
+PY_REQUEST_DECODERS = (_d_DescribeConfigsRequest_v0, _d_DescribeConfigsRequest_v1, _d_DescribeConfigsRequest_v1, _d_DescribeConfigsRequest_v3, _d_DescribeConfigsRequest_v4,)
 REQUEST_ENCODERS = (_e_DescribeConfigsRequest_v0, _e_DescribeConfigsRequest_v1, _e_DescribeConfigsRequest_v1, _e_DescribeConfigsRequest_v3, _e_DescribeConfigsRequest_v4,)
 REQUEST_VERSIONS = (0, 4)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[DescribeConfigsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[DescribeConfigsRequest, int]:
     """Decode a DescribeConfigsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 4: raise DecodeError(f'DescribeConfigsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DescribeConfigsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: DescribeConfigsRequest, out: list | None = None) -> list:
@@ -902,20 +908,25 @@ def _e_DescribeConfigsResponse_v4(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_DescribeConfigsResponse_v0, _d_DescribeConfigsResponse_v1, _d_DescribeConfigsResponse_v1, _d_DescribeConfigsResponse_v3, _d_DescribeConfigsResponse_v4,)
+PY_RESPONSE_DECODERS = (_d_DescribeConfigsResponse_v0, _d_DescribeConfigsResponse_v1, _d_DescribeConfigsResponse_v1, _d_DescribeConfigsResponse_v3, _d_DescribeConfigsResponse_v4,)
 RESPONSE_ENCODERS = (_e_DescribeConfigsResponse_v0, _e_DescribeConfigsResponse_v1, _e_DescribeConfigsResponse_v1, _e_DescribeConfigsResponse_v3, _e_DescribeConfigsResponse_v4,)
 RESPONSE_VERSIONS = (0, 4)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[DescribeConfigsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[DescribeConfigsResponse, int]:
     """Decode a DescribeConfigsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 4: raise DecodeError(f'DescribeConfigsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DescribeConfigsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: DescribeConfigsResponse, out: list | None = None) -> list:
@@ -927,3 +938,36 @@ def encode_response(version: int, message: DescribeConfigsResponse, out: list | 
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode DescribeConfigsResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_DescribeConfigsResource_v0 = _P(DescribeConfigsResource, (('resource_type', 0, 0, None, 0), ('resource_name', 9, 0, None, 0), ('configuration_keys', 13, 1, (None, 9, 0, None, 0), 2)), (), (), False)
+    _n_DescribeConfigsResource_v4 = _P(DescribeConfigsResource, (('resource_type', 0, 2, None, 0), ('resource_name', 9, 2, None, 0), ('configuration_keys', 13, 3, (None, 9, 2, None, 0), 1)), (), (), True)
+    _n_DescribeConfigsRequest_v0 = _P(DescribeConfigsRequest, (('resources', 13, 0, (None, 12, 0, _n_DescribeConfigsResource_v0, 0), 7),), (), (('include_synonyms', False, 0), ('include_documentation', False, 0)), False)
+    _n_DescribeConfigsRequest_v1 = _P(DescribeConfigsRequest, (('resources', 13, 0, (None, 12, 0, _n_DescribeConfigsResource_v0, 0), 7), ('include_synonyms', 7, 0, None, 0)), (), (('include_documentation', False, 0),), False)
+    _n_DescribeConfigsRequest_v3 = _P(DescribeConfigsRequest, (('resources', 13, 0, (None, 12, 0, _n_DescribeConfigsResource_v0, 0), 7), ('include_synonyms', 7, 0, None, 0), ('include_documentation', 7, 0, None, 0)), (), (), False)
+    _n_DescribeConfigsRequest_v4 = _P(DescribeConfigsRequest, (('resources', 13, 2, (None, 12, 0, _n_DescribeConfigsResource_v4, 0), 4), ('include_synonyms', 7, 2, None, 0), ('include_documentation', 7, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_DescribeConfigsRequest_v0, _n_DescribeConfigsRequest_v1, _n_DescribeConfigsRequest_v1, _n_DescribeConfigsRequest_v3, _n_DescribeConfigsRequest_v4,)
+    decode_request = _native.entry('DescribeConfigsRequest', REQUEST_DECODERS)
+    _n_DescribeConfigsSynonym_v1 = _P(DescribeConfigsSynonym, (('name', 9, 0, None, 0), ('value', 9, 1, None, 0), ('source', 0, 0, None, 0)), (), (), False)
+    _n_DescribeConfigsSynonym_v4 = _P(DescribeConfigsSynonym, (('name', 9, 2, None, 0), ('value', 9, 3, None, 0), ('source', 0, 2, None, 0)), (), (), True)
+    _n_DescribeConfigsResourceResult_v0 = _P(DescribeConfigsResourceResult, (('name', 9, 0, None, 0), ('value', 9, 1, None, 0), ('read_only', 7, 0, None, 0), ('is_default', 7, 0, None, 0), ('is_sensitive', 7, 0, None, 0)), (), (('config_source', -1, 0), ('synonyms', None, 1), ('config_type', 0, 0), ('documentation', '', 0)), False)
+    _n_DescribeConfigsResourceResult_v1 = _P(DescribeConfigsResourceResult, (('name', 9, 0, None, 0), ('value', 9, 1, None, 0), ('read_only', 7, 0, None, 0), ('config_source', 0, 0, None, 0), ('is_sensitive', 7, 0, None, 0), ('synonyms', 13, 0, (None, 12, 0, _n_DescribeConfigsSynonym_v1, 0), 5)), (), (('is_default', False, 0), ('config_type', 0, 0), ('documentation', '', 0)), False)
+    _n_DescribeConfigsResourceResult_v3 = _P(DescribeConfigsResourceResult, (('name', 9, 0, None, 0), ('value', 9, 1, None, 0), ('read_only', 7, 0, None, 0), ('config_source', 0, 0, None, 0), ('is_sensitive', 7, 0, None, 0), ('synonyms', 13, 0, (None, 12, 0, _n_DescribeConfigsSynonym_v1, 0), 5), ('config_type', 0, 0, None, 0), ('documentation', 9, 1, None, 0)), (), (('is_default', False, 0),), False)
+    _n_DescribeConfigsResourceResult_v4 = _P(DescribeConfigsResourceResult, (('name', 9, 2, None, 0), ('value', 9, 3, None, 0), ('read_only', 7, 2, None, 0), ('config_source', 0, 2, None, 0), ('is_sensitive', 7, 2, None, 0), ('synonyms', 13, 2, (None, 12, 0, _n_DescribeConfigsSynonym_v4, 0), 4), ('config_type', 0, 2, None, 0), ('documentation', 9, 3, None, 0)), (), (('is_default', False, 0),), True)
+    _n_DescribeConfigsResult_v0 = _P(DescribeConfigsResult, (('error_code', 1, 0, None, 0), ('error_message', 9, 1, None, 0), ('resource_type', 0, 0, None, 0), ('resource_name', 9, 0, None, 0), ('configs', 13, 0, (None, 12, 0, _n_DescribeConfigsResourceResult_v0, 0), 7)), (), (), False)
+    _n_DescribeConfigsResult_v1 = _P(DescribeConfigsResult, (('error_code', 1, 0, None, 0), ('error_message', 9, 1, None, 0), ('resource_type', 0, 0, None, 0), ('resource_name', 9, 0, None, 0), ('configs', 13, 0, (None, 12, 0, _n_DescribeConfigsResourceResult_v1, 0), 11)), (), (), False)
+    _n_DescribeConfigsResult_v3 = _P(DescribeConfigsResult, (('error_code', 1, 0, None, 0), ('error_message', 9, 1, None, 0), ('resource_type', 0, 0, None, 0), ('resource_name', 9, 0, None, 0), ('configs', 13, 0, (None, 12, 0, _n_DescribeConfigsResourceResult_v3, 0), 14)), (), (), False)
+    _n_DescribeConfigsResult_v4 = _P(DescribeConfigsResult, (('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('resource_type', 0, 2, None, 0), ('resource_name', 9, 2, None, 0), ('configs', 13, 2, (None, 12, 0, _n_DescribeConfigsResourceResult_v4, 0), 9)), (), (), True)
+    _n_DescribeConfigsResponse_v0 = _P(DescribeConfigsResponse, (('throttle_time_ms', 2, 0, None, 0), ('results', 13, 0, (None, 12, 0, _n_DescribeConfigsResult_v0, 0), 11)), (), (), False)
+    _n_DescribeConfigsResponse_v1 = _P(DescribeConfigsResponse, (('throttle_time_ms', 2, 0, None, 0), ('results', 13, 0, (None, 12, 0, _n_DescribeConfigsResult_v1, 0), 11)), (), (), False)
+    _n_DescribeConfigsResponse_v3 = _P(DescribeConfigsResponse, (('throttle_time_ms', 2, 0, None, 0), ('results', 13, 0, (None, 12, 0, _n_DescribeConfigsResult_v3, 0), 11)), (), (), False)
+    _n_DescribeConfigsResponse_v4 = _P(DescribeConfigsResponse, (('throttle_time_ms', 2, 2, None, 0), ('results', 13, 2, (None, 12, 0, _n_DescribeConfigsResult_v4, 0), 7)), (), (), True)
+    RESPONSE_DECODERS = (_n_DescribeConfigsResponse_v0, _n_DescribeConfigsResponse_v1, _n_DescribeConfigsResponse_v1, _n_DescribeConfigsResponse_v3, _n_DescribeConfigsResponse_v4,)
+    decode_response = _native.entry('DescribeConfigsResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -185,20 +186,25 @@ def _e_DescribeDelegationTokenRequest_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_DescribeDelegationTokenRequest_v0, _d_DescribeDelegationTokenRequest_v0, _d_DescribeDelegationTokenRequest_v2, _d_DescribeDelegationTokenRequest_v2,)
+PY_REQUEST_DECODERS = (_d_DescribeDelegationTokenRequest_v0, _d_DescribeDelegationTokenRequest_v0, _d_DescribeDelegationTokenRequest_v2, _d_DescribeDelegationTokenRequest_v2,)
 REQUEST_ENCODERS = (_e_DescribeDelegationTokenRequest_v0, _e_DescribeDelegationTokenRequest_v0, _e_DescribeDelegationTokenRequest_v2, _e_DescribeDelegationTokenRequest_v2,)
 REQUEST_VERSIONS = (0, 3)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[DescribeDelegationTokenRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[DescribeDelegationTokenRequest, int]:
     """Decode a DescribeDelegationTokenRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 3: raise DecodeError(f'DescribeDelegationTokenRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DescribeDelegationTokenRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: DescribeDelegationTokenRequest, out: list | None = None) -> list:
@@ -641,20 +647,25 @@ def _e_DescribeDelegationTokenResponse_v3(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_DescribeDelegationTokenResponse_v0, _d_DescribeDelegationTokenResponse_v0, _d_DescribeDelegationTokenResponse_v2, _d_DescribeDelegationTokenResponse_v3,)
+PY_RESPONSE_DECODERS = (_d_DescribeDelegationTokenResponse_v0, _d_DescribeDelegationTokenResponse_v0, _d_DescribeDelegationTokenResponse_v2, _d_DescribeDelegationTokenResponse_v3,)
 RESPONSE_ENCODERS = (_e_DescribeDelegationTokenResponse_v0, _e_DescribeDelegationTokenResponse_v0, _e_DescribeDelegationTokenResponse_v2, _e_DescribeDelegationTokenResponse_v3,)
 RESPONSE_VERSIONS = (0, 3)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[DescribeDelegationTokenResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[DescribeDelegationTokenResponse, int]:
     """Decode a DescribeDelegationTokenResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 3: raise DecodeError(f'DescribeDelegationTokenResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DescribeDelegationTokenResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: DescribeDelegationTokenResponse, out: list | None = None) -> list:
@@ -666,3 +677,28 @@ def encode_response(version: int, message: DescribeDelegationTokenResponse, out:
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode DescribeDelegationTokenResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_DescribeDelegationTokenOwner_v0 = _P(DescribeDelegationTokenOwner, (('principal_type', 9, 0, None, 0), ('principal_name', 9, 0, None, 0)), (), (), False)
+    _n_DescribeDelegationTokenOwner_v2 = _P(DescribeDelegationTokenOwner, (('principal_type', 9, 2, None, 0), ('principal_name', 9, 2, None, 0)), (), (), True)
+    _n_DescribeDelegationTokenRequest_v0 = _P(DescribeDelegationTokenRequest, (('owners', 13, 1, (None, 12, 0, _n_DescribeDelegationTokenOwner_v0, 0), 4),), (), (), False)
+    _n_DescribeDelegationTokenRequest_v2 = _P(DescribeDelegationTokenRequest, (('owners', 13, 3, (None, 12, 0, _n_DescribeDelegationTokenOwner_v2, 0), 3),), (), (), True)
+    REQUEST_DECODERS = (_n_DescribeDelegationTokenRequest_v0, _n_DescribeDelegationTokenRequest_v0, _n_DescribeDelegationTokenRequest_v2, _n_DescribeDelegationTokenRequest_v2,)
+    decode_request = _native.entry('DescribeDelegationTokenRequest', REQUEST_DECODERS)
+    _n_DescribedDelegationTokenRenewer_v0 = _P(DescribedDelegationTokenRenewer, (('principal_type', 9, 0, None, 0), ('principal_name', 9, 0, None, 0)), (), (), False)
+    _n_DescribedDelegationTokenRenewer_v2 = _P(DescribedDelegationTokenRenewer, (('principal_type', 9, 2, None, 0), ('principal_name', 9, 2, None, 0)), (), (), True)
+    _n_DescribedDelegationToken_v0 = _P(DescribedDelegationToken, (('principal_type', 9, 0, None, 0), ('principal_name', 9, 0, None, 0), ('issue_timestamp', 3, 0, None, 0), ('expiry_timestamp', 3, 0, None, 0), ('max_timestamp', 3, 0, None, 0), ('token_id', 9, 0, None, 0), ('hmac', 10, 0, None, 0), ('renewers', 13, 0, (None, 12, 0, _n_DescribedDelegationTokenRenewer_v0, 0), 4)), (), (('token_requester_principal_type', '', 0), ('token_requester_principal_name', '', 0)), False)
+    _n_DescribedDelegationToken_v2 = _P(DescribedDelegationToken, (('principal_type', 9, 2, None, 0), ('principal_name', 9, 2, None, 0), ('issue_timestamp', 3, 2, None, 0), ('expiry_timestamp', 3, 2, None, 0), ('max_timestamp', 3, 2, None, 0), ('token_id', 9, 2, None, 0), ('hmac', 10, 2, None, 0), ('renewers', 13, 2, (None, 12, 0, _n_DescribedDelegationTokenRenewer_v2, 0), 3)), (), (('token_requester_principal_type', '', 0), ('token_requester_principal_name', '', 0)), True)
+    _n_DescribedDelegationToken_v3 = _P(DescribedDelegationToken, (('principal_type', 9, 2, None, 0), ('principal_name', 9, 2, None, 0), ('token_requester_principal_type', 9, 2, None, 0), ('token_requester_principal_name', 9, 2, None, 0), ('issue_timestamp', 3, 2, None, 0), ('expiry_timestamp', 3, 2, None, 0), ('max_timestamp', 3, 2, None, 0), ('token_id', 9, 2, None, 0), ('hmac', 10, 2, None, 0), ('renewers', 13, 2, (None, 12, 0, _n_DescribedDelegationTokenRenewer_v2, 0), 3)), (), (), True)
+    _n_DescribeDelegationTokenResponse_v0 = _P(DescribeDelegationTokenResponse, (('error_code', 1, 0, None, 0), ('tokens', 13, 0, (None, 12, 0, _n_DescribedDelegationToken_v0, 0), 38), ('throttle_time_ms', 2, 0, None, 0)), (), (), False)
+    _n_DescribeDelegationTokenResponse_v2 = _P(DescribeDelegationTokenResponse, (('error_code', 1, 2, None, 0), ('tokens', 13, 2, (None, 12, 0, _n_DescribedDelegationToken_v2, 0), 30), ('throttle_time_ms', 2, 2, None, 0)), (), (), True)
+    _n_DescribeDelegationTokenResponse_v3 = _P(DescribeDelegationTokenResponse, (('error_code', 1, 2, None, 0), ('tokens', 13, 2, (None, 12, 0, _n_DescribedDelegationToken_v3, 0), 32), ('throttle_time_ms', 2, 2, None, 0)), (), (), True)
+    RESPONSE_DECODERS = (_n_DescribeDelegationTokenResponse_v0, _n_DescribeDelegationTokenResponse_v0, _n_DescribeDelegationTokenResponse_v2, _n_DescribeDelegationTokenResponse_v3,)
+    decode_response = _native.entry('DescribeDelegationTokenResponse', RESPONSE_DECODERS)

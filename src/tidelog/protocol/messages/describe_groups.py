@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -121,20 +122,25 @@ def _e_DescribeGroupsRequest_v5(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_DescribeGroupsRequest_v0, _d_DescribeGroupsRequest_v0, _d_DescribeGroupsRequest_v0, _d_DescribeGroupsRequest_v3, _d_DescribeGroupsRequest_v3, _d_DescribeGroupsRequest_v5,)
+PY_REQUEST_DECODERS = (_d_DescribeGroupsRequest_v0, _d_DescribeGroupsRequest_v0, _d_DescribeGroupsRequest_v0, _d_DescribeGroupsRequest_v3, _d_DescribeGroupsRequest_v3, _d_DescribeGroupsRequest_v5,)
 REQUEST_ENCODERS = (_e_DescribeGroupsRequest_v0, _e_DescribeGroupsRequest_v0, _e_DescribeGroupsRequest_v0, _e_DescribeGroupsRequest_v3, _e_DescribeGroupsRequest_v3, _e_DescribeGroupsRequest_v5,)
 REQUEST_VERSIONS = (0, 5)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[DescribeGroupsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[DescribeGroupsRequest, int]:
     """Decode a DescribeGroupsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 5: raise DecodeError(f'DescribeGroupsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DescribeGroupsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: DescribeGroupsRequest, out: list | None = None) -> list:
@@ -833,20 +839,25 @@ def _e_DescribeGroupsResponse_v5(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_DescribeGroupsResponse_v0, _d_DescribeGroupsResponse_v1, _d_DescribeGroupsResponse_v1, _d_DescribeGroupsResponse_v3, _d_DescribeGroupsResponse_v4, _d_DescribeGroupsResponse_v5,)
+PY_RESPONSE_DECODERS = (_d_DescribeGroupsResponse_v0, _d_DescribeGroupsResponse_v1, _d_DescribeGroupsResponse_v1, _d_DescribeGroupsResponse_v3, _d_DescribeGroupsResponse_v4, _d_DescribeGroupsResponse_v5,)
 RESPONSE_ENCODERS = (_e_DescribeGroupsResponse_v0, _e_DescribeGroupsResponse_v1, _e_DescribeGroupsResponse_v1, _e_DescribeGroupsResponse_v3, _e_DescribeGroupsResponse_v4, _e_DescribeGroupsResponse_v5,)
 RESPONSE_VERSIONS = (0, 5)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[DescribeGroupsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[DescribeGroupsResponse, int]:
     """Decode a DescribeGroupsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 5: raise DecodeError(f'DescribeGroupsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DescribeGroupsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: DescribeGroupsResponse, out: list | None = None) -> list:
@@ -858,3 +869,31 @@ def encode_response(version: int, message: DescribeGroupsResponse, out: list | N
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode DescribeGroupsResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_DescribeGroupsRequest_v0 = _P(DescribeGroupsRequest, (('groups', 13, 0, (None, 9, 0, None, 0), 2),), (), (('include_authorized_operations', False, 0),), False)
+    _n_DescribeGroupsRequest_v3 = _P(DescribeGroupsRequest, (('groups', 13, 0, (None, 9, 0, None, 0), 2), ('include_authorized_operations', 7, 0, None, 0)), (), (), False)
+    _n_DescribeGroupsRequest_v5 = _P(DescribeGroupsRequest, (('groups', 13, 2, (None, 9, 2, None, 0), 1), ('include_authorized_operations', 7, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_DescribeGroupsRequest_v0, _n_DescribeGroupsRequest_v0, _n_DescribeGroupsRequest_v0, _n_DescribeGroupsRequest_v3, _n_DescribeGroupsRequest_v3, _n_DescribeGroupsRequest_v5,)
+    decode_request = _native.entry('DescribeGroupsRequest', REQUEST_DECODERS)
+    _n_DescribedGroupMember_v0 = _P(DescribedGroupMember, (('member_id', 9, 0, None, 0), ('client_id', 9, 0, None, 0), ('client_host', 9, 0, None, 0), ('member_metadata', 10, 0, None, 0), ('member_assignment', 10, 0, None, 0)), (), (('group_instance_id', None, 0),), False)
+    _n_DescribedGroupMember_v4 = _P(DescribedGroupMember, (('member_id', 9, 0, None, 0), ('group_instance_id', 9, 1, None, 0), ('client_id', 9, 0, None, 0), ('client_host', 9, 0, None, 0), ('member_metadata', 10, 0, None, 0), ('member_assignment', 10, 0, None, 0)), (), (), False)
+    _n_DescribedGroupMember_v5 = _P(DescribedGroupMember, (('member_id', 9, 2, None, 0), ('group_instance_id', 9, 3, None, 0), ('client_id', 9, 2, None, 0), ('client_host', 9, 2, None, 0), ('member_metadata', 10, 2, None, 0), ('member_assignment', 10, 2, None, 0)), (), (), True)
+    _n_DescribedGroup_v0 = _P(DescribedGroup, (('error_code', 1, 0, None, 0), ('group_id', 9, 0, None, 0), ('group_state', 9, 0, None, 0), ('protocol_type', 9, 0, None, 0), ('protocol_data', 9, 0, None, 0), ('members', 13, 0, (None, 12, 0, _n_DescribedGroupMember_v0, 0), 14)), (), (('authorized_operations', -2147483648, 0),), False)
+    _n_DescribedGroup_v3 = _P(DescribedGroup, (('error_code', 1, 0, None, 0), ('group_id', 9, 0, None, 0), ('group_state', 9, 0, None, 0), ('protocol_type', 9, 0, None, 0), ('protocol_data', 9, 0, None, 0), ('members', 13, 0, (None, 12, 0, _n_DescribedGroupMember_v0, 0), 14), ('authorized_operations', 2, 0, None, 0)), (), (), False)
+    _n_DescribedGroup_v4 = _P(DescribedGroup, (('error_code', 1, 0, None, 0), ('group_id', 9, 0, None, 0), ('group_state', 9, 0, None, 0), ('protocol_type', 9, 0, None, 0), ('protocol_data', 9, 0, None, 0), ('members', 13, 0, (None, 12, 0, _n_DescribedGroupMember_v4, 0), 16), ('authorized_operations', 2, 0, None, 0)), (), (), False)
+    _n_DescribedGroup_v5 = _P(DescribedGroup, (('error_code', 1, 2, None, 0), ('group_id', 9, 2, None, 0), ('group_state', 9, 2, None, 0), ('protocol_type', 9, 2, None, 0), ('protocol_data', 9, 2, None, 0), ('members', 13, 2, (None, 12, 0, _n_DescribedGroupMember_v5, 0), 7), ('authorized_operations', 2, 2, None, 0)), (), (), True)
+    _n_DescribeGroupsResponse_v0 = _P(DescribeGroupsResponse, (('groups', 13, 0, (None, 12, 0, _n_DescribedGroup_v0, 0), 14),), (), (('throttle_time_ms', 0, 0),), False)
+    _n_DescribeGroupsResponse_v1 = _P(DescribeGroupsResponse, (('throttle_time_ms', 2, 0, None, 0), ('groups', 13, 0, (None, 12, 0, _n_DescribedGroup_v0, 0), 14)), (), (), False)
+    _n_DescribeGroupsResponse_v3 = _P(DescribeGroupsResponse, (('throttle_time_ms', 2, 0, None, 0), ('groups', 13, 0, (None, 12, 0, _n_DescribedGroup_v3, 0), 18)), (), (), False)
+    _n_DescribeGroupsResponse_v4 = _P(DescribeGroupsResponse, (('throttle_time_ms', 2, 0, None, 0), ('groups', 13, 0, (None, 12, 0, _n_DescribedGroup_v4, 0), 18)), (), (), False)
+    _n_DescribeGroupsResponse_v5 = _P(DescribeGroupsResponse, (('throttle_time_ms', 2, 2, None, 0), ('groups', 13, 2, (None, 12, 0, _n_DescribedGroup_v5, 0), 12)), (), (), True)
+    RESPONSE_DECODERS = (_n_DescribeGroupsResponse_v0, _n_DescribeGroupsResponse_v1, _n_DescribeGroupsResponse_v1, _n_DescribeGroupsResponse_v3, _n_DescribeGroupsResponse_v4, _n_DescribeGroupsResponse_v5,)
+    decode_response = _native.entry('DescribeGroupsResponse', RESPONSE_DECODERS)

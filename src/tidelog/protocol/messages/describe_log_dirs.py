@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -189,20 +190,25 @@ def _e_DescribeLogDirsRequest_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_DescribeLogDirsRequest_v0, _d_DescribeLogDirsRequest_v0, _d_DescribeLogDirsRequest_v2, _d_DescribeLogDirsRequest_v2, _d_DescribeLogDirsRequest_v2,)
+PY_REQUEST_DECODERS = (_d_DescribeLogDirsRequest_v0, _d_DescribeLogDirsRequest_v0, _d_DescribeLogDirsRequest_v2, _d_DescribeLogDirsRequest_v2, _d_DescribeLogDirsRequest_v2,)
 REQUEST_ENCODERS = (_e_DescribeLogDirsRequest_v0, _e_DescribeLogDirsRequest_v0, _e_DescribeLogDirsRequest_v2, _e_DescribeLogDirsRequest_v2, _e_DescribeLogDirsRequest_v2,)
 REQUEST_VERSIONS = (0, 4)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[DescribeLogDirsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[DescribeLogDirsRequest, int]:
     """Decode a DescribeLogDirsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 4: raise DecodeError(f'DescribeLogDirsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DescribeLogDirsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: DescribeLogDirsRequest, out: list | None = None) -> list:
@@ -548,20 +554,25 @@ def _e_DescribeLogDirsResponse_v4(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_DescribeLogDirsResponse_v0, _d_DescribeLogDirsResponse_v0, _d_DescribeLogDirsResponse_v2, _d_DescribeLogDirsResponse_v3, _d_DescribeLogDirsResponse_v4,)
+PY_RESPONSE_DECODERS = (_d_DescribeLogDirsResponse_v0, _d_DescribeLogDirsResponse_v0, _d_DescribeLogDirsResponse_v2, _d_DescribeLogDirsResponse_v3, _d_DescribeLogDirsResponse_v4,)
 RESPONSE_ENCODERS = (_e_DescribeLogDirsResponse_v0, _e_DescribeLogDirsResponse_v0, _e_DescribeLogDirsResponse_v2, _e_DescribeLogDirsResponse_v3, _e_DescribeLogDirsResponse_v4,)
 RESPONSE_VERSIONS = (0, 4)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[DescribeLogDirsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[DescribeLogDirsResponse, int]:
     """Decode a DescribeLogDirsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 4: raise DecodeError(f'DescribeLogDirsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DescribeLogDirsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: DescribeLogDirsResponse, out: list | None = None) -> list:
@@ -573,3 +584,31 @@ def encode_response(version: int, message: DescribeLogDirsResponse, out: list | 
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode DescribeLogDirsResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_DescribableLogDirTopic_v0 = _P(DescribableLogDirTopic, (('topic', 9, 0, None, 0), ('partitions', 13, 0, (None, 2, 0, None, 0), 4)), (), (), False)
+    _n_DescribableLogDirTopic_v2 = _P(DescribableLogDirTopic, (('topic', 9, 2, None, 0), ('partitions', 13, 2, (None, 2, 2, None, 0), 4)), (), (), True)
+    _n_DescribeLogDirsRequest_v0 = _P(DescribeLogDirsRequest, (('topics', 13, 1, (None, 12, 0, _n_DescribableLogDirTopic_v0, 0), 6),), (), (), False)
+    _n_DescribeLogDirsRequest_v2 = _P(DescribeLogDirsRequest, (('topics', 13, 3, (None, 12, 0, _n_DescribableLogDirTopic_v2, 0), 3),), (), (), True)
+    REQUEST_DECODERS = (_n_DescribeLogDirsRequest_v0, _n_DescribeLogDirsRequest_v0, _n_DescribeLogDirsRequest_v2, _n_DescribeLogDirsRequest_v2, _n_DescribeLogDirsRequest_v2,)
+    decode_request = _native.entry('DescribeLogDirsRequest', REQUEST_DECODERS)
+    _n_DescribeLogDirsPartition_v0 = _P(DescribeLogDirsPartition, (('partition_index', 2, 0, None, 0), ('partition_size', 3, 0, None, 0), ('offset_lag', 3, 0, None, 0), ('is_future_key', 7, 0, None, 0)), (), (), False)
+    _n_DescribeLogDirsPartition_v2 = _P(DescribeLogDirsPartition, (('partition_index', 2, 2, None, 0), ('partition_size', 3, 2, None, 0), ('offset_lag', 3, 2, None, 0), ('is_future_key', 7, 2, None, 0)), (), (), True)
+    _n_DescribeLogDirsTopic_v0 = _P(DescribeLogDirsTopic, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_DescribeLogDirsPartition_v0, 0), 21)), (), (), False)
+    _n_DescribeLogDirsTopic_v2 = _P(DescribeLogDirsTopic, (('name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_DescribeLogDirsPartition_v2, 0), 22)), (), (), True)
+    _n_DescribeLogDirsResult_v0 = _P(DescribeLogDirsResult, (('error_code', 1, 0, None, 0), ('log_dir', 9, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_DescribeLogDirsTopic_v0, 0), 6)), (), (('total_bytes', -1, 0), ('usable_bytes', -1, 0)), False)
+    _n_DescribeLogDirsResult_v2 = _P(DescribeLogDirsResult, (('error_code', 1, 2, None, 0), ('log_dir', 9, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_DescribeLogDirsTopic_v2, 0), 3)), (), (('total_bytes', -1, 0), ('usable_bytes', -1, 0)), True)
+    _n_DescribeLogDirsResult_v4 = _P(DescribeLogDirsResult, (('error_code', 1, 2, None, 0), ('log_dir', 9, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_DescribeLogDirsTopic_v2, 0), 3), ('total_bytes', 3, 2, None, 0), ('usable_bytes', 3, 2, None, 0)), (), (), True)
+    _n_DescribeLogDirsResponse_v0 = _P(DescribeLogDirsResponse, (('throttle_time_ms', 2, 0, None, 0), ('results', 13, 0, (None, 12, 0, _n_DescribeLogDirsResult_v0, 0), 8)), (), (('error_code', 0, 0),), False)
+    _n_DescribeLogDirsResponse_v2 = _P(DescribeLogDirsResponse, (('throttle_time_ms', 2, 2, None, 0), ('results', 13, 2, (None, 12, 0, _n_DescribeLogDirsResult_v2, 0), 5)), (), (('error_code', 0, 0),), True)
+    _n_DescribeLogDirsResponse_v3 = _P(DescribeLogDirsResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('results', 13, 2, (None, 12, 0, _n_DescribeLogDirsResult_v2, 0), 5)), (), (), True)
+    _n_DescribeLogDirsResponse_v4 = _P(DescribeLogDirsResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('results', 13, 2, (None, 12, 0, _n_DescribeLogDirsResult_v4, 0), 21)), (), (), True)
+    RESPONSE_DECODERS = (_n_DescribeLogDirsResponse_v0, _n_DescribeLogDirsResponse_v0, _n_DescribeLogDirsResponse_v2, _n_DescribeLogDirsResponse_v3, _n_DescribeLogDirsResponse_v4,)
+    decode_response = _native.entry('DescribeLogDirsResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -129,20 +130,25 @@ def _e_DescribeProducersRequest_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_DescribeProducersRequest_v0,)
+PY_REQUEST_DECODERS = (_d_DescribeProducersRequest_v0,)
 REQUEST_ENCODERS = (_e_DescribeProducersRequest_v0,)
 REQUEST_VERSIONS = (0, 0)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[DescribeProducersRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[DescribeProducersRequest, int]:
     """Decode a DescribeProducersRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'DescribeProducersRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DescribeProducersRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: DescribeProducersRequest, out: list | None = None) -> list:
@@ -312,20 +318,25 @@ def _e_DescribeProducersResponse_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_DescribeProducersResponse_v0,)
+PY_RESPONSE_DECODERS = (_d_DescribeProducersResponse_v0,)
 RESPONSE_ENCODERS = (_e_DescribeProducersResponse_v0,)
 RESPONSE_VERSIONS = (0, 0)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[DescribeProducersResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[DescribeProducersResponse, int]:
     """Decode a DescribeProducersResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'DescribeProducersResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DescribeProducersResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: DescribeProducersResponse, out: list | None = None) -> list:
@@ -337,3 +348,22 @@ def encode_response(version: int, message: DescribeProducersResponse, out: list 
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode DescribeProducersResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_TopicRequest_v0 = _P(TopicRequest, (('name', 9, 2, None, 0), ('partition_indexes', 13, 2, (None, 2, 2, None, 0), 4)), (), (), True)
+    _n_DescribeProducersRequest_v0 = _P(DescribeProducersRequest, (('topics', 13, 2, (None, 12, 0, _n_TopicRequest_v0, 0), 3),), (), (), True)
+    REQUEST_DECODERS = (_n_DescribeProducersRequest_v0,)
+    decode_request = _native.entry('DescribeProducersRequest', REQUEST_DECODERS)
+    _n_ProducerState_v0 = _P(ProducerState, (('producer_id', 3, 2, None, 0), ('producer_epoch', 2, 2, None, 0), ('last_sequence', 2, 2, None, 0), ('last_timestamp', 3, 2, None, 0), ('coordinator_epoch', 2, 2, None, 0), ('current_txn_start_offset', 3, 2, None, 0)), (), (), True)
+    _n_PartitionResponse_v0 = _P(PartitionResponse, (('partition_index', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('active_producers', 13, 2, (None, 12, 0, _n_ProducerState_v0, 0), 37)), (), (), True)
+    _n_TopicResponse_v0 = _P(TopicResponse, (('name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_PartitionResponse_v0, 0), 9)), (), (), True)
+    _n_DescribeProducersResponse_v0 = _P(DescribeProducersResponse, (('throttle_time_ms', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_TopicResponse_v0, 0), 3)), (), (), True)
+    RESPONSE_DECODERS = (_n_DescribeProducersResponse_v0,)
+    decode_response = _native.entry('DescribeProducersResponse', RESPONSE_DECODERS)

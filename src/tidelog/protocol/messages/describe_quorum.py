@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -144,20 +145,25 @@ def _e_DescribeQuorumRequest_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_DescribeQuorumRequest_v0, _d_DescribeQuorumRequest_v0, _d_DescribeQuorumRequest_v0,)
+PY_REQUEST_DECODERS = (_d_DescribeQuorumRequest_v0, _d_DescribeQuorumRequest_v0, _d_DescribeQuorumRequest_v0,)
 REQUEST_ENCODERS = (_e_DescribeQuorumRequest_v0, _e_DescribeQuorumRequest_v0, _e_DescribeQuorumRequest_v0,)
 REQUEST_VERSIONS = (0, 2)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[DescribeQuorumRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[DescribeQuorumRequest, int]:
     """Decode a DescribeQuorumRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 2: raise DecodeError(f'DescribeQuorumRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DescribeQuorumRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: DescribeQuorumRequest, out: list | None = None) -> list:
@@ -731,20 +737,25 @@ def _e_DescribeQuorumResponse_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_DescribeQuorumResponse_v0, _d_DescribeQuorumResponse_v1, _d_DescribeQuorumResponse_v2,)
+PY_RESPONSE_DECODERS = (_d_DescribeQuorumResponse_v0, _d_DescribeQuorumResponse_v1, _d_DescribeQuorumResponse_v2,)
 RESPONSE_ENCODERS = (_e_DescribeQuorumResponse_v0, _e_DescribeQuorumResponse_v1, _e_DescribeQuorumResponse_v2,)
 RESPONSE_VERSIONS = (0, 2)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[DescribeQuorumResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[DescribeQuorumResponse, int]:
     """Decode a DescribeQuorumResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 2: raise DecodeError(f'DescribeQuorumResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DescribeQuorumResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: DescribeQuorumResponse, out: list | None = None) -> list:
@@ -756,3 +767,33 @@ def encode_response(version: int, message: DescribeQuorumResponse, out: list | N
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode DescribeQuorumResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_PartitionData_v0 = _P(PartitionData, (('partition_index', 2, 2, None, 0),), (), (), True)
+    _n_TopicData_v0 = _P(TopicData, (('topic_name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_PartitionData_v0, 0), 5)), (), (), True)
+    _n_DescribeQuorumRequest_v0 = _P(DescribeQuorumRequest, (('topics', 13, 2, (None, 12, 0, _n_TopicData_v0, 0), 3),), (), (), True)
+    REQUEST_DECODERS = (_n_DescribeQuorumRequest_v0, _n_DescribeQuorumRequest_v0, _n_DescribeQuorumRequest_v0,)
+    decode_request = _native.entry('DescribeQuorumRequest', REQUEST_DECODERS)
+    _n_ReplicaState_v0 = _P(ReplicaState, (('replica_id', 2, 2, None, 0), ('log_end_offset', 3, 2, None, 0)), (), (('replica_directory_id', ZERO_UUID, 0), ('last_fetch_timestamp', -1, 0), ('last_caught_up_timestamp', -1, 0)), True)
+    _n_ReplicaState_v1 = _P(ReplicaState, (('replica_id', 2, 2, None, 0), ('log_end_offset', 3, 2, None, 0), ('last_fetch_timestamp', 3, 2, None, 0), ('last_caught_up_timestamp', 3, 2, None, 0)), (), (('replica_directory_id', ZERO_UUID, 0),), True)
+    _n_ReplicaState_v2 = _P(ReplicaState, (('replica_id', 2, 2, None, 0), ('replica_directory_id', 8, 2, None, 0), ('log_end_offset', 3, 2, None, 0), ('last_fetch_timestamp', 3, 2, None, 0), ('last_caught_up_timestamp', 3, 2, None, 0)), (), (), True)
+    _n_DescribeQuorumResponsePartitionData_v0 = _P(DescribeQuorumResponsePartitionData, (('partition_index', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('leader_id', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0), ('high_watermark', 3, 2, None, 0), ('current_voters', 13, 2, (None, 12, 0, _n_ReplicaState_v0, 0), 13), ('observers', 13, 2, (None, 12, 0, _n_ReplicaState_v0, 0), 13)), (), (('error_message', '', 0),), True)
+    _n_DescribeQuorumResponsePartitionData_v1 = _P(DescribeQuorumResponsePartitionData, (('partition_index', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('leader_id', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0), ('high_watermark', 3, 2, None, 0), ('current_voters', 13, 2, (None, 12, 0, _n_ReplicaState_v1, 0), 29), ('observers', 13, 2, (None, 12, 0, _n_ReplicaState_v1, 0), 29)), (), (('error_message', '', 0),), True)
+    _n_DescribeQuorumResponsePartitionData_v2 = _P(DescribeQuorumResponsePartitionData, (('partition_index', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('leader_id', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0), ('high_watermark', 3, 2, None, 0), ('current_voters', 13, 2, (None, 12, 0, _n_ReplicaState_v2, 0), 45), ('observers', 13, 2, (None, 12, 0, _n_ReplicaState_v2, 0), 45)), (), (), True)
+    _n_DescribeQuorumResponseTopicData_v0 = _P(DescribeQuorumResponseTopicData, (('topic_name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_DescribeQuorumResponsePartitionData_v0, 0), 25)), (), (), True)
+    _n_DescribeQuorumResponseTopicData_v1 = _P(DescribeQuorumResponseTopicData, (('topic_name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_DescribeQuorumResponsePartitionData_v1, 0), 25)), (), (), True)
+    _n_DescribeQuorumResponseTopicData_v2 = _P(DescribeQuorumResponseTopicData, (('topic_name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_DescribeQuorumResponsePartitionData_v2, 0), 26)), (), (), True)
+    _n_Listener_v2 = _P(Listener, (('name', 9, 2, None, 0), ('host', 9, 2, None, 0), ('port', 4, 2, None, 0)), (), (), True)
+    _n_Node_v2 = _P(Node, (('node_id', 2, 2, None, 0), ('listeners', 13, 2, (None, 12, 0, _n_Listener_v2, 0), 5)), (), (), True)
+    _n_DescribeQuorumResponse_v0 = _P(DescribeQuorumResponse, (('error_code', 1, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_DescribeQuorumResponseTopicData_v0, 0), 3)), (), (('error_message', '', 0), ('nodes', None, 1)), True)
+    _n_DescribeQuorumResponse_v1 = _P(DescribeQuorumResponse, (('error_code', 1, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_DescribeQuorumResponseTopicData_v1, 0), 3)), (), (('error_message', '', 0), ('nodes', None, 1)), True)
+    _n_DescribeQuorumResponse_v2 = _P(DescribeQuorumResponse, (('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('topics', 13, 2, (None, 12, 0, _n_DescribeQuorumResponseTopicData_v2, 0), 3), ('nodes', 13, 2, (None, 12, 0, _n_Node_v2, 0), 6)), (), (), True)
+    RESPONSE_DECODERS = (_n_DescribeQuorumResponse_v0, _n_DescribeQuorumResponse_v1, _n_DescribeQuorumResponse_v2,)
+    decode_response = _native.entry('DescribeQuorumResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -151,20 +152,25 @@ def _e_DescribeTopicPartitionsRequest_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_DescribeTopicPartitionsRequest_v0,)
+PY_REQUEST_DECODERS = (_d_DescribeTopicPartitionsRequest_v0,)
 REQUEST_ENCODERS = (_e_DescribeTopicPartitionsRequest_v0,)
 REQUEST_VERSIONS = (0, 0)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[DescribeTopicPartitionsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[DescribeTopicPartitionsRequest, int]:
     """Decode a DescribeTopicPartitionsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'DescribeTopicPartitionsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DescribeTopicPartitionsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: DescribeTopicPartitionsRequest, out: list | None = None) -> list:
@@ -439,20 +445,25 @@ def _e_DescribeTopicPartitionsResponse_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_DescribeTopicPartitionsResponse_v0,)
+PY_RESPONSE_DECODERS = (_d_DescribeTopicPartitionsResponse_v0,)
 RESPONSE_ENCODERS = (_e_DescribeTopicPartitionsResponse_v0,)
 RESPONSE_VERSIONS = (0, 0)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[DescribeTopicPartitionsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[DescribeTopicPartitionsResponse, int]:
     """Decode a DescribeTopicPartitionsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'DescribeTopicPartitionsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DescribeTopicPartitionsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: DescribeTopicPartitionsResponse, out: list | None = None) -> list:
@@ -464,3 +475,23 @@ def encode_response(version: int, message: DescribeTopicPartitionsResponse, out:
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode DescribeTopicPartitionsResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_TopicRequest_v0 = _P(TopicRequest, (('name', 9, 2, None, 0),), (), (), True)
+    _n_Cursor_v0 = _P(Cursor, (('topic_name', 9, 2, None, 0), ('partition_index', 2, 2, None, 0)), (), (), True)
+    _n_DescribeTopicPartitionsRequest_v0 = _P(DescribeTopicPartitionsRequest, (('topics', 13, 2, (None, 12, 0, _n_TopicRequest_v0, 0), 2), ('response_partition_limit', 2, 2, None, 0), ('cursor', 12, 1, _n_Cursor_v0, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_DescribeTopicPartitionsRequest_v0,)
+    decode_request = _native.entry('DescribeTopicPartitionsRequest', REQUEST_DECODERS)
+    _n_DescribeTopicPartitionsResponsePartition_v0 = _P(DescribeTopicPartitionsResponsePartition, (('error_code', 1, 2, None, 0), ('partition_index', 2, 2, None, 0), ('leader_id', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0), ('replica_nodes', 13, 2, (None, 2, 2, None, 0), 4), ('isr_nodes', 13, 2, (None, 2, 2, None, 0), 4), ('eligible_leader_replicas', 13, 3, (None, 2, 2, None, 0), 4), ('last_known_elr', 13, 3, (None, 2, 2, None, 0), 4), ('offline_replicas', 13, 2, (None, 2, 2, None, 0), 4)), (), (), True)
+    _n_DescribeTopicPartitionsResponseTopic_v0 = _P(DescribeTopicPartitionsResponseTopic, (('error_code', 1, 2, None, 0), ('name', 9, 3, None, 0), ('topic_id', 8, 2, None, 0), ('is_internal', 7, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_DescribeTopicPartitionsResponsePartition_v0, 0), 20), ('topic_authorized_operations', 2, 2, None, 0)), (), (), True)
+    _n_DescribeTopicPartitionsResponseCursor_v0 = _P(DescribeTopicPartitionsResponseCursor, (('topic_name', 9, 2, None, 0), ('partition_index', 2, 2, None, 0)), (), (), True)
+    _n_DescribeTopicPartitionsResponse_v0 = _P(DescribeTopicPartitionsResponse, (('throttle_time_ms', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_DescribeTopicPartitionsResponseTopic_v0, 0), 26), ('next_cursor', 12, 1, _n_DescribeTopicPartitionsResponseCursor_v0, 0)), (), (), True)
+    RESPONSE_DECODERS = (_n_DescribeTopicPartitionsResponse_v0,)
+    decode_response = _native.entry('DescribeTopicPartitionsResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -74,20 +75,25 @@ def _e_DescribeTransactionsRequest_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_DescribeTransactionsRequest_v0,)
+PY_REQUEST_DECODERS = (_d_DescribeTransactionsRequest_v0,)
 REQUEST_ENCODERS = (_e_DescribeTransactionsRequest_v0,)
 REQUEST_VERSIONS = (0, 0)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[DescribeTransactionsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[DescribeTransactionsRequest, int]:
     """Decode a DescribeTransactionsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'DescribeTransactionsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DescribeTransactionsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: DescribeTransactionsRequest, out: list | None = None) -> list:
@@ -259,20 +265,25 @@ def _e_DescribeTransactionsResponse_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_DescribeTransactionsResponse_v0,)
+PY_RESPONSE_DECODERS = (_d_DescribeTransactionsResponse_v0,)
 RESPONSE_ENCODERS = (_e_DescribeTransactionsResponse_v0,)
 RESPONSE_VERSIONS = (0, 0)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[DescribeTransactionsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[DescribeTransactionsResponse, int]:
     """Decode a DescribeTransactionsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'DescribeTransactionsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DescribeTransactionsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: DescribeTransactionsResponse, out: list | None = None) -> list:
@@ -284,3 +295,20 @@ def encode_response(version: int, message: DescribeTransactionsResponse, out: li
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode DescribeTransactionsResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_DescribeTransactionsRequest_v0 = _P(DescribeTransactionsRequest, (('transactional_ids', 13, 2, (None, 9, 2, None, 0), 1),), (), (), True)
+    REQUEST_DECODERS = (_n_DescribeTransactionsRequest_v0,)
+    decode_request = _native.entry('DescribeTransactionsRequest', REQUEST_DECODERS)
+    _n_TopicData_v0 = _P(TopicData, (('topic', 9, 2, None, 0), ('partitions', 13, 2, (None, 2, 2, None, 0), 4)), (), (), True)
+    _n_TransactionState_v0 = _P(TransactionState, (('error_code', 1, 2, None, 0), ('transactional_id', 9, 2, None, 0), ('transaction_state', 9, 2, None, 0), ('transaction_timeout_ms', 2, 2, None, 0), ('transaction_start_time_ms', 3, 2, None, 0), ('producer_id', 3, 2, None, 0), ('producer_epoch', 1, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_TopicData_v0, 0), 3)), (), (), True)
+    _n_DescribeTransactionsResponse_v0 = _P(DescribeTransactionsResponse, (('throttle_time_ms', 2, 2, None, 0), ('transaction_states', 13, 2, (None, 12, 0, _n_TransactionState_v0, 0), 28)), (), (), True)
+    RESPONSE_DECODERS = (_n_DescribeTransactionsResponse_v0,)
+    decode_response = _native.entry('DescribeTransactionsResponse', RESPONSE_DECODERS)

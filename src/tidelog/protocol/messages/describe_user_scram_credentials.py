@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -111,20 +112,25 @@ def _e_DescribeUserScramCredentialsRequest_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_DescribeUserScramCredentialsRequest_v0,)
+PY_REQUEST_DECODERS = (_d_DescribeUserScramCredentialsRequest_v0,)
 REQUEST_ENCODERS = (_e_DescribeUserScramCredentialsRequest_v0,)
 REQUEST_VERSIONS = (0, 0)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[DescribeUserScramCredentialsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[DescribeUserScramCredentialsRequest, int]:
     """Decode a DescribeUserScramCredentialsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'DescribeUserScramCredentialsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DescribeUserScramCredentialsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: DescribeUserScramCredentialsRequest, out: list | None = None) -> list:
@@ -271,20 +277,25 @@ def _e_DescribeUserScramCredentialsResponse_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_DescribeUserScramCredentialsResponse_v0,)
+PY_RESPONSE_DECODERS = (_d_DescribeUserScramCredentialsResponse_v0,)
 RESPONSE_ENCODERS = (_e_DescribeUserScramCredentialsResponse_v0,)
 RESPONSE_VERSIONS = (0, 0)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[DescribeUserScramCredentialsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[DescribeUserScramCredentialsResponse, int]:
     """Decode a DescribeUserScramCredentialsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'DescribeUserScramCredentialsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed DescribeUserScramCredentialsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: DescribeUserScramCredentialsResponse, out: list | None = None) -> list:
@@ -296,3 +307,21 @@ def encode_response(version: int, message: DescribeUserScramCredentialsResponse,
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode DescribeUserScramCredentialsResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_UserName_v0 = _P(UserName, (('name', 9, 2, None, 0),), (), (), True)
+    _n_DescribeUserScramCredentialsRequest_v0 = _P(DescribeUserScramCredentialsRequest, (('users', 13, 3, (None, 12, 0, _n_UserName_v0, 0), 2),), (), (), True)
+    REQUEST_DECODERS = (_n_DescribeUserScramCredentialsRequest_v0,)
+    decode_request = _native.entry('DescribeUserScramCredentialsRequest', REQUEST_DECODERS)
+    _n_CredentialInfo_v0 = _P(CredentialInfo, (('mechanism', 0, 2, None, 0), ('iterations', 2, 2, None, 0)), (), (), True)
+    _n_DescribeUserScramCredentialsResult_v0 = _P(DescribeUserScramCredentialsResult, (('user', 9, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('credential_infos', 13, 2, (None, 12, 0, _n_CredentialInfo_v0, 0), 6)), (), (), True)
+    _n_DescribeUserScramCredentialsResponse_v0 = _P(DescribeUserScramCredentialsResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('results', 13, 2, (None, 12, 0, _n_DescribeUserScramCredentialsResult_v0, 0), 6)), (), (), True)
+    RESPONSE_DECODERS = (_n_DescribeUserScramCredentialsResponse_v0,)
+    decode_response = _native.entry('DescribeUserScramCredentialsResponse', RESPONSE_DECODERS)

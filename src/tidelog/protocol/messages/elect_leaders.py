@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -231,20 +232,25 @@ def _e_ElectLeadersRequest_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_ElectLeadersRequest_v0, _d_ElectLeadersRequest_v1, _d_ElectLeadersRequest_v2,)
+PY_REQUEST_DECODERS = (_d_ElectLeadersRequest_v0, _d_ElectLeadersRequest_v1, _d_ElectLeadersRequest_v2,)
 REQUEST_ENCODERS = (_e_ElectLeadersRequest_v0, _e_ElectLeadersRequest_v1, _e_ElectLeadersRequest_v2,)
 REQUEST_VERSIONS = (0, 2)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[ElectLeadersRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[ElectLeadersRequest, int]:
     """Decode a ElectLeadersRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 2: raise DecodeError(f'ElectLeadersRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ElectLeadersRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: ElectLeadersRequest, out: list | None = None) -> list:
@@ -467,20 +473,25 @@ def _e_ElectLeadersResponse_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_ElectLeadersResponse_v0, _d_ElectLeadersResponse_v1, _d_ElectLeadersResponse_v2,)
+PY_RESPONSE_DECODERS = (_d_ElectLeadersResponse_v0, _d_ElectLeadersResponse_v1, _d_ElectLeadersResponse_v2,)
 RESPONSE_ENCODERS = (_e_ElectLeadersResponse_v0, _e_ElectLeadersResponse_v1, _e_ElectLeadersResponse_v2,)
 RESPONSE_VERSIONS = (0, 2)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[ElectLeadersResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[ElectLeadersResponse, int]:
     """Decode a ElectLeadersResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 2: raise DecodeError(f'ElectLeadersResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ElectLeadersResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: ElectLeadersResponse, out: list | None = None) -> list:
@@ -492,3 +503,28 @@ def encode_response(version: int, message: ElectLeadersResponse, out: list | Non
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode ElectLeadersResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_TopicPartitions_v0 = _P(TopicPartitions, (('topic', 9, 0, None, 0), ('partitions', 13, 0, (None, 2, 0, None, 0), 4)), (), (), False)
+    _n_TopicPartitions_v2 = _P(TopicPartitions, (('topic', 9, 2, None, 0), ('partitions', 13, 2, (None, 2, 2, None, 0), 4)), (), (), True)
+    _n_ElectLeadersRequest_v0 = _P(ElectLeadersRequest, (('topic_partitions', 13, 1, (None, 12, 0, _n_TopicPartitions_v0, 0), 6), ('timeout_ms', 2, 0, None, 0)), (), (('election_type', 0, 0),), False)
+    _n_ElectLeadersRequest_v1 = _P(ElectLeadersRequest, (('election_type', 0, 0, None, 0), ('topic_partitions', 13, 1, (None, 12, 0, _n_TopicPartitions_v0, 0), 6), ('timeout_ms', 2, 0, None, 0)), (), (), False)
+    _n_ElectLeadersRequest_v2 = _P(ElectLeadersRequest, (('election_type', 0, 2, None, 0), ('topic_partitions', 13, 3, (None, 12, 0, _n_TopicPartitions_v2, 0), 3), ('timeout_ms', 2, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_ElectLeadersRequest_v0, _n_ElectLeadersRequest_v1, _n_ElectLeadersRequest_v2,)
+    decode_request = _native.entry('ElectLeadersRequest', REQUEST_DECODERS)
+    _n_PartitionResult_v0 = _P(PartitionResult, (('partition_id', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('error_message', 9, 1, None, 0)), (), (), False)
+    _n_PartitionResult_v2 = _P(PartitionResult, (('partition_id', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0)), (), (), True)
+    _n_ReplicaElectionResult_v0 = _P(ReplicaElectionResult, (('topic', 9, 0, None, 0), ('partition_result', 13, 0, (None, 12, 0, _n_PartitionResult_v0, 0), 8)), (), (), False)
+    _n_ReplicaElectionResult_v2 = _P(ReplicaElectionResult, (('topic', 9, 2, None, 0), ('partition_result', 13, 2, (None, 12, 0, _n_PartitionResult_v2, 0), 8)), (), (), True)
+    _n_ElectLeadersResponse_v0 = _P(ElectLeadersResponse, (('throttle_time_ms', 2, 0, None, 0), ('replica_election_results', 13, 0, (None, 12, 0, _n_ReplicaElectionResult_v0, 0), 6)), (), (('error_code', 0, 0),), False)
+    _n_ElectLeadersResponse_v1 = _P(ElectLeadersResponse, (('throttle_time_ms', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('replica_election_results', 13, 0, (None, 12, 0, _n_ReplicaElectionResult_v0, 0), 6)), (), (), False)
+    _n_ElectLeadersResponse_v2 = _P(ElectLeadersResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('replica_election_results', 13, 2, (None, 12, 0, _n_ReplicaElectionResult_v2, 0), 3)), (), (), True)
+    RESPONSE_DECODERS = (_n_ElectLeadersResponse_v0, _n_ElectLeadersResponse_v1, _n_ElectLeadersResponse_v2,)
+    decode_response = _native.entry('ElectLeadersResponse', RESPONSE_DECODERS)

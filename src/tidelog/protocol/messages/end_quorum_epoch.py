@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -349,20 +350,25 @@ def _e_EndQuorumEpochRequest_v1(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_EndQuorumEpochRequest_v0, _d_EndQuorumEpochRequest_v1,)
+PY_REQUEST_DECODERS = (_d_EndQuorumEpochRequest_v0, _d_EndQuorumEpochRequest_v1,)
 REQUEST_ENCODERS = (_e_EndQuorumEpochRequest_v0, _e_EndQuorumEpochRequest_v1,)
 REQUEST_VERSIONS = (0, 1)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[EndQuorumEpochRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[EndQuorumEpochRequest, int]:
     """Decode a EndQuorumEpochRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'EndQuorumEpochRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed EndQuorumEpochRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: EndQuorumEpochRequest, out: list | None = None) -> list:
@@ -625,20 +631,25 @@ def _e_EndQuorumEpochResponse_v1(o, ap):
     if _tg: _wtags(ap, _tg)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_EndQuorumEpochResponse_v0, _d_EndQuorumEpochResponse_v1,)
+PY_RESPONSE_DECODERS = (_d_EndQuorumEpochResponse_v0, _d_EndQuorumEpochResponse_v1,)
 RESPONSE_ENCODERS = (_e_EndQuorumEpochResponse_v0, _e_EndQuorumEpochResponse_v1,)
 RESPONSE_VERSIONS = (0, 1)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[EndQuorumEpochResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[EndQuorumEpochResponse, int]:
     """Decode a EndQuorumEpochResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'EndQuorumEpochResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed EndQuorumEpochResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: EndQuorumEpochResponse, out: list | None = None) -> list:
@@ -653,3 +664,29 @@ def encode_response(version: int, message: EndQuorumEpochResponse, out: list | N
 
 
 _DEF_NodeEndpoint = NodeEndpoint()
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_ReplicaInfo_v1 = _P(ReplicaInfo, (('candidate_id', 2, 2, None, 0), ('candidate_directory_id', 8, 2, None, 0)), (), (), True)
+    _n_PartitionData_v0 = _P(PartitionData, (('partition_index', 2, 0, None, 0), ('leader_id', 2, 0, None, 0), ('leader_epoch', 2, 0, None, 0), ('preferred_successors', 13, 0, (None, 2, 0, None, 0), 4)), (), (('preferred_candidates', None, 1),), False)
+    _n_PartitionData_v1 = _P(PartitionData, (('partition_index', 2, 2, None, 0), ('leader_id', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0), ('preferred_candidates', 13, 2, (None, 12, 0, _n_ReplicaInfo_v1, 0), 21)), (), (('preferred_successors', None, 1),), True)
+    _n_TopicData_v0 = _P(TopicData, (('topic_name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_PartitionData_v0, 0), 16)), (), (), False)
+    _n_TopicData_v1 = _P(TopicData, (('topic_name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_PartitionData_v1, 0), 14)), (), (), True)
+    _n_LeaderEndpoint_v1 = _P(LeaderEndpoint, (('name', 9, 2, None, 0), ('host', 9, 2, None, 0), ('port', 4, 2, None, 0)), (), (), True)
+    _n_EndQuorumEpochRequest_v0 = _P(EndQuorumEpochRequest, (('cluster_id', 9, 1, None, 0), ('topics', 13, 0, (None, 12, 0, _n_TopicData_v0, 0), 6)), (), (('leader_endpoints', None, 1),), False)
+    _n_EndQuorumEpochRequest_v1 = _P(EndQuorumEpochRequest, (('cluster_id', 9, 3, None, 0), ('topics', 13, 2, (None, 12, 0, _n_TopicData_v1, 0), 3), ('leader_endpoints', 13, 2, (None, 12, 0, _n_LeaderEndpoint_v1, 0), 5)), (), (), True)
+    REQUEST_DECODERS = (_n_EndQuorumEpochRequest_v0, _n_EndQuorumEpochRequest_v1,)
+    decode_request = _native.entry('EndQuorumEpochRequest', REQUEST_DECODERS)
+    _n_EndQuorumEpochResponsePartitionData_v0 = _P(EndQuorumEpochResponsePartitionData, (('partition_index', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('leader_id', 2, 0, None, 0), ('leader_epoch', 2, 0, None, 0)), (), (), False)
+    _n_EndQuorumEpochResponsePartitionData_v1 = _P(EndQuorumEpochResponsePartitionData, (('partition_index', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('leader_id', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0)), (), (), True)
+    _n_EndQuorumEpochResponseTopicData_v0 = _P(EndQuorumEpochResponseTopicData, (('topic_name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_EndQuorumEpochResponsePartitionData_v0, 0), 14)), (), (), False)
+    _n_EndQuorumEpochResponseTopicData_v1 = _P(EndQuorumEpochResponseTopicData, (('topic_name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_EndQuorumEpochResponsePartitionData_v1, 0), 15)), (), (), True)
+    _n_NodeEndpoint_v1 = _P(NodeEndpoint, (('node_id', 2, 2, None, 0), ('host', 9, 2, None, 0), ('port', 4, 2, None, 0)), (), (), True)
+    _n_EndQuorumEpochResponse_v0 = _P(EndQuorumEpochResponse, (('error_code', 1, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_EndQuorumEpochResponseTopicData_v0, 0), 6)), (), (('node_endpoints', None, 1),), False)
+    _n_EndQuorumEpochResponse_v1 = _P(EndQuorumEpochResponse, (('error_code', 1, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_EndQuorumEpochResponseTopicData_v1, 0), 3)), ((0, ('node_endpoints', 13, 2, (None, 12, 0, _n_NodeEndpoint_v1, 0), 8)),), (('node_endpoints', None, 1),), True)
+    RESPONSE_DECODERS = (_n_EndQuorumEpochResponse_v0, _n_EndQuorumEpochResponse_v1,)
+    decode_response = _native.entry('EndQuorumEpochResponse', RESPONSE_DECODERS)

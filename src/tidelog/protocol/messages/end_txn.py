@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -90,20 +91,25 @@ def _e_EndTxnRequest_v3(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_EndTxnRequest_v0, _d_EndTxnRequest_v0, _d_EndTxnRequest_v0, _d_EndTxnRequest_v3, _d_EndTxnRequest_v3, _d_EndTxnRequest_v3,)
+PY_REQUEST_DECODERS = (_d_EndTxnRequest_v0, _d_EndTxnRequest_v0, _d_EndTxnRequest_v0, _d_EndTxnRequest_v3, _d_EndTxnRequest_v3, _d_EndTxnRequest_v3,)
 REQUEST_ENCODERS = (_e_EndTxnRequest_v0, _e_EndTxnRequest_v0, _e_EndTxnRequest_v0, _e_EndTxnRequest_v3, _e_EndTxnRequest_v3, _e_EndTxnRequest_v3,)
 REQUEST_VERSIONS = (0, 5)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[EndTxnRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[EndTxnRequest, int]:
     """Decode a EndTxnRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 5: raise DecodeError(f'EndTxnRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed EndTxnRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: EndTxnRequest, out: list | None = None) -> list:
@@ -160,20 +166,25 @@ def _e_EndTxnResponse_v5(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_EndTxnResponse_v0, _d_EndTxnResponse_v0, _d_EndTxnResponse_v0, _d_EndTxnResponse_v3, _d_EndTxnResponse_v3, _d_EndTxnResponse_v5,)
+PY_RESPONSE_DECODERS = (_d_EndTxnResponse_v0, _d_EndTxnResponse_v0, _d_EndTxnResponse_v0, _d_EndTxnResponse_v3, _d_EndTxnResponse_v3, _d_EndTxnResponse_v5,)
 RESPONSE_ENCODERS = (_e_EndTxnResponse_v0, _e_EndTxnResponse_v0, _e_EndTxnResponse_v0, _e_EndTxnResponse_v3, _e_EndTxnResponse_v3, _e_EndTxnResponse_v5,)
 RESPONSE_VERSIONS = (0, 5)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[EndTxnResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[EndTxnResponse, int]:
     """Decode a EndTxnResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 5: raise DecodeError(f'EndTxnResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed EndTxnResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: EndTxnResponse, out: list | None = None) -> list:
@@ -185,3 +196,21 @@ def encode_response(version: int, message: EndTxnResponse, out: list | None = No
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode EndTxnResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_EndTxnRequest_v0 = _P(EndTxnRequest, (('transactional_id', 9, 0, None, 0), ('producer_id', 3, 0, None, 0), ('producer_epoch', 1, 0, None, 0), ('committed', 7, 0, None, 0)), (), (), False)
+    _n_EndTxnRequest_v3 = _P(EndTxnRequest, (('transactional_id', 9, 2, None, 0), ('producer_id', 3, 2, None, 0), ('producer_epoch', 1, 2, None, 0), ('committed', 7, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_EndTxnRequest_v0, _n_EndTxnRequest_v0, _n_EndTxnRequest_v0, _n_EndTxnRequest_v3, _n_EndTxnRequest_v3, _n_EndTxnRequest_v3,)
+    decode_request = _native.entry('EndTxnRequest', REQUEST_DECODERS)
+    _n_EndTxnResponse_v0 = _P(EndTxnResponse, (('throttle_time_ms', 2, 0, None, 0), ('error_code', 1, 0, None, 0)), (), (('producer_id', -1, 0), ('producer_epoch', -1, 0)), False)
+    _n_EndTxnResponse_v3 = _P(EndTxnResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0)), (), (('producer_id', -1, 0), ('producer_epoch', -1, 0)), True)
+    _n_EndTxnResponse_v5 = _P(EndTxnResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('producer_id', 3, 2, None, 0), ('producer_epoch', 1, 2, None, 0)), (), (), True)
+    RESPONSE_DECODERS = (_n_EndTxnResponse_v0, _n_EndTxnResponse_v0, _n_EndTxnResponse_v0, _n_EndTxnResponse_v3, _n_EndTxnResponse_v3, _n_EndTxnResponse_v5,)
+    decode_response = _native.entry('EndTxnResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -1074,20 +1075,25 @@ def _e_FetchRequest_v17(o, ap):
     if _tg: _wtags(ap, _tg)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_FetchRequest_v0, _d_FetchRequest_v0, _d_FetchRequest_v0, _d_FetchRequest_v3, _d_FetchRequest_v4, _d_FetchRequest_v5, _d_FetchRequest_v5, _d_FetchRequest_v7, _d_FetchRequest_v7, _d_FetchRequest_v9, _d_FetchRequest_v9, _d_FetchRequest_v11, _d_FetchRequest_v12, _d_FetchRequest_v13, _d_FetchRequest_v13, _d_FetchRequest_v15, _d_FetchRequest_v15, _d_FetchRequest_v17,)
+PY_REQUEST_DECODERS = (_d_FetchRequest_v0, _d_FetchRequest_v0, _d_FetchRequest_v0, _d_FetchRequest_v3, _d_FetchRequest_v4, _d_FetchRequest_v5, _d_FetchRequest_v5, _d_FetchRequest_v7, _d_FetchRequest_v7, _d_FetchRequest_v9, _d_FetchRequest_v9, _d_FetchRequest_v11, _d_FetchRequest_v12, _d_FetchRequest_v13, _d_FetchRequest_v13, _d_FetchRequest_v15, _d_FetchRequest_v15, _d_FetchRequest_v17,)
 REQUEST_ENCODERS = (_e_FetchRequest_v0, _e_FetchRequest_v0, _e_FetchRequest_v0, _e_FetchRequest_v3, _e_FetchRequest_v4, _e_FetchRequest_v5, _e_FetchRequest_v5, _e_FetchRequest_v7, _e_FetchRequest_v7, _e_FetchRequest_v9, _e_FetchRequest_v9, _e_FetchRequest_v11, _e_FetchRequest_v12, _e_FetchRequest_v13, _e_FetchRequest_v13, _e_FetchRequest_v15, _e_FetchRequest_v15, _e_FetchRequest_v17,)
 REQUEST_VERSIONS = (0, 17)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[FetchRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[FetchRequest, int]:
     """Decode a FetchRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 17: raise DecodeError(f'FetchRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed FetchRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: FetchRequest, out: list | None = None) -> list:
@@ -1925,20 +1931,25 @@ def _e_FetchResponse_v16(o, ap):
     if _tg: _wtags(ap, _tg)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_FetchResponse_v0, _d_FetchResponse_v1, _d_FetchResponse_v1, _d_FetchResponse_v1, _d_FetchResponse_v4, _d_FetchResponse_v5, _d_FetchResponse_v5, _d_FetchResponse_v7, _d_FetchResponse_v7, _d_FetchResponse_v7, _d_FetchResponse_v7, _d_FetchResponse_v11, _d_FetchResponse_v12, _d_FetchResponse_v13, _d_FetchResponse_v13, _d_FetchResponse_v13, _d_FetchResponse_v16, _d_FetchResponse_v16,)
+PY_RESPONSE_DECODERS = (_d_FetchResponse_v0, _d_FetchResponse_v1, _d_FetchResponse_v1, _d_FetchResponse_v1, _d_FetchResponse_v4, _d_FetchResponse_v5, _d_FetchResponse_v5, _d_FetchResponse_v7, _d_FetchResponse_v7, _d_FetchResponse_v7, _d_FetchResponse_v7, _d_FetchResponse_v11, _d_FetchResponse_v12, _d_FetchResponse_v13, _d_FetchResponse_v13, _d_FetchResponse_v13, _d_FetchResponse_v16, _d_FetchResponse_v16,)
 RESPONSE_ENCODERS = (_e_FetchResponse_v0, _e_FetchResponse_v1, _e_FetchResponse_v1, _e_FetchResponse_v1, _e_FetchResponse_v4, _e_FetchResponse_v5, _e_FetchResponse_v5, _e_FetchResponse_v7, _e_FetchResponse_v7, _e_FetchResponse_v7, _e_FetchResponse_v7, _e_FetchResponse_v11, _e_FetchResponse_v12, _e_FetchResponse_v13, _e_FetchResponse_v13, _e_FetchResponse_v13, _e_FetchResponse_v16, _e_FetchResponse_v16,)
 RESPONSE_VERSIONS = (0, 17)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[FetchResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[FetchResponse, int]:
     """Decode a FetchResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 17: raise DecodeError(f'FetchResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed FetchResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: FetchResponse, out: list | None = None) -> list:
@@ -1957,3 +1968,66 @@ _DEF_NodeEndpoint = NodeEndpoint()
 _DEF_EpochEndOffset = EpochEndOffset()
 _DEF_LeaderIdAndEpoch = LeaderIdAndEpoch()
 _DEF_SnapshotId = SnapshotId()
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_ReplicaState_v15 = _P(ReplicaState, (('replica_id', 2, 2, None, 0), ('replica_epoch', 3, 2, None, 0)), (), (), True)
+    _n_FetchPartition_v0 = _P(FetchPartition, (('partition', 2, 0, None, 0), ('fetch_offset', 3, 0, None, 0), ('partition_max_bytes', 2, 0, None, 0)), (), (('current_leader_epoch', -1, 0), ('last_fetched_epoch', -1, 0), ('log_start_offset', -1, 0), ('replica_directory_id', ZERO_UUID, 0)), False)
+    _n_FetchPartition_v5 = _P(FetchPartition, (('partition', 2, 0, None, 0), ('fetch_offset', 3, 0, None, 0), ('log_start_offset', 3, 0, None, 0), ('partition_max_bytes', 2, 0, None, 0)), (), (('current_leader_epoch', -1, 0), ('last_fetched_epoch', -1, 0), ('replica_directory_id', ZERO_UUID, 0)), False)
+    _n_FetchPartition_v9 = _P(FetchPartition, (('partition', 2, 0, None, 0), ('current_leader_epoch', 2, 0, None, 0), ('fetch_offset', 3, 0, None, 0), ('log_start_offset', 3, 0, None, 0), ('partition_max_bytes', 2, 0, None, 0)), (), (('last_fetched_epoch', -1, 0), ('replica_directory_id', ZERO_UUID, 0)), False)
+    _n_FetchPartition_v12 = _P(FetchPartition, (('partition', 2, 2, None, 0), ('current_leader_epoch', 2, 2, None, 0), ('fetch_offset', 3, 2, None, 0), ('last_fetched_epoch', 2, 2, None, 0), ('log_start_offset', 3, 2, None, 0), ('partition_max_bytes', 2, 2, None, 0)), (), (('replica_directory_id', ZERO_UUID, 0),), True)
+    _n_FetchPartition_v17 = _P(FetchPartition, (('partition', 2, 2, None, 0), ('current_leader_epoch', 2, 2, None, 0), ('fetch_offset', 3, 2, None, 0), ('last_fetched_epoch', 2, 2, None, 0), ('log_start_offset', 3, 2, None, 0), ('partition_max_bytes', 2, 2, None, 0)), ((0, ('replica_directory_id', 8, 2, None, 0)),), (('replica_directory_id', ZERO_UUID, 0),), True)
+    _n_FetchTopic_v0 = _P(FetchTopic, (('topic', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_FetchPartition_v0, 0), 16)), (), (('topic_id', ZERO_UUID, 0),), False)
+    _n_FetchTopic_v5 = _P(FetchTopic, (('topic', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_FetchPartition_v5, 0), 24)), (), (('topic_id', ZERO_UUID, 0),), False)
+    _n_FetchTopic_v9 = _P(FetchTopic, (('topic', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_FetchPartition_v9, 0), 28)), (), (('topic_id', ZERO_UUID, 0),), False)
+    _n_FetchTopic_v12 = _P(FetchTopic, (('topic', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_FetchPartition_v12, 0), 33)), (), (('topic_id', ZERO_UUID, 0),), True)
+    _n_FetchTopic_v13 = _P(FetchTopic, (('topic_id', 8, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_FetchPartition_v12, 0), 33)), (), (('topic', '', 0),), True)
+    _n_FetchTopic_v17 = _P(FetchTopic, (('topic_id', 8, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_FetchPartition_v17, 0), 33)), (), (('topic', '', 0),), True)
+    _n_ForgottenTopic_v7 = _P(ForgottenTopic, (('topic', 9, 0, None, 0), ('partitions', 13, 0, (None, 2, 0, None, 0), 4)), (), (('topic_id', ZERO_UUID, 0),), False)
+    _n_ForgottenTopic_v12 = _P(ForgottenTopic, (('topic', 9, 2, None, 0), ('partitions', 13, 2, (None, 2, 2, None, 0), 4)), (), (('topic_id', ZERO_UUID, 0),), True)
+    _n_ForgottenTopic_v13 = _P(ForgottenTopic, (('topic_id', 8, 2, None, 0), ('partitions', 13, 2, (None, 2, 2, None, 0), 4)), (), (('topic', '', 0),), True)
+    _n_FetchRequest_v0 = _P(FetchRequest, (('replica_id', 2, 0, None, 0), ('max_wait_ms', 2, 0, None, 0), ('min_bytes', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_FetchTopic_v0, 0), 6)), (), (('cluster_id', None, 0), ('replica_state', None, 0), ('max_bytes', 2147483647, 0), ('isolation_level', 0, 0), ('session_id', 0, 0), ('session_epoch', -1, 0), ('forgotten_topics_data', None, 1), ('rack_id', '', 0)), False)
+    _n_FetchRequest_v3 = _P(FetchRequest, (('replica_id', 2, 0, None, 0), ('max_wait_ms', 2, 0, None, 0), ('min_bytes', 2, 0, None, 0), ('max_bytes', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_FetchTopic_v0, 0), 6)), (), (('cluster_id', None, 0), ('replica_state', None, 0), ('isolation_level', 0, 0), ('session_id', 0, 0), ('session_epoch', -1, 0), ('forgotten_topics_data', None, 1), ('rack_id', '', 0)), False)
+    _n_FetchRequest_v4 = _P(FetchRequest, (('replica_id', 2, 0, None, 0), ('max_wait_ms', 2, 0, None, 0), ('min_bytes', 2, 0, None, 0), ('max_bytes', 2, 0, None, 0), ('isolation_level', 0, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_FetchTopic_v0, 0), 6)), (), (('cluster_id', None, 0), ('replica_state', None, 0), ('session_id', 0, 0), ('session_epoch', -1, 0), ('forgotten_topics_data', None, 1), ('rack_id', '', 0)), False)
+    _n_FetchRequest_v5 = _P(FetchRequest, (('replica_id', 2, 0, None, 0), ('max_wait_ms', 2, 0, None, 0), ('min_bytes', 2, 0, None, 0), ('max_bytes', 2, 0, None, 0), ('isolation_level', 0, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_FetchTopic_v5, 0), 6)), (), (('cluster_id', None, 0), ('replica_state', None, 0), ('session_id', 0, 0), ('session_epoch', -1, 0), ('forgotten_topics_data', None, 1), ('rack_id', '', 0)), False)
+    _n_FetchRequest_v7 = _P(FetchRequest, (('replica_id', 2, 0, None, 0), ('max_wait_ms', 2, 0, None, 0), ('min_bytes', 2, 0, None, 0), ('max_bytes', 2, 0, None, 0), ('isolation_level', 0, 0, None, 0), ('session_id', 2, 0, None, 0), ('session_epoch', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_FetchTopic_v5, 0), 6), ('forgotten_topics_data', 13, 0, (None, 12, 0, _n_ForgottenTopic_v7, 0), 6)), (), (('cluster_id', None, 0), ('replica_state', None, 0), ('rack_id', '', 0)), False)
+    _n_FetchRequest_v9 = _P(FetchRequest, (('replica_id', 2, 0, None, 0), ('max_wait_ms', 2, 0, None, 0), ('min_bytes', 2, 0, None, 0), ('max_bytes', 2, 0, None, 0), ('isolation_level', 0, 0, None, 0), ('session_id', 2, 0, None, 0), ('session_epoch', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_FetchTopic_v9, 0), 6), ('forgotten_topics_data', 13, 0, (None, 12, 0, _n_ForgottenTopic_v7, 0), 6)), (), (('cluster_id', None, 0), ('replica_state', None, 0), ('rack_id', '', 0)), False)
+    _n_FetchRequest_v11 = _P(FetchRequest, (('replica_id', 2, 0, None, 0), ('max_wait_ms', 2, 0, None, 0), ('min_bytes', 2, 0, None, 0), ('max_bytes', 2, 0, None, 0), ('isolation_level', 0, 0, None, 0), ('session_id', 2, 0, None, 0), ('session_epoch', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_FetchTopic_v9, 0), 6), ('forgotten_topics_data', 13, 0, (None, 12, 0, _n_ForgottenTopic_v7, 0), 6), ('rack_id', 9, 0, None, 0)), (), (('cluster_id', None, 0), ('replica_state', None, 0)), False)
+    _n_FetchRequest_v12 = _P(FetchRequest, (('replica_id', 2, 2, None, 0), ('max_wait_ms', 2, 2, None, 0), ('min_bytes', 2, 2, None, 0), ('max_bytes', 2, 2, None, 0), ('isolation_level', 0, 2, None, 0), ('session_id', 2, 2, None, 0), ('session_epoch', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_FetchTopic_v12, 0), 3), ('forgotten_topics_data', 13, 2, (None, 12, 0, _n_ForgottenTopic_v12, 0), 3), ('rack_id', 9, 2, None, 0)), ((0, ('cluster_id', 9, 3, None, 0)),), (('cluster_id', None, 0), ('replica_state', None, 0)), True)
+    _n_FetchRequest_v13 = _P(FetchRequest, (('replica_id', 2, 2, None, 0), ('max_wait_ms', 2, 2, None, 0), ('min_bytes', 2, 2, None, 0), ('max_bytes', 2, 2, None, 0), ('isolation_level', 0, 2, None, 0), ('session_id', 2, 2, None, 0), ('session_epoch', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_FetchTopic_v13, 0), 18), ('forgotten_topics_data', 13, 2, (None, 12, 0, _n_ForgottenTopic_v13, 0), 18), ('rack_id', 9, 2, None, 0)), ((0, ('cluster_id', 9, 3, None, 0)),), (('cluster_id', None, 0), ('replica_state', None, 0)), True)
+    _n_FetchRequest_v15 = _P(FetchRequest, (('max_wait_ms', 2, 2, None, 0), ('min_bytes', 2, 2, None, 0), ('max_bytes', 2, 2, None, 0), ('isolation_level', 0, 2, None, 0), ('session_id', 2, 2, None, 0), ('session_epoch', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_FetchTopic_v13, 0), 18), ('forgotten_topics_data', 13, 2, (None, 12, 0, _n_ForgottenTopic_v13, 0), 18), ('rack_id', 9, 2, None, 0)), ((0, ('cluster_id', 9, 3, None, 0)), (1, ('replica_state', 12, 0, _n_ReplicaState_v15, 0))), (('cluster_id', None, 0), ('replica_id', -1, 0), ('replica_state', None, 0)), True)
+    _n_FetchRequest_v17 = _P(FetchRequest, (('max_wait_ms', 2, 2, None, 0), ('min_bytes', 2, 2, None, 0), ('max_bytes', 2, 2, None, 0), ('isolation_level', 0, 2, None, 0), ('session_id', 2, 2, None, 0), ('session_epoch', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_FetchTopic_v17, 0), 18), ('forgotten_topics_data', 13, 2, (None, 12, 0, _n_ForgottenTopic_v13, 0), 18), ('rack_id', 9, 2, None, 0)), ((0, ('cluster_id', 9, 3, None, 0)), (1, ('replica_state', 12, 0, _n_ReplicaState_v15, 0))), (('cluster_id', None, 0), ('replica_id', -1, 0), ('replica_state', None, 0)), True)
+    REQUEST_DECODERS = (_n_FetchRequest_v0, _n_FetchRequest_v0, _n_FetchRequest_v0, _n_FetchRequest_v3, _n_FetchRequest_v4, _n_FetchRequest_v5, _n_FetchRequest_v5, _n_FetchRequest_v7, _n_FetchRequest_v7, _n_FetchRequest_v9, _n_FetchRequest_v9, _n_FetchRequest_v11, _n_FetchRequest_v12, _n_FetchRequest_v13, _n_FetchRequest_v13, _n_FetchRequest_v15, _n_FetchRequest_v15, _n_FetchRequest_v17,)
+    decode_request = _native.entry('FetchRequest', REQUEST_DECODERS)
+    _n_EpochEndOffset_v12 = _P(EpochEndOffset, (('epoch', 2, 2, None, 0), ('end_offset', 3, 2, None, 0)), (), (), True)
+    _n_LeaderIdAndEpoch_v12 = _P(LeaderIdAndEpoch, (('leader_id', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0)), (), (), True)
+    _n_SnapshotId_v12 = _P(SnapshotId, (('end_offset', 3, 2, None, 0), ('epoch', 2, 2, None, 0)), (), (), True)
+    _n_AbortedTransaction_v4 = _P(AbortedTransaction, (('producer_id', 3, 0, None, 0), ('first_offset', 3, 0, None, 0)), (), (), False)
+    _n_AbortedTransaction_v12 = _P(AbortedTransaction, (('producer_id', 3, 2, None, 0), ('first_offset', 3, 2, None, 0)), (), (), True)
+    _n_PartitionData_v0 = _P(PartitionData, (('partition_index', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('high_watermark', 3, 0, None, 0), ('records', 11, 1, None, 0)), (), (('last_stable_offset', -1, 0), ('log_start_offset', -1, 0), ('diverging_epoch', None, 0), ('current_leader', None, 0), ('snapshot_id', None, 0), ('aborted_transactions', None, 1), ('preferred_read_replica', -1, 0)), False)
+    _n_PartitionData_v4 = _P(PartitionData, (('partition_index', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('high_watermark', 3, 0, None, 0), ('last_stable_offset', 3, 0, None, 0), ('aborted_transactions', 13, 1, (None, 12, 0, _n_AbortedTransaction_v4, 0), 16), ('records', 11, 1, None, 0)), (), (('log_start_offset', -1, 0), ('diverging_epoch', None, 0), ('current_leader', None, 0), ('snapshot_id', None, 0), ('preferred_read_replica', -1, 0)), False)
+    _n_PartitionData_v5 = _P(PartitionData, (('partition_index', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('high_watermark', 3, 0, None, 0), ('last_stable_offset', 3, 0, None, 0), ('log_start_offset', 3, 0, None, 0), ('aborted_transactions', 13, 1, (None, 12, 0, _n_AbortedTransaction_v4, 0), 16), ('records', 11, 1, None, 0)), (), (('diverging_epoch', None, 0), ('current_leader', None, 0), ('snapshot_id', None, 0), ('preferred_read_replica', -1, 0)), False)
+    _n_PartitionData_v11 = _P(PartitionData, (('partition_index', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('high_watermark', 3, 0, None, 0), ('last_stable_offset', 3, 0, None, 0), ('log_start_offset', 3, 0, None, 0), ('aborted_transactions', 13, 1, (None, 12, 0, _n_AbortedTransaction_v4, 0), 16), ('preferred_read_replica', 2, 0, None, 0), ('records', 11, 1, None, 0)), (), (('diverging_epoch', None, 0), ('current_leader', None, 0), ('snapshot_id', None, 0)), False)
+    _n_PartitionData_v12 = _P(PartitionData, (('partition_index', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('high_watermark', 3, 2, None, 0), ('last_stable_offset', 3, 2, None, 0), ('log_start_offset', 3, 2, None, 0), ('aborted_transactions', 13, 3, (None, 12, 0, _n_AbortedTransaction_v12, 0), 17), ('preferred_read_replica', 2, 2, None, 0), ('records', 11, 3, None, 0)), ((0, ('diverging_epoch', 12, 0, _n_EpochEndOffset_v12, 0)), (1, ('current_leader', 12, 0, _n_LeaderIdAndEpoch_v12, 0)), (2, ('snapshot_id', 12, 0, _n_SnapshotId_v12, 0))), (('diverging_epoch', None, 0), ('current_leader', None, 0), ('snapshot_id', None, 0)), True)
+    _n_FetchableTopicResponse_v0 = _P(FetchableTopicResponse, (('topic', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_PartitionData_v0, 0), 18)), (), (('topic_id', ZERO_UUID, 0),), False)
+    _n_FetchableTopicResponse_v4 = _P(FetchableTopicResponse, (('topic', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_PartitionData_v4, 0), 30)), (), (('topic_id', ZERO_UUID, 0),), False)
+    _n_FetchableTopicResponse_v5 = _P(FetchableTopicResponse, (('topic', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_PartitionData_v5, 0), 38)), (), (('topic_id', ZERO_UUID, 0),), False)
+    _n_FetchableTopicResponse_v11 = _P(FetchableTopicResponse, (('topic', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_PartitionData_v11, 0), 42)), (), (('topic_id', ZERO_UUID, 0),), False)
+    _n_FetchableTopicResponse_v12 = _P(FetchableTopicResponse, (('topic', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_PartitionData_v12, 0), 37)), (), (('topic_id', ZERO_UUID, 0),), True)
+    _n_FetchableTopicResponse_v13 = _P(FetchableTopicResponse, (('topic_id', 8, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_PartitionData_v12, 0), 37)), (), (('topic', '', 0),), True)
+    _n_NodeEndpoint_v16 = _P(NodeEndpoint, (('node_id', 2, 2, None, 0), ('host', 9, 2, None, 0), ('port', 2, 2, None, 0), ('rack', 9, 3, None, 0)), (), (), True)
+    _n_FetchResponse_v0 = _P(FetchResponse, (('responses', 13, 0, (None, 12, 0, _n_FetchableTopicResponse_v0, 0), 6),), (), (('throttle_time_ms', 0, 0), ('error_code', 0, 0), ('session_id', 0, 0), ('node_endpoints', None, 1)), False)
+    _n_FetchResponse_v1 = _P(FetchResponse, (('throttle_time_ms', 2, 0, None, 0), ('responses', 13, 0, (None, 12, 0, _n_FetchableTopicResponse_v0, 0), 6)), (), (('error_code', 0, 0), ('session_id', 0, 0), ('node_endpoints', None, 1)), False)
+    _n_FetchResponse_v4 = _P(FetchResponse, (('throttle_time_ms', 2, 0, None, 0), ('responses', 13, 0, (None, 12, 0, _n_FetchableTopicResponse_v4, 0), 6)), (), (('error_code', 0, 0), ('session_id', 0, 0), ('node_endpoints', None, 1)), False)
+    _n_FetchResponse_v5 = _P(FetchResponse, (('throttle_time_ms', 2, 0, None, 0), ('responses', 13, 0, (None, 12, 0, _n_FetchableTopicResponse_v5, 0), 6)), (), (('error_code', 0, 0), ('session_id', 0, 0), ('node_endpoints', None, 1)), False)
+    _n_FetchResponse_v7 = _P(FetchResponse, (('throttle_time_ms', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('session_id', 2, 0, None, 0), ('responses', 13, 0, (None, 12, 0, _n_FetchableTopicResponse_v5, 0), 6)), (), (('node_endpoints', None, 1),), False)
+    _n_FetchResponse_v11 = _P(FetchResponse, (('throttle_time_ms', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('session_id', 2, 0, None, 0), ('responses', 13, 0, (None, 12, 0, _n_FetchableTopicResponse_v11, 0), 6)), (), (('node_endpoints', None, 1),), False)
+    _n_FetchResponse_v12 = _P(FetchResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('session_id', 2, 2, None, 0), ('responses', 13, 2, (None, 12, 0, _n_FetchableTopicResponse_v12, 0), 3)), (), (('node_endpoints', None, 1),), True)
+    _n_FetchResponse_v13 = _P(FetchResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('session_id', 2, 2, None, 0), ('responses', 13, 2, (None, 12, 0, _n_FetchableTopicResponse_v13, 0), 18)), (), (('node_endpoints', None, 1),), True)
+    _n_FetchResponse_v16 = _P(FetchResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('session_id', 2, 2, None, 0), ('responses', 13, 2, (None, 12, 0, _n_FetchableTopicResponse_v13, 0), 18)), ((0, ('node_endpoints', 13, 2, (None, 12, 0, _n_NodeEndpoint_v16, 0), 11)),), (('node_endpoints', None, 1),), True)
+    RESPONSE_DECODERS = (_n_FetchResponse_v0, _n_FetchResponse_v1, _n_FetchResponse_v1, _n_FetchResponse_v1, _n_FetchResponse_v4, _n_FetchResponse_v5, _n_FetchResponse_v5, _n_FetchResponse_v7, _n_FetchResponse_v7, _n_FetchResponse_v7, _n_FetchResponse_v7, _n_FetchResponse_v11, _n_FetchResponse_v12, _n_FetchResponse_v13, _n_FetchResponse_v13, _n_FetchResponse_v13, _n_FetchResponse_v16, _n_FetchResponse_v16,)
+    decode_response = _native.entry('FetchResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -341,20 +342,25 @@ def _e_FetchSnapshotRequest_v1(o, ap):
     if _tg: _wtags(ap, _tg)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_FetchSnapshotRequest_v0, _d_FetchSnapshotRequest_v1,)
+PY_REQUEST_DECODERS = (_d_FetchSnapshotRequest_v0, _d_FetchSnapshotRequest_v1,)
 REQUEST_ENCODERS = (_e_FetchSnapshotRequest_v0, _e_FetchSnapshotRequest_v1,)
 REQUEST_VERSIONS = (0, 1)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[FetchSnapshotRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[FetchSnapshotRequest, int]:
     """Decode a FetchSnapshotRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'FetchSnapshotRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed FetchSnapshotRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: FetchSnapshotRequest, out: list | None = None) -> list:
@@ -682,20 +688,25 @@ def _e_FetchSnapshotResponse_v1(o, ap):
     if _tg: _wtags(ap, _tg)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_FetchSnapshotResponse_v0, _d_FetchSnapshotResponse_v1,)
+PY_RESPONSE_DECODERS = (_d_FetchSnapshotResponse_v0, _d_FetchSnapshotResponse_v1,)
 RESPONSE_ENCODERS = (_e_FetchSnapshotResponse_v0, _e_FetchSnapshotResponse_v1,)
 RESPONSE_VERSIONS = (0, 1)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[FetchSnapshotResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[FetchSnapshotResponse, int]:
     """Decode a FetchSnapshotResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'FetchSnapshotResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed FetchSnapshotResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: FetchSnapshotResponse, out: list | None = None) -> list:
@@ -711,3 +722,28 @@ def encode_response(version: int, message: FetchSnapshotResponse, out: list | No
 
 _DEF_NodeEndpoint = NodeEndpoint()
 _DEF_LeaderIdAndEpoch = LeaderIdAndEpoch()
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_SnapshotId_v0 = _P(SnapshotId, (('end_offset', 3, 2, None, 0), ('epoch', 2, 2, None, 0)), (), (), True)
+    _n_PartitionSnapshot_v0 = _P(PartitionSnapshot, (('partition', 2, 2, None, 0), ('current_leader_epoch', 2, 2, None, 0), ('snapshot_id', 12, 0, _n_SnapshotId_v0, 0), ('position', 3, 2, None, 0)), (), (('replica_directory_id', ZERO_UUID, 0),), True)
+    _n_PartitionSnapshot_v1 = _P(PartitionSnapshot, (('partition', 2, 2, None, 0), ('current_leader_epoch', 2, 2, None, 0), ('snapshot_id', 12, 0, _n_SnapshotId_v0, 0), ('position', 3, 2, None, 0)), ((0, ('replica_directory_id', 8, 2, None, 0)),), (('replica_directory_id', ZERO_UUID, 0),), True)
+    _n_TopicSnapshot_v0 = _P(TopicSnapshot, (('name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_PartitionSnapshot_v0, 0), 30)), (), (), True)
+    _n_TopicSnapshot_v1 = _P(TopicSnapshot, (('name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_PartitionSnapshot_v1, 0), 30)), (), (), True)
+    _n_FetchSnapshotRequest_v0 = _P(FetchSnapshotRequest, (('replica_id', 2, 2, None, 0), ('max_bytes', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_TopicSnapshot_v0, 0), 3)), ((0, ('cluster_id', 9, 3, None, 0)),), (('cluster_id', None, 0),), True)
+    _n_FetchSnapshotRequest_v1 = _P(FetchSnapshotRequest, (('replica_id', 2, 2, None, 0), ('max_bytes', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_TopicSnapshot_v1, 0), 3)), ((0, ('cluster_id', 9, 3, None, 0)),), (('cluster_id', None, 0),), True)
+    REQUEST_DECODERS = (_n_FetchSnapshotRequest_v0, _n_FetchSnapshotRequest_v1,)
+    decode_request = _native.entry('FetchSnapshotRequest', REQUEST_DECODERS)
+    _n_FetchSnapshotResponseSnapshotId_v0 = _P(FetchSnapshotResponseSnapshotId, (('end_offset', 3, 2, None, 0), ('epoch', 2, 2, None, 0)), (), (), True)
+    _n_LeaderIdAndEpoch_v0 = _P(LeaderIdAndEpoch, (('leader_id', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0)), (), (), True)
+    _n_FetchSnapshotResponsePartitionSnapshot_v0 = _P(FetchSnapshotResponsePartitionSnapshot, (('index', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('snapshot_id', 12, 0, _n_FetchSnapshotResponseSnapshotId_v0, 0), ('size', 3, 2, None, 0), ('position', 3, 2, None, 0), ('unaligned_records', 11, 2, None, 0)), ((0, ('current_leader', 12, 0, _n_LeaderIdAndEpoch_v0, 0)),), (('current_leader', None, 0),), True)
+    _n_FetchSnapshotResponseTopicSnapshot_v0 = _P(FetchSnapshotResponseTopicSnapshot, (('name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_FetchSnapshotResponsePartitionSnapshot_v0, 0), 37)), (), (), True)
+    _n_NodeEndpoint_v1 = _P(NodeEndpoint, (('node_id', 2, 2, None, 0), ('host', 9, 2, None, 0), ('port', 4, 2, None, 0)), (), (), True)
+    _n_FetchSnapshotResponse_v0 = _P(FetchSnapshotResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_FetchSnapshotResponseTopicSnapshot_v0, 0), 3)), (), (('node_endpoints', None, 1),), True)
+    _n_FetchSnapshotResponse_v1 = _P(FetchSnapshotResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_FetchSnapshotResponseTopicSnapshot_v0, 0), 3)), ((0, ('node_endpoints', 13, 2, (None, 12, 0, _n_NodeEndpoint_v1, 0), 8)),), (('node_endpoints', None, 1),), True)
+    RESPONSE_DECODERS = (_n_FetchSnapshotResponse_v0, _n_FetchSnapshotResponse_v1,)
+    decode_response = _native.entry('FetchSnapshotResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -135,20 +136,25 @@ def _e_FindCoordinatorRequest_v4(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_FindCoordinatorRequest_v0, _d_FindCoordinatorRequest_v1, _d_FindCoordinatorRequest_v1, _d_FindCoordinatorRequest_v3, _d_FindCoordinatorRequest_v4, _d_FindCoordinatorRequest_v4, _d_FindCoordinatorRequest_v4,)
+PY_REQUEST_DECODERS = (_d_FindCoordinatorRequest_v0, _d_FindCoordinatorRequest_v1, _d_FindCoordinatorRequest_v1, _d_FindCoordinatorRequest_v3, _d_FindCoordinatorRequest_v4, _d_FindCoordinatorRequest_v4, _d_FindCoordinatorRequest_v4,)
 REQUEST_ENCODERS = (_e_FindCoordinatorRequest_v0, _e_FindCoordinatorRequest_v1, _e_FindCoordinatorRequest_v1, _e_FindCoordinatorRequest_v3, _e_FindCoordinatorRequest_v4, _e_FindCoordinatorRequest_v4, _e_FindCoordinatorRequest_v4,)
 REQUEST_VERSIONS = (0, 6)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[FindCoordinatorRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[FindCoordinatorRequest, int]:
     """Decode a FindCoordinatorRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 6: raise DecodeError(f'FindCoordinatorRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed FindCoordinatorRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: FindCoordinatorRequest, out: list | None = None) -> list:
@@ -371,20 +377,25 @@ def _e_FindCoordinatorResponse_v4(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_FindCoordinatorResponse_v0, _d_FindCoordinatorResponse_v1, _d_FindCoordinatorResponse_v1, _d_FindCoordinatorResponse_v3, _d_FindCoordinatorResponse_v4, _d_FindCoordinatorResponse_v4, _d_FindCoordinatorResponse_v4,)
+PY_RESPONSE_DECODERS = (_d_FindCoordinatorResponse_v0, _d_FindCoordinatorResponse_v1, _d_FindCoordinatorResponse_v1, _d_FindCoordinatorResponse_v3, _d_FindCoordinatorResponse_v4, _d_FindCoordinatorResponse_v4, _d_FindCoordinatorResponse_v4,)
 RESPONSE_ENCODERS = (_e_FindCoordinatorResponse_v0, _e_FindCoordinatorResponse_v1, _e_FindCoordinatorResponse_v1, _e_FindCoordinatorResponse_v3, _e_FindCoordinatorResponse_v4, _e_FindCoordinatorResponse_v4, _e_FindCoordinatorResponse_v4,)
 RESPONSE_VERSIONS = (0, 6)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[FindCoordinatorResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[FindCoordinatorResponse, int]:
     """Decode a FindCoordinatorResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 6: raise DecodeError(f'FindCoordinatorResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed FindCoordinatorResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: FindCoordinatorResponse, out: list | None = None) -> list:
@@ -396,3 +407,25 @@ def encode_response(version: int, message: FindCoordinatorResponse, out: list | 
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode FindCoordinatorResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_FindCoordinatorRequest_v0 = _P(FindCoordinatorRequest, (('key', 9, 0, None, 0),), (), (('key_type', 0, 0), ('coordinator_keys', None, 1)), False)
+    _n_FindCoordinatorRequest_v1 = _P(FindCoordinatorRequest, (('key', 9, 0, None, 0), ('key_type', 0, 0, None, 0)), (), (('coordinator_keys', None, 1),), False)
+    _n_FindCoordinatorRequest_v3 = _P(FindCoordinatorRequest, (('key', 9, 2, None, 0), ('key_type', 0, 2, None, 0)), (), (('coordinator_keys', None, 1),), True)
+    _n_FindCoordinatorRequest_v4 = _P(FindCoordinatorRequest, (('key_type', 0, 2, None, 0), ('coordinator_keys', 13, 2, (None, 9, 2, None, 0), 1)), (), (('key', '', 0),), True)
+    REQUEST_DECODERS = (_n_FindCoordinatorRequest_v0, _n_FindCoordinatorRequest_v1, _n_FindCoordinatorRequest_v1, _n_FindCoordinatorRequest_v3, _n_FindCoordinatorRequest_v4, _n_FindCoordinatorRequest_v4, _n_FindCoordinatorRequest_v4,)
+    decode_request = _native.entry('FindCoordinatorRequest', REQUEST_DECODERS)
+    _n_Coordinator_v4 = _P(Coordinator, (('key', 9, 2, None, 0), ('node_id', 2, 2, None, 0), ('host', 9, 2, None, 0), ('port', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0)), (), (), True)
+    _n_FindCoordinatorResponse_v0 = _P(FindCoordinatorResponse, (('error_code', 1, 0, None, 0), ('node_id', 2, 0, None, 0), ('host', 9, 0, None, 0), ('port', 2, 0, None, 0)), (), (('throttle_time_ms', 0, 0), ('error_message', '', 0), ('coordinators', None, 1)), False)
+    _n_FindCoordinatorResponse_v1 = _P(FindCoordinatorResponse, (('throttle_time_ms', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('error_message', 9, 1, None, 0), ('node_id', 2, 0, None, 0), ('host', 9, 0, None, 0), ('port', 2, 0, None, 0)), (), (('coordinators', None, 1),), False)
+    _n_FindCoordinatorResponse_v3 = _P(FindCoordinatorResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('node_id', 2, 2, None, 0), ('host', 9, 2, None, 0), ('port', 2, 2, None, 0)), (), (('coordinators', None, 1),), True)
+    _n_FindCoordinatorResponse_v4 = _P(FindCoordinatorResponse, (('throttle_time_ms', 2, 2, None, 0), ('coordinators', 13, 2, (None, 12, 0, _n_Coordinator_v4, 0), 14)), (), (('error_code', 0, 0), ('error_message', '', 0), ('node_id', 0, 0), ('host', '', 0), ('port', 0, 0)), True)
+    RESPONSE_DECODERS = (_n_FindCoordinatorResponse_v0, _n_FindCoordinatorResponse_v1, _n_FindCoordinatorResponse_v1, _n_FindCoordinatorResponse_v3, _n_FindCoordinatorResponse_v4, _n_FindCoordinatorResponse_v4, _n_FindCoordinatorResponse_v4,)
+    decode_response = _native.entry('FindCoordinatorResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -60,20 +61,25 @@ def _e_GetTelemetrySubscriptionsRequest_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_GetTelemetrySubscriptionsRequest_v0,)
+PY_REQUEST_DECODERS = (_d_GetTelemetrySubscriptionsRequest_v0,)
 REQUEST_ENCODERS = (_e_GetTelemetrySubscriptionsRequest_v0,)
 REQUEST_VERSIONS = (0, 0)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[GetTelemetrySubscriptionsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[GetTelemetrySubscriptionsRequest, int]:
     """Decode a GetTelemetrySubscriptionsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'GetTelemetrySubscriptionsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed GetTelemetrySubscriptionsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: GetTelemetrySubscriptionsRequest, out: list | None = None) -> list:
@@ -146,20 +152,25 @@ def _e_GetTelemetrySubscriptionsResponse_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_GetTelemetrySubscriptionsResponse_v0,)
+PY_RESPONSE_DECODERS = (_d_GetTelemetrySubscriptionsResponse_v0,)
 RESPONSE_ENCODERS = (_e_GetTelemetrySubscriptionsResponse_v0,)
 RESPONSE_VERSIONS = (0, 0)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[GetTelemetrySubscriptionsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[GetTelemetrySubscriptionsResponse, int]:
     """Decode a GetTelemetrySubscriptionsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'GetTelemetrySubscriptionsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed GetTelemetrySubscriptionsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: GetTelemetrySubscriptionsResponse, out: list | None = None) -> list:
@@ -171,3 +182,18 @@ def encode_response(version: int, message: GetTelemetrySubscriptionsResponse, ou
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode GetTelemetrySubscriptionsResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_GetTelemetrySubscriptionsRequest_v0 = _P(GetTelemetrySubscriptionsRequest, (('client_instance_id', 8, 2, None, 0),), (), (), True)
+    REQUEST_DECODERS = (_n_GetTelemetrySubscriptionsRequest_v0,)
+    decode_request = _native.entry('GetTelemetrySubscriptionsRequest', REQUEST_DECODERS)
+    _n_GetTelemetrySubscriptionsResponse_v0 = _P(GetTelemetrySubscriptionsResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('client_instance_id', 8, 2, None, 0), ('subscription_id', 2, 2, None, 0), ('accepted_compression_types', 13, 2, (None, 0, 2, None, 0), 1), ('push_interval_ms', 2, 2, None, 0), ('telemetry_max_bytes', 2, 2, None, 0), ('delta_temporality', 7, 2, None, 0), ('requested_metrics', 13, 2, (None, 9, 2, None, 0), 1)), (), (), True)
+    RESPONSE_DECODERS = (_n_GetTelemetrySubscriptionsResponse_v0,)
+    decode_response = _native.entry('GetTelemetrySubscriptionsResponse', RESPONSE_DECODERS)

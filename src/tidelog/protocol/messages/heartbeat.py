@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -153,20 +154,25 @@ def _e_HeartbeatRequest_v4(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_HeartbeatRequest_v0, _d_HeartbeatRequest_v0, _d_HeartbeatRequest_v0, _d_HeartbeatRequest_v3, _d_HeartbeatRequest_v4,)
+PY_REQUEST_DECODERS = (_d_HeartbeatRequest_v0, _d_HeartbeatRequest_v0, _d_HeartbeatRequest_v0, _d_HeartbeatRequest_v3, _d_HeartbeatRequest_v4,)
 REQUEST_ENCODERS = (_e_HeartbeatRequest_v0, _e_HeartbeatRequest_v0, _e_HeartbeatRequest_v0, _e_HeartbeatRequest_v3, _e_HeartbeatRequest_v4,)
 REQUEST_VERSIONS = (0, 4)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[HeartbeatRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[HeartbeatRequest, int]:
     """Decode a HeartbeatRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 4: raise DecodeError(f'HeartbeatRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed HeartbeatRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: HeartbeatRequest, out: list | None = None) -> list:
@@ -215,20 +221,25 @@ def _e_HeartbeatResponse_v4(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_HeartbeatResponse_v0, _d_HeartbeatResponse_v1, _d_HeartbeatResponse_v1, _d_HeartbeatResponse_v1, _d_HeartbeatResponse_v4,)
+PY_RESPONSE_DECODERS = (_d_HeartbeatResponse_v0, _d_HeartbeatResponse_v1, _d_HeartbeatResponse_v1, _d_HeartbeatResponse_v1, _d_HeartbeatResponse_v4,)
 RESPONSE_ENCODERS = (_e_HeartbeatResponse_v0, _e_HeartbeatResponse_v1, _e_HeartbeatResponse_v1, _e_HeartbeatResponse_v1, _e_HeartbeatResponse_v4,)
 RESPONSE_VERSIONS = (0, 4)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[HeartbeatResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[HeartbeatResponse, int]:
     """Decode a HeartbeatResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 4: raise DecodeError(f'HeartbeatResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed HeartbeatResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: HeartbeatResponse, out: list | None = None) -> list:
@@ -240,3 +251,22 @@ def encode_response(version: int, message: HeartbeatResponse, out: list | None =
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode HeartbeatResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_HeartbeatRequest_v0 = _P(HeartbeatRequest, (('group_id', 9, 0, None, 0), ('generation_id', 2, 0, None, 0), ('member_id', 9, 0, None, 0)), (), (('group_instance_id', None, 0),), False)
+    _n_HeartbeatRequest_v3 = _P(HeartbeatRequest, (('group_id', 9, 0, None, 0), ('generation_id', 2, 0, None, 0), ('member_id', 9, 0, None, 0), ('group_instance_id', 9, 1, None, 0)), (), (), False)
+    _n_HeartbeatRequest_v4 = _P(HeartbeatRequest, (('group_id', 9, 2, None, 0), ('generation_id', 2, 2, None, 0), ('member_id', 9, 2, None, 0), ('group_instance_id', 9, 3, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_HeartbeatRequest_v0, _n_HeartbeatRequest_v0, _n_HeartbeatRequest_v0, _n_HeartbeatRequest_v3, _n_HeartbeatRequest_v4,)
+    decode_request = _native.entry('HeartbeatRequest', REQUEST_DECODERS)
+    _n_HeartbeatResponse_v0 = _P(HeartbeatResponse, (('error_code', 1, 0, None, 0),), (), (('throttle_time_ms', 0, 0),), False)
+    _n_HeartbeatResponse_v1 = _P(HeartbeatResponse, (('throttle_time_ms', 2, 0, None, 0), ('error_code', 1, 0, None, 0)), (), (), False)
+    _n_HeartbeatResponse_v4 = _P(HeartbeatResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0)), (), (), True)
+    RESPONSE_DECODERS = (_n_HeartbeatResponse_v0, _n_HeartbeatResponse_v1, _n_HeartbeatResponse_v1, _n_HeartbeatResponse_v1, _n_HeartbeatResponse_v4,)
+    decode_response = _native.entry('HeartbeatResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -270,20 +271,25 @@ def _e_IncrementalAlterConfigsRequest_v1(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_IncrementalAlterConfigsRequest_v0, _d_IncrementalAlterConfigsRequest_v1,)
+PY_REQUEST_DECODERS = (_d_IncrementalAlterConfigsRequest_v0, _d_IncrementalAlterConfigsRequest_v1,)
 REQUEST_ENCODERS = (_e_IncrementalAlterConfigsRequest_v0, _e_IncrementalAlterConfigsRequest_v1,)
 REQUEST_VERSIONS = (0, 1)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[IncrementalAlterConfigsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[IncrementalAlterConfigsRequest, int]:
     """Decode a IncrementalAlterConfigsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'IncrementalAlterConfigsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed IncrementalAlterConfigsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: IncrementalAlterConfigsRequest, out: list | None = None) -> list:
@@ -452,20 +458,25 @@ def _e_IncrementalAlterConfigsResponse_v1(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_IncrementalAlterConfigsResponse_v0, _d_IncrementalAlterConfigsResponse_v1,)
+PY_RESPONSE_DECODERS = (_d_IncrementalAlterConfigsResponse_v0, _d_IncrementalAlterConfigsResponse_v1,)
 RESPONSE_ENCODERS = (_e_IncrementalAlterConfigsResponse_v0, _e_IncrementalAlterConfigsResponse_v1,)
 RESPONSE_VERSIONS = (0, 1)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[IncrementalAlterConfigsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[IncrementalAlterConfigsResponse, int]:
     """Decode a IncrementalAlterConfigsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'IncrementalAlterConfigsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed IncrementalAlterConfigsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: IncrementalAlterConfigsResponse, out: list | None = None) -> list:
@@ -477,3 +488,26 @@ def encode_response(version: int, message: IncrementalAlterConfigsResponse, out:
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode IncrementalAlterConfigsResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_AlterableConfig_v0 = _P(AlterableConfig, (('name', 9, 0, None, 0), ('config_operation', 0, 0, None, 0), ('value', 9, 1, None, 0)), (), (), False)
+    _n_AlterableConfig_v1 = _P(AlterableConfig, (('name', 9, 2, None, 0), ('config_operation', 0, 2, None, 0), ('value', 9, 3, None, 0)), (), (), True)
+    _n_AlterConfigsResource_v0 = _P(AlterConfigsResource, (('resource_type', 0, 0, None, 0), ('resource_name', 9, 0, None, 0), ('configs', 13, 0, (None, 12, 0, _n_AlterableConfig_v0, 0), 5)), (), (), False)
+    _n_AlterConfigsResource_v1 = _P(AlterConfigsResource, (('resource_type', 0, 2, None, 0), ('resource_name', 9, 2, None, 0), ('configs', 13, 2, (None, 12, 0, _n_AlterableConfig_v1, 0), 4)), (), (), True)
+    _n_IncrementalAlterConfigsRequest_v0 = _P(IncrementalAlterConfigsRequest, (('resources', 13, 0, (None, 12, 0, _n_AlterConfigsResource_v0, 0), 7), ('validate_only', 7, 0, None, 0)), (), (), False)
+    _n_IncrementalAlterConfigsRequest_v1 = _P(IncrementalAlterConfigsRequest, (('resources', 13, 2, (None, 12, 0, _n_AlterConfigsResource_v1, 0), 4), ('validate_only', 7, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_IncrementalAlterConfigsRequest_v0, _n_IncrementalAlterConfigsRequest_v1,)
+    decode_request = _native.entry('IncrementalAlterConfigsRequest', REQUEST_DECODERS)
+    _n_AlterConfigsResourceResponse_v0 = _P(AlterConfigsResourceResponse, (('error_code', 1, 0, None, 0), ('error_message', 9, 1, None, 0), ('resource_type', 0, 0, None, 0), ('resource_name', 9, 0, None, 0)), (), (), False)
+    _n_AlterConfigsResourceResponse_v1 = _P(AlterConfigsResourceResponse, (('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('resource_type', 0, 2, None, 0), ('resource_name', 9, 2, None, 0)), (), (), True)
+    _n_IncrementalAlterConfigsResponse_v0 = _P(IncrementalAlterConfigsResponse, (('throttle_time_ms', 2, 0, None, 0), ('responses', 13, 0, (None, 12, 0, _n_AlterConfigsResourceResponse_v0, 0), 7)), (), (), False)
+    _n_IncrementalAlterConfigsResponse_v1 = _P(IncrementalAlterConfigsResponse, (('throttle_time_ms', 2, 2, None, 0), ('responses', 13, 2, (None, 12, 0, _n_AlterConfigsResourceResponse_v1, 0), 6)), (), (), True)
+    RESPONSE_DECODERS = (_n_IncrementalAlterConfigsResponse_v0, _n_IncrementalAlterConfigsResponse_v1,)
+    decode_response = _native.entry('IncrementalAlterConfigsResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -118,20 +119,25 @@ def _e_InitProducerIdRequest_v3(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_InitProducerIdRequest_v0, _d_InitProducerIdRequest_v0, _d_InitProducerIdRequest_v2, _d_InitProducerIdRequest_v3, _d_InitProducerIdRequest_v3, _d_InitProducerIdRequest_v3,)
+PY_REQUEST_DECODERS = (_d_InitProducerIdRequest_v0, _d_InitProducerIdRequest_v0, _d_InitProducerIdRequest_v2, _d_InitProducerIdRequest_v3, _d_InitProducerIdRequest_v3, _d_InitProducerIdRequest_v3,)
 REQUEST_ENCODERS = (_e_InitProducerIdRequest_v0, _e_InitProducerIdRequest_v0, _e_InitProducerIdRequest_v2, _e_InitProducerIdRequest_v3, _e_InitProducerIdRequest_v3, _e_InitProducerIdRequest_v3,)
 REQUEST_VERSIONS = (0, 5)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[InitProducerIdRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[InitProducerIdRequest, int]:
     """Decode a InitProducerIdRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 5: raise DecodeError(f'InitProducerIdRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed InitProducerIdRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: InitProducerIdRequest, out: list | None = None) -> list:
@@ -175,20 +181,25 @@ def _e_InitProducerIdResponse_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_InitProducerIdResponse_v0, _d_InitProducerIdResponse_v0, _d_InitProducerIdResponse_v2, _d_InitProducerIdResponse_v2, _d_InitProducerIdResponse_v2, _d_InitProducerIdResponse_v2,)
+PY_RESPONSE_DECODERS = (_d_InitProducerIdResponse_v0, _d_InitProducerIdResponse_v0, _d_InitProducerIdResponse_v2, _d_InitProducerIdResponse_v2, _d_InitProducerIdResponse_v2, _d_InitProducerIdResponse_v2,)
 RESPONSE_ENCODERS = (_e_InitProducerIdResponse_v0, _e_InitProducerIdResponse_v0, _e_InitProducerIdResponse_v2, _e_InitProducerIdResponse_v2, _e_InitProducerIdResponse_v2, _e_InitProducerIdResponse_v2,)
 RESPONSE_VERSIONS = (0, 5)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[InitProducerIdResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[InitProducerIdResponse, int]:
     """Decode a InitProducerIdResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 5: raise DecodeError(f'InitProducerIdResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed InitProducerIdResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: InitProducerIdResponse, out: list | None = None) -> list:
@@ -200,3 +211,21 @@ def encode_response(version: int, message: InitProducerIdResponse, out: list | N
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode InitProducerIdResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_InitProducerIdRequest_v0 = _P(InitProducerIdRequest, (('transactional_id', 9, 1, None, 0), ('transaction_timeout_ms', 2, 0, None, 0)), (), (('producer_id', -1, 0), ('producer_epoch', -1, 0)), False)
+    _n_InitProducerIdRequest_v2 = _P(InitProducerIdRequest, (('transactional_id', 9, 3, None, 0), ('transaction_timeout_ms', 2, 2, None, 0)), (), (('producer_id', -1, 0), ('producer_epoch', -1, 0)), True)
+    _n_InitProducerIdRequest_v3 = _P(InitProducerIdRequest, (('transactional_id', 9, 3, None, 0), ('transaction_timeout_ms', 2, 2, None, 0), ('producer_id', 3, 2, None, 0), ('producer_epoch', 1, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_InitProducerIdRequest_v0, _n_InitProducerIdRequest_v0, _n_InitProducerIdRequest_v2, _n_InitProducerIdRequest_v3, _n_InitProducerIdRequest_v3, _n_InitProducerIdRequest_v3,)
+    decode_request = _native.entry('InitProducerIdRequest', REQUEST_DECODERS)
+    _n_InitProducerIdResponse_v0 = _P(InitProducerIdResponse, (('throttle_time_ms', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('producer_id', 3, 0, None, 0), ('producer_epoch', 1, 0, None, 0)), (), (), False)
+    _n_InitProducerIdResponse_v2 = _P(InitProducerIdResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('producer_id', 3, 2, None, 0), ('producer_epoch', 1, 2, None, 0)), (), (), True)
+    RESPONSE_DECODERS = (_n_InitProducerIdResponse_v0, _n_InitProducerIdResponse_v0, _n_InitProducerIdResponse_v2, _n_InitProducerIdResponse_v2, _n_InitProducerIdResponse_v2, _n_InitProducerIdResponse_v2,)
+    decode_response = _native.entry('InitProducerIdResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -144,20 +145,25 @@ def _e_InitializeShareGroupStateRequest_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_InitializeShareGroupStateRequest_v0,)
+PY_REQUEST_DECODERS = (_d_InitializeShareGroupStateRequest_v0,)
 REQUEST_ENCODERS = (_e_InitializeShareGroupStateRequest_v0,)
 REQUEST_VERSIONS = (0, 0)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[InitializeShareGroupStateRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[InitializeShareGroupStateRequest, int]:
     """Decode a InitializeShareGroupStateRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'InitializeShareGroupStateRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed InitializeShareGroupStateRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: InitializeShareGroupStateRequest, out: list | None = None) -> list:
@@ -283,20 +289,25 @@ def _e_InitializeShareGroupStateResponse_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_InitializeShareGroupStateResponse_v0,)
+PY_RESPONSE_DECODERS = (_d_InitializeShareGroupStateResponse_v0,)
 RESPONSE_ENCODERS = (_e_InitializeShareGroupStateResponse_v0,)
 RESPONSE_VERSIONS = (0, 0)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[InitializeShareGroupStateResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[InitializeShareGroupStateResponse, int]:
     """Decode a InitializeShareGroupStateResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'InitializeShareGroupStateResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed InitializeShareGroupStateResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: InitializeShareGroupStateResponse, out: list | None = None) -> list:
@@ -308,3 +319,22 @@ def encode_response(version: int, message: InitializeShareGroupStateResponse, ou
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode InitializeShareGroupStateResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_PartitionData_v0 = _P(PartitionData, (('partition', 2, 2, None, 0), ('state_epoch', 2, 2, None, 0), ('start_offset', 3, 2, None, 0)), (), (), True)
+    _n_InitializeStateData_v0 = _P(InitializeStateData, (('topic_id', 8, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_PartitionData_v0, 0), 17)), (), (), True)
+    _n_InitializeShareGroupStateRequest_v0 = _P(InitializeShareGroupStateRequest, (('group_id', 9, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_InitializeStateData_v0, 0), 18)), (), (), True)
+    REQUEST_DECODERS = (_n_InitializeShareGroupStateRequest_v0,)
+    decode_request = _native.entry('InitializeShareGroupStateRequest', REQUEST_DECODERS)
+    _n_PartitionResult_v0 = _P(PartitionResult, (('partition', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0)), (), (), True)
+    _n_InitializeStateResult_v0 = _P(InitializeStateResult, (('topic_id', 8, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_PartitionResult_v0, 0), 8)), (), (), True)
+    _n_InitializeShareGroupStateResponse_v0 = _P(InitializeShareGroupStateResponse, (('results', 13, 2, (None, 12, 0, _n_InitializeStateResult_v0, 0), 18),), (), (), True)
+    RESPONSE_DECODERS = (_n_InitializeShareGroupStateResponse_v0,)
+    decode_response = _native.entry('InitializeShareGroupStateResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -488,20 +489,25 @@ def _e_JoinGroupRequest_v8(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_JoinGroupRequest_v0, _d_JoinGroupRequest_v1, _d_JoinGroupRequest_v1, _d_JoinGroupRequest_v1, _d_JoinGroupRequest_v1, _d_JoinGroupRequest_v5, _d_JoinGroupRequest_v6, _d_JoinGroupRequest_v6, _d_JoinGroupRequest_v8, _d_JoinGroupRequest_v8,)
+PY_REQUEST_DECODERS = (_d_JoinGroupRequest_v0, _d_JoinGroupRequest_v1, _d_JoinGroupRequest_v1, _d_JoinGroupRequest_v1, _d_JoinGroupRequest_v1, _d_JoinGroupRequest_v5, _d_JoinGroupRequest_v6, _d_JoinGroupRequest_v6, _d_JoinGroupRequest_v8, _d_JoinGroupRequest_v8,)
 REQUEST_ENCODERS = (_e_JoinGroupRequest_v0, _e_JoinGroupRequest_v1, _e_JoinGroupRequest_v1, _e_JoinGroupRequest_v1, _e_JoinGroupRequest_v1, _e_JoinGroupRequest_v5, _e_JoinGroupRequest_v6, _e_JoinGroupRequest_v6, _e_JoinGroupRequest_v8, _e_JoinGroupRequest_v8,)
 REQUEST_VERSIONS = (0, 9)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[JoinGroupRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[JoinGroupRequest, int]:
     """Decode a JoinGroupRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 9: raise DecodeError(f'JoinGroupRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed JoinGroupRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: JoinGroupRequest, out: list | None = None) -> list:
@@ -1091,20 +1097,25 @@ def _e_JoinGroupResponse_v9(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_JoinGroupResponse_v0, _d_JoinGroupResponse_v0, _d_JoinGroupResponse_v2, _d_JoinGroupResponse_v2, _d_JoinGroupResponse_v2, _d_JoinGroupResponse_v5, _d_JoinGroupResponse_v6, _d_JoinGroupResponse_v7, _d_JoinGroupResponse_v7, _d_JoinGroupResponse_v9,)
+PY_RESPONSE_DECODERS = (_d_JoinGroupResponse_v0, _d_JoinGroupResponse_v0, _d_JoinGroupResponse_v2, _d_JoinGroupResponse_v2, _d_JoinGroupResponse_v2, _d_JoinGroupResponse_v5, _d_JoinGroupResponse_v6, _d_JoinGroupResponse_v7, _d_JoinGroupResponse_v7, _d_JoinGroupResponse_v9,)
 RESPONSE_ENCODERS = (_e_JoinGroupResponse_v0, _e_JoinGroupResponse_v0, _e_JoinGroupResponse_v2, _e_JoinGroupResponse_v2, _e_JoinGroupResponse_v2, _e_JoinGroupResponse_v5, _e_JoinGroupResponse_v6, _e_JoinGroupResponse_v7, _e_JoinGroupResponse_v7, _e_JoinGroupResponse_v9,)
 RESPONSE_VERSIONS = (0, 9)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[JoinGroupResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[JoinGroupResponse, int]:
     """Decode a JoinGroupResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 9: raise DecodeError(f'JoinGroupResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed JoinGroupResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: JoinGroupResponse, out: list | None = None) -> list:
@@ -1116,3 +1127,32 @@ def encode_response(version: int, message: JoinGroupResponse, out: list | None =
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode JoinGroupResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_JoinGroupRequestProtocol_v0 = _P(JoinGroupRequestProtocol, (('name', 9, 0, None, 0), ('metadata', 10, 0, None, 0)), (), (), False)
+    _n_JoinGroupRequestProtocol_v6 = _P(JoinGroupRequestProtocol, (('name', 9, 2, None, 0), ('metadata', 10, 2, None, 0)), (), (), True)
+    _n_JoinGroupRequest_v0 = _P(JoinGroupRequest, (('group_id', 9, 0, None, 0), ('session_timeout_ms', 2, 0, None, 0), ('member_id', 9, 0, None, 0), ('protocol_type', 9, 0, None, 0), ('protocols', 13, 0, (None, 12, 0, _n_JoinGroupRequestProtocol_v0, 0), 6)), (), (('rebalance_timeout_ms', -1, 0), ('group_instance_id', None, 0), ('reason', None, 0)), False)
+    _n_JoinGroupRequest_v1 = _P(JoinGroupRequest, (('group_id', 9, 0, None, 0), ('session_timeout_ms', 2, 0, None, 0), ('rebalance_timeout_ms', 2, 0, None, 0), ('member_id', 9, 0, None, 0), ('protocol_type', 9, 0, None, 0), ('protocols', 13, 0, (None, 12, 0, _n_JoinGroupRequestProtocol_v0, 0), 6)), (), (('group_instance_id', None, 0), ('reason', None, 0)), False)
+    _n_JoinGroupRequest_v5 = _P(JoinGroupRequest, (('group_id', 9, 0, None, 0), ('session_timeout_ms', 2, 0, None, 0), ('rebalance_timeout_ms', 2, 0, None, 0), ('member_id', 9, 0, None, 0), ('group_instance_id', 9, 1, None, 0), ('protocol_type', 9, 0, None, 0), ('protocols', 13, 0, (None, 12, 0, _n_JoinGroupRequestProtocol_v0, 0), 6)), (), (('reason', None, 0),), False)
+    _n_JoinGroupRequest_v6 = _P(JoinGroupRequest, (('group_id', 9, 2, None, 0), ('session_timeout_ms', 2, 2, None, 0), ('rebalance_timeout_ms', 2, 2, None, 0), ('member_id', 9, 2, None, 0), ('group_instance_id', 9, 3, None, 0), ('protocol_type', 9, 2, None, 0), ('protocols', 13, 2, (None, 12, 0, _n_JoinGroupRequestProtocol_v6, 0), 3)), (), (('reason', None, 0),), True)
+    _n_JoinGroupRequest_v8 = _P(JoinGroupRequest, (('group_id', 9, 2, None, 0), ('session_timeout_ms', 2, 2, None, 0), ('rebalance_timeout_ms', 2, 2, None, 0), ('member_id', 9, 2, None, 0), ('group_instance_id', 9, 3, None, 0), ('protocol_type', 9, 2, None, 0), ('protocols', 13, 2, (None, 12, 0, _n_JoinGroupRequestProtocol_v6, 0), 3), ('reason', 9, 3, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_JoinGroupRequest_v0, _n_JoinGroupRequest_v1, _n_JoinGroupRequest_v1, _n_JoinGroupRequest_v1, _n_JoinGroupRequest_v1, _n_JoinGroupRequest_v5, _n_JoinGroupRequest_v6, _n_JoinGroupRequest_v6, _n_JoinGroupRequest_v8, _n_JoinGroupRequest_v8,)
+    decode_request = _native.entry('JoinGroupRequest', REQUEST_DECODERS)
+    _n_JoinGroupResponseMember_v0 = _P(JoinGroupResponseMember, (('member_id', 9, 0, None, 0), ('metadata', 10, 0, None, 0)), (), (('group_instance_id', None, 0),), False)
+    _n_JoinGroupResponseMember_v5 = _P(JoinGroupResponseMember, (('member_id', 9, 0, None, 0), ('group_instance_id', 9, 1, None, 0), ('metadata', 10, 0, None, 0)), (), (), False)
+    _n_JoinGroupResponseMember_v6 = _P(JoinGroupResponseMember, (('member_id', 9, 2, None, 0), ('group_instance_id', 9, 3, None, 0), ('metadata', 10, 2, None, 0)), (), (), True)
+    _n_JoinGroupResponse_v0 = _P(JoinGroupResponse, (('error_code', 1, 0, None, 0), ('generation_id', 2, 0, None, 0), ('protocol_name', 9, 0, None, 0), ('leader', 9, 0, None, 0), ('member_id', 9, 0, None, 0), ('members', 13, 0, (None, 12, 0, _n_JoinGroupResponseMember_v0, 0), 6)), (), (('throttle_time_ms', 0, 0), ('protocol_type', None, 0), ('skip_assignment', False, 0)), False)
+    _n_JoinGroupResponse_v2 = _P(JoinGroupResponse, (('throttle_time_ms', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('generation_id', 2, 0, None, 0), ('protocol_name', 9, 0, None, 0), ('leader', 9, 0, None, 0), ('member_id', 9, 0, None, 0), ('members', 13, 0, (None, 12, 0, _n_JoinGroupResponseMember_v0, 0), 6)), (), (('protocol_type', None, 0), ('skip_assignment', False, 0)), False)
+    _n_JoinGroupResponse_v5 = _P(JoinGroupResponse, (('throttle_time_ms', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('generation_id', 2, 0, None, 0), ('protocol_name', 9, 0, None, 0), ('leader', 9, 0, None, 0), ('member_id', 9, 0, None, 0), ('members', 13, 0, (None, 12, 0, _n_JoinGroupResponseMember_v5, 0), 8)), (), (('protocol_type', None, 0), ('skip_assignment', False, 0)), False)
+    _n_JoinGroupResponse_v6 = _P(JoinGroupResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('generation_id', 2, 2, None, 0), ('protocol_name', 9, 2, None, 0), ('leader', 9, 2, None, 0), ('member_id', 9, 2, None, 0), ('members', 13, 2, (None, 12, 0, _n_JoinGroupResponseMember_v6, 0), 4)), (), (('protocol_type', None, 0), ('skip_assignment', False, 0)), True)
+    _n_JoinGroupResponse_v7 = _P(JoinGroupResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('generation_id', 2, 2, None, 0), ('protocol_type', 9, 3, None, 0), ('protocol_name', 9, 3, None, 0), ('leader', 9, 2, None, 0), ('member_id', 9, 2, None, 0), ('members', 13, 2, (None, 12, 0, _n_JoinGroupResponseMember_v6, 0), 4)), (), (('skip_assignment', False, 0),), True)
+    _n_JoinGroupResponse_v9 = _P(JoinGroupResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('generation_id', 2, 2, None, 0), ('protocol_type', 9, 3, None, 0), ('protocol_name', 9, 3, None, 0), ('leader', 9, 2, None, 0), ('skip_assignment', 7, 2, None, 0), ('member_id', 9, 2, None, 0), ('members', 13, 2, (None, 12, 0, _n_JoinGroupResponseMember_v6, 0), 4)), (), (), True)
+    RESPONSE_DECODERS = (_n_JoinGroupResponse_v0, _n_JoinGroupResponse_v0, _n_JoinGroupResponse_v2, _n_JoinGroupResponse_v2, _n_JoinGroupResponse_v2, _n_JoinGroupResponse_v5, _n_JoinGroupResponse_v6, _n_JoinGroupResponse_v7, _n_JoinGroupResponse_v7, _n_JoinGroupResponse_v9,)
+    decode_response = _native.entry('JoinGroupResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -1115,20 +1116,25 @@ def _e_LeaderAndIsrRequest_v7(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_LeaderAndIsrRequest_v0, _d_LeaderAndIsrRequest_v1, _d_LeaderAndIsrRequest_v2, _d_LeaderAndIsrRequest_v3, _d_LeaderAndIsrRequest_v4, _d_LeaderAndIsrRequest_v5, _d_LeaderAndIsrRequest_v6, _d_LeaderAndIsrRequest_v7,)
+PY_REQUEST_DECODERS = (_d_LeaderAndIsrRequest_v0, _d_LeaderAndIsrRequest_v1, _d_LeaderAndIsrRequest_v2, _d_LeaderAndIsrRequest_v3, _d_LeaderAndIsrRequest_v4, _d_LeaderAndIsrRequest_v5, _d_LeaderAndIsrRequest_v6, _d_LeaderAndIsrRequest_v7,)
 REQUEST_ENCODERS = (_e_LeaderAndIsrRequest_v0, _e_LeaderAndIsrRequest_v1, _e_LeaderAndIsrRequest_v2, _e_LeaderAndIsrRequest_v3, _e_LeaderAndIsrRequest_v4, _e_LeaderAndIsrRequest_v5, _e_LeaderAndIsrRequest_v6, _e_LeaderAndIsrRequest_v7,)
 REQUEST_VERSIONS = (0, 7)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[LeaderAndIsrRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[LeaderAndIsrRequest, int]:
     """Decode a LeaderAndIsrRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 7: raise DecodeError(f'LeaderAndIsrRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed LeaderAndIsrRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: LeaderAndIsrRequest, out: list | None = None) -> list:
@@ -1341,20 +1347,25 @@ def _e_LeaderAndIsrResponse_v5(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_LeaderAndIsrResponse_v0, _d_LeaderAndIsrResponse_v0, _d_LeaderAndIsrResponse_v0, _d_LeaderAndIsrResponse_v0, _d_LeaderAndIsrResponse_v4, _d_LeaderAndIsrResponse_v5, _d_LeaderAndIsrResponse_v5, _d_LeaderAndIsrResponse_v5,)
+PY_RESPONSE_DECODERS = (_d_LeaderAndIsrResponse_v0, _d_LeaderAndIsrResponse_v0, _d_LeaderAndIsrResponse_v0, _d_LeaderAndIsrResponse_v0, _d_LeaderAndIsrResponse_v4, _d_LeaderAndIsrResponse_v5, _d_LeaderAndIsrResponse_v5, _d_LeaderAndIsrResponse_v5,)
 RESPONSE_ENCODERS = (_e_LeaderAndIsrResponse_v0, _e_LeaderAndIsrResponse_v0, _e_LeaderAndIsrResponse_v0, _e_LeaderAndIsrResponse_v0, _e_LeaderAndIsrResponse_v4, _e_LeaderAndIsrResponse_v5, _e_LeaderAndIsrResponse_v5, _e_LeaderAndIsrResponse_v5,)
 RESPONSE_VERSIONS = (0, 7)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[LeaderAndIsrResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[LeaderAndIsrResponse, int]:
     """Decode a LeaderAndIsrResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 7: raise DecodeError(f'LeaderAndIsrResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed LeaderAndIsrResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: LeaderAndIsrResponse, out: list | None = None) -> list:
@@ -1366,3 +1377,44 @@ def encode_response(version: int, message: LeaderAndIsrResponse, out: list | Non
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode LeaderAndIsrResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_LeaderAndIsrPartitionState_v0 = _P(LeaderAndIsrPartitionState, (('topic_name', 9, 0, None, 0), ('partition_index', 2, 0, None, 0), ('controller_epoch', 2, 0, None, 0), ('leader', 2, 0, None, 0), ('leader_epoch', 2, 0, None, 0), ('isr', 13, 0, (None, 2, 0, None, 0), 4), ('partition_epoch', 2, 0, None, 0), ('replicas', 13, 0, (None, 2, 0, None, 0), 4)), (), (('adding_replicas', None, 1), ('removing_replicas', None, 1), ('is_new', False, 0), ('leader_recovery_state', 0, 0)), False)
+    _n_LeaderAndIsrPartitionState_v1 = _P(LeaderAndIsrPartitionState, (('topic_name', 9, 0, None, 0), ('partition_index', 2, 0, None, 0), ('controller_epoch', 2, 0, None, 0), ('leader', 2, 0, None, 0), ('leader_epoch', 2, 0, None, 0), ('isr', 13, 0, (None, 2, 0, None, 0), 4), ('partition_epoch', 2, 0, None, 0), ('replicas', 13, 0, (None, 2, 0, None, 0), 4), ('is_new', 7, 0, None, 0)), (), (('adding_replicas', None, 1), ('removing_replicas', None, 1), ('leader_recovery_state', 0, 0)), False)
+    _n_LeaderAndIsrPartitionState_v2 = _P(LeaderAndIsrPartitionState, (('partition_index', 2, 0, None, 0), ('controller_epoch', 2, 0, None, 0), ('leader', 2, 0, None, 0), ('leader_epoch', 2, 0, None, 0), ('isr', 13, 0, (None, 2, 0, None, 0), 4), ('partition_epoch', 2, 0, None, 0), ('replicas', 13, 0, (None, 2, 0, None, 0), 4), ('is_new', 7, 0, None, 0)), (), (('topic_name', '', 0), ('adding_replicas', None, 1), ('removing_replicas', None, 1), ('leader_recovery_state', 0, 0)), False)
+    _n_LeaderAndIsrPartitionState_v3 = _P(LeaderAndIsrPartitionState, (('partition_index', 2, 0, None, 0), ('controller_epoch', 2, 0, None, 0), ('leader', 2, 0, None, 0), ('leader_epoch', 2, 0, None, 0), ('isr', 13, 0, (None, 2, 0, None, 0), 4), ('partition_epoch', 2, 0, None, 0), ('replicas', 13, 0, (None, 2, 0, None, 0), 4), ('adding_replicas', 13, 0, (None, 2, 0, None, 0), 4), ('removing_replicas', 13, 0, (None, 2, 0, None, 0), 4), ('is_new', 7, 0, None, 0)), (), (('topic_name', '', 0), ('leader_recovery_state', 0, 0)), False)
+    _n_LeaderAndIsrPartitionState_v4 = _P(LeaderAndIsrPartitionState, (('partition_index', 2, 2, None, 0), ('controller_epoch', 2, 2, None, 0), ('leader', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0), ('isr', 13, 2, (None, 2, 2, None, 0), 4), ('partition_epoch', 2, 2, None, 0), ('replicas', 13, 2, (None, 2, 2, None, 0), 4), ('adding_replicas', 13, 2, (None, 2, 2, None, 0), 4), ('removing_replicas', 13, 2, (None, 2, 2, None, 0), 4), ('is_new', 7, 2, None, 0)), (), (('topic_name', '', 0), ('leader_recovery_state', 0, 0)), True)
+    _n_LeaderAndIsrPartitionState_v6 = _P(LeaderAndIsrPartitionState, (('partition_index', 2, 2, None, 0), ('controller_epoch', 2, 2, None, 0), ('leader', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0), ('isr', 13, 2, (None, 2, 2, None, 0), 4), ('partition_epoch', 2, 2, None, 0), ('replicas', 13, 2, (None, 2, 2, None, 0), 4), ('adding_replicas', 13, 2, (None, 2, 2, None, 0), 4), ('removing_replicas', 13, 2, (None, 2, 2, None, 0), 4), ('is_new', 7, 2, None, 0), ('leader_recovery_state', 0, 2, None, 0)), (), (('topic_name', '', 0),), True)
+    _n_LeaderAndIsrTopicState_v2 = _P(LeaderAndIsrTopicState, (('topic_name', 9, 0, None, 0), ('partition_states', 13, 0, (None, 12, 0, _n_LeaderAndIsrPartitionState_v2, 0), 29)), (), (('topic_id', ZERO_UUID, 0),), False)
+    _n_LeaderAndIsrTopicState_v3 = _P(LeaderAndIsrTopicState, (('topic_name', 9, 0, None, 0), ('partition_states', 13, 0, (None, 12, 0, _n_LeaderAndIsrPartitionState_v3, 0), 37)), (), (('topic_id', ZERO_UUID, 0),), False)
+    _n_LeaderAndIsrTopicState_v4 = _P(LeaderAndIsrTopicState, (('topic_name', 9, 2, None, 0), ('partition_states', 13, 2, (None, 12, 0, _n_LeaderAndIsrPartitionState_v4, 0), 26)), (), (('topic_id', ZERO_UUID, 0),), True)
+    _n_LeaderAndIsrTopicState_v5 = _P(LeaderAndIsrTopicState, (('topic_name', 9, 2, None, 0), ('topic_id', 8, 2, None, 0), ('partition_states', 13, 2, (None, 12, 0, _n_LeaderAndIsrPartitionState_v4, 0), 26)), (), (), True)
+    _n_LeaderAndIsrTopicState_v6 = _P(LeaderAndIsrTopicState, (('topic_name', 9, 2, None, 0), ('topic_id', 8, 2, None, 0), ('partition_states', 13, 2, (None, 12, 0, _n_LeaderAndIsrPartitionState_v6, 0), 27)), (), (), True)
+    _n_LeaderAndIsrLiveLeader_v0 = _P(LeaderAndIsrLiveLeader, (('broker_id', 2, 0, None, 0), ('host_name', 9, 0, None, 0), ('port', 2, 0, None, 0)), (), (), False)
+    _n_LeaderAndIsrLiveLeader_v4 = _P(LeaderAndIsrLiveLeader, (('broker_id', 2, 2, None, 0), ('host_name', 9, 2, None, 0), ('port', 2, 2, None, 0)), (), (), True)
+    _n_LeaderAndIsrRequest_v0 = _P(LeaderAndIsrRequest, (('controller_id', 2, 0, None, 0), ('controller_epoch', 2, 0, None, 0), ('ungrouped_partition_states', 13, 0, (None, 12, 0, _n_LeaderAndIsrPartitionState_v0, 0), 30), ('live_leaders', 13, 0, (None, 12, 0, _n_LeaderAndIsrLiveLeader_v0, 0), 10)), (), (('is_k_raft_controller', False, 0), ('broker_epoch', -1, 0), ('type', 0, 0), ('topic_states', None, 1)), False)
+    _n_LeaderAndIsrRequest_v1 = _P(LeaderAndIsrRequest, (('controller_id', 2, 0, None, 0), ('controller_epoch', 2, 0, None, 0), ('ungrouped_partition_states', 13, 0, (None, 12, 0, _n_LeaderAndIsrPartitionState_v1, 0), 31), ('live_leaders', 13, 0, (None, 12, 0, _n_LeaderAndIsrLiveLeader_v0, 0), 10)), (), (('is_k_raft_controller', False, 0), ('broker_epoch', -1, 0), ('type', 0, 0), ('topic_states', None, 1)), False)
+    _n_LeaderAndIsrRequest_v2 = _P(LeaderAndIsrRequest, (('controller_id', 2, 0, None, 0), ('controller_epoch', 2, 0, None, 0), ('broker_epoch', 3, 0, None, 0), ('topic_states', 13, 0, (None, 12, 0, _n_LeaderAndIsrTopicState_v2, 0), 6), ('live_leaders', 13, 0, (None, 12, 0, _n_LeaderAndIsrLiveLeader_v0, 0), 10)), (), (('is_k_raft_controller', False, 0), ('type', 0, 0), ('ungrouped_partition_states', None, 1)), False)
+    _n_LeaderAndIsrRequest_v3 = _P(LeaderAndIsrRequest, (('controller_id', 2, 0, None, 0), ('controller_epoch', 2, 0, None, 0), ('broker_epoch', 3, 0, None, 0), ('topic_states', 13, 0, (None, 12, 0, _n_LeaderAndIsrTopicState_v3, 0), 6), ('live_leaders', 13, 0, (None, 12, 0, _n_LeaderAndIsrLiveLeader_v0, 0), 10)), (), (('is_k_raft_controller', False, 0), ('type', 0, 0), ('ungrouped_partition_states', None, 1)), False)
+    _n_LeaderAndIsrRequest_v4 = _P(LeaderAndIsrRequest, (('controller_id', 2, 2, None, 0), ('controller_epoch', 2, 2, None, 0), ('broker_epoch', 3, 2, None, 0), ('topic_states', 13, 2, (None, 12, 0, _n_LeaderAndIsrTopicState_v4, 0), 3), ('live_leaders', 13, 2, (None, 12, 0, _n_LeaderAndIsrLiveLeader_v4, 0), 10)), (), (('is_k_raft_controller', False, 0), ('type', 0, 0), ('ungrouped_partition_states', None, 1)), True)
+    _n_LeaderAndIsrRequest_v5 = _P(LeaderAndIsrRequest, (('controller_id', 2, 2, None, 0), ('controller_epoch', 2, 2, None, 0), ('broker_epoch', 3, 2, None, 0), ('type', 0, 2, None, 0), ('topic_states', 13, 2, (None, 12, 0, _n_LeaderAndIsrTopicState_v5, 0), 19), ('live_leaders', 13, 2, (None, 12, 0, _n_LeaderAndIsrLiveLeader_v4, 0), 10)), (), (('is_k_raft_controller', False, 0), ('ungrouped_partition_states', None, 1)), True)
+    _n_LeaderAndIsrRequest_v6 = _P(LeaderAndIsrRequest, (('controller_id', 2, 2, None, 0), ('controller_epoch', 2, 2, None, 0), ('broker_epoch', 3, 2, None, 0), ('type', 0, 2, None, 0), ('topic_states', 13, 2, (None, 12, 0, _n_LeaderAndIsrTopicState_v6, 0), 19), ('live_leaders', 13, 2, (None, 12, 0, _n_LeaderAndIsrLiveLeader_v4, 0), 10)), (), (('is_k_raft_controller', False, 0), ('ungrouped_partition_states', None, 1)), True)
+    _n_LeaderAndIsrRequest_v7 = _P(LeaderAndIsrRequest, (('controller_id', 2, 2, None, 0), ('is_k_raft_controller', 7, 2, None, 0), ('controller_epoch', 2, 2, None, 0), ('broker_epoch', 3, 2, None, 0), ('type', 0, 2, None, 0), ('topic_states', 13, 2, (None, 12, 0, _n_LeaderAndIsrTopicState_v6, 0), 19), ('live_leaders', 13, 2, (None, 12, 0, _n_LeaderAndIsrLiveLeader_v4, 0), 10)), (), (('ungrouped_partition_states', None, 1),), True)
+    REQUEST_DECODERS = (_n_LeaderAndIsrRequest_v0, _n_LeaderAndIsrRequest_v1, _n_LeaderAndIsrRequest_v2, _n_LeaderAndIsrRequest_v3, _n_LeaderAndIsrRequest_v4, _n_LeaderAndIsrRequest_v5, _n_LeaderAndIsrRequest_v6, _n_LeaderAndIsrRequest_v7,)
+    decode_request = _native.entry('LeaderAndIsrRequest', REQUEST_DECODERS)
+    _n_LeaderAndIsrPartitionError_v0 = _P(LeaderAndIsrPartitionError, (('topic_name', 9, 0, None, 0), ('partition_index', 2, 0, None, 0), ('error_code', 1, 0, None, 0)), (), (), False)
+    _n_LeaderAndIsrPartitionError_v4 = _P(LeaderAndIsrPartitionError, (('topic_name', 9, 2, None, 0), ('partition_index', 2, 2, None, 0), ('error_code', 1, 2, None, 0)), (), (), True)
+    _n_LeaderAndIsrPartitionError_v5 = _P(LeaderAndIsrPartitionError, (('partition_index', 2, 2, None, 0), ('error_code', 1, 2, None, 0)), (), (('topic_name', '', 0),), True)
+    _n_LeaderAndIsrTopicError_v5 = _P(LeaderAndIsrTopicError, (('topic_id', 8, 2, None, 0), ('partition_errors', 13, 2, (None, 12, 0, _n_LeaderAndIsrPartitionError_v5, 0), 7)), (), (), True)
+    _n_LeaderAndIsrResponse_v0 = _P(LeaderAndIsrResponse, (('error_code', 1, 0, None, 0), ('partition_errors', 13, 0, (None, 12, 0, _n_LeaderAndIsrPartitionError_v0, 0), 8)), (), (('topics', None, 1),), False)
+    _n_LeaderAndIsrResponse_v4 = _P(LeaderAndIsrResponse, (('error_code', 1, 2, None, 0), ('partition_errors', 13, 2, (None, 12, 0, _n_LeaderAndIsrPartitionError_v4, 0), 8)), (), (('topics', None, 1),), True)
+    _n_LeaderAndIsrResponse_v5 = _P(LeaderAndIsrResponse, (('error_code', 1, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_LeaderAndIsrTopicError_v5, 0), 18)), (), (('partition_errors', None, 1),), True)
+    RESPONSE_DECODERS = (_n_LeaderAndIsrResponse_v0, _n_LeaderAndIsrResponse_v0, _n_LeaderAndIsrResponse_v0, _n_LeaderAndIsrResponse_v0, _n_LeaderAndIsrResponse_v4, _n_LeaderAndIsrResponse_v5, _n_LeaderAndIsrResponse_v5, _n_LeaderAndIsrResponse_v5,)
+    decode_response = _native.entry('LeaderAndIsrResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -178,20 +179,25 @@ def _e_LeaderChangeMessage_v1(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-DATA_DECODERS = (_d_LeaderChangeMessage_v0, _d_LeaderChangeMessage_v1,)
+PY_DATA_DECODERS = (_d_LeaderChangeMessage_v0, _d_LeaderChangeMessage_v1,)
 DATA_ENCODERS = (_e_LeaderChangeMessage_v0, _e_LeaderChangeMessage_v1,)
 DATA_VERSIONS = (0, 1)
 
 
-def decode_data(version: int, buf, pos: int = 0) -> tuple[LeaderChangeMessage, int]:
+def py_decode_data(version: int, buf, pos: int = 0) -> tuple[LeaderChangeMessage, int]:
     """Decode a LeaderChangeMessage of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'LeaderChangeMessage version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return DATA_DECODERS[version](b, pos, len(b))
+        return PY_DATA_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed LeaderChangeMessage v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+DATA_DECODERS = PY_DATA_DECODERS
+decode_data = py_decode_data
 
 
 def encode_data(version: int, message: LeaderChangeMessage, out: list | None = None) -> list:
@@ -203,3 +209,18 @@ def encode_data(version: int, message: LeaderChangeMessage, out: list | None = N
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode LeaderChangeMessage v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_Voter_v0 = _P(Voter, (('voter_id', 2, 2, None, 0),), (), (('voter_directory_id', ZERO_UUID, 0),), True)
+    _n_Voter_v1 = _P(Voter, (('voter_id', 2, 2, None, 0), ('voter_directory_id', 8, 2, None, 0)), (), (), True)
+    _n_LeaderChangeMessage_v0 = _P(LeaderChangeMessage, (('version', 1, 2, None, 0), ('leader_id', 2, 2, None, 0), ('voters', 13, 2, (None, 12, 0, _n_Voter_v0, 0), 5), ('granting_voters', 13, 2, (None, 12, 0, _n_Voter_v0, 0), 5)), (), (), True)
+    _n_LeaderChangeMessage_v1 = _P(LeaderChangeMessage, (('version', 1, 2, None, 0), ('leader_id', 2, 2, None, 0), ('voters', 13, 2, (None, 12, 0, _n_Voter_v1, 0), 21), ('granting_voters', 13, 2, (None, 12, 0, _n_Voter_v1, 0), 21)), (), (), True)
+    DATA_DECODERS = (_n_LeaderChangeMessage_v0, _n_LeaderChangeMessage_v1,)
+    decode_data = _native.entry('LeaderChangeMessage', DATA_DECODERS)

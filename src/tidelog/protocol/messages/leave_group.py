@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -336,20 +337,25 @@ def _e_LeaveGroupRequest_v5(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_LeaveGroupRequest_v0, _d_LeaveGroupRequest_v0, _d_LeaveGroupRequest_v0, _d_LeaveGroupRequest_v3, _d_LeaveGroupRequest_v4, _d_LeaveGroupRequest_v5,)
+PY_REQUEST_DECODERS = (_d_LeaveGroupRequest_v0, _d_LeaveGroupRequest_v0, _d_LeaveGroupRequest_v0, _d_LeaveGroupRequest_v3, _d_LeaveGroupRequest_v4, _d_LeaveGroupRequest_v5,)
 REQUEST_ENCODERS = (_e_LeaveGroupRequest_v0, _e_LeaveGroupRequest_v0, _e_LeaveGroupRequest_v0, _e_LeaveGroupRequest_v3, _e_LeaveGroupRequest_v4, _e_LeaveGroupRequest_v5,)
 REQUEST_VERSIONS = (0, 5)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[LeaveGroupRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[LeaveGroupRequest, int]:
     """Decode a LeaveGroupRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 5: raise DecodeError(f'LeaveGroupRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed LeaveGroupRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: LeaveGroupRequest, out: list | None = None) -> list:
@@ -532,20 +538,25 @@ def _e_LeaveGroupResponse_v4(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_LeaveGroupResponse_v0, _d_LeaveGroupResponse_v1, _d_LeaveGroupResponse_v1, _d_LeaveGroupResponse_v3, _d_LeaveGroupResponse_v4, _d_LeaveGroupResponse_v4,)
+PY_RESPONSE_DECODERS = (_d_LeaveGroupResponse_v0, _d_LeaveGroupResponse_v1, _d_LeaveGroupResponse_v1, _d_LeaveGroupResponse_v3, _d_LeaveGroupResponse_v4, _d_LeaveGroupResponse_v4,)
 RESPONSE_ENCODERS = (_e_LeaveGroupResponse_v0, _e_LeaveGroupResponse_v1, _e_LeaveGroupResponse_v1, _e_LeaveGroupResponse_v3, _e_LeaveGroupResponse_v4, _e_LeaveGroupResponse_v4,)
 RESPONSE_VERSIONS = (0, 5)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[LeaveGroupResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[LeaveGroupResponse, int]:
     """Decode a LeaveGroupResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 5: raise DecodeError(f'LeaveGroupResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed LeaveGroupResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: LeaveGroupResponse, out: list | None = None) -> list:
@@ -557,3 +568,29 @@ def encode_response(version: int, message: LeaveGroupResponse, out: list | None 
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode LeaveGroupResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_MemberIdentity_v3 = _P(MemberIdentity, (('member_id', 9, 0, None, 0), ('group_instance_id', 9, 1, None, 0)), (), (('reason', None, 0),), False)
+    _n_MemberIdentity_v4 = _P(MemberIdentity, (('member_id', 9, 2, None, 0), ('group_instance_id', 9, 3, None, 0)), (), (('reason', None, 0),), True)
+    _n_MemberIdentity_v5 = _P(MemberIdentity, (('member_id', 9, 2, None, 0), ('group_instance_id', 9, 3, None, 0), ('reason', 9, 3, None, 0)), (), (), True)
+    _n_LeaveGroupRequest_v0 = _P(LeaveGroupRequest, (('group_id', 9, 0, None, 0), ('member_id', 9, 0, None, 0)), (), (('members', None, 1),), False)
+    _n_LeaveGroupRequest_v3 = _P(LeaveGroupRequest, (('group_id', 9, 0, None, 0), ('members', 13, 0, (None, 12, 0, _n_MemberIdentity_v3, 0), 4)), (), (('member_id', '', 0),), False)
+    _n_LeaveGroupRequest_v4 = _P(LeaveGroupRequest, (('group_id', 9, 2, None, 0), ('members', 13, 2, (None, 12, 0, _n_MemberIdentity_v4, 0), 3)), (), (('member_id', '', 0),), True)
+    _n_LeaveGroupRequest_v5 = _P(LeaveGroupRequest, (('group_id', 9, 2, None, 0), ('members', 13, 2, (None, 12, 0, _n_MemberIdentity_v5, 0), 4)), (), (('member_id', '', 0),), True)
+    REQUEST_DECODERS = (_n_LeaveGroupRequest_v0, _n_LeaveGroupRequest_v0, _n_LeaveGroupRequest_v0, _n_LeaveGroupRequest_v3, _n_LeaveGroupRequest_v4, _n_LeaveGroupRequest_v5,)
+    decode_request = _native.entry('LeaveGroupRequest', REQUEST_DECODERS)
+    _n_MemberResponse_v3 = _P(MemberResponse, (('member_id', 9, 0, None, 0), ('group_instance_id', 9, 1, None, 0), ('error_code', 1, 0, None, 0)), (), (), False)
+    _n_MemberResponse_v4 = _P(MemberResponse, (('member_id', 9, 2, None, 0), ('group_instance_id', 9, 3, None, 0), ('error_code', 1, 2, None, 0)), (), (), True)
+    _n_LeaveGroupResponse_v0 = _P(LeaveGroupResponse, (('error_code', 1, 0, None, 0),), (), (('throttle_time_ms', 0, 0), ('members', None, 1)), False)
+    _n_LeaveGroupResponse_v1 = _P(LeaveGroupResponse, (('throttle_time_ms', 2, 0, None, 0), ('error_code', 1, 0, None, 0)), (), (('members', None, 1),), False)
+    _n_LeaveGroupResponse_v3 = _P(LeaveGroupResponse, (('throttle_time_ms', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('members', 13, 0, (None, 12, 0, _n_MemberResponse_v3, 0), 6)), (), (), False)
+    _n_LeaveGroupResponse_v4 = _P(LeaveGroupResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('members', 13, 2, (None, 12, 0, _n_MemberResponse_v4, 0), 5)), (), (), True)
+    RESPONSE_DECODERS = (_n_LeaveGroupResponse_v0, _n_LeaveGroupResponse_v1, _n_LeaveGroupResponse_v1, _n_LeaveGroupResponse_v3, _n_LeaveGroupResponse_v4, _n_LeaveGroupResponse_v4,)
+    decode_response = _native.entry('LeaveGroupResponse', RESPONSE_DECODERS)

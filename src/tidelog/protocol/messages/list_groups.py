@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -138,20 +139,25 @@ def _e_ListGroupsRequest_v5(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_ListGroupsRequest_v0, _d_ListGroupsRequest_v0, _d_ListGroupsRequest_v0, _d_ListGroupsRequest_v3, _d_ListGroupsRequest_v4, _d_ListGroupsRequest_v5,)
+PY_REQUEST_DECODERS = (_d_ListGroupsRequest_v0, _d_ListGroupsRequest_v0, _d_ListGroupsRequest_v0, _d_ListGroupsRequest_v3, _d_ListGroupsRequest_v4, _d_ListGroupsRequest_v5,)
 REQUEST_ENCODERS = (_e_ListGroupsRequest_v0, _e_ListGroupsRequest_v0, _e_ListGroupsRequest_v0, _e_ListGroupsRequest_v3, _e_ListGroupsRequest_v4, _e_ListGroupsRequest_v5,)
 REQUEST_VERSIONS = (0, 5)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[ListGroupsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[ListGroupsRequest, int]:
     """Decode a ListGroupsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 5: raise DecodeError(f'ListGroupsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ListGroupsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: ListGroupsRequest, out: list | None = None) -> list:
@@ -547,20 +553,25 @@ def _e_ListGroupsResponse_v5(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_ListGroupsResponse_v0, _d_ListGroupsResponse_v1, _d_ListGroupsResponse_v1, _d_ListGroupsResponse_v3, _d_ListGroupsResponse_v4, _d_ListGroupsResponse_v5,)
+PY_RESPONSE_DECODERS = (_d_ListGroupsResponse_v0, _d_ListGroupsResponse_v1, _d_ListGroupsResponse_v1, _d_ListGroupsResponse_v3, _d_ListGroupsResponse_v4, _d_ListGroupsResponse_v5,)
 RESPONSE_ENCODERS = (_e_ListGroupsResponse_v0, _e_ListGroupsResponse_v1, _e_ListGroupsResponse_v1, _e_ListGroupsResponse_v3, _e_ListGroupsResponse_v4, _e_ListGroupsResponse_v5,)
 RESPONSE_VERSIONS = (0, 5)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[ListGroupsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[ListGroupsResponse, int]:
     """Decode a ListGroupsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 5: raise DecodeError(f'ListGroupsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ListGroupsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: ListGroupsResponse, out: list | None = None) -> list:
@@ -572,3 +583,29 @@ def encode_response(version: int, message: ListGroupsResponse, out: list | None 
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode ListGroupsResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_ListGroupsRequest_v0 = _P(ListGroupsRequest, (), (), (('states_filter', None, 1), ('types_filter', None, 1)), False)
+    _n_ListGroupsRequest_v3 = _P(ListGroupsRequest, (), (), (('states_filter', None, 1), ('types_filter', None, 1)), True)
+    _n_ListGroupsRequest_v4 = _P(ListGroupsRequest, (('states_filter', 13, 2, (None, 9, 2, None, 0), 1),), (), (('types_filter', None, 1),), True)
+    _n_ListGroupsRequest_v5 = _P(ListGroupsRequest, (('states_filter', 13, 2, (None, 9, 2, None, 0), 1), ('types_filter', 13, 2, (None, 9, 2, None, 0), 1)), (), (), True)
+    REQUEST_DECODERS = (_n_ListGroupsRequest_v0, _n_ListGroupsRequest_v0, _n_ListGroupsRequest_v0, _n_ListGroupsRequest_v3, _n_ListGroupsRequest_v4, _n_ListGroupsRequest_v5,)
+    decode_request = _native.entry('ListGroupsRequest', REQUEST_DECODERS)
+    _n_ListedGroup_v0 = _P(ListedGroup, (('group_id', 9, 0, None, 0), ('protocol_type', 9, 0, None, 0)), (), (('group_state', '', 0), ('group_type', '', 0)), False)
+    _n_ListedGroup_v3 = _P(ListedGroup, (('group_id', 9, 2, None, 0), ('protocol_type', 9, 2, None, 0)), (), (('group_state', '', 0), ('group_type', '', 0)), True)
+    _n_ListedGroup_v4 = _P(ListedGroup, (('group_id', 9, 2, None, 0), ('protocol_type', 9, 2, None, 0), ('group_state', 9, 2, None, 0)), (), (('group_type', '', 0),), True)
+    _n_ListedGroup_v5 = _P(ListedGroup, (('group_id', 9, 2, None, 0), ('protocol_type', 9, 2, None, 0), ('group_state', 9, 2, None, 0), ('group_type', 9, 2, None, 0)), (), (), True)
+    _n_ListGroupsResponse_v0 = _P(ListGroupsResponse, (('error_code', 1, 0, None, 0), ('groups', 13, 0, (None, 12, 0, _n_ListedGroup_v0, 0), 4)), (), (('throttle_time_ms', 0, 0),), False)
+    _n_ListGroupsResponse_v1 = _P(ListGroupsResponse, (('throttle_time_ms', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('groups', 13, 0, (None, 12, 0, _n_ListedGroup_v0, 0), 4)), (), (), False)
+    _n_ListGroupsResponse_v3 = _P(ListGroupsResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('groups', 13, 2, (None, 12, 0, _n_ListedGroup_v3, 0), 3)), (), (), True)
+    _n_ListGroupsResponse_v4 = _P(ListGroupsResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('groups', 13, 2, (None, 12, 0, _n_ListedGroup_v4, 0), 4)), (), (), True)
+    _n_ListGroupsResponse_v5 = _P(ListGroupsResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('groups', 13, 2, (None, 12, 0, _n_ListedGroup_v5, 0), 5)), (), (), True)
+    RESPONSE_DECODERS = (_n_ListGroupsResponse_v0, _n_ListGroupsResponse_v1, _n_ListGroupsResponse_v1, _n_ListGroupsResponse_v3, _n_ListGroupsResponse_v4, _n_ListGroupsResponse_v5,)
+    decode_response = _native.entry('ListGroupsResponse', RESPONSE_DECODERS)

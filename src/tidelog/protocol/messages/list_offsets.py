@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -361,20 +362,25 @@ def _e_ListOffsetsRequest_v10(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_ListOffsetsRequest_v0, _d_ListOffsetsRequest_v1, _d_ListOffsetsRequest_v2, _d_ListOffsetsRequest_v2, _d_ListOffsetsRequest_v4, _d_ListOffsetsRequest_v4, _d_ListOffsetsRequest_v6, _d_ListOffsetsRequest_v6, _d_ListOffsetsRequest_v6, _d_ListOffsetsRequest_v6, _d_ListOffsetsRequest_v10,)
+PY_REQUEST_DECODERS = (_d_ListOffsetsRequest_v0, _d_ListOffsetsRequest_v1, _d_ListOffsetsRequest_v2, _d_ListOffsetsRequest_v2, _d_ListOffsetsRequest_v4, _d_ListOffsetsRequest_v4, _d_ListOffsetsRequest_v6, _d_ListOffsetsRequest_v6, _d_ListOffsetsRequest_v6, _d_ListOffsetsRequest_v6, _d_ListOffsetsRequest_v10,)
 REQUEST_ENCODERS = (_e_ListOffsetsRequest_v0, _e_ListOffsetsRequest_v1, _e_ListOffsetsRequest_v2, _e_ListOffsetsRequest_v2, _e_ListOffsetsRequest_v4, _e_ListOffsetsRequest_v4, _e_ListOffsetsRequest_v6, _e_ListOffsetsRequest_v6, _e_ListOffsetsRequest_v6, _e_ListOffsetsRequest_v6, _e_ListOffsetsRequest_v10,)
 REQUEST_VERSIONS = (0, 10)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[ListOffsetsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[ListOffsetsRequest, int]:
     """Decode a ListOffsetsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 10: raise DecodeError(f'ListOffsetsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ListOffsetsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: ListOffsetsRequest, out: list | None = None) -> list:
@@ -684,20 +690,25 @@ def _e_ListOffsetsResponse_v6(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_ListOffsetsResponse_v0, _d_ListOffsetsResponse_v1, _d_ListOffsetsResponse_v2, _d_ListOffsetsResponse_v2, _d_ListOffsetsResponse_v4, _d_ListOffsetsResponse_v4, _d_ListOffsetsResponse_v6, _d_ListOffsetsResponse_v6, _d_ListOffsetsResponse_v6, _d_ListOffsetsResponse_v6, _d_ListOffsetsResponse_v6,)
+PY_RESPONSE_DECODERS = (_d_ListOffsetsResponse_v0, _d_ListOffsetsResponse_v1, _d_ListOffsetsResponse_v2, _d_ListOffsetsResponse_v2, _d_ListOffsetsResponse_v4, _d_ListOffsetsResponse_v4, _d_ListOffsetsResponse_v6, _d_ListOffsetsResponse_v6, _d_ListOffsetsResponse_v6, _d_ListOffsetsResponse_v6, _d_ListOffsetsResponse_v6,)
 RESPONSE_ENCODERS = (_e_ListOffsetsResponse_v0, _e_ListOffsetsResponse_v1, _e_ListOffsetsResponse_v2, _e_ListOffsetsResponse_v2, _e_ListOffsetsResponse_v4, _e_ListOffsetsResponse_v4, _e_ListOffsetsResponse_v6, _e_ListOffsetsResponse_v6, _e_ListOffsetsResponse_v6, _e_ListOffsetsResponse_v6, _e_ListOffsetsResponse_v6,)
 RESPONSE_VERSIONS = (0, 10)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[ListOffsetsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[ListOffsetsResponse, int]:
     """Decode a ListOffsetsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 10: raise DecodeError(f'ListOffsetsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ListOffsetsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: ListOffsetsResponse, out: list | None = None) -> list:
@@ -709,3 +720,43 @@ def encode_response(version: int, message: ListOffsetsResponse, out: list | None
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode ListOffsetsResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_ListOffsetsPartition_v0 = _P(ListOffsetsPartition, (('partition_index', 2, 0, None, 0), ('timestamp', 3, 0, None, 0), ('max_num_offsets', 2, 0, None, 0)), (), (('current_leader_epoch', -1, 0),), False)
+    _n_ListOffsetsPartition_v1 = _P(ListOffsetsPartition, (('partition_index', 2, 0, None, 0), ('timestamp', 3, 0, None, 0)), (), (('current_leader_epoch', -1, 0), ('max_num_offsets', 1, 0)), False)
+    _n_ListOffsetsPartition_v4 = _P(ListOffsetsPartition, (('partition_index', 2, 0, None, 0), ('current_leader_epoch', 2, 0, None, 0), ('timestamp', 3, 0, None, 0)), (), (('max_num_offsets', 1, 0),), False)
+    _n_ListOffsetsPartition_v6 = _P(ListOffsetsPartition, (('partition_index', 2, 2, None, 0), ('current_leader_epoch', 2, 2, None, 0), ('timestamp', 3, 2, None, 0)), (), (('max_num_offsets', 1, 0),), True)
+    _n_ListOffsetsTopic_v0 = _P(ListOffsetsTopic, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_ListOffsetsPartition_v0, 0), 16)), (), (), False)
+    _n_ListOffsetsTopic_v1 = _P(ListOffsetsTopic, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_ListOffsetsPartition_v1, 0), 12)), (), (), False)
+    _n_ListOffsetsTopic_v4 = _P(ListOffsetsTopic, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_ListOffsetsPartition_v4, 0), 16)), (), (), False)
+    _n_ListOffsetsTopic_v6 = _P(ListOffsetsTopic, (('name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_ListOffsetsPartition_v6, 0), 17)), (), (), True)
+    _n_ListOffsetsRequest_v0 = _P(ListOffsetsRequest, (('replica_id', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_ListOffsetsTopic_v0, 0), 6)), (), (('isolation_level', 0, 0), ('timeout_ms', 0, 0)), False)
+    _n_ListOffsetsRequest_v1 = _P(ListOffsetsRequest, (('replica_id', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_ListOffsetsTopic_v1, 0), 6)), (), (('isolation_level', 0, 0), ('timeout_ms', 0, 0)), False)
+    _n_ListOffsetsRequest_v2 = _P(ListOffsetsRequest, (('replica_id', 2, 0, None, 0), ('isolation_level', 0, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_ListOffsetsTopic_v1, 0), 6)), (), (('timeout_ms', 0, 0),), False)
+    _n_ListOffsetsRequest_v4 = _P(ListOffsetsRequest, (('replica_id', 2, 0, None, 0), ('isolation_level', 0, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_ListOffsetsTopic_v4, 0), 6)), (), (('timeout_ms', 0, 0),), False)
+    _n_ListOffsetsRequest_v6 = _P(ListOffsetsRequest, (('replica_id', 2, 2, None, 0), ('isolation_level', 0, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_ListOffsetsTopic_v6, 0), 3)), (), (('timeout_ms', 0, 0),), True)
+    _n_ListOffsetsRequest_v10 = _P(ListOffsetsRequest, (('replica_id', 2, 2, None, 0), ('isolation_level', 0, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_ListOffsetsTopic_v6, 0), 3), ('timeout_ms', 2, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_ListOffsetsRequest_v0, _n_ListOffsetsRequest_v1, _n_ListOffsetsRequest_v2, _n_ListOffsetsRequest_v2, _n_ListOffsetsRequest_v4, _n_ListOffsetsRequest_v4, _n_ListOffsetsRequest_v6, _n_ListOffsetsRequest_v6, _n_ListOffsetsRequest_v6, _n_ListOffsetsRequest_v6, _n_ListOffsetsRequest_v10,)
+    decode_request = _native.entry('ListOffsetsRequest', REQUEST_DECODERS)
+    _n_ListOffsetsPartitionResponse_v0 = _P(ListOffsetsPartitionResponse, (('partition_index', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('old_style_offsets', 13, 0, (None, 3, 0, None, 0), 8)), (), (('timestamp', -1, 0), ('offset', -1, 0), ('leader_epoch', -1, 0)), False)
+    _n_ListOffsetsPartitionResponse_v1 = _P(ListOffsetsPartitionResponse, (('partition_index', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('timestamp', 3, 0, None, 0), ('offset', 3, 0, None, 0)), (), (('old_style_offsets', None, 1), ('leader_epoch', -1, 0)), False)
+    _n_ListOffsetsPartitionResponse_v4 = _P(ListOffsetsPartitionResponse, (('partition_index', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('timestamp', 3, 0, None, 0), ('offset', 3, 0, None, 0), ('leader_epoch', 2, 0, None, 0)), (), (('old_style_offsets', None, 1),), False)
+    _n_ListOffsetsPartitionResponse_v6 = _P(ListOffsetsPartitionResponse, (('partition_index', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('timestamp', 3, 2, None, 0), ('offset', 3, 2, None, 0), ('leader_epoch', 2, 2, None, 0)), (), (('old_style_offsets', None, 1),), True)
+    _n_ListOffsetsTopicResponse_v0 = _P(ListOffsetsTopicResponse, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_ListOffsetsPartitionResponse_v0, 0), 10)), (), (), False)
+    _n_ListOffsetsTopicResponse_v1 = _P(ListOffsetsTopicResponse, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_ListOffsetsPartitionResponse_v1, 0), 22)), (), (), False)
+    _n_ListOffsetsTopicResponse_v4 = _P(ListOffsetsTopicResponse, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_ListOffsetsPartitionResponse_v4, 0), 26)), (), (), False)
+    _n_ListOffsetsTopicResponse_v6 = _P(ListOffsetsTopicResponse, (('name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_ListOffsetsPartitionResponse_v6, 0), 27)), (), (), True)
+    _n_ListOffsetsResponse_v0 = _P(ListOffsetsResponse, (('topics', 13, 0, (None, 12, 0, _n_ListOffsetsTopicResponse_v0, 0), 6),), (), (('throttle_time_ms', 0, 0),), False)
+    _n_ListOffsetsResponse_v1 = _P(ListOffsetsResponse, (('topics', 13, 0, (None, 12, 0, _n_ListOffsetsTopicResponse_v1, 0), 6),), (), (('throttle_time_ms', 0, 0),), False)
+    _n_ListOffsetsResponse_v2 = _P(ListOffsetsResponse, (('throttle_time_ms', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_ListOffsetsTopicResponse_v1, 0), 6)), (), (), False)
+    _n_ListOffsetsResponse_v4 = _P(ListOffsetsResponse, (('throttle_time_ms', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_ListOffsetsTopicResponse_v4, 0), 6)), (), (), False)
+    _n_ListOffsetsResponse_v6 = _P(ListOffsetsResponse, (('throttle_time_ms', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_ListOffsetsTopicResponse_v6, 0), 3)), (), (), True)
+    RESPONSE_DECODERS = (_n_ListOffsetsResponse_v0, _n_ListOffsetsResponse_v1, _n_ListOffsetsResponse_v2, _n_ListOffsetsResponse_v2, _n_ListOffsetsResponse_v4, _n_ListOffsetsResponse_v4, _n_ListOffsetsResponse_v6, _n_ListOffsetsResponse_v6, _n_ListOffsetsResponse_v6, _n_ListOffsetsResponse_v6, _n_ListOffsetsResponse_v6,)
+    decode_response = _native.entry('ListOffsetsResponse', RESPONSE_DECODERS)

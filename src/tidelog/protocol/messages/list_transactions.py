@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -127,20 +128,25 @@ def _e_ListTransactionsRequest_v1(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_ListTransactionsRequest_v0, _d_ListTransactionsRequest_v1,)
+PY_REQUEST_DECODERS = (_d_ListTransactionsRequest_v0, _d_ListTransactionsRequest_v1,)
 REQUEST_ENCODERS = (_e_ListTransactionsRequest_v0, _e_ListTransactionsRequest_v1,)
 REQUEST_VERSIONS = (0, 1)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[ListTransactionsRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[ListTransactionsRequest, int]:
     """Decode a ListTransactionsRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'ListTransactionsRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ListTransactionsRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: ListTransactionsRequest, out: list | None = None) -> list:
@@ -269,20 +275,25 @@ def _e_ListTransactionsResponse_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_ListTransactionsResponse_v0, _d_ListTransactionsResponse_v0,)
+PY_RESPONSE_DECODERS = (_d_ListTransactionsResponse_v0, _d_ListTransactionsResponse_v0,)
 RESPONSE_ENCODERS = (_e_ListTransactionsResponse_v0, _e_ListTransactionsResponse_v0,)
 RESPONSE_VERSIONS = (0, 1)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[ListTransactionsResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[ListTransactionsResponse, int]:
     """Decode a ListTransactionsResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'ListTransactionsResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ListTransactionsResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: ListTransactionsResponse, out: list | None = None) -> list:
@@ -294,3 +305,20 @@ def encode_response(version: int, message: ListTransactionsResponse, out: list |
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode ListTransactionsResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_ListTransactionsRequest_v0 = _P(ListTransactionsRequest, (('state_filters', 13, 2, (None, 9, 2, None, 0), 1), ('producer_id_filters', 13, 2, (None, 3, 2, None, 0), 8)), (), (('duration_filter', -1, 0),), True)
+    _n_ListTransactionsRequest_v1 = _P(ListTransactionsRequest, (('state_filters', 13, 2, (None, 9, 2, None, 0), 1), ('producer_id_filters', 13, 2, (None, 3, 2, None, 0), 8), ('duration_filter', 3, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_ListTransactionsRequest_v0, _n_ListTransactionsRequest_v1,)
+    decode_request = _native.entry('ListTransactionsRequest', REQUEST_DECODERS)
+    _n_TransactionState_v0 = _P(TransactionState, (('transactional_id', 9, 2, None, 0), ('producer_id', 3, 2, None, 0), ('transaction_state', 9, 2, None, 0)), (), (), True)
+    _n_ListTransactionsResponse_v0 = _P(ListTransactionsResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('unknown_state_filters', 13, 2, (None, 9, 2, None, 0), 1), ('transaction_states', 13, 2, (None, 12, 0, _n_TransactionState_v0, 0), 11)), (), (), True)
+    RESPONSE_DECODERS = (_n_ListTransactionsResponse_v0, _n_ListTransactionsResponse_v0,)
+    decode_response = _native.entry('ListTransactionsResponse', RESPONSE_DECODERS)

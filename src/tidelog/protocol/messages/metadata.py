@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -351,20 +352,25 @@ def _e_MetadataRequest_v11(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_MetadataRequest_v0, _d_MetadataRequest_v1, _d_MetadataRequest_v1, _d_MetadataRequest_v1, _d_MetadataRequest_v4, _d_MetadataRequest_v4, _d_MetadataRequest_v4, _d_MetadataRequest_v4, _d_MetadataRequest_v8, _d_MetadataRequest_v9, _d_MetadataRequest_v10, _d_MetadataRequest_v11, _d_MetadataRequest_v11,)
+PY_REQUEST_DECODERS = (_d_MetadataRequest_v0, _d_MetadataRequest_v1, _d_MetadataRequest_v1, _d_MetadataRequest_v1, _d_MetadataRequest_v4, _d_MetadataRequest_v4, _d_MetadataRequest_v4, _d_MetadataRequest_v4, _d_MetadataRequest_v8, _d_MetadataRequest_v9, _d_MetadataRequest_v10, _d_MetadataRequest_v11, _d_MetadataRequest_v11,)
 REQUEST_ENCODERS = (_e_MetadataRequest_v0, _e_MetadataRequest_v1, _e_MetadataRequest_v1, _e_MetadataRequest_v1, _e_MetadataRequest_v4, _e_MetadataRequest_v4, _e_MetadataRequest_v4, _e_MetadataRequest_v4, _e_MetadataRequest_v8, _e_MetadataRequest_v9, _e_MetadataRequest_v10, _e_MetadataRequest_v11, _e_MetadataRequest_v11,)
 REQUEST_VERSIONS = (0, 12)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[MetadataRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[MetadataRequest, int]:
     """Decode a MetadataRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 12: raise DecodeError(f'MetadataRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed MetadataRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: MetadataRequest, out: list | None = None) -> list:
@@ -1712,20 +1718,25 @@ def _e_MetadataResponse_v12(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_MetadataResponse_v0, _d_MetadataResponse_v1, _d_MetadataResponse_v2, _d_MetadataResponse_v3, _d_MetadataResponse_v3, _d_MetadataResponse_v5, _d_MetadataResponse_v5, _d_MetadataResponse_v7, _d_MetadataResponse_v8, _d_MetadataResponse_v9, _d_MetadataResponse_v10, _d_MetadataResponse_v11, _d_MetadataResponse_v12,)
+PY_RESPONSE_DECODERS = (_d_MetadataResponse_v0, _d_MetadataResponse_v1, _d_MetadataResponse_v2, _d_MetadataResponse_v3, _d_MetadataResponse_v3, _d_MetadataResponse_v5, _d_MetadataResponse_v5, _d_MetadataResponse_v7, _d_MetadataResponse_v8, _d_MetadataResponse_v9, _d_MetadataResponse_v10, _d_MetadataResponse_v11, _d_MetadataResponse_v12,)
 RESPONSE_ENCODERS = (_e_MetadataResponse_v0, _e_MetadataResponse_v1, _e_MetadataResponse_v2, _e_MetadataResponse_v3, _e_MetadataResponse_v3, _e_MetadataResponse_v5, _e_MetadataResponse_v5, _e_MetadataResponse_v7, _e_MetadataResponse_v8, _e_MetadataResponse_v9, _e_MetadataResponse_v10, _e_MetadataResponse_v11, _e_MetadataResponse_v12,)
 RESPONSE_VERSIONS = (0, 12)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[MetadataResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[MetadataResponse, int]:
     """Decode a MetadataResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 12: raise DecodeError(f'MetadataResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed MetadataResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: MetadataResponse, out: list | None = None) -> list:
@@ -1737,3 +1748,52 @@ def encode_response(version: int, message: MetadataResponse, out: list | None = 
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode MetadataResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_MetadataRequestTopic_v0 = _P(MetadataRequestTopic, (('name', 9, 0, None, 0),), (), (('topic_id', ZERO_UUID, 0),), False)
+    _n_MetadataRequestTopic_v9 = _P(MetadataRequestTopic, (('name', 9, 2, None, 0),), (), (('topic_id', ZERO_UUID, 0),), True)
+    _n_MetadataRequestTopic_v10 = _P(MetadataRequestTopic, (('topic_id', 8, 2, None, 0), ('name', 9, 3, None, 0)), (), (), True)
+    _n_MetadataRequest_v0 = _P(MetadataRequest, (('topics', 13, 0, (None, 12, 0, _n_MetadataRequestTopic_v0, 0), 2),), (), (('allow_auto_topic_creation', True, 0), ('include_cluster_authorized_operations', False, 0), ('include_topic_authorized_operations', False, 0)), False)
+    _n_MetadataRequest_v1 = _P(MetadataRequest, (('topics', 13, 1, (None, 12, 0, _n_MetadataRequestTopic_v0, 0), 2),), (), (('allow_auto_topic_creation', True, 0), ('include_cluster_authorized_operations', False, 0), ('include_topic_authorized_operations', False, 0)), False)
+    _n_MetadataRequest_v4 = _P(MetadataRequest, (('topics', 13, 1, (None, 12, 0, _n_MetadataRequestTopic_v0, 0), 2), ('allow_auto_topic_creation', 7, 0, None, 0)), (), (('include_cluster_authorized_operations', False, 0), ('include_topic_authorized_operations', False, 0)), False)
+    _n_MetadataRequest_v8 = _P(MetadataRequest, (('topics', 13, 1, (None, 12, 0, _n_MetadataRequestTopic_v0, 0), 2), ('allow_auto_topic_creation', 7, 0, None, 0), ('include_cluster_authorized_operations', 7, 0, None, 0), ('include_topic_authorized_operations', 7, 0, None, 0)), (), (), False)
+    _n_MetadataRequest_v9 = _P(MetadataRequest, (('topics', 13, 3, (None, 12, 0, _n_MetadataRequestTopic_v9, 0), 2), ('allow_auto_topic_creation', 7, 2, None, 0), ('include_cluster_authorized_operations', 7, 2, None, 0), ('include_topic_authorized_operations', 7, 2, None, 0)), (), (), True)
+    _n_MetadataRequest_v10 = _P(MetadataRequest, (('topics', 13, 3, (None, 12, 0, _n_MetadataRequestTopic_v10, 0), 18), ('allow_auto_topic_creation', 7, 2, None, 0), ('include_cluster_authorized_operations', 7, 2, None, 0), ('include_topic_authorized_operations', 7, 2, None, 0)), (), (), True)
+    _n_MetadataRequest_v11 = _P(MetadataRequest, (('topics', 13, 3, (None, 12, 0, _n_MetadataRequestTopic_v10, 0), 18), ('allow_auto_topic_creation', 7, 2, None, 0), ('include_topic_authorized_operations', 7, 2, None, 0)), (), (('include_cluster_authorized_operations', False, 0),), True)
+    REQUEST_DECODERS = (_n_MetadataRequest_v0, _n_MetadataRequest_v1, _n_MetadataRequest_v1, _n_MetadataRequest_v1, _n_MetadataRequest_v4, _n_MetadataRequest_v4, _n_MetadataRequest_v4, _n_MetadataRequest_v4, _n_MetadataRequest_v8, _n_MetadataRequest_v9, _n_MetadataRequest_v10, _n_MetadataRequest_v11, _n_MetadataRequest_v11,)
+    decode_request = _native.entry('MetadataRequest', REQUEST_DECODERS)
+    _n_MetadataResponseBroker_v0 = _P(MetadataResponseBroker, (('node_id', 2, 0, None, 0), ('host', 9, 0, None, 0), ('port', 2, 0, None, 0)), (), (('rack', None, 0),), False)
+    _n_MetadataResponseBroker_v1 = _P(MetadataResponseBroker, (('node_id', 2, 0, None, 0), ('host', 9, 0, None, 0), ('port', 2, 0, None, 0), ('rack', 9, 1, None, 0)), (), (), False)
+    _n_MetadataResponseBroker_v9 = _P(MetadataResponseBroker, (('node_id', 2, 2, None, 0), ('host', 9, 2, None, 0), ('port', 2, 2, None, 0), ('rack', 9, 3, None, 0)), (), (), True)
+    _n_MetadataResponsePartition_v0 = _P(MetadataResponsePartition, (('error_code', 1, 0, None, 0), ('partition_index', 2, 0, None, 0), ('leader_id', 2, 0, None, 0), ('replica_nodes', 13, 0, (None, 2, 0, None, 0), 4), ('isr_nodes', 13, 0, (None, 2, 0, None, 0), 4)), (), (('leader_epoch', -1, 0), ('offline_replicas', None, 1)), False)
+    _n_MetadataResponsePartition_v5 = _P(MetadataResponsePartition, (('error_code', 1, 0, None, 0), ('partition_index', 2, 0, None, 0), ('leader_id', 2, 0, None, 0), ('replica_nodes', 13, 0, (None, 2, 0, None, 0), 4), ('isr_nodes', 13, 0, (None, 2, 0, None, 0), 4), ('offline_replicas', 13, 0, (None, 2, 0, None, 0), 4)), (), (('leader_epoch', -1, 0),), False)
+    _n_MetadataResponsePartition_v7 = _P(MetadataResponsePartition, (('error_code', 1, 0, None, 0), ('partition_index', 2, 0, None, 0), ('leader_id', 2, 0, None, 0), ('leader_epoch', 2, 0, None, 0), ('replica_nodes', 13, 0, (None, 2, 0, None, 0), 4), ('isr_nodes', 13, 0, (None, 2, 0, None, 0), 4), ('offline_replicas', 13, 0, (None, 2, 0, None, 0), 4)), (), (), False)
+    _n_MetadataResponsePartition_v9 = _P(MetadataResponsePartition, (('error_code', 1, 2, None, 0), ('partition_index', 2, 2, None, 0), ('leader_id', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0), ('replica_nodes', 13, 2, (None, 2, 2, None, 0), 4), ('isr_nodes', 13, 2, (None, 2, 2, None, 0), 4), ('offline_replicas', 13, 2, (None, 2, 2, None, 0), 4)), (), (), True)
+    _n_MetadataResponseTopic_v0 = _P(MetadataResponseTopic, (('error_code', 1, 0, None, 0), ('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_MetadataResponsePartition_v0, 0), 18)), (), (('topic_id', ZERO_UUID, 0), ('is_internal', False, 0), ('topic_authorized_operations', -2147483648, 0)), False)
+    _n_MetadataResponseTopic_v1 = _P(MetadataResponseTopic, (('error_code', 1, 0, None, 0), ('name', 9, 0, None, 0), ('is_internal', 7, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_MetadataResponsePartition_v0, 0), 18)), (), (('topic_id', ZERO_UUID, 0), ('topic_authorized_operations', -2147483648, 0)), False)
+    _n_MetadataResponseTopic_v5 = _P(MetadataResponseTopic, (('error_code', 1, 0, None, 0), ('name', 9, 0, None, 0), ('is_internal', 7, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_MetadataResponsePartition_v5, 0), 22)), (), (('topic_id', ZERO_UUID, 0), ('topic_authorized_operations', -2147483648, 0)), False)
+    _n_MetadataResponseTopic_v7 = _P(MetadataResponseTopic, (('error_code', 1, 0, None, 0), ('name', 9, 0, None, 0), ('is_internal', 7, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_MetadataResponsePartition_v7, 0), 26)), (), (('topic_id', ZERO_UUID, 0), ('topic_authorized_operations', -2147483648, 0)), False)
+    _n_MetadataResponseTopic_v8 = _P(MetadataResponseTopic, (('error_code', 1, 0, None, 0), ('name', 9, 0, None, 0), ('is_internal', 7, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_MetadataResponsePartition_v7, 0), 26), ('topic_authorized_operations', 2, 0, None, 0)), (), (('topic_id', ZERO_UUID, 0),), False)
+    _n_MetadataResponseTopic_v9 = _P(MetadataResponseTopic, (('error_code', 1, 2, None, 0), ('name', 9, 2, None, 0), ('is_internal', 7, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_MetadataResponsePartition_v9, 0), 18), ('topic_authorized_operations', 2, 2, None, 0)), (), (('topic_id', ZERO_UUID, 0),), True)
+    _n_MetadataResponseTopic_v10 = _P(MetadataResponseTopic, (('error_code', 1, 2, None, 0), ('name', 9, 2, None, 0), ('topic_id', 8, 2, None, 0), ('is_internal', 7, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_MetadataResponsePartition_v9, 0), 18), ('topic_authorized_operations', 2, 2, None, 0)), (), (), True)
+    _n_MetadataResponseTopic_v12 = _P(MetadataResponseTopic, (('error_code', 1, 2, None, 0), ('name', 9, 3, None, 0), ('topic_id', 8, 2, None, 0), ('is_internal', 7, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_MetadataResponsePartition_v9, 0), 18), ('topic_authorized_operations', 2, 2, None, 0)), (), (), True)
+    _n_MetadataResponse_v0 = _P(MetadataResponse, (('brokers', 13, 0, (None, 12, 0, _n_MetadataResponseBroker_v0, 0), 10), ('topics', 13, 0, (None, 12, 0, _n_MetadataResponseTopic_v0, 0), 8)), (), (('throttle_time_ms', 0, 0), ('cluster_id', None, 0), ('controller_id', -1, 0), ('cluster_authorized_operations', -2147483648, 0)), False)
+    _n_MetadataResponse_v1 = _P(MetadataResponse, (('brokers', 13, 0, (None, 12, 0, _n_MetadataResponseBroker_v1, 0), 12), ('controller_id', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_MetadataResponseTopic_v1, 0), 9)), (), (('throttle_time_ms', 0, 0), ('cluster_id', None, 0), ('cluster_authorized_operations', -2147483648, 0)), False)
+    _n_MetadataResponse_v2 = _P(MetadataResponse, (('brokers', 13, 0, (None, 12, 0, _n_MetadataResponseBroker_v1, 0), 12), ('cluster_id', 9, 1, None, 0), ('controller_id', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_MetadataResponseTopic_v1, 0), 9)), (), (('throttle_time_ms', 0, 0), ('cluster_authorized_operations', -2147483648, 0)), False)
+    _n_MetadataResponse_v3 = _P(MetadataResponse, (('throttle_time_ms', 2, 0, None, 0), ('brokers', 13, 0, (None, 12, 0, _n_MetadataResponseBroker_v1, 0), 12), ('cluster_id', 9, 1, None, 0), ('controller_id', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_MetadataResponseTopic_v1, 0), 9)), (), (('cluster_authorized_operations', -2147483648, 0),), False)
+    _n_MetadataResponse_v5 = _P(MetadataResponse, (('throttle_time_ms', 2, 0, None, 0), ('brokers', 13, 0, (None, 12, 0, _n_MetadataResponseBroker_v1, 0), 12), ('cluster_id', 9, 1, None, 0), ('controller_id', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_MetadataResponseTopic_v5, 0), 9)), (), (('cluster_authorized_operations', -2147483648, 0),), False)
+    _n_MetadataResponse_v7 = _P(MetadataResponse, (('throttle_time_ms', 2, 0, None, 0), ('brokers', 13, 0, (None, 12, 0, _n_MetadataResponseBroker_v1, 0), 12), ('cluster_id', 9, 1, None, 0), ('controller_id', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_MetadataResponseTopic_v7, 0), 9)), (), (('cluster_authorized_operations', -2147483648, 0),), False)
+    _n_MetadataResponse_v8 = _P(MetadataResponse, (('throttle_time_ms', 2, 0, None, 0), ('brokers', 13, 0, (None, 12, 0, _n_MetadataResponseBroker_v1, 0), 12), ('cluster_id', 9, 1, None, 0), ('controller_id', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_MetadataResponseTopic_v8, 0), 13), ('cluster_authorized_operations', 2, 0, None, 0)), (), (), False)
+    _n_MetadataResponse_v9 = _P(MetadataResponse, (('throttle_time_ms', 2, 2, None, 0), ('brokers', 13, 2, (None, 12, 0, _n_MetadataResponseBroker_v9, 0), 11), ('cluster_id', 9, 3, None, 0), ('controller_id', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_MetadataResponseTopic_v9, 0), 10), ('cluster_authorized_operations', 2, 2, None, 0)), (), (), True)
+    _n_MetadataResponse_v10 = _P(MetadataResponse, (('throttle_time_ms', 2, 2, None, 0), ('brokers', 13, 2, (None, 12, 0, _n_MetadataResponseBroker_v9, 0), 11), ('cluster_id', 9, 3, None, 0), ('controller_id', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_MetadataResponseTopic_v10, 0), 26), ('cluster_authorized_operations', 2, 2, None, 0)), (), (), True)
+    _n_MetadataResponse_v11 = _P(MetadataResponse, (('throttle_time_ms', 2, 2, None, 0), ('brokers', 13, 2, (None, 12, 0, _n_MetadataResponseBroker_v9, 0), 11), ('cluster_id', 9, 3, None, 0), ('controller_id', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_MetadataResponseTopic_v10, 0), 26)), (), (('cluster_authorized_operations', -2147483648, 0),), True)
+    _n_MetadataResponse_v12 = _P(MetadataResponse, (('throttle_time_ms', 2, 2, None, 0), ('brokers', 13, 2, (None, 12, 0, _n_MetadataResponseBroker_v9, 0), 11), ('cluster_id', 9, 3, None, 0), ('controller_id', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_MetadataResponseTopic_v12, 0), 26)), (), (('cluster_authorized_operations', -2147483648, 0),), True)
+    RESPONSE_DECODERS = (_n_MetadataResponse_v0, _n_MetadataResponse_v1, _n_MetadataResponse_v2, _n_MetadataResponse_v3, _n_MetadataResponse_v3, _n_MetadataResponse_v5, _n_MetadataResponse_v5, _n_MetadataResponse_v7, _n_MetadataResponse_v8, _n_MetadataResponse_v9, _n_MetadataResponse_v10, _n_MetadataResponse_v11, _n_MetadataResponse_v12,)
+    decode_response = _native.entry('MetadataResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -573,20 +574,25 @@ def _e_OffsetCommitRequest_v8(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_OffsetCommitRequest_v0, _d_OffsetCommitRequest_v1, _d_OffsetCommitRequest_v2, _d_OffsetCommitRequest_v2, _d_OffsetCommitRequest_v2, _d_OffsetCommitRequest_v5, _d_OffsetCommitRequest_v6, _d_OffsetCommitRequest_v7, _d_OffsetCommitRequest_v8, _d_OffsetCommitRequest_v8,)
+PY_REQUEST_DECODERS = (_d_OffsetCommitRequest_v0, _d_OffsetCommitRequest_v1, _d_OffsetCommitRequest_v2, _d_OffsetCommitRequest_v2, _d_OffsetCommitRequest_v2, _d_OffsetCommitRequest_v5, _d_OffsetCommitRequest_v6, _d_OffsetCommitRequest_v7, _d_OffsetCommitRequest_v8, _d_OffsetCommitRequest_v8,)
 REQUEST_ENCODERS = (_e_OffsetCommitRequest_v0, _e_OffsetCommitRequest_v1, _e_OffsetCommitRequest_v2, _e_OffsetCommitRequest_v2, _e_OffsetCommitRequest_v2, _e_OffsetCommitRequest_v5, _e_OffsetCommitRequest_v6, _e_OffsetCommitRequest_v7, _e_OffsetCommitRequest_v8, _e_OffsetCommitRequest_v8,)
 REQUEST_VERSIONS = (0, 9)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[OffsetCommitRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[OffsetCommitRequest, int]:
     """Decode a OffsetCommitRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 9: raise DecodeError(f'OffsetCommitRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed OffsetCommitRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: OffsetCommitRequest, out: list | None = None) -> list:
@@ -774,20 +780,25 @@ def _e_OffsetCommitResponse_v8(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_OffsetCommitResponse_v0, _d_OffsetCommitResponse_v0, _d_OffsetCommitResponse_v0, _d_OffsetCommitResponse_v3, _d_OffsetCommitResponse_v3, _d_OffsetCommitResponse_v3, _d_OffsetCommitResponse_v3, _d_OffsetCommitResponse_v3, _d_OffsetCommitResponse_v8, _d_OffsetCommitResponse_v8,)
+PY_RESPONSE_DECODERS = (_d_OffsetCommitResponse_v0, _d_OffsetCommitResponse_v0, _d_OffsetCommitResponse_v0, _d_OffsetCommitResponse_v3, _d_OffsetCommitResponse_v3, _d_OffsetCommitResponse_v3, _d_OffsetCommitResponse_v3, _d_OffsetCommitResponse_v3, _d_OffsetCommitResponse_v8, _d_OffsetCommitResponse_v8,)
 RESPONSE_ENCODERS = (_e_OffsetCommitResponse_v0, _e_OffsetCommitResponse_v0, _e_OffsetCommitResponse_v0, _e_OffsetCommitResponse_v3, _e_OffsetCommitResponse_v3, _e_OffsetCommitResponse_v3, _e_OffsetCommitResponse_v3, _e_OffsetCommitResponse_v3, _e_OffsetCommitResponse_v8, _e_OffsetCommitResponse_v8,)
 RESPONSE_VERSIONS = (0, 9)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[OffsetCommitResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[OffsetCommitResponse, int]:
     """Decode a OffsetCommitResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 9: raise DecodeError(f'OffsetCommitResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed OffsetCommitResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: OffsetCommitResponse, out: list | None = None) -> list:
@@ -799,3 +810,38 @@ def encode_response(version: int, message: OffsetCommitResponse, out: list | Non
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode OffsetCommitResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_OffsetCommitRequestPartition_v0 = _P(OffsetCommitRequestPartition, (('partition_index', 2, 0, None, 0), ('committed_offset', 3, 0, None, 0), ('committed_metadata', 9, 1, None, 0)), (), (('committed_leader_epoch', -1, 0), ('commit_timestamp', -1, 0)), False)
+    _n_OffsetCommitRequestPartition_v1 = _P(OffsetCommitRequestPartition, (('partition_index', 2, 0, None, 0), ('committed_offset', 3, 0, None, 0), ('commit_timestamp', 3, 0, None, 0), ('committed_metadata', 9, 1, None, 0)), (), (('committed_leader_epoch', -1, 0),), False)
+    _n_OffsetCommitRequestPartition_v6 = _P(OffsetCommitRequestPartition, (('partition_index', 2, 0, None, 0), ('committed_offset', 3, 0, None, 0), ('committed_leader_epoch', 2, 0, None, 0), ('committed_metadata', 9, 1, None, 0)), (), (('commit_timestamp', -1, 0),), False)
+    _n_OffsetCommitRequestPartition_v8 = _P(OffsetCommitRequestPartition, (('partition_index', 2, 2, None, 0), ('committed_offset', 3, 2, None, 0), ('committed_leader_epoch', 2, 2, None, 0), ('committed_metadata', 9, 3, None, 0)), (), (('commit_timestamp', -1, 0),), True)
+    _n_OffsetCommitRequestTopic_v0 = _P(OffsetCommitRequestTopic, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_OffsetCommitRequestPartition_v0, 0), 14)), (), (), False)
+    _n_OffsetCommitRequestTopic_v1 = _P(OffsetCommitRequestTopic, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_OffsetCommitRequestPartition_v1, 0), 22)), (), (), False)
+    _n_OffsetCommitRequestTopic_v6 = _P(OffsetCommitRequestTopic, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_OffsetCommitRequestPartition_v6, 0), 18)), (), (), False)
+    _n_OffsetCommitRequestTopic_v8 = _P(OffsetCommitRequestTopic, (('name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_OffsetCommitRequestPartition_v8, 0), 18)), (), (), True)
+    _n_OffsetCommitRequest_v0 = _P(OffsetCommitRequest, (('group_id', 9, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_OffsetCommitRequestTopic_v0, 0), 6)), (), (('generation_id_or_member_epoch', -1, 0), ('member_id', '', 0), ('group_instance_id', None, 0), ('retention_time_ms', -1, 0)), False)
+    _n_OffsetCommitRequest_v1 = _P(OffsetCommitRequest, (('group_id', 9, 0, None, 0), ('generation_id_or_member_epoch', 2, 0, None, 0), ('member_id', 9, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_OffsetCommitRequestTopic_v1, 0), 6)), (), (('group_instance_id', None, 0), ('retention_time_ms', -1, 0)), False)
+    _n_OffsetCommitRequest_v2 = _P(OffsetCommitRequest, (('group_id', 9, 0, None, 0), ('generation_id_or_member_epoch', 2, 0, None, 0), ('member_id', 9, 0, None, 0), ('retention_time_ms', 3, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_OffsetCommitRequestTopic_v0, 0), 6)), (), (('group_instance_id', None, 0),), False)
+    _n_OffsetCommitRequest_v5 = _P(OffsetCommitRequest, (('group_id', 9, 0, None, 0), ('generation_id_or_member_epoch', 2, 0, None, 0), ('member_id', 9, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_OffsetCommitRequestTopic_v0, 0), 6)), (), (('group_instance_id', None, 0), ('retention_time_ms', -1, 0)), False)
+    _n_OffsetCommitRequest_v6 = _P(OffsetCommitRequest, (('group_id', 9, 0, None, 0), ('generation_id_or_member_epoch', 2, 0, None, 0), ('member_id', 9, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_OffsetCommitRequestTopic_v6, 0), 6)), (), (('group_instance_id', None, 0), ('retention_time_ms', -1, 0)), False)
+    _n_OffsetCommitRequest_v7 = _P(OffsetCommitRequest, (('group_id', 9, 0, None, 0), ('generation_id_or_member_epoch', 2, 0, None, 0), ('member_id', 9, 0, None, 0), ('group_instance_id', 9, 1, None, 0), ('topics', 13, 0, (None, 12, 0, _n_OffsetCommitRequestTopic_v6, 0), 6)), (), (('retention_time_ms', -1, 0),), False)
+    _n_OffsetCommitRequest_v8 = _P(OffsetCommitRequest, (('group_id', 9, 2, None, 0), ('generation_id_or_member_epoch', 2, 2, None, 0), ('member_id', 9, 2, None, 0), ('group_instance_id', 9, 3, None, 0), ('topics', 13, 2, (None, 12, 0, _n_OffsetCommitRequestTopic_v8, 0), 3)), (), (('retention_time_ms', -1, 0),), True)
+    REQUEST_DECODERS = (_n_OffsetCommitRequest_v0, _n_OffsetCommitRequest_v1, _n_OffsetCommitRequest_v2, _n_OffsetCommitRequest_v2, _n_OffsetCommitRequest_v2, _n_OffsetCommitRequest_v5, _n_OffsetCommitRequest_v6, _n_OffsetCommitRequest_v7, _n_OffsetCommitRequest_v8, _n_OffsetCommitRequest_v8,)
+    decode_request = _native.entry('OffsetCommitRequest', REQUEST_DECODERS)
+    _n_OffsetCommitResponsePartition_v0 = _P(OffsetCommitResponsePartition, (('partition_index', 2, 0, None, 0), ('error_code', 1, 0, None, 0)), (), (), False)
+    _n_OffsetCommitResponsePartition_v8 = _P(OffsetCommitResponsePartition, (('partition_index', 2, 2, None, 0), ('error_code', 1, 2, None, 0)), (), (), True)
+    _n_OffsetCommitResponseTopic_v0 = _P(OffsetCommitResponseTopic, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_OffsetCommitResponsePartition_v0, 0), 6)), (), (), False)
+    _n_OffsetCommitResponseTopic_v8 = _P(OffsetCommitResponseTopic, (('name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_OffsetCommitResponsePartition_v8, 0), 7)), (), (), True)
+    _n_OffsetCommitResponse_v0 = _P(OffsetCommitResponse, (('topics', 13, 0, (None, 12, 0, _n_OffsetCommitResponseTopic_v0, 0), 6),), (), (('throttle_time_ms', 0, 0),), False)
+    _n_OffsetCommitResponse_v3 = _P(OffsetCommitResponse, (('throttle_time_ms', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_OffsetCommitResponseTopic_v0, 0), 6)), (), (), False)
+    _n_OffsetCommitResponse_v8 = _P(OffsetCommitResponse, (('throttle_time_ms', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_OffsetCommitResponseTopic_v8, 0), 3)), (), (), True)
+    RESPONSE_DECODERS = (_n_OffsetCommitResponse_v0, _n_OffsetCommitResponse_v0, _n_OffsetCommitResponse_v0, _n_OffsetCommitResponse_v3, _n_OffsetCommitResponse_v3, _n_OffsetCommitResponse_v3, _n_OffsetCommitResponse_v3, _n_OffsetCommitResponse_v3, _n_OffsetCommitResponse_v8, _n_OffsetCommitResponse_v8,)
+    decode_response = _native.entry('OffsetCommitResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -123,20 +124,25 @@ def _e_OffsetDeleteRequest_v0(o, ap):
     for _e4 in _a3:
         _e_OffsetDeleteRequestTopic_v0(_e4, ap)
 
-REQUEST_DECODERS = (_d_OffsetDeleteRequest_v0,)
+PY_REQUEST_DECODERS = (_d_OffsetDeleteRequest_v0,)
 REQUEST_ENCODERS = (_e_OffsetDeleteRequest_v0,)
 REQUEST_VERSIONS = (0, 0)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[OffsetDeleteRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[OffsetDeleteRequest, int]:
     """Decode a OffsetDeleteRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'OffsetDeleteRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed OffsetDeleteRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: OffsetDeleteRequest, out: list | None = None) -> list:
@@ -226,20 +232,25 @@ def _e_OffsetDeleteResponse_v0(o, ap):
     for _e2 in _a1:
         _e_OffsetDeleteResponseTopic_v0(_e2, ap)
 
-RESPONSE_DECODERS = (_d_OffsetDeleteResponse_v0,)
+PY_RESPONSE_DECODERS = (_d_OffsetDeleteResponse_v0,)
 RESPONSE_ENCODERS = (_e_OffsetDeleteResponse_v0,)
 RESPONSE_VERSIONS = (0, 0)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[OffsetDeleteResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[OffsetDeleteResponse, int]:
     """Decode a OffsetDeleteResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'OffsetDeleteResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed OffsetDeleteResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: OffsetDeleteResponse, out: list | None = None) -> list:
@@ -251,3 +262,22 @@ def encode_response(version: int, message: OffsetDeleteResponse, out: list | Non
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode OffsetDeleteResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_OffsetDeleteRequestPartition_v0 = _P(OffsetDeleteRequestPartition, (('partition_index', 2, 0, None, 0),), (), (), False)
+    _n_OffsetDeleteRequestTopic_v0 = _P(OffsetDeleteRequestTopic, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_OffsetDeleteRequestPartition_v0, 0), 4)), (), (), False)
+    _n_OffsetDeleteRequest_v0 = _P(OffsetDeleteRequest, (('group_id', 9, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_OffsetDeleteRequestTopic_v0, 0), 6)), (), (), False)
+    REQUEST_DECODERS = (_n_OffsetDeleteRequest_v0,)
+    decode_request = _native.entry('OffsetDeleteRequest', REQUEST_DECODERS)
+    _n_OffsetDeleteResponsePartition_v0 = _P(OffsetDeleteResponsePartition, (('partition_index', 2, 0, None, 0), ('error_code', 1, 0, None, 0)), (), (), False)
+    _n_OffsetDeleteResponseTopic_v0 = _P(OffsetDeleteResponseTopic, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_OffsetDeleteResponsePartition_v0, 0), 6)), (), (), False)
+    _n_OffsetDeleteResponse_v0 = _P(OffsetDeleteResponse, (('error_code', 1, 0, None, 0), ('throttle_time_ms', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_OffsetDeleteResponseTopic_v0, 0), 6)), (), (), False)
+    RESPONSE_DECODERS = (_n_OffsetDeleteResponse_v0,)
+    decode_response = _native.entry('OffsetDeleteResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -513,20 +514,25 @@ def _e_OffsetFetchRequest_v9(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_OffsetFetchRequest_v0, _d_OffsetFetchRequest_v0, _d_OffsetFetchRequest_v2, _d_OffsetFetchRequest_v2, _d_OffsetFetchRequest_v2, _d_OffsetFetchRequest_v2, _d_OffsetFetchRequest_v6, _d_OffsetFetchRequest_v7, _d_OffsetFetchRequest_v8, _d_OffsetFetchRequest_v9,)
+PY_REQUEST_DECODERS = (_d_OffsetFetchRequest_v0, _d_OffsetFetchRequest_v0, _d_OffsetFetchRequest_v2, _d_OffsetFetchRequest_v2, _d_OffsetFetchRequest_v2, _d_OffsetFetchRequest_v2, _d_OffsetFetchRequest_v6, _d_OffsetFetchRequest_v7, _d_OffsetFetchRequest_v8, _d_OffsetFetchRequest_v9,)
 REQUEST_ENCODERS = (_e_OffsetFetchRequest_v0, _e_OffsetFetchRequest_v0, _e_OffsetFetchRequest_v2, _e_OffsetFetchRequest_v2, _e_OffsetFetchRequest_v2, _e_OffsetFetchRequest_v2, _e_OffsetFetchRequestGroup_v8, _e_OffsetFetchRequest_v7, _e_OffsetFetchRequest_v8, _e_OffsetFetchRequest_v9,)
 REQUEST_VERSIONS = (0, 9)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[OffsetFetchRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[OffsetFetchRequest, int]:
     """Decode a OffsetFetchRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 9: raise DecodeError(f'OffsetFetchRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed OffsetFetchRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: OffsetFetchRequest, out: list | None = None) -> list:
@@ -996,20 +1002,25 @@ def _e_OffsetFetchResponse_v8(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_OffsetFetchResponse_v0, _d_OffsetFetchResponse_v0, _d_OffsetFetchResponse_v2, _d_OffsetFetchResponse_v3, _d_OffsetFetchResponse_v3, _d_OffsetFetchResponse_v5, _d_OffsetFetchResponse_v6, _d_OffsetFetchResponse_v6, _d_OffsetFetchResponse_v8, _d_OffsetFetchResponse_v8,)
+PY_RESPONSE_DECODERS = (_d_OffsetFetchResponse_v0, _d_OffsetFetchResponse_v0, _d_OffsetFetchResponse_v2, _d_OffsetFetchResponse_v3, _d_OffsetFetchResponse_v3, _d_OffsetFetchResponse_v5, _d_OffsetFetchResponse_v6, _d_OffsetFetchResponse_v6, _d_OffsetFetchResponse_v8, _d_OffsetFetchResponse_v8,)
 RESPONSE_ENCODERS = (_e_OffsetFetchResponse_v0, _e_OffsetFetchResponse_v0, _e_OffsetFetchResponse_v2, _e_OffsetFetchResponse_v3, _e_OffsetFetchResponse_v3, _e_OffsetFetchResponse_v5, _e_OffsetFetchResponse_v6, _e_OffsetFetchResponse_v6, _e_OffsetFetchResponse_v8, _e_OffsetFetchResponse_v8,)
 RESPONSE_VERSIONS = (0, 9)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[OffsetFetchResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[OffsetFetchResponse, int]:
     """Decode a OffsetFetchResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 9: raise DecodeError(f'OffsetFetchResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed OffsetFetchResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: OffsetFetchResponse, out: list | None = None) -> list:
@@ -1021,3 +1032,42 @@ def encode_response(version: int, message: OffsetFetchResponse, out: list | None
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode OffsetFetchResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_OffsetFetchRequestTopic_v0 = _P(OffsetFetchRequestTopic, (('name', 9, 0, None, 0), ('partition_indexes', 13, 0, (None, 2, 0, None, 0), 4)), (), (), False)
+    _n_OffsetFetchRequestTopic_v6 = _P(OffsetFetchRequestTopic, (('name', 9, 2, None, 0), ('partition_indexes', 13, 2, (None, 2, 2, None, 0), 4)), (), (), True)
+    _n_OffsetFetchRequestTopics_v8 = _P(OffsetFetchRequestTopics, (('name', 9, 2, None, 0), ('partition_indexes', 13, 2, (None, 2, 2, None, 0), 4)), (), (), True)
+    _n_OffsetFetchRequestGroup_v8 = _P(OffsetFetchRequestGroup, (('group_id', 9, 2, None, 0), ('topics', 13, 3, (None, 12, 0, _n_OffsetFetchRequestTopics_v8, 0), 3)), (), (('member_id', None, 0), ('member_epoch', -1, 0)), True)
+    _n_OffsetFetchRequestGroup_v9 = _P(OffsetFetchRequestGroup, (('group_id', 9, 2, None, 0), ('member_id', 9, 3, None, 0), ('member_epoch', 2, 2, None, 0), ('topics', 13, 3, (None, 12, 0, _n_OffsetFetchRequestTopics_v8, 0), 3)), (), (), True)
+    _n_OffsetFetchRequest_v0 = _P(OffsetFetchRequest, (('group_id', 9, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_OffsetFetchRequestTopic_v0, 0), 6)), (), (('groups', None, 1), ('require_stable', False, 0)), False)
+    _n_OffsetFetchRequest_v2 = _P(OffsetFetchRequest, (('group_id', 9, 0, None, 0), ('topics', 13, 1, (None, 12, 0, _n_OffsetFetchRequestTopic_v0, 0), 6)), (), (('groups', None, 1), ('require_stable', False, 0)), False)
+    _n_OffsetFetchRequest_v6 = _P(OffsetFetchRequest, (('group_id', 9, 2, None, 0), ('topics', 13, 3, (None, 12, 0, _n_OffsetFetchRequestTopic_v6, 0), 3)), (), (('groups', None, 1), ('require_stable', False, 0)), True)
+    _n_OffsetFetchRequest_v7 = _P(OffsetFetchRequest, (('group_id', 9, 2, None, 0), ('topics', 13, 3, (None, 12, 0, _n_OffsetFetchRequestTopic_v6, 0), 3), ('require_stable', 7, 2, None, 0)), (), (('groups', None, 1),), True)
+    _n_OffsetFetchRequest_v8 = _P(OffsetFetchRequest, (('groups', 13, 2, (None, 12, 0, _n_OffsetFetchRequestGroup_v8, 0), 3), ('require_stable', 7, 2, None, 0)), (), (('group_id', '', 0), ('topics', None, 1)), True)
+    _n_OffsetFetchRequest_v9 = _P(OffsetFetchRequest, (('groups', 13, 2, (None, 12, 0, _n_OffsetFetchRequestGroup_v9, 0), 8), ('require_stable', 7, 2, None, 0)), (), (('group_id', '', 0), ('topics', None, 1)), True)
+    REQUEST_DECODERS = (_n_OffsetFetchRequest_v0, _n_OffsetFetchRequest_v0, _n_OffsetFetchRequest_v2, _n_OffsetFetchRequest_v2, _n_OffsetFetchRequest_v2, _n_OffsetFetchRequest_v2, _n_OffsetFetchRequest_v6, _n_OffsetFetchRequest_v7, _n_OffsetFetchRequest_v8, _n_OffsetFetchRequest_v9,)
+    decode_request = _native.entry('OffsetFetchRequest', REQUEST_DECODERS)
+    _n_OffsetFetchResponsePartition_v0 = _P(OffsetFetchResponsePartition, (('partition_index', 2, 0, None, 0), ('committed_offset', 3, 0, None, 0), ('metadata', 9, 1, None, 0), ('error_code', 1, 0, None, 0)), (), (('committed_leader_epoch', -1, 0),), False)
+    _n_OffsetFetchResponsePartition_v5 = _P(OffsetFetchResponsePartition, (('partition_index', 2, 0, None, 0), ('committed_offset', 3, 0, None, 0), ('committed_leader_epoch', 2, 0, None, 0), ('metadata', 9, 1, None, 0), ('error_code', 1, 0, None, 0)), (), (), False)
+    _n_OffsetFetchResponsePartition_v6 = _P(OffsetFetchResponsePartition, (('partition_index', 2, 2, None, 0), ('committed_offset', 3, 2, None, 0), ('committed_leader_epoch', 2, 2, None, 0), ('metadata', 9, 3, None, 0), ('error_code', 1, 2, None, 0)), (), (), True)
+    _n_OffsetFetchResponseTopic_v0 = _P(OffsetFetchResponseTopic, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_OffsetFetchResponsePartition_v0, 0), 16)), (), (), False)
+    _n_OffsetFetchResponseTopic_v5 = _P(OffsetFetchResponseTopic, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_OffsetFetchResponsePartition_v5, 0), 20)), (), (), False)
+    _n_OffsetFetchResponseTopic_v6 = _P(OffsetFetchResponseTopic, (('name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_OffsetFetchResponsePartition_v6, 0), 20)), (), (), True)
+    _n_OffsetFetchResponsePartitions_v8 = _P(OffsetFetchResponsePartitions, (('partition_index', 2, 2, None, 0), ('committed_offset', 3, 2, None, 0), ('committed_leader_epoch', 2, 2, None, 0), ('metadata', 9, 3, None, 0), ('error_code', 1, 2, None, 0)), (), (), True)
+    _n_OffsetFetchResponseTopics_v8 = _P(OffsetFetchResponseTopics, (('name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_OffsetFetchResponsePartitions_v8, 0), 20)), (), (), True)
+    _n_OffsetFetchResponseGroup_v8 = _P(OffsetFetchResponseGroup, (('group_id', 9, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_OffsetFetchResponseTopics_v8, 0), 3), ('error_code', 1, 2, None, 0)), (), (), True)
+    _n_OffsetFetchResponse_v0 = _P(OffsetFetchResponse, (('topics', 13, 0, (None, 12, 0, _n_OffsetFetchResponseTopic_v0, 0), 6),), (), (('throttle_time_ms', 0, 0), ('error_code', 0, 0), ('groups', None, 1)), False)
+    _n_OffsetFetchResponse_v2 = _P(OffsetFetchResponse, (('topics', 13, 0, (None, 12, 0, _n_OffsetFetchResponseTopic_v0, 0), 6), ('error_code', 1, 0, None, 0)), (), (('throttle_time_ms', 0, 0), ('groups', None, 1)), False)
+    _n_OffsetFetchResponse_v3 = _P(OffsetFetchResponse, (('throttle_time_ms', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_OffsetFetchResponseTopic_v0, 0), 6), ('error_code', 1, 0, None, 0)), (), (('groups', None, 1),), False)
+    _n_OffsetFetchResponse_v5 = _P(OffsetFetchResponse, (('throttle_time_ms', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_OffsetFetchResponseTopic_v5, 0), 6), ('error_code', 1, 0, None, 0)), (), (('groups', None, 1),), False)
+    _n_OffsetFetchResponse_v6 = _P(OffsetFetchResponse, (('throttle_time_ms', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_OffsetFetchResponseTopic_v6, 0), 3), ('error_code', 1, 2, None, 0)), (), (('groups', None, 1),), True)
+    _n_OffsetFetchResponse_v8 = _P(OffsetFetchResponse, (('throttle_time_ms', 2, 2, None, 0), ('groups', 13, 2, (None, 12, 0, _n_OffsetFetchResponseGroup_v8, 0), 5)), (), (('topics', None, 1), ('error_code', 0, 0)), True)
+    RESPONSE_DECODERS = (_n_OffsetFetchResponse_v0, _n_OffsetFetchResponse_v0, _n_OffsetFetchResponse_v2, _n_OffsetFetchResponse_v3, _n_OffsetFetchResponse_v3, _n_OffsetFetchResponse_v5, _n_OffsetFetchResponse_v6, _n_OffsetFetchResponse_v6, _n_OffsetFetchResponse_v8, _n_OffsetFetchResponse_v8,)
+    decode_response = _native.entry('OffsetFetchResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -270,20 +271,25 @@ def _e_OffsetForLeaderEpochRequest_v4(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_OffsetForLeaderEpochRequest_v0, _d_OffsetForLeaderEpochRequest_v0, _d_OffsetForLeaderEpochRequest_v2, _d_OffsetForLeaderEpochRequest_v3, _d_OffsetForLeaderEpochRequest_v4,)
+PY_REQUEST_DECODERS = (_d_OffsetForLeaderEpochRequest_v0, _d_OffsetForLeaderEpochRequest_v0, _d_OffsetForLeaderEpochRequest_v2, _d_OffsetForLeaderEpochRequest_v3, _d_OffsetForLeaderEpochRequest_v4,)
 REQUEST_ENCODERS = (_e_OffsetForLeaderEpochRequest_v0, _e_OffsetForLeaderEpochRequest_v0, _e_OffsetForLeaderEpochRequest_v2, _e_OffsetForLeaderEpochRequest_v3, _e_OffsetForLeaderEpochRequest_v4,)
 REQUEST_VERSIONS = (0, 4)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[OffsetForLeaderEpochRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[OffsetForLeaderEpochRequest, int]:
     """Decode a OffsetForLeaderEpochRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 4: raise DecodeError(f'OffsetForLeaderEpochRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed OffsetForLeaderEpochRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: OffsetForLeaderEpochRequest, out: list | None = None) -> list:
@@ -526,20 +532,25 @@ def _e_OffsetForLeaderEpochResponse_v4(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_OffsetForLeaderEpochResponse_v0, _d_OffsetForLeaderEpochResponse_v1, _d_OffsetForLeaderEpochResponse_v2, _d_OffsetForLeaderEpochResponse_v2, _d_OffsetForLeaderEpochResponse_v4,)
+PY_RESPONSE_DECODERS = (_d_OffsetForLeaderEpochResponse_v0, _d_OffsetForLeaderEpochResponse_v1, _d_OffsetForLeaderEpochResponse_v2, _d_OffsetForLeaderEpochResponse_v2, _d_OffsetForLeaderEpochResponse_v4,)
 RESPONSE_ENCODERS = (_e_OffsetForLeaderEpochResponse_v0, _e_OffsetForLeaderEpochResponse_v1, _e_OffsetForLeaderEpochResponse_v2, _e_OffsetForLeaderEpochResponse_v2, _e_OffsetForLeaderEpochResponse_v4,)
 RESPONSE_VERSIONS = (0, 4)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[OffsetForLeaderEpochResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[OffsetForLeaderEpochResponse, int]:
     """Decode a OffsetForLeaderEpochResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 4: raise DecodeError(f'OffsetForLeaderEpochResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed OffsetForLeaderEpochResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: OffsetForLeaderEpochResponse, out: list | None = None) -> list:
@@ -551,3 +562,36 @@ def encode_response(version: int, message: OffsetForLeaderEpochResponse, out: li
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode OffsetForLeaderEpochResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_OffsetForLeaderPartition_v0 = _P(OffsetForLeaderPartition, (('partition', 2, 0, None, 0), ('leader_epoch', 2, 0, None, 0)), (), (('current_leader_epoch', -1, 0),), False)
+    _n_OffsetForLeaderPartition_v2 = _P(OffsetForLeaderPartition, (('partition', 2, 0, None, 0), ('current_leader_epoch', 2, 0, None, 0), ('leader_epoch', 2, 0, None, 0)), (), (), False)
+    _n_OffsetForLeaderPartition_v4 = _P(OffsetForLeaderPartition, (('partition', 2, 2, None, 0), ('current_leader_epoch', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0)), (), (), True)
+    _n_OffsetForLeaderTopic_v0 = _P(OffsetForLeaderTopic, (('topic', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_OffsetForLeaderPartition_v0, 0), 8)), (), (), False)
+    _n_OffsetForLeaderTopic_v2 = _P(OffsetForLeaderTopic, (('topic', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_OffsetForLeaderPartition_v2, 0), 12)), (), (), False)
+    _n_OffsetForLeaderTopic_v4 = _P(OffsetForLeaderTopic, (('topic', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_OffsetForLeaderPartition_v4, 0), 13)), (), (), True)
+    _n_OffsetForLeaderEpochRequest_v0 = _P(OffsetForLeaderEpochRequest, (('topics', 13, 0, (None, 12, 0, _n_OffsetForLeaderTopic_v0, 0), 6),), (), (('replica_id', -2, 0),), False)
+    _n_OffsetForLeaderEpochRequest_v2 = _P(OffsetForLeaderEpochRequest, (('topics', 13, 0, (None, 12, 0, _n_OffsetForLeaderTopic_v2, 0), 6),), (), (('replica_id', -2, 0),), False)
+    _n_OffsetForLeaderEpochRequest_v3 = _P(OffsetForLeaderEpochRequest, (('replica_id', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_OffsetForLeaderTopic_v2, 0), 6)), (), (), False)
+    _n_OffsetForLeaderEpochRequest_v4 = _P(OffsetForLeaderEpochRequest, (('replica_id', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_OffsetForLeaderTopic_v4, 0), 3)), (), (), True)
+    REQUEST_DECODERS = (_n_OffsetForLeaderEpochRequest_v0, _n_OffsetForLeaderEpochRequest_v0, _n_OffsetForLeaderEpochRequest_v2, _n_OffsetForLeaderEpochRequest_v3, _n_OffsetForLeaderEpochRequest_v4,)
+    decode_request = _native.entry('OffsetForLeaderEpochRequest', REQUEST_DECODERS)
+    _n_EpochEndOffset_v0 = _P(EpochEndOffset, (('error_code', 1, 0, None, 0), ('partition', 2, 0, None, 0), ('end_offset', 3, 0, None, 0)), (), (('leader_epoch', -1, 0),), False)
+    _n_EpochEndOffset_v1 = _P(EpochEndOffset, (('error_code', 1, 0, None, 0), ('partition', 2, 0, None, 0), ('leader_epoch', 2, 0, None, 0), ('end_offset', 3, 0, None, 0)), (), (), False)
+    _n_EpochEndOffset_v4 = _P(EpochEndOffset, (('error_code', 1, 2, None, 0), ('partition', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0), ('end_offset', 3, 2, None, 0)), (), (), True)
+    _n_OffsetForLeaderTopicResult_v0 = _P(OffsetForLeaderTopicResult, (('topic', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_EpochEndOffset_v0, 0), 14)), (), (), False)
+    _n_OffsetForLeaderTopicResult_v1 = _P(OffsetForLeaderTopicResult, (('topic', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_EpochEndOffset_v1, 0), 18)), (), (), False)
+    _n_OffsetForLeaderTopicResult_v4 = _P(OffsetForLeaderTopicResult, (('topic', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_EpochEndOffset_v4, 0), 19)), (), (), True)
+    _n_OffsetForLeaderEpochResponse_v0 = _P(OffsetForLeaderEpochResponse, (('topics', 13, 0, (None, 12, 0, _n_OffsetForLeaderTopicResult_v0, 0), 6),), (), (('throttle_time_ms', 0, 0),), False)
+    _n_OffsetForLeaderEpochResponse_v1 = _P(OffsetForLeaderEpochResponse, (('topics', 13, 0, (None, 12, 0, _n_OffsetForLeaderTopicResult_v1, 0), 6),), (), (('throttle_time_ms', 0, 0),), False)
+    _n_OffsetForLeaderEpochResponse_v2 = _P(OffsetForLeaderEpochResponse, (('throttle_time_ms', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_OffsetForLeaderTopicResult_v1, 0), 6)), (), (), False)
+    _n_OffsetForLeaderEpochResponse_v4 = _P(OffsetForLeaderEpochResponse, (('throttle_time_ms', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_OffsetForLeaderTopicResult_v4, 0), 3)), (), (), True)
+    RESPONSE_DECODERS = (_n_OffsetForLeaderEpochResponse_v0, _n_OffsetForLeaderEpochResponse_v1, _n_OffsetForLeaderEpochResponse_v2, _n_OffsetForLeaderEpochResponse_v2, _n_OffsetForLeaderEpochResponse_v4,)
+    decode_response = _native.entry('OffsetForLeaderEpochResponse', RESPONSE_DECODERS)

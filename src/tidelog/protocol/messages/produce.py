@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -280,20 +281,25 @@ def _e_ProduceRequest_v9(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_ProduceRequest_v0, _d_ProduceRequest_v0, _d_ProduceRequest_v0, _d_ProduceRequest_v3, _d_ProduceRequest_v3, _d_ProduceRequest_v3, _d_ProduceRequest_v3, _d_ProduceRequest_v3, _d_ProduceRequest_v3, _d_ProduceRequest_v9, _d_ProduceRequest_v9, _d_ProduceRequest_v9,)
+PY_REQUEST_DECODERS = (_d_ProduceRequest_v0, _d_ProduceRequest_v0, _d_ProduceRequest_v0, _d_ProduceRequest_v3, _d_ProduceRequest_v3, _d_ProduceRequest_v3, _d_ProduceRequest_v3, _d_ProduceRequest_v3, _d_ProduceRequest_v3, _d_ProduceRequest_v9, _d_ProduceRequest_v9, _d_ProduceRequest_v9,)
 REQUEST_ENCODERS = (_e_ProduceRequest_v0, _e_ProduceRequest_v0, _e_ProduceRequest_v0, _e_ProduceRequest_v3, _e_ProduceRequest_v3, _e_ProduceRequest_v3, _e_ProduceRequest_v3, _e_ProduceRequest_v3, _e_ProduceRequest_v3, _e_ProduceRequest_v9, _e_ProduceRequest_v9, _e_ProduceRequest_v9,)
 REQUEST_VERSIONS = (0, 11)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[ProduceRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[ProduceRequest, int]:
     """Decode a ProduceRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 11: raise DecodeError(f'ProduceRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ProduceRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: ProduceRequest, out: list | None = None) -> list:
@@ -1041,20 +1047,25 @@ def _e_ProduceResponse_v10(o, ap):
     if _tg: _wtags(ap, _tg)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_ProduceResponse_v0, _d_ProduceResponse_v1, _d_ProduceResponse_v2, _d_ProduceResponse_v2, _d_ProduceResponse_v2, _d_ProduceResponse_v5, _d_ProduceResponse_v5, _d_ProduceResponse_v5, _d_ProduceResponse_v8, _d_ProduceResponse_v9, _d_ProduceResponse_v10, _d_ProduceResponse_v10,)
+PY_RESPONSE_DECODERS = (_d_ProduceResponse_v0, _d_ProduceResponse_v1, _d_ProduceResponse_v2, _d_ProduceResponse_v2, _d_ProduceResponse_v2, _d_ProduceResponse_v5, _d_ProduceResponse_v5, _d_ProduceResponse_v5, _d_ProduceResponse_v8, _d_ProduceResponse_v9, _d_ProduceResponse_v10, _d_ProduceResponse_v10,)
 RESPONSE_ENCODERS = (_e_ProduceResponse_v0, _e_ProduceResponse_v1, _e_ProduceResponse_v2, _e_ProduceResponse_v2, _e_ProduceResponse_v2, _e_ProduceResponse_v5, _e_ProduceResponse_v5, _e_ProduceResponse_v5, _e_ProduceResponse_v8, _e_ProduceResponse_v9, _e_ProduceResponse_v10, _e_ProduceResponse_v10,)
 RESPONSE_VERSIONS = (0, 11)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[ProduceResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[ProduceResponse, int]:
     """Decode a ProduceResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 11: raise DecodeError(f'ProduceResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ProduceResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: ProduceResponse, out: list | None = None) -> list:
@@ -1070,3 +1081,44 @@ def encode_response(version: int, message: ProduceResponse, out: list | None = N
 
 _DEF_NodeEndpoint = NodeEndpoint()
 _DEF_LeaderIdAndEpoch = LeaderIdAndEpoch()
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_PartitionProduceData_v0 = _P(PartitionProduceData, (('index', 2, 0, None, 0), ('records', 11, 1, None, 0)), (), (), False)
+    _n_PartitionProduceData_v9 = _P(PartitionProduceData, (('index', 2, 2, None, 0), ('records', 11, 3, None, 0)), (), (), True)
+    _n_TopicProduceData_v0 = _P(TopicProduceData, (('name', 9, 0, None, 0), ('partition_data', 13, 0, (None, 12, 0, _n_PartitionProduceData_v0, 0), 8)), (), (), False)
+    _n_TopicProduceData_v9 = _P(TopicProduceData, (('name', 9, 2, None, 0), ('partition_data', 13, 2, (None, 12, 0, _n_PartitionProduceData_v9, 0), 6)), (), (), True)
+    _n_ProduceRequest_v0 = _P(ProduceRequest, (('acks', 1, 0, None, 0), ('timeout_ms', 2, 0, None, 0), ('topic_data', 13, 0, (None, 12, 0, _n_TopicProduceData_v0, 0), 6)), (), (('transactional_id', None, 0),), False)
+    _n_ProduceRequest_v3 = _P(ProduceRequest, (('transactional_id', 9, 1, None, 0), ('acks', 1, 0, None, 0), ('timeout_ms', 2, 0, None, 0), ('topic_data', 13, 0, (None, 12, 0, _n_TopicProduceData_v0, 0), 6)), (), (), False)
+    _n_ProduceRequest_v9 = _P(ProduceRequest, (('transactional_id', 9, 3, None, 0), ('acks', 1, 2, None, 0), ('timeout_ms', 2, 2, None, 0), ('topic_data', 13, 2, (None, 12, 0, _n_TopicProduceData_v9, 0), 3)), (), (), True)
+    REQUEST_DECODERS = (_n_ProduceRequest_v0, _n_ProduceRequest_v0, _n_ProduceRequest_v0, _n_ProduceRequest_v3, _n_ProduceRequest_v3, _n_ProduceRequest_v3, _n_ProduceRequest_v3, _n_ProduceRequest_v3, _n_ProduceRequest_v3, _n_ProduceRequest_v9, _n_ProduceRequest_v9, _n_ProduceRequest_v9,)
+    decode_request = _native.entry('ProduceRequest', REQUEST_DECODERS)
+    _n_BatchIndexAndErrorMessage_v8 = _P(BatchIndexAndErrorMessage, (('batch_index', 2, 0, None, 0), ('batch_index_error_message', 9, 1, None, 0)), (), (), False)
+    _n_BatchIndexAndErrorMessage_v9 = _P(BatchIndexAndErrorMessage, (('batch_index', 2, 2, None, 0), ('batch_index_error_message', 9, 3, None, 0)), (), (), True)
+    _n_LeaderIdAndEpoch_v10 = _P(LeaderIdAndEpoch, (('leader_id', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0)), (), (), True)
+    _n_PartitionProduceResponse_v0 = _P(PartitionProduceResponse, (('index', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('base_offset', 3, 0, None, 0)), (), (('log_append_time_ms', -1, 0), ('log_start_offset', -1, 0), ('record_errors', None, 1), ('error_message', None, 0), ('current_leader', None, 0)), False)
+    _n_PartitionProduceResponse_v2 = _P(PartitionProduceResponse, (('index', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('base_offset', 3, 0, None, 0), ('log_append_time_ms', 3, 0, None, 0)), (), (('log_start_offset', -1, 0), ('record_errors', None, 1), ('error_message', None, 0), ('current_leader', None, 0)), False)
+    _n_PartitionProduceResponse_v5 = _P(PartitionProduceResponse, (('index', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('base_offset', 3, 0, None, 0), ('log_append_time_ms', 3, 0, None, 0), ('log_start_offset', 3, 0, None, 0)), (), (('record_errors', None, 1), ('error_message', None, 0), ('current_leader', None, 0)), False)
+    _n_PartitionProduceResponse_v8 = _P(PartitionProduceResponse, (('index', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('base_offset', 3, 0, None, 0), ('log_append_time_ms', 3, 0, None, 0), ('log_start_offset', 3, 0, None, 0), ('record_errors', 13, 0, (None, 12, 0, _n_BatchIndexAndErrorMessage_v8, 0), 6), ('error_message', 9, 1, None, 0)), (), (('current_leader', None, 0),), False)
+    _n_PartitionProduceResponse_v9 = _P(PartitionProduceResponse, (('index', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('base_offset', 3, 2, None, 0), ('log_append_time_ms', 3, 2, None, 0), ('log_start_offset', 3, 2, None, 0), ('record_errors', 13, 2, (None, 12, 0, _n_BatchIndexAndErrorMessage_v9, 0), 6), ('error_message', 9, 3, None, 0)), (), (('current_leader', None, 0),), True)
+    _n_PartitionProduceResponse_v10 = _P(PartitionProduceResponse, (('index', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('base_offset', 3, 2, None, 0), ('log_append_time_ms', 3, 2, None, 0), ('log_start_offset', 3, 2, None, 0), ('record_errors', 13, 2, (None, 12, 0, _n_BatchIndexAndErrorMessage_v9, 0), 6), ('error_message', 9, 3, None, 0)), ((0, ('current_leader', 12, 0, _n_LeaderIdAndEpoch_v10, 0)),), (('current_leader', None, 0),), True)
+    _n_TopicProduceResponse_v0 = _P(TopicProduceResponse, (('name', 9, 0, None, 0), ('partition_responses', 13, 0, (None, 12, 0, _n_PartitionProduceResponse_v0, 0), 14)), (), (), False)
+    _n_TopicProduceResponse_v2 = _P(TopicProduceResponse, (('name', 9, 0, None, 0), ('partition_responses', 13, 0, (None, 12, 0, _n_PartitionProduceResponse_v2, 0), 22)), (), (), False)
+    _n_TopicProduceResponse_v5 = _P(TopicProduceResponse, (('name', 9, 0, None, 0), ('partition_responses', 13, 0, (None, 12, 0, _n_PartitionProduceResponse_v5, 0), 30)), (), (), False)
+    _n_TopicProduceResponse_v8 = _P(TopicProduceResponse, (('name', 9, 0, None, 0), ('partition_responses', 13, 0, (None, 12, 0, _n_PartitionProduceResponse_v8, 0), 36)), (), (), False)
+    _n_TopicProduceResponse_v9 = _P(TopicProduceResponse, (('name', 9, 2, None, 0), ('partition_responses', 13, 2, (None, 12, 0, _n_PartitionProduceResponse_v9, 0), 33)), (), (), True)
+    _n_TopicProduceResponse_v10 = _P(TopicProduceResponse, (('name', 9, 2, None, 0), ('partition_responses', 13, 2, (None, 12, 0, _n_PartitionProduceResponse_v10, 0), 33)), (), (), True)
+    _n_NodeEndpoint_v10 = _P(NodeEndpoint, (('node_id', 2, 2, None, 0), ('host', 9, 2, None, 0), ('port', 2, 2, None, 0), ('rack', 9, 3, None, 0)), (), (), True)
+    _n_ProduceResponse_v0 = _P(ProduceResponse, (('responses', 13, 0, (None, 12, 0, _n_TopicProduceResponse_v0, 0), 6),), (), (('throttle_time_ms', 0, 0), ('node_endpoints', None, 1)), False)
+    _n_ProduceResponse_v1 = _P(ProduceResponse, (('responses', 13, 0, (None, 12, 0, _n_TopicProduceResponse_v0, 0), 6), ('throttle_time_ms', 2, 0, None, 0)), (), (('node_endpoints', None, 1),), False)
+    _n_ProduceResponse_v2 = _P(ProduceResponse, (('responses', 13, 0, (None, 12, 0, _n_TopicProduceResponse_v2, 0), 6), ('throttle_time_ms', 2, 0, None, 0)), (), (('node_endpoints', None, 1),), False)
+    _n_ProduceResponse_v5 = _P(ProduceResponse, (('responses', 13, 0, (None, 12, 0, _n_TopicProduceResponse_v5, 0), 6), ('throttle_time_ms', 2, 0, None, 0)), (), (('node_endpoints', None, 1),), False)
+    _n_ProduceResponse_v8 = _P(ProduceResponse, (('responses', 13, 0, (None, 12, 0, _n_TopicProduceResponse_v8, 0), 6), ('throttle_time_ms', 2, 0, None, 0)), (), (('node_endpoints', None, 1),), False)
+    _n_ProduceResponse_v9 = _P(ProduceResponse, (('responses', 13, 2, (None, 12, 0, _n_TopicProduceResponse_v9, 0), 3), ('throttle_time_ms', 2, 2, None, 0)), (), (('node_endpoints', None, 1),), True)
+    _n_ProduceResponse_v10 = _P(ProduceResponse, (('responses', 13, 2, (None, 12, 0, _n_TopicProduceResponse_v10, 0), 3), ('throttle_time_ms', 2, 2, None, 0)), ((0, ('node_endpoints', 13, 2, (None, 12, 0, _n_NodeEndpoint_v10, 0), 11)),), (('node_endpoints', None, 1),), True)
+    RESPONSE_DECODERS = (_n_ProduceResponse_v0, _n_ProduceResponse_v1, _n_ProduceResponse_v2, _n_ProduceResponse_v2, _n_ProduceResponse_v2, _n_ProduceResponse_v5, _n_ProduceResponse_v5, _n_ProduceResponse_v5, _n_ProduceResponse_v8, _n_ProduceResponse_v9, _n_ProduceResponse_v10, _n_ProduceResponse_v10,)
+    decode_response = _native.entry('ProduceResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -87,20 +88,25 @@ def _e_RenewDelegationTokenRequest_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_RenewDelegationTokenRequest_v0, _d_RenewDelegationTokenRequest_v0, _d_RenewDelegationTokenRequest_v2,)
+PY_REQUEST_DECODERS = (_d_RenewDelegationTokenRequest_v0, _d_RenewDelegationTokenRequest_v0, _d_RenewDelegationTokenRequest_v2,)
 REQUEST_ENCODERS = (_e_RenewDelegationTokenRequest_v0, _e_RenewDelegationTokenRequest_v0, _e_RenewDelegationTokenRequest_v2,)
 REQUEST_VERSIONS = (0, 2)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[RenewDelegationTokenRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[RenewDelegationTokenRequest, int]:
     """Decode a RenewDelegationTokenRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 2: raise DecodeError(f'RenewDelegationTokenRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed RenewDelegationTokenRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: RenewDelegationTokenRequest, out: list | None = None) -> list:
@@ -143,20 +149,25 @@ def _e_RenewDelegationTokenResponse_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_RenewDelegationTokenResponse_v0, _d_RenewDelegationTokenResponse_v0, _d_RenewDelegationTokenResponse_v2,)
+PY_RESPONSE_DECODERS = (_d_RenewDelegationTokenResponse_v0, _d_RenewDelegationTokenResponse_v0, _d_RenewDelegationTokenResponse_v2,)
 RESPONSE_ENCODERS = (_e_RenewDelegationTokenResponse_v0, _e_RenewDelegationTokenResponse_v0, _e_RenewDelegationTokenResponse_v2,)
 RESPONSE_VERSIONS = (0, 2)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[RenewDelegationTokenResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[RenewDelegationTokenResponse, int]:
     """Decode a RenewDelegationTokenResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 2: raise DecodeError(f'RenewDelegationTokenResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed RenewDelegationTokenResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: RenewDelegationTokenResponse, out: list | None = None) -> list:
@@ -168,3 +179,20 @@ def encode_response(version: int, message: RenewDelegationTokenResponse, out: li
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode RenewDelegationTokenResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_RenewDelegationTokenRequest_v0 = _P(RenewDelegationTokenRequest, (('hmac', 10, 0, None, 0), ('renew_period_ms', 3, 0, None, 0)), (), (), False)
+    _n_RenewDelegationTokenRequest_v2 = _P(RenewDelegationTokenRequest, (('hmac', 10, 2, None, 0), ('renew_period_ms', 3, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_RenewDelegationTokenRequest_v0, _n_RenewDelegationTokenRequest_v0, _n_RenewDelegationTokenRequest_v2,)
+    decode_request = _native.entry('RenewDelegationTokenRequest', REQUEST_DECODERS)
+    _n_RenewDelegationTokenResponse_v0 = _P(RenewDelegationTokenResponse, (('error_code', 1, 0, None, 0), ('expiry_timestamp_ms', 3, 0, None, 0), ('throttle_time_ms', 2, 0, None, 0)), (), (), False)
+    _n_RenewDelegationTokenResponse_v2 = _P(RenewDelegationTokenResponse, (('error_code', 1, 2, None, 0), ('expiry_timestamp_ms', 3, 2, None, 0), ('throttle_time_ms', 2, 2, None, 0)), (), (), True)
+    RESPONSE_DECODERS = (_n_RenewDelegationTokenResponse_v0, _n_RenewDelegationTokenResponse_v0, _n_RenewDelegationTokenResponse_v2,)
+    decode_response = _native.entry('RenewDelegationTokenResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -88,20 +89,25 @@ def _e_RequestHeader_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-HEADER_DECODERS = (_d_RequestHeader_v0, _d_RequestHeader_v1, _d_RequestHeader_v2,)
+PY_HEADER_DECODERS = (_d_RequestHeader_v0, _d_RequestHeader_v1, _d_RequestHeader_v2,)
 HEADER_ENCODERS = (_e_RequestHeader_v0, _e_RequestHeader_v1, _e_RequestHeader_v2,)
 HEADER_VERSIONS = (0, 2)
 
 
-def decode_header(version: int, buf, pos: int = 0) -> tuple[RequestHeader, int]:
+def py_decode_header(version: int, buf, pos: int = 0) -> tuple[RequestHeader, int]:
     """Decode a RequestHeader of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 2: raise DecodeError(f'RequestHeader version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return HEADER_DECODERS[version](b, pos, len(b))
+        return PY_HEADER_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed RequestHeader v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+HEADER_DECODERS = PY_HEADER_DECODERS
+decode_header = py_decode_header
 
 
 def encode_header(version: int, message: RequestHeader, out: list | None = None) -> list:
@@ -113,3 +119,17 @@ def encode_header(version: int, message: RequestHeader, out: list | None = None)
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode RequestHeader v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_RequestHeader_v0 = _P(RequestHeader, (('request_api_key', 1, 0, None, 0), ('request_api_version', 1, 0, None, 0), ('correlation_id', 2, 0, None, 0)), (), (('client_id', '', 0),), False)
+    _n_RequestHeader_v1 = _P(RequestHeader, (('request_api_key', 1, 0, None, 0), ('request_api_version', 1, 0, None, 0), ('correlation_id', 2, 0, None, 0), ('client_id', 9, 1, None, 0)), (), (), False)
+    _n_RequestHeader_v2 = _P(RequestHeader, (('request_api_key', 1, 2, None, 0), ('request_api_version', 1, 2, None, 0), ('correlation_id', 2, 2, None, 0), ('client_id', 9, 1, None, 0)), (), (), True)
+    HEADER_DECODERS = (_n_RequestHeader_v0, _n_RequestHeader_v1, _n_RequestHeader_v2,)
+    decode_header = _native.entry('RequestHeader', HEADER_DECODERS)

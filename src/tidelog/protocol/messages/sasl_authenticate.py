@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -83,20 +84,25 @@ def _e_SaslAuthenticateRequest_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_SaslAuthenticateRequest_v0, _d_SaslAuthenticateRequest_v0, _d_SaslAuthenticateRequest_v2,)
+PY_REQUEST_DECODERS = (_d_SaslAuthenticateRequest_v0, _d_SaslAuthenticateRequest_v0, _d_SaslAuthenticateRequest_v2,)
 REQUEST_ENCODERS = (_e_SaslAuthenticateRequest_v0, _e_SaslAuthenticateRequest_v0, _e_SaslAuthenticateRequest_v2,)
 REQUEST_VERSIONS = (0, 2)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[SaslAuthenticateRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[SaslAuthenticateRequest, int]:
     """Decode a SaslAuthenticateRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 2: raise DecodeError(f'SaslAuthenticateRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed SaslAuthenticateRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: SaslAuthenticateRequest, out: list | None = None) -> list:
@@ -210,20 +216,25 @@ def _e_SaslAuthenticateResponse_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_SaslAuthenticateResponse_v0, _d_SaslAuthenticateResponse_v1, _d_SaslAuthenticateResponse_v2,)
+PY_RESPONSE_DECODERS = (_d_SaslAuthenticateResponse_v0, _d_SaslAuthenticateResponse_v1, _d_SaslAuthenticateResponse_v2,)
 RESPONSE_ENCODERS = (_e_SaslAuthenticateResponse_v0, _e_SaslAuthenticateResponse_v1, _e_SaslAuthenticateResponse_v2,)
 RESPONSE_VERSIONS = (0, 2)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[SaslAuthenticateResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[SaslAuthenticateResponse, int]:
     """Decode a SaslAuthenticateResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 2: raise DecodeError(f'SaslAuthenticateResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed SaslAuthenticateResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: SaslAuthenticateResponse, out: list | None = None) -> list:
@@ -235,3 +246,21 @@ def encode_response(version: int, message: SaslAuthenticateResponse, out: list |
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode SaslAuthenticateResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_SaslAuthenticateRequest_v0 = _P(SaslAuthenticateRequest, (('auth_bytes', 10, 0, None, 0),), (), (), False)
+    _n_SaslAuthenticateRequest_v2 = _P(SaslAuthenticateRequest, (('auth_bytes', 10, 2, None, 0),), (), (), True)
+    REQUEST_DECODERS = (_n_SaslAuthenticateRequest_v0, _n_SaslAuthenticateRequest_v0, _n_SaslAuthenticateRequest_v2,)
+    decode_request = _native.entry('SaslAuthenticateRequest', REQUEST_DECODERS)
+    _n_SaslAuthenticateResponse_v0 = _P(SaslAuthenticateResponse, (('error_code', 1, 0, None, 0), ('error_message', 9, 1, None, 0), ('auth_bytes', 10, 0, None, 0)), (), (('session_lifetime_ms', 0, 0),), False)
+    _n_SaslAuthenticateResponse_v1 = _P(SaslAuthenticateResponse, (('error_code', 1, 0, None, 0), ('error_message', 9, 1, None, 0), ('auth_bytes', 10, 0, None, 0), ('session_lifetime_ms', 3, 0, None, 0)), (), (), False)
+    _n_SaslAuthenticateResponse_v2 = _P(SaslAuthenticateResponse, (('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('auth_bytes', 10, 2, None, 0), ('session_lifetime_ms', 3, 2, None, 0)), (), (), True)
+    RESPONSE_DECODERS = (_n_SaslAuthenticateResponse_v0, _n_SaslAuthenticateResponse_v1, _n_SaslAuthenticateResponse_v2,)
+    decode_response = _native.entry('SaslAuthenticateResponse', RESPONSE_DECODERS)

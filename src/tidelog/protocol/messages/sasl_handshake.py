@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -59,20 +60,25 @@ def _e_SaslHandshakeRequest_v0(o, ap):
     ap(_S0.pack(_l2))
     ap(_s1)
 
-REQUEST_DECODERS = (_d_SaslHandshakeRequest_v0, _d_SaslHandshakeRequest_v0,)
+PY_REQUEST_DECODERS = (_d_SaslHandshakeRequest_v0, _d_SaslHandshakeRequest_v0,)
 REQUEST_ENCODERS = (_e_SaslHandshakeRequest_v0, _e_SaslHandshakeRequest_v0,)
 REQUEST_VERSIONS = (0, 1)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[SaslHandshakeRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[SaslHandshakeRequest, int]:
     """Decode a SaslHandshakeRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'SaslHandshakeRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed SaslHandshakeRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: SaslHandshakeRequest, out: list | None = None) -> list:
@@ -114,20 +120,25 @@ def _e_SaslHandshakeResponse_v0(o, ap):
         ap(_S0.pack(len(_x)))
         ap(_x)
 
-RESPONSE_DECODERS = (_d_SaslHandshakeResponse_v0, _d_SaslHandshakeResponse_v0,)
+PY_RESPONSE_DECODERS = (_d_SaslHandshakeResponse_v0, _d_SaslHandshakeResponse_v0,)
 RESPONSE_ENCODERS = (_e_SaslHandshakeResponse_v0, _e_SaslHandshakeResponse_v0,)
 RESPONSE_VERSIONS = (0, 1)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[SaslHandshakeResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[SaslHandshakeResponse, int]:
     """Decode a SaslHandshakeResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'SaslHandshakeResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed SaslHandshakeResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: SaslHandshakeResponse, out: list | None = None) -> list:
@@ -139,3 +150,18 @@ def encode_response(version: int, message: SaslHandshakeResponse, out: list | No
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode SaslHandshakeResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_SaslHandshakeRequest_v0 = _P(SaslHandshakeRequest, (('mechanism', 9, 0, None, 0),), (), (), False)
+    REQUEST_DECODERS = (_n_SaslHandshakeRequest_v0, _n_SaslHandshakeRequest_v0,)
+    decode_request = _native.entry('SaslHandshakeRequest', REQUEST_DECODERS)
+    _n_SaslHandshakeResponse_v0 = _P(SaslHandshakeResponse, (('error_code', 1, 0, None, 0), ('mechanisms', 13, 0, (None, 9, 0, None, 0), 2)), (), (), False)
+    RESPONSE_DECODERS = (_n_SaslHandshakeResponse_v0, _n_SaslHandshakeResponse_v0,)
+    decode_response = _native.entry('SaslHandshakeResponse', RESPONSE_DECODERS)

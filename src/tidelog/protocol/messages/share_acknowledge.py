@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -217,20 +218,25 @@ def _e_ShareAcknowledgeRequest_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_ShareAcknowledgeRequest_v0,)
+PY_REQUEST_DECODERS = (_d_ShareAcknowledgeRequest_v0,)
 REQUEST_ENCODERS = (_e_ShareAcknowledgeRequest_v0,)
 REQUEST_VERSIONS = (0, 0)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[ShareAcknowledgeRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[ShareAcknowledgeRequest, int]:
     """Decode a ShareAcknowledgeRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'ShareAcknowledgeRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ShareAcknowledgeRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: ShareAcknowledgeRequest, out: list | None = None) -> list:
@@ -467,20 +473,25 @@ def _e_ShareAcknowledgeResponse_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_ShareAcknowledgeResponse_v0,)
+PY_RESPONSE_DECODERS = (_d_ShareAcknowledgeResponse_v0,)
 RESPONSE_ENCODERS = (_e_ShareAcknowledgeResponse_v0,)
 RESPONSE_VERSIONS = (0, 0)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[ShareAcknowledgeResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[ShareAcknowledgeResponse, int]:
     """Decode a ShareAcknowledgeResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'ShareAcknowledgeResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ShareAcknowledgeResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: ShareAcknowledgeResponse, out: list | None = None) -> list:
@@ -492,3 +503,25 @@ def encode_response(version: int, message: ShareAcknowledgeResponse, out: list |
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode ShareAcknowledgeResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_AcknowledgementBatch_v0 = _P(AcknowledgementBatch, (('first_offset', 3, 2, None, 0), ('last_offset', 3, 2, None, 0), ('acknowledge_types', 13, 2, (None, 0, 2, None, 0), 1)), (), (), True)
+    _n_AcknowledgePartition_v0 = _P(AcknowledgePartition, (('partition_index', 2, 2, None, 0), ('acknowledgement_batches', 13, 2, (None, 12, 0, _n_AcknowledgementBatch_v0, 0), 18)), (), (), True)
+    _n_AcknowledgeTopic_v0 = _P(AcknowledgeTopic, (('topic_id', 8, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_AcknowledgePartition_v0, 0), 6)), (), (), True)
+    _n_ShareAcknowledgeRequest_v0 = _P(ShareAcknowledgeRequest, (('group_id', 9, 3, None, 0), ('member_id', 9, 3, None, 0), ('share_session_epoch', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_AcknowledgeTopic_v0, 0), 18)), (), (), True)
+    REQUEST_DECODERS = (_n_ShareAcknowledgeRequest_v0,)
+    decode_request = _native.entry('ShareAcknowledgeRequest', REQUEST_DECODERS)
+    _n_LeaderIdAndEpoch_v0 = _P(LeaderIdAndEpoch, (('leader_id', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0)), (), (), True)
+    _n_PartitionData_v0 = _P(PartitionData, (('partition_index', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('current_leader', 12, 0, _n_LeaderIdAndEpoch_v0, 0)), (), (), True)
+    _n_ShareAcknowledgeTopicResponse_v0 = _P(ShareAcknowledgeTopicResponse, (('topic_id', 8, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_PartitionData_v0, 0), 17)), (), (), True)
+    _n_NodeEndpoint_v0 = _P(NodeEndpoint, (('node_id', 2, 2, None, 0), ('host', 9, 2, None, 0), ('port', 2, 2, None, 0), ('rack', 9, 3, None, 0)), (), (), True)
+    _n_ShareAcknowledgeResponse_v0 = _P(ShareAcknowledgeResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('responses', 13, 2, (None, 12, 0, _n_ShareAcknowledgeTopicResponse_v0, 0), 18), ('node_endpoints', 13, 2, (None, 12, 0, _n_NodeEndpoint_v0, 0), 11)), (), (), True)
+    RESPONSE_DECODERS = (_n_ShareAcknowledgeResponse_v0,)
+    decode_response = _native.entry('ShareAcknowledgeResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -79,20 +80,25 @@ def _e_ShareGroupDescribeRequest_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_ShareGroupDescribeRequest_v0,)
+PY_REQUEST_DECODERS = (_d_ShareGroupDescribeRequest_v0,)
 REQUEST_ENCODERS = (_e_ShareGroupDescribeRequest_v0,)
 REQUEST_VERSIONS = (0, 0)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[ShareGroupDescribeRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[ShareGroupDescribeRequest, int]:
     """Decode a ShareGroupDescribeRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'ShareGroupDescribeRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ShareGroupDescribeRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: ShareGroupDescribeRequest, out: list | None = None) -> list:
@@ -417,20 +423,25 @@ def _e_ShareGroupDescribeResponse_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_ShareGroupDescribeResponse_v0,)
+PY_RESPONSE_DECODERS = (_d_ShareGroupDescribeResponse_v0,)
 RESPONSE_ENCODERS = (_e_ShareGroupDescribeResponse_v0,)
 RESPONSE_VERSIONS = (0, 0)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[ShareGroupDescribeResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[ShareGroupDescribeResponse, int]:
     """Decode a ShareGroupDescribeResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'ShareGroupDescribeResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ShareGroupDescribeResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: ShareGroupDescribeResponse, out: list | None = None) -> list:
@@ -442,3 +453,22 @@ def encode_response(version: int, message: ShareGroupDescribeResponse, out: list
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode ShareGroupDescribeResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_ShareGroupDescribeRequest_v0 = _P(ShareGroupDescribeRequest, (('group_ids', 13, 2, (None, 9, 2, None, 0), 1), ('include_authorized_operations', 7, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_ShareGroupDescribeRequest_v0,)
+    decode_request = _native.entry('ShareGroupDescribeRequest', REQUEST_DECODERS)
+    _n_TopicPartitions_v0 = _P(TopicPartitions, (('topic_id', 8, 2, None, 0), ('topic_name', 9, 2, None, 0), ('partitions', 13, 2, (None, 2, 2, None, 0), 4)), (), (), True)
+    _n_Assignment_v0 = _P(Assignment, (('topic_partitions', 13, 2, (None, 12, 0, _n_TopicPartitions_v0, 0), 19),), (), (), True)
+    _n_Member_v0 = _P(Member, (('member_id', 9, 2, None, 0), ('rack_id', 9, 3, None, 0), ('member_epoch', 2, 2, None, 0), ('client_id', 9, 2, None, 0), ('client_host', 9, 2, None, 0), ('subscribed_topic_names', 13, 2, (None, 9, 2, None, 0), 1), ('assignment', 12, 0, _n_Assignment_v0, 0)), (), (), True)
+    _n_DescribedGroup_v0 = _P(DescribedGroup, (('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('group_id', 9, 2, None, 0), ('group_state', 9, 2, None, 0), ('group_epoch', 2, 2, None, 0), ('assignment_epoch', 2, 2, None, 0), ('assignor_name', 9, 2, None, 0), ('members', 13, 2, (None, 12, 0, _n_Member_v0, 0), 12), ('authorized_operations', 2, 2, None, 0)), (), (), True)
+    _n_ShareGroupDescribeResponse_v0 = _P(ShareGroupDescribeResponse, (('throttle_time_ms', 2, 2, None, 0), ('groups', 13, 2, (None, 12, 0, _n_DescribedGroup_v0, 0), 20)), (), (), True)
+    RESPONSE_DECODERS = (_n_ShareGroupDescribeResponse_v0,)
+    decode_response = _native.entry('ShareGroupDescribeResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -117,20 +118,25 @@ def _e_ShareGroupHeartbeatRequest_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_ShareGroupHeartbeatRequest_v0,)
+PY_REQUEST_DECODERS = (_d_ShareGroupHeartbeatRequest_v0,)
 REQUEST_ENCODERS = (_e_ShareGroupHeartbeatRequest_v0,)
 REQUEST_VERSIONS = (0, 0)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[ShareGroupHeartbeatRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[ShareGroupHeartbeatRequest, int]:
     """Decode a ShareGroupHeartbeatRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'ShareGroupHeartbeatRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ShareGroupHeartbeatRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: ShareGroupHeartbeatRequest, out: list | None = None) -> list:
@@ -276,20 +282,25 @@ def _e_ShareGroupHeartbeatResponse_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_ShareGroupHeartbeatResponse_v0,)
+PY_RESPONSE_DECODERS = (_d_ShareGroupHeartbeatResponse_v0,)
 RESPONSE_ENCODERS = (_e_ShareGroupHeartbeatResponse_v0,)
 RESPONSE_VERSIONS = (0, 0)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[ShareGroupHeartbeatResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[ShareGroupHeartbeatResponse, int]:
     """Decode a ShareGroupHeartbeatResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'ShareGroupHeartbeatResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed ShareGroupHeartbeatResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: ShareGroupHeartbeatResponse, out: list | None = None) -> list:
@@ -301,3 +312,20 @@ def encode_response(version: int, message: ShareGroupHeartbeatResponse, out: lis
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode ShareGroupHeartbeatResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_ShareGroupHeartbeatRequest_v0 = _P(ShareGroupHeartbeatRequest, (('group_id', 9, 2, None, 0), ('member_id', 9, 2, None, 0), ('member_epoch', 2, 2, None, 0), ('rack_id', 9, 3, None, 0), ('subscribed_topic_names', 13, 3, (None, 9, 2, None, 0), 1)), (), (), True)
+    REQUEST_DECODERS = (_n_ShareGroupHeartbeatRequest_v0,)
+    decode_request = _native.entry('ShareGroupHeartbeatRequest', REQUEST_DECODERS)
+    _n_TopicPartitions_v0 = _P(TopicPartitions, (('topic_id', 8, 2, None, 0), ('partitions', 13, 2, (None, 2, 2, None, 0), 4)), (), (), True)
+    _n_Assignment_v0 = _P(Assignment, (('topic_partitions', 13, 2, (None, 12, 0, _n_TopicPartitions_v0, 0), 18),), (), (), True)
+    _n_ShareGroupHeartbeatResponse_v0 = _P(ShareGroupHeartbeatResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('member_id', 9, 3, None, 0), ('member_epoch', 2, 2, None, 0), ('heartbeat_interval_ms', 2, 2, None, 0), ('assignment', 12, 1, _n_Assignment_v0, 0)), (), (), True)
+    RESPONSE_DECODERS = (_n_ShareGroupHeartbeatResponse_v0,)
+    decode_response = _native.entry('ShareGroupHeartbeatResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -52,20 +53,25 @@ def _e_SnapshotFooterRecord_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-DATA_DECODERS = (_d_SnapshotFooterRecord_v0,)
+PY_DATA_DECODERS = (_d_SnapshotFooterRecord_v0,)
 DATA_ENCODERS = (_e_SnapshotFooterRecord_v0,)
 DATA_VERSIONS = (0, 0)
 
 
-def decode_data(version: int, buf, pos: int = 0) -> tuple[SnapshotFooterRecord, int]:
+def py_decode_data(version: int, buf, pos: int = 0) -> tuple[SnapshotFooterRecord, int]:
     """Decode a SnapshotFooterRecord of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'SnapshotFooterRecord version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return DATA_DECODERS[version](b, pos, len(b))
+        return PY_DATA_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed SnapshotFooterRecord v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+DATA_DECODERS = PY_DATA_DECODERS
+decode_data = py_decode_data
 
 
 def encode_data(version: int, message: SnapshotFooterRecord, out: list | None = None) -> list:
@@ -77,3 +83,15 @@ def encode_data(version: int, message: SnapshotFooterRecord, out: list | None = 
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode SnapshotFooterRecord v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_SnapshotFooterRecord_v0 = _P(SnapshotFooterRecord, (('version', 1, 2, None, 0),), (), (), True)
+    DATA_DECODERS = (_n_SnapshotFooterRecord_v0,)
+    decode_data = _native.entry('SnapshotFooterRecord', DATA_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -368,20 +369,25 @@ def _e_StopReplicaRequest_v4(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_StopReplicaRequest_v0, _d_StopReplicaRequest_v1, _d_StopReplicaRequest_v2, _d_StopReplicaRequest_v3, _d_StopReplicaRequest_v4,)
+PY_REQUEST_DECODERS = (_d_StopReplicaRequest_v0, _d_StopReplicaRequest_v1, _d_StopReplicaRequest_v2, _d_StopReplicaRequest_v3, _d_StopReplicaRequest_v4,)
 REQUEST_ENCODERS = (_e_StopReplicaRequest_v0, _e_StopReplicaRequest_v1, _e_StopReplicaRequest_v2, _e_StopReplicaRequest_v3, _e_StopReplicaRequest_v4,)
 REQUEST_VERSIONS = (0, 4)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[StopReplicaRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[StopReplicaRequest, int]:
     """Decode a StopReplicaRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 4: raise DecodeError(f'StopReplicaRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed StopReplicaRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: StopReplicaRequest, out: list | None = None) -> list:
@@ -513,20 +519,25 @@ def _e_StopReplicaResponse_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_StopReplicaResponse_v0, _d_StopReplicaResponse_v0, _d_StopReplicaResponse_v2, _d_StopReplicaResponse_v2, _d_StopReplicaResponse_v2,)
+PY_RESPONSE_DECODERS = (_d_StopReplicaResponse_v0, _d_StopReplicaResponse_v0, _d_StopReplicaResponse_v2, _d_StopReplicaResponse_v2, _d_StopReplicaResponse_v2,)
 RESPONSE_ENCODERS = (_e_StopReplicaResponse_v0, _e_StopReplicaResponse_v0, _e_StopReplicaResponse_v2, _e_StopReplicaResponse_v2, _e_StopReplicaResponse_v2,)
 RESPONSE_VERSIONS = (0, 4)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[StopReplicaResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[StopReplicaResponse, int]:
     """Decode a StopReplicaResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 4: raise DecodeError(f'StopReplicaResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed StopReplicaResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: StopReplicaResponse, out: list | None = None) -> list:
@@ -538,3 +549,30 @@ def encode_response(version: int, message: StopReplicaResponse, out: list | None
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode StopReplicaResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_StopReplicaPartitionV0_v0 = _P(StopReplicaPartitionV0, (('topic_name', 9, 0, None, 0), ('partition_index', 2, 0, None, 0)), (), (), False)
+    _n_StopReplicaTopicV1_v1 = _P(StopReplicaTopicV1, (('name', 9, 0, None, 0), ('partition_indexes', 13, 0, (None, 2, 0, None, 0), 4)), (), (), False)
+    _n_StopReplicaTopicV1_v2 = _P(StopReplicaTopicV1, (('name', 9, 2, None, 0), ('partition_indexes', 13, 2, (None, 2, 2, None, 0), 4)), (), (), True)
+    _n_StopReplicaPartitionState_v3 = _P(StopReplicaPartitionState, (('partition_index', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0), ('delete_partition', 7, 2, None, 0)), (), (), True)
+    _n_StopReplicaTopicState_v3 = _P(StopReplicaTopicState, (('topic_name', 9, 2, None, 0), ('partition_states', 13, 2, (None, 12, 0, _n_StopReplicaPartitionState_v3, 0), 10)), (), (), True)
+    _n_StopReplicaRequest_v0 = _P(StopReplicaRequest, (('controller_id', 2, 0, None, 0), ('controller_epoch', 2, 0, None, 0), ('delete_partitions', 7, 0, None, 0), ('ungrouped_partitions', 13, 0, (None, 12, 0, _n_StopReplicaPartitionV0_v0, 0), 6)), (), (('is_k_raft_controller', False, 0), ('broker_epoch', -1, 0), ('topics', None, 1), ('topic_states', None, 1)), False)
+    _n_StopReplicaRequest_v1 = _P(StopReplicaRequest, (('controller_id', 2, 0, None, 0), ('controller_epoch', 2, 0, None, 0), ('broker_epoch', 3, 0, None, 0), ('delete_partitions', 7, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_StopReplicaTopicV1_v1, 0), 6)), (), (('is_k_raft_controller', False, 0), ('ungrouped_partitions', None, 1), ('topic_states', None, 1)), False)
+    _n_StopReplicaRequest_v2 = _P(StopReplicaRequest, (('controller_id', 2, 2, None, 0), ('controller_epoch', 2, 2, None, 0), ('broker_epoch', 3, 2, None, 0), ('delete_partitions', 7, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_StopReplicaTopicV1_v2, 0), 3)), (), (('is_k_raft_controller', False, 0), ('ungrouped_partitions', None, 1), ('topic_states', None, 1)), True)
+    _n_StopReplicaRequest_v3 = _P(StopReplicaRequest, (('controller_id', 2, 2, None, 0), ('controller_epoch', 2, 2, None, 0), ('broker_epoch', 3, 2, None, 0), ('topic_states', 13, 2, (None, 12, 0, _n_StopReplicaTopicState_v3, 0), 3)), (), (('is_k_raft_controller', False, 0), ('delete_partitions', False, 0), ('ungrouped_partitions', None, 1), ('topics', None, 1)), True)
+    _n_StopReplicaRequest_v4 = _P(StopReplicaRequest, (('controller_id', 2, 2, None, 0), ('is_k_raft_controller', 7, 2, None, 0), ('controller_epoch', 2, 2, None, 0), ('broker_epoch', 3, 2, None, 0), ('topic_states', 13, 2, (None, 12, 0, _n_StopReplicaTopicState_v3, 0), 3)), (), (('delete_partitions', False, 0), ('ungrouped_partitions', None, 1), ('topics', None, 1)), True)
+    REQUEST_DECODERS = (_n_StopReplicaRequest_v0, _n_StopReplicaRequest_v1, _n_StopReplicaRequest_v2, _n_StopReplicaRequest_v3, _n_StopReplicaRequest_v4,)
+    decode_request = _native.entry('StopReplicaRequest', REQUEST_DECODERS)
+    _n_StopReplicaPartitionError_v0 = _P(StopReplicaPartitionError, (('topic_name', 9, 0, None, 0), ('partition_index', 2, 0, None, 0), ('error_code', 1, 0, None, 0)), (), (), False)
+    _n_StopReplicaPartitionError_v2 = _P(StopReplicaPartitionError, (('topic_name', 9, 2, None, 0), ('partition_index', 2, 2, None, 0), ('error_code', 1, 2, None, 0)), (), (), True)
+    _n_StopReplicaResponse_v0 = _P(StopReplicaResponse, (('error_code', 1, 0, None, 0), ('partition_errors', 13, 0, (None, 12, 0, _n_StopReplicaPartitionError_v0, 0), 8)), (), (), False)
+    _n_StopReplicaResponse_v2 = _P(StopReplicaResponse, (('error_code', 1, 2, None, 0), ('partition_errors', 13, 2, (None, 12, 0, _n_StopReplicaPartitionError_v2, 0), 8)), (), (), True)
+    RESPONSE_DECODERS = (_n_StopReplicaResponse_v0, _n_StopReplicaResponse_v0, _n_StopReplicaResponse_v2, _n_StopReplicaResponse_v2, _n_StopReplicaResponse_v2,)
+    decode_response = _native.entry('StopReplicaResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -400,20 +401,25 @@ def _e_SyncGroupRequest_v5(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_SyncGroupRequest_v0, _d_SyncGroupRequest_v0, _d_SyncGroupRequest_v0, _d_SyncGroupRequest_v3, _d_SyncGroupRequest_v4, _d_SyncGroupRequest_v5,)
+PY_REQUEST_DECODERS = (_d_SyncGroupRequest_v0, _d_SyncGroupRequest_v0, _d_SyncGroupRequest_v0, _d_SyncGroupRequest_v3, _d_SyncGroupRequest_v4, _d_SyncGroupRequest_v5,)
 REQUEST_ENCODERS = (_e_SyncGroupRequest_v0, _e_SyncGroupRequest_v0, _e_SyncGroupRequest_v0, _e_SyncGroupRequest_v3, _e_SyncGroupRequest_v4, _e_SyncGroupRequest_v5,)
 REQUEST_VERSIONS = (0, 5)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[SyncGroupRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[SyncGroupRequest, int]:
     """Decode a SyncGroupRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 5: raise DecodeError(f'SyncGroupRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed SyncGroupRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: SyncGroupRequest, out: list | None = None) -> list:
@@ -538,20 +544,25 @@ def _e_SyncGroupResponse_v5(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_SyncGroupResponse_v0, _d_SyncGroupResponse_v1, _d_SyncGroupResponse_v1, _d_SyncGroupResponse_v1, _d_SyncGroupResponse_v4, _d_SyncGroupResponse_v5,)
+PY_RESPONSE_DECODERS = (_d_SyncGroupResponse_v0, _d_SyncGroupResponse_v1, _d_SyncGroupResponse_v1, _d_SyncGroupResponse_v1, _d_SyncGroupResponse_v4, _d_SyncGroupResponse_v5,)
 RESPONSE_ENCODERS = (_e_SyncGroupResponse_v0, _e_SyncGroupResponse_v1, _e_SyncGroupResponse_v1, _e_SyncGroupResponse_v1, _e_SyncGroupResponse_v4, _e_SyncGroupResponse_v5,)
 RESPONSE_VERSIONS = (0, 5)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[SyncGroupResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[SyncGroupResponse, int]:
     """Decode a SyncGroupResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 5: raise DecodeError(f'SyncGroupResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed SyncGroupResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: SyncGroupResponse, out: list | None = None) -> list:
@@ -563,3 +574,26 @@ def encode_response(version: int, message: SyncGroupResponse, out: list | None =
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode SyncGroupResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_SyncGroupRequestAssignment_v0 = _P(SyncGroupRequestAssignment, (('member_id', 9, 0, None, 0), ('assignment', 10, 0, None, 0)), (), (), False)
+    _n_SyncGroupRequestAssignment_v4 = _P(SyncGroupRequestAssignment, (('member_id', 9, 2, None, 0), ('assignment', 10, 2, None, 0)), (), (), True)
+    _n_SyncGroupRequest_v0 = _P(SyncGroupRequest, (('group_id', 9, 0, None, 0), ('generation_id', 2, 0, None, 0), ('member_id', 9, 0, None, 0), ('assignments', 13, 0, (None, 12, 0, _n_SyncGroupRequestAssignment_v0, 0), 6)), (), (('group_instance_id', None, 0), ('protocol_type', None, 0), ('protocol_name', None, 0)), False)
+    _n_SyncGroupRequest_v3 = _P(SyncGroupRequest, (('group_id', 9, 0, None, 0), ('generation_id', 2, 0, None, 0), ('member_id', 9, 0, None, 0), ('group_instance_id', 9, 1, None, 0), ('assignments', 13, 0, (None, 12, 0, _n_SyncGroupRequestAssignment_v0, 0), 6)), (), (('protocol_type', None, 0), ('protocol_name', None, 0)), False)
+    _n_SyncGroupRequest_v4 = _P(SyncGroupRequest, (('group_id', 9, 2, None, 0), ('generation_id', 2, 2, None, 0), ('member_id', 9, 2, None, 0), ('group_instance_id', 9, 3, None, 0), ('assignments', 13, 2, (None, 12, 0, _n_SyncGroupRequestAssignment_v4, 0), 3)), (), (('protocol_type', None, 0), ('protocol_name', None, 0)), True)
+    _n_SyncGroupRequest_v5 = _P(SyncGroupRequest, (('group_id', 9, 2, None, 0), ('generation_id', 2, 2, None, 0), ('member_id', 9, 2, None, 0), ('group_instance_id', 9, 3, None, 0), ('protocol_type', 9, 3, None, 0), ('protocol_name', 9, 3, None, 0), ('assignments', 13, 2, (None, 12, 0, _n_SyncGroupRequestAssignment_v4, 0), 3)), (), (), True)
+    REQUEST_DECODERS = (_n_SyncGroupRequest_v0, _n_SyncGroupRequest_v0, _n_SyncGroupRequest_v0, _n_SyncGroupRequest_v3, _n_SyncGroupRequest_v4, _n_SyncGroupRequest_v5,)
+    decode_request = _native.entry('SyncGroupRequest', REQUEST_DECODERS)
+    _n_SyncGroupResponse_v0 = _P(SyncGroupResponse, (('error_code', 1, 0, None, 0), ('assignment', 10, 0, None, 0)), (), (('throttle_time_ms', 0, 0), ('protocol_type', None, 0), ('protocol_name', None, 0)), False)
+    _n_SyncGroupResponse_v1 = _P(SyncGroupResponse, (('throttle_time_ms', 2, 0, None, 0), ('error_code', 1, 0, None, 0), ('assignment', 10, 0, None, 0)), (), (('protocol_type', None, 0), ('protocol_name', None, 0)), False)
+    _n_SyncGroupResponse_v4 = _P(SyncGroupResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('assignment', 10, 2, None, 0)), (), (('protocol_type', None, 0), ('protocol_name', None, 0)), True)
+    _n_SyncGroupResponse_v5 = _P(SyncGroupResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('protocol_type', 9, 3, None, 0), ('protocol_name', 9, 3, None, 0), ('assignment', 10, 2, None, 0)), (), (), True)
+    RESPONSE_DECODERS = (_n_SyncGroupResponse_v0, _n_SyncGroupResponse_v1, _n_SyncGroupResponse_v1, _n_SyncGroupResponse_v1, _n_SyncGroupResponse_v4, _n_SyncGroupResponse_v5,)
+    decode_response = _native.entry('SyncGroupResponse', RESPONSE_DECODERS)

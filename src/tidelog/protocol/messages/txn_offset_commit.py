@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -389,20 +390,25 @@ def _e_TxnOffsetCommitRequest_v3(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_TxnOffsetCommitRequest_v0, _d_TxnOffsetCommitRequest_v0, _d_TxnOffsetCommitRequest_v2, _d_TxnOffsetCommitRequest_v3, _d_TxnOffsetCommitRequest_v3,)
+PY_REQUEST_DECODERS = (_d_TxnOffsetCommitRequest_v0, _d_TxnOffsetCommitRequest_v0, _d_TxnOffsetCommitRequest_v2, _d_TxnOffsetCommitRequest_v3, _d_TxnOffsetCommitRequest_v3,)
 REQUEST_ENCODERS = (_e_TxnOffsetCommitRequest_v0, _e_TxnOffsetCommitRequest_v0, _e_TxnOffsetCommitRequest_v2, _e_TxnOffsetCommitRequest_v3, _e_TxnOffsetCommitRequest_v3,)
 REQUEST_VERSIONS = (0, 4)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[TxnOffsetCommitRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[TxnOffsetCommitRequest, int]:
     """Decode a TxnOffsetCommitRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 4: raise DecodeError(f'TxnOffsetCommitRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed TxnOffsetCommitRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: TxnOffsetCommitRequest, out: list | None = None) -> list:
@@ -572,20 +578,25 @@ def _e_TxnOffsetCommitResponse_v3(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_TxnOffsetCommitResponse_v0, _d_TxnOffsetCommitResponse_v0, _d_TxnOffsetCommitResponse_v0, _d_TxnOffsetCommitResponse_v3, _d_TxnOffsetCommitResponse_v3,)
+PY_RESPONSE_DECODERS = (_d_TxnOffsetCommitResponse_v0, _d_TxnOffsetCommitResponse_v0, _d_TxnOffsetCommitResponse_v0, _d_TxnOffsetCommitResponse_v3, _d_TxnOffsetCommitResponse_v3,)
 RESPONSE_ENCODERS = (_e_TxnOffsetCommitResponse_v0, _e_TxnOffsetCommitResponse_v0, _e_TxnOffsetCommitResponse_v0, _e_TxnOffsetCommitResponse_v3, _e_TxnOffsetCommitResponse_v3,)
 RESPONSE_VERSIONS = (0, 4)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[TxnOffsetCommitResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[TxnOffsetCommitResponse, int]:
     """Decode a TxnOffsetCommitResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 4: raise DecodeError(f'TxnOffsetCommitResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed TxnOffsetCommitResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: TxnOffsetCommitResponse, out: list | None = None) -> list:
@@ -597,3 +608,31 @@ def encode_response(version: int, message: TxnOffsetCommitResponse, out: list | 
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode TxnOffsetCommitResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_TxnOffsetCommitRequestPartition_v0 = _P(TxnOffsetCommitRequestPartition, (('partition_index', 2, 0, None, 0), ('committed_offset', 3, 0, None, 0), ('committed_metadata', 9, 1, None, 0)), (), (('committed_leader_epoch', -1, 0),), False)
+    _n_TxnOffsetCommitRequestPartition_v2 = _P(TxnOffsetCommitRequestPartition, (('partition_index', 2, 0, None, 0), ('committed_offset', 3, 0, None, 0), ('committed_leader_epoch', 2, 0, None, 0), ('committed_metadata', 9, 1, None, 0)), (), (), False)
+    _n_TxnOffsetCommitRequestPartition_v3 = _P(TxnOffsetCommitRequestPartition, (('partition_index', 2, 2, None, 0), ('committed_offset', 3, 2, None, 0), ('committed_leader_epoch', 2, 2, None, 0), ('committed_metadata', 9, 3, None, 0)), (), (), True)
+    _n_TxnOffsetCommitRequestTopic_v0 = _P(TxnOffsetCommitRequestTopic, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_TxnOffsetCommitRequestPartition_v0, 0), 14)), (), (), False)
+    _n_TxnOffsetCommitRequestTopic_v2 = _P(TxnOffsetCommitRequestTopic, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_TxnOffsetCommitRequestPartition_v2, 0), 18)), (), (), False)
+    _n_TxnOffsetCommitRequestTopic_v3 = _P(TxnOffsetCommitRequestTopic, (('name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_TxnOffsetCommitRequestPartition_v3, 0), 18)), (), (), True)
+    _n_TxnOffsetCommitRequest_v0 = _P(TxnOffsetCommitRequest, (('transactional_id', 9, 0, None, 0), ('group_id', 9, 0, None, 0), ('producer_id', 3, 0, None, 0), ('producer_epoch', 1, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_TxnOffsetCommitRequestTopic_v0, 0), 6)), (), (('generation_id', -1, 0), ('member_id', '', 0), ('group_instance_id', None, 0)), False)
+    _n_TxnOffsetCommitRequest_v2 = _P(TxnOffsetCommitRequest, (('transactional_id', 9, 0, None, 0), ('group_id', 9, 0, None, 0), ('producer_id', 3, 0, None, 0), ('producer_epoch', 1, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_TxnOffsetCommitRequestTopic_v2, 0), 6)), (), (('generation_id', -1, 0), ('member_id', '', 0), ('group_instance_id', None, 0)), False)
+    _n_TxnOffsetCommitRequest_v3 = _P(TxnOffsetCommitRequest, (('transactional_id', 9, 2, None, 0), ('group_id', 9, 2, None, 0), ('producer_id', 3, 2, None, 0), ('producer_epoch', 1, 2, None, 0), ('generation_id', 2, 2, None, 0), ('member_id', 9, 2, None, 0), ('group_instance_id', 9, 3, None, 0), ('topics', 13, 2, (None, 12, 0, _n_TxnOffsetCommitRequestTopic_v3, 0), 3)), (), (), True)
+    REQUEST_DECODERS = (_n_TxnOffsetCommitRequest_v0, _n_TxnOffsetCommitRequest_v0, _n_TxnOffsetCommitRequest_v2, _n_TxnOffsetCommitRequest_v3, _n_TxnOffsetCommitRequest_v3,)
+    decode_request = _native.entry('TxnOffsetCommitRequest', REQUEST_DECODERS)
+    _n_TxnOffsetCommitResponsePartition_v0 = _P(TxnOffsetCommitResponsePartition, (('partition_index', 2, 0, None, 0), ('error_code', 1, 0, None, 0)), (), (), False)
+    _n_TxnOffsetCommitResponsePartition_v3 = _P(TxnOffsetCommitResponsePartition, (('partition_index', 2, 2, None, 0), ('error_code', 1, 2, None, 0)), (), (), True)
+    _n_TxnOffsetCommitResponseTopic_v0 = _P(TxnOffsetCommitResponseTopic, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_TxnOffsetCommitResponsePartition_v0, 0), 6)), (), (), False)
+    _n_TxnOffsetCommitResponseTopic_v3 = _P(TxnOffsetCommitResponseTopic, (('name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_TxnOffsetCommitResponsePartition_v3, 0), 7)), (), (), True)
+    _n_TxnOffsetCommitResponse_v0 = _P(TxnOffsetCommitResponse, (('throttle_time_ms', 2, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_TxnOffsetCommitResponseTopic_v0, 0), 6)), (), (), False)
+    _n_TxnOffsetCommitResponse_v3 = _P(TxnOffsetCommitResponse, (('throttle_time_ms', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_TxnOffsetCommitResponseTopic_v3, 0), 3)), (), (), True)
+    RESPONSE_DECODERS = (_n_TxnOffsetCommitResponse_v0, _n_TxnOffsetCommitResponse_v0, _n_TxnOffsetCommitResponse_v0, _n_TxnOffsetCommitResponse_v3, _n_TxnOffsetCommitResponse_v3,)
+    decode_response = _native.entry('TxnOffsetCommitResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -186,20 +187,25 @@ def _e_UpdateFeaturesRequest_v1(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_UpdateFeaturesRequest_v0, _d_UpdateFeaturesRequest_v1, _d_UpdateFeaturesRequest_v1,)
+PY_REQUEST_DECODERS = (_d_UpdateFeaturesRequest_v0, _d_UpdateFeaturesRequest_v1, _d_UpdateFeaturesRequest_v1,)
 REQUEST_ENCODERS = (_e_UpdateFeaturesRequest_v0, _e_UpdateFeaturesRequest_v1, _e_UpdateFeaturesRequest_v1,)
 REQUEST_VERSIONS = (0, 2)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[UpdateFeaturesRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[UpdateFeaturesRequest, int]:
     """Decode a UpdateFeaturesRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 2: raise DecodeError(f'UpdateFeaturesRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed UpdateFeaturesRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: UpdateFeaturesRequest, out: list | None = None) -> list:
@@ -349,20 +355,25 @@ def _e_UpdateFeaturesResponse_v2(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_UpdateFeaturesResponse_v0, _d_UpdateFeaturesResponse_v0, _d_UpdateFeaturesResponse_v2,)
+PY_RESPONSE_DECODERS = (_d_UpdateFeaturesResponse_v0, _d_UpdateFeaturesResponse_v0, _d_UpdateFeaturesResponse_v2,)
 RESPONSE_ENCODERS = (_e_UpdateFeaturesResponse_v0, _e_UpdateFeaturesResponse_v0, _e_UpdateFeaturesResponse_v2,)
 RESPONSE_VERSIONS = (0, 2)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[UpdateFeaturesResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[UpdateFeaturesResponse, int]:
     """Decode a UpdateFeaturesResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 2: raise DecodeError(f'UpdateFeaturesResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed UpdateFeaturesResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: UpdateFeaturesResponse, out: list | None = None) -> list:
@@ -374,3 +385,23 @@ def encode_response(version: int, message: UpdateFeaturesResponse, out: list | N
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode UpdateFeaturesResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_FeatureUpdateKey_v0 = _P(FeatureUpdateKey, (('feature', 9, 2, None, 0), ('max_version_level', 1, 2, None, 0), ('allow_downgrade', 7, 2, None, 0)), (), (('upgrade_type', 1, 0),), True)
+    _n_FeatureUpdateKey_v1 = _P(FeatureUpdateKey, (('feature', 9, 2, None, 0), ('max_version_level', 1, 2, None, 0), ('upgrade_type', 0, 2, None, 0)), (), (('allow_downgrade', False, 0),), True)
+    _n_UpdateFeaturesRequest_v0 = _P(UpdateFeaturesRequest, (('timeout_ms', 2, 2, None, 0), ('feature_updates', 13, 2, (None, 12, 0, _n_FeatureUpdateKey_v0, 0), 5)), (), (('validate_only', False, 0),), True)
+    _n_UpdateFeaturesRequest_v1 = _P(UpdateFeaturesRequest, (('timeout_ms', 2, 2, None, 0), ('feature_updates', 13, 2, (None, 12, 0, _n_FeatureUpdateKey_v1, 0), 5), ('validate_only', 7, 2, None, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_UpdateFeaturesRequest_v0, _n_UpdateFeaturesRequest_v1, _n_UpdateFeaturesRequest_v1,)
+    decode_request = _native.entry('UpdateFeaturesRequest', REQUEST_DECODERS)
+    _n_UpdatableFeatureResult_v0 = _P(UpdatableFeatureResult, (('feature', 9, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0)), (), (), True)
+    _n_UpdateFeaturesResponse_v0 = _P(UpdateFeaturesResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0), ('results', 13, 2, (None, 12, 0, _n_UpdatableFeatureResult_v0, 0), 5)), (), (), True)
+    _n_UpdateFeaturesResponse_v2 = _P(UpdateFeaturesResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('error_message', 9, 3, None, 0)), (), (('results', None, 1),), True)
+    RESPONSE_DECODERS = (_n_UpdateFeaturesResponse_v0, _n_UpdateFeaturesResponse_v0, _n_UpdateFeaturesResponse_v2,)
+    decode_response = _native.entry('UpdateFeaturesResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -1129,20 +1130,25 @@ def _e_UpdateMetadataRequest_v8(o, ap):
     if _tg: _wtags(ap, _tg)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_UpdateMetadataRequest_v0, _d_UpdateMetadataRequest_v1, _d_UpdateMetadataRequest_v2, _d_UpdateMetadataRequest_v3, _d_UpdateMetadataRequest_v4, _d_UpdateMetadataRequest_v5, _d_UpdateMetadataRequest_v6, _d_UpdateMetadataRequest_v7, _d_UpdateMetadataRequest_v8,)
+PY_REQUEST_DECODERS = (_d_UpdateMetadataRequest_v0, _d_UpdateMetadataRequest_v1, _d_UpdateMetadataRequest_v2, _d_UpdateMetadataRequest_v3, _d_UpdateMetadataRequest_v4, _d_UpdateMetadataRequest_v5, _d_UpdateMetadataRequest_v6, _d_UpdateMetadataRequest_v7, _d_UpdateMetadataRequest_v8,)
 REQUEST_ENCODERS = (_e_UpdateMetadataRequest_v0, _e_UpdateMetadataRequest_v1, _e_UpdateMetadataRequest_v2, _e_UpdateMetadataRequest_v3, _e_UpdateMetadataRequest_v4, _e_UpdateMetadataRequest_v5, _e_UpdateMetadataRequest_v6, _e_UpdateMetadataRequest_v7, _e_UpdateMetadataRequest_v8,)
 REQUEST_VERSIONS = (0, 8)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[UpdateMetadataRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[UpdateMetadataRequest, int]:
     """Decode a UpdateMetadataRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 8: raise DecodeError(f'UpdateMetadataRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed UpdateMetadataRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: UpdateMetadataRequest, out: list | None = None) -> list:
@@ -1183,20 +1189,25 @@ def _e_UpdateMetadataResponse_v6(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_UpdateMetadataResponse_v0, _d_UpdateMetadataResponse_v0, _d_UpdateMetadataResponse_v0, _d_UpdateMetadataResponse_v0, _d_UpdateMetadataResponse_v0, _d_UpdateMetadataResponse_v0, _d_UpdateMetadataResponse_v6, _d_UpdateMetadataResponse_v6, _d_UpdateMetadataResponse_v6,)
+PY_RESPONSE_DECODERS = (_d_UpdateMetadataResponse_v0, _d_UpdateMetadataResponse_v0, _d_UpdateMetadataResponse_v0, _d_UpdateMetadataResponse_v0, _d_UpdateMetadataResponse_v0, _d_UpdateMetadataResponse_v0, _d_UpdateMetadataResponse_v6, _d_UpdateMetadataResponse_v6, _d_UpdateMetadataResponse_v6,)
 RESPONSE_ENCODERS = (_e_UpdateMetadataResponse_v0, _e_UpdateMetadataResponse_v0, _e_UpdateMetadataResponse_v0, _e_UpdateMetadataResponse_v0, _e_UpdateMetadataResponse_v0, _e_UpdateMetadataResponse_v0, _e_UpdateMetadataResponse_v6, _e_UpdateMetadataResponse_v6, _e_UpdateMetadataResponse_v6,)
 RESPONSE_VERSIONS = (0, 8)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[UpdateMetadataResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[UpdateMetadataResponse, int]:
     """Decode a UpdateMetadataResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 8: raise DecodeError(f'UpdateMetadataResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed UpdateMetadataResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: UpdateMetadataResponse, out: list | None = None) -> list:
@@ -1208,3 +1219,42 @@ def encode_response(version: int, message: UpdateMetadataResponse, out: list | N
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode UpdateMetadataResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_UpdateMetadataPartitionState_v0 = _P(UpdateMetadataPartitionState, (('topic_name', 9, 0, None, 0), ('partition_index', 2, 0, None, 0), ('controller_epoch', 2, 0, None, 0), ('leader', 2, 0, None, 0), ('leader_epoch', 2, 0, None, 0), ('isr', 13, 0, (None, 2, 0, None, 0), 4), ('zk_version', 2, 0, None, 0), ('replicas', 13, 0, (None, 2, 0, None, 0), 4)), (), (('offline_replicas', None, 1),), False)
+    _n_UpdateMetadataPartitionState_v4 = _P(UpdateMetadataPartitionState, (('topic_name', 9, 0, None, 0), ('partition_index', 2, 0, None, 0), ('controller_epoch', 2, 0, None, 0), ('leader', 2, 0, None, 0), ('leader_epoch', 2, 0, None, 0), ('isr', 13, 0, (None, 2, 0, None, 0), 4), ('zk_version', 2, 0, None, 0), ('replicas', 13, 0, (None, 2, 0, None, 0), 4), ('offline_replicas', 13, 0, (None, 2, 0, None, 0), 4)), (), (), False)
+    _n_UpdateMetadataPartitionState_v5 = _P(UpdateMetadataPartitionState, (('partition_index', 2, 0, None, 0), ('controller_epoch', 2, 0, None, 0), ('leader', 2, 0, None, 0), ('leader_epoch', 2, 0, None, 0), ('isr', 13, 0, (None, 2, 0, None, 0), 4), ('zk_version', 2, 0, None, 0), ('replicas', 13, 0, (None, 2, 0, None, 0), 4), ('offline_replicas', 13, 0, (None, 2, 0, None, 0), 4)), (), (('topic_name', '', 0),), False)
+    _n_UpdateMetadataPartitionState_v6 = _P(UpdateMetadataPartitionState, (('partition_index', 2, 2, None, 0), ('controller_epoch', 2, 2, None, 0), ('leader', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0), ('isr', 13, 2, (None, 2, 2, None, 0), 4), ('zk_version', 2, 2, None, 0), ('replicas', 13, 2, (None, 2, 2, None, 0), 4), ('offline_replicas', 13, 2, (None, 2, 2, None, 0), 4)), (), (('topic_name', '', 0),), True)
+    _n_UpdateMetadataTopicState_v5 = _P(UpdateMetadataTopicState, (('topic_name', 9, 0, None, 0), ('partition_states', 13, 0, (None, 12, 0, _n_UpdateMetadataPartitionState_v5, 0), 32)), (), (('topic_id', ZERO_UUID, 0),), False)
+    _n_UpdateMetadataTopicState_v6 = _P(UpdateMetadataTopicState, (('topic_name', 9, 2, None, 0), ('partition_states', 13, 2, (None, 12, 0, _n_UpdateMetadataPartitionState_v6, 0), 24)), (), (('topic_id', ZERO_UUID, 0),), True)
+    _n_UpdateMetadataTopicState_v7 = _P(UpdateMetadataTopicState, (('topic_name', 9, 2, None, 0), ('topic_id', 8, 2, None, 0), ('partition_states', 13, 2, (None, 12, 0, _n_UpdateMetadataPartitionState_v6, 0), 24)), (), (), True)
+    _n_UpdateMetadataEndpoint_v1 = _P(UpdateMetadataEndpoint, (('port', 2, 0, None, 0), ('host', 9, 0, None, 0), ('security_protocol', 1, 0, None, 0)), (), (('listener', '', 0),), False)
+    _n_UpdateMetadataEndpoint_v3 = _P(UpdateMetadataEndpoint, (('port', 2, 0, None, 0), ('host', 9, 0, None, 0), ('listener', 9, 0, None, 0), ('security_protocol', 1, 0, None, 0)), (), (), False)
+    _n_UpdateMetadataEndpoint_v6 = _P(UpdateMetadataEndpoint, (('port', 2, 2, None, 0), ('host', 9, 2, None, 0), ('listener', 9, 2, None, 0), ('security_protocol', 1, 2, None, 0)), (), (), True)
+    _n_UpdateMetadataBroker_v0 = _P(UpdateMetadataBroker, (('id', 2, 0, None, 0), ('v0_host', 9, 0, None, 0), ('v0_port', 2, 0, None, 0)), (), (('endpoints', None, 1), ('rack', '', 0)), False)
+    _n_UpdateMetadataBroker_v1 = _P(UpdateMetadataBroker, (('id', 2, 0, None, 0), ('endpoints', 13, 0, (None, 12, 0, _n_UpdateMetadataEndpoint_v1, 0), 8)), (), (('v0_host', '', 0), ('v0_port', 0, 0), ('rack', '', 0)), False)
+    _n_UpdateMetadataBroker_v2 = _P(UpdateMetadataBroker, (('id', 2, 0, None, 0), ('endpoints', 13, 0, (None, 12, 0, _n_UpdateMetadataEndpoint_v1, 0), 8), ('rack', 9, 1, None, 0)), (), (('v0_host', '', 0), ('v0_port', 0, 0)), False)
+    _n_UpdateMetadataBroker_v3 = _P(UpdateMetadataBroker, (('id', 2, 0, None, 0), ('endpoints', 13, 0, (None, 12, 0, _n_UpdateMetadataEndpoint_v3, 0), 10), ('rack', 9, 1, None, 0)), (), (('v0_host', '', 0), ('v0_port', 0, 0)), False)
+    _n_UpdateMetadataBroker_v6 = _P(UpdateMetadataBroker, (('id', 2, 2, None, 0), ('endpoints', 13, 2, (None, 12, 0, _n_UpdateMetadataEndpoint_v6, 0), 9), ('rack', 9, 3, None, 0)), (), (('v0_host', '', 0), ('v0_port', 0, 0)), True)
+    _n_UpdateMetadataRequest_v0 = _P(UpdateMetadataRequest, (('controller_id', 2, 0, None, 0), ('controller_epoch', 2, 0, None, 0), ('ungrouped_partition_states', 13, 0, (None, 12, 0, _n_UpdateMetadataPartitionState_v0, 0), 30), ('live_brokers', 13, 0, (None, 12, 0, _n_UpdateMetadataBroker_v0, 0), 10)), (), (('is_k_raft_controller', False, 0), ('type', 0, 0), ('broker_epoch', -1, 0), ('topic_states', None, 1)), False)
+    _n_UpdateMetadataRequest_v1 = _P(UpdateMetadataRequest, (('controller_id', 2, 0, None, 0), ('controller_epoch', 2, 0, None, 0), ('ungrouped_partition_states', 13, 0, (None, 12, 0, _n_UpdateMetadataPartitionState_v0, 0), 30), ('live_brokers', 13, 0, (None, 12, 0, _n_UpdateMetadataBroker_v1, 0), 8)), (), (('is_k_raft_controller', False, 0), ('type', 0, 0), ('broker_epoch', -1, 0), ('topic_states', None, 1)), False)
+    _n_UpdateMetadataRequest_v2 = _P(UpdateMetadataRequest, (('controller_id', 2, 0, None, 0), ('controller_epoch', 2, 0, None, 0), ('ungrouped_partition_states', 13, 0, (None, 12, 0, _n_UpdateMetadataPartitionState_v0, 0), 30), ('live_brokers', 13, 0, (None, 12, 0, _n_UpdateMetadataBroker_v2, 0), 10)), (), (('is_k_raft_controller', False, 0), ('type', 0, 0), ('broker_epoch', -1, 0), ('topic_states', None, 1)), False)
+    _n_UpdateMetadataRequest_v3 = _P(UpdateMetadataRequest, (('controller_id', 2, 0, None, 0), ('controller_epoch', 2, 0, None, 0), ('ungrouped_partition_states', 13, 0, (None, 12, 0, _n_UpdateMetadataPartitionState_v0, 0), 30), ('live_brokers', 13, 0, (None, 12, 0, _n_UpdateMetadataBroker_v3, 0), 10)), (), (('is_k_raft_controller', False, 0), ('type', 0, 0), ('broker_epoch', -1, 0), ('topic_states', None, 1)), False)
+    _n_UpdateMetadataRequest_v4 = _P(UpdateMetadataRequest, (('controller_id', 2, 0, None, 0), ('controller_epoch', 2, 0, None, 0), ('ungrouped_partition_states', 13, 0, (None, 12, 0, _n_UpdateMetadataPartitionState_v4, 0), 34), ('live_brokers', 13, 0, (None, 12, 0, _n_UpdateMetadataBroker_v3, 0), 10)), (), (('is_k_raft_controller', False, 0), ('type', 0, 0), ('broker_epoch', -1, 0), ('topic_states', None, 1)), False)
+    _n_UpdateMetadataRequest_v5 = _P(UpdateMetadataRequest, (('controller_id', 2, 0, None, 0), ('controller_epoch', 2, 0, None, 0), ('broker_epoch', 3, 0, None, 0), ('topic_states', 13, 0, (None, 12, 0, _n_UpdateMetadataTopicState_v5, 0), 6), ('live_brokers', 13, 0, (None, 12, 0, _n_UpdateMetadataBroker_v3, 0), 10)), (), (('is_k_raft_controller', False, 0), ('type', 0, 0), ('ungrouped_partition_states', None, 1)), False)
+    _n_UpdateMetadataRequest_v6 = _P(UpdateMetadataRequest, (('controller_id', 2, 2, None, 0), ('controller_epoch', 2, 2, None, 0), ('broker_epoch', 3, 2, None, 0), ('topic_states', 13, 2, (None, 12, 0, _n_UpdateMetadataTopicState_v6, 0), 3), ('live_brokers', 13, 2, (None, 12, 0, _n_UpdateMetadataBroker_v6, 0), 7)), (), (('is_k_raft_controller', False, 0), ('type', 0, 0), ('ungrouped_partition_states', None, 1)), True)
+    _n_UpdateMetadataRequest_v7 = _P(UpdateMetadataRequest, (('controller_id', 2, 2, None, 0), ('controller_epoch', 2, 2, None, 0), ('broker_epoch', 3, 2, None, 0), ('topic_states', 13, 2, (None, 12, 0, _n_UpdateMetadataTopicState_v7, 0), 19), ('live_brokers', 13, 2, (None, 12, 0, _n_UpdateMetadataBroker_v6, 0), 7)), (), (('is_k_raft_controller', False, 0), ('type', 0, 0), ('ungrouped_partition_states', None, 1)), True)
+    _n_UpdateMetadataRequest_v8 = _P(UpdateMetadataRequest, (('controller_id', 2, 2, None, 0), ('is_k_raft_controller', 7, 2, None, 0), ('controller_epoch', 2, 2, None, 0), ('broker_epoch', 3, 2, None, 0), ('topic_states', 13, 2, (None, 12, 0, _n_UpdateMetadataTopicState_v7, 0), 19), ('live_brokers', 13, 2, (None, 12, 0, _n_UpdateMetadataBroker_v6, 0), 7)), ((0, ('type', 0, 2, None, 0)),), (('type', 0, 0), ('ungrouped_partition_states', None, 1)), True)
+    REQUEST_DECODERS = (_n_UpdateMetadataRequest_v0, _n_UpdateMetadataRequest_v1, _n_UpdateMetadataRequest_v2, _n_UpdateMetadataRequest_v3, _n_UpdateMetadataRequest_v4, _n_UpdateMetadataRequest_v5, _n_UpdateMetadataRequest_v6, _n_UpdateMetadataRequest_v7, _n_UpdateMetadataRequest_v8,)
+    decode_request = _native.entry('UpdateMetadataRequest', REQUEST_DECODERS)
+    _n_UpdateMetadataResponse_v0 = _P(UpdateMetadataResponse, (('error_code', 1, 0, None, 0),), (), (), False)
+    _n_UpdateMetadataResponse_v6 = _P(UpdateMetadataResponse, (('error_code', 1, 2, None, 0),), (), (), True)
+    RESPONSE_DECODERS = (_n_UpdateMetadataResponse_v0, _n_UpdateMetadataResponse_v0, _n_UpdateMetadataResponse_v0, _n_UpdateMetadataResponse_v0, _n_UpdateMetadataResponse_v0, _n_UpdateMetadataResponse_v0, _n_UpdateMetadataResponse_v6, _n_UpdateMetadataResponse_v6, _n_UpdateMetadataResponse_v6,)
+    decode_response = _native.entry('UpdateMetadataResponse', RESPONSE_DECODERS)

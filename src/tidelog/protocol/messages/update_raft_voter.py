@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -177,20 +178,25 @@ def _e_UpdateRaftVoterRequest_v0(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_UpdateRaftVoterRequest_v0,)
+PY_REQUEST_DECODERS = (_d_UpdateRaftVoterRequest_v0,)
 REQUEST_ENCODERS = (_e_UpdateRaftVoterRequest_v0,)
 REQUEST_VERSIONS = (0, 0)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[UpdateRaftVoterRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[UpdateRaftVoterRequest, int]:
     """Decode a UpdateRaftVoterRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'UpdateRaftVoterRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed UpdateRaftVoterRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: UpdateRaftVoterRequest, out: list | None = None) -> list:
@@ -293,20 +299,25 @@ def _e_UpdateRaftVoterResponse_v0(o, ap):
     if _tg: _wtags(ap, _tg)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_UpdateRaftVoterResponse_v0,)
+PY_RESPONSE_DECODERS = (_d_UpdateRaftVoterResponse_v0,)
 RESPONSE_ENCODERS = (_e_UpdateRaftVoterResponse_v0,)
 RESPONSE_VERSIONS = (0, 0)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[UpdateRaftVoterResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[UpdateRaftVoterResponse, int]:
     """Decode a UpdateRaftVoterResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 0: raise DecodeError(f'UpdateRaftVoterResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed UpdateRaftVoterResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: UpdateRaftVoterResponse, out: list | None = None) -> list:
@@ -321,3 +332,19 @@ def encode_response(version: int, message: UpdateRaftVoterResponse, out: list | 
 
 
 _DEF_CurrentLeader = CurrentLeader()
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_Listener_v0 = _P(Listener, (('name', 9, 2, None, 0), ('host', 9, 2, None, 0), ('port', 4, 2, None, 0)), (), (), True)
+    _n_KRaftVersionFeature_v0 = _P(KRaftVersionFeature, (('min_supported_version', 1, 2, None, 0), ('max_supported_version', 1, 2, None, 0)), (), (), True)
+    _n_UpdateRaftVoterRequest_v0 = _P(UpdateRaftVoterRequest, (('cluster_id', 9, 3, None, 0), ('current_leader_epoch', 2, 2, None, 0), ('voter_id', 2, 2, None, 0), ('voter_directory_id', 8, 2, None, 0), ('listeners', 13, 2, (None, 12, 0, _n_Listener_v0, 0), 5), ('k_raft_version_feature', 12, 0, _n_KRaftVersionFeature_v0, 0)), (), (), True)
+    REQUEST_DECODERS = (_n_UpdateRaftVoterRequest_v0,)
+    decode_request = _native.entry('UpdateRaftVoterRequest', REQUEST_DECODERS)
+    _n_CurrentLeader_v0 = _P(CurrentLeader, (('leader_id', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0), ('host', 9, 2, None, 0), ('port', 2, 2, None, 0)), (), (), True)
+    _n_UpdateRaftVoterResponse_v0 = _P(UpdateRaftVoterResponse, (('throttle_time_ms', 2, 2, None, 0), ('error_code', 1, 2, None, 0)), ((0, ('current_leader', 12, 0, _n_CurrentLeader_v0, 0)),), (('current_leader', None, 0),), True)
+    RESPONSE_DECODERS = (_n_UpdateRaftVoterResponse_v0,)
+    decode_response = _native.entry('UpdateRaftVoterResponse', RESPONSE_DECODERS)

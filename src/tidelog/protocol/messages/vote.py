@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -258,20 +259,25 @@ def _e_VoteRequest_v1(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_VoteRequest_v0, _d_VoteRequest_v1,)
+PY_REQUEST_DECODERS = (_d_VoteRequest_v0, _d_VoteRequest_v1,)
 REQUEST_ENCODERS = (_e_VoteRequest_v0, _e_VoteRequest_v1,)
 REQUEST_VERSIONS = (0, 1)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[VoteRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[VoteRequest, int]:
     """Decode a VoteRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'VoteRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed VoteRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: VoteRequest, out: list | None = None) -> list:
@@ -510,20 +516,25 @@ def _e_VoteResponse_v1(o, ap):
     if _tg: _wtags(ap, _tg)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_VoteResponse_v0, _d_VoteResponse_v1,)
+PY_RESPONSE_DECODERS = (_d_VoteResponse_v0, _d_VoteResponse_v1,)
 RESPONSE_ENCODERS = (_e_VoteResponse_v0, _e_VoteResponse_v1,)
 RESPONSE_VERSIONS = (0, 1)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[VoteResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[VoteResponse, int]:
     """Decode a VoteResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'VoteResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed VoteResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: VoteResponse, out: list | None = None) -> list:
@@ -538,3 +549,25 @@ def encode_response(version: int, message: VoteResponse, out: list | None = None
 
 
 _DEF_NodeEndpoint = NodeEndpoint()
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_PartitionData_v0 = _P(PartitionData, (('partition_index', 2, 2, None, 0), ('candidate_epoch', 2, 2, None, 0), ('candidate_id', 2, 2, None, 0), ('last_offset_epoch', 2, 2, None, 0), ('last_offset', 3, 2, None, 0)), (), (('candidate_directory_id', ZERO_UUID, 0), ('voter_directory_id', ZERO_UUID, 0)), True)
+    _n_PartitionData_v1 = _P(PartitionData, (('partition_index', 2, 2, None, 0), ('candidate_epoch', 2, 2, None, 0), ('candidate_id', 2, 2, None, 0), ('candidate_directory_id', 8, 2, None, 0), ('voter_directory_id', 8, 2, None, 0), ('last_offset_epoch', 2, 2, None, 0), ('last_offset', 3, 2, None, 0)), (), (), True)
+    _n_TopicData_v0 = _P(TopicData, (('topic_name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_PartitionData_v0, 0), 25)), (), (), True)
+    _n_TopicData_v1 = _P(TopicData, (('topic_name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_PartitionData_v1, 0), 57)), (), (), True)
+    _n_VoteRequest_v0 = _P(VoteRequest, (('cluster_id', 9, 3, None, 0), ('topics', 13, 2, (None, 12, 0, _n_TopicData_v0, 0), 3)), (), (('voter_id', -1, 0),), True)
+    _n_VoteRequest_v1 = _P(VoteRequest, (('cluster_id', 9, 3, None, 0), ('voter_id', 2, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_TopicData_v1, 0), 3)), (), (), True)
+    REQUEST_DECODERS = (_n_VoteRequest_v0, _n_VoteRequest_v1,)
+    decode_request = _native.entry('VoteRequest', REQUEST_DECODERS)
+    _n_VoteResponsePartitionData_v0 = _P(VoteResponsePartitionData, (('partition_index', 2, 2, None, 0), ('error_code', 1, 2, None, 0), ('leader_id', 2, 2, None, 0), ('leader_epoch', 2, 2, None, 0), ('vote_granted', 7, 2, None, 0)), (), (), True)
+    _n_VoteResponseTopicData_v0 = _P(VoteResponseTopicData, (('topic_name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_VoteResponsePartitionData_v0, 0), 16)), (), (), True)
+    _n_NodeEndpoint_v1 = _P(NodeEndpoint, (('node_id', 2, 2, None, 0), ('host', 9, 2, None, 0), ('port', 4, 2, None, 0)), (), (), True)
+    _n_VoteResponse_v0 = _P(VoteResponse, (('error_code', 1, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_VoteResponseTopicData_v0, 0), 3)), (), (('node_endpoints', None, 1),), True)
+    _n_VoteResponse_v1 = _P(VoteResponse, (('error_code', 1, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_VoteResponseTopicData_v0, 0), 3)), ((0, ('node_endpoints', 13, 2, (None, 12, 0, _n_NodeEndpoint_v1, 0), 8)),), (('node_endpoints', None, 1),), True)
+    RESPONSE_DECODERS = (_n_VoteResponse_v0, _n_VoteResponse_v1,)
+    decode_response = _native.entry('VoteResponse', RESPONSE_DECODERS)

@@ -10,6 +10,7 @@ from typing import ClassVar
 from uuid import UUID
 
 from tidelog.protocol.errors import DecodeError, EncodeError
+from tidelog.protocol.messages._native import native as _native
 from tidelog.protocol.primitives import (
     ZERO_UUID,
     read_compact_bytes as _rc_bytes,
@@ -245,20 +246,25 @@ def _e_WriteTxnMarkersRequest_v1(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-REQUEST_DECODERS = (_d_WriteTxnMarkersRequest_v0, _d_WriteTxnMarkersRequest_v1,)
+PY_REQUEST_DECODERS = (_d_WriteTxnMarkersRequest_v0, _d_WriteTxnMarkersRequest_v1,)
 REQUEST_ENCODERS = (_e_WriteTxnMarkersRequest_v0, _e_WriteTxnMarkersRequest_v1,)
 REQUEST_VERSIONS = (0, 1)
 
 
-def decode_request(version: int, buf, pos: int = 0) -> tuple[WriteTxnMarkersRequest, int]:
+def py_decode_request(version: int, buf, pos: int = 0) -> tuple[WriteTxnMarkersRequest, int]:
     """Decode a WriteTxnMarkersRequest of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'WriteTxnMarkersRequest version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return REQUEST_DECODERS[version](b, pos, len(b))
+        return PY_REQUEST_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed WriteTxnMarkersRequest v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+REQUEST_DECODERS = PY_REQUEST_DECODERS
+decode_request = py_decode_request
 
 
 def encode_request(version: int, message: WriteTxnMarkersRequest, out: list | None = None) -> list:
@@ -478,20 +484,25 @@ def _e_WriteTxnMarkersResponse_v1(o, ap):
     if _u: _wtags(ap, _u)
     else: ap(b'\x00')
 
-RESPONSE_DECODERS = (_d_WriteTxnMarkersResponse_v0, _d_WriteTxnMarkersResponse_v1,)
+PY_RESPONSE_DECODERS = (_d_WriteTxnMarkersResponse_v0, _d_WriteTxnMarkersResponse_v1,)
 RESPONSE_ENCODERS = (_e_WriteTxnMarkersResponse_v0, _e_WriteTxnMarkersResponse_v1,)
 RESPONSE_VERSIONS = (0, 1)
 
 
-def decode_response(version: int, buf, pos: int = 0) -> tuple[WriteTxnMarkersResponse, int]:
+def py_decode_response(version: int, buf, pos: int = 0) -> tuple[WriteTxnMarkersResponse, int]:
     """Decode a WriteTxnMarkersResponse of ``version`` at ``buf[pos:]``; return it and the end offset."""
     if not 0 <= version <= 1: raise DecodeError(f'WriteTxnMarkersResponse version {version} is not defined')
     b = buf if type(buf) is memoryview and buf.format == 'B' else memoryview(buf).cast('B')
     try:
-        return RESPONSE_DECODERS[version](b, pos, len(b))
+        return PY_RESPONSE_DECODERS[version](b, pos, len(b))
     except DecodeError: raise
     except (_StructError, IndexError, UnicodeDecodeError, ValueError) as e:
         raise DecodeError(f'malformed WriteTxnMarkersResponse v{version}: {e}') from None
+
+
+# the pure-Python decoders; replaced by the native ones at the end of the module
+RESPONSE_DECODERS = PY_RESPONSE_DECODERS
+decode_response = py_decode_response
 
 
 def encode_response(version: int, message: WriteTxnMarkersResponse, out: list | None = None) -> list:
@@ -503,3 +514,30 @@ def encode_response(version: int, message: WriteTxnMarkersResponse, out: list | 
     except (_StructError, AttributeError, TypeError, ValueError) as e:
         raise EncodeError(f'cannot encode WriteTxnMarkersResponse v{version}: {type(e).__name__}: {e}') from e
     return out
+
+
+
+# The same decoders as data for tidelog.protocol._native_decoder (C), when it is built and
+# TIDELOG_PURE_PYTHON=1 is not set: decode_* and *_DECODERS then run natively, py_decode_*
+# and PY_*_DECODERS stay pure Python.
+NATIVE = _native is not None
+if _native is not None:
+    _P = _native.program
+    _n_WritableTxnMarkerTopic_v0 = _P(WritableTxnMarkerTopic, (('name', 9, 0, None, 0), ('partition_indexes', 13, 0, (None, 2, 0, None, 0), 4)), (), (), False)
+    _n_WritableTxnMarkerTopic_v1 = _P(WritableTxnMarkerTopic, (('name', 9, 2, None, 0), ('partition_indexes', 13, 2, (None, 2, 2, None, 0), 4)), (), (), True)
+    _n_WritableTxnMarker_v0 = _P(WritableTxnMarker, (('producer_id', 3, 0, None, 0), ('producer_epoch', 1, 0, None, 0), ('transaction_result', 7, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_WritableTxnMarkerTopic_v0, 0), 6), ('coordinator_epoch', 2, 0, None, 0)), (), (), False)
+    _n_WritableTxnMarker_v1 = _P(WritableTxnMarker, (('producer_id', 3, 2, None, 0), ('producer_epoch', 1, 2, None, 0), ('transaction_result', 7, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_WritableTxnMarkerTopic_v1, 0), 3), ('coordinator_epoch', 2, 2, None, 0)), (), (), True)
+    _n_WriteTxnMarkersRequest_v0 = _P(WriteTxnMarkersRequest, (('markers', 13, 0, (None, 12, 0, _n_WritableTxnMarker_v0, 0), 19),), (), (), False)
+    _n_WriteTxnMarkersRequest_v1 = _P(WriteTxnMarkersRequest, (('markers', 13, 2, (None, 12, 0, _n_WritableTxnMarker_v1, 0), 17),), (), (), True)
+    REQUEST_DECODERS = (_n_WriteTxnMarkersRequest_v0, _n_WriteTxnMarkersRequest_v1,)
+    decode_request = _native.entry('WriteTxnMarkersRequest', REQUEST_DECODERS)
+    _n_WritableTxnMarkerPartitionResult_v0 = _P(WritableTxnMarkerPartitionResult, (('partition_index', 2, 0, None, 0), ('error_code', 1, 0, None, 0)), (), (), False)
+    _n_WritableTxnMarkerPartitionResult_v1 = _P(WritableTxnMarkerPartitionResult, (('partition_index', 2, 2, None, 0), ('error_code', 1, 2, None, 0)), (), (), True)
+    _n_WritableTxnMarkerTopicResult_v0 = _P(WritableTxnMarkerTopicResult, (('name', 9, 0, None, 0), ('partitions', 13, 0, (None, 12, 0, _n_WritableTxnMarkerPartitionResult_v0, 0), 6)), (), (), False)
+    _n_WritableTxnMarkerTopicResult_v1 = _P(WritableTxnMarkerTopicResult, (('name', 9, 2, None, 0), ('partitions', 13, 2, (None, 12, 0, _n_WritableTxnMarkerPartitionResult_v1, 0), 7)), (), (), True)
+    _n_WritableTxnMarkerResult_v0 = _P(WritableTxnMarkerResult, (('producer_id', 3, 0, None, 0), ('topics', 13, 0, (None, 12, 0, _n_WritableTxnMarkerTopicResult_v0, 0), 6)), (), (), False)
+    _n_WritableTxnMarkerResult_v1 = _P(WritableTxnMarkerResult, (('producer_id', 3, 2, None, 0), ('topics', 13, 2, (None, 12, 0, _n_WritableTxnMarkerTopicResult_v1, 0), 3)), (), (), True)
+    _n_WriteTxnMarkersResponse_v0 = _P(WriteTxnMarkersResponse, (('markers', 13, 0, (None, 12, 0, _n_WritableTxnMarkerResult_v0, 0), 12),), (), (), False)
+    _n_WriteTxnMarkersResponse_v1 = _P(WriteTxnMarkersResponse, (('markers', 13, 2, (None, 12, 0, _n_WritableTxnMarkerResult_v1, 0), 10),), (), (), True)
+    RESPONSE_DECODERS = (_n_WriteTxnMarkersResponse_v0, _n_WriteTxnMarkersResponse_v1,)
+    decode_response = _native.entry('WriteTxnMarkersResponse', RESPONSE_DECODERS)
