@@ -945,7 +945,7 @@ def gen_message(
         f"        raise DecodeError(f'malformed {msg.name} v{{version}}: {{e}}') from None",
         "",
         "",
-        f"# the pure-Python decoders; replaced by the native ones at the end of the module",
+        "# the pure-Python decoders; replaced by the native ones at the end of the module",
         f"{R}_DECODERS = PY_{R}_DECODERS",
         f"decode_{role} = py_decode_{role}",
         "",

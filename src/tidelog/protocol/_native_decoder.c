@@ -194,6 +194,96 @@ static PyObject *ctx_mv(Ctx *c) {
     return c->mv;
 }
 
+/* Record data is returned as memoryview slices of the input, which through
+ * PySequence_GetSlice costs a slice object and two ints per record. fast_slice() builds the
+ * slice the way memoryview's own memory_subscript does (a new view on the same managed buffer),
+ * for the one layout used here: 1-D, unstrided, itemsize 1. It is enabled only if, at import,
+ * its result matches memory_subscript's field for field (check_fast_slice), else every slice
+ * goes through PySequence_GetSlice. */
+static int fast_slice_ok = 0;
+
+static int sliceable(PyObject *m) {
+    if (Py_TYPE(m) != &PyMemoryView_Type)
+        return 0;
+    PyMemoryViewObject *v = (PyMemoryViewObject *)m;
+    const Py_buffer *src = &v->view;
+    return !(v->flags & _Py_MEMORYVIEW_RELEASED) && !(v->mbuf->flags & _Py_MANAGED_BUFFER_RELEASED) &&
+           src->ndim == 1 && src->itemsize == 1 && src->shape != NULL && src->strides != NULL &&
+           src->strides[0] == 1 && src->suboffsets == NULL;
+}
+
+static PyObject *fast_slice(PyObject *m, Py_ssize_t start, Py_ssize_t len) {
+    PyMemoryViewObject *base = (PyMemoryViewObject *)m;
+    PyMemoryViewObject *mv = PyObject_GC_NewVar(PyMemoryViewObject, &PyMemoryView_Type, 3);
+    if (mv == NULL)
+        return NULL;
+    const Py_buffer *src = &base->view;
+    Py_buffer *dest = &mv->view;
+    mv->hash = -1;
+    mv->exports = 0;
+    mv->weakreflist = NULL;
+    dest->obj = src->obj; /* not a reference: the managed buffer holds it */
+    dest->buf = (char *)src->buf + start;
+    dest->len = len;
+    dest->itemsize = 1;
+    dest->readonly = src->readonly;
+    dest->format = src->format ? src->format : "B";
+    dest->internal = src->internal;
+    dest->ndim = 1;
+    dest->shape = mv->ob_array;
+    dest->strides = mv->ob_array + 1;
+    dest->suboffsets = NULL;
+    dest->shape[0] = len;
+    dest->strides[0] = 1;
+    mv->flags = _Py_MEMORYVIEW_C | _Py_MEMORYVIEW_FORTRAN;
+    mv->mbuf = base->mbuf;
+    Py_INCREF(mv->mbuf);
+    mv->mbuf->exports++;
+    PyObject_GC_Track((PyObject *)mv);
+    return (PyObject *)mv;
+}
+
+static PyObject *slice_of(PyObject *m, Py_ssize_t start, Py_ssize_t len) {
+    if (fast_slice_ok && sliceable(m))
+        return fast_slice(m, start, len);
+    return PySequence_GetSlice(m, start, start + len);
+}
+
+static int same_view(PyObject *a, PyObject *b) {
+    PyMemoryViewObject *x = (PyMemoryViewObject *)a, *y = (PyMemoryViewObject *)b;
+    const Py_buffer *u = &x->view, *v = &y->view;
+    return Py_TYPE(a) == Py_TYPE(b) && Py_SIZE(a) == Py_SIZE(b) && x->mbuf == y->mbuf &&
+           x->hash == y->hash && x->flags == y->flags && x->exports == y->exports &&
+           u->obj == v->obj && u->buf == v->buf && u->len == v->len &&
+           u->itemsize == v->itemsize && u->readonly == v->readonly && u->ndim == v->ndim &&
+           strcmp(u->format, v->format) == 0 && u->internal == v->internal &&
+           u->shape == x->ob_array && v->shape == y->ob_array && u->shape[0] == v->shape[0] &&
+           u->strides == x->ob_array + 1 && v->strides == y->ob_array + 1 &&
+           u->strides[0] == v->strides[0] && u->suboffsets == NULL && v->suboffsets == NULL &&
+           x->weakreflist == NULL && y->weakreflist == NULL;
+}
+
+static int check_fast_slice(void) {
+    PyObject *data = PyBytes_FromString("0123456789abcdef");
+    PyObject *base = data ? PyMemoryView_FromObject(data) : NULL;
+    PyObject *a = NULL, *b = NULL;
+    int ok = 0;
+    if (base != NULL && sliceable(base)) {
+        Py_ssize_t exports = ((PyMemoryViewObject *)base)->mbuf->exports;
+        a = PySequence_GetSlice(base, 3, 11);
+        b = a ? fast_slice(base, 3, 8) : NULL;
+        ok = a && b && same_view(a, b) &&
+             ((PyMemoryViewObject *)base)->mbuf->exports == exports + 2 &&
+             PyObject_RichCompareBool(a, b, Py_EQ) == 1;
+    }
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    Py_XDECREF(base);
+    Py_XDECREF(data);
+    PyErr_Clear();
+    return ok;
+}
+
 static PyObject *decode_utf8(const unsigned char *s, Py_ssize_t len) {
     PyObject *r = PyUnicode_DecodeUTF8((const char *)s, len, NULL);
     if (r == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
@@ -243,7 +333,7 @@ static PyObject *decode_blob(Ctx *c, const Op *op, Py_ssize_t *pp, Py_ssize_t n)
         r = PyBytes_FromStringAndSize((const char *)b + p, (Py_ssize_t)len);
     else {
         PyObject *mv = ctx_mv(c);
-        r = mv ? PySequence_GetSlice(mv, p, p + (Py_ssize_t)len) : NULL;
+        r = mv ? slice_of(mv, p, (Py_ssize_t)len) : NULL;
     }
     if (r != NULL)
         *pp = p + (Py_ssize_t)len;
@@ -1066,9 +1156,14 @@ PyMODINIT_FUNC PyInit__native_decoder(void) {
         return NULL;
     if (setup_uuid() < 0)
         return NULL;
+    fast_slice_ok = check_fast_slice();
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL)
         return NULL;
+    if (PyModule_AddIntConstant(m, "FAST_SLICE", fast_slice_ok) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     Py_INCREF(&ProgramType);
     if (PyModule_AddObject(m, "Program", (PyObject *)&ProgramType) < 0) {
         Py_DECREF(&ProgramType);
