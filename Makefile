@@ -6,17 +6,27 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: install debs test demo lint bench clean
 
-install: $(STAMP) debs
+NATIVE       := $(VENV)/.native
+NATIVE_SRCS  := $(wildcard src/tidelog/protocol/*.c src/tidelog/protocol/records/*.c)
+# make's installs compile the C accelerators or fail (a plain pip install falls back to Python).
+export TIDELOG_REQUIRE_NATIVE := 1
 
-# The virtualenv is rebuilt only when pyproject.toml changes.
-$(STAMP): pyproject.toml
+install: debs $(STAMP) $(NATIVE)
+
+# The virtualenv is rebuilt only when pyproject.toml or setup.py changes.
+$(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
-	touch $(STAMP)
+	touch $(STAMP) $(NATIVE)
+
+# The C accelerators are rebuilt in place when their sources change.
+$(NATIVE): $(STAMP) $(NATIVE_SRCS)
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $(NATIVE)
 
 debs:
-	@bash scripts/install-debs.sh
+	@PYTHON=$(PYTHON) bash scripts/install-debs.sh
 
 test: install
 	@bash scripts/run-tests.sh
@@ -35,3 +45,4 @@ bench: install
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
+	find src -name '*.so' -delete

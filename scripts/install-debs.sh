@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Installs the Debian packages tidelog needs (ZooKeeper, kcat) when they are missing.
+# Installs the Debian packages tidelog needs (ZooKeeper, kcat, a C compiler and the Python
+# headers for its C accelerators) when they are missing. PYTHON is the interpreter of the venv.
 set -euo pipefail
 missing=()
 [ -x /usr/share/zookeeper/bin/zkServer.sh ] || missing+=(zookeeper)
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+command -v gcc >/dev/null 2>&1 || missing+=(gcc)
+python="${PYTHON:-python3}"
+"$python" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  || missing+=(python3-dev)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "tidelog needs the Debian packages: ${missing[*]}" >&2
