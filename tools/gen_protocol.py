@@ -1074,7 +1074,7 @@ def build_module(msgs: list[Message]) -> str:
 
 NATIVE_LOADER = (
     HEADER.format(sources="nothing (the native decoder loader)")
-    + '''
+    + """
 from __future__ import annotations
 
 import os
@@ -1086,7 +1086,7 @@ if os.environ.get("TIDELOG_PURE_PYTHON") != "1":
         from tidelog.protocol import _native_decoder as native
     except ImportError:  # not built (no compiler at install): the pure-Python decoders
         native = None
-'''
+"""
 )
 
 
