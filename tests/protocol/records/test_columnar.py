@@ -175,6 +175,8 @@ def test_mutated_records_get_the_same_outcome_from_both_builders(seed: int) -> N
     for _ in range(400):
         data = bytearray(good)
         for _ in range(rng.randrange(1, 4)):
+            if not data:
+                break
             kind = rng.random()
             if kind < 0.6:
                 data[rng.randrange(len(data))] = rng.randrange(256)

@@ -47,6 +47,8 @@ static int buf_reserve(Buf *b, size_t extra) {
 }
 
 static inline int buf_put(Buf *b, const void *src, size_t n) {
+    if (n == 0)
+        return 0; /* an empty value: nothing to copy, and b->data may still be NULL */
     if (buf_reserve(b, n) < 0)
         return -1;
     memcpy(b->data + b->len, src, n);
