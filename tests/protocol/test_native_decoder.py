@@ -228,7 +228,7 @@ def decode_frame(frame: bytes, native: bool) -> tuple[Any, Any] | None:
     except DecodeError:
         return None
     except (struct.error, IndexError, UnicodeDecodeError, ValueError):
-        if native:
+        if native and rqh.NATIVE:
             raise  # the native decoders raise DecodeError only
         return None
 

@@ -631,9 +631,9 @@ static PyObject *run(Program *prog, PyObject *src, Py_ssize_t pos, Py_ssize_t n)
     if (PyObject_GetBuffer(src, &view, PyBUF_SIMPLE) < 0)
         return NULL;
     Ctx c = {(const unsigned char *)view.buf, src, NULL, 0};
-    if (PyMemoryView_Check(src)) {
-        const char *fmt = PyMemoryView_GET_BUFFER(src)->format;
-        if (fmt != NULL && strcmp(fmt, "B") == 0)
+    if (PyMemoryView_Check(src)) { /* records are sliced from it, as in Python */
+        const Py_buffer *v = PyMemoryView_GET_BUFFER(src);
+        if (v->ndim == 1 && v->format != NULL && strcmp(v->format, "B") == 0)
             c.mv = src;
     }
     PyObject *result = NULL;
@@ -692,15 +692,13 @@ static int program_traverse(Program *self, visitproc visit, void *arg) {
     return 0;
 }
 
-static int program_clear(Program *self) {
-    Py_CLEAR(self->refs);
-    Py_CLEAR(self->cls);
-    return 0;
-}
-
+/* No tp_clear: a Program is never left half-cleared (callable with its class or sub-programs
+ * gone); the reference cycles it sits in (class -> methods -> module globals -> Program) are
+ * broken by clearing the dicts and functions in them. */
 static void program_dealloc(Program *self) {
     PyObject_GC_UnTrack(self);
-    program_clear(self);
+    Py_CLEAR(self->refs);
+    Py_CLEAR(self->cls);
     PyMem_Free(self->ops);
     PyMem_Free(self->tagged);
     PyMem_Free(self->elems);
@@ -719,7 +717,6 @@ static PyTypeObject ProgramType = {
     .tp_vectorcall_offset = offsetof(Program, vectorcall),
     .tp_call = PyVectorcall_Call,
     .tp_traverse = (traverseproc)program_traverse,
-    .tp_clear = (inquiry)program_clear,
     .tp_dealloc = (destructor)program_dealloc,
     .tp_repr = (reprfunc)program_repr,
     .tp_doc = "A compiled decoder of one message struct version: prog(buf, pos=0, n=len(buf)).",
@@ -1021,14 +1018,9 @@ static int entry_traverse(Entry *self, visitproc visit, void *arg) {
     return 0;
 }
 
-static int entry_clear(Entry *self) {
-    Py_CLEAR(self->programs);
-    return 0;
-}
-
 static void entry_dealloc(Entry *self) {
     PyObject_GC_UnTrack(self);
-    entry_clear(self);
+    Py_CLEAR(self->programs);
     Py_CLEAR(self->name);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -1045,7 +1037,6 @@ static PyTypeObject EntryType = {
     .tp_vectorcall_offset = offsetof(Entry, vectorcall),
     .tp_call = PyVectorcall_Call,
     .tp_traverse = (traverseproc)entry_traverse,
-    .tp_clear = (inquiry)entry_clear,
     .tp_dealloc = (destructor)entry_dealloc,
     .tp_repr = (reprfunc)entry_repr,
     .tp_doc = "decode(version, buf, pos=0) -> (message, end) over a table of native decoders.",
