@@ -24,9 +24,10 @@ from tidelog.protocol.records import (
     build_batch,
     columnar,
     decode_columns,
+    decoder,
 )
 from tidelog.protocol.records.columnar import PyColumnBuilder
-from tidelog.protocol.records.decoder import open_records
+from tidelog.protocol.records.decoder import RecordColumns, _decode_into, open_records
 
 headers_st = st.lists(
     st.tuples(st.text(max_size=8), st.none() | st.binary(max_size=20)), max_size=3
@@ -244,3 +245,99 @@ def test_offsets_outside_the_window_are_parsed_but_not_kept() -> None:
     assert list(array("q", offsets)) == [103, 104, 105]
     assert _binary_items(values, n) == [b"\x03", b"\x04", b"\x05"]
     assert struct.calcsize("<q") == 8
+
+
+# -- decode_columns: the same parser into Python lists ------------------------------------------
+
+
+def _c_decode_columns():
+    if os.environ.get("TIDELOG_PURE_PYTHON") == "1":
+        pytest.skip("TIDELOG_PURE_PYTHON=1: the C decoder is not under test")
+    from tidelog.protocol.records._columnar import decode_columns as c_decode_columns
+
+    return c_decode_columns
+
+
+def _py_lists(data: bytes, count: int, base_offset: int, base_ts: int, fixed: int | None) -> tuple:
+    columns = RecordColumns()
+    _decode_into(columns, bytes(data), count, base_offset, base_ts, fixed)
+    return (columns.offsets, columns.timestamps, columns.keys, columns.values, columns.headers)
+
+
+def test_decode_columns_uses_the_c_decoder_unless_pure_python_is_asked_for() -> None:
+    if os.environ.get("TIDELOG_PURE_PYTHON") == "1":
+        assert decoder._native_decode_columns is None
+    else:
+        assert decoder._native_decode_columns is not None
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    records=st.lists(record_st, min_size=1, max_size=15),
+    codec=st.sampled_from([NONE, GZIP, LZ4]),
+    log_append_time=st.booleans(),
+    base_offset=st.sampled_from([0, 7, 2**62, 2**63 - 3]),
+)
+def test_c_decode_columns_builds_the_lists_python_builds(
+    records: list[Record], codec: int, log_append_time: bool, base_offset: int
+) -> None:
+    c_decode_columns = _c_decode_columns()
+    raw = build_batch(
+        records,
+        base_offset=base_offset,
+        compression=codec,
+        log_append_time=log_append_time,
+        now_ms=1_700_000_000_000,
+    )
+    section = open_records(RecordBatch(memoryview(raw)))
+    args = (section.count, section.base_offset, section.base_timestamp, section.fixed_timestamp)
+    c_lists = c_decode_columns(section.data, *args)
+    assert c_lists == _py_lists(section.data, *args)
+    assert all(type(k) is bytes for k in c_lists[2] if k is not None)
+
+
+def test_offsets_and_timestamps_past_int64_stay_exact_python_ints() -> None:
+    c_decode_columns = _c_decode_columns()
+    data, count = _records_section(
+        [Record(value=b"a", timestamp=10), Record(value=b"b", timestamp=2**40)]
+    )
+    # The header's int64 bases plus the records' deltas can leave int64: Python stays exact.
+    for base_offset, base_ts in [(2**63 - 1, 2**63 - 5), (-(2**63), 2**63 - 1)]:
+        assert c_decode_columns(data, count, base_offset, base_ts, None) == _py_lists(
+            data, count, base_offset, base_ts, None
+        )
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_mutated_records_decode_alike_in_c_and_python(seed: int) -> None:
+    c_decode_columns = _c_decode_columns()
+    rng = random.Random(1000 + seed)
+    records = [
+        Record(
+            value=rng.randbytes(rng.randrange(0, 100)) if rng.random() > 0.1 else None,
+            key=rng.randbytes(rng.randrange(0, 10)) if rng.random() > 0.5 else None,
+            headers=(("k\u00e9", b"v"), ("n", None)) if rng.random() > 0.6 else (),
+        )
+        for _ in range(15)
+    ]
+    good, count = _records_section(records)
+    corrupt_seen = 0
+    for _ in range(400):
+        data = bytearray(good)
+        for _ in range(rng.randrange(1, 4)):
+            if not data:
+                break
+            i = rng.randrange(len(data))
+            if rng.random() < 0.7:
+                data[i] = rng.randrange(256)
+            else:
+                del data[i:]
+        outcomes = []
+        for decode in (c_decode_columns, _py_lists):
+            try:
+                outcomes.append(decode(bytes(data), count, 5, 1_700_000_000_000, None))
+            except CorruptRecordError:
+                outcomes.append("corrupt")
+        assert outcomes[0] == outcomes[1]
+        corrupt_seen += outcomes[0] == "corrupt"
+    assert corrupt_seen > 100

@@ -273,8 +273,32 @@ static inline int read_varlong(Reader *r, int64_t record_end, int64_t *out) {
     return corrupt1("varint longer than 10 bytes before position %lld", r->pos);
 }
 
-static int parse_headers(ColumnBuilder *self, Reader *r, int32_t count, int64_t record_end,
-                         int keep) {
+/* ---- one parser, two sinks ----------------------------------------------------------------
+ * parse_records checks every record exactly as decoder.py's _decode_into does and hands what
+ * it found to a Sink: ArrowSink appends to a ColumnBuilder's buffers, ListSink to the Python
+ * lists of a RecordColumns. */
+
+typedef struct {
+    int32_t offset_delta;
+    int64_t timestamp_delta;
+    const char *key; /* NULL: a null key */
+    int64_t key_len;
+    const char *value; /* NULL: a null value */
+    int64_t value_len;
+} Rec;
+
+typedef struct Sink Sink;
+struct Sink {
+    /* Whether the record at this offset delta is kept (its headers are then passed on). */
+    int (*want)(Sink *, int32_t offset_delta);
+    /* One header of a kept record: the key decoded (borrowed), the value NULL when null. */
+    int (*header)(Sink *, PyObject *key, const char *raw_key, int64_t key_len, const char *value,
+                  int64_t value_len);
+    /* A kept record, after its headers. */
+    int (*record)(Sink *, const Rec *);
+};
+
+static int parse_headers(Sink *sink, Reader *r, int32_t count, int64_t record_end, int keep) {
     if (count < 0 || count > (record_end - r->pos) / 2)
         return corrupt("invalid header count %lld in record ending at %lld", count, record_end);
     for (int32_t i = 0; i < count; i++) {
@@ -283,41 +307,63 @@ static int parse_headers(ColumnBuilder *self, Reader *r, int32_t count, int64_t 
             return -1;
         if (n < 0 || r->pos + n > record_end)
             return corrupt("invalid header key length %lld at position %lld", n, r->pos);
-        const char *key = (const char *)r->data + r->pos;
-        /* Arrow strings must be utf-8; the Python decoder refuses the same keys. */
-        PyObject *check = PyUnicode_DecodeUTF8(key, n, "strict");
-        if (check == NULL) {
+        const char *raw_key = (const char *)r->data + r->pos;
+        /* Header keys are strings: utf-8 or the record is corrupt (kept or not, as in Python). */
+        PyObject *key = PyUnicode_DecodeUTF8(raw_key, n, "strict");
+        if (key == NULL) {
             PyErr_Clear();
             return corrupt1("header key is not utf-8 at position %lld", r->pos);
         }
-        Py_DECREF(check);
         int64_t key_len = n;
         r->pos += n;
-        if (read_varint(r, record_end, &n) < 0)
-            return -1;
         const char *value = NULL;
-        if (n < 0) {
+        int rc = read_varint(r, record_end, &n);
+        if (rc == 0 && n < 0) {
             if (n != -1)
-                return corrupt("invalid header value length %lld at position %lld", n, r->pos);
-        } else {
-            if (r->pos + n > record_end)
-                return corrupt1("header value overruns its record at position %lld", r->pos);
-            value = (const char *)r->data + r->pos;
-            r->pos += n;
+                rc = corrupt("invalid header value length %lld at position %lld", n, r->pos);
+        } else if (rc == 0) {
+            if (r->pos + n > record_end) {
+                rc = corrupt1("header value overruns its record at position %lld", r->pos);
+            } else {
+                value = (const char *)r->data + r->pos;
+                r->pos += n;
+            }
         }
-        if (keep) {
-            int64_t h = self->header_count++;
-            if (column_add(&self->header_keys, h, key, key_len) < 0 ||
-                column_add(&self->header_values, h, value, n < 0 ? 0 : n) < 0)
-                return -1;
-        }
+        if (rc == 0 && keep)
+            rc = sink->header(sink, key, raw_key, key_len, value, n < 0 ? 0 : n);
+        Py_DECREF(key);
+        if (rc < 0)
+            return -1;
     }
     return 0;
 }
 
-static int parse_records(ColumnBuilder *self, Reader *r, int64_t count, int64_t base_offset,
-                         int64_t base_timestamp, int has_fixed, int64_t fixed_timestamp,
-                         int32_t timestamp_type, int64_t start, int64_t stop, int64_t *added) {
+/* A length-prefixed key or value: NULL for length -1. */
+static inline int read_bytes(Reader *r, int64_t record_end, const char *what, const char **out,
+                             int64_t *len) {
+    int32_t n;
+    if (read_varint(r, record_end, &n) < 0)
+        return -1;
+    *len = n;
+    *out = NULL;
+    if (n >= 0) {
+        if (r->pos + n > record_end)
+            return corrupt("record ending at %lld was read to %lld: its length is wrong",
+                           record_end, r->pos + n);
+        *out = (const char *)r->data + r->pos;
+        r->pos += n;
+    } else if (n != -1) {
+        PyErr_Format(CorruptRecordError, "invalid %s length %lld at position %lld", what,
+                     (long long)n, (long long)r->pos);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_records(Sink *sink, Reader *r, int64_t count) {
+    if (count < 0 || count > r->end / MIN_RECORD_SIZE)
+        return corrupt("record count %lld does not fit a records section of %lld bytes", count,
+                       r->end);
     int64_t record_end = 0;
     for (int64_t i = 0; i < count; i++) {
         int32_t length;
@@ -327,73 +373,213 @@ static int parse_records(ColumnBuilder *self, Reader *r, int64_t count, int64_t 
         if (length < MIN_RECORD_SIZE - 1 || record_end > r->end)
             return corrupt("invalid record length %lld at position %lld", length, r->pos);
         r->pos += 1; /* record attributes: unused */
-        int64_t timestamp_delta;
-        int32_t offset_delta, key_len, value_len, header_count;
-        if (read_varlong(r, record_end, &timestamp_delta) < 0 ||
-            read_varint(r, record_end, &offset_delta) < 0)
+        Rec rec;
+        int32_t header_count;
+        if (read_varlong(r, record_end, &rec.timestamp_delta) < 0 ||
+            read_varint(r, record_end, &rec.offset_delta) < 0 ||
+            read_bytes(r, record_end, "key", &rec.key, &rec.key_len) < 0 ||
+            read_bytes(r, record_end, "value", &rec.value, &rec.value_len) < 0 ||
+            read_varint(r, record_end, &header_count) < 0)
             return -1;
-        /* Wrapping arithmetic, as Java's: no undefined behaviour on garbage. */
-        int64_t offset = (int64_t)((uint64_t)base_offset + (uint64_t)(int64_t)offset_delta);
-        if (read_varint(r, record_end, &key_len) < 0)
-            return -1;
-        const char *key = NULL;
-        if (key_len >= 0) {
-            if (r->pos + key_len > record_end)
-                return corrupt("record ending at %lld was read to %lld: its length is wrong",
-                               record_end, r->pos + key_len);
-            key = (const char *)r->data + r->pos;
-            r->pos += key_len;
-        } else if (key_len != -1) {
-            return corrupt("invalid key length %lld at position %lld", key_len, r->pos);
-        }
-        if (read_varint(r, record_end, &value_len) < 0)
-            return -1;
-        const char *value = NULL;
-        if (value_len >= 0) {
-            if (r->pos + value_len > record_end)
-                return corrupt("record ending at %lld was read to %lld: its length is wrong",
-                               record_end, r->pos + value_len);
-            value = (const char *)r->data + r->pos;
-            r->pos += value_len;
-        } else if (value_len != -1) {
-            return corrupt("invalid value length %lld at position %lld", value_len, r->pos);
-        }
-        int keep = offset >= start && offset < stop;
-        if (read_varint(r, record_end, &header_count) < 0)
-            return -1;
-        if (header_count != 0 &&
-            parse_headers(self, r, header_count, record_end, keep && self->include_headers) < 0)
+        int keep = sink->want(sink, rec.offset_delta);
+        if (header_count != 0 && parse_headers(sink, r, header_count, record_end, keep) < 0)
             return -1;
         if (r->pos != record_end)
             return corrupt("record ending at %lld was read to %lld: its length is wrong",
                            record_end, r->pos);
-        if (!keep)
-            continue;
-        /* As Kafka's DefaultRecord.readFrom: base + delta even when base is NO_TIMESTAMP. */
-        int64_t millis = has_fixed ? fixed_timestamp
-                                   : (int64_t)((uint64_t)base_timestamp + (uint64_t)timestamp_delta);
-        int64_t micros = (int64_t)((uint64_t)millis * 1000u);
-        int64_t row = self->rows;
-        if (buf_put(&self->offsets, &offset, 8) < 0 || buf_put(&self->timestamps, &micros, 8) < 0 ||
-            buf_put(&self->timestamp_types, &timestamp_type, 4) < 0 ||
-            column_add(&self->keys, row, key, key_len < 0 ? 0 : key_len) < 0 ||
-            column_add(&self->values, row, value, value_len < 0 ? 0 : value_len) < 0)
+        if (keep && sink->record(sink, &rec) < 0)
             return -1;
-        if (self->include_headers) {
-            if (self->header_count > MAX_ARROW_BYTES) {
-                PyErr_SetString(PyExc_OverflowError, "too many headers in one Arrow batch");
-                return -1;
-            }
-            int32_t list_end = (int32_t)self->header_count;
-            if (buf_put(&self->header_lists, &list_end, 4) < 0)
-                return -1;
-        }
-        self->rows++;
-        (*added)++;
     }
     if (r->pos != r->end)
         return corrupt("%lld bytes remain after the batch's %lld records", r->end - r->pos, count);
     return 0;
+}
+
+/* ---- ArrowSink: into a ColumnBuilder ---------------------------------------------------- */
+
+typedef struct {
+    Sink sink;
+    ColumnBuilder *self;
+    int64_t base_offset, base_timestamp, fixed_timestamp, start, stop, added;
+    int has_fixed;
+    int32_t timestamp_type;
+} ArrowSink;
+
+/* Wrapping arithmetic, as Java's: no undefined behaviour on garbage. */
+static inline int64_t wrapping_add(int64_t a, int64_t b) {
+    return (int64_t)((uint64_t)a + (uint64_t)b);
+}
+
+static int arrow_want(Sink *sink, int32_t offset_delta) {
+    ArrowSink *s = (ArrowSink *)sink;
+    int64_t offset = wrapping_add(s->base_offset, offset_delta);
+    return offset >= s->start && offset < s->stop;
+}
+
+static int arrow_header(Sink *sink, PyObject *key, const char *raw_key, int64_t key_len,
+                        const char *value, int64_t value_len) {
+    ColumnBuilder *self = ((ArrowSink *)sink)->self;
+    if (!self->include_headers)
+        return 0;
+    int64_t h = self->header_count++;
+    if (column_add(&self->header_keys, h, raw_key, key_len) < 0 ||
+        column_add(&self->header_values, h, value, value_len) < 0)
+        return -1;
+    return 0;
+}
+
+static int arrow_record(Sink *sink, const Rec *rec) {
+    ArrowSink *s = (ArrowSink *)sink;
+    ColumnBuilder *self = s->self;
+    int64_t offset = wrapping_add(s->base_offset, rec->offset_delta);
+    /* As Kafka's DefaultRecord.readFrom: base + delta even when base is NO_TIMESTAMP. */
+    int64_t millis =
+        s->has_fixed ? s->fixed_timestamp : wrapping_add(s->base_timestamp, rec->timestamp_delta);
+    int64_t micros = (int64_t)((uint64_t)millis * 1000u);
+    int64_t row = self->rows;
+    if (buf_put(&self->offsets, &offset, 8) < 0 || buf_put(&self->timestamps, &micros, 8) < 0 ||
+        buf_put(&self->timestamp_types, &s->timestamp_type, 4) < 0 ||
+        column_add(&self->keys, row, rec->key, rec->key_len < 0 ? 0 : rec->key_len) < 0 ||
+        column_add(&self->values, row, rec->value, rec->value_len < 0 ? 0 : rec->value_len) < 0)
+        return -1;
+    if (self->include_headers) {
+        if (self->header_count > MAX_ARROW_BYTES) {
+            PyErr_SetString(PyExc_OverflowError, "too many headers in one Arrow batch");
+            return -1;
+        }
+        int32_t list_end = (int32_t)self->header_count;
+        if (buf_put(&self->header_lists, &list_end, 4) < 0)
+            return -1;
+    }
+    self->rows++;
+    s->added++;
+    return 0;
+}
+
+/* ---- ListSink: into Python lists (decode_columns) ------------------------------------- */
+
+typedef struct {
+    Sink sink;
+    PyObject *base_offset, *base_timestamp, *fixed_timestamp; /* ints; fixed may be None */
+    int64_t base_offset_c, base_timestamp_c;
+    PyObject *offsets, *timestamps, *keys, *values, *headers; /* lists */
+    PyObject *pending;                                        /* this record's headers */
+} ListSink;
+
+static int list_want(Sink *sink, int32_t offset_delta) {
+    return 1;
+}
+
+static int list_header(Sink *sink, PyObject *key, const char *raw_key, int64_t key_len,
+                       const char *value, int64_t value_len) {
+    ListSink *s = (ListSink *)sink;
+    if (s->pending == NULL && (s->pending = PyList_New(0)) == NULL)
+        return -1;
+    PyObject *v;
+    if (value == NULL) {
+        v = Py_None;
+        Py_INCREF(v);
+    } else if ((v = PyBytes_FromStringAndSize(value, value_len)) == NULL) {
+        return -1;
+    }
+    PyObject *pair = PyTuple_Pack(2, key, v);
+    Py_DECREF(v);
+    if (pair == NULL)
+        return -1;
+    int rc = PyList_Append(s->pending, pair);
+    Py_DECREF(pair);
+    return rc;
+}
+
+/* base + delta as a Python int: exact, as Python's arithmetic (no wrapping). */
+static PyObject *exact_sum(int64_t base_c, PyObject *base, int64_t delta) {
+    int64_t sum;
+    if (!__builtin_add_overflow(base_c, delta, &sum))
+        return PyLong_FromLongLong(sum);
+    PyObject *d = PyLong_FromLongLong(delta);
+    if (d == NULL)
+        return NULL;
+    PyObject *result = PyNumber_Add(base, d);
+    Py_DECREF(d);
+    return result;
+}
+
+static int append_new(PyObject *list, PyObject *item) {
+    if (item == NULL)
+        return -1;
+    int rc = PyList_Append(list, item);
+    Py_DECREF(item);
+    return rc;
+}
+
+static PyObject *bytes_or_none(const char *p, int64_t n) {
+    if (p == NULL)
+        Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize(p, n);
+}
+
+static int list_record(Sink *sink, const Rec *rec) {
+    ListSink *s = (ListSink *)sink;
+    PyObject *timestamp;
+    if (s->fixed_timestamp != Py_None) {
+        timestamp = s->fixed_timestamp;
+        Py_INCREF(timestamp);
+    } else {
+        timestamp = exact_sum(s->base_timestamp_c, s->base_timestamp, rec->timestamp_delta);
+    }
+    PyObject *headers;
+    if (s->pending == NULL) {
+        headers = PyTuple_New(0);
+    } else {
+        headers = PyList_AsTuple(s->pending);
+        Py_CLEAR(s->pending);
+    }
+    if (append_new(s->offsets, exact_sum(s->base_offset_c, s->base_offset, rec->offset_delta)) < 0 ||
+        append_new(s->timestamps, timestamp) < 0 ||
+        append_new(s->keys, bytes_or_none(rec->key, rec->key_len)) < 0 ||
+        append_new(s->values, bytes_or_none(rec->value, rec->value_len)) < 0 ||
+        append_new(s->headers, headers) < 0)
+        return -1;
+    return 0;
+}
+
+PyDoc_STRVAR(decode_columns_doc,
+"decode_columns(records, count, base_offset, base_timestamp, fixed_timestamp)\n"
+"--\n\n"
+"Decode a (decompressed) records section into five lists: offsets, timestamps, keys,\n"
+"values, headers, equal to what decoder._decode_into builds. Raises CorruptRecordError.");
+
+static PyObject *columnar_decode_columns(PyObject *module, PyObject *args) {
+    Py_buffer view;
+    long long count;
+    ListSink s = {{list_want, list_header, list_record}};
+    if (!PyArg_ParseTuple(args, "y*LOOO", &view, &count, &s.base_offset, &s.base_timestamp,
+                          &s.fixed_timestamp))
+        return NULL;
+    PyObject *result = NULL;
+    s.base_offset_c = PyLong_AsLongLong(s.base_offset);
+    s.base_timestamp_c = PyLong_AsLongLong(s.base_timestamp);
+    if (PyErr_Occurred())
+        goto done;
+    s.offsets = PyList_New(0);
+    s.timestamps = PyList_New(0);
+    s.keys = PyList_New(0);
+    s.values = PyList_New(0);
+    s.headers = PyList_New(0);
+    if (s.offsets && s.timestamps && s.keys && s.values && s.headers) {
+        Reader r = {(const uint8_t *)view.buf, 0, (int64_t)view.len};
+        if (parse_records(&s.sink, &r, count) == 0)
+            result = PyTuple_Pack(5, s.offsets, s.timestamps, s.keys, s.values, s.headers);
+    }
+    Py_XDECREF(s.offsets);
+    Py_XDECREF(s.timestamps);
+    Py_XDECREF(s.keys);
+    Py_XDECREF(s.values);
+    Py_XDECREF(s.headers);
+    Py_XDECREF(s.pending);
+done:
+    PyBuffer_Release(&view);
+    return result;
 }
 
 PyDoc_STRVAR(append_doc,
@@ -423,22 +609,16 @@ static PyObject *ColumnBuilder_append(ColumnBuilder *self, PyObject *args) {
     }
     Mark mark;
     mark_take(self, &mark);
+    ArrowSink sink = {{arrow_want, arrow_header, arrow_record}, self, base_offset, base_timestamp,
+                      fixed_timestamp, start, stop, 0, has_fixed, timestamp_type};
     Reader r = {(const uint8_t *)view.buf, 0, (int64_t)view.len};
-    int64_t added = 0;
-    int rc;
-    if (count < 0 || count > view.len / MIN_RECORD_SIZE) {
-        rc = corrupt("record count %lld does not fit a records section of %lld bytes", count,
-                     view.len);
-    } else {
-        rc = parse_records(self, &r, count, base_offset, base_timestamp, has_fixed,
-                           fixed_timestamp, timestamp_type, start, stop, &added);
-    }
+    int rc = parse_records(&sink.sink, &r, count);
     PyBuffer_Release(&view);
     if (rc < 0) {
         mark_restore(self, &mark);
         return NULL;
     }
-    return PyLong_FromLongLong(added);
+    return PyLong_FromLongLong(sink.added);
 }
 
 static PyObject *bytes_of(Buf *b) {
@@ -536,11 +716,18 @@ static PyTypeObject ColumnBuilderType = {
     .tp_as_sequence = &ColumnBuilder_as_sequence,
 };
 
+static PyMethodDef columnar_functions[] = {
+    {"decode_columns", columnar_decode_columns, METH_VARARGS, decode_columns_doc},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef columnar_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "tidelog.protocol.records._columnar",
-    .m_doc = "Kafka v2 records parsed straight into Arrow column buffers.",
+    .m_doc = "Kafka v2 records parsed straight into Arrow column buffers, or into the Python "
+             "lists of decode_columns.",
     .m_size = -1,
+    .m_methods = columnar_functions,
 };
 
 PyMODINIT_FUNC PyInit__columnar(void) {

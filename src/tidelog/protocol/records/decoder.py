@@ -7,8 +7,9 @@ A record is (zig-zag varints, -1 length = null):
     headerCount varint, (headerKeyLength varint, headerKey utf-8, headerValueLength varint,
     headerValue)*
 
-Decoding is one pass over the (decompressed) records section held as `bytes` (indexing bytes is
-the fastest byte access CPython has; for an uncompressed batch that is one copy of the section).
+Decoding is one pass over the (decompressed) records section: in C (`_columnar.c`, which builds
+the same lists about 10x faster) when it was built, else in Python over the section held as
+`bytes` (indexing bytes is the fastest byte access CPython has).
 Every length is checked against its record's bounds and every varint against its maximum width,
 so garbage raises CorruptRecordError (never IndexError, never a hang), as Kafka's
 DefaultRecord.readFrom does with InvalidRecordException.
@@ -16,12 +17,13 @@ DefaultRecord.readFrom does with InvalidRecordException.
 
 from __future__ import annotations
 
+import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from tidelog.protocol.records.batch import (
     COMPRESSION_CODEC_MASK,
@@ -70,6 +72,15 @@ class RecordColumns:
 
 # tuple.__new__ bound to the class: builds a DecodedRecord in C, skipping NamedTuple's __new__.
 _make_decoded_record = partial(tuple.__new__, DecodedRecord)
+
+
+# The same decoding in C (_columnar.c), unless it was not built or TIDELOG_PURE_PYTHON=1.
+_native_decode_columns: Callable[..., tuple[list[Any], ...]] | None = None
+if os.environ.get("TIDELOG_PURE_PYTHON") != "1":
+    try:
+        from tidelog.protocol.records._columnar import decode_columns as _native_decode_columns
+    except ImportError:
+        pass
 
 
 class ControlRecordType(IntEnum):
@@ -159,6 +170,17 @@ def open_records(
 def decode_columns(batch: RecordBatch, *, verify_crc: bool = True) -> RecordColumns:
     """Decode every record of `batch` into parallel lists. Control batches decode like any
     other (their key and value are the control record's); `verify_crc` checks CRC32C first."""
+    if _native_decode_columns is not None:
+        section = open_records(batch, verify_crc=verify_crc, copy=False)
+        return RecordColumns(
+            *_native_decode_columns(
+                section.data,
+                section.count,
+                section.base_offset,
+                section.base_timestamp,
+                section.fixed_timestamp,
+            )
+        )
     section = open_records(batch, verify_crc=verify_crc)
     columns = RecordColumns()
     _decode_into(
