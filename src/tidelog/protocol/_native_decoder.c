@@ -601,9 +601,23 @@ static PyObject *decode_struct(Ctx *c, Program *prog, Py_ssize_t *pp, Py_ssize_t
     }
     Py_INCREF(Py_None);
     *(PyObject **)((char *)obj + prog->unknown_off) = Py_None;
+    const unsigned char *b = c->b;
     for (Py_ssize_t i = 0; i < prog->nops; i++) {
         const Op *op = &prog->ops[i];
-        PyObject *v = decode_value(c, op, &p, n);
+        PyObject *v;
+        /* the most common fields inline, the rest through decode_value */
+        if (op->kind == K_INT32 && n - p >= 4) {
+            v = PyLong_FromLong((int32_t)be32(b + p));
+            p += 4;
+        } else if (op->kind == K_INT16 && n - p >= 2) {
+            v = PyLong_FromLong((int16_t)be16(b + p));
+            p += 2;
+        } else if (op->kind == K_INT64 && n - p >= 8) {
+            v = PyLong_FromLongLong((int64_t)be64(b + p));
+            p += 8;
+        } else {
+            v = decode_value(c, op, &p, n);
+        }
         if (v == NULL)
             goto error;
         *(PyObject **)((char *)obj + op->offset) = v;
@@ -613,7 +627,7 @@ static PyObject *decode_struct(Ctx *c, Program *prog, Py_ssize_t *pp, Py_ssize_t
             fail("tagged fields run past the end of the buffer");
             goto error;
         }
-        if (c->b[p] == 0)
+        if (b[p] == 0)
             p += 1;
         else if (decode_tags(c, prog, obj, &p, n) < 0)
             goto error;
@@ -628,8 +642,14 @@ error:
 /* Acquire buf, decode one prog at pos, release. */
 static PyObject *run(Program *prog, PyObject *src, Py_ssize_t pos, Py_ssize_t n) {
     Py_buffer view;
-    if (PyObject_GetBuffer(src, &view, PyBUF_SIMPLE) < 0)
+    if (PyBytes_CheckExact(src)) {
+        /* immutable and held by the caller for the call: no buffer export needed */
+        view.obj = NULL;
+        view.buf = PyBytes_AS_STRING(src);
+        view.len = PyBytes_GET_SIZE(src);
+    } else if (PyObject_GetBuffer(src, &view, PyBUF_SIMPLE) < 0) {
         return NULL;
+    }
     Ctx c = {(const unsigned char *)view.buf, src, NULL, 0};
     if (PyMemoryView_Check(src)) { /* records are sliced from it, as in Python */
         const Py_buffer *v = PyMemoryView_GET_BUFFER(src);
@@ -660,7 +680,8 @@ static PyObject *run(Program *prog, PyObject *src, Py_ssize_t pos, Py_ssize_t n)
     }
     if (c.own_mv)
         Py_DECREF(c.mv);
-    PyBuffer_Release(&view);
+    if (view.obj != NULL)
+        PyBuffer_Release(&view);
     return result;
 }
 
