@@ -801,6 +801,10 @@ static int compile_op(PyTypeObject *cls, PyObject *spec, Op *op, Op **elems, Op 
         if (PyList_Append(refs, arg) < 0)
             return -1;
     } else if (kind == K_ARRAY) {
+        /* as the Python decoders: a count never exceeds the bytes left, even if an element
+         * could be empty */
+        if (op->min_size < 1)
+            op->min_size = 1;
         if (*elems >= elems_end) {
             PyErr_SetString(PyExc_ValueError, "too many nested arrays");
             return -1;
