@@ -7,6 +7,11 @@ the union of all versions' fields, and for every (struct, version) a flat decode
 Adjacent fixed-width fields (and legacy length prefixes) are merged into one precomputed
 ``struct.Struct`` call; nothing dispatches on field types at run time.
 
+Each module also carries, for every (struct, version), a "program" for the C decoder
+(src/tidelog/protocol/_native_decoder.c): the same fields as data, compiled once at import. When
+the extension is built (and TIDELOG_PURE_PYTHON=1 is not set) ``decode_*`` and ``*_DECODERS`` run
+natively; ``py_decode_*`` and ``PY_*_DECODERS`` are always the pure-Python decoders.
+
 Usage: ``python tools/gen_protocol.py`` (writes), ``python tools/gen_protocol.py --check``
 (exit 1 if the committed modules differ from what the generator would write).
 """
