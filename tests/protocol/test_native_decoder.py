@@ -342,6 +342,11 @@ def test_version_and_argument_errors() -> None:
         produce.decode_request(9, b"")
     wire = b"".join(produce.encode_request(9, produce.ProduceRequest()))
     assert produce.decode_request(9, b"zz" + wire, pos=2)[1] == len(wire) + 2
+    # the Python twin's signature, keywords included
+    for decode in (produce.decode_request, produce.py_decode_request):
+        assert decode(version=9, buf=b"z" + wire, pos=1)[1] == len(wire) + 1
+        with pytest.raises(TypeError):
+            decode(9)
 
 
 @native_only

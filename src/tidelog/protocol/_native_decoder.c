@@ -1003,39 +1003,45 @@ typedef struct {
 static PyObject *entry_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                                   PyObject *kwnames) {
     Entry *e = (Entry *)self;
+    static const char *const names[3] = {"version", "buf", "pos"};
+    PyObject *a[3] = {NULL, NULL, NULL}; /* version, buf, pos: as the Python twin's signature */
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *posobj = NULL;
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    if (nkw > 1 || (nkw == 1 && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0),
-                                                                  "pos") != 0)) {
-        PyErr_SetString(PyExc_TypeError, "decode() takes (version, buf, pos=0)");
-        return NULL;
+    if (nargs > 3)
+        goto usage;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        a[i] = args[i];
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+        int j = 0;
+        while (j < 3 && PyUnicode_CompareWithASCIIString(key, names[j]) != 0)
+            j++;
+        if (j == 3 || a[j] != NULL)
+            goto usage;
+        a[j] = args[nargs + k];
     }
-    if (nkw == 1)
-        posobj = args[nargs];
-    if (nargs + nkw < 2 || nargs + nkw > 3 || (nargs == 3 && nkw)) {
-        PyErr_SetString(PyExc_TypeError, "decode() takes (version, buf, pos=0)");
-        return NULL;
-    }
-    if (nargs == 3)
-        posobj = args[2];
-    if (!PyLong_Check(args[0])) {
+    if (a[0] == NULL || a[1] == NULL)
+        goto usage;
+    if (!PyLong_Check(a[0])) {
         PyErr_SetString(PyExc_TypeError, "version must be an int");
         return NULL;
     }
     int overflow;
-    long long version = PyLong_AsLongLongAndOverflow(args[0], &overflow);
+    long long version = PyLong_AsLongLongAndOverflow(a[0], &overflow);
     if (version == -1 && PyErr_Occurred())
         return NULL;
     if (overflow || version < e->lo || version > e->hi) {
-        PyErr_Format(DecodeError, "%U version %S is not defined", e->name, args[0]);
+        PyErr_Format(DecodeError, "%U version %S is not defined", e->name, a[0]);
         return NULL;
     }
     Py_ssize_t pos = 0;
-    if (posobj != NULL && (pos = PyLong_AsSsize_t(posobj)) == -1 && PyErr_Occurred())
+    if (a[2] != NULL && (pos = PyLong_AsSsize_t(a[2])) == -1 && PyErr_Occurred())
         return NULL;
     PyObject *prog = PyTuple_GET_ITEM(e->programs, (Py_ssize_t)version);
-    return run((Program *)prog, args[1], pos, -1);
+    return run((Program *)prog, a[1], pos, -1);
+usage:
+    PyErr_SetString(PyExc_TypeError, "decode() takes (version, buf, pos=0)");
+    return NULL;
 }
 
 static int entry_traverse(Entry *self, visitproc visit, void *arg) {
