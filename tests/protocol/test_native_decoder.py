@@ -85,6 +85,7 @@ def test_the_extension_is_built_and_used() -> None:
     from tidelog.protocol import _native_decoder
 
     assert _native_decoder.FAST_SLICE  # record slices without slice objects
+    assert _native_decoder.FAST_MBUF  # and, for bytes input, without memoryview(input)
     for module in (produce, fetch, rqh, rsh):
         assert module.NATIVE
     assert produce.decode_request is not produce.py_decode_request

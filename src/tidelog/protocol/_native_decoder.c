@@ -89,6 +89,7 @@ typedef struct {
     PyObject *src; /* the caller's buffer object */
     PyObject *mv;  /* a 'B' memoryview of src, made on the first records field */
     int own_mv;
+    _PyManagedBufferObject *mb; /* bytes src: the managed buffer records are sliced from */
 } Ctx;
 
 static PyTypeObject ProgramType;
@@ -212,12 +213,13 @@ static int sliceable(PyObject *m) {
            src->strides[0] == 1 && src->suboffsets == NULL;
 }
 
-static PyObject *fast_slice(PyObject *m, Py_ssize_t start, Py_ssize_t len) {
-    PyMemoryViewObject *base = (PyMemoryViewObject *)m;
+/* A view of src[start:start + len] on the managed buffer mbuf, as mbuf_add_view + init_slice
+ * make it. */
+static PyObject *slice_from(_PyManagedBufferObject *mbuf, const Py_buffer *src,
+                            Py_ssize_t start, Py_ssize_t len) {
     PyMemoryViewObject *mv = PyObject_GC_NewVar(PyMemoryViewObject, &PyMemoryView_Type, 3);
     if (mv == NULL)
         return NULL;
-    const Py_buffer *src = &base->view;
     Py_buffer *dest = &mv->view;
     mv->hash = -1;
     mv->exports = 0;
@@ -236,12 +238,37 @@ static PyObject *fast_slice(PyObject *m, Py_ssize_t start, Py_ssize_t len) {
     dest->shape[0] = len;
     dest->strides[0] = 1;
     mv->flags = _Py_MEMORYVIEW_C | _Py_MEMORYVIEW_FORTRAN;
-    mv->mbuf = base->mbuf;
-    Py_INCREF(mv->mbuf);
-    mv->mbuf->exports++;
+    mv->mbuf = mbuf;
+    Py_INCREF(mbuf);
+    mbuf->exports++;
     PyObject_GC_Track((PyObject *)mv);
     return (PyObject *)mv;
 }
+
+static PyObject *fast_slice(PyObject *m, Py_ssize_t start, Py_ssize_t len) {
+    PyMemoryViewObject *base = (PyMemoryViewObject *)m;
+    return slice_from(base->mbuf, &base->view, start, len);
+}
+
+/* The managed buffer memoryview(src) would hold, as _PyManagedBuffer_FromObject makes it:
+ * slicing records straight from it saves building memoryview(src) itself. */
+static _PyManagedBufferObject *new_mbuf(PyObject *src) {
+    _PyManagedBufferObject *mb = PyObject_GC_New(_PyManagedBufferObject, &_PyManagedBuffer_Type);
+    if (mb == NULL)
+        return NULL;
+    mb->flags = 0;
+    mb->exports = 0;
+    mb->master.obj = NULL;
+    PyObject_GC_Track((PyObject *)mb);
+    if (PyObject_GetBuffer(src, &mb->master, PyBUF_FULL_RO) < 0) {
+        mb->master.obj = NULL;
+        Py_DECREF(mb);
+        return NULL;
+    }
+    return mb;
+}
+
+static int fast_mbuf_ok = 0;
 
 static PyObject *slice_of(PyObject *m, Py_ssize_t start, Py_ssize_t len) {
     if (fast_slice_ok && sliceable(m))
@@ -261,6 +288,40 @@ static int same_view(PyObject *a, PyObject *b) {
            u->strides == x->ob_array + 1 && v->strides == y->ob_array + 1 &&
            u->strides[0] == v->strides[0] && u->suboffsets == NULL && v->suboffsets == NULL &&
            x->weakreflist == NULL && y->weakreflist == NULL;
+}
+
+/* Slices from new_mbuf(bytes) equal memoryview(bytes)[a:b] in every field but the (distinct)
+ * managed buffer, whose master buffer must equal memoryview(bytes)'s. */
+static int check_fast_mbuf(void) {
+    PyObject *data = PyBytes_FromString("0123456789abcdef");
+    PyObject *base = data ? PyMemoryView_FromObject(data) : NULL;
+    PyObject *a = base ? PySequence_GetSlice(base, 3, 11) : NULL;
+    _PyManagedBufferObject *mb = a ? new_mbuf(data) : NULL;
+    PyObject *b = mb ? slice_from(mb, &mb->master, 3, 8) : NULL;
+    int ok = 0;
+    if (b != NULL && Py_TYPE(a) == &PyMemoryView_Type) {
+        PyMemoryViewObject *x = (PyMemoryViewObject *)a, *y = (PyMemoryViewObject *)b;
+        const Py_buffer *m1 = &x->mbuf->master, *m2 = &mb->master;
+        /* compare with the mbuf pointers made equal */
+        _PyManagedBufferObject *saved = y->mbuf;
+        y->mbuf = x->mbuf;
+        ok = same_view(a, b);
+        y->mbuf = saved;
+        ok = ok && m1->obj == m2->obj && m1->buf == m2->buf && m1->len == m2->len &&
+             m1->readonly == m2->readonly && m1->itemsize == m2->itemsize &&
+             m1->ndim == m2->ndim && m1->format && m2->format &&
+             strcmp(m1->format, m2->format) == 0 && x->mbuf->flags == mb->flags &&
+             mb->exports == 1 && PyObject_RichCompareBool(a, b, Py_EQ) == 1;
+    }
+    Py_XDECREF(b);
+    /* the last view gone, the managed buffer releases its export */
+    ok = ok && mb != NULL && mb->exports == 0 && (mb->flags & _Py_MANAGED_BUFFER_RELEASED);
+    Py_XDECREF((PyObject *)mb);
+    Py_XDECREF(a);
+    Py_XDECREF(base);
+    Py_XDECREF(data);
+    PyErr_Clear();
+    return ok;
 }
 
 static int check_fast_slice(void) {
@@ -297,6 +358,7 @@ static PyObject *decode_utf8(const unsigned char *s, Py_ssize_t len) {
 /* decoding */
 
 static PyObject *decode_struct(Ctx *c, Program *prog, Py_ssize_t *pp, Py_ssize_t n);
+static PyObject *decode_array(Ctx *c, const Op *op, Py_ssize_t *pp, Py_ssize_t n);
 
 /* A string, bytes or records value: compact (uvarint length + 1, 0 = null) or legacy
  * (int16 length for strings, int32 otherwise, -1 = null). */
@@ -332,8 +394,16 @@ static PyObject *decode_blob(Ctx *c, const Op *op, Py_ssize_t *pp, Py_ssize_t n)
     else if (op->kind == K_BYTES)
         r = PyBytes_FromStringAndSize((const char *)b + p, (Py_ssize_t)len);
     else {
-        PyObject *mv = ctx_mv(c);
-        r = mv ? slice_of(mv, p, (Py_ssize_t)len) : NULL;
+        if (c->mv == NULL && fast_mbuf_ok && PyBytes_CheckExact(c->src)) {
+            if (c->mb != NULL && (c->mb->flags & _Py_MANAGED_BUFFER_RELEASED))
+                Py_CLEAR(c->mb); /* every slice of it died already: it let go of src */
+            if (c->mb == NULL && (c->mb = new_mbuf(c->src)) == NULL)
+                return NULL;
+            r = slice_from(c->mb, &c->mb->master, p, (Py_ssize_t)len);
+        } else {
+            PyObject *mv = ctx_mv(c);
+            r = mv ? slice_of(mv, p, (Py_ssize_t)len) : NULL;
+        }
     }
     if (r != NULL)
         *pp = p + (Py_ssize_t)len;
@@ -413,6 +483,17 @@ static PyObject *decode_array(Ctx *c, const Op *op, Py_ssize_t *pp, Py_ssize_t n
             p += 8;
         }
         break;
+    case K_STRUCT:
+        if (!(el->flags & F_NULLABLE)) { /* elements never are: straight to the struct */
+            for (i = 0; i < cnt; i++) {
+                PyObject *v = decode_struct(c, el->prog, &p, n);
+                if (v == NULL)
+                    goto error;
+                PyList_SET_ITEM(list, i, v);
+            }
+            break;
+        }
+        /* fall through */
     default:
         for (i = 0; i < cnt; i++) {
             PyObject *v = decode_value(c, el, &p, n);
@@ -615,6 +696,10 @@ static PyObject *decode_struct(Ctx *c, Program *prog, Py_ssize_t *pp, Py_ssize_t
         } else if (op->kind == K_INT64 && n - p >= 8) {
             v = PyLong_FromLongLong((int64_t)be64(b + p));
             p += 8;
+        } else if (op->kind >= K_STRING && op->kind <= K_RECORDS) {
+            v = decode_blob(c, op, &p, n);
+        } else if (op->kind == K_ARRAY) {
+            v = decode_array(c, op, &p, n);
         } else {
             v = decode_value(c, op, &p, n);
         }
@@ -650,7 +735,7 @@ static PyObject *run(Program *prog, PyObject *src, Py_ssize_t pos, Py_ssize_t n)
     } else if (PyObject_GetBuffer(src, &view, PyBUF_SIMPLE) < 0) {
         return NULL;
     }
-    Ctx c = {(const unsigned char *)view.buf, src, NULL, 0};
+    Ctx c = {(const unsigned char *)view.buf, src, NULL, 0, NULL};
     if (PyMemoryView_Check(src)) { /* records are sliced from it, as in Python */
         const Py_buffer *v = PyMemoryView_GET_BUFFER(src);
         if (v->ndim == 1 && v->format != NULL && strcmp(v->format, "B") == 0)
@@ -680,6 +765,7 @@ static PyObject *run(Program *prog, PyObject *src, Py_ssize_t pos, Py_ssize_t n)
     }
     if (c.own_mv)
         Py_DECREF(c.mv);
+    Py_XDECREF(c.mb);
     if (view.obj != NULL)
         PyBuffer_Release(&view);
     return result;
@@ -1179,10 +1265,12 @@ PyMODINIT_FUNC PyInit__native_decoder(void) {
     if (setup_uuid() < 0)
         return NULL;
     fast_slice_ok = check_fast_slice();
+    fast_mbuf_ok = fast_slice_ok && check_fast_mbuf();
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddIntConstant(m, "FAST_SLICE", fast_slice_ok) < 0) {
+    if (PyModule_AddIntConstant(m, "FAST_SLICE", fast_slice_ok) < 0 ||
+        PyModule_AddIntConstant(m, "FAST_MBUF", fast_mbuf_ok) < 0) {
         Py_DECREF(m);
         return NULL;
     }
