@@ -73,7 +73,8 @@ def fetch_response(size: int) -> fetch.FetchResponse:
     )
 
 
-def ops_per_second(fn: Callable[[], Any], min_time: float = 0.4) -> float:
+def calibrate(fn: Callable[[], Any], min_time: float = 0.2) -> int:
+    """How many calls of ``fn`` take at least ``min_time`` seconds."""
     number = 1
     while True:
         start = time.perf_counter()
@@ -81,15 +82,24 @@ def ops_per_second(fn: Callable[[], Any], min_time: float = 0.4) -> float:
             fn()
         elapsed = time.perf_counter() - start
         if elapsed >= min_time:
-            break
+            return number
         number *= 2 if elapsed == 0 else max(2, min(10, int(min_time / elapsed) + 1))
-    best = elapsed / number
-    for _ in range(2):  # best of three
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        best = min(best, (time.perf_counter() - start) / number)
-    return 1.0 / best
+
+
+def best_rates(fns: dict[str, Callable[[], Any]], rounds: int = 5) -> dict[str, float]:
+    """ops/s of each function, the best of ``rounds`` batches; the functions take turns in
+    every round, so that a burst of load from other jobs hits tidelog and kio alike instead of
+    whichever happened to be measured at the time."""
+    numbers = {name: calibrate(fn) for name, fn in fns.items()}
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            number = numbers[name]
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            best[name] = min(best[name], (time.perf_counter() - start) / number)
+    return {name: 1.0 / t for name, t in best.items()}
 
 
 def kio_pair(
@@ -130,24 +140,26 @@ def run() -> list[dict[str, Any]]:
                 k_encode, k_decode, _ = kio_pair(module.API_NAME, version, kind)
                 k_message = k_decode(wire)[0]
                 assert k_encode(k_message) == wire, "kio and tidelog disagree on the bytes"
-                row = {
+                row: dict[str, Any] = {
                     "message": f"{title} v{version}",
                     "records": f"{PARTITIONS} x {size // 1024} KiB"
                     if size >= 1024
                     else f"{PARTITIONS} x {size} B",
                     "bytes": len(wire),
-                    "enc_tidelog": ops_per_second(lambda m=message, v=version, e=encode: e(v, m)),
-                    "enc_tidelog_joined": ops_per_second(
-                        lambda m=message, v=version, e=encode: b"".join(e(v, m))
-                    ),
-                    "enc_kio": ops_per_second(lambda m=k_message, e=k_encode: e(m)),
-                    "dec_tidelog": ops_per_second(lambda w=wire, v=version, d=decode: d(v, w)),
-                    # the pure-Python twin (the fallback without the C extension), for reference
-                    "dec_tidelog_py": ops_per_second(
-                        lambda w=wire, v=version, d=py_decode: d(v, w)
-                    ),
-                    "dec_kio": ops_per_second(lambda w=wire, d=k_decode: d(w)),
                 }
+                row |= best_rates(
+                    {
+                        "enc_tidelog": lambda m=message, v=version, e=encode: e(v, m),
+                        "enc_tidelog_joined": (
+                            lambda m=message, v=version, e=encode: b"".join(e(v, m))
+                        ),
+                        "enc_kio": lambda m=k_message, e=k_encode: e(m),
+                        "dec_tidelog": lambda w=wire, v=version, d=decode: d(v, w),
+                        "dec_kio": lambda w=wire, d=k_decode: d(w),
+                        # the pure-Python twin (the fallback without the C extension)
+                        "dec_tidelog_py": lambda w=wire, v=version, d=py_decode: d(v, w),
+                    }
+                )
                 rows.append(row)
     return rows
 
@@ -246,7 +258,8 @@ def main() -> int:
             'same process. "encode tidelog" is the list of buffers handed to `writelines` '
             '(record data uncopied); "+ join" adds one `b\'\'.join`. "decode tidelog" is '
             "`decode_request`/`decode_response` (native when the C extension is built), "
-            '"pure Python" their generated Python twins. x = tidelog / kio.\n\n'
+            '"pure Python" their generated Python twins. x = tidelog / kio. Each rate is the '
+            "best of 5 batches of >= 0.2 s, the six functions of a row taking turns.\n\n"
             f"Run {when} on {machine()}.\n\n{text}\n\n{verdict(rows)}\n"
         )
     return 0
