@@ -43,6 +43,16 @@ class OptionalBuildExt(build_ext):
                 raise
             print(f"tidelog: C accelerators not built ({exc}); using pure Python", file=sys.stderr)
 
+    def copy_file(self, infile, outfile, *args, **kwargs):  # type: ignore[no-untyped-def]
+        # In-place builds replace the .so by a rename, never by rewriting it: a process that has
+        # the old one loaded (a test run, a broker) keeps a valid mapping instead of crashing.
+        if os.path.isdir(outfile):
+            outfile = os.path.join(outfile, os.path.basename(infile))
+        tmp = f"{outfile}.{os.getpid()}.tmp"
+        _, copied = super().copy_file(infile, tmp, *args, **kwargs)
+        os.replace(tmp, outfile)
+        return outfile, copied
+
     def build_extension(self, ext: Extension) -> None:
         try:
             super().build_extension(ext)
@@ -53,6 +63,6 @@ class OptionalBuildExt(build_ext):
 
 
 setup(
-    ext_modules=[e for e in EXTENSIONS if all(os.path.exists(s) for s in e.sources)],
+    ext_modules=EXTENSIONS,
     cmdclass={"build_ext": OptionalBuildExt},
 )
