@@ -250,10 +250,25 @@ static PyObject *fast_slice(PyObject *m, Py_ssize_t start, Py_ssize_t len) {
     return slice_from(base->mbuf, &base->view, start, len);
 }
 
+/* The type of memoryviews' managed buffers, read off a memoryview at import: CPython 3.13 no
+ * longer exports _PyManagedBuffer_Type itself. */
+static PyTypeObject *managed_buffer_type = NULL;
+
+static int find_managed_buffer_type(void) {
+    PyObject *data = PyBytes_FromString("x");
+    PyObject *view = data ? PyMemoryView_FromObject(data) : NULL;
+    if (view != NULL && Py_TYPE(view) == &PyMemoryView_Type)
+        managed_buffer_type = Py_TYPE((PyObject *)((PyMemoryViewObject *)view)->mbuf);
+    Py_XDECREF(view);
+    Py_XDECREF(data);
+    PyErr_Clear();
+    return managed_buffer_type != NULL;
+}
+
 /* The managed buffer memoryview(src) would hold, as _PyManagedBuffer_FromObject makes it:
  * slicing records straight from it saves building memoryview(src) itself. */
 static _PyManagedBufferObject *new_mbuf(PyObject *src) {
-    _PyManagedBufferObject *mb = PyObject_GC_New(_PyManagedBufferObject, &_PyManagedBuffer_Type);
+    _PyManagedBufferObject *mb = PyObject_GC_New(_PyManagedBufferObject, managed_buffer_type);
     if (mb == NULL)
         return NULL;
     mb->flags = 0;
@@ -1265,7 +1280,7 @@ PyMODINIT_FUNC PyInit__native_decoder(void) {
     if (setup_uuid() < 0)
         return NULL;
     fast_slice_ok = check_fast_slice();
-    fast_mbuf_ok = fast_slice_ok && check_fast_mbuf();
+    fast_mbuf_ok = fast_slice_ok && find_managed_buffer_type() && check_fast_mbuf();
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL)
         return NULL;
