@@ -25,8 +25,7 @@ from pyspark.sql.types import (
 )
 
 from tidelog.protocol.records import RecordBatch
-from tidelog.protocol.records.columnar import ColumnBuilder
-from tidelog.protocol.records.decoder import open_records
+from tidelog.protocol.records.columnar import ColumnBuilder, append_batch
 
 __all__ = ["RowBuffer", "arrow_schema", "source_schema"]
 
@@ -80,17 +79,7 @@ class RowBuffer:
         """Append the records of ``batch`` whose offsets are in [start, end); returns how
         many. A compressed batch can begin before ``start`` (fetches return whole batches) and
         the last one can reach past ``end``. The batch's CRC is checked first."""
-        section = open_records(batch, copy=False)
-        return self._builder.append(
-            section.data,
-            section.count,
-            section.base_offset,
-            section.base_timestamp,
-            section.fixed_timestamp,
-            section.timestamp_type,
-            start,
-            end,
-        )
+        return append_batch(self._builder, batch, start, end)
 
     def to_arrow(self) -> pa.RecordBatch:
         """The buffered rows as one RecordBatch of :attr:`schema`; the buffer is emptied."""

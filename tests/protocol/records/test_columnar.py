@@ -26,7 +26,7 @@ from tidelog.protocol.records import (
     decode_columns,
     decoder,
 )
-from tidelog.protocol.records.columnar import PyColumnBuilder
+from tidelog.protocol.records.columnar import PyColumnBuilder, append_batch
 from tidelog.protocol.records.decoder import RecordColumns, _decode_into, open_records
 
 headers_st = st.lists(
@@ -50,17 +50,7 @@ def _c_builder(include_headers: bool):
 
 
 def _append(builder, batch: bytes | bytearray, start: int = 0, stop: int = 2**63 - 1) -> int:
-    section = open_records(RecordBatch(memoryview(batch)), copy=False)
-    return builder.append(
-        section.data,
-        section.count,
-        section.base_offset,
-        section.base_timestamp,
-        section.fixed_timestamp,
-        section.timestamp_type,
-        start,
-        stop,
-    )
+    return append_batch(builder, RecordBatch(memoryview(batch)), start, stop)
 
 
 def _binary_items(buffers: tuple, n: int) -> list[bytes | None]:
@@ -158,22 +148,20 @@ def _outcome(builder, data: bytes, count: int) -> tuple:
     return (added, builder.take())
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_mutated_records_get_the_same_outcome_from_both_builders(seed: int) -> None:
-    """Garbage in a records section: both builders raise CorruptRecordError (and keep only the
-    rows of earlier calls) or both accept it with identical buffers; nothing else, no crash."""
-    rng = random.Random(seed)
-    records = [
+def _random_records(rng: random.Random, count: int, headers: tuple) -> list[Record]:
+    return [
         Record(
-            value=rng.randbytes(rng.randrange(0, 300)) if rng.random() > 0.1 else None,
+            value=rng.randbytes(rng.randrange(0, 200)) if rng.random() > 0.1 else None,
             key=rng.randbytes(rng.randrange(0, 20)) if rng.random() > 0.5 else None,
-            headers=(("h", b"v"),) if rng.random() > 0.7 else (),
+            headers=headers if rng.random() > 0.6 else (),
         )
-        for _ in range(20)
+        for _ in range(count)
     ]
-    good, count = _records_section(records)
-    corrupt_seen = 0
-    for _ in range(400):
+
+
+def _mutations(rng: random.Random, good: bytes, rounds: int = 400):
+    """`good` with 1-3 changes each time: a byte overwritten, the tail cut, or bytes spliced in."""
+    for _ in range(rounds):
         data = bytearray(good)
         for _ in range(rng.randrange(1, 4)):
             if not data:
@@ -185,14 +173,25 @@ def test_mutated_records_get_the_same_outcome_from_both_builders(seed: int) -> N
                 del data[rng.randrange(len(data)) :]
             else:
                 data[rng.randrange(len(data)) : rng.randrange(len(data))] = rng.randbytes(9)
+        yield bytes(data)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_mutated_records_get_the_same_outcome_from_both_builders(seed: int) -> None:
+    """Garbage in a records section: both builders raise CorruptRecordError (and keep only the
+    rows of earlier calls) or both accept it with identical buffers; nothing else, no crash."""
+    rng = random.Random(seed)
+    good, count = _records_section(_random_records(rng, 20, (("h", b"v"),)))
+    corrupt_seen = 0
+    for data in _mutations(rng, good):
         mutated_count = count if rng.random() < 0.8 else rng.randrange(0, 40)
         c, py = _c_builder(True), PyColumnBuilder(True)
         # One good batch first: a failing append must leave its rows in place.
         for builder in (c, py):
             builder.append(good, count, 0, 1_700_000_000_000, None, 0, 0, 2**62)
         before = (len(c), len(py))
-        c_result = _outcome(c, bytes(data), mutated_count)
-        py_result = _outcome(py, bytes(data), mutated_count)
+        c_result = _outcome(c, data, mutated_count)
+        py_result = _outcome(py, data, mutated_count)
         assert c_result == py_result
         if c_result[0] == "corrupt":
             corrupt_seen += 1
@@ -312,30 +311,13 @@ def test_offsets_and_timestamps_past_int64_stay_exact_python_ints() -> None:
 def test_mutated_records_decode_alike_in_c_and_python(seed: int) -> None:
     c_decode_columns = _c_decode_columns()
     rng = random.Random(1000 + seed)
-    records = [
-        Record(
-            value=rng.randbytes(rng.randrange(0, 100)) if rng.random() > 0.1 else None,
-            key=rng.randbytes(rng.randrange(0, 10)) if rng.random() > 0.5 else None,
-            headers=(("k\u00e9", b"v"), ("n", None)) if rng.random() > 0.6 else (),
-        )
-        for _ in range(15)
-    ]
-    good, count = _records_section(records)
+    good, count = _records_section(_random_records(rng, 15, (("k\u00e9", b"v"), ("n", None))))
     corrupt_seen = 0
-    for _ in range(400):
-        data = bytearray(good)
-        for _ in range(rng.randrange(1, 4)):
-            if not data:
-                break
-            i = rng.randrange(len(data))
-            if rng.random() < 0.7:
-                data[i] = rng.randrange(256)
-            else:
-                del data[i:]
+    for data in _mutations(rng, good):
         outcomes = []
         for decode in (c_decode_columns, _py_lists):
             try:
-                outcomes.append(decode(bytes(data), count, 5, 1_700_000_000_000, None))
+                outcomes.append(decode(data, count, 5, 1_700_000_000_000, None))
             except CorruptRecordError:
                 outcomes.append("corrupt")
         assert outcomes[0] == outcomes[1]

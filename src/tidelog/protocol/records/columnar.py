@@ -19,11 +19,12 @@ import os
 from array import array
 from typing import Any
 
-from tidelog.protocol.records.decoder import RecordColumns, _decode_into
+from tidelog.protocol.records.batch import RecordBatch
+from tidelog.protocol.records.decoder import RecordColumns, _decode_into, open_records
 
 BinaryBuffers = tuple[bytes | None, bytes, bytes, int]
 
-__all__ = ["NATIVE", "ColumnBuilder", "PyColumnBuilder"]
+__all__ = ["NATIVE", "ColumnBuilder", "PyColumnBuilder", "append_batch"]
 
 
 def _binary_buffers(items: list[bytes | None]) -> BinaryBuffers:
@@ -132,3 +133,19 @@ if os.environ.get("TIDELOG_PURE_PYTHON") != "1":
         NATIVE = True
     except ImportError:  # not compiled (no C compiler at install): the Python builder serves
         pass
+
+
+def append_batch(builder: Any, batch: RecordBatch, start: int, stop: int) -> int:
+    """Check `batch` (magic, CRC32C, record count), decompress it, and append its records with
+    offsets in [start, stop) to `builder`; returns how many."""
+    section = open_records(batch, copy=False)
+    return builder.append(
+        section.data,
+        section.count,
+        section.base_offset,
+        section.base_timestamp,
+        section.fixed_timestamp,
+        section.timestamp_type,
+        start,
+        stop,
+    )
