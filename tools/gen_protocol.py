@@ -1082,15 +1082,9 @@ NATIVE_LOADER = (
     + """
 from __future__ import annotations
 
-import os
-from types import ModuleType
+from tidelog.protocol.native import load_native
 
-native: ModuleType | None = None
-if os.environ.get("TIDELOG_PURE_PYTHON") != "1":
-    try:
-        from tidelog.protocol import _native_decoder as native
-    except ImportError:  # not built (no compiler at install): the pure-Python decoders
-        native = None
+native = load_native("tidelog.protocol._native_decoder")
 """
 )
 

@@ -15,10 +15,10 @@ else ``(int32 list offsets, header keys, header values)`` with keys and values a
 
 from __future__ import annotations
 
-import os
 from array import array
 from typing import Any
 
+from tidelog.protocol.native import load_native
 from tidelog.protocol.records.batch import RecordBatch
 from tidelog.protocol.records.decoder import RecordColumns, _decode_into, open_records
 
@@ -124,15 +124,9 @@ class PyColumnBuilder:
         return result
 
 
-ColumnBuilder: type[Any] = PyColumnBuilder
-NATIVE = False
-if os.environ.get("TIDELOG_PURE_PYTHON") != "1":
-    try:
-        from tidelog.protocol.records._columnar import ColumnBuilder  # type: ignore[no-redef]
-
-        NATIVE = True
-    except ImportError:  # not compiled (no C compiler at install): the Python builder serves
-        pass
+_columnar = load_native("tidelog.protocol.records._columnar")
+NATIVE = _columnar is not None
+ColumnBuilder: type[Any] = PyColumnBuilder if _columnar is None else _columnar.ColumnBuilder
 
 
 def append_batch(builder: Any, batch: RecordBatch, start: int, stop: int) -> int:

@@ -17,7 +17,6 @@ DefaultRecord.readFrom does with InvalidRecordException.
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from enum import IntEnum
 from functools import partial
 from typing import Any, NamedTuple
 
+from tidelog.protocol.native import load_native
 from tidelog.protocol.records.batch import (
     COMPRESSION_CODEC_MASK,
     CURRENT_MAGIC,
@@ -75,12 +75,10 @@ _make_decoded_record = partial(tuple.__new__, DecodedRecord)
 
 
 # The same decoding in C (_columnar.c), unless it was not built or TIDELOG_PURE_PYTHON=1.
-_native_decode_columns: Callable[..., tuple[list[Any], ...]] | None = None
-if os.environ.get("TIDELOG_PURE_PYTHON") != "1":
-    try:
-        from tidelog.protocol.records._columnar import decode_columns as _native_decode_columns
-    except ImportError:
-        pass
+_columnar = load_native("tidelog.protocol.records._columnar")
+_native_decode_columns: Callable[..., tuple[list[Any], ...]] | None = (
+    None if _columnar is None else _columnar.decode_columns
+)
 
 
 class ControlRecordType(IntEnum):
