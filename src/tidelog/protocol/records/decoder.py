@@ -105,11 +105,6 @@ _CONTROL_KEY = struct.Struct(">hh")  # version, type
 _END_TXN_VALUE = struct.Struct(">hi")  # version, coordinatorEpoch
 
 
-def records_section(batch: RecordBatch) -> bytes:
-    """The batch's records section, decompressed (a copy either way)."""
-    return decompress(batch.compression_type, batch.records_data)
-
-
 class RecordsSection(NamedTuple):
     """What decoding a batch's records needs, read from its header (see `open_records`)."""
 
