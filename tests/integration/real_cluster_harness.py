@@ -53,10 +53,12 @@ def wait_for(cond: Callable[[], Any], timeout_s: float = 60.0, what: str = "") -
 
 
 class RealCluster:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, overrides: dict[str, str] | None = None) -> None:
+        """`overrides`: broker keys over (or in addition to) OVERRIDES."""
         self.dir = directory
-        overrides = [a for k, v in OVERRIDES.items() for a in ("--override", f"{k}={v}")]
-        r = tidelog("cluster", "up", "--dir", str(directory), "--brokers", "3", *overrides)
+        props = {**OVERRIDES, **(overrides or {})}
+        args = [a for k, v in props.items() for a in ("--override", f"{k}={v}")]
+        r = tidelog("cluster", "up", "--dir", str(directory), "--brokers", "3", *args)
         self.bootstrap = r.stdout.strip().splitlines()[-1]
         state = json.loads((directory / "cluster.json").read_text())
         assert state["bootstrap_servers"] == self.bootstrap

@@ -28,8 +28,9 @@ def records(n: int, tag: str = "v") -> bytes:
     return bytes(build_values([f"{tag}{i}".encode() for i in range(n)]))
 
 
-def new_log(io: MemoryFileIO, broker: int, tp: TopicPartition = TP) -> Log:
-    return Log(f"/broker-{broker}/{tp.topic}-{tp.partition}", LogConfig(), io)
+def new_log(io: MemoryFileIO, broker: int, tp: TopicPartition = TP,
+            config: LogConfig | None = None) -> Log:
+    return Log(f"/broker-{broker}/{tp.topic}-{tp.partition}", config or LogConfig(), io)
 
 
 def state(
@@ -52,8 +53,11 @@ def leader_partition(
     replicas: tuple[int, ...] = (1, 2, 3),
     now_ms: int = 0,
     leader_epoch: int = 0,
+    min_insync_replicas: int = 1,
 ) -> Partition:
-    p = Partition(TP, 1, new_log(MemoryFileIO(), 1), config or ReplicationConfig())
+    """Broker 1 leading TP; `min_insync_replicas` is the topic's (its log's LogConfig)."""
+    log = new_log(MemoryFileIO(), 1, config=LogConfig(min_insync_replicas=min_insync_replicas))
+    p = Partition(TP, 1, log, config or ReplicationConfig())
     p.make_leader(state(1, leader_epoch, isr, replicas), now_ms)
     return p
 
@@ -71,9 +75,11 @@ class MiniCluster:
     the log files hold, like a clean restart)."""
 
     def __init__(self, n: int = 3, config: ReplicationConfig | None = None,
-                 replicas: tuple[int, ...] | None = None) -> None:
+                 replicas: tuple[int, ...] | None = None,
+                 log_config: LogConfig | None = None) -> None:
         self.ios: dict[int, MemoryFileIO] = {}  # one disk per broker: crashes are per broker
         self.config = config or ReplicationConfig(replica_fetch_wait_max_ms=0)
+        self.log_config = log_config or LogConfig()  # the brokers' log defaults
         self.replicas = replicas or tuple(range(1, n + 1))
         self.now = 0
         self.controller_epoch = 1
@@ -86,7 +92,7 @@ class MiniCluster:
 
     def start(self, b: int) -> None:
         io = self.ios.setdefault(b, MemoryFileIO())
-        lm = LogManager([f"/broker-{b}"], LogConfig(), io, now_ms=self.now)
+        lm = LogManager([f"/broker-{b}"], self.log_config, io, now_ms=self.now)
         hws = lm.read_high_watermarks(f"/broker-{b}")  # replication-offset-checkpoint
         rm = ReplicaManager(b, lm, self.config, now_ms=self.now, initial_high_watermarks=hws)
         fm = FetcherManager(b, rm.logs_for_fetcher, self.config)

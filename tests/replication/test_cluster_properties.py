@@ -13,9 +13,10 @@ from replication_helpers import TP, MiniCluster, records
 from tidelog.replication import CompleteProduce, Errors, ReplicationConfig
 from tidelog.replication.election import offline_partition_leader_election, remove_replica_from_isr
 from tidelog.replication.types import NO_LEADER
+from tidelog.storage.log_config import LogConfig
 
 CONFIG = ReplicationConfig(
-    replica_fetch_wait_max_ms=0, replica_lag_time_max_ms=500, min_insync_replicas=2,
+    replica_fetch_wait_max_ms=0, replica_lag_time_max_ms=500,
     replica_fetch_backoff_ms=50,
 )
 
@@ -63,7 +64,7 @@ def record_ack(c: MiniCluster, b: int, key, base_offset: int, acked: dict[int, t
 @given(st.integers(0, 2**32))
 def test_acked_writes_survive_and_replicas_converge(seed: int) -> None:
     history = random_history(seed)
-    c = MiniCluster(config=CONFIG)
+    c = MiniCluster(config=CONFIG, log_config=LogConfig(min_insync_replicas=2))
     controller = Controller(c)
     c.elect(1, (1, 2, 3))
     acked: dict[int, tuple[int, int]] = {}

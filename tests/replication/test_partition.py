@@ -153,7 +153,7 @@ def test_isr_result_from_an_older_epoch_is_ignored() -> None:
 
 
 def test_acks_all_is_refused_when_the_isr_is_below_min_insync() -> None:
-    p = leader_partition(ReplicationConfig(min_insync_replicas=2), isr=(1,))
+    p = leader_partition(isr=(1,), min_insync_replicas=2)
     with pytest.raises(ReplicationError) as e:
         p.append_records_to_leader(records(1), acks=-1, now_ms=0)
     assert e.value.error == Errors.NOT_ENOUGH_REPLICAS
@@ -164,16 +164,17 @@ def test_acks_all_is_refused_when_the_isr_is_below_min_insync() -> None:
 
 def test_hw_does_not_advance_while_the_isr_is_below_min_insync() -> None:
     # KIP-966: an ISR of one must not commit what only one replica has when min.isr is 2.
-    p = leader_partition(ReplicationConfig(min_insync_replicas=2), isr=(1,))
+    p = leader_partition(isr=(1,), min_insync_replicas=2)
     p.append_records_to_leader(records(3), acks=1, now_ms=0)
     assert p.high_watermark == 0
-    loose = leader_partition(ReplicationConfig(min_insync_replicas=2, hw_requires_min_isr=False), isr=(1,))
+    loose = leader_partition(ReplicationConfig(hw_requires_min_isr=False), isr=(1,),
+                             min_insync_replicas=2)
     loose.append_records_to_leader(records(3), acks=1, now_ms=0)
     assert loose.high_watermark == 3
 
 
 def test_check_enough_replicas_reach_offset() -> None:
-    p = leader_partition(ReplicationConfig(min_insync_replicas=2), isr=(1, 2))
+    p = leader_partition(isr=(1, 2), min_insync_replicas=2)
     p.append_records_to_leader(records(2), acks=-1, now_ms=0)
     assert p.check_enough_replicas_reach_offset(2) == (False, Errors.NONE)
     fetch(p, 2, 2, now_ms=1)

@@ -23,7 +23,8 @@ ops = st.lists(
 @settings(max_examples=150, deadline=None)
 @given(ops, st.integers(1, 3))
 def test_hw_is_monotonic_and_never_above_a_maximal_isr_member(history, min_isr: int) -> None:
-    p = leader_partition(ReplicationConfig(replica_lag_time_max_ms=2_000, min_insync_replicas=min_isr))
+    p = leader_partition(ReplicationConfig(replica_lag_time_max_ms=2_000),
+                         min_insync_replicas=min_isr)
     now = 0
     follower_leo = {2: 0, 3: 0}
     for rid in (2, 3):

@@ -36,7 +36,9 @@ def test_config_from_kafka_properties() -> None:
          "unclean.leader.election.enable": "true", "log.dirs": "/ignored"},
         truncate_to_hw=True,
     )
-    assert (cfg.replica_lag_time_max_ms, cfg.min_insync_replicas) == (5000, 2)
+    assert cfg.replica_lag_time_max_ms == 5000
+    # A topic-level key: partitions read it from their log's LogConfig, not from here.
+    assert not hasattr(cfg, "min_insync_replicas")
     assert cfg.unclean_leader_election_enable and cfg.truncate_to_hw
     assert cfg.replica_lag_max_messages is None and cfg.maximal_isr
 
@@ -46,7 +48,6 @@ def test_config_from_kafka_properties() -> None:
     [
         ({"replica.lag.time.max.ms": "soon"}, "replica.lag.time.max.ms: not an integer"),
         ({"replica.lag.time.max.ms": "0"}, "replica.lag.time.max.ms must be > 0"),
-        ({"min.insync.replicas": "0"}, "min.insync.replicas must be >= 1"),
         ({"replica.lag.max.messages": "-1"}, "replica.lag.max.messages must be >= 0"),
     ],
 )

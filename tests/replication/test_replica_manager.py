@@ -126,7 +126,8 @@ def test_hw_is_restored_from_the_checkpoint_when_the_partition_is_created() -> N
 
 
 def test_acks_all_completes_once_every_isr_member_has_the_data() -> None:
-    c = MiniCluster(config=ReplicationConfig(replica_fetch_wait_max_ms=0, min_insync_replicas=2))
+    c = MiniCluster(config=ReplicationConfig(replica_fetch_wait_max_ms=0),
+                    log_config=LogConfig(min_insync_replicas=2))
     c.elect(1, (1, 2, 3))
     outcome = c.produce(1, 3, acks=-1, key="req-1")
     assert outcome.delayed and outcome.results is None
@@ -152,16 +153,40 @@ def test_acks_all_times_out_when_followers_do_not_fetch() -> None:
 
 
 def test_acks_all_with_too_small_an_isr_is_refused_and_acks_1_is_not() -> None:
-    c = MiniCluster(config=ReplicationConfig(replica_fetch_wait_max_ms=0, min_insync_replicas=2))
+    c = MiniCluster(config=ReplicationConfig(replica_fetch_wait_max_ms=0),
+                    log_config=LogConfig(min_insync_replicas=2))
     c.elect(1, (1,))
     assert c.produce(1, 1, acks=-1, key="k").results[TP].error == Errors.NOT_ENOUGH_REPLICAS
     assert c.produce(1, 1, acks=1).results[TP].error == Errors.NONE
     assert c.produce(1, 1, acks=2).results[TP].error == Errors.INVALID_REQUIRED_ACKS
 
 
+def test_the_topics_min_insync_replicas_overrides_the_brokers_default() -> None:
+    # Brokers default to 1; the topic says 2 (CreateTopics --config): the topic's value rules.
+    c = MiniCluster(config=ReplicationConfig(replica_fetch_wait_max_ms=0))
+    for b in c.replicas:
+        c.rm(b).log_manager.topic_configs[TP.topic] = LogConfig(min_insync_replicas=2)
+    other = TopicPartition("other", 0)
+    c.elect(1, (1,))
+    c.elect(1, (1,), tp=other)
+    assert c.produce(1, 1, acks=-1, key="k").results[TP].error == Errors.NOT_ENOUGH_REPLICAS
+    assert c.rm(1).partition(TP).log_end_offset == 0
+    out = c.produce(1, 1, acks=-1, tp=other, key="o")  # the broker default: 1
+    assert out.results[other].error == Errors.NONE and not out.delayed
+
+
+def test_a_topic_config_change_applies_to_its_partitions_at_once() -> None:
+    c = MiniCluster(config=ReplicationConfig(replica_fetch_wait_max_ms=0))
+    c.elect(1, (1,))
+    assert c.produce(1, 1, acks=-1, key="a").results[TP].error == Errors.NONE
+    c.rm(1).log_manager.update_topic_config(TP.topic, LogConfig(min_insync_replicas=2))
+    assert c.produce(1, 1, acks=-1, key="b").results[TP].error == Errors.NOT_ENOUGH_REPLICAS
+
+
 def test_pending_acks_all_fails_when_the_isr_falls_below_min_insync() -> None:
-    c = MiniCluster(n=2, config=ReplicationConfig(replica_fetch_wait_max_ms=0, min_insync_replicas=2,
-                                                  replica_lag_time_max_ms=1_000))
+    c = MiniCluster(n=2, config=ReplicationConfig(replica_fetch_wait_max_ms=0,
+                                                  replica_lag_time_max_ms=1_000),
+                    log_config=LogConfig(min_insync_replicas=2))
     c.elect(1, (1, 2))
     assert c.produce(1, 1, acks=-1, key="k").delayed
     c.stop(2)

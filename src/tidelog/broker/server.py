@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 ControllerFactory = Callable[[KafkaConfig, KafkaZkClient, int], Any]
 
 _REPLICATION_KEYS = (
-    "replica.lag.time.max.ms", "replica.lag.max.messages", "min.insync.replicas",
+    "replica.lag.time.max.ms", "replica.lag.max.messages",
     "unclean.leader.election.enable", "replica.fetch.backoff.ms", "replica.fetch.max.bytes",
     "replica.fetch.response.max.bytes", "replica.fetch.wait.max.ms", "replica.fetch.min.bytes",
     "replica.socket.timeout.ms",

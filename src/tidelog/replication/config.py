@@ -2,6 +2,8 @@
 
 ``ReplicationConfig.from_properties({"replica.lag.time.max.ms": "5000", ...})`` reads Kafka's keys;
 unknown keys are ignored, bad values raise ``ValueError`` with a one-line message.
+Topic-level keys (``min.insync.replicas``, ...) are not here: a partition reads them from its
+log's ``LogConfig`` (the topic's overrides over the broker's defaults, as Kafka's LogConfig).
 
 The three "naive rule" switches exist so the simulator can show each historic bug:
 ``truncate_to_hw`` (pre-KIP-101 follower truncation), ``fence_leader_epochs=False`` (pre-KIP-320:
@@ -17,7 +19,6 @@ from dataclasses import dataclass, fields, replace
 _KEYS: dict[str, str] = {
     "replica.lag.time.max.ms": "replica_lag_time_max_ms",
     "replica.lag.max.messages": "replica_lag_max_messages",
-    "min.insync.replicas": "min_insync_replicas",
     "unclean.leader.election.enable": "unclean_leader_election_enable",
     "replica.fetch.backoff.ms": "replica_fetch_backoff_ms",
     "replica.fetch.max.bytes": "replica_fetch_max_bytes",
@@ -33,7 +34,6 @@ class ReplicationConfig:
     replica_lag_time_max_ms: int = 10_000
     # None: the time rule only (Kafka >= 0.9). An int: also the pre-0.9 message-count rule (seed 003).
     replica_lag_max_messages: int | None = None
-    min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
     replica_fetch_backoff_ms: int = 1_000
     replica_fetch_max_bytes: int = 1_048_576
@@ -46,6 +46,7 @@ class ReplicationConfig:
     isr_change_propagation_blackout_ms: int = 5_000
     isr_change_propagation_interval_ms: int = 60_000
     # KIP-966: the HW does not advance while the ISR is smaller than min.insync.replicas.
+    # (min.insync.replicas itself is a topic config: each partition reads its log's LogConfig.)
     hw_requires_min_isr: bool = True
     # DESIGN's MonotonicHighWatermark for consumers: a new leader answers consumer fetches with
     # OFFSET_NOT_AVAILABLE until its HW reaches its epoch's start offset (KIP-207's rule, which
@@ -61,8 +62,6 @@ class ReplicationConfig:
             raise ValueError("replica.lag.time.max.ms must be > 0")
         if self.replica_lag_max_messages is not None and self.replica_lag_max_messages < 0:
             raise ValueError("replica.lag.max.messages must be >= 0")
-        if self.min_insync_replicas < 1:
-            raise ValueError("min.insync.replicas must be >= 1")
         if self.replica_fetch_backoff_ms < 0 or self.replica_fetch_wait_max_ms < 0:
             raise ValueError("replica.fetch.backoff.ms and replica.fetch.wait.max.ms must be >= 0")
         if self.replica_socket_timeout_ms <= 0:

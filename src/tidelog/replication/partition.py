@@ -13,7 +13,11 @@ replica could join the ISR without the data below the HW). ``ReplicationConfig.m
 switches to the naive rule (committed ISR only) for the simulator's counterexample.
 
 HW (seed 001): leader HW = min LEO over the (maximal) ISR, never moving backwards, and (KIP-966)
-not advancing while the ISR is smaller than min.insync.replicas. A follower's HW is set by the
+not advancing while the ISR is smaller than min.insync.replicas.
+
+min.insync.replicas is the topic's: the partition reads it from its log's ``LogConfig`` (the
+topic's overrides over the broker's defaults, built by the LogManager and replaced on a config
+change), as Kafka's Partition reads ``leaderLog.config.minInSyncReplicas``. A follower's HW is set by the
 fetcher to min(own LEO, leader HW from the fetch response).
 """
 
@@ -93,6 +97,11 @@ class Partition:
         in this log at the election, but the HW only moves as followers fetch (KIP-207)."""
         start = self.leader_epoch_start_offset
         return start is None or self.high_watermark >= start
+
+    @property
+    def min_insync_replicas(self) -> int:
+        """The topic's min.insync.replicas, from the log's current config."""
+        return int(self.log.config.min_insync_replicas)
 
     @property
     def log_start_offset(self) -> int:
@@ -182,11 +191,11 @@ class Partition:
         propagate."""
         if not self.is_leader:
             raise ReplicationError(Errors.NOT_LEADER_OR_FOLLOWER, f"{self.tp}: not the leader")
-        if acks == -1 and len(self.isr) < self.config.min_insync_replicas:
+        min_isr = self.min_insync_replicas
+        if acks == -1 and len(self.isr) < min_isr:
             raise ReplicationError(
                 Errors.NOT_ENOUGH_REPLICAS,
-                f"{self.tp}: ISR {sorted(self.isr)} < min.insync.replicas "
-                f"{self.config.min_insync_replicas}",
+                f"{self.tp}: ISR {sorted(self.isr)} < min.insync.replicas {min_isr}",
             )
         info = self.log.append_as_leader(records, self.leader_epoch, now_ms)
         self.maybe_increment_leader_hw()  # an ISR of one commits at once
@@ -199,7 +208,7 @@ class Partition:
         NOT_LEADER_OR_FOLLOWER after losing leadership; otherwise not done."""
         if not self.is_leader:
             return True, Errors.NOT_LEADER_OR_FOLLOWER
-        min_isr = self.config.min_insync_replicas
+        min_isr = self.min_insync_replicas
         if self.high_watermark >= required_offset:
             if len(self.maximal_isr) >= min_isr:
                 return True, Errors.NONE
@@ -329,7 +338,7 @@ class Partition:
         if not self.is_leader:
             return False
         members = self.maximal_isr if self.config.maximal_isr else self.isr
-        if self.config.hw_requires_min_isr and len(members) < self.config.min_insync_replicas:
+        if self.config.hw_requires_min_isr and len(members) < self.min_insync_replicas:
             return False
         new_hw = self.log_end_offset
         for rid in members:

@@ -53,6 +53,7 @@ class Producer:
         self._inflight: dict[int, tuple[int, int, Timer]] = {}  # corr -> (crc, sent at, timer)
         self.acked: dict[int, int] = {}  # batch crc -> offset (acks as configured)
         self.acked_at: dict[int, int] = {}  # batch crc -> virtual time of the ack
+        self.error_codes: list[int] = []  # the error code of every refused produce, in order
         self.stats = ClientStats()
         self.on_ack: Callable[[Producer, int, int], None] | None = None
         network.register(node_id, self.receive)
@@ -98,6 +99,7 @@ class Producer:
                 self.on_ack(self, crc, msg.base_offset)
         else:
             self.stats.errors += 1
+            self.error_codes.append(msg.error)
 
 
 class Consumer:

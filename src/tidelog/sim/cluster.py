@@ -35,10 +35,15 @@ class SimConfig:
     partitions: int = 1
     replication_factor: int = 3
     replication: ReplicationConfig = field(default_factory=lambda: ReplicationConfig(
-        replica_lag_time_max_ms=1000, min_insync_replicas=2, replica_fetch_backoff_ms=100,
+        replica_lag_time_max_ms=1000, replica_fetch_backoff_ms=100,
         replica_fetch_wait_max_ms=100, isr_change_propagation_blackout_ms=200,
         isr_change_propagation_interval_ms=1000))
-    log_properties: dict[str, Any] = field(default_factory=lambda: {"segment.bytes": 64 * 1024})
+    # The brokers' log defaults, as topic keys (Kafka's copyKafkaConfigToLog): the broker's
+    # min.insync.replicas is here.
+    log_properties: dict[str, Any] = field(default_factory=lambda: {
+        "segment.bytes": 64 * 1024, "min.insync.replicas": 2})
+    # The topic's own configuration (CreateTopics' configs), over the brokers' log defaults.
+    topic_properties: dict[str, Any] = field(default_factory=dict)
     session_timeout_ms: int = 1500
     request_timeout_ms: int = 1000
     fetcher_tick_ms: int = 50
@@ -68,6 +73,7 @@ class SimCluster:
         self.zk = SimZooKeeper(self.scheduler)
         self.trace = Trace(config.trace, config.trace_limit)
         self.log_config = LogConfig.from_dict(config.log_properties)
+        self.topic_log_config = LogConfig.from_dict(config.topic_properties, self.log_config)
         self.tps = [TopicPartition(config.topic, p) for p in range(config.partitions)]
         n = config.brokers
         rf = min(config.replication_factor, n)

@@ -12,6 +12,9 @@ After every event (cheap, incremental):
   its epoch, its HW or a member's LEO changed, on the newest committed batch; the whole prefix is
   compared every `full_check_every` checks and at the end.
 - ConsumersBelowHw: checked where consumer fetches are served (`node.py`).
+- MinIsrAck: checked where produces are acknowledged (`node.py`): an acks=all write is
+  acknowledged only while the leader's ISR (current plus pending members) has at least the
+  topic's min.insync.replicas, as the cluster configured the topic.
 
 A replica that lost data in a lossy crash is exempt from ValidHighWatermark/StrongIsr for leaders
 whose epoch was decided before the controller handled its failure (`SimBroker.is_dirty`): a

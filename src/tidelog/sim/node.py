@@ -123,8 +123,9 @@ class SimBroker:
         self.stats.restarts += 1
         self.network.set_up(self.broker_id, True)
         now = self.scheduler.now_ms
-        self.log_manager = LogManager([self.log_dir], self.cluster.log_config, self.file_io,
-                                      now_ms=now)
+        self.log_manager = LogManager(
+            [self.log_dir], self.cluster.log_config, self.file_io, now_ms=now,
+            topic_configs={self.cluster.config.topic: self.cluster.topic_log_config})
         # The replica manager serves before the broker is registered, as Kafka's does; the
         # broker epoch is filled in when the registration's answer comes back.
         hws: dict[TopicPartition, int] = {}
@@ -325,6 +326,8 @@ class SimBroker:
         src, corr, kind, tp = entry
         if isinstance(done, CompleteProduce):
             r = done.results[tp]
+            if r.error == Errors.NONE:  # only acks=all produces wait
+                self._check_min_isr_ack(tp)
             self.network.send(self.broker_id, src, ProduceResponse(corr, tp, int(r.error),
                                                                    r.base_offset))
             return
@@ -353,8 +356,21 @@ class SimBroker:
         r = out.results[msg.tp]
         if r.error == Errors.NONE:
             self.trace("append", str(msg.tp), ("offset", r.base_offset), ("acks", msg.acks))
+            if msg.acks == -1:
+                self._check_min_isr_ack(msg.tp)
         self.network.send(self.broker_id, src, ProduceResponse(msg.corr_id, msg.tp,
                                                                int(r.error), r.base_offset))
+
+    def _check_min_isr_ack(self, tp: TopicPartition) -> None:
+        """MinIsrAck: an acks=all write is acknowledged only while the ISR the leader counts
+        (current members plus pending additions) has at least the topic's min.insync.replicas,
+        taken from the cluster's topic configuration, not from the broker's."""
+        p = self.partition(tp)
+        min_isr = self.cluster.topic_log_config.min_insync_replicas
+        if p is not None and len(p.maximal_isr) < min_isr:
+            self.cluster.checker.fail(
+                "MinIsrAck", tp, f"leader {self.broker_id} acknowledged an acks=all write with "
+                f"ISR {sorted(p.maximal_isr)} < min.insync.replicas {min_isr}")
 
     def _on_consumer_fetch(self, src: int, msg: ConsumerFetchRequest) -> None:
         rm = self.rm

@@ -96,8 +96,8 @@ def unclean_config(base: SimConfig | None = None) -> SimConfig:
     per-event invariants must hold and every replica must still converge (truncation after
     divergent histories, out-of-range fetches)."""
     base = base or SimConfig()
-    return replace(base, replication=base.replication.with_(
-        unclean_leader_election_enable=True, min_insync_replicas=1))
+    return replace(base, replication=base.replication.with_(unclean_leader_election_enable=True),
+                   log_properties={**base.log_properties, "min.insync.replicas": 1})
 
 
 def naive_config(rule: str) -> SimConfig:
@@ -129,9 +129,9 @@ def build_cluster(seed: int, *, brokers: int = 3, partitions: int = 1,
     base = config or SimConfig()
     cfg = replace(base, seed=seed, brokers=brokers, partitions=partitions, trace=trace,
                   replication_factor=min(base.replication_factor, brokers))
-    if cfg.replication.min_insync_replicas > cfg.replication_factor:
-        cfg = replace(cfg, replication=cfg.replication.with_(
-            min_insync_replicas=cfg.replication_factor))
+    if int(cfg.log_properties.get("min.insync.replicas", 1)) > cfg.replication_factor:
+        cfg = replace(cfg, log_properties={**cfg.log_properties,
+                                           "min.insync.replicas": cfg.replication_factor})
     return SimCluster(cfg)
 
 

@@ -273,13 +273,16 @@ def all_messages(a: int, b: int) -> Rule:
 # ------------------------------------------------------------------------------ scenarios
 
 
-def _base(**replication: Any) -> SimConfig:
+def _base(min_insync_replicas: int = 2, **replication: Any) -> SimConfig:
+    """`min_insync_replicas`: the brokers' default (a topic may override it)."""
     defaults: dict[str, Any] = dict(
-        replica_lag_time_max_ms=1000, min_insync_replicas=2, replica_fetch_backoff_ms=100,
+        replica_lag_time_max_ms=1000, replica_fetch_backoff_ms=100,
         replica_fetch_wait_max_ms=100, isr_change_propagation_blackout_ms=200,
         isr_change_propagation_interval_ms=1000)
     defaults.update(replication)
-    return SimConfig(replication=ReplicationConfig(**defaults), trace_limit=None)
+    return SimConfig(replication=ReplicationConfig(**defaults), trace_limit=None,
+                     log_properties={"segment.bytes": 64 * 1024,
+                                     "min.insync.replicas": min_insync_replicas})
 
 
 def kip101(sc: ScenarioRun) -> None:
@@ -635,6 +638,53 @@ def out_of_range(sc: ScenarioRun) -> None:
     sc.snapshot("1 recovered")
 
 
+def topic_min_isr(sc: ScenarioRun) -> None:
+    """The brokers' default min.insync.replicas is 1; topic t was created with its own
+    min.insync.replicas=2 (RF 3, leader 0). Kafka enforces the topic's value: (1) followers 1 and
+    2 stop fetching while acks=all writes wait: when the ISR shrinks to [0] the writes fail with
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND; (2) with 1 and 2 killed, an acks=all write is refused at
+    append with NOT_ENOUGH_REPLICAS; (3) once they are back in the ISR, writes succeed again.
+    Reading the broker default instead acknowledges every one of them on a single replica."""
+    sc.boot()
+    sc.produce(5)
+    cuts = [sc.rule(fetch_requests(1, 0)), sc.rule(fetch_requests(2, 0))]
+    producer = sc.producer(-1)
+    sc.produce(3, wait=False)
+    sc.run_until(lambda: sc.isr_is({0}))
+    sc.run_until(lambda: not producer.in_flight, 5000)
+    sc.snapshot("1, 2 stalled: ISR [0]")
+    if sc.hw(0) > 5:  # KIP-966: no commit on one replica when the topic asks for two
+        sc.cluster.checker.fail("MinIsrAck", sc.tp, f"HW {sc.hw(0)} advanced with ISR [0]")
+    _expect_refused(sc, producer.error_codes[-3:], 3, 20, "NOT_ENOUGH_REPLICAS_AFTER_APPEND")
+    for cut in cuts:
+        sc.unrule(cut)
+    sc.run_until(lambda: sc.isr_is({0, 1, 2}))
+    sc.stop(1, "kill")
+    sc.stop(2, "kill")
+    sc.run_until(lambda: sc.isr_is({0}) and sc.part(0).isr == frozenset({0}))
+    sc.snapshot("1, 2 killed: ISR [0]")
+    before = len(producer.error_codes)
+    acked = sc.produce(5)
+    _expect_refused(sc, producer.error_codes[before:], 5 - acked, 19, "NOT_ENOUGH_REPLICAS")
+    if acked:
+        sc.cluster.checker.fail("MinIsrAck", sc.tp, f"{acked} of 5 acks=all writes acknowledged "
+                                "with ISR [0] < the topic's min.insync.replicas 2")
+    sc.start(1)
+    sc.start(2)
+    sc.run_until(lambda: sc.isr_is({0, 1, 2}))
+    if sc.produce(5) != 5:
+        sc.cluster.checker.fail("MinIsrUnavailable", sc.tp,
+                                "writes refused with the full ISR back")
+    sc.snapshot("1, 2 back")
+
+
+def _expect_refused(sc: ScenarioRun, codes: list[int], n: int, code: int, name: str) -> None:
+    wrong = [c for c in codes if c != code]
+    if len(codes) != n or wrong:
+        sc.cluster.checker.fail("MinIsrAck", sc.tp, f"expected {n} refusals with {name} "
+                                f"({code}), got codes {codes}")
+
+
 @dataclass(frozen=True, slots=True)
 class Scenario:
     name: str
@@ -707,6 +757,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              stale_fetch_response, lambda naive: _cfg(3, (0, 1, 2), min_insync_replicas=1), None),
     Scenario("stale_controller", "a stale controller's LeaderAndIsr is refused", stale_controller,
              lambda naive: _cfg(3, (0, 1, 2)), None),
+    Scenario("topic_min_isr", "a topic's own min.insync.replicas overrides the brokers' default",
+             topic_min_isr,
+             lambda naive: _cfg(3, (0, 1, 2), min_insync_replicas=1, replica_lag_time_max_ms=500,
+                                sim={"topic_properties": {"min.insync.replicas": 2}}),
+             None),
     Scenario("out_of_range", "KAFKA-7414: out-of-range is never fatal for a follower",
              out_of_range,
              lambda naive: _cfg(3, (0, 1, 2), min_insync_replicas=1,

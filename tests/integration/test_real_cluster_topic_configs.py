@@ -1,0 +1,110 @@
+"""A topic's own configuration is what its partitions enforce, with real processes (issue 11).
+
+The brokers run with the default min.insync.replicas=1; the topic is created with
+`tidelog topics create ... --replication-factor 3 --config min.insync.replicas=2`. After both
+followers are killed with -9 and the ISR has shrunk to the leader alone, confluent-kafka's acks=all
+sends must fail with NOT_ENOUGH_REPLICAS (19), as Apache Kafka answers, and nothing is appended;
+acks=1 sends still succeed (min.insync.replicas only applies to acks=all). Once the followers are
+back in the ISR, acks=all sends succeed again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import pytest
+from real_cluster_harness import (
+    RealCluster,
+    produce_acked,
+    producer,
+    replica_leo,
+    tidelog,
+    wait_for,
+)
+
+from tidelog.cluster.local import LocalCluster, _pid_runs
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module")
+def default_min_isr_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    """A 3-broker cluster whose brokers keep Kafka's default min.insync.replicas (1)."""
+    d: Path = tmp_path_factory.mktemp("topic-configs")
+    c: RealCluster | None = None
+    try:
+        c = RealCluster(d, overrides={"min.insync.replicas": "1"})
+        yield c
+    finally:
+        if c is not None:
+            c.close()
+        if (d / "cluster.json").exists():
+            local = LocalCluster.load(d)
+            local.down(timeout_s=15)
+            for b in local.brokers.values():  # backstop, by PID, only if still that broker
+                if _pid_runs(b.pid, b.config):
+                    os.kill(b.pid, signal.SIGKILL)  # type: ignore[arg-type]
+
+
+def _send(bootstrap: str, topic: str, n: int, acks: str) -> tuple[list[int], list[Any]]:
+    """n sends, no retries: (offsets acknowledged, delivery errors)."""
+    p = producer(bootstrap, acks=acks, retries=0, **{"message.timeout.ms": 20000})
+    offsets: list[int] = []
+    errors: list[Any] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            offsets.append(msg.offset())
+
+    for i in range(n):
+        p.produce(topic, value=b"v%d" % i, partition=0, on_delivery=on_delivery)
+    assert p.flush(30) == 0
+    return offsets, errors
+
+
+def test_topic_min_insync_replicas_refuses_acks_all_when_isr_shrinks(
+    default_min_isr_cluster: RealCluster,
+) -> None:
+    c = default_min_isr_cluster
+    topic = f"minisr-{uuid.uuid4().hex[:6]}"
+    tidelog("topics", "create", "--bootstrap-server", c.bootstrap, "--topic", topic,
+            "--partitions", "1", "--replication-factor", "3",
+            "--config", "min.insync.replicas=2")
+    state = wait_for(lambda: (s := c.state(topic)) and s.leader >= 0 and len(s.isr) == 3 and s,
+                     what="the topic online with a full ISR")
+    leader = state.leader
+    followers = [b for b in state.isr if b != leader]
+    assert len(produce_acked(producer(c.bootstrap), topic, [(b"k", b"before")] * 5, 0)) == 5
+
+    local = LocalCluster.load(c.dir)
+    for b in followers:
+        c.kill(b)
+    wait_for(lambda: (s := c.state(topic)) and list(s.isr) == [leader], timeout_s=60,
+             what=f"the ISR to shrink to [{leader}]")
+    leader_port = local.brokers[leader].port
+    assert replica_leo(leader_port, topic, 0) == 5
+
+    offsets, errors = _send(c.bootstrap, topic, 5, acks="all")
+    assert offsets == [], f"acks=all writes acknowledged at {offsets} with ISR [{leader}]"
+    assert [e.code() for e in errors] == [confluent_kafka.KafkaError.NOT_ENOUGH_REPLICAS] * 5, \
+        [str(e) for e in errors]
+    assert replica_leo(leader_port, topic, 0) == 5  # refused before the append: nothing written
+
+    # min.insync.replicas does not apply to acks=1: the partition is still writable.
+    offsets, errors = _send(c.bootstrap, topic, 2, acks="1")
+    assert (offsets, errors) == ([5, 6], [])
+
+    for b in followers:
+        c.start(b)
+    wait_for(lambda: (s := c.state(topic)) and len(s.isr) == 3, timeout_s=60,
+             what="the followers back in the ISR")
+    offsets, errors = _send(c.bootstrap, topic, 3, acks="all")
+    assert (offsets, errors) == ([7, 8, 9], [])
