@@ -126,7 +126,8 @@ def test_broker_listing_and_change_watch(make_client: Callable[..., KafkaZkClien
     wait_for(lambda: seen[-1] == [2])
     handle.cancel()
     b2.close()
-    time.sleep(0.3)
+    assert observer.get_all_broker_ids() == []
+    observer.sync_watches()  # the watch for that change has fired and its callback has run
     assert seen[-1] == [2]  # cancelled: no callback for the last change
 
 

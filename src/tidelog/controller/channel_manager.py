@@ -220,6 +220,7 @@ class _BrokerChannel:
         self.queue: list[_Item] = []
         self.wakeup = asyncio.Event()
         self.conn: BrokerConnection | None = None
+        self.in_flight = False
         self.stopped = False
         self.task = asyncio.get_running_loop().create_task(
             self._run(), name=f"controller-to-broker-{broker_id}-send")
@@ -301,6 +302,7 @@ class _BrokerChannel:
                     await self.wakeup.wait()
                     continue
                 item = self._take_batch()
+                self.in_flight = True
                 try:
                     response = await self._send_one(item)
                 except BrokerRemovedError as e:
@@ -312,6 +314,8 @@ class _BrokerChannel:
                                   self.broker_id)
                     _fail(item.futures, e)
                     continue
+                finally:
+                    self.in_flight = False
                 self.manager.on_response(self.broker_id, item.request, response)
                 for f in item.futures:
                     if not f.done():
@@ -414,6 +418,11 @@ class ControllerChannelManager:
 
     def send_all(self, requests: Mapping[int, Iterable[core.ControllerRequest]]) -> list[asyncio.Future[Any]]:
         return [self.send(b, r) for b, rs in sorted(requests.items()) for r in rs]
+
+    @property
+    def idle(self) -> bool:
+        """No request queued or awaiting its response, to any broker."""
+        return not any(ch.queue or ch.in_flight for ch in self._channels.values())
 
     def queued(self, broker_id: int) -> int:
         ch = self._channels.get(broker_id)

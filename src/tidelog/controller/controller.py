@@ -111,6 +111,10 @@ def _unclean_override(config: dict[str, str]) -> bool | None:
     return value.strip().lower() == "true"
 
 
+async def _nothing() -> None:
+    return None
+
+
 class _Event:
     __slots__ = ("name", "handler", "future")
 
@@ -146,6 +150,7 @@ class KafkaController:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._event_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._timers: set[asyncio.TimerHandle] = set()
         self._rebalance_task: asyncio.Task[None] | None = None
         self._closing = False
         self._topics_without_partitions: set[str] = set()
@@ -198,6 +203,9 @@ class KafkaController:
                 await self._zk(self.zk_client.resign_controller, version)
         for t in list(self._tasks):
             t.cancel()
+        for h in list(self._timers):
+            h.cancel()
+        self._timers.clear()
 
     # -- the event queue ---------------------------------------------------------------------
     def enqueue(self, name: str, handler: Callable[[], Awaitable[T]]) -> asyncio.Future[T]:
@@ -250,6 +258,32 @@ class KafkaController:
             f.exception()
         else:
             f.set_result(result)
+
+    def _enqueue_later(self, delay_s: float, name: str,
+                       handler: Callable[[], Awaitable[Any]]) -> None:
+        """Queue an event after a delay (a retry); pending until then, as `wait_idle` sees it."""
+        def fire() -> None:
+            self._timers.discard(timer)
+            if not self._closing:
+                self.enqueue(name, handler)
+
+        timer = asyncio.get_running_loop().call_later(delay_s, fire)
+        self._timers.add(timer)
+
+    async def wait_idle(self) -> None:
+        """Return when the controller has nothing left to do for now: every ZooKeeper change
+        its session saw before the call has been handled, with the events and the retries
+        that followed, and no request to a broker is queued or awaiting its answer (the
+        periodic preferred-leader check aside). A barrier for asserting that something did
+        *not* happen."""
+        while True:
+            await self._zk(self.zk_client.sync_watches)
+            # The watches' events are queued now (call_soon_threadsafe keeps their order).
+            await self.enqueue("Barrier", _nothing)
+            if self._queue.empty() and not self._tasks and not self._timers and (
+                    self.channel is None or self.channel.idle):
+                return
+            await asyncio.sleep(0.01)  # a response or a retry is due: look again
 
     async def _zk(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
@@ -742,10 +776,8 @@ class KafkaController:
             if failures <= MAX_DELETION_RETRIES:
                 log.info("controller %d: a replica of %s did not stop; retrying the deletion",
                          self.broker_id, topic)
-                asyncio.get_running_loop().call_later(
-                    min(DELETION_RETRY_BACKOFF_S * failures, 1.0),
-                    lambda: self._closing or self.enqueue("TopicDeletionRetry",
-                                                          self._resume_deletions))
+                self._enqueue_later(min(DELETION_RETRY_BACKOFF_S * failures, 1.0),
+                                    "TopicDeletionRetry", self._resume_deletions)
             else:
                 # Kafka marks the topic ineligible: retried when a broker (re)starts.
                 log.warning("controller %d: deletion of %s failed %d times; it resumes when a "

@@ -41,7 +41,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import ZnodeStat
+from kazoo.protocol.states import Callback, ZnodeStat
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry, RetryFailedError
 
@@ -249,6 +249,18 @@ class KafkaZkClient:
             raise ZkClientError(
                 f"ZooKeeper request not answered within {self.request_timeout_s} s"
             ) from e
+
+    def sync_watches(self) -> None:
+        """Return once every watch callback due for a change ZooKeeper applied before this call
+        has run. ZooKeeper sends a session its watch notifications in order with its replies, so
+        after a `sync` round trip every earlier notification is on kazoo's callback queue; a
+        marker through that queue (one thread, first in first out) then runs after them. A
+        barrier for asserting that a change was seen and nothing followed from it."""
+        self._retry(self._zk.sync, "/")
+        passed = threading.Event()
+        self._zk.handler.dispatch_callback(Callback("watch", passed.set, ()))
+        if not passed.wait(self.request_timeout_s):
+            raise ZkClientError(f"kazoo's callback thread stuck for {self.request_timeout_s} s")
 
     # --- brokers ----------------------------------------------------------------------------------
 
