@@ -11,8 +11,11 @@
    each finalized window count both to Parquet and to the ``page-counts`` topic (foreachBatch:
    a replayed micro-batch overwrites its own Parquet directory, so the Parquet side stays exact);
 3. mid-stream, the leader of ``page-views`` partition 0 is killed (SIGKILL) and later restarted;
-4. at the end the Parquet counts and the ``page-counts`` topic are compared with the counts
-   computed directly from the acknowledged events. Exit status 0 only if they are equal.
+4. at the end a flush event closes the last windows, ``processAllAvailable()`` waits until
+   every micro-batch of the input (and the one the watermark then triggers) has run and been
+   committed, the query is stopped, and the Parquet counts and the ``page-counts`` topic are
+   compared with the counts computed directly from the acknowledged events. Exit status 0 only
+   if they are equal.
 """
 
 from __future__ import annotations
@@ -110,9 +113,11 @@ def main() -> int:
     parser.add_argument("--no-kill", action="store_true",
                         help="do not kill (and restart) the leader of partition 0 mid-stream")
     parser.add_argument("--out", help="output directory (default: a temp dir)")
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="seconds the query may take to process all of its input after "
+                             "the generator ends (default: 900)")
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
     workdir = Path(args.out or tempfile.mkdtemp(prefix="clickstream-"))
     cluster = None
     try:
@@ -265,22 +270,25 @@ def run(bootstrap: str, cluster, workdir: Path, args: argparse.Namespace) -> int
         raise SystemExit(f"generator failed: {generator.error!r}")
     log(f"{len(generator.acked)} events acknowledged, {generator.failed} failed")
 
-    # Close the last windows, then wait until the query has consumed everything.
+    # Close the last windows, then let the query run every micro-batch the input holds.
     flush = generator.flush_event()
     asyncio.run(_send_one(bootstrap, flush))
+    end_offsets = input_end_offsets(bootstrap)
+    log(f"input ends at {end_offsets}; waiting for the query to process and commit it all")
+    if not process_all_available(query, timeout_s=args.timeout):
+        query.stop()
+        spark.stop()
+        raise SystemExit(f"the query did not process its input within {args.timeout:.0f} s")
+    committed = committed_offsets(query)
+    log(f"the query committed up to {committed}")
+    query.stop()  # idle now: every batch has run its foreachBatch and is committed
     expected = expected_counts(generator.acked)
-    deadline = time.monotonic() + 300
-    got: Counter = Counter()
-    while time.monotonic() < deadline:
-        if query.exception() is not None:
-            raise SystemExit(f"query failed: {query.exception()}")
-        got = read_parquet_counts(spark, parquet_dir)
-        if got == expected:
-            break
-        time.sleep(2)
-    query.stop()
+    got = read_parquet_counts(spark, parquet_dir)
     topic_counts = read_topic_counts(spark, bootstrap)
     spark.stop()
+    if committed != end_offsets:
+        log(f"MISMATCH: the query committed {committed}, the input ends at {end_offsets}")
+        return 1
 
     ok = got == expected and topic_counts == expected
     log(
@@ -292,6 +300,50 @@ def run(bootstrap: str, cluster, workdir: Path, args: argparse.Namespace) -> int
         log(f"broker {killed} was killed and restarted mid-stream")
     log("counts equal the acknowledged events" if ok else "MISMATCH")
     return 0 if ok else 1
+
+
+def process_all_available(query, timeout_s: float) -> bool:
+    """query.processAllAvailable(), bounded: it returns once a trigger finds no new data and
+    no batch to run, so the data batch holding the flush event and the batch its watermark
+    then triggers (the one emitting the last windows) have both run foreachBatch to the end
+    and been committed. A failed query raises here. False if it did not finish in time."""
+    outcome: list[BaseException | None] = []
+
+    def wait() -> None:
+        try:
+            query.processAllAvailable()
+            outcome.append(None)
+        except BaseException as exc:  # re-raised in the main thread
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    waiter.join(timeout_s)
+    if not outcome:
+        return False
+    if outcome[0] is not None:
+        raise SystemExit(f"query failed: {outcome[0]}")
+    return True
+
+
+def input_end_offsets(bootstrap: str) -> dict[str, dict[str, int]]:
+    """Each page-views partition's high watermark, in Spark's Kafka offset JSON shape."""
+    from tidelog.spark.kafka_io import SyncKafka
+    from tidelog.spark.options import Subscription
+
+    with SyncKafka(bootstrap) as kafka:
+        tps = kafka.topic_partitions(Subscription("subscribe", topics=(TOPIC,)))
+        latest = kafka.latest_offsets(tps)
+    return {TOPIC: {str(tp.partition): offset for tp, offset in sorted(latest.items())}}
+
+
+def committed_offsets(query) -> dict[str, dict[str, int]]:
+    """The end offset of the query's last committed micro-batch."""
+    progress = query.lastProgress
+    if progress is None or not progress["sources"]:
+        return {}
+    end = progress["sources"][0]["endOffset"]
+    return json.loads(end) if isinstance(end, str) else end
 
 
 async def _send_one(bootstrap: str, event: dict) -> None:

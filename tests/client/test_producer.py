@@ -142,10 +142,28 @@ def test_acks_zero_delivers_without_offsets(tansu: str, topic_name: str) -> None
     asyncio.run(main())
 
 
+def test_sending_to_a_missing_topic_asks_the_broker_to_create_it(
+    tansu: str, topic_name: str
+) -> None:
+    # allow.auto.create.topics defaults to true, as in Kafka's producer; tansu creates it.
+    async def main() -> None:
+        async with KafkaClient(tansu) as client:
+            async with Producer(client) as producer:
+                future = await producer.send(topic_name, b"x")
+                await producer.flush()
+                tp, offset = future.result()
+            metadata = await client.refresh_metadata([topic_name])
+            assert metadata.topics[topic_name].error == ErrorCode.NONE
+            assert (tp.topic, offset) == (topic_name, 0)
+            assert tp.partition in metadata.topics[topic_name].partitions
+
+    asyncio.run(main())
+
+
 def test_sending_to_a_missing_topic_or_partition_fails_at_once(tansu: str, topic_name: str) -> None:
     async def main() -> None:
         async with KafkaClient(tansu, retries=1, retry_backoff_ms=10) as client:
-            async with Producer(client) as producer:
+            async with Producer(client, allow_auto_create_topics=False) as producer:
                 with pytest.raises(BrokerResponseError, match="UNKNOWN_TOPIC_OR_PARTITION"):
                     await producer.send(topic_name, b"x")
                 await client.create_topics([NewTopic(topic_name, 1, 1)])

@@ -167,6 +167,12 @@ def test_sink_options() -> None:
         parse_sink_options({**B, "kafka.acks": "1"})
     with pytest.raises(TidelogOptionError, match="kafka.compression.type"):
         parse_sink_options({**B, "kafka.compression.type": "brotli"})
+    # allow.auto.create.topics: true by default, as in Kafka's producer
+    assert parse_sink_options(B).allow_auto_create_topics is True
+    off = parse_sink_options({**B, "kafka.allow.auto.create.topics": "FALSE"})
+    assert off.allow_auto_create_topics is False
+    with pytest.raises(TidelogOptionError, match="kafka.allow.auto.create.topics"):
+        parse_sink_options({**B, "kafka.allow.auto.create.topics": "no"})
 
 
 def test_offsets_json_is_sparks_format() -> None:

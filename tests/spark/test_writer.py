@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -115,3 +117,69 @@ def test_unknown_partition_fails_the_write(spark, broker) -> None:
             "kafka.bootstrap.servers", broker.bootstrap
         ).option("topic", topic).save()
     assert json.loads("[]") == [r.value for r in _read_back(spark, broker, topic).collect()]
+
+
+def _topic_exists(broker, topic: str) -> bool:
+    meta = broker.run(broker.client.refresh_metadata([topic]))
+    return topic in meta.topics and meta.topics[topic].error == 0
+
+
+def _needs_tidelog_broker(broker) -> None:
+    if broker.cluster is None:
+        pytest.skip("auto.create.topics.enable is the tidelog broker's setting")
+
+
+def test_writing_to_a_missing_topic_creates_it(spark, broker) -> None:
+    # As Kafka's producer (allow.auto.create.topics=true): the broker's
+    # auto.create.topics.enable (true by default) creates it.
+    _needs_tidelog_broker(broker)
+    topic = f"auto-{uuid.uuid4().hex[:10]}"
+    assert not _topic_exists(broker, topic)
+    df = spark.createDataFrame([("a",), ("b",)], "value string")
+    df.write.mode("append").format("tidelog").option(
+        "kafka.bootstrap.servers", broker.bootstrap
+    ).option("topic", topic).save()
+    assert _topic_exists(broker, topic)
+    assert sorted(r.value for r in _read_back(spark, broker, topic).collect()) == [b"a", b"b"]
+
+
+def test_a_sink_that_may_not_create_topics_fails_on_a_missing_one(spark, broker) -> None:
+    _needs_tidelog_broker(broker)
+    topic = f"absent-{uuid.uuid4().hex[:10]}"
+    df = spark.createDataFrame([("a",)], "value string")
+    with pytest.raises(
+        Exception,
+        match=f"UNKNOWN_TOPIC_OR_PARTITION: topic '{topic}' does not exist and "
+        "kafka.allow.auto.create.topics is false",
+    ):
+        df.write.mode("append").format("tidelog").option(
+            "kafka.bootstrap.servers", broker.bootstrap
+        ).option("topic", topic).option("kafka.allow.auto.create.topics", "false").save()
+    assert not _topic_exists(broker, topic)
+
+
+@pytest.fixture(scope="module")
+def no_auto_create_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One tidelog broker with auto.create.topics.enable=false."""
+    from tidelog.cluster.local import LocalCluster
+
+    cluster = LocalCluster(tmp_path_factory.mktemp("no-auto-create"))
+    cluster.up(1, overrides={"auto.create.topics.enable": "false"}, timeout_s=120)
+    try:
+        yield cluster.bootstrap_servers
+    finally:
+        cluster.down()
+
+
+def test_a_broker_that_does_not_auto_create_fails_the_write(
+    spark, no_auto_create_cluster: str
+) -> None:
+    df = spark.createDataFrame([("a",)], "value string")
+    with pytest.raises(
+        Exception,
+        match="UNKNOWN_TOPIC_OR_PARTITION: topic 'nowhere' does not exist and the broker did "
+        r"not create it \(auto.create.topics.enable=false on the broker\?\)",
+    ):
+        df.write.mode("append").format("tidelog").option(
+            "kafka.bootstrap.servers", no_auto_create_cluster
+        ).option("topic", "nowhere").save()

@@ -304,10 +304,14 @@ class KafkaClient:
         """The leader's node id in the cached metadata (None if unknown or leaderless)."""
         return self.metadata.leader_for(tp)
 
-    async def partitions_for(self, topic: str, *, refresh: bool = False) -> list[int]:
+    async def partitions_for(
+        self, topic: str, *, refresh: bool = False, allow_auto_topic_creation: bool = False
+    ) -> list[int]:
         """Partition ids of ``topic``. A retriable topic error (a topic just created whose
         metadata has not spread yet, LEADER_NOT_AVAILABLE) is retried with backoff up to
-        ``retries`` times; then, or for other errors, BrokerResponseError is raised."""
+        ``retries`` times; then, or for other errors, BrokerResponseError is raised.
+        ``allow_auto_topic_creation`` asks the broker to create a missing topic (its
+        ``auto.create.topics.enable`` decides), as Kafka's producer does."""
         meta = self.metadata.topics.get(topic)
         if refresh or self.metadata_stale:
             meta = None
@@ -317,7 +321,9 @@ class KafkaClient:
         for attempt in range(self.retries + 1):
             if attempt:
                 await self._backoff(attempt - 1)
-            await self.refresh_metadata([topic])
+            await self.refresh_metadata(
+                [topic], allow_auto_topic_creation=allow_auto_topic_creation
+            )
             meta = self.metadata.topics.get(topic)
             code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if meta is None else meta.error
             if code == ErrorCode.NONE and meta is not None and meta.partitions:

@@ -127,8 +127,11 @@ class Producer:
         buffer_memory: int = 33554432,
         max_block_ms: int = 60000,
         max_request_size: int = 1048576,
+        allow_auto_create_topics: bool = True,
     ) -> None:
         self.client = client
+        # allow.auto.create.topics: a send to a missing topic asks the broker to create it
+        self.allow_auto_create_topics = allow_auto_create_topics
         self.acks = parse_acks(acks)
         if enable_idempotence and self.acks != -1:
             # Kafka: "Must set acks to all in order to use the idempotent producer."
@@ -228,7 +231,9 @@ class Producer:
         ):
             partitions = sorted(meta.partitions) if partition is None else list(meta.partitions)
         else:
-            partitions = await self.client.partitions_for(topic)
+            partitions = await self.client.partitions_for(
+                topic, allow_auto_topic_creation=self.allow_auto_create_topics
+            )
         if partition is None:
             partition = self._choose_partition(topic, key, partitions)
         elif partition not in partitions:
@@ -416,7 +421,9 @@ class Producer:
 
     async def _refresh(self, topics: list[str]) -> None:
         try:
-            await self.client.refresh_metadata(topics)
+            await self.client.refresh_metadata(
+                topics, allow_auto_topic_creation=self.allow_auto_create_topics
+            )
         except KafkaClientError:
             pass
         self._wakeup.set()

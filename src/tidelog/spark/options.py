@@ -113,6 +113,7 @@ class SinkOptions:
     linger_ms: int = 5
     batch_size: int = 1024 * 1024
     client_id: str = "tidelog-spark-sink"
+    allow_auto_create_topics: bool = True  # Kafka's producer default
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -386,7 +387,8 @@ _CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Validate the write options: ``kafka.bootstrap.servers``, optional ``topic`` (overrides the
     topic column), and the producer settings ``kafka.compression.type``, ``kafka.linger.ms``,
-    ``kafka.batch.size``. acks is always ``all`` (the idempotent producer needs it)."""
+    ``kafka.batch.size``, ``kafka.allow.auto.create.topics``. acks is always ``all`` (the
+    idempotent producer needs it)."""
     opts = _lower(options)
     bootstrap = _bootstrap(opts)
     _check_kafka_params(opts)
@@ -415,4 +417,5 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         linger_ms=int(linger),
         batch_size=_positive_int(opts, "kafka.batch.size") or 1024 * 1024,
         client_id=opts.get("kafka.client.id", "tidelog-spark-sink"),
+        allow_auto_create_topics=_bool(opts, "kafka.allow.auto.create.topics", True),
     )

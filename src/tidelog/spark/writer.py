@@ -34,8 +34,10 @@ from pyspark.sql.types import (
 )
 
 from tidelog.client.cluster import KafkaClient
+from tidelog.client.errors import BrokerResponseError
 from tidelog.client.metadata import TopicPartition
 from tidelog.client.producer import Producer
+from tidelog.protocol.errors import ErrorCode
 from tidelog.spark.options import SinkOptions, TidelogOptionError
 
 __all__ = [
@@ -125,6 +127,26 @@ def _as_bytes(value: bytes | str | None) -> bytes | None:
     return value.encode()
 
 
+async def _require_topic(client: KafkaClient, topic: str, options: SinkOptions) -> None:
+    """The topic's partitions, asking the broker to create a missing topic as Kafka's producer
+    does (allow.auto.create.topics); the broker's auto.create.topics.enable decides."""
+    try:
+        await client.partitions_for(
+            topic, allow_auto_topic_creation=options.allow_auto_create_topics
+        )
+    except BrokerResponseError as exc:
+        if exc.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            raise
+        why = (
+            "the broker did not create it (auto.create.topics.enable=false on the broker?)"
+            if options.allow_auto_create_topics
+            else "kafka.allow.auto.create.topics is false"
+        )
+        raise BrokerResponseError(
+            exc.code_value, f"topic '{topic}' does not exist and {why}"
+        ) from None
+
+
 async def _produce(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> TidelogCommitMessage:
     message = TidelogCommitMessage()
     client = KafkaClient(options.bootstrap_servers, client_id=options.client_id)
@@ -137,9 +159,11 @@ async def _produce(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> T
             compression=options.compression,
             linger_ms=options.linger_ms,
             batch_size=options.batch_size,
+            allow_auto_create_topics=options.allow_auto_create_topics,
         )
         await producer.start()
         futures: list[asyncio.Future[tuple[TopicPartition, int]]] = []
+        topics_seen: set[str] = set()
         try:
             for batch in batches:
                 values = _column(batch, "value")
@@ -158,6 +182,9 @@ async def _produce(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> T
                             "null topic present in the data; use the topic option to set a "
                             "default topic"
                         )
+                    if topic not in topics_seen:
+                        await _require_topic(client, topic, options)
+                        topics_seen.add(topic)
                     record_headers = (
                         tuple((h["key"], h["value"]) for h in hdrs) if hdrs is not None else ()
                     )
