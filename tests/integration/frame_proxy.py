@@ -4,7 +4,9 @@ answer never comes back), as a lost reply on the network would.
 
 It runs its own event loop in a thread, so tests (and their blocking clients) drive it from
 the main thread: `proxy.drop_responses = lambda req: ...` decides per request, from its
-decoded header and body (`ProxiedRequest`), whether the broker's answer is dropped.
+decoded header and body (`ProxiedRequest`), whether the broker's answer is dropped;
+`proxy.on_response = lambda req, frame: ...` sees every answer it forwards (a barrier: "the
+broker has answered such a request").
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ class FrameProxy:
         self.port = pick_free_port(host)
         self.drop_responses: Callable[[ProxiedRequest], bool] | None = None
         self.dropped: list[ProxiedRequest] = []
+        # Called (on the proxy's thread) with each forwarded answer: its request and its frame
+        # without the size prefix (`decode_response(req.api_key, req.api_version, frame)`).
+        self.on_response: Callable[[ProxiedRequest, bytes], None] | None = None
         self.forwarded = 0
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.AbstractServer | None = None
@@ -115,6 +120,9 @@ class FrameProxy:
                     self.dropped.append(req)
                     continue
                 self.forwarded += 1
+                watch = self.on_response
+                if req is not None and watch is not None:
+                    watch(req, frame)
                 cw.write(_SIZE.pack(len(frame)) + frame)
                 await cw.drain()
 

@@ -14,9 +14,9 @@ and 3 leads, every acknowledged record is there.
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from tidelog.cluster.zookeeper import pick_free_port
 from tidelog.controller.admin import AdminZkClient
 from tidelog.controller.zk_client import KafkaZkClient
 from tidelog.protocol.api_keys import ApiKey
+from tidelog.protocol.codec import decode_response
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -50,6 +51,30 @@ def starve(broker_id: int) -> Any:
         return req.api_key == ApiKey.FETCH and bool(req.client_id) and \
             req.client_id.startswith(prefix)  # type: ignore[union-attr]
     return rule
+
+
+def fetched_past(proxy: FrameProxy, broker_id: int, offset: int) -> queue.Queue[int]:
+    """The high watermark in each answer the leader sends through `proxy` to a fetch of
+    `broker_id` from `offset` or beyond (partition 0 of the one topic): by then the leader has
+    taken that follower's position into account."""
+    hws: queue.Queue[int] = queue.Queue()
+    prefix = f"broker-{broker_id}-"
+
+    def watch(req: ProxiedRequest, frame: bytes) -> None:
+        if req.api_key != ApiKey.FETCH or req.body is None or \
+                not (req.client_id or "").startswith(prefix):
+            return
+        if not any(p.partition == 0 and p.fetch_offset >= offset
+                   for t in req.body.topics for p in t.partitions):
+            return
+        _header, response = decode_response(req.api_key, req.api_version, frame)
+        for t in response.responses:
+            for p in t.partitions:
+                if p.partition_index == 0:
+                    hws.put(p.high_watermark)
+
+    proxy.on_response = watch
+    return hws
 
 
 def test_hw_waits_for_a_replica_being_added_to_the_isr(tmp_path: Path) -> None:
@@ -90,11 +115,11 @@ def test_hw_waits_for_a_replica_being_added_to_the_isr(tmp_path: Path) -> None:
                 with lock:
                     acked.append((msg.offset(), msg.value()))
 
-        def send(prefix: bytes, n: int) -> None:
+        def send(prefix: bytes, n: int, via: Any = p) -> None:
             for i in range(n):
-                p.produce(TOPIC, value=b"%s-%d" % (prefix, i), partition=0,
-                          on_delivery=on_delivery)
-            p.poll(0)
+                via.produce(TOPIC, value=b"%s-%d" % (prefix, i), partition=0,
+                            on_delivery=on_delivery)
+            via.poll(0)
 
         send(b"first", 20)
         assert p.flush(30) == 0 and len(acked) == 20
@@ -114,22 +139,23 @@ def test_hw_waits_for_a_replica_being_added_to_the_isr(tmp_path: Path) -> None:
         # 3 gets nothing more from now on; records produced now are on 1 and 2 only.
         to_1.drop_responses = starve(3)
         before = len(acked)
-        send(b"during", 10)
-        # They reached 2: over ISR [1,2] alone the HW would be 50 and they would be acked.
+        # The ten go in one produce request (sent when the tenth is queued): a connection's
+        # requests are handled one at a time (Kafka mutes the channel), so a second request
+        # would wait behind the first, whose acks=all answer waits for 3, and never reach the
+        # leader. (Sent at linger.ms=0, a loaded machine split them 9 + 1: both clean-clone
+        # failures, "broker 2's LEO went [49]", and the leader's LEO was 49 too.)
+        one_request = producer(cluster.bootstrap_servers, **{
+            "linger.ms": 10000, "batch.num.messages": 10, "message.timeout.ms": 20000})
+        send(b"during", 10, via=one_request)
+        # They reach 2, and 2 fetches past them: the leader knows 2 has them all, so over ISR
+        # [1,2] alone its HW would be 50 and the records acknowledged.
         two = cluster.brokers[2].port
-        seen: list[int] = []
-
-        def two_has_them() -> bool:
-            leo = replica_leo(two, TOPIC, 0)
-            seen.append(-1 if leo is None else leo)  # -1: broker 2 did not answer
-            return seen[-1] >= 50  # more only if the producer retried a batch (not idempotent)
-
-        try:
-            wait_for(two_has_them, 6, "broker 2 has the records")
-        except AssertionError as e:
-            raise AssertionError(f"{e}; broker 2's LEO went {sorted(set(seen))}") from None
-        time.sleep(1.0)
+        wait_for(lambda: (replica_leo(two, TOPIC, 0) or 0) >= 50, 60, "broker 2 has the records")
+        hw = fetched_past(to_1, 2, 50).get(timeout=30)
+        to_1.on_response = None
+        assert hw == before == 40, f"HW {hw} with 3, being added, at 40"
         p.poll(0)
+        one_request.poll(0)
         with lock:
             during = len(acked) - before
         assert during == 0, f"{during} records acknowledged without the replica being added"
@@ -141,6 +167,7 @@ def test_hw_waits_for_a_replica_being_added_to_the_isr(tmp_path: Path) -> None:
         cluster.stop_broker(2, kill=True)
         wait_for(lambda: (s := state()) and s.leader == 3, 60, "3 elected")
         p.flush(30)
+        one_request.flush(30)
         three = f"127.0.0.1:{cluster.brokers[3].port}"
         got = consume_all(three, TOPIC, 1, len(acked), timeout_s=30)[0]
         by_offset = {o: v for _k, v, o in got}
