@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install debs test demo lint bench clean
+.PHONY: install debs interop test demo lint bench clean
 
 NATIVE       := $(VENV)/.native
 NATIVE_SRCS  := $(wildcard src/tidelog/protocol/*.c src/tidelog/protocol/records/*.c)
@@ -28,7 +28,17 @@ $(NATIVE): $(STAMP) $(NATIVE_SRCS)
 debs:
 	@PYTHON=$(PYTHON) bash scripts/install-debs.sh
 
-test: install
+# Apache Kafka 3.9 (broker, tools, Java clients) for the compatibility tests, from Maven Central
+# once (interop/pom.xml pins it), offline from the local Maven repository afterwards.
+INTEROP := interop/target/lib/.fetched
+interop: debs $(INTEROP)
+
+$(INTEROP): interop/pom.xml
+	cd interop && rm -rf target/lib && { mvn -B -q -o dependency:copy-dependencies -DoutputDirectory=target/lib -DincludeScope=runtime >/dev/null 2>&1 \
+	  || mvn -B -q dependency:copy-dependencies -DoutputDirectory=target/lib -DincludeScope=runtime; }
+	touch $(INTEROP)
+
+test: install interop
 	@bash scripts/run-tests.sh
 
 # The main job: a live 3-broker cluster surviving a leader kill -9, then the Spark clickstream

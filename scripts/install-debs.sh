@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tidelog needs (ZooKeeper, kcat, a C compiler and the Python
-# headers for its C accelerators) when they are missing. PYTHON is the interpreter of the venv.
+# headers for its C accelerators, Maven for the reference Kafka) when they are missing. PYTHON
+# is the interpreter of the venv.
 set -euo pipefail
 missing=()
 [ -x /usr/share/zookeeper/bin/zkServer.sh ] || missing+=(zookeeper)
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 command -v gcc >/dev/null 2>&1 || missing+=(gcc)
+command -v mvn >/dev/null 2>&1 || missing+=(maven)  # fetches Apache Kafka for `make interop`
 python="${PYTHON:-python3}"
 "$python" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
   || missing+=(python3-dev)

@@ -369,8 +369,11 @@ class KafkaApis:
                     p.partition_max_bytes,
                 )
         replica_id = request.replica_id
+        # Kafka's KafkaApis: the response is capped by the broker's fetch.max.bytes.
+        max_bytes = min(request.max_bytes, self.config.get("fetch.max.bytes"))
         results = await self.rm.fetch_messages(
-            replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes, partitions
+            replica_id, request.max_wait_ms, min(request.min_bytes, max_bytes), max_bytes,
+            partitions,
         ) if partitions else {}
         responses = []
         for topic, indexes in order:
@@ -649,8 +652,10 @@ class KafkaApis:
         self, overrides: dict[str, str], keys: set[str] | None, synonyms: bool = False
     ) -> list[Any]:
         from tidelog.broker.config import _LOG_CONFIG_SYNONYMS
+        from tidelog.storage.log_config import UNSUPPORTED, LogConfig
 
-        defaults = self.config.log_config()
+        # Every topic key (Kafka's LogConfig), the broker's log keys as the defaults.
+        defaults = LogConfig.from_dict(self.config.log_config()).to_dict()
         out = []
         for name in sorted(set(defaults) | set(overrides)):
             if keys is not None and name not in keys:
@@ -665,7 +670,9 @@ class KafkaApis:
                 is_default = not set_on_broker
             entry = m_dc.DescribeConfigsResourceResult(
                 name=name, value=value, read_only=False, is_default=is_default,
-                config_source=source, is_sensitive=False, documentation=None,
+                config_source=source, is_sensitive=False,
+                documentation=(f"tidelog accepts only the default: {UNSUPPORTED[name]}"
+                               if name in UNSUPPORTED else None),
             )
             if synonyms:
                 # Kafka's order of precedence: the topic override, then the broker's key.
@@ -695,7 +702,7 @@ class KafkaApis:
                 is_default=not set_here,
                 config_source=STATIC_BROKER_CONFIG if set_here else DEFAULT_CONFIG,
                 is_sensitive=sensitive, config_type=_CONFIG_TYPES.get(spec.type, 0),
-                documentation=None,
+                documentation=spec.doc or None,
             ))
         return out
 

@@ -1,0 +1,62 @@
+"""The differential suite's two clusters, one each for the whole session: Apache Kafka 3.9 (the
+oracle, `tidelog.testing.kafka_cluster`) and tidelog (`tidelog cluster up`'s LocalCluster), both 3
+brokers with a private ZooKeeper on 127.0.0.1 and the same settings, every process stopped by PID
+at the end (and the Kafka JVMs killed with this process if it dies)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+from differential import Pair, Target
+
+from tidelog.cluster.local import LocalCluster, _pid_runs
+from tidelog.testing.kafka_cluster import KafkaCluster, wait_for_metadata
+
+# Settings both clusters get (LocalCluster already sets offsets.topic.replication.factor=3 and
+# group.initial.rebalance.delay.ms=0, as the Kafka launcher does).
+SHARED = {"zookeeper.session.timeout.ms": "6000"}
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka-reference"))
+    cluster.up(3, overrides=SHARED)
+    try:
+        yield Target("kafka", cluster.bootstrap_servers, cluster.stop_broker,
+                     cluster.start_broker)
+    finally:
+        cluster.down()
+
+
+@pytest.fixture(scope="session")
+def tidelog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    d = tmp_path_factory.mktemp("tidelog-cluster")
+    cluster = LocalCluster(d)
+    try:
+        cluster.up(3, overrides=SHARED, timeout_s=120)
+        wait_for_metadata([b.address for b in cluster.brokers.values()], 3,
+                          time.monotonic() + 60)
+
+        def start_broker(broker_id: int) -> None:
+            cluster.start_broker(broker_id, timeout_s=120)
+            wait_for_metadata([b.address for b in cluster.brokers.values()], 3,
+                              time.monotonic() + 60)
+
+        def stop_broker(broker_id: int) -> None:
+            cluster.stop_broker(broker_id)
+
+        yield Target("tidelog", cluster.bootstrap_servers, stop_broker, start_broker)
+    finally:
+        cluster.down(timeout_s=15)
+        for b in cluster.brokers.values():  # backstop, by PID, only if it still runs that broker
+            if _pid_runs(b.pid, b.config):
+                os.kill(b.pid, signal.SIGKILL)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def pair(kafka: Target, tidelog: Target) -> Pair:
+    return Pair(kafka, tidelog)

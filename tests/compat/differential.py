@@ -1,0 +1,175 @@
+"""What the differential tests share: a target cluster, the pair (Kafka, tidelog), and client
+helpers that turn what a client observes into plain, comparable values (error names, offsets,
+shapes), never anything that differs between two correct clusters (broker ids, ports, times)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tidelog.client.connection import BrokerConnection
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    bootstrap: str
+    # Controlled shutdown of one broker (ids 1-3 on both clusters), and its restart: the call
+    # returns once every broker's Metadata lists all of them again.
+    stop_broker: Callable[[int], None]
+    start_broker: Callable[[int], None]
+
+    def admin(self) -> AdminClient:
+        return AdminClient({"bootstrap.servers": self.bootstrap})
+
+    def producer(self, **conf: Any) -> Producer:
+        return Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 0,
+                         "enable.idempotence": False, **conf})
+
+    def consumer(self, **conf: Any) -> Consumer:
+        return Consumer({"bootstrap.servers": self.bootstrap,
+                         "group.id": f"compat-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False, **conf})
+
+
+@dataclass(frozen=True)
+class Pair:
+    kafka: Target
+    tidelog: Target
+
+    def run(self, scenario: Callable[[Target], T]) -> tuple[T, T]:
+        """The scenario against Kafka, then against tidelog: (what Kafka showed, what tidelog
+        showed). Same names on both: the two clusters are separate."""
+        return scenario(self.kafka), scenario(self.tidelog)
+
+    def same(self, scenario: Callable[[Target], T]) -> T:
+        """Run the scenario on both; the observations must be equal. Returns Kafka's."""
+        on_kafka, on_tidelog = self.run(scenario)
+        assert on_tidelog == on_kafka, f"tidelog differs from Kafka:\n kafka:   {on_kafka!r}\n" \
+                                       f" tidelog: {on_tidelog!r}"
+        return on_kafka
+
+
+def error_name(e: BaseException) -> str:
+    """A client error as Kafka's error name (TOPIC_ALREADY_EXISTS, ...)."""
+    if isinstance(e, KafkaException) and e.args and isinstance(e.args[0], KafkaError):
+        return str(e.args[0].name())
+    raise e
+
+
+def outcome(future: Any, timeout_s: float = 30.0) -> Any:
+    """A future's result, or its error's name."""
+    try:
+        return future.result(timeout=timeout_s)
+    except KafkaException as e:
+        return error_name(e)
+
+
+def create_topic(target: Target, topic: str, partitions: int = 1, replication_factor: int = 3,
+                 config: dict[str, str] | None = None, validate_only: bool = False) -> Any:
+    """CreateTopics for one topic: None on success, else the error name."""
+    admin = target.admin()  # kept referenced: a destroyed client fails its futures (_DESTROY)
+    fs = admin.create_topics(
+        [NewTopic(topic, partitions, replication_factor, config=config or {})],
+        operation_timeout=30, validate_only=validate_only)
+    return outcome(fs[topic])
+
+
+def topic_shape(target: Target, topic: str, timeout_s: float = 30.0,
+                isr_size: int | None = None) -> Any:
+    """Metadata of `topic` as a client sees it once its partitions have leaders (and, if given,
+    ISRs of `isr_size`): (number of partitions, [(replicas, ISR size, leader among the
+    replicas)]), or the error name.
+
+    It asks for every topic: a Metadata request naming the topic would let the admin client
+    (a producer-type handle in librdkafka) create it."""
+    admin = target.admin()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        md = admin.list_topics(timeout=10).topics.get(topic)
+        if md is None:
+            shape: Any = "UNKNOWN_TOPIC_OR_PART"
+        elif md.error is not None:
+            shape = md.error.name()
+        else:
+            shape = (len(md.partitions),
+                     [(len(p.replicas), len(p.isrs), p.leader in p.replicas)
+                      for _, p in sorted(md.partitions.items())])
+        settled = (not isinstance(shape, str) and shape[0] > 0
+                   and all(leader and isr_size in (None, isr) for _, isr, leader in shape[1]))
+        if settled or time.monotonic() >= deadline:
+            return shape
+        time.sleep(0.2)
+
+
+def create_ready(target: Target, topic: str, partitions: int = 1, replication_factor: int = 3,
+                 config: dict[str, str] | None = None) -> None:
+    """Create a topic and wait until every partition has a leader (it must succeed)."""
+    assert create_topic(target, topic, partitions, replication_factor, config) is None
+    shape = topic_shape(target, topic)
+    assert not isinstance(shape, str) and shape[0] == partitions, shape
+
+
+def produce(target: Target, topic: str, values: list[bytes], partition: int = 0,
+            timestamps: list[int] | None = None, **conf: Any) -> list[tuple[str | None, int]]:
+    """Produce `values` one by one; per record (error name or None, offset)."""
+    p = target.producer(**conf)
+    results: list[tuple[str | None, int]] = []
+
+    def on_delivery(err: KafkaError | None, msg: Any) -> None:
+        results.append((err.name() if err is not None else None, msg.offset()))
+
+    for i, v in enumerate(values):
+        kw = {"timestamp": timestamps[i]} if timestamps else {}
+        p.produce(topic, value=v, partition=partition, on_delivery=on_delivery, **kw)
+        p.flush(60)  # one at a time: each record's own outcome, in order
+    assert len(results) == len(values)
+    return results
+
+
+def watermarks(target: Target, topic: str, partition: int = 0) -> tuple[int, int]:
+    """(log start offset, high watermark); a consumer that has no metadata for the partition
+    yet asks again (bounded)."""
+    c = target.consumer()
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+                return int(low), int(high)
+            except KafkaException as e:
+                if error_name(e) != "_UNKNOWN_PARTITION" or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        c.close()
+
+
+def leader_address(target: Target, topic: str, partition: int = 0) -> str:
+    md = target.admin().list_topics(timeout=10)
+    leader = md.topics[topic].partitions[partition].leader
+    broker = md.brokers[leader]
+    return f"{broker.host}:{broker.port}"
+
+
+def raw(address: str, request: Any, api_version: int) -> Any:
+    """One request at a fixed version (the same on both clusters) to one broker; the response."""
+    async def go() -> Any:
+        host, port = address.rsplit(":", 1)
+        conn = BrokerConnection(host, int(port), request_timeout_ms=30000)
+        await conn.connect(timeout_s=10)
+        try:
+            return await conn.send(request, api_version)
+        finally:
+            await conn.close()
+
+    return asyncio.run(go())
