@@ -145,13 +145,13 @@ def test_every_defined_default_passes_its_own_validation() -> None:
 
 def test_values_are_parsed_to_kafka_types_and_reachable_three_ways() -> None:
     config = KafkaConfig.from_text(
-        "broker.id = 3\nunclean.leader.election.enable = TRUE\nlog.cleanup.policy=compact, delete\n"
-        "log.cleaner.min.cleanable.ratio=0.25\nreplica.lag.time.max.ms=10000\n"
+        "broker.id = 3\nunclean.leader.election.enable = TRUE\nlog.cleanup.policy= delete \n"
+        "log.cleaner.min.cleanable.ratio=0.5\nreplica.lag.time.max.ms=10000\n"
     )
     assert config.get("broker.id") == 3
     assert config["unclean.leader.election.enable"] is True
-    assert config.log_cleanup_policy == ["compact", "delete"]
-    assert config.log_cleaner_min_cleanable_ratio == 0.25
+    assert config.log_cleanup_policy == ["delete"]
+    assert config.log_cleaner_min_cleanable_ratio == 0.5
     assert config.replica_lag_time_max_ms == 10000
     assert config.is_set("broker.id") and not config.is_set("num.partitions")
     with pytest.raises(AttributeError):
@@ -198,7 +198,7 @@ def test_log_config_maps_broker_keys_to_topic_keys() -> None:
     config = KafkaConfig.from_text(
         "log.segment.bytes=1024\nlog.roll.hours=1\nlog.flush.interval.ms=50\nmessage.max.bytes=900\n"
         "log.index.interval.bytes=100\nmin.insync.replicas=2\nunclean.leader.election.enable=true\n"
-        "log.cleanup.policy=compact\nlog.retention.bytes=5000\n"
+        "log.cleanup.policy=delete\nlog.retention.bytes=5000\n"
     )
     lc = config.log_config()
     assert lc["segment.bytes"] == 1024
@@ -209,7 +209,7 @@ def test_log_config_maps_broker_keys_to_topic_keys() -> None:
     assert lc["index.interval.bytes"] == 100
     assert lc["min.insync.replicas"] == 2
     assert lc["unclean.leader.election.enable"] is True
-    assert lc["cleanup.policy"] == "compact"
+    assert lc["cleanup.policy"] == "delete"
     assert lc["retention.bytes"] == 5000
     assert lc["segment.index.bytes"] == 10 * 1024 * 1024
     assert not any(k.startswith("log.") for k in lc)
@@ -316,3 +316,15 @@ def test_invalid_configuration_is_a_one_line_error_naming_the_key(
     assert message.startswith(f"{key}: ")
     assert fragment in message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize(("line", "key"), [
+    ("log.cleanup.policy=compact", "log.cleanup.policy"),
+    ("log.cleaner.min.compaction.lag.ms=5", "log.cleaner.min.compaction.lag.ms"),
+    ("log.preallocate=true", "log.preallocate"),
+    ("log.message.downconversion.enable=true", "log.message.downconversion.enable"),
+])
+def test_log_defaults_of_unimplemented_features_are_refused_by_their_broker_key(
+        line: str, key: str) -> None:
+    with pytest.raises(ConfigError, match=f"^{key}: "):
+        KafkaConfig.from_text(line)

@@ -22,12 +22,26 @@ def test_defaults_are_kafkas() -> None:
 def test_from_dict_parses_kafka_keys_over_a_base() -> None:
     c = LogConfig.from_dict({"segment.bytes": "1048576", "min.insync.replicas": 2,
                              "unclean.leader.election.enable": "true",
-                             "cleanup.policy": "compact,delete"})
+                             "cleanup.policy": "delete"})
     assert c.segment_bytes == 1048576 and c.min_insync_replicas == 2
-    assert c.unclean_leader_election_enable is True and c.delete_enabled
+    assert c.unclean_leader_election_enable is True and c.cleanup_policy == "delete"
     d = LogConfig.from_dict({"retention.ms": "-1"}, base=c)
     assert d.retention_ms == -1 and d.segment_bytes == 1048576
-    assert not LogConfig.from_dict({"cleanup.policy": "compact"}).delete_enabled
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("cleanup.policy", "compact"), ("cleanup.policy", "compact,delete"),
+    ("delete.retention.ms", "1000"), ("min.compaction.lag.ms", "1"),
+    ("max.compaction.lag.ms", "1000"), ("min.cleanable.dirty.ratio", "0.1"),
+    ("preallocate", "true"), ("message.downconversion.enable", "true"),
+    ("leader.replication.throttled.replicas", "0:1"),
+    ("follower.replication.throttled.replicas", "*"),
+])
+def test_settings_of_unimplemented_features_are_refused_naming_the_key(key: str, value: str) -> None:
+    with pytest.raises(ValueError, match=f"for configuration {key}: .*not|never"):
+        LogConfig.from_dict({key: value})
+    default = LogConfig().to_dict()[key]
+    assert LogConfig.from_dict({key: default}) == LogConfig()  # what tidelog does: accepted
 
 
 @pytest.mark.parametrize(
@@ -44,6 +58,7 @@ def test_from_dict_parses_kafka_keys_over_a_base() -> None:
         ("max.message.bytes", 1.5),
         ("flush.messages", True),
         ("min.cleanable.dirty.ratio", "2"),
+        ("preallocate", "maybe"),
     ],
 )
 def test_bad_values_name_the_key(key: str, value: object) -> None:

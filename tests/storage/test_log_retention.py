@@ -93,11 +93,25 @@ def test_delete_records_moves_the_log_start_then_retention_drops_whole_segments(
     assert log.log_start_offset == 7
 
 
-def test_compacted_topics_are_not_deleted_by_time() -> None:
-    log = make_log(small_config(segment_bytes=300, retention_ms=1, cleanup_policy="compact"))
+def test_deleted_segments_files_go_after_file_delete_delay_ms() -> None:
+    log = make_log(small_config(segment_bytes=300, retention_ms=1000, file_delete_delay_ms=500))
     log.update_high_watermark(log.log_end_offset)
-    assert log.delete_old_segments(now_ms=10**9) == 0
-    assert log.log_start_offset == 0
+    gone = log.segments[0]
+    assert log.delete_old_segments(now_ms=2_000) >= 1
+    names = log.file_io.listdir(DIR)
+    assert f"{gone.base_offset:020d}.log.deleted" in names  # renamed, still on disk
+    assert f"{gone.base_offset:020d}.log" not in names
+    assert log.delete_expired_files(now_ms=2_499) == 0
+    assert log.delete_expired_files(now_ms=2_500) >= 1
+    assert not any(n.endswith(".deleted") for n in log.file_io.listdir(DIR))
+
+
+def test_file_delete_delay_ms_0_removes_the_files_at_once() -> None:
+    log = make_log(small_config(segment_bytes=300, retention_ms=1000, file_delete_delay_ms=0))
+    log.update_high_watermark(log.log_end_offset)
+    assert log.delete_old_segments(now_ms=2_000) >= 1
+    assert not any(n.endswith(".deleted") for n in log.file_io.listdir(DIR))
+    assert log.pending_deletes == []
 
 
 def test_retention_survives_a_restart() -> None:

@@ -283,6 +283,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
 }
 
 _UNUSED = "accepted, unused by tidelog"
+_COMPACTION_DEFAULT_ONLY = ("the default only: it configures log compaction, which tidelog does "
+                            "not implement")
 
 # --- ZooKeeper
 define("zookeeper.connect", "string", None, doc="ZooKeeper connect string host:port[,host:port][/chroot]")
@@ -300,8 +302,12 @@ define("message.max.bytes", "int", 1024 * 1024 + LOG_OVERHEAD, at_least(0))
 define("num.network.threads", "int", 3, at_least(1), doc=_UNUSED)
 define("num.io.threads", "int", 8, at_least(1), doc=_UNUSED)
 define("background.threads", "int", 10, at_least(1), doc=_UNUSED)
-define("queued.max.requests", "int", 500, at_least(1))
-define("request.timeout.ms", "int", 30000, at_least(0))
+define("queued.max.requests", "int", 500, at_least(1),
+       doc=_UNUSED + ": requests are handled on the event loop as they are read; there is no "
+           "shared request queue to bound")
+define("request.timeout.ms", "int", 30000, at_least(0),
+       doc=_UNUSED + ": the broker sends no request timed by it (the controller's use "
+           "controller.socket.timeout.ms)")
 # --- Socket server
 define("listeners", "string", "PLAINTEXT://:9092")
 define("advertised.listeners", "string", None, doc="defaults to listeners")
@@ -330,24 +336,34 @@ define("log.retention.minutes", "int", None)
 define("log.retention.hours", "int", 24 * 7)
 define("log.retention.bytes", "long", -1)
 define("log.retention.check.interval.ms", "long", 5 * 60 * 1000, at_least(1))
-define("log.cleanup.policy", "list", ["delete"], one_of("compact", "delete"))
+define("log.cleanup.policy", "list", ["delete"], one_of("compact", "delete"),
+       doc="delete only: log compaction is not implemented")
 define("log.cleaner.enable", "boolean", True, doc=_UNUSED)
-define("log.cleaner.delete.retention.ms", "long", 24 * 60 * 60 * 1000)
-define("log.cleaner.min.compaction.lag.ms", "long", 0)
-define("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX)
-define("log.cleaner.min.cleanable.ratio", "double", 0.5)
+define("log.cleaner.delete.retention.ms", "long", 24 * 60 * 60 * 1000,
+       doc=_COMPACTION_DEFAULT_ONLY)
+define("log.cleaner.min.compaction.lag.ms", "long", 0,
+       doc=_COMPACTION_DEFAULT_ONLY)
+define("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX,
+       doc=_COMPACTION_DEFAULT_ONLY)
+define("log.cleaner.min.cleanable.ratio", "double", 0.5,
+       doc=_COMPACTION_DEFAULT_ONLY)
 define("log.index.size.max.bytes", "int", 10 * 1024 * 1024, at_least(4))
 define("log.index.interval.bytes", "int", 4096, at_least(0))
 define("log.flush.interval.messages", "long", LONG_MAX, at_least(1))
 define("log.flush.interval.ms", "long", None, doc="defaults to log.flush.scheduler.interval.ms")
 define("log.flush.scheduler.interval.ms", "long", LONG_MAX)
 define("log.flush.offset.checkpoint.interval.ms", "int", 60000, at_least(0))
-define("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, at_least(0))
+define("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, at_least(0),
+       doc=_UNUSED + ": the log start offsets are checkpointed with the recovery points "
+           "(log.flush.offset.checkpoint.interval.ms)")
 define("log.segment.delete.delay.ms", "long", 60000, at_least(0))
-define("log.preallocate", "boolean", False)
+define("log.preallocate", "boolean", False,
+       doc="false only: tidelog does not preallocate segment files")
 define("log.message.timestamp.type", "string", "CreateTime", one_of("CreateTime", "LogAppendTime"))
 define("log.message.timestamp.difference.max.ms", "long", LONG_MAX)
-define("log.message.downconversion.enable", "boolean", True)
+define("log.message.downconversion.enable", "boolean", False,
+       doc="false only (Kafka's default is true): tidelog serves Fetch v4+ and never "
+           "down-converts records")
 define("num.recovery.threads.per.data.dir", "int", 1, at_least(1), doc=_UNUSED)
 define("auto.create.topics.enable", "boolean", True)
 define("min.insync.replicas", "int", 1, at_least(1))
@@ -361,7 +377,8 @@ define("replica.lag.time.max.ms", "long", 30000)
 define("replica.lag.max.messages", "long", None, at_least(1),
        doc="tidelog extension: pre-0.9 message-count ISR rule; unset = off")
 define("replica.socket.timeout.ms", "int", 30 * 1000)
-define("replica.socket.receive.buffer.bytes", "int", 64 * 1024)
+define("replica.socket.receive.buffer.bytes", "int", 64 * 1024,
+       doc=_UNUSED + ": the fetchers' sockets keep the OS default")
 define("replica.fetch.max.bytes", "int", 1024 * 1024, at_least(0))
 define("replica.fetch.wait.max.ms", "int", 500)
 define("replica.fetch.backoff.ms", "int", 1000, at_least(0))
@@ -369,8 +386,12 @@ define("replica.fetch.min.bytes", "int", 1)
 define("replica.fetch.response.max.bytes", "int", 10 * 1024 * 1024, at_least(0))
 define("num.replica.fetchers", "int", 1)
 define("replica.high.watermark.checkpoint.interval.ms", "long", 5000)
-define("fetch.purgatory.purge.interval.requests", "int", 1000)
-define("producer.purgatory.purge.interval.requests", "int", 1000)
+define("fetch.purgatory.purge.interval.requests", "int", 1000,
+       doc=_UNUSED + ": a completed delayed fetch's other watches are dropped "
+           "the next time their partition is checked; there is no purge pass")
+define("producer.purgatory.purge.interval.requests", "int", 1000,
+       doc=_UNUSED + ": a completed delayed produce's other watches are dropped "
+           "the next time their partition is checked; there is no purge pass")
 define("auto.leader.rebalance.enable", "boolean", True)
 define("leader.imbalance.per.broker.percentage", "int", 10)
 define("leader.imbalance.check.interval.seconds", "long", 300)
@@ -715,6 +736,20 @@ class KafkaConfig:
             )
         if v["zookeeper.connect"] is not None and not v["zookeeper.connect"]:
             raise ConfigError("zookeeper.connect", "must not be empty")
+        self._validate_log_defaults()
+
+    def _validate_log_defaults(self) -> None:
+        """The broker's log keys are the topics' defaults: the same values are refused (a
+        feature tidelog does not implement), named by their broker key."""
+        from tidelog.storage.log_config import LogConfig
+
+        for topic_key, value in self.log_config().items():
+            try:
+                LogConfig.from_dict({topic_key: value})
+            except ValueError as e:
+                broker_key = _LOG_CONFIG_SYNONYMS.get(topic_key, topic_key)
+                reason = str(e).split(f"for configuration {topic_key}: ", 1)[-1]
+                raise ConfigError(broker_key, reason) from None
 
     def __repr__(self) -> str:
         return f"KafkaConfig(broker.id={self._values['broker.id']}, {len(self.originals)} set)"

@@ -51,7 +51,19 @@ async def _run(config: object, log: logging.Logger) -> int:
     return 0
 
 
-@click.command("server")
+def _unused_keys_epilog() -> str:
+    from tidelog.broker.config import CONFIG_DEFS
+
+    unused = [k for k, spec in CONFIG_DEFS.items() if spec.doc.startswith("accepted, unused")]
+    only_default = [k for k, spec in CONFIG_DEFS.items()
+                    if spec.doc.startswith(("the default only", "delete only", "false only"))]
+    return ("\b\nKafka keys accepted but unused by tidelog (DescribeConfigs documents why):\n  "
+            + "\n  ".join(unused)
+            + "\n\n\b\nKafka keys refused unless they keep tidelog's behaviour (no log "
+            "compaction, preallocation or down-conversion):\n  " + "\n  ".join(only_default))
+
+
+@click.command("server", epilog=_unused_keys_epilog())
 @click.argument("properties", type=click.Path(dir_okay=False))
 @click.option("--override", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override one server.properties key (repeatable).")

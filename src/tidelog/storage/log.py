@@ -44,6 +44,7 @@ from tidelog.storage.errors import (
 )
 from tidelog.storage.file_io import FileIO, FileSlice
 from tidelog.storage.log_config import LogConfig
+from tidelog.storage.log_validator import needs_validation, validate_and_convert
 from tidelog.storage.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -136,6 +137,8 @@ class Log:
         self.file_io = file_io
         self.topic_partition = parse_topic_partition(os.path.basename(os.path.normpath(dir)))
         self.segments: list[LogSegment] = []
+        # file.delete.delay.ms: (when to remove the files, segment renamed to .deleted)
+        self.pending_deletes: list[tuple[int, LogSegment]] = []
         self._bases: list[int] = []
         self.log_start_offset = log_start_offset
         self.log_end_offset = log_start_offset
@@ -335,6 +338,8 @@ class Log:
         unless every batch is valid."""
         if self.closed or self.failed:
             self._check_writable()
+        if needs_validation(self.config):  # compression.type, message.timestamp.difference.max.ms
+            records = validate_and_convert(records, self.config, now_ms)
         src = records if type(records) is memoryview else memoryview(records)
         if src.itemsize != 1 or src.ndim != 1:
             src = src.cast("B")
@@ -778,11 +783,11 @@ class Log:
         config = self.config
         deleted = 0
         with self._io("retention"):
-            if config.delete_enabled and config.retention_ms >= 0:
+            if config.retention_ms >= 0:
                 deleted += self._delete_while(
                     lambda seg, _: now_ms - seg.largest_timestamp() > config.retention_ms, now_ms
                 )
-            if config.delete_enabled and config.retention_bytes >= 0:
+            if config.retention_bytes >= 0:
                 excess = [self.size - config.retention_bytes]
 
                 def over_size(seg: LogSegment, _: LogSegment | None) -> bool:
@@ -815,8 +820,13 @@ class Log:
             return 0
         if len(doomed) == len(self.segments):
             self.roll(now_ms)
+        delay = self.config.file_delete_delay_ms
         for segment in doomed:
-            segment.delete()
+            if delay == 0:
+                segment.delete()
+            else:
+                segment.mark_deleted()
+                self.pending_deletes.append((now_ms + delay, segment))
         del self.segments[: len(doomed)]
         self._bases = [s.base_offset for s in self.segments]
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
@@ -826,6 +836,18 @@ class Log:
         self.file_io.fsync_dir(self.dir)
         self._dir_dirty = False
         return len(doomed)
+
+    def delete_expired_files(self, now_ms: int) -> int:
+        """Remove the files of segments deleted at least file.delete.delay.ms ago (Kafka's
+        delayed "delete-file"); returns how many segments' files went."""
+        due = [s for at, s in self.pending_deletes if at <= now_ms]
+        if not due:
+            return 0
+        with self._io("delete files"):
+            for segment in due:
+                segment.delete()
+        self.pending_deletes = [(at, s) for at, s in self.pending_deletes if at > now_ms]
+        return len(due)
 
     # -- durability ------------------------------------------------------------------------
     def flush(self, offset: int | None = None) -> None:
@@ -866,13 +888,17 @@ class Log:
             for segment in self.segments:
                 segment.flush_indexes()
                 segment.close()
+            for _, segment in self.pending_deletes:
+                segment.close()  # the .deleted files go when the log is next loaded
+        self.pending_deletes = []
         self.closed = True
 
     def delete(self) -> None:
         """Remove every file of this log and its directory."""
         with self._io("delete"):
-            for segment in self.segments:
+            for segment in self.segments + [s for _, s in self.pending_deletes]:
                 segment.delete()
+            self.pending_deletes = []
             for name in self.file_io.listdir(self.dir):
                 self.file_io.remove(os.path.join(self.dir, name))
             self.file_io.remove(self.dir)

@@ -1,4 +1,19 @@
-"""Topic-level log configuration: Kafka's keys, defaults and validation."""
+"""Topic-level log configuration: Kafka's keys, defaults and validation.
+
+Every key is applied as Kafka applies it, except the settings of features tidelog does not
+implement (`UNSUPPORTED`): for those only the value that describes what tidelog does is
+accepted; any other is refused (INVALID_CONFIG, the message naming the key and why) rather than
+accepted and ignored:
+
+- ``cleanup.policy``: ``delete`` only (no log compaction), and the compaction keys
+  ``delete.retention.ms``, ``min.compaction.lag.ms``, ``max.compaction.lag.ms``,
+  ``min.cleanable.dirty.ratio`` keep their defaults (they only act on compacted topics);
+- ``preallocate``: ``false`` (segment files are not preallocated);
+- ``message.downconversion.enable``: ``false`` (tidelog serves Fetch v4+ only, so records are
+  never down-converted; Kafka's default is true);
+- ``leader.replication.throttled.replicas`` / ``follower.replication.throttled.replicas``:
+  empty (replication quotas are not implemented).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +25,22 @@ LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
 
 _CLEANUP_POLICIES = {"delete", "compact"}
+_NO_COMPACTION = "log compaction is not implemented"
+_COMPACTION_ONLY = "it configures log compaction, which tidelog does not implement"
+_NO_THROTTLE = "replication quotas (throttled replicas) are not implemented"
+
+# Kafka key -> why only the default value is accepted (see the module docstring).
+UNSUPPORTED: dict[str, str] = {
+    "cleanup.policy": f"only delete: {_NO_COMPACTION}",
+    "delete.retention.ms": _COMPACTION_ONLY,
+    "min.compaction.lag.ms": _COMPACTION_ONLY,
+    "max.compaction.lag.ms": _COMPACTION_ONLY,
+    "min.cleanable.dirty.ratio": _COMPACTION_ONLY,
+    "preallocate": "segment files are not preallocated",
+    "message.downconversion.enable": "tidelog never down-converts records (Fetch v4+ only)",
+    "leader.replication.throttled.replicas": _NO_THROTTLE,
+    "follower.replication.throttled.replicas": _NO_THROTTLE,
+}
 _COMPRESSION_TYPES = {"uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"}
 _TIMESTAMP_TYPES = {"CreateTime", "LogAppendTime"}
 
@@ -148,7 +179,7 @@ class LogConfig:
     max_compaction_lag_ms: int = LONG_MAX
     min_cleanable_dirty_ratio: float = 0.5
     preallocate: bool = False
-    message_downconversion_enable: bool = True
+    message_downconversion_enable: bool = False  # Kafka: true; tidelog never down-converts
     leader_replication_throttled_replicas: str = ""
     follower_replication_throttled_replicas: str = ""
 
@@ -162,7 +193,12 @@ class LogConfig:
             if entry is None:
                 raise ValueError(f"unknown configuration {key}")
             field_name, parse = entry
-            changes[field_name] = parse(key, value)
+            parsed = parse(key, value)
+            if key in UNSUPPORTED and parsed != getattr(_DEFAULTS, field_name):
+                raise ValueError(f"invalid value {value!r} for configuration {key}: "
+                                 f"{UNSUPPORTED[key]}; only "
+                                 f"{_format(getattr(_DEFAULTS, field_name))!r} is accepted")
+            changes[field_name] = parsed
         return replace(base or cls(), **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -173,9 +209,13 @@ class LogConfig:
     def keys() -> list[str]:
         return list(_PARSERS)
 
-    @property
-    def delete_enabled(self) -> bool:
-        return "delete" in self.cleanup_policy.split(",")
+
+
+_DEFAULTS = LogConfig()
+
+
+def _format(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 # Every dataclass field has a Kafka key (keeps from_dict/to_dict complete).

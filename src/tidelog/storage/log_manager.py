@@ -213,9 +213,12 @@ class LogManager:
 
     # -- periodic tasks --------------------------------------------------------------------
     def cleanup_logs(self, now_ms: int) -> int:
-        """Retention for every log; returns the segments deleted."""
+        """Retention for every log; returns the segments deleted. The files of segments deleted
+        earlier go here too once their file.delete.delay.ms has passed (so at the first
+        retention check after it: log.retention.check.interval.ms bounds the extra wait)."""
         deleted = 0
         for log in self.all_logs():
+            log.delete_expired_files(now_ms)
             deleted += log.delete_old_segments(now_ms)
         return deleted
 

@@ -499,6 +499,16 @@ class LogSegment:
         self._close_index_handles()
         self.log.close()
 
+    def mark_deleted(self) -> None:
+        """Kafka's asynchronous segment delete, first step: the files take the .deleted suffix
+        (a reader holding the open log file keeps reading it); `delete` removes them later."""
+        self._close_index_handles()
+        for attr in ("log_path", "index_path", "time_index_path"):
+            path = getattr(self, attr)
+            if self.file_io.exists(path):
+                self.file_io.rename(path, path + DELETED_SUFFIX)
+            setattr(self, attr, path + DELETED_SUFFIX)
+
     def delete(self) -> None:
         self._close_index_handles()
         self.log.close()

@@ -1,0 +1,115 @@
+"""The topic configs a leader applies to a produced batch before it is appended (Kafka's
+LogValidator), for the two that need more than the 61-byte header:
+
+- ``message.timestamp.difference.max.ms`` (CreateTime topics): every record's timestamp must be
+  within that many ms of the broker's clock, else the whole append is refused with
+  INVALID_TIMESTAMP (32).
+- ``compression.type`` other than ``producer``: a batch whose codec differs from the topic's is
+  recompressed with the topic's codec (``uncompressed`` = none). The records themselves are kept
+  byte for byte (v2 offset and timestamp deltas are relative to the batch, so they do not
+  change); the header keeps its producer id, epoch, sequence, flags and timestamps, gets the new
+  codec bits, length and CRC32C.
+
+Both run only when the topic sets them (the defaults leave the batch bytes alone, so the
+broker's write path stays zero-copy).
+"""
+
+from __future__ import annotations
+
+import crc32c
+
+from tidelog.protocol.records.batch import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_CODEC_MASK,
+    CRC_OFFSET,
+    HEADER_SIZE,
+    HEADER_STRUCT,
+    LOG_OVERHEAD,
+    NO_TIMESTAMP,
+    TIMESTAMP_TYPE_MASK,
+    CorruptRecordError,
+    RecordBatch,
+    iter_batches,
+)
+from tidelog.protocol.records.compression import CODECS_BY_NAME, NONE, compress
+from tidelog.protocol.records.decoder import decode_columns, open_records
+from tidelog.storage.errors import StorageError
+from tidelog.storage.log_config import LONG_MAX, LogConfig
+
+__all__ = ["InvalidTimestampError", "needs_validation", "validate_and_convert", "target_codec"]
+
+
+class InvalidTimestampError(StorageError):
+    """A record's CreateTime is too far from the broker's clock (Kafka's INVALID_TIMESTAMP)."""
+
+    error_code = 32
+
+
+def target_codec(compression_type: str) -> int | None:
+    """The codec a topic's compression.type asks for; None for ``producer`` (keep the batch's)."""
+    if compression_type == "producer":
+        return None
+    if compression_type == "uncompressed":
+        return NONE
+    return CODECS_BY_NAME[compression_type]
+
+
+def needs_validation(config: LogConfig) -> bool:
+    """Whether `validate_and_convert` has anything to do for this topic."""
+    return config.compression_type != "producer" or (
+        config.message_timestamp_type == "CreateTime"
+        and config.message_timestamp_difference_max_ms < LONG_MAX
+    )
+
+
+def validate_and_convert(records: bytes | bytearray | memoryview, config: LogConfig,
+                         now_ms: int) -> bytes | bytearray | memoryview:
+    """Check timestamps and recompress as `config` says; returns `records` itself when no batch
+    changed. Raises CorruptRecordError for a batch that fails its CRC (never "repaired" by
+    recompression) and InvalidTimestampError. Incomplete trailing bytes are left for the log's
+    own validation to refuse."""
+    codec = target_codec(config.compression_type)
+    max_diff = (config.message_timestamp_difference_max_ms
+                if config.message_timestamp_type == "CreateTime" else LONG_MAX)
+    parts: list[bytes | memoryview] = []
+    changed = False
+    view = memoryview(records)
+    end = 0
+    for batch in iter_batches(view):
+        raw = view[end : end + batch.size_in_bytes]
+        end += batch.size_in_bytes
+        if max_diff < LONG_MAX and not batch.attributes & TIMESTAMP_TYPE_MASK:
+            _check_timestamps(batch, now_ms, max_diff)
+        if codec is None or batch.compression_type == codec:
+            parts.append(raw)
+            continue
+        parts.append(_recompress(batch, codec))
+        changed = True
+    if not changed:
+        return records
+    parts.append(view[end:])
+    return b"".join(parts)
+
+
+def _check_timestamps(batch: RecordBatch, now_ms: int, max_diff: int) -> None:
+    for ts in decode_columns(batch).timestamps:
+        if ts != NO_TIMESTAMP and abs(ts - now_ms) > max_diff:
+            raise InvalidTimestampError(
+                f"timestamp {ts} of a record is out of range: more than "
+                f"message.timestamp.difference.max.ms={max_diff} from the broker's time {now_ms}")
+
+
+def _recompress(batch: RecordBatch, codec: int) -> bytes:
+    if batch.is_control_batch:
+        raise CorruptRecordError("a producer may not send control batches")
+    section = open_records(batch)  # checks the CRC first
+    body = compress(codec, section.data)
+    (base_offset, _length, epoch, magic, _crc, attributes, last_delta, base_ts, max_ts, pid,
+     pepoch, seq, count) = batch.header()
+    attributes = (attributes & ~COMPRESSION_CODEC_MASK) | codec
+    length = HEADER_SIZE - LOG_OVERHEAD + len(body)
+    header = bytearray(HEADER_STRUCT.pack(base_offset, length, epoch, magic, 0, attributes,
+                                          last_delta, base_ts, max_ts, pid, pepoch, seq, count))
+    crc = crc32c.crc32c(body, crc32c.crc32c(bytes(header[ATTRIBUTES_OFFSET:])))
+    header[CRC_OFFSET : CRC_OFFSET + 4] = crc.to_bytes(4, "big")
+    return bytes(header) + body
