@@ -59,7 +59,9 @@ BROKER_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_GROUPS: (0, 5),  # v3 authorized operations; v4 group_instance_id; v5 flexible
 }
 
-# The inter-broker and controller channel (tidelog <-> tidelog): every schema version.
+# The inter-broker and controller channel (tidelog <-> tidelog): every schema version. No
+# AlterPartition (KIP-497): as in Kafka's ZooKeeper mode before 2.7, a leader writes its ISR
+# changes to ZooKeeper itself (a compare-and-set on the partition state, seed 000).
 CONTROLLER_API_VERSIONS: dict[int, tuple[int, int]] = {
     key: (api_spec(key).min_version, api_spec(key).max_version)
     for key in (
@@ -67,7 +69,6 @@ CONTROLLER_API_VERSIONS: dict[int, tuple[int, int]] = {
         ApiKey.STOP_REPLICA,
         ApiKey.UPDATE_METADATA,
         ApiKey.CONTROLLED_SHUTDOWN,
-        ApiKey.ALTER_PARTITION,
     )
 }
 
