@@ -18,6 +18,7 @@ from harness import (
     produce_request,
     send,
     values_of,
+    wait_until,
 )
 
 from tidelog.protocol.errors import ErrorCode
@@ -106,7 +107,9 @@ def test_fetch_long_poll_is_completed_by_a_produce(one_broker: BrokerThread, con
 
     t = threading.Thread(target=consumer)
     t.start()
-    time.sleep(0.3)
+    purgatory = one_broker.server.replica_manager.core.fetch_purgatory
+    wait_until(lambda: one_broker.call(lambda: len(purgatory)) == 1,
+               what="the fetch waiting in the purgatory")
     assert produce(one_broker.port, "poll", 0, build_values([b"wake"]), acks=1)[0] == 0
     t.join(10)
     assert values_of(result["data"].records) == [b"wake"]

@@ -257,7 +257,9 @@ def test_connection_limit_per_ip() -> None:
         port = await server.start()
         try:
             r1, w1 = await asyncio.open_connection("127.0.0.1", port)
-            await asyncio.sleep(0.05)
+            async with asyncio.timeout(5):
+                while server.connection_count < 1:  # the first one is counted
+                    await asyncio.sleep(0.01)
             r2, w2 = await asyncio.open_connection("127.0.0.1", port)
             refused = await asyncio.wait_for(r2.read(1), 5) == b""
             w1.write(_frame(ApiVersionsRequest(), 0, 3))
