@@ -115,7 +115,11 @@ def test_two_members_rebalance_through_the_shell(tmp_path: Path) -> None:
             # A second member's JoinGroup waits until the first one rejoins.
             join2 = asyncio.ensure_future(c.handle_join_group(
                 "g", "", None, False, "other", "/h", 30000, 10000, "consumer", PROTOCOLS))
-            await asyncio.sleep(0.05)
+            for _ in range(500):  # the join has been handled as far as it goes: it waits
+                if c.groups["g"].state == GroupState.PREPARING_REBALANCE:
+                    break
+                await asyncio.sleep(0.01)
+            assert c.groups["g"].state == GroupState.PREPARING_REBALANCE
             assert not join2.done()
             assert c.handle_heartbeat("g", m1, gen) == E.REBALANCE_IN_PROGRESS
             r1 = await c.handle_join_group("g", m1, None, True, "client", "/h", 30000, 10000,
