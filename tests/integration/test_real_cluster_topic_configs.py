@@ -98,9 +98,11 @@ def test_topic_min_insync_replicas_refuses_acks_all_when_isr_shrinks(
         [str(e) for e in errors]
     assert replica_leo(leader_port, topic, 0) == 5  # refused before the append: nothing written
 
-    # min.insync.replicas does not apply to acks=1: the partition is still writable.
+    # min.insync.replicas does not apply to acks=1: the partition is still writable, but
+    # nothing commits on one replica (KIP-966): the leader's own row shows LEO 7, HW 5.
     offsets, errors = _send(c.bootstrap, topic, 2, acks="1")
     assert (offsets, errors) == ([5, 6], [])
+    assert f"Replica: {leader}\t(leader)\tLEO: 7\tHW: 5\t" in _describe(c, topic)
 
     for b in followers:
         c.start(b)
@@ -108,3 +110,18 @@ def test_topic_min_insync_replicas_refuses_acks_all_when_isr_shrinks(
              what="the followers back in the ISR")
     offsets, errors = _send(c.bootstrap, topic, 3, acks="all")
     assert (offsets, errors) == ([7, 8, 9], [])
+    # Each replica's row shows its own HW, read from its own broker.
+    wait_for(lambda: all(f"Replica: {b}\t" in row and "LEO: 10\tHW: 10\t" in row
+                         for b, row in zip(sorted(state.isr), _replica_rows(c, topic),
+                                           strict=False))
+             and len(_replica_rows(c, topic)) == 3, timeout_s=30,
+             what="every replica at LEO 10 and HW 10")
+
+
+def _describe(c: RealCluster, topic: str) -> str:
+    return tidelog("topics", "describe", "--bootstrap-server", c.bootstrap, "--topic", topic).stdout
+
+
+def _replica_rows(c: RealCluster, topic: str) -> list[str]:
+    rows = [ln for ln in _describe(c, topic).splitlines() if "Replica:" in ln]
+    return sorted(rows, key=lambda r: int(r.split("Replica: ")[1].split("\t")[0]))

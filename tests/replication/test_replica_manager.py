@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 from replication_helpers import TP, MiniCluster, records, state
 
+from tidelog.protocol.records.batch import iter_batches
 from tidelog.protocol.records.builder import build_values
 from tidelog.replication import (
     CONSUMER_REPLICA_ID,
+    DEBUGGING_REPLICA_ID,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     AddFetcher,
@@ -436,3 +438,27 @@ def test_isr_changes_propagate_at_least_every_interval_under_constant_change() -
         if rm.isr_changes_to_propagate(now):
             propagated_at.append(now)
     assert propagated_at == [61_000]
+
+
+def test_a_debugging_fetch_is_answered_by_any_replica_with_its_own_high_watermark() -> None:
+    c = MiniCluster()
+    c.elect(1, (1, 2, 3))
+    c.produce(1, 3)
+    for b in (2, 3, 2, 3):
+        c.step_broker(b)
+    c.produce(1, 2)
+    for b in (2, 3, 2, 3):
+        c.step_broker(b)
+    hws = {b: c.rm(b).partition(TP).high_watermark for b in (1, 2, 3)}
+    assert hws[1] == 5 and min(hws[2], hws[3]) < 5  # a follower learns the HW one fetch late
+    for b in (1, 2, 3):
+        leo = c.rm(b).partition(TP).log_end_offset
+        out = c.rm(b).fetch_messages(DEBUGGING_REPLICA_ID, 0, 0, 1 << 20, {TP: (0, -1, -1, 1 << 20)},
+                                     c.now)
+        data = out.results[TP]
+        assert (data.error, data.high_watermark) == (Errors.NONE, hws[b])
+        assert sum(1 for _ in iter_batches(data.records)) == 2  # read to the LEO, not the HW
+        assert leo == 5
+    consumer = c.rm(2).fetch_messages(CONSUMER_REPLICA_ID, 0, 0, 1 << 20, {TP: (0, -1, -1, 1 << 20)},
+                                      c.now)
+    assert consumer.results[TP].error == Errors.NOT_LEADER_OR_FOLLOWER

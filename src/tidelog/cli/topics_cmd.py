@@ -2,9 +2,10 @@
 
 `describe` prints Kafka's lines (`Topic: t  PartitionCount: ..`, then `Topic: t  Partition: p
 Leader: l  Replicas: ..  Isr: ..`), and under each partition every replica's log end offset,
-the high watermark and the replica's lag behind the leader: the HW is the leader's answer to a
-consumer's ListOffsets(latest); a replica's LEO is its own broker's answer to ListOffsets with
-Kafka's debugging replica id (-2), which followers serve too.
+its own high watermark and its lag behind the leader. The partition's HW is the leader's answer
+to a consumer's ListOffsets(latest). Each replica is asked by its own broker with Kafka's
+debugging replica id (-2), which followers serve too: its LEO by ListOffsets, its HW by an empty
+Fetch (a follower's HW is min(its LEO, the leader's HW from its last fetch), seed 001).
 """
 
 from __future__ import annotations
@@ -120,6 +121,7 @@ class ReplicaOffsets:
     broker: int
     log_end_offset: int | None
     error: str | None = None
+    high_watermark: int | None = None
 
 
 @dataclass
@@ -163,7 +165,25 @@ async def _replica_leo(client: Any, broker: int, topic: str, partition: int) -> 
             name = str(p.error_code)
         return ReplicaOffsets(broker, None, name)
     offset = p.offset if version >= 1 else (p.old_style_offsets or [-1])[0]
-    return ReplicaOffsets(broker, offset)
+    return ReplicaOffsets(broker, offset, None, await _replica_hw(conn, topic, partition, offset))
+
+
+async def _replica_hw(conn: Any, topic: str, partition: int, leo: int) -> int | None:
+    """The replica's own HW: an empty Fetch at its LEO with the debugging replica id."""
+    from tidelog.client.errors import KafkaClientError
+    from tidelog.protocol.messages.fetch import FetchPartition, FetchRequest, FetchTopic
+
+    request = FetchRequest(
+        replica_id=DEBUGGING_REPLICA_ID, max_wait_ms=0, min_bytes=0, max_bytes=1,
+        topics=[FetchTopic(topic=topic, partitions=[FetchPartition(
+            partition=partition, fetch_offset=leo, partition_max_bytes=1)])])
+    try:
+        version = conn.pick_version(request.API_KEY)
+        response = await conn.send(request, version, timeout_ms=5000)
+    except (KafkaClientError, TimeoutError, OSError):
+        return None
+    data = response.responses[0].partitions[0]
+    return None if data.error_code else int(data.high_watermark)
 
 
 async def describe_topics(bootstrap: str, names: list[str] | None) -> tuple[dict[str, Any],
@@ -221,7 +241,7 @@ def format_description(topics_meta: dict[str, Any], parts: list[PartitionDescrip
                                  f"{o.error}")
                     continue
                 lag = (leader_leo - o.log_end_offset) if leader_leo is not None else None
-                hw = d.high_watermark if d.high_watermark is not None else "?"
+                hw = o.high_watermark if o.high_watermark is not None else "?"
                 lines.append(f"\t\tReplica: {o.broker}\t({role})\tLEO: {o.log_end_offset}\t"
                              f"HW: {hw}\tLag: {lag if lag is not None else '?'}")
     return "\n".join(lines)
@@ -231,7 +251,7 @@ def format_description(topics_meta: dict[str, Any], parts: list[PartitionDescrip
 @_bootstrap
 @click.option("--topic", "names", multiple=True, help="Topic(s) to describe (default: all).")
 def describe(bootstrap: str, names: tuple[str, ...]) -> None:
-    """Kafka's Topic/Partition/Leader/Replicas/Isr, plus each replica's LEO, the HW and lag."""
+    """Kafka's Topic/Partition/Leader/Replicas/Isr, plus each replica's LEO, HW and lag."""
     topics_meta, parts = _run(describe_topics(bootstrap, list(names) or None))
     missing = [n for n in names if n not in topics_meta]
     if missing:

@@ -32,6 +32,7 @@ from tidelog.replication.replica_manager import (
 )
 from tidelog.replication.types import (
     CONSUMER_REPLICA_ID,
+    DEBUGGING_REPLICA_ID,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     NO_LEADER,
@@ -53,7 +54,7 @@ from tidelog.replication.types import (
 )
 
 __all__ = [
-    "CONSUMER_REPLICA_ID", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "NO_LEADER", "UNDEFINED_EPOCH",
+    "CONSUMER_REPLICA_ID", "DEBUGGING_REPLICA_ID", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "NO_LEADER", "UNDEFINED_EPOCH",
     "UNDEFINED_EPOCH_OFFSET", "AddFetcher", "CompleteFetch", "CompleteProduce", "Completion",
     "DelayedFetch", "DelayedOperationPurgatory", "DelayedProduce", "EpochEndOffset", "Errors",
     "FetchOutcome", "FetchPartition", "FetchPartitionData", "FetchRequest", "FetchResult",

@@ -35,6 +35,7 @@ from tidelog.replication.purgatory import (
 )
 from tidelog.replication.types import (
     CONSUMER_REPLICA_ID,
+    DEBUGGING_REPLICA_ID,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     AddFetcher,
@@ -370,6 +371,12 @@ class ReplicaManager:
             request.fetch_args(), now_ms, request_key, request.broker_epoch,
         )
 
+    def _local_partition(self, tp: TopicPartition) -> Partition:
+        p = self.partitions.get(tp)
+        if p is None:
+            raise ReplicationError(self._missing_error(tp), str(tp))
+        return p
+
     def _leader_partition(self, tp: TopicPartition, current_leader_epoch: int) -> Partition:
         p = self.partitions.get(tp)
         if p is None:
@@ -386,6 +393,9 @@ class ReplicaManager:
     ) -> tuple[dict[TopicPartition, FetchPartitionData], list[ProposeIsr], int, bool]:
         """Read every partition; for a follower, record its fetch (ISR expand, HW)."""
         is_follower = params.replica_id >= 0
+        # Kafka's debugging replica id: any replica (leader or follower) answers, up to its
+        # LEO, with its own HW (tools read a follower's HW this way).
+        debugging = params.replica_id == DEBUGGING_REPLICA_ID
         results: dict[TopicPartition, FetchPartitionData] = {}
         proposals: list[ProposeIsr] = []
         limit = params.max_bytes
@@ -394,10 +404,12 @@ class ReplicaManager:
         any_error = False
         for tp, st in params.partitions.items():
             try:
-                p = self._leader_partition(tp, st.current_leader_epoch)
+                p = (self._local_partition(tp) if debugging
+                     else self._leader_partition(tp, st.current_leader_epoch))
                 if is_follower and params.replica_id not in p.remote_replicas:
                     raise ReplicationError(Errors.NOT_LEADER_OR_FOLLOWER, f"{params.replica_id} not a replica of {tp}")
-                if not is_follower and self.config.consumer_hw_guard and not p.high_watermark_caught_up:
+                if (not is_follower and not debugging and self.config.consumer_hw_guard
+                        and not p.high_watermark_caught_up):
                     # A consumer must never see the HW go back across a leader change.
                     raise ReplicationError(Errors.OFFSET_NOT_AVAILABLE, f"{tp}: HW not caught up yet")
                 # Kafka answers with the HW as of the read, before this fetch moves it.
@@ -407,7 +419,7 @@ class ReplicaManager:
                 info = p.log.read(
                     st.fetch_offset,
                     max(0, min(st.max_bytes, limit)),
-                    max_offset=None if is_follower else hw,
+                    max_offset=None if is_follower or debugging else hw,
                     min_one_message=min_one_message,
                 )
             except OffsetOutOfRangeError:

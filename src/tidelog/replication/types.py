@@ -21,6 +21,7 @@ NO_LEADER = -1
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
 CONSUMER_REPLICA_ID = -1
+DEBUGGING_REPLICA_ID = -2  # Kafka's debugging consumer: reads any replica, to its LEO
 # ListOffsets special timestamps (Kafka's ListOffsetsRequest.LATEST_TIMESTAMP / EARLIEST_TIMESTAMP).
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
