@@ -74,6 +74,21 @@ def expected_report(events: list[ReplicationEvent], end_ms: int) -> dict[tuple[s
     return out
 
 
+def settled_events(bootstrap: str, topic: str, timeout_s: float = 60) -> list[ReplicationEvent]:
+    """The events once both partitions of `topic` are back to their full ISR (the last ISR
+    event of each has 3 members) and an HW checkpoint was written: the run's last expands and
+    checkpoints are in."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        events = asyncio.run(read_events(bootstrap, timeout_s=30))
+        last = {e.partition: e for e in events if e.topic == topic and e.type != "hw_checkpoint"}
+        if any(e.type == "hw_checkpoint" for e in events) and \
+                all(p in last and len(last[p].new_isr) == 3 for p in (0, 1)):
+            return events
+        assert time.monotonic() < deadline, f"events not settled in {timeout_s} s: {last}"
+        time.sleep(0.5)
+
+
 def test_report_matches_the_events_read_with_the_client(
     spark: Any, telemetry: ModuleType, legacy_cluster: Any
 ) -> None:
@@ -83,10 +98,8 @@ def test_report_matches_the_events_read_with_the_client(
     produced, bursts = asyncio.run(telemetry.bursty_produce(
         bootstrap, telemetry.DATA_TOPIC, duration_s=8, burst=3000, pause_s=0.7, burst_rate=10_000))
     assert produced == 3000 * bursts and bursts >= 2
-    time.sleep(2)  # the last HW checkpoints and expands
+    events = settled_events(bootstrap, telemetry.DATA_TOPIC)
     end_ms = int(time.time() * 1000)
-
-    events = asyncio.run(read_events(bootstrap, timeout_s=30))
     assert {e.type for e in events} >= {"leader_election", "hw_checkpoint"}
     df = telemetry.load_events(spark, bootstrap, ending_offset=len(events))
     report = {(r["topic"], r["partition"]): r.asDict() for r in
