@@ -277,6 +277,7 @@ class KafkaApis:
                 offline_replicas=list(pm.offline_replicas),
             ))
         return m_md.MetadataResponseTopic(error_code=ErrorCode.NONE, name=topic,
+                                          topic_id=self.cache.topic_id(topic),
                                           is_internal=topic in _INTERNAL_TOPICS, partitions=parts)
 
     async def _auto_create_topic(self, topic: str) -> int:
@@ -823,7 +824,9 @@ class KafkaApis:
                               tuple(s.offline_replicas))
             for s in wire_states
         ]
-        if not self.cache.update(request.controller_id, request.controller_epoch, brokers, states):
+        topic_ids = {ts.topic_name: ts.topic_id for ts in request.topic_states}
+        if not self.cache.update(request.controller_id, request.controller_epoch, brokers, states,
+                                 topic_ids):
             return m_um.UpdateMetadataResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
         # KIP-841: only live brokers may join an ISR (their epochs are not on the wire here).
         self.rm.core.set_eligible_brokers({b.broker_id: -1 for b in brokers})

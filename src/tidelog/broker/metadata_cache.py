@@ -9,8 +9,11 @@ newest one seen is refused (STALE_CONTROLLER_EPOCH) and changes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from uuid import UUID
 
+from tidelog.protocol.primitives import ZERO_UUID
 from tidelog.replication.types import TopicPartition
 
 __all__ = ["BrokerEndpoint", "MetadataCache", "PartitionMetadata"]
@@ -59,6 +62,8 @@ class MetadataCache:
     controller_epoch: int = -1
     brokers: dict[int, BrokerEndpoint] = field(default_factory=dict)
     partitions: dict[str, dict[int, PartitionMetadata]] = field(default_factory=dict)
+    # Each topic's id (KIP-516) as UpdateMetadata v7+ carries it; dropped with the topic.
+    topic_ids: dict[str, UUID] = field(default_factory=dict)
     # Endpoints learnt from LeaderAndIsr's live_leaders (used before an UpdateMetadata arrives).
     known_endpoints: dict[int, BrokerEndpoint] = field(default_factory=dict)
     updates: int = 0
@@ -69,8 +74,10 @@ class MetadataCache:
         controller_epoch: int,
         brokers: list[BrokerEndpoint],
         partition_states: list[PartitionMetadata],
+        topic_ids: Mapping[str, UUID] | None = None,
     ) -> bool:
-        """Apply an UpdateMetadata; False (nothing applied) when its controller epoch is stale."""
+        """Apply an UpdateMetadata; False (nothing applied) when its controller epoch is stale.
+        `topic_ids`: the ids of the topics it names (a zero id, as v0-6 send, is no id)."""
         if controller_epoch < self.controller_epoch:
             return False
         self.controller_epoch = controller_epoch
@@ -85,8 +92,12 @@ class MetadataCache:
                     parts.pop(st.partition, None)
                     if not parts:
                         del self.partitions[st.topic]
+                        self.topic_ids.pop(st.topic, None)
                 continue
             self.partitions.setdefault(st.topic, {})[st.partition] = st
+        for topic, topic_id in (topic_ids or {}).items():
+            if topic_id != ZERO_UUID and topic in self.partitions:
+                self.topic_ids[topic] = topic_id
         self.updates += 1
         return True
 
@@ -110,6 +121,10 @@ class MetadataCache:
 
     def contains_topic(self, topic: str) -> bool:
         return topic in self.partitions
+
+    def topic_id(self, topic: str) -> UUID:
+        """The topic's id, or the zero id when the controller sent none (Kafka's Uuid.ZERO_UUID)."""
+        return self.topic_ids.get(topic, ZERO_UUID)
 
     def topic_partitions(self, topic: str) -> dict[int, PartitionMetadata]:
         return dict(self.partitions.get(topic, {}))

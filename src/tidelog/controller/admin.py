@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import random
 import re
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
+from uuid import UUID
 
+from tidelog.controller import zk_data
 from tidelog.controller.zk_client import KafkaZkClient, TopicExistsError
 from tidelog.protocol.errors import ErrorCode
 from tidelog.storage.log_config import LogConfig
@@ -194,7 +197,7 @@ class AdminZkClient:
         if validate_only:
             return assignment
         try:
-            self.zk_client.create_topic(topic, assignment, overrides)
+            self.zk_client.create_topic(topic, assignment, overrides, topic_id=new_topic_id())
         except TopicExistsError:
             raise AdminError(ErrorCode.TOPIC_ALREADY_EXISTS,
                              f"Topic '{topic}' already exists.") from None
@@ -206,6 +209,15 @@ class AdminZkClient:
             raise AdminError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                              f"Topic {topic} does not exist")
         self.zk_client.create_delete_topic_path(topic)
+
+
+def new_topic_id() -> UUID:
+    """Kafka's `Uuid.randomUuid`: a random (version 4) UUID, never the zero id nor the metadata
+    topic's reserved id (1), nor one whose string form starts with '-' (a command-line flag)."""
+    while True:
+        topic_id = uuid.uuid4()
+        if topic_id.int > 1 and not zk_data.topic_id_to_string(topic_id).startswith("-"):
+            return topic_id
 
 
 def _collision_key(topic: str) -> str:

@@ -22,6 +22,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
 from tidelog.client.connection import BrokerConnection
 from tidelog.client.errors import KafkaClientError
@@ -31,6 +32,7 @@ from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.messages import leader_and_isr as lai
 from tidelog.protocol.messages import stop_replica as sr
 from tidelog.protocol.messages import update_metadata as um
+from tidelog.protocol.primitives import ZERO_UUID
 from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
 
 __all__ = [
@@ -44,10 +46,11 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # The versions a ZooKeeper-mode controller of Kafka 2.4-2.7 sends (broker epochs, grouped by
-# topic, flexible encodings, no topic ids); lower when the broker serves less.
+# topic, flexible encodings), and UpdateMetadata v7 of Kafka 2.8+ with the topic ids that the
+# Metadata API returns; lower when the broker serves less.
 PREFERRED_VERSIONS: dict[int, int] = {
     ApiKey.LEADER_AND_ISR: 4,
-    ApiKey.UPDATE_METADATA: 6,
+    ApiKey.UPDATE_METADATA: 7,
     ApiKey.STOP_REPLICA: 3,
 }
 _SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
@@ -102,7 +105,7 @@ def build_leader_and_isr(
 
 def build_update_metadata(
     request: core.UpdateMetadataRequest, brokers: Mapping[int, BrokerInfo], version: int,
-    listener_name: str = "PLAINTEXT",
+    listener_name: str = "PLAINTEXT", topic_ids: Mapping[str, UUID] | None = None,
 ) -> um.UpdateMetadataRequest:
     live = set(b for b, _ in request.live_brokers)
 
@@ -137,8 +140,10 @@ def build_update_metadata(
     if version < 5:
         out.ungrouped_partition_states = [state(s) for s in request.partition_states]
     else:
+        ids = topic_ids or {}
         out.topic_states = [
-            um.UpdateMetadataTopicState(topic_name=t, partition_states=[state(s) for s in ss])
+            um.UpdateMetadataTopicState(topic_name=t, topic_id=ids.get(t, ZERO_UUID),
+                                        partition_states=[state(s) for s in ss])
             for t, ss in sorted(_by_topic(request.partition_states).items())
         ]
     return out
@@ -270,7 +275,8 @@ class _BrokerChannel:
                 elif isinstance(request, core.UpdateMetadataRequest):
                     v = self._version(ApiKey.UPDATE_METADATA)
                     msg = build_update_metadata(request, self.manager.brokers, v,
-                                                self.manager.listener_name)
+                                                self.manager.listener_name,
+                                                self.manager.topic_ids)
                 else:
                     v = self._version(ApiKey.STOP_REPLICA)
                     msg = build_stop_replica(request, v, self.manager.leader_epochs(request))
@@ -359,8 +365,11 @@ class ControllerChannelManager:
         listener_name: str = "PLAINTEXT",
         leader_epochs: Callable[[TopicPartition], int] | None = None,
         on_response: Callable[[int, core.ControllerRequest, Any], None] | None = None,
+        topic_ids: Mapping[str, UUID] | None = None,
     ) -> None:
         self.controller_id = controller_id
+        # The controller's live map of topic ids (read when a request is built, not copied).
+        self.topic_ids: Mapping[str, UUID] = topic_ids if topic_ids is not None else {}
         self.socket_timeout_ms = socket_timeout_ms
         self.listener_name = listener_name
         self.brokers: dict[int, BrokerInfo] = {}

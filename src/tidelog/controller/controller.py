@@ -32,9 +32,11 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
+from uuid import UUID
 
 from kazoo.exceptions import NoNodeError
 
+from tidelog.controller.admin import new_topic_id
 from tidelog.controller.channel_manager import (
     LEADER_DURING_DELETE,
     ControllerChannelManager,
@@ -139,6 +141,8 @@ class KafkaController:
         self.core: ControllerCore | None = None
         self.channel: ControllerChannelManager | None = None
         self.topics: set[str] = set()
+        # Each topic's id (KIP-516), from its znode; sent to the brokers in UpdateMetadata.
+        self.topic_ids: dict[str, UUID] = {}
         self.topics_to_be_deleted: set[str] = set()
         self._deleting: dict[str, dict[TopicPartition, tuple[int, ...]]] = {}
         self._deletion_assignments: dict[str, dict[TopicPartition, tuple[int, ...]]] = {}
@@ -363,6 +367,7 @@ class KafkaController:
             socket_timeout_ms=int(self._cfg("controller.socket.timeout.ms", 30000)),
             listener_name=self._inter_broker_listener(),
             leader_epochs=self._leader_epoch_of,
+            topic_ids=self.topic_ids,
         )
         for b, (info, epoch) in sorted(brokers.items()):
             core.live_brokers[b] = epoch
@@ -418,8 +423,9 @@ class KafkaController:
         brokers = zk.get_all_brokers_and_epochs()
         assignments: dict[TopicPartition, tuple[int, ...]] = {}
         empty: set[str] = set()
+        self.topic_ids.clear()
         for topic in sorted(zk.get_all_topics()):
-            a = zk.get_topic_assignment(topic)
+            a = self._read_topic(topic)
             if not a:
                 empty.add(topic)
                 continue
@@ -430,6 +436,20 @@ class KafkaController:
                   for tp, s in zk.get_partition_states(list(assignments)).items()}
         return (brokers, assignments, states, zk.get_topic_deletions(),
                 self._read_unclean_overrides({tp.topic for tp in assignments}))
+
+    def _read_topic(self, topic: str) -> dict[int, list[int]] | None:
+        """A topic's assignment, its id noted in `topic_ids`. A topic written before topic ids
+        gets one now, written back to its znode (as Kafka 2.8+'s controller does)."""
+        znode = self.zk_client.get_topic_znode(topic)
+        if znode is None:
+            return None
+        assignment, topic_id = znode
+        if topic_id is None:
+            topic_id = new_topic_id()
+            self.zk_client.set_topic_assignment(topic, assignment, topic_id=topic_id,
+                                                expected_epoch_zk_version=self.epoch_zk_version)
+        self.topic_ids[topic] = topic_id
+        return assignment
 
     def _read_unclean_overrides(self, topics: Iterable[str]) -> dict[str, bool]:
         out: dict[str, bool] = {}
@@ -673,11 +693,11 @@ class KafkaController:
         gone = self.topics - topics
         for t in gone:
             self._forget_topic_partitions(t)
+            self.topic_ids.pop(t, None)
         self.topics = set(topics)
         if not new:
             return
-        assignments = await self._zk(
-            lambda: {t: self.zk_client.get_topic_assignment(t) for t in new})
+        assignments = await self._zk(lambda: {t: self._read_topic(t) for t in new})
         if isinstance(core, _TopicAwareCore):
             core.topic_unclean.update(await self._zk(self._read_unclean_overrides, new))
         added = 0
@@ -787,6 +807,7 @@ class KafkaController:
         await self._zk(self.zk_client.delete_topic_znodes, topic, self.epoch_zk_version)
         await self._zk(self.zk_client.delete_topic_deletions, [topic], self.epoch_zk_version)
         self.topics.discard(topic)
+        self.topic_ids.pop(topic, None)
         self.topics_to_be_deleted.discard(topic)
         self._deletion_assignments.pop(topic, None)
         log.info("controller %d: deleted topic %s", self.broker_id, topic)

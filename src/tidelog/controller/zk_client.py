@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from uuid import UUID
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -503,8 +504,10 @@ class KafkaZkClient:
         topic: str,
         assignment: Mapping[int, Sequence[int]],
         config: Mapping[str, Any] | None = None,
+        topic_id: UUID | None = None,
     ) -> None:
-        """Write /config/topics/<t> then /brokers/topics/<t> (Kafka's AdminZkClient order).
+        """Write /config/topics/<t> then /brokers/topics/<t> (Kafka's AdminZkClient order),
+        with the topic's id (KIP-516) in the latter.
 
         The controller's topic watch sees the assignment and creates the partition states.
         """
@@ -514,7 +517,7 @@ class KafkaZkClient:
         try:
             self._retry(
                 self._zk.create, zk_data.topic_path(topic),
-                zk_data.encode_topic_assignment(assignment), makepath=True,
+                zk_data.encode_topic_assignment(assignment, topic_id), makepath=True,
             )
         except NodeExistsError:
             raise TopicExistsError(f"topic {topic!r} already exists") from None
@@ -525,9 +528,11 @@ class KafkaZkClient:
         assignment: Mapping[int, Sequence[int]],
         expected_version: int = MATCH_ANY_VERSION,
         expected_epoch_zk_version: int | None = None,
+        topic_id: UUID | None = None,
     ) -> int:
-        """Overwrite a topic's assignment (partition additions); returns the new version."""
-        data = zk_data.encode_topic_assignment(assignment)
+        """Overwrite a topic's assignment (partition additions) and id (the topic's own, kept;
+        or a first one for a topic written before topic ids); returns the new version."""
+        data = zk_data.encode_topic_assignment(assignment, topic_id)
         results = self._fenced(
             expected_epoch_zk_version,
             lambda tx: tx.set_data(zk_data.topic_path(topic), data, expected_version),
@@ -536,11 +541,20 @@ class KafkaZkClient:
         return int(results[0].version)
 
     def get_topic_assignment(self, topic: str) -> dict[int, list[int]] | None:
+        znode = self.get_topic_znode(topic)
+        return None if znode is None else znode[0]
+
+    def get_topic_znode(self, topic: str) -> tuple[dict[int, list[int]], UUID | None] | None:
+        """(assignment, topic id or None for a topic written before ids), None if no topic."""
         try:
             data, _ = self._retry(self._zk.get, zk_data.topic_path(topic))
         except NoNodeError:
             return None
-        return zk_data.decode_topic_assignment(topic, data)
+        return zk_data.decode_topic_znode(topic, data)
+
+    def get_topic_id(self, topic: str) -> UUID | None:
+        znode = self.get_topic_znode(topic)
+        return None if znode is None else znode[1]
 
     def get_all_topics(self) -> set[str]:
         return set(self._retry(self._zk.get_children, zk_data.TOPICS_PATH))

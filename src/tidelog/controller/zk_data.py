@@ -8,7 +8,8 @@ Pure functions and value types only (no kazoo), so the simulator and tools can s
                                                   "listener_security_protocol_map":{..},
                                                   "jmx_port":-1,"timestamp":"..."}
     /brokers/seqid                               (its version generates broker ids)
-    /brokers/topics/<t>                          {"version":2,"partitions":{"0":[1,2,3]},
+    /brokers/topics/<t>                          {"version":3,"partitions":{"0":[1,2,3]},
+                                                  "topic_id":"UCx8j9NvSV6UZo-kLaX6Lw",
                                                   "adding_replicas":{},"removing_replicas":{}}
     /brokers/topics/<t>/partitions/<p>/state     {"controller_epoch":1,"leader":1,"version":1,
                                                   "leader_epoch":0,"isr":[1,2,3]}
@@ -21,11 +22,13 @@ Pure functions and value types only (no kazoo), so the simulator and tools can s
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
 # (topic, partition); `tidelog.replication.types.TopicPartition` is a NamedTuple of the same
 # shape, so either can be passed and results compare equal to it.
@@ -255,19 +258,50 @@ class BrokerInfo:
 # --- /brokers/topics/<t> ----------------------------------------------------------------------
 
 
-def encode_topic_assignment(assignment: Mapping[int, Sequence[int]]) -> bytes:
+def topic_id_to_string(topic_id: UUID) -> str:
+    """Kafka's `Uuid.toString`: the 16 bytes in URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(topic_id.bytes).decode("ascii").rstrip("=")
+
+
+def topic_id_from_string(text: str) -> UUID:
+    """Kafka's `Uuid.fromString`."""
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if len(raw) != 16:
+        raise ValueError(f"a topic id is 16 bytes, {text!r} has {len(raw)}")
+    return UUID(bytes=raw)
+
+
+def encode_topic_assignment(assignment: Mapping[int, Sequence[int]],
+                            topic_id: UUID | None = None) -> bytes:
+    """Kafka's TopicZNode: version 3 with "topic_id" when the topic has one (Kafka 2.8+),
+    version 2 without."""
     partitions = {str(p): list(replicas) for p, replicas in sorted(assignment.items())}
-    return _encode(
-        {"version": 2, "partitions": partitions, "adding_replicas": {}, "removing_replicas": {}}
-    )
+    obj: dict[str, Any] = {"version": 2 if topic_id is None else 3, "partitions": partitions,
+                           "adding_replicas": {}, "removing_replicas": {}}
+    if topic_id is not None:
+        obj["topic_id"] = topic_id_to_string(topic_id)
+    return _encode(obj)
 
 
 def decode_topic_assignment(topic: str, data: bytes | None) -> dict[int, list[int]]:
+    return decode_topic_znode(topic, data)[0]
+
+
+def decode_topic_znode(topic: str, data: bytes | None) -> tuple[dict[int, list[int]], UUID | None]:
+    """(assignment, topic id); the id is None for a topic written before topic ids (version 1-2)."""
     obj = _decode(topic_path(topic), data)
     try:
-        return {int(p): [int(r) for r in replicas] for p, replicas in obj["partitions"].items()}
+        assignment = {int(p): [int(r) for r in replicas]
+                      for p, replicas in obj["partitions"].items()}
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ZkDataError(f"{topic_path(topic)}: invalid assignment ({e!r})") from None
+    text = obj.get("topic_id")
+    if text is None:
+        return assignment, None
+    try:
+        return assignment, topic_id_from_string(str(text))
+    except ValueError as e:
+        raise ZkDataError(f"{topic_path(topic)}: invalid topic_id ({e})") from None
 
 
 # --- /brokers/topics/<t>/partitions/<p>/state ---------------------------------------------------

@@ -38,7 +38,7 @@ BROKER_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_OFFSETS: (0, 7),  # v0 old_style_offsets list; v4+ leader epoch; v6 flexible;
     # v7 max timestamp (-3)
     ApiKey.METADATA: (0, 12),  # v1 controller/rack/internal; v4 allow_auto_topic_creation;
-    # v7 leader_epoch; v9 flexible; v10+ topic ids may be the zero uuid
+    # v7 leader_epoch; v9 flexible; v10+ topic ids (KIP-516)
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),  # v2 current_leader_epoch; v3 replica_id
     ApiKey.API_VERSIONS: (0, 4),  # v3 flexible with client software name/version
     ApiKey.CREATE_TOPICS: (0, 7),  # v1 validate_only; v5 flexible + configs in response
