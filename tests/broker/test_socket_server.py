@@ -13,7 +13,12 @@ from typing import Any
 import pytest
 from harness import BrokerThread, produce_request, send
 
-from tidelog.broker.socket_server import RequestContext, SocketServer
+from tidelog.broker.socket_server import (
+    CloseConnection,
+    DeferredResponse,
+    RequestContext,
+    SocketServer,
+)
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import decode_response, encode_request
 from tidelog.protocol.errors import ErrorCode
@@ -273,3 +278,97 @@ def test_connection_limit_per_ip() -> None:
             await server.shutdown()
 
     assert _run_server(scenario) == (True, True)
+
+
+class _Deferring:
+    """Defers the answer to every request whose correlation id is in ``deferred`` until the
+    test resolves its future; answers the others at once."""
+
+    def __init__(self, deferred: set[int]) -> None:
+        self.deferred = deferred
+        self.futures: dict[int, asyncio.Future[Any]] = {}
+        self.seen: list[int] = []
+        self.seen_changed = asyncio.Event()
+
+    async def __call__(self, ctx: RequestContext, request: Any) -> Any:
+        corr = ctx.header.correlation_id
+        self.seen.append(corr)
+        self.seen_changed.set()
+        if corr not in self.deferred:
+            return ApiVersionsResponse(error_code=0)
+        fut = self.futures[corr] = asyncio.get_running_loop().create_future()
+        return DeferredResponse(fut, self._respond)
+
+    @staticmethod
+    def _respond(outcome: Any) -> Any:
+        if isinstance(outcome, CloseConnection):
+            raise outcome
+        return ApiVersionsResponse(error_code=outcome)
+
+    async def wait_seen(self, n: int) -> None:
+        while len(self.seen) < n:
+            self.seen_changed.clear()
+            await asyncio.wait_for(self.seen_changed.wait(), 5)
+
+
+async def _read_correlation_ids(r: asyncio.StreamReader, n: int) -> list[tuple[int, int]]:
+    """(correlation id, error code) of the next ``n`` ApiVersions v0 responses."""
+    out = []
+    for _ in range(n):
+        size = struct.unpack(">i", await asyncio.wait_for(r.readexactly(4), 5))[0]
+        corr, error = struct.unpack_from(">ih", await r.readexactly(size))
+        out.append((corr, error))
+    return out
+
+
+def test_a_deferred_response_lets_the_connection_go_on_and_answers_stay_in_request_order() -> None:
+    """A pipelining client's requests are handled while an earlier one waits (an acks=all
+    produce waiting for the ISR), and the answers still leave in request order: a later
+    deferred answer that is ready first, and an immediate one, wait for the earlier one."""
+
+    async def scenario() -> tuple[list[int], list[tuple[int, int]]]:
+        handler = _Deferring({1, 2})
+        server = SocketServer("127.0.0.1", 0, handler)
+        port = await server.start()
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            w.write(b"".join(_frame(ApiVersionsRequest(), 0, c) for c in (1, 2, 3)))
+            await w.drain()
+            await handler.wait_seen(3)  # 2 and 3 handled while 1 still waits
+            seen_while_waiting = list(handler.seen)
+            handler.futures[2].set_result(0)  # ready before 1
+            w.write(_frame(ApiVersionsRequest(), 0, 4))
+            await w.drain()
+            await handler.wait_seen(4)  # the server ran on after 2 became ready
+            handler.futures[1].set_result(0)
+            answers = await _read_correlation_ids(r, 4)
+            w.close()
+            return seen_while_waiting, answers
+        finally:
+            await server.shutdown()
+
+    seen, answers = _run_server(scenario)
+    assert seen == [1, 2, 3]
+    assert answers == [(1, 0), (2, 0), (3, 0), (4, 0)]
+
+
+def test_a_deferred_answer_that_closes_the_connection_comes_after_the_earlier_answers() -> None:
+    async def scenario() -> tuple[list[tuple[int, int]], bytes]:
+        handler = _Deferring({1, 2})
+        server = SocketServer("127.0.0.1", 0, handler)
+        port = await server.start()
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            w.write(b"".join(_frame(ApiVersionsRequest(), 0, c) for c in (1, 2, 3)))
+            await w.drain()
+            await handler.wait_seen(3)
+            handler.futures[2].set_result(CloseConnection("the answer says: close"))
+            handler.futures[1].set_result(0)
+            answers = await _read_correlation_ids(r, 1)
+            rest = await asyncio.wait_for(r.read(), 5)  # then EOF: 2 and 3 never answered
+            w.close()
+            return answers, rest
+        finally:
+            await server.shutdown()
+
+    assert _run_server(scenario) == ([(1, 0)], b"")

@@ -10,6 +10,9 @@ table) over one `client.connection.BrokerConnection`:
           response -> fetcher.handle_response(...) ; failure -> fetcher.on_request_failed(...)
           sleep until a response, a partition change, or the fetcher's next wake-up
 
+A fetch response is followed at once by the next fetch from the task that handled it (as
+Kafka's fetcher thread loops), so the leader learns of the append one network hop later.
+
 A connection that fails is closed and reopened with a bounded exponential back-off; a request
 that fails backs off only its own partitions (`replica.fetch.backoff.ms`), and a partition the
 fetcher marks failed (storage error, fencing) stops alone while the others go on.
@@ -286,12 +289,8 @@ class FetcherTask:
                     backoff_s = min(max_backoff_s, backoff_s * 2)
                     continue
                 backoff_s = 0.05
-                now = _now_ms()
                 self._wake.clear()
-                for request in self.fetcher.poll_requests(now):
-                    t = asyncio.get_running_loop().create_task(self._send(conn, request))
-                    self._inflight.add(t)
-                    t.add_done_callback(self._inflight.discard)
+                self._send_ready(conn)
                 wakeup = self.fetcher.next_wakeup_ms(_now_ms())
                 timeout = None if wakeup is None else max(0.005, (wakeup - _now_ms()) / 1000)
                 if timeout is None and not self._inflight:
@@ -314,7 +313,36 @@ class FetcherTask:
                 await asyncio.wait_for(self._wake.wait(), timeout=timeout_s)
         self._wake.clear()
 
+    def _send_ready(self, conn: BrokerConnection, keep: type | None = None) -> Any:
+        """Start sending every request the fetcher has ready, each in its own task; with
+        ``keep``, the first request of that kind is returned for the caller to send instead."""
+        kept = None
+        for request in self.fetcher.poll_requests(_now_ms()):
+            if kept is None and keep is not None and isinstance(request, keep):
+                kept = request
+                continue
+            t = asyncio.get_running_loop().create_task(self._send(conn, request))
+            self._inflight.add(t)
+            t.add_done_callback(self._inflight.discard)
+        return kept
+
     async def _send(self, conn: BrokerConnection, request: FetcherRequest) -> None:
+        while True:
+            handled = await self._exchange(conn, request)
+            nxt = None
+            if (handled and isinstance(request, FetchRequest) and not self._stopping
+                    and self.connection is conn and not conn.closed):
+                # Kafka's fetcher thread goes straight from processing a fetch response to its
+                # next fetch: send it from here, without a round through the run loop (the
+                # leader completes an acks=all request only when this next fetch arrives).
+                nxt = self._send_ready(conn, keep=FetchRequest)
+            self.wake()
+            if nxt is None:
+                return
+            request = nxt
+
+    async def _exchange(self, conn: BrokerConnection, request: FetcherRequest) -> bool:
+        """Send one request and apply its response; False if it failed."""
         timeout_ms = self.manager.config.replica_socket_timeout_ms
         if isinstance(request, FetchRequest):
             timeout_ms += request.max_wait_ms
@@ -330,8 +358,7 @@ class FetcherTask:
             if not isinstance(e, RequestTimedOutError) and self.connection is conn:
                 # a broken connection (a timeout leaves it usable for the others)
                 await self._close_connection()
-            self.wake()
-            return
+            return False
         try:
             result = self.fetcher.handle_response(request, translated, _now_ms())
         except Exception:
@@ -341,7 +368,7 @@ class FetcherTask:
         if result is not None and result.failed:
             logger.warning("%s: partitions failed: %s", self.name, sorted(map(str, result.failed)))
         self.manager.on_progress()
-        self.wake()
+        return True
 
 
 # ---------------------------------------------------------------- the manager

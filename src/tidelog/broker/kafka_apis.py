@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.metadata_cache import BrokerEndpoint, PartitionMetadata
-from tidelog.broker.socket_server import CloseConnection, RequestContext
+from tidelog.broker.socket_server import CloseConnection, DeferredResponse, RequestContext
 from tidelog.controller.admin import AdminError, validate_topic_name
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.api_versions import (
@@ -307,7 +307,7 @@ class KafkaApis:
 
     async def handle_produce(
         self, ctx: RequestContext, request: m_produce.ProduceRequest
-    ) -> m_produce.ProduceResponse | None:
+    ) -> m_produce.ProduceResponse | DeferredResponse | None:
         acks = request.acks
         order: list[tuple[str, list[int]]] = []
         errors: dict[TopicPartition, int] = {}
@@ -325,9 +325,23 @@ class KafkaApis:
                     errors[tp] = err
                 else:
                     entries[tp] = p.records
-        results: dict[TopicPartition, Any] = {}
-        if entries:
-            results = await self.rm.append_records(acks, entries, request.timeout_ms)
+        if not entries:
+            return self._produce_response(acks, order, errors, {})
+        appended = self.rm.append_records(acks, entries, request.timeout_ms)
+        if appended.done():
+            return self._produce_response(acks, order, errors, appended.result())
+        # acks=all: the append is done; the connection goes on with its next requests while
+        # this one waits for the ISR (the response still leaves in request order).
+        return DeferredResponse(
+            appended, lambda results: self._produce_response(acks, order, errors, results))
+
+    def _produce_response(
+        self,
+        acks: int,
+        order: list[tuple[str, list[int]]],
+        errors: dict[TopicPartition, int],
+        results: dict[TopicPartition, Any],
+    ) -> m_produce.ProduceResponse | None:
         failed = bool(errors) or any(r.error != Errors.NONE for r in results.values())
         if acks == 0:
             if failed:

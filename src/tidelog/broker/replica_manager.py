@@ -362,10 +362,14 @@ class BrokerReplicaManager:
         return result
 
     # ------------------------------------------------------------------ produce
-    async def append_records(
+    def append_records(
         self, acks: int, entries: Mapping[TopicPartition, Any], timeout_ms: int
-    ) -> dict[TopicPartition, ProducePartitionResult]:
-        """Append one batch per partition; acks=-1 waits (up to ``timeout_ms``) for the ISR."""
+    ) -> asyncio.Future[dict[TopicPartition, ProducePartitionResult]]:
+        """Append one batch per partition now; the returned future resolves to the results
+        (acks=-1: once the ISR has them, or after ``timeout_ms``). The append happens before
+        this returns, so the appends of a connection's pipelined requests stay in order while
+        their acknowledgements are awaited together."""
+        loop = asyncio.get_running_loop()
         now = now_ms()
         results: dict[TopicPartition, ProducePartitionResult] = {}
         duplicates: dict[TopicPartition, int] = {}  # tp -> required offset (acks=-1)
@@ -391,6 +395,7 @@ class BrokerReplicaManager:
             else:
                 to_append[tp] = records
                 producer_infos[tp] = (info, p.log_end_offset if p is not None else -1)
+        replicated: asyncio.Future[Any] | None = None
         if to_append:
             key = next(self._keys)
             outcome = self.core.append_records(acks, to_append, timeout_ms, now, request_key=key)
@@ -399,15 +404,35 @@ class BrokerReplicaManager:
                 if p is not None and p.log_end_offset > leo_before >= 0:
                     self.producer_states[tp].update(info, leo_before)
             if outcome.delayed:
-                done = await self._wait_for(key)
-                assert isinstance(done, CompleteProduce)
-                results.update(done.results)
+                replicated = self._waiters[key] = loop.create_future()
             else:
                 assert outcome.results is not None
                 results.update(outcome.results)
-                self._after()
+            # The append may complete followers' delayed fetches (and, at acks=-1 with nobody
+            # else to wait for, this request): answer them in this same turn.
+            self._after()
         if duplicates:
-            await self._await_high_watermarks(duplicates, now + timeout_ms, results)
+            return loop.create_task(
+                self._acknowledge(replicated, duplicates, now + timeout_ms, results))
+        if replicated is None:
+            done: asyncio.Future[dict[TopicPartition, ProducePartitionResult]] = loop.create_future()
+            done.set_result(results)
+            return done
+        return loop.create_task(self._acknowledge(replicated, {}, now + timeout_ms, results))
+
+    async def _acknowledge(
+        self,
+        replicated: asyncio.Future[Any] | None,
+        duplicates: dict[TopicPartition, int],
+        deadline_ms: int,
+        results: dict[TopicPartition, ProducePartitionResult],
+    ) -> dict[TopicPartition, ProducePartitionResult]:
+        if replicated is not None:
+            done = await replicated
+            assert isinstance(done, CompleteProduce)
+            results.update(done.results)
+        if duplicates:
+            await self._await_high_watermarks(duplicates, deadline_ms, results)
         return results
 
     async def _await_high_watermarks(

@@ -2,10 +2,20 @@
 
 One asyncio task per connection reads size-prefixed frames (`FrameReader`, which enforces
 `socket.request.max.bytes` from the size prefix alone) and handles them strictly one after the
-other, as Kafka's processor mutes a channel while its request is in flight: responses leave in
-request order and a long-polling fetch holds only its own connection. A response is a list of
-buffers written with `writelines` (record data is never joined into a copy) followed by
-`drain()`, so a slow reader slows down only its own connection (backpressure).
+other, as Kafka's processor mutes a channel while its request is in flight: a long-polling fetch
+holds only its own connection. A response is a list of buffers written with `writelines` (record
+data is never joined into a copy) followed by `drain()`, so a slow reader slows down only its
+own connection (backpressure).
+
+One exception to the one-at-a-time rule: a handler whose remaining work is only waiting (an
+acks=all produce whose append is done and which waits for the ISR) returns a
+`DeferredResponse`. The connection then goes on with its next requests while it waits, and a
+writer task sends the responses strictly in request order, as Kafka guarantees. Without this a
+client that pipelines many small produce requests on one connection (librdkafka at
+linger.ms=0) pays one full replication round trip per request, one after the other; with it the
+appends of a connection still happen in request order, and the followers pick many of them up
+in one fetch. At most `MAX_DEFERRED_RESPONSES` wait per connection; beyond that the connection
+stops reading (TCP backpressure) until the oldest is answered.
 
 Bad input never takes the broker down: a malformed frame, an unknown API key or an unsupported
 version (other than ApiVersions, which gets UNSUPPORTED_VERSION in a v0 body) closes that
@@ -15,6 +25,7 @@ connection only. A connection with no request for `connections.max.idle.ms` is c
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import socket
@@ -30,11 +41,16 @@ from tidelog.protocol.errors import DecodeError
 from tidelog.protocol.framing import FrameError, FrameReader
 from tidelog.protocol.headers import RequestHeader
 
-__all__ = ["CloseConnection", "RequestContext", "SocketServer"]
+__all__ = ["MAX_DEFERRED_RESPONSES", "CloseConnection", "DeferredResponse", "RequestContext",
+           "SocketServer"]
 
 logger = logging.getLogger(__name__)
 
 _READ_CHUNK = 256 * 1024
+
+# Responses a connection may owe while it goes on reading requests (memory bound: each one
+# holds its request's records until it is answered).
+MAX_DEFERRED_RESPONSES = 128
 
 
 class CloseConnection(Exception):  # noqa: N818 - Kafka's "close the channel" action
@@ -58,8 +74,137 @@ class RequestContext:
         return self.header.request_api_version
 
 
-# A handler returns the response dataclass, or None for "no response" (Produce with acks=0).
-Handler = Callable[[RequestContext, Any], Awaitable[Any | None]]
+@dataclass(slots=True)
+class DeferredResponse:
+    """A handler's answer when everything that must happen in request order is done and only
+    waiting remains: once ``result`` is done, ``respond(result)`` gives the response dataclass
+    (or None for no response, or raises `CloseConnection`)."""
+
+    result: asyncio.Future[Any]
+    respond: Callable[[Any], Any]
+
+
+# A handler returns the response dataclass, None for "no response" (Produce with acks=0), or a
+# DeferredResponse.
+Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+
+
+class _Owed:
+    """One owed response: encoded buffers, or a deferred one with its request header."""
+
+    __slots__ = ("header", "deferred", "buffers")
+
+    def __init__(self, header: RequestHeader | None, deferred: DeferredResponse | None,
+                 buffers: list[Any] | None) -> None:
+        self.header = header
+        self.deferred = deferred
+        self.buffers = buffers
+
+    @property
+    def ready(self) -> bool:
+        return self.deferred is None or self.deferred.result.done()
+
+    def encode(self) -> list[Any]:
+        """The buffers to send (none for "no response"); may raise `CloseConnection`."""
+        if self.deferred is None:
+            assert self.buffers is not None
+            return self.buffers
+        assert self.header is not None
+        response = self.deferred.respond(self.deferred.result.result())
+        return [] if response is None else _encode(self.header, response)
+
+
+class _ResponseQueue:
+    """The responses one connection owes, in request order, and the task that writes them.
+
+    While the queue is not empty every response goes through it (a quick answer must not
+    overtake a deferred one); when it is empty the server writes directly. The responses that
+    are ready together leave in one write (one acks=all HW advance answers many requests)."""
+
+    __slots__ = ("_entries", "_writer", "_task", "_space", "failed", "on_idle")
+
+    def __init__(self, writer: asyncio.StreamWriter, on_idle: Callable[[], None]) -> None:
+        self._entries: collections.deque[_Owed] = collections.deque()
+        self._writer = writer
+        self._task: asyncio.Task[None] | None = None
+        self._space: asyncio.Event | None = None
+        self.failed = False  # the connection must close (write error, CloseConnection)
+        self.on_idle = on_idle
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def put(self, entry: _Owed) -> None:
+        self._entries.append(entry)
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def wait_for_space(self, limit: int) -> None:
+        while len(self._entries) >= limit and not self.failed:
+            self._space = asyncio.Event()
+            await self._space.wait()
+
+    async def _run(self) -> None:
+        entries = self._entries
+        try:
+            while entries:
+                head = entries[0]
+                if head.deferred is not None and not head.deferred.result.done():
+                    with contextlib.suppress(Exception):  # its outcome is read just below
+                        await asyncio.shield(head.deferred.result)
+                buffers: list[Any] = []
+                close: CloseConnection | None = None
+                while entries and entries[0].ready:
+                    try:
+                        buffers += entries[0].encode()
+                    except CloseConnection as e:
+                        close = e
+                        break
+                    entries.popleft()
+                if buffers:
+                    await SocketServer._write(self._writer, buffers)
+                if close is not None:
+                    logger.info("closing connection: %s", close)
+                    self._fail()
+                    return
+                if self._space is not None:
+                    self._space.set()
+            self.on_idle()
+        except asyncio.CancelledError:
+            self._fail()
+            raise
+        except (ConnectionError, OSError):
+            self._fail()
+        except Exception:
+            logger.exception("answering a deferred request failed")
+            self._fail()
+        finally:
+            self._task = None
+
+    def _fail(self) -> None:
+        self.failed = True
+        self._entries.clear()
+        if self._space is not None:
+            self._space.set()
+        self._writer.close()  # the reader sees EOF and the connection ends
+
+    async def finish(self) -> None:
+        """Wait until every owed response is written (or the connection failed)."""
+        task = self._task
+        if task is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(task)
+
+    def cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+
+def _encode(header: RequestHeader, response: Any) -> list[Any]:
+    version = header.request_api_version
+    spec = api_spec(header.request_api_key)
+    return encode_response(spec.response_header_version(version), header.correlation_id,
+                           response, version)
 
 
 class SocketServer:
@@ -220,31 +365,45 @@ class SocketServer:
         port: int,
     ) -> None:
         frames = FrameReader(self.max_request_bytes)
-        while True:
-            data = await reader.read(_READ_CHUNK)
-            if not data:
-                return
-            try:
-                batch = frames.feed(data)
-            except FrameError as e:
-                self.closed_by_error += 1
-                logger.warning("closing connection from %s:%d: %s", host, port, e)
-                return
-            for frame in batch:
-                if conn_id in self._last_active:
-                    self._last_active[conn_id] = None  # busy: not idle
-                ok = await self._handle_frame(conn_id, frame, writer, host, port)
-                if conn_id in self._last_active:
-                    self._last_active[conn_id] = time.monotonic()
-                if not ok:
-                    self.closed_by_error += 1
+
+        def idle() -> None:
+            if conn_id in self._last_active:
+                self._last_active[conn_id] = time.monotonic()
+
+        owed = _ResponseQueue(writer, idle)
+        try:
+            while True:
+                data = await reader.read(_READ_CHUNK)
+                if not data or owed.failed:
+                    # The client sent all it will: answer what it is still owed, then close.
+                    await owed.finish()
                     return
+                try:
+                    batch = frames.feed(data)
+                except FrameError as e:
+                    self.closed_by_error += 1
+                    logger.warning("closing connection from %s:%d: %s", host, port, e)
+                    return
+                for frame in batch:
+                    if conn_id in self._last_active:
+                        self._last_active[conn_id] = None  # busy: not idle
+                    ok = await self._handle_frame(conn_id, frame, writer, owed, host, port)
+                    if not ok or owed.failed:
+                        self.closed_by_error += 1
+                        return
+                    if owed:
+                        await owed.wait_for_space(MAX_DEFERRED_RESPONSES)
+                    else:
+                        idle()
+        finally:
+            owed.cancel()
 
     async def _handle_frame(
         self,
         conn_id: int,
         frame: memoryview,
         writer: asyncio.StreamWriter,
+        owed: _ResponseQueue,
         host: str,
         port: int,
     ) -> bool:
@@ -254,9 +413,12 @@ class SocketServer:
         except UnsupportedVersionError as e:
             if e.api_key == ApiKey.API_VERSIONS:
                 # KIP-511: answer in a v0 body (header v0) so the client can retry lower.
-                await self._write(
-                    writer, encode_response(0, e.correlation_id, unsupported_api_versions_response(), 0)
-                )
+                buffers = encode_response(
+                    0, e.correlation_id, unsupported_api_versions_response(), 0)
+                if owed:
+                    owed.put(_Owed(None, None, buffers))
+                else:
+                    await self._write(writer, buffers)
                 return True
             logger.warning("closing connection from %s:%d: %s", host, port, e)
             return False
@@ -272,14 +434,14 @@ class SocketServer:
         except CloseConnection as e:
             logger.info("closing connection from %s:%d: %s", host, port, e)
             return False
-        if response is None:
-            return True
-        version = header.request_api_version
-        spec = api_spec(header.request_api_key)
-        buffers = encode_response(
-            spec.response_header_version(version), header.correlation_id, response, version
-        )
-        await self._write(writer, buffers)
+        if isinstance(response, DeferredResponse):
+            owed.put(_Owed(header, response, None))
+        elif owed:
+            # An earlier response is still owed: this one must not overtake it.
+            if response is not None:
+                owed.put(_Owed(None, None, _encode(header, response)))
+        elif response is not None:
+            await self._write(writer, _encode(header, response))
         return True
 
     @staticmethod

@@ -219,5 +219,9 @@ class DelayedOperationPurgatory:
             heapq.heappop(self._deadlines)
         return self._deadlines[0][0] if self._deadlines else None
 
+    def is_watched(self, key: TopicPartition) -> bool:
+        """Whether operations (possibly already completed elsewhere) are watched on ``key``."""
+        return key in self._watchers
+
     def watched_keys(self) -> list[TopicPartition]:
         return [k for k, ops in self._watchers.items() if any(not o.is_completed for o in ops)]

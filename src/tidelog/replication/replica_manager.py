@@ -125,6 +125,8 @@ class ReplicaManager:
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch")
         self._completed: list[Completion] = []
         self._dirty: set[TopicPartition] = set()
+        # tp -> the partition state in which every delayed produce watched on it was last tried
+        self._produce_checked: dict[TopicPartition, tuple[Any, ...]] = {}
         self._draining = False
         self._isr_change_set: set[TopicPartition] = set()
         self._last_isr_change_ms = now_ms
@@ -590,10 +592,29 @@ class ReplicaManager:
         try:
             while self._dirty:
                 tp = self._dirty.pop()
-                self._completed.extend(self.produce_purgatory.check_and_complete(tp, now_ms))
+                self._check_delayed_produce(tp, now_ms)
                 self._completed.extend(self.fetch_purgatory.check_and_complete(tp, now_ms))
         finally:
             self._draining = False
+
+    def _check_delayed_produce(self, tp: TopicPartition, now_ms: int) -> None:
+        """Re-check the acks=all requests waiting on ``tp`` only if what they wait for changed
+        (Kafka's Partition checks its produce purgatory only when the HW moved, and on ISR or
+        leadership changes): a leader's append alone moves the LEO, and re-checking every
+        pipelined request on each append would cost quadratic time."""
+        if not self.produce_purgatory.is_watched(tp):
+            self._produce_checked.pop(tp, None)
+            return
+        p = self.partitions.get(tp)
+        state = None if p is None else (
+            p, p.leader_id, p.high_watermark, p.isr, p.pending_isr, p.min_insync_replicas)
+        if state is not None and self._produce_checked.get(tp) == state:
+            return  # every request watched here was tried in this very state
+        self._completed.extend(self.produce_purgatory.check_and_complete(tp, now_ms))
+        if state is not None and self.produce_purgatory.is_watched(tp):
+            self._produce_checked[tp] = state
+        else:
+            self._produce_checked.pop(tp, None)
 
     def poll_completed(self, now_ms: int) -> list[Completion]:
         """Delayed requests that are done (replicated, failed, or timed out by ``now_ms``)."""
