@@ -6,11 +6,14 @@ read with it) -> replica manager -> socket servers (one per listener; port 0 bin
 and that port is advertised) -> registration `/brokers/ids/<id>` (its czxid is the broker epoch)
 -> scheduled tasks and the group coordinator -> the controller, if a factory was given.
 
-Shutdown: controlled shutdown first (when `controlled.shutdown.enable` and a controller is
-elected: ask it, over the wire, to move leadership off this broker; retried
-`controlled.shutdown.max.retries` times), then stop accepting, stop the controller and the
+Shutdown: controlled shutdown first (when `controlled.shutdown.enable`: find the controller in
+ZooKeeper and ask it, over the wire, to move leadership off this broker; up to
+`controlled.shutdown.max.retries` attempts, `controlled.shutdown.retry.backoff.ms` apart, as
+Kafka's `KafkaServer.controlledShutdown`), then stop accepting, stop the controller and the
 fetchers, close connections, checkpoint HWs, close the logs with the clean-shutdown marker, and
-deregister from ZooKeeper.
+deregister from ZooKeeper. Stopping always finishes: a ZooKeeper request not answered within the
+client's request timeout (zookeeper.connection.timeout.ms) fails that step, and the session is
+closed at the end whatever happened (which also ends any ZooKeeper call still waiting).
 
 The controller hook: `controller_factory(config, zk_client, broker_id)` returns an object with
 `async startup()`, `async shutdown()`, `is_active: bool` and
@@ -288,11 +291,18 @@ class BrokerServer:
         retries = self.config.get("controlled.shutdown.max.retries")
         backoff_s = self.config.get("controlled.shutdown.retry.backoff.ms") / 1000
         for attempt in range(max(1, retries)):
-            controller_id = await asyncio.to_thread(self.zk_client.get_controller_id)
-            if controller_id is None:
-                logger.info("controlled shutdown: no controller elected; skipping")
-                return False
-            endpoint = await self._controller_endpoint(controller_id)
+            try:
+                controller_id = await self._zk_bounded(self.zk_client.get_controller_id)
+                endpoint = (await self._controller_endpoint(controller_id)
+                            if controller_id is not None else None)
+            except Exception as e:  # ZooKeeper unreachable: this attempt failed, as in Kafka
+                logger.info("controlled shutdown attempt %d: cannot find the controller: %s",
+                            attempt + 1, str(e) or type(e).__name__)
+                endpoint = None
+            else:
+                if endpoint is None:
+                    logger.info("controlled shutdown attempt %d: no controller registered",
+                                attempt + 1)
             if endpoint is not None:
                 conn = BrokerConnection(endpoint[0], endpoint[1], client_id=f"broker-{self.broker_id}",
                                         request_timeout_ms=self.config.get("controller.socket.timeout.ms"))
@@ -310,13 +320,21 @@ class BrokerServer:
                     await conn.close()
             if attempt + 1 < retries:
                 await asyncio.sleep(backoff_s)
+        logger.warning("controlled shutdown of broker %d failed after %d attempt(s); shutting "
+                       "down locally", self.broker_id, max(1, retries))
         return False
+
+    async def _zk_bounded(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A ZooKeeper call from the shutdown path, given up after the client's request timeout:
+        kazoo waits for a reconnection without bound, closing the session ends the wait."""
+        return await asyncio.wait_for(asyncio.to_thread(fn, *args),
+                                      self.zk_client.request_timeout_s)
 
     async def _controller_endpoint(self, controller_id: int) -> tuple[str, int] | None:
         local = self.endpoint_of(controller_id)
         if local is not None:
             return local
-        found = await asyncio.to_thread(self.zk_client.get_broker, controller_id)
+        found = await self._zk_bounded(self.zk_client.get_broker, controller_id)
         if found is None:
             return None
         ep = found[0].endpoint(self.inter_broker_listener_name) or (
@@ -340,9 +358,10 @@ class BrokerServer:
                 try:
                     result = self.controller.shutdown()
                     if inspect.isawaitable(result):
-                        await result
+                        # Its resignation writes to ZooKeeper: bounded like any shutdown step.
+                        await asyncio.wait_for(result, self.zk_client.request_timeout_s)
                 except Exception as e:
-                    logger.warning("controller shutdown failed: %s", e)
+                    logger.warning("controller shutdown failed: %s", str(e) or type(e).__name__)
             if self.group_apis is not None:
                 await self.group_apis.shutdown()
             if self.replica_manager is not None and self.replica_manager.events is not None:
@@ -357,7 +376,7 @@ class BrokerServer:
             if self.zk_client is not None:
                 with contextlib.suppress(Exception):
                     if self._registered:
-                        await asyncio.to_thread(self.zk_client.deregister_broker)
+                        await self._zk_bounded(self.zk_client.deregister_broker)
                 await asyncio.to_thread(self.zk_client.close)
             logger.info("broker %d shut down", self.broker_id)
         finally:
