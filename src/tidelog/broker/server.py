@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tidelog.broker.config import KafkaConfig
+from tidelog.broker.config_apis import ConfigApis, ConfigChangeNotifications
 from tidelog.broker.group_apis import GroupApis
 from tidelog.broker.kafka_apis import KafkaApis
 from tidelog.broker.metadata_cache import MetadataCache
@@ -92,6 +93,10 @@ class BrokerServer:
         self._stopping = False
         self._shutdown_done = asyncio.Event()
         self._topic_configs_checked: set[str] = set()
+        self._config_changes = ConfigChangeNotifications()
+        self._config_watch: Any = None
+        self._config_lock = asyncio.Lock()
+        self._config_tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # ------------------------------------------------------------------ properties
@@ -179,6 +184,7 @@ class BrokerServer:
         self.apis = KafkaApis(self)
         self.group_apis = GroupApis(self)  # the group coordinator's APIs (register_handler)
         self.group_apis.register(self.apis)
+        ConfigApis(self).register(self.apis)  # AlterConfigs, IncrementalAlterConfigs
         for ep in cfg.listeners:
             server = SocketServer(
                 ep.host, ep.port, self._handle,
@@ -205,6 +211,9 @@ class BrokerServer:
         self.replica_manager.set_broker_epoch(epoch)
         loop = asyncio.get_running_loop()
         zk.on_new_session(lambda e: loop.call_soon_threadsafe(self._on_new_session, e))
+        self._config_watch = await asyncio.to_thread(
+            zk.watch_config_changes,
+            lambda names: loop.call_soon_threadsafe(self._on_config_changes, names))
         self.replica_manager.start()
         if cfg.get("tidelog.replication.events.enable"):
             self.replica_manager.events = self._event_publisher()
@@ -257,6 +266,33 @@ class BrokerServer:
                         overrides, self.log_manager.config)
                 except ValueError as e:
                     logger.warning("topic %s: ignoring invalid config overrides: %s", topic, e)
+
+    # ------------------------------------------------------------------ live config changes
+    def _on_config_changes(self, names: list[str]) -> None:
+        new = self._config_changes.new(names)
+        if new and not self._stopping:
+            task = asyncio.get_running_loop().create_task(self._apply_config_changes(new))
+            self._config_tasks.add(task)
+            task.add_done_callback(self._config_tasks.discard)
+
+    async def _apply_config_changes(self, names: list[str]) -> None:
+        """Kafka's TopicConfigHandler: reload each notified topic's overrides and hand its logs
+        the new config (partitions read min.insync.replicas from it at once)."""
+        async with self._config_lock:  # notifications apply in order
+            for name in names:
+                try:
+                    entity = await asyncio.to_thread(self.zk_client.get_config_change, name)
+                    if entity is None or not entity.startswith("topics/"):
+                        continue
+                    topic = entity[len("topics/"):]
+                    overrides = await asyncio.to_thread(self.zk_client.get_topic_config, topic)
+                    config = LogConfig.from_dict(overrides, self.log_manager.config)
+                except Exception as e:  # noqa: BLE001 - one bad notification stops no other
+                    logger.warning("config change %s not applied: %s", name, e)
+                    continue
+                self.log_manager.update_topic_config(topic, config)
+                self._topic_configs_checked.add(topic)
+                logger.info("topic %s: configuration changed to %s", topic, overrides)
 
     def _on_new_session(self, broker_epoch: int) -> None:
         if broker_epoch >= 0 and self.replica_manager is not None:
@@ -346,6 +382,10 @@ class BrokerServer:
             await self._shutdown_done.wait()
             return
         self._stopping = True
+        if self._config_watch is not None:
+            self._config_watch.cancel()
+        for task in list(self._config_tasks):
+            task.cancel()
         try:
             if self._started and self._registered and self.config.get("controlled.shutdown.enable"):
                 try:

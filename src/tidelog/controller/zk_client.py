@@ -873,6 +873,15 @@ class KafkaZkClient:
                 makepath=True,
             )
 
+    def get_config_change(self, name: str) -> str | None:
+        """The entity path of notification /config/changes/<name> (None once purged)."""
+        path = f"{zk_data.CONFIG_CHANGES_PATH}/{name}"
+        try:
+            data, _ = self._retry(self._zk.get, path)
+        except NoNodeError:
+            return None
+        return zk_data.decode_config_change(path, data)
+
     def get_topic_config(self, topic: str) -> dict[str, str]:
         """The topic's overrides ({} when none)."""
         path = zk_data.topic_config_path(topic)
@@ -924,6 +933,13 @@ class KafkaZkClient:
                 )
             ),
         )
+
+    def watch_config_changes(self, callback: Callable[[list[str]], None]) -> WatchHandle:
+        """`callback(sorted notification names)` now and whenever /config/changes changes."""
+        return self._watch_children(
+            zk_data.CONFIG_CHANGES_PATH,
+            lambda cs: callback(sorted((c for c in cs if c.startswith(zk_data.CONFIG_CHANGE_PREFIX)),
+                                       key=zk_data.config_change_sequence_number)))
 
     def watch_delete_topics(self, callback: Callable[[set[str]], None]) -> WatchHandle:
         """`callback(set of topics marked for deletion)` now and on every change."""

@@ -404,6 +404,19 @@ def encode_config_change(entity_path: str) -> bytes:
     return _encode({"version": 2, "entity_path": entity_path})
 
 
+def decode_config_change(path: str, data: bytes | None) -> str:
+    """The entity path of a /config/changes notification ("topics/<t>", "brokers/<id>")."""
+    obj = _decode(path, data)
+    entity = obj.get("entity_path") if isinstance(obj, dict) else None
+    if not isinstance(entity, str):
+        raise ZkDataError(f"{path}: no entity_path in {obj!r}")
+    return entity
+
+
+def config_change_sequence_number(name: str) -> int:
+    return int(name[len(CONFIG_CHANGE_PREFIX):])
+
+
 def encode_cluster_id(cluster_id: str) -> bytes:
     return _encode({"version": "1", "id": cluster_id})
 

@@ -44,6 +44,8 @@ BROKER_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_TOPICS: (0, 7),  # v1 validate_only; v5 flexible + configs in response
     ApiKey.DELETE_TOPICS: (0, 5),  # v4 flexible; v6 (delete by topic id) not served
     ApiKey.DESCRIBE_CONFIGS: (0, 4),  # v1 synonyms; v3 documentation; v4 flexible
+    ApiKey.ALTER_CONFIGS: (0, 2),  # topics (broker keys are read-only); v2 flexible
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),  # SET/DELETE/APPEND/SUBTRACT; v1 flexible
     ApiKey.INIT_PRODUCER_ID: (0, 4),  # v3 producer id/epoch for bumping; v2 flexible
     ApiKey.FIND_COORDINATOR: (0, 4),  # v1 key_type; v3 flexible; v4 batched coordinator_keys
     ApiKey.JOIN_GROUP: (0, 7),  # v4 MEMBER_ID_REQUIRED round trip; v5 group_instance_id;

@@ -24,6 +24,14 @@ from typing import Any
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
 
+
+class UnknownConfigError(ValueError):
+    """A key that is not a topic config (Kafka: InvalidConfigurationException)."""
+
+
+class UnsupportedConfigError(ValueError):
+    """A value asking for a feature tidelog does not implement (see `UNSUPPORTED`)."""
+
 _CLEANUP_POLICIES = {"delete", "compact"}
 _NO_COMPACTION = "log compaction is not implemented"
 _COMPACTION_ONLY = "it configures log compaction, which tidelog does not implement"
@@ -191,11 +199,11 @@ class LogConfig:
         for key, value in props.items():
             entry = _PARSERS.get(key)
             if entry is None:
-                raise ValueError(f"unknown configuration {key}")
+                raise UnknownConfigError(f"unknown configuration {key}")
             field_name, parse = entry
             parsed = parse(key, value)
             if key in UNSUPPORTED and parsed != getattr(_DEFAULTS, field_name):
-                raise ValueError(f"invalid value {value!r} for configuration {key}: "
+                raise UnsupportedConfigError(f"invalid value {value!r} for configuration {key}: "
                                  f"{UNSUPPORTED[key]}; only "
                                  f"{_format(getattr(_DEFAULTS, field_name))!r} is accepted")
             changes[field_name] = parsed

@@ -1,0 +1,149 @@
+"""Live topic config changes (issue 11 item 2): AlterConfigs and IncrementalAlterConfigs from
+confluent-kafka's AdminClient, written to ZooKeeper with a /config/changes notification and
+applied by the broker without a restart; validate_only, Kafka's error codes, nothing applied
+partially; broker keys are read-only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+)
+from harness import ActingController, BrokerThread, produce, send, wait_until
+
+from tidelog.protocol.errors import ErrorCode
+from tidelog.protocol.messages import incremental_alter_configs as m_iac
+from tidelog.protocol.records.builder import build_values
+
+pytestmark = pytest.mark.integration
+
+
+def _admin(broker: BrokerThread) -> AdminClient:
+    return AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.port}"})
+
+
+def _incremental(broker: BrokerThread, topic: str, ops: list[tuple[str, str | None, Any]],
+                 validate_only: bool = False) -> None:
+    entries = [ConfigEntry(name, value, incremental_operation=op) for name, value, op in ops]
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)
+    admin = _admin(broker)  # kept alive until the answer is in
+    admin.incremental_alter_configs([res], validate_only=validate_only)[res].result(30)
+
+
+def _error_of(call: Any) -> KafkaError:
+    with pytest.raises(KafkaException) as e:
+        call()
+    return e.value.args[0]
+
+
+def _acks_all(broker: BrokerThread, topic: str) -> int:
+    return produce(broker.port, topic, 0, build_values([b"x"]), acks=-1)[0]
+
+
+def _log_config(broker: BrokerThread, topic: str) -> Any:
+    return broker.call(lambda: broker.server.log_manager.get_log(topic, 0).config)
+
+
+def test_incremental_alter_configs_applies_min_insync_replicas_without_a_restart(
+        one_broker: BrokerThread, controller: ActingController) -> None:
+    controller.create_topic("live", {0: [1]})
+    assert _acks_all(one_broker, "live") == 0
+    _incremental(one_broker, "live", [("min.insync.replicas", "2", AlterConfigOpType.SET),
+                                      ("retention.ms", "60000", AlterConfigOpType.SET)])
+    assert controller.zk.get_topic_config("live") == {"min.insync.replicas": "2",
+                                                      "retention.ms": "60000"}
+    wait_until(lambda: _log_config(one_broker, "live").min_insync_replicas == 2,
+               what="the change applied to the log")
+    assert _log_config(one_broker, "live").retention_ms == 60000
+    assert _acks_all(one_broker, "live") == ErrorCode.NOT_ENOUGH_REPLICAS
+    admin = _admin(one_broker)
+    described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "live")])
+    entry = next(iter(described.values())).result(30)["min.insync.replicas"]
+    assert (entry.value, entry.source) == ("2", 1)  # DYNAMIC_TOPIC_CONFIG
+
+    _incremental(one_broker, "live", [("min.insync.replicas", None, AlterConfigOpType.DELETE)])
+    wait_until(lambda: _log_config(one_broker, "live").min_insync_replicas == 1,
+               what="the override removed")
+    assert _acks_all(one_broker, "live") == 0
+    assert controller.zk.get_topic_config("live") == {"retention.ms": "60000"}
+
+
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")  # the API under test
+def test_alter_configs_replaces_every_override(one_broker: BrokerThread,
+                                               controller: ActingController) -> None:
+    controller.create_topic("whole", {0: [1]}, config={"retention.ms": "60000"})
+    res = ConfigResource(ConfigResource.Type.TOPIC, "whole", set_config={"segment.bytes": "100000"})
+    admin = _admin(one_broker)
+    admin.alter_configs([res])[res].result(30)
+    assert controller.zk.get_topic_config("whole") == {"segment.bytes": "100000"}
+    wait_until(lambda: _log_config(one_broker, "whole").segment_bytes == 100000,
+               what="the new segment.bytes")
+    assert _log_config(one_broker, "whole").retention_ms == 7 * 24 * 3600 * 1000
+
+
+def test_validate_only_changes_nothing(one_broker: BrokerThread,
+                                       controller: ActingController) -> None:
+    controller.create_topic("dry", {0: [1]})
+    _incremental(one_broker, "dry", [("min.insync.replicas", "2", AlterConfigOpType.SET)],
+                 validate_only=True)
+    assert controller.zk.get_topic_config("dry") == {}
+    assert _acks_all(one_broker, "dry") == 0
+
+
+@pytest.mark.parametrize(("ops", "code", "text"), [
+    ([("no.such.key", "1", AlterConfigOpType.SET)], KafkaError.INVALID_CONFIG, "no.such.key"),
+    ([("retention.ms", "soon", AlterConfigOpType.SET)], KafkaError.INVALID_REQUEST,
+     "Invalid config value for resource"),
+    ([("cleanup.policy", "compact", AlterConfigOpType.SET)], KafkaError.INVALID_CONFIG,
+     "cleanup.policy"),
+    ([("retention.ms", "1", AlterConfigOpType.APPEND)], KafkaError.INVALID_REQUEST,
+     "append is not allowed for config key: retention.ms"),
+    # A valid change next to a bad one: neither is applied.
+    ([("retention.ms", "1000", AlterConfigOpType.SET),
+      ("min.insync.replicas", "0", AlterConfigOpType.SET)], KafkaError.INVALID_REQUEST,
+     "min.insync.replicas"),
+])
+def test_bad_changes_are_refused_with_kafkas_codes_and_nothing_applied(
+        one_broker: BrokerThread, controller: ActingController,
+        ops: list[tuple[str, str | None, Any]], code: int, text: str) -> None:
+    topic = f"bad{abs(hash(str(ops))) % 10**6}"
+    controller.create_topic(topic, {0: [1]}, config={"segment.bytes": "100000"})
+    err = _error_of(lambda: _incremental(one_broker, topic, ops))
+    assert err.code() == code and text in err.str(), err
+    assert controller.zk.get_topic_config(topic) == {"segment.bytes": "100000"}
+
+
+def test_unknown_topics_duplicates_and_broker_keys_are_refused(one_broker: BrokerThread) -> None:
+    def alter(resource_type: int, name: str, configs: list[tuple[str, int, str | None]]) -> Any:
+        req = m_iac.IncrementalAlterConfigsRequest(resources=[m_iac.AlterConfigsResource(
+            resource_type, name, [m_iac.AlterableConfig(k, op, v) for k, op, v in configs])])
+        return send(one_broker.port, req).responses[0]
+
+    missing = alter(2, "never-created", [("retention.ms", 0, "1000")])
+    assert missing.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    dup = alter(2, "never-created", [("retention.ms", 0, "1"), ("retention.ms", 1, None)])
+    assert dup.error_code == ErrorCode.INVALID_REQUEST and "duplicate" in dup.error_message
+    broker = alter(4, "1", [("log.retention.ms", 0, "1000")])
+    assert broker.error_code == ErrorCode.INVALID_REQUEST
+    assert "Cannot update these configs dynamically" in broker.error_message
+    other = alter(4, "7", [("log.retention.ms", 0, "1000")])
+    assert other.error_code == ErrorCode.INVALID_REQUEST and "Unexpected broker id" in other.error_message
+
+
+def test_each_config_change_notification_is_handed_out_once_in_order() -> None:
+    from tidelog.broker.config_apis import ConfigChangeNotifications
+
+    seen = ConfigChangeNotifications()
+    assert seen.new(["config_change_0000000003", "config_change_0000000001"]) == []  # at start
+    assert seen.new(["config_change_0000000003", "config_change_0000000005",
+                     "config_change_0000000004"]) == ["config_change_0000000004",
+                                                      "config_change_0000000005"]
+    assert seen.new(["config_change_0000000005"]) == []
+    assert seen.new([]) == []
+    assert seen.new(["config_change_0000000006"]) == ["config_change_0000000006"]
