@@ -659,3 +659,27 @@ async def test_unclean_restart_is_no_clean_leader_candidate_even_after_failover(
     await standby.wait_idle()
     s = cluster.state("k966", 0)
     assert s is not None and s.leader == -1 and s.isr == (3,)
+
+
+@with_cluster
+async def test_turning_unclean_election_on_for_a_topic_elects_its_offline_partitions(
+        cluster: Cluster) -> None:
+    ctl = await three_brokers(cluster)  # broker default: unclean.leader.election.enable=false
+    await create_topic(cluster, "flip", {0: [3, 2]})
+    s = cluster.state("flip", 0)
+    assert s is not None
+    ok, _ = cluster.admin_zk.update_leader_and_isr(  # the leader shrank the ISR to itself
+        ("flip", 0), LeaderIsrAndControllerEpoch(3, s.leader_epoch, (3,), s.controller_epoch),
+        s.zk_version)
+    assert ok
+    await asyncio.to_thread(cluster.admin_zk.propagate_isr_changes, [("flip", 0)])
+    await wait_for(lambda: cluster.admin_zk.get_all_isr_change_notifications() == [],
+                   what="notification handled")
+    await cluster.brokers[3].deregister()
+    offline = await wait_for(lambda: (s := cluster.state("flip", 0)) and s.leader == -1 and s,
+                             what="flip-0 offline (clean election only)")
+    assert offline.isr == (3,)
+    ctl.on_topic_config_change("flip", {"unclean.leader.election.enable": "true"})
+    elected = await wait_for(lambda: (s := cluster.state("flip", 0)) and s.leader == 2 and s,
+                             what="the out-of-sync replica elected once the topic allows it")
+    assert elected.isr == (2,) and elected.leader_epoch > offline.leader_epoch

@@ -194,3 +194,16 @@ def test_startup_load_before_initial_leaders_does_not_elect_from_a_partial_view(
         assert core.on_broker_startup(b, e).writes == []
     (w,) = core.initial_leaders().writes
     assert w.state.leader == 2 and w.state.isr == (2, 0, 1)
+
+
+def test_elect_offline_leaders_uses_the_current_unclean_rule_for_the_named_topics():
+    core = started(cluster())
+    core.partition_states[TP] = LeaderAndIsrPartitionState(
+        "t", 0, 1, 0, 0, (0,), core.partition_states[TP].zk_version, (0, 1, 2))
+    apply_all(core, core.on_broker_failure(0))  # ISR [0] only: no clean candidate
+    assert core.partition_states[TP].leader == NO_LEADER
+    assert core.elect_offline_leaders({"t"}).writes == []
+    core.unclean_leader_election_enable = True
+    assert core.elect_offline_leaders({"other"}).writes == []
+    (w,) = core.elect_offline_leaders({"t"}).writes
+    assert w.state.leader in (1, 2) and w.state.isr == (w.state.leader,)

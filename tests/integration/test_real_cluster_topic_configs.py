@@ -125,3 +125,42 @@ def _describe(c: RealCluster, topic: str) -> str:
 def _replica_rows(c: RealCluster, topic: str) -> list[str]:
     rows = [ln for ln in _describe(c, topic).splitlines() if "Replica:" in ln]
     return sorted(rows, key=lambda r: int(r.split("Replica: ")[1].split("\t")[0]))
+
+
+def test_min_insync_replicas_changed_live_with_tidelog_configs(
+    default_min_isr_cluster: RealCluster,
+) -> None:
+    """No restart: `tidelog configs alter` (IncrementalAlterConfigs to one broker, a
+    /config/changes notification to all) and the leader enforces the new value at once."""
+    c = default_min_isr_cluster
+    topic = f"live-{uuid.uuid4().hex[:6]}"
+    tidelog("topics", "create", "--bootstrap-server", c.bootstrap, "--topic", topic,
+            "--partitions", "1", "--replication-factor", "3")
+    state = wait_for(lambda: (s := c.state(topic)) and s.leader >= 0 and len(s.isr) == 3 and s,
+                     what="the topic online with a full ISR")
+    followers = [b for b in state.isr if b != state.leader]
+    for b in followers:
+        c.kill(b)
+    wait_for(lambda: (s := c.state(topic)) and list(s.isr) == [state.leader], timeout_s=60,
+             what="the ISR shrunk to the leader")
+    assert _send(c.bootstrap, topic, 2, acks="all") == ([0, 1], [])  # the broker default: 1
+
+    out = tidelog("configs", "alter", "--bootstrap-server", c.bootstrap, "--topic", topic,
+                  "--add-config", "min.insync.replicas=2,retention.ms=3600000").stdout
+    assert out.strip() == f"Completed updating config for topic {topic}."
+    described = tidelog("configs", "describe", "--bootstrap-server", c.bootstrap,
+                        "--topic", topic).stdout
+    assert "  min.insync.replicas=2 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:" in described
+
+    def refused() -> bool:
+        offsets, errors = _send(c.bootstrap, topic, 1, acks="all")
+        assert offsets == [] or errors == []
+        return [e.code() for e in errors] == [confluent_kafka.KafkaError.NOT_ENOUGH_REPLICAS]
+
+    wait_for(refused, timeout_s=30, what="the leader refusing acks=all after the change")
+    tidelog("configs", "alter", "--bootstrap-server", c.bootstrap, "--topic", topic,
+            "--delete-config", "min.insync.replicas")
+    wait_for(lambda: _send(c.bootstrap, topic, 1, acks="all")[1] == [], timeout_s=30,
+             what="acks=all accepted again once the override is gone")
+    for b in followers:
+        c.start(b)

@@ -18,7 +18,8 @@ closed at the end whatever happened (which also ends any ZooKeeper call still wa
 The controller hook: `controller_factory(config, zk_client, broker_id)` returns an object with
 `async startup()`, `async shutdown()`, `is_active: bool` and
 `async controlled_shutdown(broker_id, broker_epoch) -> (error_code, [(topic, partition), ...])`
-(the partitions still led by that broker). ControlledShutdown requests are routed to it; the
+(the partitions still led by that broker), and optionally `on_topic_config_change(topic,
+overrides)` (called after this broker applied a topic's new config). ControlledShutdown requests are routed to it; the
 controller talks to brokers (LeaderAndIsr / UpdateMetadata / StopReplica) over the wire.
 """
 
@@ -293,6 +294,9 @@ class BrokerServer:
                 self.log_manager.update_topic_config(topic, config)
                 self._topic_configs_checked.add(topic)
                 logger.info("topic %s: configuration changed to %s", topic, overrides)
+                notify = getattr(self.controller, "on_topic_config_change", None)
+                if notify is not None:  # the active controller's per-topic election rules
+                    notify(topic, overrides)
 
     def _on_new_session(self, broker_epoch: int) -> None:
         if broker_epoch >= 0 and self.replica_manager is not None:

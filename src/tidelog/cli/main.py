@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "sim": "tidelog.cli.sim_cmd:sim",
     "cluster": "tidelog.cli.cluster_cmd:cluster",
     "topics": "tidelog.cli.topics_cmd:topics",
+    "configs": "tidelog.cli.configs_cmd:configs",
     "server": "tidelog.cli.server_cmd:server",
 }
 

@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -58,7 +58,7 @@ from tidelog.controller.zk_data import (
     LeaderIsrAndControllerEpoch,
 )
 from tidelog.protocol.errors import ErrorCode
-from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
+from tidelog.replication.types import NO_LEADER, LeaderAndIsrPartitionState, TopicPartition
 
 __all__ = ["KafkaController"]
 
@@ -645,6 +645,34 @@ class KafkaController:
             core.partition_states.pop(tp, None)
             core.unclean_restarted.pop(tp, None)
         return removed
+
+    # -- topic config changes ----------------------------------------------------------------
+    def on_topic_config_change(self, topic: str, config: Mapping[str, str]) -> None:
+        """A topic's overrides changed (the broker's /config/changes listener calls this, as
+        Kafka's TopicConfigHandler does): the topic's unclean.leader.election.enable applies to
+        its next elections, and turning it on elects leaders for its offline partitions now
+        (Kafka's enableTopicUncleanLeaderElection)."""
+        if self.core is None or not self.is_active:
+            return
+        self.enqueue("TopicConfigChange", lambda: self._on_topic_config_change(topic, config))
+
+    async def _on_topic_config_change(self, topic: str, config: Mapping[str, str]) -> None:
+        core = self.core
+        if not isinstance(core, _TopicAwareCore):
+            return
+        override = _unclean_override(dict(config))
+        if override is None:
+            core.topic_unclean.pop(topic, None)
+        else:
+            core.topic_unclean[topic] = override
+        if override:
+            offline = [tp for tp, s in core.partition_states.items()
+                       if tp.topic == topic and (s.leader == NO_LEADER
+                                                 or s.leader not in core.live_brokers)]
+            if offline:
+                log.info("controller %d: unclean leader election enabled for %s: electing %s",
+                         self.broker_id, topic, offline)
+                await self._execute(lambda: core.elect_offline_leaders({topic}), offline)
 
     # -- broker changes --------------------------------------------------------------------------
     async def _on_broker_change(self) -> None:

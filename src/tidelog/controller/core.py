@@ -22,7 +22,7 @@ drives it with kazoo.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from tidelog.replication import election
@@ -234,6 +234,23 @@ class ControllerCore:
             self.partition_states[tp] = state
             self._note_caught_up(tp, state)
         return Decision(update_metadata=True)
+
+    def elect_offline_leaders(self, topics: Collection[str]) -> Decision:
+        """Elect a leader for every partition of `topics` without a live one (Kafka's
+        triggerOnlinePartitionStateChange after unclean.leader.election.enable was turned on
+        for a topic: its offline partitions may now take an out-of-sync leader)."""
+        d = Decision(update_metadata=True)
+        for tp, state in sorted(self.partition_states.items()):
+            if tp.topic not in topics:
+                continue
+            if state.leader != NO_LEADER and state.leader in self.live_brokers:
+                continue
+            w = self._elect(tp, state, reason="offline")
+            if w is None:
+                d.offline.append(tp)
+            else:
+                d.writes.append(w)
+        return d
 
     def elect_preferred_leaders(self) -> Decision:
         d = Decision(update_metadata=True)
