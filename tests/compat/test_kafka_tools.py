@@ -1,0 +1,80 @@
+"""Apache Kafka 3.9's own command-line tools (kafka-topics, kafka-console-producer and
+-consumer), run from the reference classpath against Kafka and against tidelog: each must
+succeed on tidelog and show what it shows on Kafka (broker ids, assignments and topic ids, which
+differ between any two clusters, are reduced to their shape)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from differential import Pair, Target
+
+from tidelog.testing.kafka_cluster import kafka_tool
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TOPICS = "org.apache.kafka.tools.TopicCommand"
+CONSOLE_PRODUCER = "kafka.tools.ConsoleProducer"
+CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
+
+
+def tool(main_class: str, *args: str, input: str | None = None) -> tuple[int, str, str]:
+    r = kafka_tool(main_class, *args, input=input)
+    return r.returncode, r.stdout, r.stderr
+
+
+def _describe_shape(out: str) -> list[object]:
+    """kafka-topics --describe, each line as a dict of its fields; ids become their shape."""
+    rows: list[object] = []
+    for line in out.strip().splitlines():
+        fields = dict(re.findall(r"(\w+): (\S*)", line))
+        if "TopicId" in fields:
+            fields["TopicId"] = "an id" if len(fields["TopicId"]) == 22 else fields["TopicId"]
+        if "Replicas" in fields:
+            replicas = fields["Replicas"].split(",")
+            fields["Leader"] = "a replica" if fields["Leader"] in replicas else fields["Leader"]
+            fields["Replicas"] = str(len(replicas))
+            fields["Isr"] = str(len(fields["Isr"].split(",")))
+        rows.append(fields)
+    return rows
+
+
+def test_kafka_topics_create_describe_list_and_delete(pair: Pair) -> None:
+    def scenario(t: Target) -> object:
+        bs = ("--bootstrap-server", t.bootstrap)
+        created = tool(TOPICS, *bs, "--create", "--topic", "tool-topic", "--partitions", "3",
+                       "--replication-factor", "3", "--config", "retention.ms=3600000")
+        again = tool(TOPICS, *bs, "--create", "--topic", "tool-topic", "--partitions", "1",
+                     "--replication-factor", "1")
+        code, described, err = tool(TOPICS, *bs, "--describe", "--topic", "tool-topic")
+        assert code == 0, err
+        listed = tool(TOPICS, *bs, "--list", "--exclude-internal")
+        deleted = tool(TOPICS, *bs, "--delete", "--topic", "tool-topic")
+        return (created[:2], again[0], "already exists" in again[1] + again[2],
+                _describe_shape(described), listed[:2], deleted[:2])
+
+    got = pair.same(scenario)
+    assert got[0] == (0, "Created topic tool-topic.\n")
+
+
+def test_console_producer_then_console_consumer(pair: Pair) -> None:
+    lines = [f"key-{i}\tvalue {i}" for i in range(20)]
+
+    def scenario(t: Target) -> object:
+        bs = ("--bootstrap-server", t.bootstrap)
+        code, _, err = tool(TOPICS, *bs, "--create", "--topic", "console", "--partitions", "1",
+                            "--replication-factor", "3")
+        assert code == 0, err
+        produced = tool(CONSOLE_PRODUCER, *bs, "--topic", "console",
+                        "--producer-property", "acks=all", "--property", "parse.key=true",
+                        input="\n".join(lines) + "\n")
+        # Assigned, not subscribed: the group path is the OffsetCommit/OffsetFetch tests' job.
+        consumed = tool(CONSOLE_CONSUMER, *bs, "--topic", "console", "--partition", "0",
+                        "--offset", "earliest", "--max-messages", str(len(lines)), "--timeout-ms", "30000",
+                        "--property", "print.key=true", "--property", "print.offset=true")
+        return produced[0], consumed[0], consumed[1].splitlines()
+
+    produced, consumed, out = pair.same(scenario)
+    assert (produced, consumed) == (0, 0)
+    assert out == [f"Offset:{i}\tkey-{i}\tvalue {i}" for i in range(20)]
