@@ -109,6 +109,8 @@ class BrokerReplicaManager:
         self._producer_expiration_ms = producer_id_expiration_ms
         self._keys = itertools.count(1)
         self._waiters: dict[int, asyncio.Future[Any]] = {}
+        # key -> results known before the wait (acks=-1): merged into the completion's
+        self._early_results: dict[int, dict[TopicPartition, ProducePartitionResult]] = {}
         self._deadline_handle: asyncio.TimerHandle | None = None
         self._deadline_ms: int | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -166,6 +168,7 @@ class BrokerReplicaManager:
             if not fut.done():
                 fut.cancel()
         self._waiters.clear()
+        self._early_results.clear()
 
     def _every(self, name: str, interval_ms: int, fn: Callable[[], Any]) -> None:
         async def loop() -> None:
@@ -269,8 +272,14 @@ class BrokerReplicaManager:
                 for prop in done.isr_proposals:
                     self._propose_isr(prop)
             fut = self._waiters.pop(done.request_key, None)  # type: ignore[arg-type]
+            early = self._early_results.pop(done.request_key, None)  # type: ignore[arg-type]
             if fut is not None and not fut.done():
-                fut.set_result(done)
+                if early is not None:
+                    assert isinstance(done, CompleteProduce)
+                    early.update(done.results)
+                    fut.set_result(early)
+                else:
+                    fut.set_result(done)
         self._changed.set()
         self._changed = asyncio.Event()
         deadline = self.core.next_deadline_ms()
@@ -395,7 +404,9 @@ class BrokerReplicaManager:
             else:
                 to_append[tp] = records
                 producer_infos[tp] = (info, p.log_end_offset if p is not None else -1)
-        replicated: asyncio.Future[Any] | None = None
+        acknowledged: asyncio.Future[dict[TopicPartition, ProducePartitionResult]] = (
+            loop.create_future())
+        waiting = False
         if to_append:
             key = next(self._keys)
             outcome = self.core.append_records(acks, to_append, timeout_ms, now, request_key=key)
@@ -404,7 +415,10 @@ class BrokerReplicaManager:
                 if p is not None and p.log_end_offset > leo_before >= 0:
                     self.producer_states[tp].update(info, leo_before)
             if outcome.delayed:
-                replicated = self._waiters[key] = loop.create_future()
+                # resolved by _after with these results and the completion's
+                self._waiters[key] = acknowledged
+                self._early_results[key] = results
+                waiting = True
             else:
                 assert outcome.results is not None
                 results.update(outcome.results)
@@ -412,27 +426,24 @@ class BrokerReplicaManager:
             # else to wait for, this request): answer them in this same turn.
             self._after()
         if duplicates:
-            return loop.create_task(
-                self._acknowledge(replicated, duplicates, now + timeout_ms, results))
-        if replicated is None:
-            done: asyncio.Future[dict[TopicPartition, ProducePartitionResult]] = loop.create_future()
-            done.set_result(results)
-            return done
-        return loop.create_task(self._acknowledge(replicated, {}, now + timeout_ms, results))
+            return loop.create_task(self._acknowledge_duplicates(
+                acknowledged if waiting else None, duplicates, now + timeout_ms, results))
+        if not waiting:
+            acknowledged.set_result(results)
+        return acknowledged
 
-    async def _acknowledge(
+    async def _acknowledge_duplicates(
         self,
-        replicated: asyncio.Future[Any] | None,
+        appended: asyncio.Future[dict[TopicPartition, ProducePartitionResult]] | None,
         duplicates: dict[TopicPartition, int],
         deadline_ms: int,
         results: dict[TopicPartition, ProducePartitionResult],
     ) -> dict[TopicPartition, ProducePartitionResult]:
-        if replicated is not None:
-            done = await replicated
-            assert isinstance(done, CompleteProduce)
-            results.update(done.results)
-        if duplicates:
-            await self._await_high_watermarks(duplicates, deadline_ms, results)
+        """acks=all with retried batches: the appended ones as usual, the duplicates once the
+        HW has passed their originals."""
+        if appended is not None:
+            results = await appended
+        await self._await_high_watermarks(duplicates, deadline_ms, results)
         return results
 
     async def _await_high_watermarks(
