@@ -2,11 +2,13 @@
 
     python examples/clickstream.py                  # starts a 3-broker cluster in a temp dir
     python examples/clickstream.py --bootstrap 127.0.0.1:9092 --no-kill
+    python examples/clickstream.py --connector kafka  # Spark's own Kafka connector
 
 1. a generator produces JSON page-view events ``{"page", "user", "ts"}`` (event time in ms) to
    ``page-views`` (3 partitions, replication factor 3) with tidelog's idempotent producer
    (acks=all) and remembers what was acknowledged;
-2. a Structured Streaming job reads ``page-views`` with the ``tidelog`` source, parses the JSON,
+2. a Structured Streaming job reads ``page-views`` with the ``tidelog`` source (or Spark's own
+   ``kafka`` source with ``--connector kafka``; the sink follows the same choice), parses the JSON,
    counts views per page per 1-minute event-time window with a 1-minute watermark, and writes
    each finalized window count both to Parquet and to the ``page-counts`` topic (foreachBatch:
    a replayed micro-batch overwrites its own Parquet directory, so the Parquet side stays exact);
@@ -113,6 +115,9 @@ def main() -> int:
     parser.add_argument("--no-kill", action="store_true",
                         help="do not kill (and restart) the leader of partition 0 mid-stream")
     parser.add_argument("--out", help="output directory (default: a temp dir)")
+    parser.add_argument("--connector", choices=("tidelog", "kafka"), default="tidelog",
+                        help="read and write the topics with tidelog's connector or with "
+                             "Spark's own Kafka connector (fetched once from Maven Central)")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="seconds the query may take to process all of its input after "
                              "the generator ends (default: 900)")
@@ -188,8 +193,15 @@ def run(bootstrap: str, cluster, workdir: Path, args: argparse.Namespace) -> int
     import tidelog.spark
 
     create_topics(bootstrap, 3 if cluster is not None else 1)
+    jars = []
+    if args.connector == "kafka":
+        from tidelog.spark import kafka_connector
+
+        jars = kafka_connector.fetch()
+        log(f"Spark's Kafka connector {kafka_connector.connector_version()}")
     spark = (
         SparkSession.builder.master("local[2]")
+        .config("spark.jars", ",".join(jars))
         .appName("clickstream")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -202,7 +214,7 @@ def run(bootstrap: str, cluster, workdir: Path, args: argparse.Namespace) -> int
     parquet_dir = workdir / "page-counts.parquet"
 
     views = (
-        spark.readStream.format("tidelog")
+        spark.readStream.format(args.connector)
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", TOPIC)
         .option("startingOffsets", "earliest")
@@ -237,7 +249,7 @@ def run(bootstrap: str, cluster, workdir: Path, args: argparse.Namespace) -> int
                 F.col("page").alias("key"),
                 F.to_json(F.struct("window_ms", "page", "count")).alias("value"),
             )
-            .write.format("tidelog")
+            .write.format(args.connector)
             .mode("append")
             .option("kafka.bootstrap.servers", bootstrap)
             .option("topic", COUNTS)
@@ -284,7 +296,7 @@ def run(bootstrap: str, cluster, workdir: Path, args: argparse.Namespace) -> int
     query.stop()  # idle now: every batch has run its foreachBatch and is committed
     expected = expected_counts(generator.acked)
     got = read_parquet_counts(spark, parquet_dir)
-    topic_counts = read_topic_counts(spark, bootstrap)
+    topic_counts = read_topic_counts(spark, bootstrap, args.connector)
     spark.stop()
     if committed != end_offsets:
         log(f"MISMATCH: the query committed {committed}, the input ends at {end_offsets}")
@@ -367,9 +379,9 @@ def read_parquet_counts(spark, parquet_dir: Path) -> Counter:
     return Counter({(r.window_ms, r.page): r["count"] for r in rows})
 
 
-def read_topic_counts(spark, bootstrap: str) -> Counter:
+def read_topic_counts(spark, bootstrap: str, connector: str) -> Counter:
     rows = (
-        spark.read.format("tidelog")
+        spark.read.format(connector)
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", COUNTS)
         .load()

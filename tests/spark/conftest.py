@@ -217,11 +217,38 @@ def _tidelog_cluster(directory: Path) -> Iterator[Broker]:
         cluster.down()
 
 
+_KAFKA_CONNECTOR: dict[str, Any] = {}
+
+
+def _kafka_connector_jars() -> list[str]:
+    """Spark's own Kafka connector, fetched once from Maven Central into the cache; an error
+    is kept for the tests of that connector and does not stop the others."""
+    from tidelog.spark import kafka_connector
+
+    try:
+        _KAFKA_CONNECTOR["jars"] = kafka_connector.fetch()
+        _KAFKA_CONNECTOR["version"] = kafka_connector.connector_version()
+    except kafka_connector.ConnectorUnavailable as exc:
+        _KAFKA_CONNECTOR["error"] = str(exc)
+        return []
+    return list(_KAFKA_CONNECTOR["jars"])
+
+
+@pytest.fixture(scope="session")
+def kafka_format(spark: Any) -> str:
+    """``"kafka"``: Spark's own connector is on the session's classpath (or the test fails)."""
+    if "error" in _KAFKA_CONNECTOR:
+        pytest.fail(f"Spark's Kafka connector is unavailable: {_KAFKA_CONNECTOR['error']}")
+    return "kafka"
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One local SparkSession for every connector test (Spark takes seconds to start)."""
+    """One local SparkSession for every connector test (Spark takes seconds to start), with
+    Spark's own Kafka connector on its classpath too (the side-by-side tests)."""
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("no Java runtime for Spark")
+    kafka_jars = _kafka_connector_jars()
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -241,6 +268,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .config("spark.driver.memory", "1g")
         .config("spark.task.maxFailures", "1")
+        .config("spark.jars", ",".join(kafka_jars))
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
