@@ -197,7 +197,10 @@ def run(bootstrap: str, cluster, workdir: Path, args: argparse.Namespace) -> int
     if args.connector == "kafka":
         from tidelog.spark import kafka_connector
 
-        jars = kafka_connector.fetch()
+        try:
+            jars = kafka_connector.fetch()
+        except kafka_connector.ConnectorUnavailable as exc:
+            raise SystemExit(f"--connector kafka: {exc}") from None
         log(f"Spark's Kafka connector {kafka_connector.connector_version()}")
     spark = (
         SparkSession.builder.master("local[2]")
