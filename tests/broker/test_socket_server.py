@@ -372,3 +372,49 @@ def test_a_deferred_answer_that_closes_the_connection_comes_after_the_earlier_an
             await server.shutdown()
 
     assert _run_server(scenario) == ([(1, 0)], b"")
+
+
+def test_a_connection_owing_too_many_answers_stops_reading_until_the_oldest_is_answered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tidelog.broker.socket_server as socket_server
+
+    monkeypatch.setattr(socket_server, "MAX_DEFERRED_RESPONSES", 2)
+
+    class Recording(_Deferring):
+        """Notes, for each request, whether the first answer was ready when it was handled."""
+
+        def __init__(self) -> None:
+            super().__init__({1, 2, 3, 4})
+            self.first_ready: dict[int, bool] = {}
+
+        async def __call__(self, ctx: RequestContext, request: Any) -> Any:
+            first = self.futures.get(1)
+            self.first_ready[ctx.header.correlation_id] = first is not None and first.done()
+            return await super().__call__(ctx, request)
+
+    async def scenario() -> tuple[dict[int, bool], list[tuple[int, int]]]:
+        handler = Recording()
+        server = SocketServer("127.0.0.1", 0, handler)
+        port = await server.start()
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            w.write(b"".join(_frame(ApiVersionsRequest(), 0, c) for c in (1, 2, 3, 4)))
+            await w.drain()
+            await handler.wait_seen(2)
+            handler.futures[1].set_result(0)
+            await handler.wait_seen(3)
+            handler.futures[2].set_result(0)
+            await handler.wait_seen(4)
+            handler.futures[3].set_result(0)
+            handler.futures[4].set_result(0)
+            answers = await _read_correlation_ids(r, 4)
+            w.close()
+            return handler.first_ready, answers
+        finally:
+            await server.shutdown()
+
+    first_ready, answers = _run_server(scenario)
+    # 3 arrived in the same read as 1 and 2, but was handled only once 1 was answered.
+    assert first_ready == {1: False, 2: False, 3: True, 4: True}
+    assert [c for c, _ in answers] == [1, 2, 3, 4]

@@ -372,9 +372,10 @@ class SocketServer:
         port: int,
     ) -> None:
         frames = FrameReader(self.max_request_bytes)
+        handling = [False]  # a request is being handled (its handler may be awaiting)
 
         def idle() -> None:
-            if conn_id in self._last_active:
+            if conn_id in self._last_active and not handling[0]:
                 self._last_active[conn_id] = time.monotonic()
 
         owed = _ResponseQueue(writer, idle)
@@ -395,7 +396,9 @@ class SocketServer:
                 for frame in batch:
                     if conn_id in self._last_active:
                         self._last_active[conn_id] = None  # busy: not idle
+                    handling[0] = True
                     ok = await self._handle_frame(conn_id, frame, writer, owed, host, port)
+                    handling[0] = False
                     if not ok or owed.failed:
                         self.closed_by_error += 1
                         return
