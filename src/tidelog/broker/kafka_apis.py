@@ -604,6 +604,11 @@ class KafkaApis:
             if self._not_controller():
                 res.error_code = ErrorCode.NOT_CONTROLLER
                 continue
+            if not self.cache.contains_topic(name):
+                # Kafka asks its metadata cache: a topic whose deletion is under way is gone
+                # from it (the controller's UpdateMetadata) before its znodes are.
+                res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
             try:
                 await asyncio.to_thread(self.server.admin.delete_topic, name)
             except AdminError as e:
