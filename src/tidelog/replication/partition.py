@@ -100,8 +100,11 @@ class Partition:
 
     @property
     def min_insync_replicas(self) -> int:
-        """The topic's min.insync.replicas, from the log's current config."""
-        return int(self.log.config.min_insync_replicas)
+        """The topic's min.insync.replicas (from the log's current config), capped at the number
+        of assigned replicas: Kafka's `Partition.effectiveMinIsr`, so a topic of one replica with
+        min.insync.replicas=2 still takes acks=all writes and commits them."""
+        configured = int(self.log.config.min_insync_replicas)
+        return min(configured, len(self.assigned_replicas)) if self.assigned_replicas else configured
 
     @property
     def log_start_offset(self) -> int:
