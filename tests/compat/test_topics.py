@@ -94,9 +94,32 @@ def test_delete_removes_the_topic_and_an_unknown_topic_is_refused(pair: Pair) ->
                                    "UNKNOWN_TOPIC_OR_PART")
 
 
+# Where tidelog's DescribeConfigs of a topic knowingly differs from Kafka 3.9's, and why (the
+# same list is in docs/compatibility.md). Each must still differ: a fixed one fails the test
+# until it is taken off the list.
+DOCUMENTED_CONFIG_DIFFERENCES = {
+    # Not in tidelog's LogConfig yet (newer Kafka keys: KIP-390 compression levels, KIP-937
+    # timestamp bounds, KIP-405 tiered storage, the deprecated message format version).
+    "compression.gzip.level": "not implemented",
+    "compression.lz4.level": "not implemented",
+    "compression.zstd.level": "not implemented",
+    "message.timestamp.after.max.ms": "not implemented",
+    "message.timestamp.before.max.ms": "not implemented",
+    "local.retention.bytes": "no tiered storage",
+    "local.retention.ms": "no tiered storage",
+    "remote.storage.enable": "no tiered storage",
+    "remote.log.copy.disable": "no tiered storage",
+    "remote.log.delete.on.disable": "no tiered storage",
+    "message.format.version": "only record batch v2 is written",
+    # tidelog never down-converts a fetch for an old client: the only value it accepts is false.
+    "message.downconversion.enable": "no down-conversion",
+}
+
+
 def test_a_topics_config_description_matches(pair: Pair) -> None:
-    """DescribeConfigs of a topic with one override: every config's name, value, source and flags."""
-    def scenario(t: Target) -> object:
+    """DescribeConfigs of a topic with one override: every config's name, value, source and
+    flags, but for the documented differences."""
+    def scenario(t: Target) -> dict[str, object]:
         create_ready(t, "described", 1, 3, {"retention.ms": "86400000"})
         res = ConfigResource(ConfigResource.Type.TOPIC, "described")
         admin = t.admin()
@@ -104,4 +127,12 @@ def test_a_topics_config_description_matches(pair: Pair) -> None:
         return {name: (e.value, e.source, e.is_read_only, e.is_sensitive)
                 for name, e in sorted(entries.items())}
 
-    pair.same(scenario)
+    on_kafka, on_tidelog = pair.run(scenario)
+    still_differ = {k for k in DOCUMENTED_CONFIG_DIFFERENCES
+                    if on_kafka.get(k) != on_tidelog.get(k)}
+    assert still_differ == set(DOCUMENTED_CONFIG_DIFFERENCES), \
+        f"no longer different, take off the list: {set(DOCUMENTED_CONFIG_DIFFERENCES) - still_differ}"
+    for k in DOCUMENTED_CONFIG_DIFFERENCES:
+        on_kafka.pop(k, None)
+        on_tidelog.pop(k, None)
+    assert on_tidelog == on_kafka
