@@ -217,6 +217,21 @@ def test_committed_offsets_survive_killing_the_coordinator(real_cluster: RealClu
                  and coordinator in s.isr, timeout_s=60, what="the restarted broker in the ISR")
 
 
+def test_the_offsets_topic_keeps_every_commit(real_cluster: RealCluster) -> None:
+    """A group lookup creates the offsets topic. Kafka's compacts; tidelog refuses compaction,
+    so its offsets topic never deletes by time (retention.ms=-1) and loses no commit."""
+    group = _name("keep")
+    c = confluent_kafka.Consumer(_consumer_conf(real_cluster, group))
+    try:
+        c.committed([confluent_kafka.TopicPartition("any", 0)], timeout=30)  # finds the coordinator
+    finally:
+        c.close()
+    _coordinator_of(real_cluster, group)
+    config = real_cluster.zk.get_topic_config(GROUP_METADATA_TOPIC_NAME)
+    assert config.get("retention.ms") == "-1"
+    assert config.get("cleanup.policy", "delete") == "delete"
+
+
 def test_group_apis_per_version_over_the_wire(real_cluster: RealCluster) -> None:
     """The version-dependent parts of the protocol, spoken raw to the brokers."""
     from tidelog.client.connection import BrokerConnection

@@ -4,8 +4,10 @@
 
 FindCoordinator: the coordinator of a group is the leader of `__consumer_offsets` partition
 `abs(java_string_hash(group_id)) % offsets.topic.num.partitions`. The first lookup creates that
-topic (`offsets.topic.num.partitions` partitions, `offsets.topic.replication.factor` replicas,
-`cleanup.policy=compact`). As Kafka does, the topic is not created while fewer brokers are alive
+topic (`offsets.topic.num.partitions` partitions, `offsets.topic.replication.factor` replicas).
+Kafka's has `cleanup.policy=compact`, which tidelog refuses (no log compaction): its offsets topic
+keeps every record instead (`retention.ms=-1`), so no commit is ever lost to retention; the
+coordinator expires offsets itself (`offsets.retention.minutes`). As Kafka does, the topic is not created while fewer brokers are alive
 than the replication factor: lookups answer COORDINATOR_NOT_AVAILABLE (clients retry) until
 enough brokers registered. Transaction coordinators (key type 1) do not exist in tidelog:
 COORDINATOR_NOT_AVAILABLE.
@@ -203,7 +205,7 @@ class GroupApis:
                 "are up yet.", alive, rf)
             return
         topic_config = {
-            "cleanup.policy": "compact",
+            "retention.ms": "-1",  # in place of compaction, which tidelog does not implement
             "segment.bytes": str(cfg.offsets_topic_segment_bytes),
             "compression.type": "producer",
         }
