@@ -405,10 +405,11 @@ class KafkaApis:
                 parts.append(m_fetch.PartitionData(
                     partition_index=index,
                     error_code=code,
-                    high_watermark=r.high_watermark,
+                    # Kafka answers an error with -1 for the offsets (its createLogReadResult).
+                    high_watermark=r.high_watermark if ok else -1,
                     # No transactions: the last stable offset is the HW.
                     last_stable_offset=r.high_watermark if ok else -1,
-                    log_start_offset=r.log_start_offset,
+                    log_start_offset=r.log_start_offset if ok else -1,
                     aborted_transactions=None,
                     records=r.records if ok else b"",
                 ))

@@ -1,0 +1,129 @@
+"""Fetch, ListOffsets and OffsetForLeaderEpoch at the wire level, as Kafka answers them: leader
+epoch fencing (KIP-320), both isolation levels, a follower asked as if it led; and
+InitProducerId for an idempotent producer. The same batch (fixed timestamps) is written to both
+clusters, so the fetched bytes must be equal too."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from differential import Pair, Target, create_ready, leader_address, raw
+
+from tidelog.protocol.errors import ErrorCode
+from tidelog.protocol.messages import fetch as m_fetch
+from tidelog.protocol.messages import list_offsets as m_lo
+from tidelog.protocol.messages import offset_for_leader_epoch as m_ofle
+from tidelog.protocol.messages import produce as m_produce
+from tidelog.protocol.messages.init_producer_id import InitProducerIdRequest
+from tidelog.protocol.records.builder import Record, build_batch
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TOPIC = "epochs"
+BATCH = bytes(build_batch([Record(b"a", b"k"), Record(b"b"), Record(b"c")], base_timestamp=1000))
+
+
+def _follower_address(t: Target, topic: str = TOPIC) -> str:
+    md = t.admin().list_topics(timeout=10)
+    p = md.topics[topic].partitions[0]
+    follower = next(r for r in p.replicas if r != p.leader)
+    return f"{md.brokers[follower].host}:{md.brokers[follower].port}"
+
+
+def _fetch(address: str, current_leader_epoch: int, isolation_level: int = 0,
+           offset: int = 0, topic: str = TOPIC) -> object:
+    request = m_fetch.FetchRequest(
+        max_wait_ms=0, min_bytes=1, isolation_level=isolation_level, topics=[m_fetch.FetchTopic(
+            topic, partitions=[m_fetch.FetchPartition(
+                0, current_leader_epoch=current_leader_epoch, fetch_offset=offset,
+                partition_max_bytes=1 << 20)])])
+    p = raw(address, request, 12).responses[0].partitions[0]
+    return (ErrorCode(p.error_code).name, p.high_watermark, p.last_stable_offset,
+            p.log_start_offset, bytes(p.records or b""))
+
+
+def _list_offsets(address: str, current_leader_epoch: int, isolation_level: int,
+                  timestamp: int) -> object:
+    request = m_lo.ListOffsetsRequest(replica_id=-1, isolation_level=isolation_level, topics=[
+        m_lo.ListOffsetsTopic(TOPIC, [m_lo.ListOffsetsPartition(
+            0, current_leader_epoch=current_leader_epoch, timestamp=timestamp)])])
+    p = raw(address, request, 4).topics[0].partitions[0]
+    return ErrorCode(p.error_code).name, p.offset, p.timestamp, p.leader_epoch
+
+
+def _end_offset_for_epoch(address: str, current_leader_epoch: int, epoch: int) -> object:
+    request = m_ofle.OffsetForLeaderEpochRequest(replica_id=-1, topics=[
+        m_ofle.OffsetForLeaderTopic(TOPIC, [m_ofle.OffsetForLeaderPartition(
+            0, current_leader_epoch=current_leader_epoch, leader_epoch=epoch)])])
+    p = raw(address, request, 3).topics[0].partitions[0]
+    return ErrorCode(p.error_code).name, p.leader_epoch, p.end_offset
+
+
+def _setup(t: Target, topic: str = TOPIC) -> str:
+    create_ready(t, topic, 1, 3)
+    leader = leader_address(t, topic)
+    produce = m_produce.ProduceRequest(acks=-1, timeout_ms=10000, topic_data=[
+        m_produce.TopicProduceData(topic, [m_produce.PartitionProduceData(0, BATCH)])])
+    deadline = time.monotonic() + 30
+    # The leader may learn of its new partition (LeaderAndIsr) after a client saw it in Metadata.
+    while (answer := raw(leader, produce, 8).responses[0].partition_responses[0]).error_code in (
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_LEADER_OR_FOLLOWER):
+        assert time.monotonic() < deadline, "the leader did not take the batch in time"
+        time.sleep(0.2)
+    assert (answer.error_code, answer.base_offset) == (0, 0)
+    return leader
+
+
+def test_fetch_list_offsets_and_epoch_end_offsets_with_each_leader_epoch(pair: Pair) -> None:
+    def scenario(t: Target) -> object:
+        leader = _setup(t)
+        follower = _follower_address(t)
+        return {
+            "fetch, no epoch": _fetch(leader, -1),
+            "fetch, current epoch": _fetch(leader, 0),
+            "fetch, read_committed": _fetch(leader, 0, isolation_level=1),
+            "fetch, future epoch": _fetch(leader, 5),
+            "fetch, past the end": _fetch(leader, 0, offset=10),
+            "list latest": _list_offsets(leader, -1, 0, -1),
+            "list latest, read_committed": _list_offsets(leader, 0, 1, -1),
+            "list earliest": _list_offsets(leader, 0, 0, -2),
+            "list, future epoch": _list_offsets(leader, 5, 0, -1),
+            "list at a follower": _list_offsets(follower, 0, 0, -1),
+            "end of epoch 0": _end_offset_for_epoch(leader, -1, 0),
+            "end of epoch 3": _end_offset_for_epoch(leader, 0, 3),
+            "end of epoch, future current epoch": _end_offset_for_epoch(leader, 5, 0),
+        }
+
+    got = pair.same(scenario)
+    # The batch as written (from its magic byte on: the broker stamps its partition leader epoch).
+    assert got["fetch, current epoch"][4][16:] == BATCH[16:]
+
+
+def test_a_consumer_fetch_at_a_follower(pair: Pair) -> None:
+    """KIP-392: from Fetch v11 a consumer may read from a follower (up to the HW); Kafka serves
+    it even without a replica.selector.class. tidelog answers NOT_LEADER_OR_FOLLOWER
+    (docs/compatibility.md); the test asserts that difference until it is gone."""
+    def scenario(t: Target) -> object:
+        _setup(t, "from-follower")
+        return _fetch(_follower_address(t, "from-follower"), 0, topic="from-follower")[0]
+
+    on_kafka, on_tidelog = pair.run(scenario)
+    assert (on_kafka, on_tidelog) == ("NONE", "NOT_LEADER_OR_FOLLOWER")
+
+
+def test_init_producer_id_for_an_idempotent_producer(pair: Pair) -> None:
+    def scenario(t: Target) -> object:
+        address = t.bootstrap.split(",")[0]
+        deadline = time.monotonic() + 30
+        while True:
+            r = raw(address, InitProducerIdRequest(transactional_id=None,
+                                                   transaction_timeout_ms=60000), 4)
+            # Kafka's broker answers this (retriable) error until it holds a block of ids.
+            if r.error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                break
+            assert time.monotonic() < deadline, "no producer id in time"
+            time.sleep(0.2)
+        return ErrorCode(r.error_code).name, r.producer_id >= 0, r.producer_epoch
+
+    assert pair.same(scenario) == ("NONE", True, 0)
