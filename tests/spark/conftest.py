@@ -237,6 +237,11 @@ def _kafka_connector_jars() -> list[str]:
 @pytest.fixture(scope="session")
 def kafka_format(spark: Any) -> str:
     """``"kafka"``: Spark's own connector is on the session's classpath (or the test fails)."""
+    if os.environ.get("TIDELOG_SPARK_BROKER") == "tansu":
+        # Measured: Spark's Kafka source reads 17 of 30 records there. tansu 0.6 answers
+        # ListOffsets LATEST with the last batch's base offset + 1, short of the HW, and Spark's
+        # source ends its read there (the tidelog connector confirms the HW with a Fetch).
+        pytest.skip("Spark's Kafka source reads short on tansu 0.6 (its ListOffsets LATEST)")
     if "error" in _KAFKA_CONNECTOR:
         pytest.fail(f"Spark's Kafka connector is unavailable: {_KAFKA_CONNECTOR['error']}")
     return "kafka"
