@@ -52,7 +52,7 @@ def _log_config(broker: BrokerThread, topic: str) -> Any:
 
 def test_incremental_alter_configs_applies_min_insync_replicas_without_a_restart(
         one_broker: BrokerThread, controller: ActingController) -> None:
-    controller.create_topic("live", {0: [1]})
+    controller.create_topic("live", {0: [1, 2]})  # broker 2 absent: ISR [1] of 2 replicas
     assert _acks_all(one_broker, "live") == 0
     _incremental(one_broker, "live", [("min.insync.replicas", "2", AlterConfigOpType.SET),
                                       ("retention.ms", "60000", AlterConfigOpType.SET)])
@@ -98,15 +98,15 @@ def test_validate_only_changes_nothing(one_broker: BrokerThread,
 
 @pytest.mark.parametrize(("ops", "code", "text"), [
     ([("no.such.key", "1", AlterConfigOpType.SET)], KafkaError.INVALID_CONFIG, "no.such.key"),
-    ([("retention.ms", "soon", AlterConfigOpType.SET)], KafkaError.INVALID_REQUEST,
+    ([("retention.ms", "soon", AlterConfigOpType.SET)], KafkaError.INVALID_CONFIG,
      "Invalid config value for resource"),
     ([("cleanup.policy", "compact", AlterConfigOpType.SET)], KafkaError.INVALID_CONFIG,
      "cleanup.policy"),
-    ([("retention.ms", "1", AlterConfigOpType.APPEND)], KafkaError.INVALID_REQUEST,
+    ([("retention.ms", "1", AlterConfigOpType.APPEND)], KafkaError.INVALID_CONFIG,
      "append is not allowed for config key: retention.ms"),
     # A valid change next to a bad one: neither is applied.
     ([("retention.ms", "1000", AlterConfigOpType.SET),
-      ("min.insync.replicas", "0", AlterConfigOpType.SET)], KafkaError.INVALID_REQUEST,
+      ("min.insync.replicas", "0", AlterConfigOpType.SET)], KafkaError.INVALID_CONFIG,
      "min.insync.replicas"),
 ])
 def test_bad_changes_are_refused_with_kafkas_codes_and_nothing_applied(

@@ -50,7 +50,9 @@ def _topic_config(broker: BrokerThread, overrides: dict[str, str]) -> LogConfig:
 def _wire(fn: Callable[[BrokerThread, str], Any]) -> Callable[..., Any]:
     def observe(broker: BrokerThread, controller: ActingController, cfg: dict[str, str]) -> Any:
         topic = f"walk{next(_names)}"
-        controller.create_topic(topic, {0: [1]}, config=cfg)
+        # Replicas [1, 2], broker 2 absent: broker 1 leads with ISR [1] of two replicas (an
+        # ISR of one below min.insync.replicas=2; Kafka caps it at the replication factor).
+        controller.create_topic(topic, {0: [1, 2]}, config=cfg)
         return fn(broker, topic)
     return observe
 

@@ -4,11 +4,11 @@ request and writes ZooKeeper; every broker then applies the change it is notifie
 
 Topics: the new overrides are validated as a whole (`LogConfig.from_dict`) and written to
 `/config/topics/<t>` with a `/config/changes/config_change_<seq>` notification (unless
-`validate_only`). Errors are Kafka's: an unknown topic is UNKNOWN_TOPIC_OR_PARTITION, an unknown
-key INVALID_CONFIG, a bad value INVALID_REQUEST ("Invalid config value for resource ..."), a null
-value or a duplicate key INVALID_REQUEST; APPEND / SUBTRACT only on list configs. A value asking
-for a feature tidelog does not implement is INVALID_CONFIG naming the key (see
-`tidelog.storage.log_config`). Nothing is written unless the whole resource is valid.
+`validate_only`). Errors are Kafka 3.9's (checked against it, tests/compat): an unknown topic is
+UNKNOWN_TOPIC_OR_PARTITION; an unknown key, a bad value ("Invalid config value for resource
+..."), APPEND / SUBTRACT on a non-list key and a value asking for a feature tidelog does not
+implement (see `tidelog.storage.log_config`) are INVALID_CONFIG naming the key; a null value or
+a duplicate key INVALID_REQUEST. Nothing is written unless the whole resource is valid.
 
 Brokers: tidelog has no dynamic broker configs (every broker key is read-only, as
 DescribeConfigs reports), so a change to any key is refused with Kafka's answer for a key that
@@ -125,8 +125,8 @@ class ConfigApis:
             return int(e.error_code), e.message
         except (UnknownConfigError, UnsupportedConfigError) as e:
             return ErrorCode.INVALID_CONFIG, str(e)
-        except ValueError as e:
-            return ErrorCode.INVALID_REQUEST, f"Invalid config value for resource {resource}: {e}"
+        except ValueError as e:  # Kafka 3.9 answers a bad value with INVALID_CONFIG too
+            return ErrorCode.INVALID_CONFIG, f"Invalid config value for resource {resource}: {e}"
         except Exception as e:
             logger.exception("alter configs of %s failed", resource)
             return ErrorCode.UNKNOWN_SERVER_ERROR, str(e)
@@ -194,7 +194,7 @@ def prepare_topic_config(current: Mapping[str, str], ops: Sequence[_Op],
         else:
             verb = "append" if o.op == OP_APPEND else "subtract"
             if o.name not in _LIST_CONFIGS:
-                raise _Refused(ErrorCode.INVALID_REQUEST,
+                raise _Refused(ErrorCode.INVALID_CONFIG,
                                f"Config value {verb} is not allowed for config key: {o.name}")
             old = props.get(o.name)
             if old is None and o.op == OP_APPEND:

@@ -700,7 +700,11 @@ class KafkaApis:
                 if name in overrides:
                     entry.synonyms.append(m_dc.DescribeConfigsSynonym(
                         name, overrides[name], DYNAMIC_TOPIC_CONFIG))
-                if broker_key is not None and name in defaults:
+                # A derived default (retention.ms from log.retention.hours, ...) has no synonym
+                # of its own name unless set: Kafka drops the synonyms before the first one
+                # named like the topic config's broker key (checked against Kafka 3.9).
+                derived_unset = name in _DERIVED_BROKER_KEYS and not set_on_broker
+                if broker_key is not None and name in defaults and not derived_unset:
                     entry.synonyms.append(m_dc.DescribeConfigsSynonym(
                         broker_key, _config_str(self.config.get(broker_key)) if set_on_broker
                         else _config_str(defaults[name]),

@@ -366,8 +366,12 @@ class SimBroker:
         (current members plus pending additions) has at least the topic's min.insync.replicas,
         taken from the cluster's topic configuration, not from the broker's."""
         p = self.partition(tp)
-        min_isr = self.cluster.topic_log_config.min_insync_replicas
-        if p is not None and len(p.maximal_isr) < min_isr:
+        if p is None:
+            return
+        # Kafka's effectiveMinIsr: the topic's value, capped at the replication factor.
+        min_isr = min(self.cluster.topic_log_config.min_insync_replicas,
+                      len(self.cluster.assignments[tp]))
+        if len(p.maximal_isr) < min_isr:
             self.cluster.checker.fail(
                 "MinIsrAck", tp, f"leader {self.broker_id} acknowledged an acks=all write with "
                 f"ISR {sorted(p.maximal_isr)} < min.insync.replicas {min_isr}")
