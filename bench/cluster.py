@@ -745,7 +745,8 @@ def main() -> int:
     if not args.no_write_doc:
         config = ("3 tidelog brokers (`tidelog cluster up`, overrides "
                   + ", ".join(f"{k}={v}" for k, v in OVERRIDES.items())
-                  + f"), {args.partitions} partitions per topic; tansu single node.")
+                  + f"), {args.partitions} partitions per topic"
+                  + ("; tansu single node." if "tansu" in targets else "."))
         write_doc("python bench/cluster.py " + " ".join(sys.argv[1:]), machine, body,
                   goal_lines, config)
         print(f"\nappended to {DOC}")
