@@ -418,3 +418,52 @@ def test_a_connection_owing_too_many_answers_stops_reading_until_the_oldest_is_a
     # 3 arrived in the same read as 1 and 2, but was handled only once 1 was answered.
     assert first_ready == {1: False, 2: False, 3: True, 4: True}
     assert [c for c, _ in answers] == [1, 2, 3, 4]
+
+
+def test_answers_to_consecutive_produce_requests_of_one_read_leave_in_one_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pipelining producer's requests arrive many per read: their immediate answers are sent
+    together (one send instead of one per request), and any other request first flushes them,
+    so the order stays the request order."""
+    from tidelog.protocol.messages.produce import ProduceResponse
+
+    writes: list[int] = []  # answers per write
+    write = SocketServer._write
+
+    async def counting(writer: asyncio.StreamWriter, buffers: list[Any]) -> None:
+        data, frames, pos = b"".join(bytes(b) for b in buffers), 0, 0
+        while pos < len(data):  # walk the size prefixes
+            pos += 4 + struct.unpack_from(">i", data, pos)[0]
+            frames += 1
+        writes.append(frames)
+        await write(writer, buffers)
+
+    monkeypatch.setattr(SocketServer, "_write", staticmethod(counting))
+
+    class Answering:
+        async def __call__(self, ctx: RequestContext, request: Any) -> Any:
+            if ctx.header.request_api_key == ApiKey.PRODUCE:
+                return ProduceResponse(responses=[])
+            return ApiVersionsResponse(error_code=0)
+
+    async def scenario() -> list[int]:
+        server = SocketServer("127.0.0.1", 0, Answering())
+        port = await server.start()
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            produce = produce_request("t", 0, build_values([b"x"]), acks=1)
+            w.write(_frame(produce, 9, 1) + _frame(produce, 9, 2)
+                    + _frame(ApiVersionsRequest(), 0, 3) + _frame(produce, 9, 4))
+            await w.drain()
+            ids = []
+            for _ in range(4):
+                size = struct.unpack(">i", await asyncio.wait_for(r.readexactly(4), 5))[0]
+                ids.append(struct.unpack_from(">i", await r.readexactly(size))[0])
+            w.close()
+            return ids
+        finally:
+            await server.shutdown()
+
+    assert _run_server(scenario) == [1, 2, 3, 4]
+    assert writes == [2, 1, 1]

@@ -379,6 +379,16 @@ class SocketServer:
                 self._last_active[conn_id] = time.monotonic()
 
         owed = _ResponseQueue(writer, idle)
+        # Answers to this read's consecutive produce requests (which never wait inside their
+        # handler), written together: one send instead of one per request.
+        corked: list[Any] = []
+
+        async def flush() -> None:
+            if corked and not owed.failed:
+                buffers = corked[:]
+                corked.clear()
+                await self._write(writer, buffers)
+
         try:
             while True:
                 data = await reader.read(_READ_CHUNK)
@@ -394,23 +404,32 @@ class SocketServer:
                     return
                 turn_start = time.perf_counter()
                 for frame in batch:
+                    produce = len(frame) >= 2 and frame[0] == 0 and frame[1] == 0  # api key 0
+                    if not produce:
+                        await flush()  # this handler may wait (a long-polling fetch)
                     if conn_id in self._last_active:
                         self._last_active[conn_id] = None  # busy: not idle
                     handling[0] = True
-                    ok = await self._handle_frame(conn_id, frame, writer, owed, host, port)
+                    ok = await self._handle_frame(conn_id, frame, writer, owed, host, port,
+                                                  corked if produce else None)
                     handling[0] = False
                     if not ok or owed.failed:
+                        await flush()  # the answers before the one that closes
                         self.closed_by_error += 1
                         return
                     if owed:
                         await owed.wait_for_space(MAX_DEFERRED_RESPONSES)
-                    else:
+                    elif not corked:
                         idle()
                     if time.perf_counter() - turn_start >= _TURN_S:
                         # Many pipelined requests in one read: let the other connections (the
                         # followers' fetches that replicate these appends) have a turn.
+                        await flush()
                         await asyncio.sleep(0)
                         turn_start = time.perf_counter()
+                await flush()
+                if not owed:
+                    idle()
         finally:
             owed.cancel()
 
@@ -422,8 +441,10 @@ class SocketServer:
         owed: _ResponseQueue,
         host: str,
         port: int,
+        corked: list[Any] | None = None,
     ) -> bool:
-        """Handle one request; False means: close the connection."""
+        """Handle one request; False means: close the connection. With ``corked``, an
+        immediate answer is added to it instead of being written."""
         try:
             header, body = decode_request(frame)
         except UnsupportedVersionError as e:
@@ -451,13 +472,19 @@ class SocketServer:
             logger.info("closing connection from %s:%d: %s", host, port, e)
             return False
         if isinstance(response, DeferredResponse):
+            if corked:  # the answers before this one leave first
+                owed.put(_Owed(None, None, corked[:]))
+                corked.clear()
             owed.put(_Owed(header, response, None))
         elif owed:
             # An earlier response is still owed: this one must not overtake it.
             if response is not None:
                 owed.put(_Owed(None, None, _encode(header, response)))
         elif response is not None:
-            await self._write(writer, _encode(header, response))
+            if corked is not None:
+                corked += _encode(header, response)
+            else:
+                await self._write(writer, _encode(header, response))
         return True
 
     @staticmethod
