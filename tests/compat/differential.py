@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tidelog.client.connection import BrokerConnection
+from tidelog.protocol.messages.find_coordinator import FindCoordinatorRequest
 
 T = TypeVar("T")
 
@@ -161,6 +162,20 @@ def leader_address(target: Target, topic: str, partition: int = 0) -> str:
     return f"{broker.host}:{broker.port}"
 
 
+def advertised(address: str, api_key: int) -> bool:
+    """Whether the broker's ApiVersions lists `api_key`."""
+    async def go() -> bool:
+        host, port = address.rsplit(":", 1)
+        conn = BrokerConnection(host, int(port), request_timeout_ms=30000)
+        await conn.connect(timeout_s=10)
+        try:
+            return conn.api_version_range(api_key) is not None
+        finally:
+            await conn.close()
+
+    return asyncio.run(go())
+
+
 def raw(address: str, request: Any, api_version: int) -> Any:
     """One request at a fixed version (the same on both clusters) to one broker; the response."""
     async def go() -> Any:
@@ -173,3 +188,16 @@ def raw(address: str, request: Any, api_version: int) -> Any:
             await conn.close()
 
     return asyncio.run(go())
+
+
+def coordinator(t: Target, group: str, timeout_s: float = 60.0) -> str:
+    """The group's coordinator (FindCoordinator v3; the first lookup creates __consumer_offsets
+    and answers COORDINATOR_NOT_AVAILABLE until it is ready)."""
+    deadline = time.monotonic() + timeout_s
+    first = t.bootstrap.split(",")[0]
+    while True:
+        r = raw(first, FindCoordinatorRequest(key=group, key_type=0), 3)
+        if r.error_code == 0:
+            return f"{r.host}:{r.port}"
+        assert time.monotonic() < deadline, f"no coordinator for {group}: {r}"
+        time.sleep(0.5)

@@ -4,30 +4,14 @@ per-partition error, and commits naming a generation of a group that does not ex
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from differential import Pair, Target, create_ready, raw
+from differential import Pair, Target, coordinator, create_ready, raw
 
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import offset_commit as oc
 from tidelog.protocol.messages import offset_fetch as of
-from tidelog.protocol.messages.find_coordinator import FindCoordinatorRequest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def coordinator(t: Target, group: str, timeout_s: float = 60.0) -> str:
-    """The group's coordinator (FindCoordinator v3; the first lookup creates __consumer_offsets
-    and answers COORDINATOR_NOT_AVAILABLE until it is ready)."""
-    deadline = time.monotonic() + timeout_s
-    first = t.bootstrap.split(",")[0]
-    while True:
-        r = raw(first, FindCoordinatorRequest(key=group, key_type=0), 3)
-        if r.error_code == 0:
-            return f"{r.host}:{r.port}"
-        assert time.monotonic() < deadline, f"no coordinator for {group}: {r}"
-        time.sleep(0.5)
 
 
 def commit(t: Target, group: str, offsets: dict[tuple[str, int], int], generation: int = -1,
