@@ -129,11 +129,43 @@ def test_unknown_topics_duplicates_and_broker_keys_are_refused(one_broker: Broke
     assert missing.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     dup = alter(2, "never-created", [("retention.ms", 0, "1"), ("retention.ms", 1, None)])
     assert dup.error_code == ErrorCode.INVALID_REQUEST and "duplicate" in dup.error_message
-    broker = alter(4, "1", [("log.retention.ms", 0, "1000")])
-    assert broker.error_code == ErrorCode.INVALID_REQUEST
-    assert "Cannot update these configs dynamically" in broker.error_message
+    fixed = alter(4, "1", [("log.dirs", 0, "/elsewhere")])
+    assert fixed.error_code == ErrorCode.INVALID_REQUEST
+    assert "Cannot update these configs dynamically: Set(log.dirs)" in fixed.error_message
+    bad = alter(4, "1", [("log.retention.ms", 0, "soon")])
+    assert bad.error_code == ErrorCode.INVALID_REQUEST and "log.retention.ms" in bad.error_message
+    compact = alter(4, "", [("log.cleanup.policy", 0, "compact")])
+    assert compact.error_code == ErrorCode.INVALID_REQUEST
     other = alter(4, "7", [("log.retention.ms", 0, "1000")])
     assert other.error_code == ErrorCode.INVALID_REQUEST and "Unexpected broker id" in other.error_message
+
+
+def test_dynamic_broker_defaults_apply_to_topics_without_overrides(
+        one_broker: BrokerThread, controller: ActingController) -> None:
+    def alter(name: str, configs: list[tuple[str, int, str | None]]) -> int:
+        req = m_iac.IncrementalAlterConfigsRequest(resources=[m_iac.AlterConfigsResource(
+            4, name, [m_iac.AlterableConfig(k, op, v) for k, op, v in configs])])
+        return send(one_broker.port, req).responses[0].error_code
+
+    controller.create_topic("dyn", {0: [1, 2]})  # broker 2 absent: ISR [1] of 2 replicas
+    controller.create_topic("dyn-own", {0: [1, 2]}, config={"min.insync.replicas": "1"})
+    assert _acks_all(one_broker, "dyn") == 0
+    try:
+        assert alter("", [("min.insync.replicas", 0, "2")]) == 0  # the cluster-wide default
+        assert controller.zk.get_broker_config("<default>") == {"min.insync.replicas": "2"}
+        wait_until(lambda: _log_config(one_broker, "dyn").min_insync_replicas == 2,
+                   what="the new default applied")
+        assert _acks_all(one_broker, "dyn") == ErrorCode.NOT_ENOUGH_REPLICAS
+        assert _acks_all(one_broker, "dyn-own") == 0  # the topic's own value wins
+        assert alter("1", [("log.retention.ms", 0, "3600000")]) == 0  # this broker only
+        wait_until(lambda: _log_config(one_broker, "dyn").retention_ms == 3_600_000,
+                   what="the per-broker value applied")
+    finally:
+        assert alter("", [("min.insync.replicas", 1, None)]) == 0
+        assert alter("1", [("log.retention.ms", 1, None)]) == 0
+    wait_until(lambda: (c := _log_config(one_broker, "dyn")).min_insync_replicas == 1
+               and c.retention_ms == 7 * 24 * 3600 * 1000, what="both dynamic values removed")
+    assert _acks_all(one_broker, "dyn") == 0
 
 
 def test_each_config_change_notification_is_handed_out_once_in_order() -> None:
@@ -147,3 +179,28 @@ def test_each_config_change_notification_is_handed_out_once_in_order() -> None:
     assert seen.new(["config_change_0000000005"]) == []
     assert seen.new([]) == []
     assert seen.new(["config_change_0000000006"]) == ["config_change_0000000006"]
+
+
+def test_tidelog_configs_cli_on_broker_defaults(one_broker: BrokerThread) -> None:
+    from click.testing import CliRunner
+
+    from tidelog.cli.configs_cmd import configs
+
+    bs = ("--bootstrap-server", f"127.0.0.1:{one_broker.port}")
+    runner = CliRunner()
+    out = runner.invoke(configs, ["alter", *bs, "--broker-defaults",
+                                  "--add-config", "log.segment.bytes=2000000"])
+    assert (out.exit_code, out.output) == (0, "Completed updating config for default brokers.\n")
+    try:
+        expected = ("Default configs for brokers in the cluster are:\n"
+                    "  log.segment.bytes=2000000 sensitive=false "
+                    "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.segment.bytes=2000000}\n")
+        # The broker describes what it has applied: the notification arrives first.
+        wait_until(lambda: runner.invoke(configs, ["describe", *bs, "--broker-defaults"]).output
+                   == expected, what="the default described")
+        refused = runner.invoke(configs, ["alter", *bs, "--broker", "1",
+                                          "--add-config", "log.dirs=/x"])
+        assert refused.exit_code == 1 and "INVALID_REQUEST" in refused.output
+    finally:
+        runner.invoke(configs, ["alter", *bs, "--broker-defaults",
+                                "--delete-config", "log.segment.bytes"])

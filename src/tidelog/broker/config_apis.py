@@ -10,9 +10,11 @@ UNKNOWN_TOPIC_OR_PARTITION; an unknown key, a bad value ("Invalid config value f
 implement (see `tidelog.storage.log_config`) are INVALID_CONFIG naming the key; a null value or
 a duplicate key INVALID_REQUEST. Nothing is written unless the whole resource is valid.
 
-Brokers: tidelog has no dynamic broker configs (every broker key is read-only, as
-DescribeConfigs reports), so a change to any key is refused with Kafka's answer for a key that
-cannot be updated dynamically (INVALID_REQUEST).
+Brokers: the dynamic log defaults (`tidelog.broker.dynamic_config`) of one broker (resource name
+= its id, answered by that broker) or of the whole cluster (empty name), written to
+`/config/brokers/<id>` or `/config/brokers/<default>` with a notification. A key that cannot
+change dynamically, or a value that does not hold, is INVALID_REQUEST (as Kafka 3.9); unknown
+keys are stored, as Kafka stores custom configs.
 
 The receiving side is the broker's (`BrokerServer`, Kafka's ZkNodeChangeNotificationListener and
 TopicConfigHandler): it watches `/config/changes`, and for each new notification
@@ -27,6 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tidelog.broker.config import CONFIG_DEFS
+from tidelog.broker.dynamic_config import DYNAMIC_DEFAULT
 from tidelog.controller.admin import AdminError, validate_topic_name
 from tidelog.controller.zk_data import config_change_sequence_number
 from tidelog.protocol.api_keys import ApiKey
@@ -114,7 +118,8 @@ class ConfigApis:
             if resource_type == RESOURCE_TOPIC:
                 await asyncio.to_thread(self._alter_topic, name, ops, validate_only, incremental)
             elif resource_type == RESOURCE_BROKER:
-                self._alter_broker(name, ops)
+                await asyncio.to_thread(self._alter_broker, name, resource, ops, validate_only,
+                                        incremental)
             else:
                 raise _Refused(ErrorCode.INVALID_REQUEST,
                                "AlterConfigs is only supported for topics and brokers, but "
@@ -140,24 +145,54 @@ class ConfigApis:
         if not zk.topic_exists(topic):
             raise _Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                            f"The topic '{topic}' does not exist.")
+        defaults = LogConfig.from_dict(self.server.dynamic_config.current.log_config())
         props = prepare_topic_config(zk.get_topic_config(topic) if incremental else {}, ops,
-                                     LogConfig.from_dict(self.server.config.log_config()))
+                                     defaults)
         LogConfig.from_dict(props)
         if not validate_only:
             logger.info("updating topic %s with new configuration: %s", topic, props)
             zk.set_topic_config(topic, props, notify=True)
 
-    def _alter_broker(self, name: str, ops: Sequence[_Op]) -> None:
+    def _alter_broker(self, name: str, resource: str, ops: Sequence[_Op], validate_only: bool,
+                      incremental: bool) -> None:
+        """This broker's dynamic configs (`name` = its id) or the cluster-wide default (`name`
+        empty), in /config/brokers (Kafka's alterBrokerConfigs). Runs in a worker thread."""
         if name and name != str(self.server.broker_id):
             raise _Refused(ErrorCode.INVALID_REQUEST,
                            f"Unexpected broker id, expected {self.server.broker_id}, but "
                            f"received {name}")
-        if ops:
-            keys = ", ".join(sorted({o.name for o in ops}))
+        zk = self.server.zk_client
+        entity = name or DYNAMIC_DEFAULT
+        props = dict(zk.get_broker_config(entity)) if incremental else {}
+        for o in ops:
+            if o.op == OP_SET:
+                props[o.name] = str(o.value)
+            elif o.op == OP_DELETE:
+                props.pop(o.name, None)
+            else:  # APPEND / SUBTRACT: the list-type keys only
+                spec = CONFIG_DEFS.get(o.name)
+                if spec is None or spec.type != "list":
+                    raise _Refused(ErrorCode.INVALID_CONFIG,
+                                   f"Config value {_OP_NAMES[o.op].lower()} is not allowed for "
+                                   f"config key: {o.name}")
+                old = [v for v in props.get(o.name, _list_default(spec.default)).split(",") if v]
+                given = [v for v in str(o.value).split(",") if v]
+                new = (old + [v for v in given if v not in old] if o.op == OP_APPEND
+                       else [v for v in old if v not in given])
+                props[o.name] = ",".join(new)
+        try:
+            self.server.dynamic_config.validate(props, per_broker=bool(name))
+        except ValueError as e:  # Kafka answers INVALID_REQUEST here (checked against 3.9)
             raise _Refused(ErrorCode.INVALID_REQUEST,
-                           f"Cannot update these configs dynamically: Set({keys}) (tidelog's "
-                           "broker configs are all read-only: change server.properties and "
-                           "restart)")
+                           f"Invalid config value for resource {resource}: {e}") from None
+        if not validate_only:
+            logger.info("updating %s with new configuration: %s",
+                        f"broker {name}" if name else "the cluster-wide broker default", props)
+            zk.set_broker_config(entity, props)
+
+
+def _list_default(default: object) -> str:
+    return ",".join(default) if isinstance(default, list) else ""
 
 
 def _check_ops(ops: Sequence[_Op], incremental: bool) -> None:

@@ -95,17 +95,9 @@ DEBUGGING_REPLICA_ID = -2
 
 # DescribeConfigs config_source values (Kafka's DescribeConfigsResponse.ConfigSource).
 DYNAMIC_TOPIC_CONFIG = 1
-STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 _CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6,
                  "list": 7, "password": 9}
-# Topic configs whose broker default comes from a differently named key (the most specific one).
-_DERIVED_BROKER_KEYS = {
-    "retention.ms": "log.retention.ms",
-    "segment.ms": "log.roll.ms",
-    "segment.jitter.ms": "log.roll.jitter.ms",
-    "flush.ms": "log.flush.interval.ms",
-}
 # Kafka's internal topics (Topic.INTERNAL_TOPICS).
 _INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 RESOURCE_TOPIC = 2
@@ -663,7 +655,8 @@ class KafkaApis:
                     res.error_code = ErrorCode.INVALID_REQUEST
                     res.error_message = f"Unexpected broker id, expected {self.broker_id} but received {r.resource_name}"
                     continue
-                res.configs = self._broker_configs(keys)
+                res.configs = self._broker_configs(
+                    keys, r.resource_name, request.include_synonyms and ctx.api_version >= 1)
             else:
                 res.error_code = ErrorCode.INVALID_REQUEST
                 res.error_message = f"Unsupported resource type {r.resource_type}"
@@ -672,63 +665,77 @@ class KafkaApis:
     def _topic_configs(
         self, overrides: dict[str, str], keys: set[str] | None, synonyms: bool = False
     ) -> list[Any]:
-        from tidelog.broker.config import _LOG_CONFIG_SYNONYMS
+        from tidelog.broker.dynamic_config import TOPIC_TO_BROKER_KEY
         from tidelog.storage.log_config import UNSUPPORTED, LogConfig
 
-        # Every topic key (Kafka's LogConfig), the broker's log keys as the defaults.
-        defaults = LogConfig.from_dict(self.config.log_config()).to_dict()
+        dynamic = self.server.dynamic_config
+        # Every topic key (Kafka's LogConfig), the broker's log keys in force as the defaults.
+        defaults = LogConfig.from_dict(dynamic.current.log_config()).to_dict()
         out = []
         for name in sorted(set(defaults) | set(overrides)):
             if keys is not None and name not in keys:
                 continue
-            broker_key = _LOG_CONFIG_SYNONYMS.get(name) or _DERIVED_BROKER_KEYS.get(name)
-            set_on_broker = broker_key is not None and self.config.is_set(broker_key)
+            broker_key = TOPIC_TO_BROKER_KEY.get(name)
+            broker_synonyms = dynamic.config_synonyms(broker_key) if broker_key else []
             if name in overrides:
-                value, source, is_default = overrides[name], DYNAMIC_TOPIC_CONFIG, False
+                value, source = overrides[name], DYNAMIC_TOPIC_CONFIG
             else:
                 value = _config_str(defaults[name])
-                source = STATIC_BROKER_CONFIG if set_on_broker else DEFAULT_CONFIG
-                is_default = not set_on_broker
+                source = broker_synonyms[0][2] if broker_synonyms else DEFAULT_CONFIG
             entry = m_dc.DescribeConfigsResourceResult(
-                name=name, value=value, read_only=False, is_default=is_default,
+                name=name, value=value, read_only=False, is_default=source == DEFAULT_CONFIG,
                 config_source=source, is_sensitive=False,
                 documentation=(f"tidelog accepts only the default: {UNSUPPORTED[name]}"
                                if name in UNSUPPORTED else None),
             )
             if synonyms:
-                # Kafka's order of precedence: the topic override, then the broker's key.
+                # Kafka's order: the topic override, then the broker's (configSynonyms).
                 if name in overrides:
                     entry.synonyms.append(m_dc.DescribeConfigsSynonym(
                         name, overrides[name], DYNAMIC_TOPIC_CONFIG))
-                # A derived default (retention.ms from log.retention.hours, ...) has no synonym
-                # of its own name unless set: Kafka drops the synonyms before the first one
-                # named like the topic config's broker key (checked against Kafka 3.9).
-                derived_unset = name in _DERIVED_BROKER_KEYS and not set_on_broker
-                if broker_key is not None and name in defaults and not derived_unset:
-                    entry.synonyms.append(m_dc.DescribeConfigsSynonym(
-                        broker_key, _config_str(self.config.get(broker_key)) if set_on_broker
-                        else _config_str(defaults[name]),
-                        STATIC_BROKER_CONFIG if set_on_broker else DEFAULT_CONFIG))
+                entry.synonyms.extend(m_dc.DescribeConfigsSynonym(n, v, src)
+                                      for n, v, src in broker_synonyms)
             out.append(entry)
         return out
 
-    def _broker_configs(self, keys: set[str] | None) -> list[Any]:
+    def _broker_configs(self, keys: set[str] | None, resource_name: str,
+                        synonyms: bool = False) -> list[Any]:
+        """This broker's configs (their values in force, sources, synonyms), or with an empty
+        name the cluster-wide dynamic defaults only, as Kafka describes them."""
         from tidelog.broker.config import CONFIG_DEFS
+        from tidelog.broker.dynamic_config import DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_KEYS
 
+        dynamic = self.server.dynamic_config
         out = []
-        for name, value in sorted(self.config.values().items()):
+        if resource_name == "":
+            for name, value in sorted(dynamic.cluster_default.items()):
+                if keys is not None and name not in keys:
+                    continue
+                entry = m_dc.DescribeConfigsResourceResult(
+                    name=name, value=value, read_only=False, is_default=False,
+                    config_source=DYNAMIC_DEFAULT_BROKER_CONFIG, is_sensitive=False,
+                    documentation=None)
+                if synonyms:
+                    entry.synonyms.append(m_dc.DescribeConfigsSynonym(
+                        name, value, DYNAMIC_DEFAULT_BROKER_CONFIG))
+                out.append(entry)
+            return out
+        for name, value in sorted(dynamic.current.values().items()):
             if keys is not None and name not in keys:
                 continue
             spec = CONFIG_DEFS[name]
             sensitive = spec.type == "password"
-            set_here = self.config.is_set(name)
-            out.append(m_dc.DescribeConfigsResourceResult(
-                name=name, value=None if sensitive else _config_str(value), read_only=True,
-                is_default=not set_here,
-                config_source=STATIC_BROKER_CONFIG if set_here else DEFAULT_CONFIG,
-                is_sensitive=sensitive, config_type=_CONFIG_TYPES.get(spec.type, 0),
-                documentation=spec.doc or None,
-            ))
+            source = dynamic.source_of(name)
+            entry = m_dc.DescribeConfigsResourceResult(
+                name=name, value=None if sensitive else _config_str(value),
+                read_only=name not in DYNAMIC_KEYS, is_default=source == DEFAULT_CONFIG,
+                config_source=source, is_sensitive=sensitive,
+                config_type=_CONFIG_TYPES.get(spec.type, 0), documentation=spec.doc or None,
+            )
+            if synonyms:
+                entry.synonyms.extend(m_dc.DescribeConfigsSynonym(n, None if sensitive else v, src)
+                                      for n, v, src in dynamic.config_synonyms(name))
+            out.append(entry)
         return out
 
     async def handle_init_producer_id(

@@ -35,6 +35,7 @@ from typing import Any
 
 from tidelog.broker.config import KafkaConfig
 from tidelog.broker.config_apis import ConfigApis, ConfigChangeNotifications
+from tidelog.broker.dynamic_config import DYNAMIC_DEFAULT, DynamicBrokerConfig
 from tidelog.broker.group_apis import GroupApis
 from tidelog.broker.kafka_apis import KafkaApis
 from tidelog.broker.metadata_cache import MetadataCache
@@ -94,6 +95,9 @@ class BrokerServer:
         self._stopping = False
         self._shutdown_done = asyncio.Event()
         self._topic_configs_checked: set[str] = set()
+        # /config/brokers: the dynamic log defaults in force over server.properties
+        self.dynamic_config = DynamicBrokerConfig(config)
+        self._topic_overrides: dict[str, dict[str, str]] = {}  # /config/topics, as read
         self._config_changes = ConfigChangeNotifications()
         self._config_watch: Any = None
         self._config_lock = asyncio.Lock()
@@ -164,7 +168,8 @@ class BrokerServer:
                 zk.generate_broker_id, cfg.get("reserved.broker.max.id"))
         self.admin = AdminZkClient(zk)
         self.producer_id_manager = ProducerIdManager(self.broker_id, zk.kazoo)
-        base = LogConfig.from_dict(cfg.log_config())
+        await self._load_dynamic_config()
+        base = LogConfig.from_dict(self.dynamic_config.current.log_config())
         topic_configs = await asyncio.to_thread(self._read_topic_configs, base)
         self.log_manager = await asyncio.to_thread(
             LogManager, cfg.log_dirs, base, OsFileIO(), now_ms(), topic_configs)
@@ -244,6 +249,7 @@ class BrokerServer:
         for topic in self.zk_client.get_all_topics():
             overrides = self.zk_client.get_topic_config(topic)
             self._topic_configs_checked.add(topic)
+            self._topic_overrides[topic] = overrides
             if overrides:
                 try:
                     out[topic] = LogConfig.from_dict(overrides, base)
@@ -261,6 +267,7 @@ class BrokerServer:
                 logger.warning("reading the config of topic %s failed: %s", topic, e)
                 continue
             self._topic_configs_checked.add(topic)
+            self._topic_overrides[topic] = overrides
             if overrides:
                 try:
                     self.log_manager.topic_configs[topic] = LogConfig.from_dict(
@@ -283,6 +290,10 @@ class BrokerServer:
             for name in names:
                 try:
                     entity = await asyncio.to_thread(self.zk_client.get_config_change, name)
+                    if entity in (f"brokers/{DYNAMIC_DEFAULT}", f"brokers/{self.broker_id}"):
+                        await self._load_dynamic_config()
+                        self._rebase_logs()
+                        continue
                     if entity is None or not entity.startswith("topics/"):
                         continue
                     topic = entity[len("topics/"):]
@@ -293,10 +304,39 @@ class BrokerServer:
                     continue
                 self.log_manager.update_topic_config(topic, config)
                 self._topic_configs_checked.add(topic)
+                self._topic_overrides[topic] = overrides
                 logger.info("topic %s: configuration changed to %s", topic, overrides)
                 notify = getattr(self.controller, "on_topic_config_change", None)
                 if notify is not None:  # the active controller's per-topic election rules
                     notify(topic, overrides)
+
+    async def _load_dynamic_config(self) -> None:
+        """Read /config/brokers/<default> and /config/brokers/<id> into `dynamic_config` (an
+        invalid combination stored by another tool is logged and left out)."""
+        zk = self.zk_client
+        default = await asyncio.to_thread(zk.get_broker_config, DYNAMIC_DEFAULT)
+        mine = await asyncio.to_thread(zk.get_broker_config, str(self.broker_id))
+        try:
+            self.dynamic_config.update(default, mine)
+        except ValueError as e:
+            logger.warning("dynamic broker configs not applied: %s", e)
+
+    def _rebase_logs(self) -> None:
+        """The log defaults changed (a dynamic broker config): every topic's config is its
+        overrides over the new defaults, from the next append, roll or retention check."""
+        lm = self.log_manager
+        base = LogConfig.from_dict(self.dynamic_config.current.log_config())
+        lm.config = base
+        for topic, overrides in self._topic_overrides.items():
+            if overrides:
+                try:
+                    lm.topic_configs[topic] = LogConfig.from_dict(overrides, base)
+                except ValueError as e:
+                    logger.warning("topic %s: overrides over the new defaults: %s", topic, e)
+        for (topic, _), log in list(lm.logs.items()):
+            log.update_config(lm.config_for(topic))
+        logger.info("broker %d: dynamic configs in force: %s", self.broker_id,
+                    {**self.dynamic_config.cluster_default, **self.dynamic_config.per_broker})
 
     def _on_new_session(self, broker_epoch: int) -> None:
         if broker_epoch >= 0 and self.replica_manager is not None:

@@ -1,6 +1,8 @@
-"""`tidelog configs describe|alter --bootstrap-server B (--topic T | --broker ID)` (Kafka's
-kafka-configs): DescribeConfigs with each entry's source and synonyms; IncrementalAlterConfigs
-with `--add-config k1=v1,k2=[a,b]` (SET) and `--delete-config k1,k2` (DELETE), `--validate-only`.
+"""`tidelog configs describe|alter --bootstrap-server B (--topic T | --broker ID |
+--broker-defaults)` (Kafka's kafka-configs): DescribeConfigs with each entry's source and
+synonyms; IncrementalAlterConfigs with `--add-config k1=v1,k2=[a,b]` (SET) and `--delete-config
+k1,k2` (DELETE), `--validate-only`. Broker resources take the dynamic log defaults
+(`tidelog.broker.dynamic_config`), per broker or cluster-wide.
 """
 
 from __future__ import annotations
@@ -52,10 +54,12 @@ def parse_add_config(text: str) -> dict[str, str]:
     return out
 
 
-def _resource(topic: str | None, broker: int | None) -> tuple[int, str]:
-    if (topic is None) == (broker is None):
-        _err("name exactly one of --topic and --broker")
-    return (RESOURCE_TOPIC, str(topic)) if topic is not None else (RESOURCE_BROKER, str(broker))
+def _resource(topic: str | None, broker: int | None, defaults: bool) -> tuple[int, str]:
+    if [topic is not None, broker is not None, defaults].count(True) != 1:
+        _err("name exactly one of --topic, --broker and --broker-defaults")
+    if topic is not None:
+        return RESOURCE_TOPIC, topic
+    return RESOURCE_BROKER, "" if defaults else str(broker)
 
 
 async def _send(bootstrap: str, request: Any, broker: int | None) -> Any:
@@ -94,28 +98,34 @@ def _error_name(code: int) -> str:
 
 @click.group()
 def configs() -> None:
-    """Describe and change topic configs (Kafka's kafka-configs)."""
+    """Describe and change topic and broker configs (Kafka's kafka-configs)."""
 
 
 @configs.command()
 @click.option("--bootstrap-server", "bootstrap", required=True, envvar="TIDELOG_BOOTSTRAP_SERVERS")
 @click.option("--topic", default=None)
 @click.option("--broker", type=int, default=None)
+@click.option("--broker-defaults", "defaults", is_flag=True,
+              help="The cluster-wide dynamic broker defaults (kafka-configs --entity-default).")
 @click.option("--all", "show_all", is_flag=True, help="Every config, not only the overrides.")
-def describe(bootstrap: str, topic: str | None, broker: int | None, show_all: bool) -> None:
+def describe(bootstrap: str, topic: str | None, broker: int | None, defaults: bool,
+             show_all: bool) -> None:
     """A topic's (or broker's) configs with their sources."""
     from tidelog.protocol.messages import describe_configs as m_dc
 
-    rtype, name = _resource(topic, broker)
+    rtype, name = _resource(topic, broker, defaults)
     request = m_dc.DescribeConfigsRequest(include_synonyms=True, resources=[
         m_dc.DescribeConfigsResource(rtype, name, None)])
     [result] = _run(_send(bootstrap, request, broker)).results
     if result.error_code:
         _err(f"{_error_name(result.error_code)}: {result.error_message or name}")
-    kind = "topic" if rtype == RESOURCE_TOPIC else "broker"
     dynamic = (1, 2, 3)
     entries = [c for c in result.configs if show_all or c.config_source in dynamic]
-    click.echo(f"{'All' if show_all else 'Dynamic'} configs for {kind} {name} are:")
+    if rtype == RESOURCE_BROKER and not name:
+        click.echo("Default configs for brokers in the cluster are:")
+    else:
+        kind = "topic" if rtype == RESOURCE_TOPIC else "broker"
+        click.echo(f"{'All' if show_all else 'Dynamic'} configs for {kind} {name} are:")
     for c in sorted(entries, key=lambda c: c.name):
         value = "null" if c.value is None else c.value
         synonyms = ", ".join(f"{SOURCES.get(s.source, s.source)}:{s.name}={s.value}"
@@ -128,17 +138,19 @@ def describe(bootstrap: str, topic: str | None, broker: int | None, show_all: bo
 @click.option("--bootstrap-server", "bootstrap", required=True, envvar="TIDELOG_BOOTSTRAP_SERVERS")
 @click.option("--topic", default=None)
 @click.option("--broker", type=int, default=None)
+@click.option("--broker-defaults", "defaults", is_flag=True,
+              help="The cluster-wide dynamic broker defaults (kafka-configs --entity-default).")
 @click.option("--add-config", "add", default="", metavar="K1=V1,K2=[A,B]",
               help="Set these configs.")
 @click.option("--delete-config", "delete", default="", metavar="K1,K2",
               help="Remove these overrides.")
 @click.option("--validate-only", is_flag=True, help="Check the change, apply nothing.")
-def alter(bootstrap: str, topic: str | None, broker: int | None, add: str, delete: str,
-          validate_only: bool) -> None:
+def alter(bootstrap: str, topic: str | None, broker: int | None, defaults: bool, add: str,
+          delete: str, validate_only: bool) -> None:
     """Change configs (IncrementalAlterConfigs): applied by every broker without a restart."""
     from tidelog.protocol.messages import incremental_alter_configs as m_iac
 
-    rtype, name = _resource(topic, broker)
+    rtype, name = _resource(topic, broker, defaults)
     sets = parse_add_config(add) if add else {}
     deletes = [k.strip() for k in delete.split(",") if k.strip()]
     if not sets and not deletes:
@@ -150,6 +162,8 @@ def alter(bootstrap: str, topic: str | None, broker: int | None, add: str, delet
     [result] = _run(_send(bootstrap, request, broker)).responses
     if result.error_code:
         _err(f"{_error_name(result.error_code)}: {result.error_message or name}")
-    kind = "topic" if rtype == RESOURCE_TOPIC else "broker"
-    click.echo(f"{'Validated' if validate_only else 'Completed updating'} config for {kind} "
-               f"{name}.")
+    if rtype == RESOURCE_TOPIC:
+        what = f"topic {name}"
+    else:
+        what = f"broker {name}" if name else "default brokers"
+    click.echo(f"{'Validated' if validate_only else 'Completed updating'} config for {what}.")

@@ -855,7 +855,24 @@ class KafkaZkClient:
         self, topic: str, config: Mapping[str, Any], notify: bool = True
     ) -> None:
         """Set or create /config/topics/<t>; with `notify`, add a /config/changes entry."""
-        path = zk_data.topic_config_path(topic)
+        self._set_entity_config(zk_data.topic_config_path(topic), f"topics/{topic}", config, notify)
+
+    def set_broker_config(self, entity: str, config: Mapping[str, Any]) -> None:
+        """Set /config/brokers/<id> (or <default>) and notify every broker."""
+        self._set_entity_config(zk_data.broker_config_path(entity), f"brokers/{entity}", config,
+                                True)
+
+    def get_broker_config(self, entity: str) -> dict[str, str]:
+        """The dynamic configs of broker `entity` (or <default>); {} when none."""
+        path = zk_data.broker_config_path(entity)
+        try:
+            data, _ = self._retry(self._zk.get, path)
+        except NoNodeError:
+            return {}
+        return zk_data.decode_config(path, data)
+
+    def _set_entity_config(self, path: str, entity_path: str, config: Mapping[str, Any],
+                           notify: bool) -> None:
         data = zk_data.encode_config(config)
         try:
             self._retry(self._zk.set, path, data)
@@ -868,7 +885,7 @@ class KafkaZkClient:
             self._retry(
                 self._zk.create,
                 f"{zk_data.CONFIG_CHANGES_PATH}/{zk_data.CONFIG_CHANGE_PREFIX}",
-                zk_data.encode_config_change(f"topics/{topic}"),
+                zk_data.encode_config_change(entity_path),
                 sequence=True,
                 makepath=True,
             )

@@ -46,6 +46,7 @@ ADMIN_PATH = "/admin"
 DELETE_TOPICS_PATH = "/admin/delete_topics"
 CONFIG_PATH = "/config"
 CONFIG_TOPICS_PATH = "/config/topics"
+CONFIG_BROKERS_PATH = "/config/brokers"
 CONFIG_CHANGES_PATH = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 CLUSTER_ID_PATH = "/cluster/id"
@@ -126,6 +127,11 @@ def delete_topic_path(topic: str) -> str:
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS_PATH}/{topic}"
+
+
+def broker_config_path(entity: str) -> str:
+    """/config/brokers/<id>, or /config/brokers/<default> for the cluster-wide default."""
+    return f"{CONFIG_BROKERS_PATH}/{entity}"
 
 
 def isr_change_sequence_number(name_or_path: str) -> str:
