@@ -683,3 +683,34 @@ async def test_turning_unclean_election_on_for_a_topic_elects_its_offline_partit
     elected = await wait_for(lambda: (s := cluster.state("flip", 0)) and s.leader == 2 and s,
                              what="the out-of-sync replica elected once the topic allows it")
     assert elected.isr == (2,) and elected.leader_epoch > offline.leader_epoch
+
+
+@with_cluster
+async def test_a_dynamic_default_unclean_election_elects_offline_partitions(
+        cluster: Cluster) -> None:
+    ctl = await three_brokers(cluster)  # broker default: unclean.leader.election.enable=false
+    admin = AdminZkClient(cluster.admin_zk)
+    await asyncio.to_thread(admin.create_topic, "follows", 0, 0, None, {0: [3, 2]})
+    await asyncio.to_thread(admin.create_topic, "stays", 0, 0,
+                            {"unclean.leader.election.enable": "false"}, {0: [3, 2]})
+    for t in ("follows", "stays"):
+        await wait_for(lambda t=t: cluster.state(t, 0), what=f"{t} online")
+        s = cluster.state(t, 0)
+        assert s is not None
+        ok, _ = cluster.admin_zk.update_leader_and_isr(
+            (t, 0), LeaderIsrAndControllerEpoch(3, s.leader_epoch, (3,), s.controller_epoch),
+            s.zk_version)
+        assert ok
+    await asyncio.to_thread(cluster.admin_zk.propagate_isr_changes, [("follows", 0), ("stays", 0)])
+    await wait_for(lambda: cluster.admin_zk.get_all_isr_change_notifications() == [],
+                   what="notifications handled")
+    await cluster.brokers[3].deregister()
+    for t in ("follows", "stays"):
+        await wait_for(lambda t=t: (s := cluster.state(t, 0)) and s.leader == -1, what=f"{t} offline")
+    ctl.on_default_unclean_change(True)  # the broker's dynamic unclean.leader.election.enable
+    follows = await wait_for(lambda: (s := cluster.state("follows", 0)) and s.leader == 2 and s,
+                             what="the default now allows an unclean leader")
+    assert follows.isr == (2,)
+    await ctl.wait_idle()
+    stays = cluster.state("stays", 0)
+    assert stays is not None and stays.leader == -1  # its own false wins

@@ -40,10 +40,7 @@ TOPIC_TO_BROKER_KEY: dict[str, str] = {
     "segment.jitter.ms": "log.roll.jitter.ms",
     "flush.ms": "log.flush.interval.ms",
 }
-# unclean.leader.election.enable is left out: its broker value is the controller's default,
-# which does not follow dynamic changes yet (refused rather than accepted and ignored).
-DYNAMIC_KEYS: frozenset[str] = frozenset(TOPIC_TO_BROKER_KEY.values()) - {
-    "unclean.leader.election.enable"}
+DYNAMIC_KEYS: frozenset[str] = frozenset(TOPIC_TO_BROKER_KEY.values())
 # A broker key and the keys Kafka falls back on for it, in order (LogConfig's synonyms).
 _BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
     "log.retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),

@@ -19,7 +19,8 @@ The controller hook: `controller_factory(config, zk_client, broker_id)` returns 
 `async startup()`, `async shutdown()`, `is_active: bool` and
 `async controlled_shutdown(broker_id, broker_epoch) -> (error_code, [(topic, partition), ...])`
 (the partitions still led by that broker), and optionally `on_topic_config_change(topic,
-overrides)` (called after this broker applied a topic's new config). ControlledShutdown requests are routed to it; the
+overrides)` (called after this broker applied a topic's new config) and
+`on_default_unclean_change(enabled)` (its dynamic unclean.leader.election.enable). ControlledShutdown requests are routed to it; the
 controller talks to brokers (LeaderAndIsr / UpdateMetadata / StopReplica) over the wire.
 """
 
@@ -226,6 +227,7 @@ class BrokerServer:
             self.replica_manager.events.start()
         if self.controller_factory is not None:
             self.controller = self.controller_factory(cfg, zk, self.broker_id)
+            self._notify_controller_of_defaults()
             result = self.controller.startup()
             if inspect.isawaitable(result):
                 await result
@@ -293,6 +295,7 @@ class BrokerServer:
                     if entity in (f"brokers/{DYNAMIC_DEFAULT}", f"brokers/{self.broker_id}"):
                         await self._load_dynamic_config()
                         self._rebase_logs()
+                        self._notify_controller_of_defaults()
                         continue
                     if entity is None or not entity.startswith("topics/"):
                         continue
@@ -320,6 +323,13 @@ class BrokerServer:
             self.dynamic_config.update(default, mine)
         except ValueError as e:
             logger.warning("dynamic broker configs not applied: %s", e)
+
+    def _notify_controller_of_defaults(self) -> None:
+        """The controller's default election rule follows this broker's dynamic
+        unclean.leader.election.enable (Kafka's controller reads its broker's config)."""
+        notify = getattr(self.controller, "on_default_unclean_change", None)
+        if notify is not None:
+            notify(bool(self.dynamic_config.current.get("unclean.leader.election.enable")))
 
     def _rebase_logs(self) -> None:
         """The log defaults changed (a dynamic broker config): every topic's config is its

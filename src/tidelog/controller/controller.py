@@ -158,6 +158,8 @@ class KafkaController:
         self._rebalance_task: asyncio.Task[None] | None = None
         self._closing = False
         self._topics_without_partitions: set[str] = set()
+        # unclean.leader.election.enable as a dynamic broker config set it (None: the static one)
+        self._dynamic_unclean: bool | None = None
         # observable history, for tools and tests: (controller epoch) of each time we won
         self.elections_won: list[int] = []
 
@@ -351,7 +353,9 @@ class KafkaController:
                  self.controller_epoch)
         core = _TopicAwareCore(
             self.broker_id, self.controller_epoch,
-            unclean_leader_election_enable=bool(self._cfg("unclean.leader.election.enable", False)))
+            unclean_leader_election_enable=self._dynamic_unclean
+            if self._dynamic_unclean is not None
+            else bool(self._cfg("unclean.leader.election.enable", False)))
         brokers, assignments, states, deletions, unclean = await self._zk(self._load_context)
         core.topic_unclean.update(unclean)
         marks = await self._zk(self._read_unclean_marks)
@@ -655,6 +659,32 @@ class KafkaController:
         if self.core is None or not self.is_active:
             return
         self.enqueue("TopicConfigChange", lambda: self._on_topic_config_change(topic, config))
+
+    def on_default_unclean_change(self, enabled: bool) -> None:
+        """The broker's unclean.leader.election.enable in force (a dynamic broker config):
+        topics without their own value follow it, and turning it on elects their offline
+        partitions now (Kafka's enableDefaultUncleanLeaderElection)."""
+        if enabled == self._dynamic_unclean:
+            return
+        self._dynamic_unclean = enabled
+        if self.core is not None and self.is_active:
+            self.enqueue("UncleanLeaderElectionEnable", lambda: self._on_default_unclean(enabled))
+
+    async def _on_default_unclean(self, enabled: bool) -> None:
+        core = self.core
+        if not isinstance(core, _TopicAwareCore) or core.default_unclean == enabled:
+            return
+        core.default_unclean = core.unclean_leader_election_enable = enabled
+        if not enabled:
+            return
+        topics = {tp.topic for tp in core.partition_states} - set(core.topic_unclean)
+        offline = [tp for tp, s in core.partition_states.items()
+                   if tp.topic in topics and (s.leader == NO_LEADER
+                                              or s.leader not in core.live_brokers)]
+        if offline:
+            log.info("controller %d: unclean leader election enabled by default: electing %s",
+                     self.broker_id, offline)
+            await self._execute(lambda: core.elect_offline_leaders(topics), offline)
 
     async def _on_topic_config_change(self, topic: str, config: Mapping[str, str]) -> None:
         core = self.core
