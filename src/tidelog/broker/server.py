@@ -34,6 +34,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+from tidelog.broker.admin_apis import AdminApis
 from tidelog.broker.config import KafkaConfig
 from tidelog.broker.config_apis import ConfigApis, ConfigChangeNotifications
 from tidelog.broker.dynamic_config import DYNAMIC_DEFAULT, DynamicBrokerConfig
@@ -192,6 +193,7 @@ class BrokerServer:
         self.group_apis = GroupApis(self)  # the group coordinator's APIs (register_handler)
         self.group_apis.register(self.apis)
         ConfigApis(self).register(self.apis)  # AlterConfigs, IncrementalAlterConfigs
+        AdminApis(self).register(self.apis)  # CreatePartitions, DeleteRecords, ... (issue 14)
         for ep in cfg.listeners:
             server = SocketServer(
                 ep.host, ep.port, self._handle,

@@ -203,6 +203,79 @@ class AdminZkClient:
                              f"Topic '{topic}' already exists.") from None
         return assignment
 
+    def create_partitions(
+        self,
+        topic: str,
+        count: int,
+        assignments: Sequence[Sequence[int]] | None = None,
+        validate_only: bool = False,
+    ) -> dict[int, list[int]]:
+        """Kafka's `ZkAdminManager.createPartitions` for one topic: grow it to `count`
+        partitions, the new ones assigned round-robin from partition 0's first replica (or as
+        `assignments` says, one list per new partition). The whole assignment is written back to
+        /brokers/topics/<t> with the topic's id; the controller's watch on that znode creates
+        the new partitions. Returns the new partitions' assignment.
+
+        Refusals (nothing written): UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS for a count
+        not above today's, INVALID_REPLICA_ASSIGNMENT, BROKER_NOT_AVAILABLE for an assignment
+        naming a broker that is not registered (Kafka's messages)."""
+        znode = self.zk_client.get_topic_znode(topic)
+        if not znode or not znode[0]:
+            raise AdminError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"The topic '{topic}' does not exist.")
+        existing, topic_id = znode
+        old = len(existing)
+        if count < old:
+            raise AdminError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"Topic currently has {old} partitions, which is higher than the requested"
+                f" {count}.")
+        if count == old:
+            raise AdminError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {old} partitions.")
+        brokers = sorted(self.zk_client.get_all_broker_ids())
+        increment = count - old
+        partition0 = existing.get(0)
+        if not partition0:
+            raise AdminError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                             f"Unexpected existing replica assignment for topic '{topic}',"
+                             f" partition id 0 is missing. Assignment: {existing}")
+        if assignments is not None:
+            proposed = [[int(b) for b in r] for r in assignments]
+            unknown = sorted({b for r in proposed for b in r} - set(brokers))
+            if unknown:
+                raise AdminError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}.")
+            if len(proposed) != increment:
+                raise AdminError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"Increasing the number of partitions by {increment} but {len(proposed)}"
+                    " assignments provided.")
+            new = {old + i: r for i, r in enumerate(proposed)}
+            rf = len(partition0)
+            for p, replicas in new.items():
+                if not replicas:
+                    raise AdminError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                     f"Cannot have replication factor of 0 for partition id {p}.")
+                if len(set(replicas)) != len(replicas):
+                    raise AdminError(
+                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                        "Duplicate brokers not allowed in replica assignment: "
+                        f"{', '.join(map(str, replicas))} for partition id {p}.")
+                if len(replicas) != rf:
+                    raise AdminError(
+                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                        "Inconsistent replication factor between partitions, partition 0 has"
+                        f" {rf} while partition {p} has {len(replicas)}.")
+        else:
+            # Kafka continues the round-robin from partition 0's first replica.
+            start = next((i for i, b in enumerate(brokers) if b >= partition0[0]), 0)
+            new = assign_replicas_to_brokers(brokers, increment, len(partition0),
+                                             fixed_start_index=start, start_partition_id=old)
+        if not validate_only:
+            self.zk_client.set_topic_assignment(topic, {**existing, **new}, topic_id=topic_id)
+        return new
+
     def delete_topic(self, topic: str) -> None:
         """Mark the topic for deletion; the controller deletes it."""
         if not self.zk_client.topic_exists(topic):

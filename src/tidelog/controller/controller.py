@@ -149,6 +149,8 @@ class KafkaController:
         self._deletion_failures: dict[str, int] = {}
         self._persisted_marks: dict[str, list[int]] = {}
         self._watches: list[WatchHandle] = []
+        # Kafka's PartitionModificationsHandler: one watch per topic's /brokers/topics/<t>.
+        self._partition_watches: dict[str, WatchHandle] = {}
         self._controller_watch: WatchHandle | None = None
         self._queue: asyncio.Queue[_Event] = asyncio.Queue()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -411,6 +413,8 @@ class KafkaController:
                            lambda _ts: self._enqueue_threadsafe("TopicDeletion",
                                                                 self._on_topic_deletion)),
         ]
+        for t in sorted(self.topics):
+            await self._watch_partition_modifications(t)
         if deletions:
             self.enqueue("TopicDeletion", self._on_topic_deletion)
         if self._cfg("auto.leader.rebalance.enable", True):
@@ -482,6 +486,9 @@ class KafkaController:
         for w in self._watches:
             w.cancel()
         self._watches = []
+        for w in self._partition_watches.values():
+            w.cancel()
+        self._partition_watches = {}
         if self._rebalance_task is not None:
             self._rebalance_task.cancel()
             self._rebalance_task = None
@@ -752,6 +759,9 @@ class KafkaController:
         for t in gone:
             self._forget_topic_partitions(t)
             self.topic_ids.pop(t, None)
+            w = self._partition_watches.pop(t, None)
+            if w is not None:
+                w.cancel()
         self.topics = set(topics)
         if not new:
             return
@@ -764,6 +774,40 @@ class KafkaController:
                 core.add_partition(TopicPartition(t, p), replicas)
                 added += 1
         log.info("controller %d: new topics %s (%d partitions)", self.broker_id, new, added)
+        await self._execute(core.initial_leaders)
+        for t in new:
+            await self._watch_partition_modifications(t)
+
+    async def _watch_partition_modifications(self, topic: str) -> None:
+        """Watch the topic's assignment znode; a change (CreatePartitions) is an event."""
+        if topic in self._partition_watches:
+            return
+        self._partition_watches[topic] = await self._zk(
+            self.zk_client.watch_topic_assignment, topic,
+            lambda _a: self._enqueue_threadsafe(
+                "PartitionModifications", lambda: self._on_partition_modifications(topic)))
+
+    async def _on_partition_modifications(self, topic: str) -> None:
+        """Kafka's `processPartitionModifications`: partitions in the znode the controller does
+        not know yet are new: created like a new topic's (leader = first live replica, ISR = the
+        live replicas, LeaderAndIsr + UpdateMetadata). Skipped for a topic being deleted."""
+        core = self.core
+        if core is None or topic not in self.topics:
+            return
+        if topic in self.topics_to_be_deleted or topic in self._deletion_assignments:
+            log.info("controller %d: skipping adding partitions to %s: it is being deleted",
+                     self.broker_id, topic)
+            return
+        assignment = await self._zk(self.zk_client.get_topic_assignment, topic)
+        if self.core is not core or not assignment:
+            return
+        added = {p: r for p, r in assignment.items()
+                 if TopicPartition(topic, p) not in core.assignments}
+        if not added:
+            return
+        for p, replicas in sorted(added.items()):
+            core.add_partition(TopicPartition(topic, p), replicas)
+        log.info("controller %d: new partitions of %s: %s", self.broker_id, topic, added)
         await self._execute(core.initial_leaders)
 
     async def _on_isr_change(self) -> None:

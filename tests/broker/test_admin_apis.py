@@ -1,0 +1,205 @@
+"""Issue 14's admin APIs on a 3-broker cluster with the real controller, through confluent-kafka's
+AdminClient where it has the call and raw requests otherwise; each refusal carries Kafka's error
+code and changes nothing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from harness import BrokerThread, broker_props, send, wait_until
+from zk_chroot import new_chroot
+
+from tidelog.controller.controller import KafkaController
+from tidelog.controller.zk_client import KafkaZkClient
+from tidelog.protocol.errors import ErrorCode
+from tidelog.protocol.messages import create_partitions as m_cp
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+class Cluster:
+    def __init__(self, zk_connect: str, brokers: list[BrokerThread]) -> None:
+        self.zk_connect = zk_connect
+        self.brokers = {b.broker_id: b for b in brokers}
+        self.zk = KafkaZkClient(zk_connect).start(create_top_level_paths=False)
+        self.bootstrap = ",".join(b.bootstrap for b in brokers)
+        self.admin = AdminClient({"bootstrap.servers": self.bootstrap})
+
+    def create_topic(self, topic: str, partitions: int, rf: int = 3) -> None:
+        self.admin.create_topics([NewTopic(topic, partitions, rf)],
+                                 operation_timeout=20)[topic].result(30)
+
+    def leaders_everywhere(self, topic: str, count: int) -> bool:
+        for b in self.brokers.values():
+            parts = b.call(lambda b=b: b.server.metadata_cache.topic_partitions(topic))
+            if sorted(parts) != list(range(count)) or any(p.leader < 0 for p in parts.values()):
+                return False
+        return True
+
+    def controller(self) -> KafkaController:
+        return next(b.server.controller for b in self.brokers.values()
+                    if b.server.controller.is_active)
+
+    def settle(self) -> None:
+        """A barrier: the controller has handled every ZooKeeper change seen so far."""
+        active = next(b for b in self.brokers.values() if b.server.controller.is_active)
+        active.run(active.server.controller.wait_idle())
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    zk = new_chroot(zookeeper)
+    brokers: list[BrokerThread] = []
+    try:
+        for i in (1, 2, 3):
+            brokers.append(BrokerThread(
+                broker_props(i, zk, tmp_path_factory.mktemp(f"admin{i}"),
+                             **{"auto.leader.rebalance.enable": "false"}),
+                controller_factory=KafkaController).start())
+        c = Cluster(zk, brokers)
+        wait_until(lambda: any(b.server.controller.is_active for b in brokers),
+                   what="a controller")
+        wait_until(lambda: all(len(b.server.metadata_cache.brokers) == 3 for b in brokers),
+                   what="every broker knows the three")
+        yield c
+        del c.admin
+        c.zk.close()
+    finally:
+        for b in brokers:
+            b.stop()
+
+
+def _error_code(future: Any) -> int:
+    with pytest.raises(confluent_kafka.KafkaException) as e:
+        future.result(30)
+    return int(e.value.args[0].code())
+
+
+# ---------------------------------------------------------------------- CreatePartitions
+def test_create_partitions_grows_the_topic_keeping_its_id(cluster: Cluster) -> None:
+    cluster.create_topic("grow", 2)
+    topic_id = cluster.zk.get_topic_id("grow")
+    before = cluster.zk.get_topic_assignment("grow")
+    cluster.admin.create_partitions([NewPartitions("grow", 5)],
+                                    operation_timeout=20)["grow"].result(30)
+    after = cluster.zk.get_topic_assignment("grow")
+    assert after is not None and sorted(after) == [0, 1, 2, 3, 4]
+    assert {p: after[p] for p in (0, 1)} == before  # the old partitions untouched
+    assert all(len(set(after[p])) == 3 for p in (2, 3, 4))
+    assert cluster.zk.get_topic_id("grow") == topic_id
+    # The controller created the new partitions: a leader in every broker's metadata at once
+    # (the answer waited for it), and a partition state in ZooKeeper with the full ISR.
+    assert cluster.leaders_everywhere("grow", 5)
+    for p in (2, 3, 4):
+        state = cluster.zk.get_partition_state(("grow", p))
+        assert state is not None and state.leader == after[p][0]
+        assert sorted(state.isr) == sorted(after[p])
+    # Records go to a new partition and come back.
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    producer.produce("grow", b"to-4", partition=4)
+    assert producer.flush(20) == 0
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap,
+                                         "group.id": "grow-reader"})
+    consumer.assign([confluent_kafka.TopicPartition("grow", 4, 0)])
+    try:
+        msg = None
+        deadline = time.monotonic() + 20
+        while msg is None and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+        assert msg is not None and msg.error() is None and msg.value() == b"to-4"
+    finally:
+        consumer.close()
+
+
+def test_create_partitions_with_an_explicit_assignment(cluster: Cluster) -> None:
+    cluster.create_topic("placed", 1, rf=2)
+    cluster.admin.create_partitions([NewPartitions("placed", 3, [[3, 1], [2, 3]])],
+                                    operation_timeout=20)["placed"].result(30)
+    after = cluster.zk.get_topic_assignment("placed")
+    assert after is not None and after[1] == [3, 1] and after[2] == [2, 3]
+    state = cluster.zk.get_partition_state(("placed", 1))
+    assert state is not None and state.leader == 3
+
+
+def test_validate_only_writes_nothing(cluster: Cluster) -> None:
+    cluster.create_topic("dry", 2)
+    before = cluster.zk.get_topic_assignment("dry")
+    cluster.admin.create_partitions([NewPartitions("dry", 4)], validate_only=True,
+                                    operation_timeout=20)["dry"].result(30)
+    cluster.settle()
+    assert cluster.zk.get_topic_assignment("dry") == before
+    assert cluster.leaders_everywhere("dry", 2)
+
+
+@pytest.mark.parametrize(
+    ("count", "assignment", "code", "message"),
+    [
+        (2, None, ErrorCode.INVALID_PARTITIONS, "Topic already has 2 partitions."),
+        (1, None, ErrorCode.INVALID_PARTITIONS,
+         "Topic currently has 2 partitions, which is higher than the requested 1."),
+        (3, [[1, 9]], ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+         "Unknown broker(s) in replica assignment: 9."),
+        (3, [[1, 1]], ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+         "Duplicate brokers not allowed in replica assignment: 1, 1 for partition id 2."),
+        (3, [[1]], ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+         "Inconsistent replication factor between partitions, partition 0 has 2 while"
+         " partition 2 has 1."),
+        (4, [[1, 2]], ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+         "Increasing the number of partitions by 2 but 1 assignments provided."),
+        (3, [[]], ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+         "Cannot have replication factor of 0 for partition id 2."),
+    ],
+)
+def test_create_partitions_refusals_change_nothing(
+        cluster: Cluster, count: int, assignment: list[list[int]] | None, code: int,
+        message: str) -> None:
+    topic = f"bad-{count}-{len(assignment or [])}-{code}-{abs(hash(message)) % 1000}"
+    cluster.create_topic(topic, 2, rf=2)
+    before = cluster.zk.get_topic_assignment(topic)
+    broker = next(iter(cluster.brokers.values()))
+    assignments = (None if assignment is None
+                   else [m_cp.CreatePartitionsAssignment(a) for a in assignment])
+    resp = send(broker.port, m_cp.CreatePartitionsRequest(
+        topics=[m_cp.CreatePartitionsTopic(topic, count, assignments)], timeout_ms=5000))
+    (result,) = resp.results
+    assert (result.error_code, result.error_message) == (code, message)
+    cluster.settle()
+    assert cluster.zk.get_topic_assignment(topic) == before
+
+
+def test_create_partitions_of_an_unknown_topic_or_twice_in_a_request(cluster: Cluster) -> None:
+    assert _error_code(cluster.admin.create_partitions(
+        [NewPartitions("nowhere", 3)], operation_timeout=10)["nowhere"]) == \
+        confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert not cluster.zk.topic_exists("nowhere")
+    cluster.create_topic("twice", 1)
+    broker = next(iter(cluster.brokers.values()))
+    resp = send(broker.port, m_cp.CreatePartitionsRequest(
+        topics=[m_cp.CreatePartitionsTopic("twice", 2, None),
+                m_cp.CreatePartitionsTopic("twice", 3, None)], timeout_ms=5000))
+    assert [(r.name, r.error_code, r.error_message) for r in resp.results] == [
+        ("twice", ErrorCode.INVALID_REQUEST, "Duplicate topic in request.")]
+    assert sorted(cluster.zk.get_topic_assignment("twice") or {}) == [0]
+
+
+def test_create_partitions_of_a_topic_being_deleted(cluster: Cluster) -> None:
+    # A replica on a broker that never registered keeps the deletion pending (the controller
+    # waits for every replica), so the topic stays queued for deletion.
+    from tidelog.controller.admin import new_topic_id
+
+    cluster.zk.create_topic("doomed", {0: [1, 4]}, topic_id=new_topic_id())
+    cluster.zk.create_delete_topic_path("doomed")
+    cluster.settle()
+    broker = next(iter(cluster.brokers.values()))
+    resp = send(broker.port, m_cp.CreatePartitionsRequest(
+        topics=[m_cp.CreatePartitionsTopic("doomed", 3, None)], timeout_ms=5000))
+    (result,) = resp.results
+    assert (result.error_code, result.error_message) == (
+        ErrorCode.INVALID_TOPIC_EXCEPTION, "The topic is queued for deletion.")
+    assert cluster.zk.get_topic_assignment("doomed") == {0: [1, 4]}
