@@ -29,13 +29,15 @@ debs:
 	@PYTHON=$(PYTHON) bash scripts/install-debs.sh
 
 # Apache Kafka 3.9 (broker, tools, Java clients) for the compatibility tests, from Maven Central
-# once (interop/pom.xml pins it), offline from the local Maven repository afterwards.
-INTEROP := interop/target/lib/.fetched
+# once (interop/pom.xml pins it), offline from the local Maven repository afterwards; and the
+# Java clients' harness compiled against them.
+INTEROP      := interop/target/lib/.fetched
+INTEROP_SRCS := $(wildcard interop/src/main/java/tidelog/interop/*.java)
+MVN_INTEROP  := mvn -B -q compile dependency:copy-dependencies -DoutputDirectory=target/lib -DincludeScope=runtime
 interop: debs $(INTEROP)
 
-$(INTEROP): interop/pom.xml
-	cd interop && rm -rf target/lib && { mvn -B -q -o dependency:copy-dependencies -DoutputDirectory=target/lib -DincludeScope=runtime >/dev/null 2>&1 \
-	  || mvn -B -q dependency:copy-dependencies -DoutputDirectory=target/lib -DincludeScope=runtime; }
+$(INTEROP): interop/pom.xml $(INTEROP_SRCS)
+	cd interop && rm -rf target/lib && { $(MVN_INTEROP) -o >/dev/null 2>&1 || $(MVN_INTEROP); }
 	touch $(INTEROP)
 
 test: install interop

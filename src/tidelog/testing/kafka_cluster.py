@@ -32,6 +32,8 @@ __all__ = ["KafkaBroker", "KafkaCluster", "KafkaClusterError", "kafka_classpath"
 
 REPO = Path(__file__).resolve().parents[3]
 LIB_DIR = REPO / "interop" / "target" / "lib"
+# The Java clients' harness (interop/src/main/java), compiled by `make interop`.
+HARNESS_CLASSES = REPO / "interop" / "target" / "classes"
 JAVA = "/usr/bin/java"
 
 # Small heaps and the C1 compiler only: three brokers, ZooKeeper and tidelog share two cores.
@@ -98,13 +100,15 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
 def kafka_tool(main_class: str, *args: str, input: str | None = None, timeout_s: float = 120,
                heap_mb: int = 256) -> subprocess.CompletedProcess[str]:
     """Run one of Kafka's command-line tools (`main_class`, e.g. `kafka.admin.TopicCommand` or
-    `org.apache.kafka.tools.ConsoleProducer`) on the reference classpath; returns its result."""
+    `org.apache.kafka.tools.ConsoleProducer`) or the harness (`tidelog.interop.Harness`) on the
+    reference classpath; returns its result."""
     log4j = LIB_DIR.parent / "tools-log4j.properties"
     if not log4j.exists():
         log4j.parent.mkdir(parents=True, exist_ok=True)
         log4j.write_text(TOOLS_LOG4J)
+    classpath = os.pathsep.join([str(HARNESS_CLASSES), kafka_classpath()])
     cmd = [JAVA, f"-Xmx{heap_mb}m", *JVM_OPTIONS, f"-Dlog4j.configuration=file:{log4j}",
-           "-cp", kafka_classpath(), main_class, *args]
+           "-cp", classpath, main_class, *args]
     return subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout_s,
                           stdin=None if input is not None else subprocess.DEVNULL,
                           preexec_fn=_die_with_parent)
