@@ -16,6 +16,7 @@ from tidelog.controller.controller import KafkaController
 from tidelog.controller.zk_client import KafkaZkClient
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import create_partitions as m_cp
+from tidelog.protocol.messages import delete_records as m_dr
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # noqa: E402
@@ -41,6 +42,25 @@ class Cluster:
             if sorted(parts) != list(range(count)) or any(p.leader < 0 for p in parts.values()):
                 return False
         return True
+
+    def leader(self, topic: str, partition: int = 0) -> BrokerThread:
+        state = self.zk.get_partition_state((topic, partition))
+        assert state is not None
+        return self.brokers[state.leader]
+
+    def log_start_offsets(self, topic: str, partition: int = 0) -> dict[int, int]:
+        out = {}
+        for b in self.brokers.values():
+            p = b.partition(topic, partition)
+            if p is not None:
+                out[b.broker_id] = p.log_start_offset
+        return out
+
+    def produce(self, topic: str, n: int, partition: int = 0) -> None:
+        producer = confluent_kafka.Producer({"bootstrap.servers": self.bootstrap, "acks": "all"})
+        for i in range(n):
+            producer.produce(topic, f"r{i}".encode(), partition=partition)
+        assert producer.flush(20) == 0
 
     def controller(self) -> KafkaController:
         return next(b.server.controller for b in self.brokers.values()
@@ -203,3 +223,95 @@ def test_create_partitions_of_a_topic_being_deleted(cluster: Cluster) -> None:
     assert (result.error_code, result.error_message) == (
         ErrorCode.INVALID_TOPIC_EXCEPTION, "The topic is queued for deletion.")
     assert cluster.zk.get_topic_assignment("doomed") == {0: [1, 4]}
+
+
+# ---------------------------------------------------------------------- DeleteRecords
+def _delete_records(broker: BrokerThread, topic: str, offsets: dict[int, int],
+                    timeout_ms: int = 10000) -> dict[int, tuple[int, int]]:
+    resp = send(broker.port, m_dr.DeleteRecordsRequest(
+        topics=[m_dr.DeleteRecordsTopic(topic, [m_dr.DeleteRecordsPartition(p, o)
+                                                for p, o in offsets.items()])],
+        timeout_ms=timeout_ms))
+    return {r.partition_index: (r.error_code, r.low_watermark)
+            for t in resp.topics for r in t.partitions}
+
+
+def test_delete_records_moves_the_log_start_on_every_replica_before_answering(
+        cluster: Cluster) -> None:
+    cluster.create_topic("trim", 1)
+    cluster.produce("trim", 10)
+    tp = confluent_kafka.TopicPartition("trim", 0, 4)
+    deleted = cluster.admin.delete_records([tp], operation_timeout=20)[tp].result(30)
+    assert deleted.low_watermark == 4
+    # The answer waited for the low watermark: every follower had already advanced its log
+    # start offset (a follower learns it from a fetch response, then reports it in its next
+    # fetch request), not only the leader.
+    assert cluster.log_start_offsets("trim") == {1: 4, 2: 4, 3: 4}
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap,
+                                         "group.id": "trim-reader",
+                                         "auto.offset.reset": "earliest"})
+    try:
+        low, high = consumer.get_watermark_offsets(
+            confluent_kafka.TopicPartition("trim", 0), timeout=10)
+        assert (low, high) == (4, 10)
+        consumer.assign([confluent_kafka.TopicPartition("trim", 0, 0)])  # out of range: reset
+        got: list[int] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 6 and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                got.append(msg.offset())
+        assert got == [4, 5, 6, 7, 8, 9]
+    finally:
+        consumer.close()
+
+
+def test_delete_records_to_the_high_watermark(cluster: Cluster) -> None:
+    cluster.create_topic("trim-all", 1)
+    cluster.produce("trim-all", 7)
+    tp = confluent_kafka.TopicPartition("trim-all", 0, confluent_kafka.OFFSET_END)  # -1
+    deleted = cluster.admin.delete_records([tp], operation_timeout=20)[tp].result(30)
+    assert deleted.low_watermark == 7
+    assert cluster.log_start_offsets("trim-all") == {1: 7, 2: 7, 3: 7}
+
+
+def test_delete_records_beyond_the_high_watermark_changes_nothing(cluster: Cluster) -> None:
+    cluster.create_topic("trim-far", 1)
+    cluster.produce("trim-far", 3)
+    leader = cluster.leader("trim-far")
+    assert _delete_records(leader, "trim-far", {0: 4}) == {
+        0: (ErrorCode.OFFSET_OUT_OF_RANGE, -1)}
+    assert _delete_records(leader, "trim-far", {0: -5}) == {
+        0: (ErrorCode.OFFSET_OUT_OF_RANGE, -1)}
+    assert cluster.log_start_offsets("trim-far") == {1: 0, 2: 0, 3: 0}
+    tp = confluent_kafka.TopicPartition("trim-far", 0, 4)
+    assert _error_code(cluster.admin.delete_records([tp], operation_timeout=10)[tp]) == \
+        confluent_kafka.KafkaError.OFFSET_OUT_OF_RANGE
+
+
+def test_delete_records_times_out_while_the_followers_lag(cluster: Cluster) -> None:
+    """timeout_ms=0: the leader moves at once, but no follower has reported the new log start
+    yet, so the low watermark is still the old one: REQUEST_TIMED_OUT carrying it."""
+    cluster.create_topic("trim-now", 1)
+    cluster.produce("trim-now", 5)
+    leader = cluster.leader("trim-now")
+    assert _delete_records(leader, "trim-now", {0: 2}, timeout_ms=0) == {
+        0: (ErrorCode.REQUEST_TIMED_OUT, 0)}
+    assert cluster.log_start_offsets("trim-now")[leader.broker_id] == 2
+    # The followers still catch up through their fetches.
+    wait_until(lambda: set(cluster.log_start_offsets("trim-now").values()) == {2},
+               what="the followers' log start offsets")
+
+
+def test_delete_records_elsewhere_than_the_leader(cluster: Cluster) -> None:
+    cluster.create_topic("trim-where", 1)
+    cluster.produce("trim-where", 3)
+    leader = cluster.leader("trim-where")
+    follower = next(b for i, b in cluster.brokers.items() if i != leader.broker_id)
+    assert _delete_records(follower, "trim-where", {0: 1}) == {
+        0: (ErrorCode.NOT_LEADER_OR_FOLLOWER, -1)}
+    assert _delete_records(follower, "trim-where", {7: 1}) == {
+        7: (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)}
+    assert _delete_records(follower, "no-such-topic", {0: 1}) == {
+        0: (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)}
+    assert cluster.log_start_offsets("trim-where") == {1: 0, 2: 0, 3: 0}

@@ -9,6 +9,17 @@ to the request's timeout (REQUEST_TIMED_OUT after it; at once for timeout_ms <= 
 A topic twice in one request is INVALID_REQUEST ("Duplicate topic in request."), a topic queued
 for deletion INVALID_TOPIC_EXCEPTION ("The topic is queued for deletion."); the rest are
 `AdminZkClient.create_partitions`'s refusals. Nothing is written for a refused topic.
+
+DeleteRecords (21), as `ReplicaManager.deleteRecords`: the leader moves its log start offset to
+the requested offset (-1: the high watermark); an offset beyond the HW (or negative) is
+OFFSET_OUT_OF_RANGE, a partition this broker does not lead NOT_LEADER_OR_FOLLOWER, an unknown one
+UNKNOWN_TOPIC_OR_PARTITION, an internal topic INVALID_TOPIC_EXCEPTION, a topic without the delete
+cleanup policy POLICY_VIOLATION (low_watermark -1 for each). Followers learn the new log start
+offset from their fetch responses and send theirs back in their fetch requests; the answer waits,
+as Kafka's DelayedDeleteRecords, until the low watermark (the smallest log start offset among the
+leader and its followers on live brokers) has reached the requested offset, and carries it;
+REQUEST_TIMED_OUT after timeout_ms. Segments wholly below the log start offset go at the next
+retention check, as in Kafka.
 """
 
 from __future__ import annotations
@@ -22,6 +33,9 @@ from tidelog.controller.admin import AdminError
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import create_partitions as m_cp
+from tidelog.protocol.messages import delete_records as m_dr
+from tidelog.replication.types import TopicPartition
+from tidelog.storage.errors import OffsetOutOfRangeError
 
 if TYPE_CHECKING:  # pragma: no cover
     from tidelog.broker.kafka_apis import KafkaApis
@@ -33,6 +47,10 @@ __all__ = ["AdminApis"]
 logger = logging.getLogger(__name__)
 
 _POLL_S = 0.02
+# DeleteRecordsRequest.HIGH_WATERMARK
+HIGH_WATERMARK = -1
+# Kafka's Topic.INTERNAL_TOPICS
+_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 class AdminApis:
@@ -41,6 +59,7 @@ class AdminApis:
 
     def register(self, apis: KafkaApis) -> None:
         apis.register_handler(ApiKey.CREATE_PARTITIONS, self.handle_create_partitions)
+        apis.register_handler(ApiKey.DELETE_RECORDS, self.handle_delete_records)
 
     # ------------------------------------------------------------------ CreatePartitions
     async def handle_create_partitions(
@@ -101,3 +120,104 @@ class AdminApis:
                 return False
             await asyncio.sleep(_POLL_S)
         return True
+
+    # ------------------------------------------------------------------ DeleteRecords
+    async def handle_delete_records(
+        self, ctx: RequestContext, request: m_dr.DeleteRecordsRequest
+    ) -> m_dr.DeleteRecordsResponse:
+        cache = self.server.metadata_cache
+        results: dict[TopicPartition, m_dr.DeleteRecordsPartitionResult] = {}
+        required: dict[TopicPartition, int] = {}
+        for t in request.topics:
+            for rp in t.partitions:
+                tp = TopicPartition(t.name, rp.partition_index)
+                res = m_dr.DeleteRecordsPartitionResult(partition_index=tp.partition,
+                                                        low_watermark=-1)
+                results[tp] = res
+                if cache.partition(tp) is None:
+                    res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                code, offset, low = self._delete_records_on_leader(tp, rp.offset)
+                res.error_code, res.low_watermark = code, low
+                if code == ErrorCode.NONE and low < offset:
+                    required[tp] = offset
+        if required:
+            await DelayedDeleteRecords(self, required, results).wait(request.timeout_ms)
+        topics: dict[str, m_dr.DeleteRecordsTopicResult] = {}
+        for tp, res in results.items():
+            topics.setdefault(tp.topic, m_dr.DeleteRecordsTopicResult(name=tp.topic)) \
+                .partitions.append(res)
+        return m_dr.DeleteRecordsResponse(topics=list(topics.values()))
+
+    def _delete_records_on_leader(self, tp: TopicPartition, offset: int) -> tuple[int, int, int]:
+        """Kafka's `Partition.deleteRecordsOnLeader`: (error, requested offset, low watermark)."""
+        if tp.topic in _INTERNAL_TOPICS:
+            return ErrorCode.INVALID_TOPIC_EXCEPTION, offset, -1
+        p = self.server.replica_manager.core.partition(tp)
+        if p is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, offset, -1
+        if not p.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, offset, -1
+        if "delete" not in str(p.log.config.cleanup_policy).split(","):
+            return ErrorCode.POLICY_VIOLATION, offset, -1
+        converted = p.high_watermark if offset == HIGH_WATERMARK else offset
+        if converted < 0:
+            return ErrorCode.OFFSET_OUT_OF_RANGE, converted, -1
+        try:
+            p.log.maybe_increment_log_start_offset(converted)
+        except OffsetOutOfRangeError:
+            return ErrorCode.OFFSET_OUT_OF_RANGE, converted, -1
+        return ErrorCode.NONE, converted, self.low_watermark_if_leader(tp)
+
+    def low_watermark_if_leader(self, tp: TopicPartition) -> int:
+        """Kafka's `Partition.lowWatermarkIfLeader`: the smallest log start offset of the leader
+        and of its followers on live brokers (a follower that has not fetched yet counts as -1);
+        -1 when this broker no longer leads the partition."""
+        p = self.server.replica_manager.core.partition(tp)
+        if p is None or not p.is_leader:
+            return -1
+        cache = self.server.metadata_cache
+        low = p.log_start_offset
+        for replica in p.remote_replicas.values():
+            if cache.is_alive(replica.broker_id) and replica.log_start_offset < low:
+                low = replica.log_start_offset
+        return low
+
+
+class DelayedDeleteRecords:
+    """Kafka's DelayedDeleteRecords: completes each partition once its low watermark has reached
+    the requested offset (NONE and that low watermark), or when the partition is no longer led
+    here (NOT_LEADER_OR_FOLLOWER) or gone (UNKNOWN_TOPIC_OR_PARTITION); at the timeout the
+    partitions still pending are REQUEST_TIMED_OUT."""
+
+    def __init__(self, apis: AdminApis, required: dict[TopicPartition, int],
+                 results: dict[TopicPartition, m_dr.DeleteRecordsPartitionResult]) -> None:
+        self.apis = apis
+        self.pending = dict(required)
+        self.results = results
+
+    def try_complete(self) -> bool:
+        core = self.apis.server.replica_manager.core
+        for tp, offset in list(self.pending.items()):
+            p = core.partition(tp)
+            res = self.results[tp]
+            if p is None:
+                res.error_code, res.low_watermark = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1
+            elif not p.is_leader:
+                res.error_code, res.low_watermark = ErrorCode.NOT_LEADER_OR_FOLLOWER, -1
+            else:
+                low = self.apis.low_watermark_if_leader(tp)
+                if low < offset:
+                    continue
+                res.error_code, res.low_watermark = ErrorCode.NONE, low
+            del self.pending[tp]
+        return not self.pending
+
+    async def wait(self, timeout_ms: int) -> None:
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        while not self.try_complete():
+            if time.monotonic() >= deadline:
+                for tp in self.pending:
+                    self.results[tp].error_code = ErrorCode.REQUEST_TIMED_OUT
+                return
+            await asyncio.sleep(_POLL_S)
