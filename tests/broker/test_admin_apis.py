@@ -14,9 +14,12 @@ from zk_chroot import new_chroot
 
 from tidelog.controller.controller import KafkaController
 from tidelog.controller.zk_client import KafkaZkClient
+from tidelog.coordinator.offsets import GROUP_METADATA_TOPIC_NAME, load_partition
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import create_partitions as m_cp
 from tidelog.protocol.messages import delete_records as m_dr
+from tidelog.protocol.messages import find_coordinator as m_fc
+from tidelog.protocol.messages import offset_delete as m_od
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # noqa: E402
@@ -80,7 +83,9 @@ def cluster(zookeeper: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         for i in (1, 2, 3):
             brokers.append(BrokerThread(
                 broker_props(i, zk, tmp_path_factory.mktemp(f"admin{i}"),
-                             **{"auto.leader.rebalance.enable": "false"}),
+                             **{"auto.leader.rebalance.enable": "false",
+                                "offsets.topic.num.partitions": "3",
+                                "group.initial.rebalance.delay.ms": "0"}),
                 controller_factory=KafkaController).start())
         c = Cluster(zk, brokers)
         wait_until(lambda: any(b.server.controller.is_active for b in brokers),
@@ -315,3 +320,113 @@ def test_delete_records_elsewhere_than_the_leader(cluster: Cluster) -> None:
     assert _delete_records(follower, "no-such-topic", {0: 1}) == {
         0: (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)}
     assert cluster.log_start_offsets("trim-where") == {1: 0, 2: 0, 3: 0}
+
+
+# ---------------------------------------------------------------------- DeleteGroups / OffsetDelete
+def _coordinator(cluster: Cluster, group: str) -> BrokerThread:
+    def ask() -> int | None:
+        r = send(next(iter(cluster.brokers.values())).port,
+                 m_fc.FindCoordinatorRequest(key=group, key_type=0), 2)
+        return r.node_id if r.error_code == 0 else None
+
+    return cluster.brokers[wait_until(ask, what=f"the coordinator of {group}")]
+
+
+def _stored(cluster: Cluster, group: str) -> tuple[set[tuple[str, int]], bool]:
+    """What a newly elected coordinator would load for the group from its offsets partition:
+    (its committed partitions, whether its metadata is there)."""
+    coordinator = _coordinator(cluster, group)
+    partition = coordinator.call(
+        lambda: coordinator.server.group_apis.coordinator.partition_for(group))
+    p = coordinator.partition(GROUP_METADATA_TOPIC_NAME, partition)
+    loaded = coordinator.call(lambda: load_partition(p.log.batches(p.log.log_start_offset)))
+    return set(loaded.offsets.get(group, {})), group in loaded.groups
+
+
+def _consumer(cluster: Cluster, group: str) -> Any:
+    return confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                                     "enable.auto.commit": False,
+                                     "auto.offset.reset": "earliest"})
+
+
+def _join(consumer: Any, topic: str) -> None:
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + 30
+    while not consumer.assignment() and time.monotonic() < deadline:
+        consumer.poll(0.2)
+    assert consumer.assignment(), "the consumer never got its assignment"
+
+
+def test_delete_groups_removes_an_empty_group_and_its_offsets(cluster: Cluster) -> None:
+    cluster.create_topic("grp-a", 1)
+    cluster.produce("grp-a", 3)
+    c = _consumer(cluster, "g-gone")
+    try:
+        _join(c, "grp-a")
+        c.commit(offsets=[confluent_kafka.TopicPartition("grp-a", 0, 2)], asynchronous=False)
+    finally:
+        c.close()  # leaves: the group is Empty, its offsets and metadata stored
+    assert _stored(cluster, "g-gone") == ({("grp-a", 0)}, True)
+    futures = cluster.admin.delete_consumer_groups(["g-gone"], request_timeout=20)
+    futures["g-gone"].result(30)
+    assert _stored(cluster, "g-gone") == (set(), False)  # tombstones for both
+    coordinator = _coordinator(cluster, "g-gone")
+    assert coordinator.call(
+        lambda: "g-gone" not in coordinator.server.group_apis.coordinator.groups)
+    assert _error_code(cluster.admin.delete_consumer_groups(
+        ["g-gone"], request_timeout=20)["g-gone"]) == confluent_kafka.KafkaError.GROUP_ID_NOT_FOUND
+
+
+def test_delete_groups_refuses_a_group_with_members(cluster: Cluster) -> None:
+    cluster.create_topic("grp-b", 1)
+    c = _consumer(cluster, "g-busy")
+    try:
+        _join(c, "grp-b")
+        c.commit(offsets=[confluent_kafka.TopicPartition("grp-b", 0, 0)], asynchronous=False)
+        assert _error_code(cluster.admin.delete_consumer_groups(
+            ["g-busy"], request_timeout=20)["g-busy"]) == \
+            confluent_kafka.KafkaError.NON_EMPTY_GROUP
+        assert _stored(cluster, "g-busy") == ({("grp-b", 0)}, True)
+    finally:
+        c.close()
+
+
+def test_offset_delete_keeps_the_offsets_of_subscribed_topics(cluster: Cluster) -> None:
+    cluster.create_topic("od-sub", 1)
+    cluster.create_topic("od-other", 1)
+    c = _consumer(cluster, "g-od")
+    try:
+        _join(c, "od-sub")
+        c.commit(offsets=[confluent_kafka.TopicPartition("od-sub", 0, 1),
+                          confluent_kafka.TopicPartition("od-other", 0, 1)], asynchronous=False)
+        coordinator = _coordinator(cluster, "g-od")
+        resp = send(coordinator.port, m_od.OffsetDeleteRequest(group_id="g-od", topics=[
+            m_od.OffsetDeleteRequestTopic("od-sub", [m_od.OffsetDeleteRequestPartition(0)]),
+            m_od.OffsetDeleteRequestTopic("od-other", [m_od.OffsetDeleteRequestPartition(0)]),
+            m_od.OffsetDeleteRequestTopic("od-none", [m_od.OffsetDeleteRequestPartition(0)]),
+        ]))
+        assert resp.error_code == 0
+        got = {(t.name, p.partition_index): p.error_code for t in resp.topics
+               for p in t.partitions}
+        assert got == {("od-sub", 0): ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
+                       ("od-other", 0): ErrorCode.NONE,
+                       ("od-none", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+        assert _stored(cluster, "g-od")[0] == {("od-sub", 0)}
+    finally:
+        c.close()
+    # Empty now: the subscribed topic's offsets may go too.
+    resp = send(coordinator.port, m_od.OffsetDeleteRequest(group_id="g-od", topics=[
+        m_od.OffsetDeleteRequestTopic("od-sub", [m_od.OffsetDeleteRequestPartition(0)])]))
+    assert (resp.error_code, [(p.partition_index, p.error_code) for t in resp.topics
+                              for p in t.partitions]) == (0, [(0, 0)])
+    assert _stored(cluster, "g-od")[0] == set()
+
+
+def test_offset_delete_group_errors(cluster: Cluster) -> None:
+    cluster.create_topic("od-x", 1)
+    coordinator = _coordinator(cluster, "g-never")
+    resp = send(coordinator.port, m_od.OffsetDeleteRequest(group_id="g-never", topics=[
+        m_od.OffsetDeleteRequestTopic("od-x", [m_od.OffsetDeleteRequestPartition(0)])]))
+    assert (resp.error_code, resp.topics) == (ErrorCode.GROUP_ID_NOT_FOUND, [])
+    resp = send(coordinator.port, m_od.OffsetDeleteRequest(group_id="", topics=[]))
+    assert resp.error_code == ErrorCode.INVALID_GROUP_ID

@@ -20,6 +20,11 @@ as Kafka's DelayedDeleteRecords, until the low watermark (the smallest log start
 leader and its followers on live brokers) has reached the requested offset, and carries it;
 REQUEST_TIMED_OUT after timeout_ms. Segments wholly below the log start offset go at the next
 retention check, as in Kafka.
+
+DeleteGroups (42) and OffsetDelete (47) are the group coordinator's
+(`GroupCoordinator.handle_delete_groups` / `handle_delete_offsets`, Kafka's handleDeleteGroups /
+handleDeleteOffsets); OffsetDelete answers UNKNOWN_TOPIC_OR_PARTITION for a partition the
+metadata does not know, before asking the coordinator, and a group-level error alone.
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ from tidelog.controller.admin import AdminError
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import create_partitions as m_cp
+from tidelog.protocol.messages import delete_groups as m_dg
 from tidelog.protocol.messages import delete_records as m_dr
+from tidelog.protocol.messages import offset_delete as m_od
 from tidelog.replication.types import TopicPartition
 from tidelog.storage.errors import OffsetOutOfRangeError
 
@@ -60,6 +67,8 @@ class AdminApis:
     def register(self, apis: KafkaApis) -> None:
         apis.register_handler(ApiKey.CREATE_PARTITIONS, self.handle_create_partitions)
         apis.register_handler(ApiKey.DELETE_RECORDS, self.handle_delete_records)
+        apis.register_handler(ApiKey.DELETE_GROUPS, self.handle_delete_groups)
+        apis.register_handler(ApiKey.OFFSET_DELETE, self.handle_offset_delete)
 
     # ------------------------------------------------------------------ CreatePartitions
     async def handle_create_partitions(
@@ -182,6 +191,46 @@ class AdminApis:
             if cache.is_alive(replica.broker_id) and replica.log_start_offset < low:
                 low = replica.log_start_offset
         return low
+
+    # ------------------------------------------------------------------ DeleteGroups / OffsetDelete
+    async def handle_delete_groups(
+        self, ctx: RequestContext, request: m_dg.DeleteGroupsRequest
+    ) -> m_dg.DeleteGroupsResponse:
+        group_apis = self.server.group_apis
+        if group_apis is None:
+            errors = {g: int(ErrorCode.COORDINATOR_NOT_AVAILABLE) for g in request.groups_names}
+        else:
+            errors = await group_apis.coordinator.handle_delete_groups(
+                list(dict.fromkeys(request.groups_names)))
+        return m_dg.DeleteGroupsResponse(results=[
+            m_dg.DeletableGroupResult(group_id=g, error_code=e) for g, e in errors.items()])
+
+    async def handle_offset_delete(
+        self, ctx: RequestContext, request: m_od.OffsetDeleteRequest
+    ) -> m_od.OffsetDeleteResponse:
+        cache = self.server.metadata_cache
+        errors: dict[tuple[str, int], int] = {}
+        known: list[tuple[str, int]] = []
+        for t in request.topics:
+            for rp in t.partitions:
+                tp = (t.name, rp.partition_index)
+                if cache.partition(TopicPartition(*tp)) is None:
+                    errors[tp] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                else:
+                    known.append(tp)
+        group_apis = self.server.group_apis
+        if group_apis is None:
+            return m_od.OffsetDeleteResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        group_error, results = await group_apis.coordinator.handle_delete_offsets(
+            request.group_id, known)
+        if group_error:
+            return m_od.OffsetDeleteResponse(error_code=group_error)
+        errors.update(results)
+        topics: dict[str, m_od.OffsetDeleteResponseTopic] = {}
+        for (topic, partition), code in errors.items():
+            topics.setdefault(topic, m_od.OffsetDeleteResponseTopic(name=topic)).partitions.append(
+                m_od.OffsetDeleteResponsePartition(partition_index=partition, error_code=code))
+        return m_od.OffsetDeleteResponse(topics=list(topics.values()))
 
 
 class DelayedDeleteRecords:

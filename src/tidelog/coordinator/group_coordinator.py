@@ -50,6 +50,7 @@ from tidelog.coordinator.offsets import (
     partition_for,
 )
 from tidelog.protocol.errors import ErrorCode, error_name
+from tidelog.protocol.messages import consumer_protocol_subscription as m_cps
 from tidelog.protocol.records.builder import Record, build_batch
 from tidelog.replication.types import TopicPartition
 
@@ -614,6 +615,100 @@ class GroupCoordinator:
             return 0, dict(stored)
         return 0, {tp: stored.get(tp) for tp in partitions}
 
+    # ------------------------------------------------------------------ DeleteGroups / OffsetDelete
+    def _group_status_error(self, group_id: str | None, *, allow_empty: bool) -> int:
+        """Kafka's `validateGroupStatus` (DeleteGroups accepts the empty group id, OffsetDelete
+        does not)."""
+        if group_id is None or (not group_id and not allow_empty):
+            return int(E.INVALID_GROUP_ID)
+        return self.coordinator_error(group_id)
+
+    async def handle_delete_groups(self, group_ids: Sequence[str]) -> dict[str, int]:
+        """Kafka's `handleDeleteGroups`: an Empty group (or one with only committed offsets) is
+        removed with its offsets, and tombstones for them and for its metadata are appended to
+        its offsets partition; a group with members is NON_EMPTY_GROUP, an unknown or Dead one
+        GROUP_ID_NOT_FOUND."""
+        errors: dict[str, int] = {}
+        deleted: list[str] = []
+        for group_id in group_ids:
+            error = self._group_status_error(group_id, allow_empty=True)
+            if error:
+                errors[group_id] = error
+                continue
+            group = self.groups.get(group_id)
+            if group is None or group.state == GroupState.DEAD:
+                if group is None and group_id in self.offsets:
+                    deleted.append(group_id)  # offsets only: a group using Kafka for storage
+                else:
+                    errors[group_id] = int(E.GROUP_ID_NOT_FOUND)
+            elif group.state == GroupState.EMPTY:
+                deleted.append(group_id)
+            else:
+                errors[group_id] = int(E.NON_EMPTY_GROUP)
+        for group_id in deleted:
+            group = self.groups.pop(group_id, None)
+            offsets = self.offsets.pop(group_id, {})
+            records = [Record(key=encode_offset_commit_key(group_id, t, p), value=None)
+                       for t, p in offsets]
+            if group is not None:
+                self._apply(group, group.mark_dead())
+                # Kafka writes no metadata tombstone for a group that never had a generation
+                # (offsets storage only): there is no metadata record to remove.
+                if group.generation_id > 0:
+                    records.append(Record(key=encode_group_metadata_key(group_id), value=None))
+            if records:
+                # A tombstone lost here only leaves the group to be loaded again by the next
+                # leader, as in Kafka (which does not wait for replication either way).
+                error = await self._append(self.partition_for(group_id), records)
+                if error:
+                    logger.warning("group %s: writing its tombstones failed: %s", group_id,
+                                   error_name(error))
+            errors[group_id] = 0
+        if deleted:
+            logger.info("deleted groups %s", ", ".join(deleted))
+        return errors
+
+    async def handle_delete_offsets(
+        self, group_id: str, partitions: Sequence[tuple[str, int]]
+    ) -> tuple[int, dict[tuple[str, int], int]]:
+        """Kafka's `handleDeleteOffsets`: (group error, error per partition). An Empty group
+        loses the offsets asked for; a consumer group with members keeps those of the topics it
+        subscribes to (GROUP_SUBSCRIBED_TO_TOPIC) and loses the others; any other group with
+        members is NON_EMPTY_GROUP. Tombstones go to the offsets partition."""
+        error = self._group_status_error(group_id, allow_empty=False)
+        if error:
+            return error, {}
+        group = self.groups.get(group_id)
+        if group is None and group_id in self.offsets:
+            eligible = list(partitions)
+            results: dict[tuple[str, int], int] = {}
+        elif group is None or group.state == GroupState.DEAD:
+            return int(E.GROUP_ID_NOT_FOUND), {}
+        elif group.state == GroupState.EMPTY:
+            eligible, results = list(partitions), {}
+        elif group.protocol_type == "consumer":
+            subscribed = subscribed_topics(group)
+            eligible = [tp for tp in partitions
+                        if subscribed is not None and tp[0] not in subscribed]
+            results = {tp: int(E.GROUP_SUBSCRIBED_TO_TOPIC) for tp in partitions
+                       if tp not in eligible}
+        else:
+            return int(E.NON_EMPTY_GROUP), {}
+        offsets = self.offsets.get(group_id, {})
+        removed = [tp for tp in eligible if offsets.pop(tp, None) is not None]
+        if not offsets:
+            self.offsets.pop(group_id, None)
+        if removed:
+            records = [Record(key=encode_offset_commit_key(group_id, t, p), value=None)
+                       for t, p in removed]
+            error = await self._append(self.partition_for(group_id), records)
+            if error:
+                logger.warning("group %s: writing offset tombstones failed: %s", group_id,
+                               error_name(error))
+        for tp in eligible:
+            results[tp] = 0
+        return 0, results
+
     # ------------------------------------------------------------------ ListGroups / DescribeGroups
     def handle_list_groups(self) -> tuple[int, list[tuple[str, str, str]]]:
         """(error, [(group id, protocol type, state)]) for the groups coordinated here."""
@@ -634,3 +729,26 @@ class GroupCoordinator:
         if group is None:
             return 0, (GroupState.DEAD.value, "", "", [])
         return 0, group.summary()
+
+
+def subscribed_topics(group: GroupMetadata) -> set[str] | None:
+    """Kafka's `GroupMetadata.computeSubscribedTopics`: the topics the members of a consumer
+    group subscribe to, from their metadata for the chosen protocol; None when it cannot be
+    known (not a consumer group, no protocol chosen, unreadable metadata): then every topic
+    counts as subscribed."""
+    if group.protocol_type != "consumer" or group.protocol_name is None:
+        return None
+    topics: set[str] = set()
+    for member in group.members.values():
+        data = member.metadata(group.protocol_name)
+        try:
+            if len(data) < 2:
+                return None
+            version = min(int.from_bytes(data[:2], "big", signed=True), 3)
+            if version < 0:
+                return None
+            sub, _ = m_cps.decode_data(version, data, 2)
+        except Exception:  # noqa: BLE001 - Kafka treats any unreadable subscription alike
+            return None
+        topics.update(sub.topics)
+    return topics

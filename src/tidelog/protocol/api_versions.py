@@ -48,6 +48,8 @@ BROKER_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),  # SET/DELETE/APPEND/SUBTRACT; v1 flexible
     ApiKey.CREATE_PARTITIONS: (0, 3),  # v1 same as v0; v2 flexible; v3 same as v2
     ApiKey.DELETE_RECORDS: (0, 2),  # v2 flexible
+    ApiKey.DELETE_GROUPS: (0, 2),  # v2 flexible
+    ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.INIT_PRODUCER_ID: (0, 4),  # v3 producer id/epoch for bumping; v2 flexible
     ApiKey.FIND_COORDINATOR: (0, 4),  # v1 key_type; v3 flexible; v4 batched coordinator_keys
     ApiKey.JOIN_GROUP: (0, 7),  # v4 MEMBER_ID_REQUIRED round trip; v5 group_instance_id;
