@@ -80,3 +80,25 @@ def _signed_halves(topic_id: object) -> tuple[int, int]:
     def signed(v: int) -> int:
         return v - (1 << 64) if v >= 1 << 63 else v
     return signed(topic_id.int >> 64), signed(topic_id.int & ((1 << 64) - 1))
+
+
+@pytest.mark.parametrize("version", [8, 10, 12])
+def test_authorized_operations_without_an_authorizer(pair: Pair, version: int) -> None:
+    """Metadata asked for authorized operations: Kafka without an authorizer answers every
+    operation a topic (and, at v8-10, the cluster) supports, for known and unknown topics."""
+    topic = f"auth-ops-{version}"
+
+    def scenario(t: Target) -> object:
+        create_ready(t, topic, 1, 1)
+        address = t.bootstrap.split(",")[0]
+        seen = []
+        for asked in (False, True):
+            r = raw(address, MetadataRequest(
+                topics=[MetadataRequestTopic(name=topic), MetadataRequestTopic(name="no-such")],
+                allow_auto_topic_creation=False, include_cluster_authorized_operations=asked,
+                include_topic_authorized_operations=asked), version)
+            seen.append((r.cluster_authorized_operations,
+                         [(x.name, x.error_code, x.topic_authorized_operations) for x in r.topics]))
+        return seen
+
+    pair.same(scenario)

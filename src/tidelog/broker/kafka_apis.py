@@ -100,6 +100,12 @@ _CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "do
                  "list": 7, "password": 9}
 # Kafka's internal topics (Topic.INTERNAL_TOPICS).
 _INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+# What Metadata reports as authorized when asked, as Kafka does without an authorizer: every
+# operation the resource supports (AclOperation codes: READ 3, WRITE 4, CREATE 5, DELETE 6,
+# ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11,
+# IDEMPOTENT_WRITE 12), as a bit field.
+TOPIC_AUTHORIZED_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+CLUSTER_AUTHORIZED_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 
@@ -248,12 +254,18 @@ class KafkaApis:
             me = self.server.advertised_endpoint_for(ctx.listener_name)
             brokers = [m_md.MetadataResponseBroker(self.broker_id, me[0], me[1],
                                                    self.config.get("broker.rack"))]
-        return m_md.MetadataResponse(
+        if version >= 8 and request.include_topic_authorized_operations:
+            for t in topics:
+                t.topic_authorized_operations = TOPIC_AUTHORIZED_OPERATIONS
+        response = m_md.MetadataResponse(
             brokers=brokers,
             cluster_id=self.server.cluster_id,
             controller_id=cache.controller_id if cache.controller_id is not None else -1,
             topics=topics,
         )
+        if 8 <= version <= 10 and request.include_cluster_authorized_operations:
+            response.cluster_authorized_operations = CLUSTER_AUTHORIZED_OPERATIONS
+        return response
 
     def _topic_metadata(self, topic: str) -> m_md.MetadataResponseTopic:
         parts = []
