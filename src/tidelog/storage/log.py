@@ -53,6 +53,7 @@ from tidelog.storage.segment import (
     PREFIX_SIZE,
     TIME_INDEX_SUFFIX,
     LogSegment,
+    file_name,
     parse_base_offset,
 )
 
@@ -69,6 +70,7 @@ _RECORD_COUNT_OFFSET = 57
 _MAX_TIMESTAMP_OFFSET = 35
 _EPOCH_OFFSET = 12
 _SCRATCH_SUFFIXES = (".tmp", DELETED_SUFFIX, ".cleaned", ".swap")
+_SWAP_SUFFIX = ".swap"
 
 
 _SCRATCH = threading.local()
@@ -110,6 +112,24 @@ class FetchDataInfo:
     @property
     def size_in_bytes(self) -> int:
         return len(self.records)
+
+
+def _next_offset_of_file(file_io: FileIO, path: str, base_offset: int) -> int:
+    """The offset after the last whole batch of a segment file (a header walk)."""
+    handle = file_io.open(path)
+    try:
+        size = handle.size()
+        position = 0
+        next_offset = base_offset
+        while position + PREFIX_SIZE <= size:
+            base, length, _, _, _, _, delta = PREFIX.unpack_from(handle.read(position, PREFIX_SIZE), 0)
+            if length + LOG_OVERHEAD < HEADER_SIZE or position + length + LOG_OVERHEAD > size:
+                break
+            next_offset = base + delta + 1
+            position += length + LOG_OVERHEAD
+        return next_offset
+    finally:
+        handle.close()
 
 
 def parse_topic_partition(dir_name: str) -> tuple[str, int] | None:
@@ -196,6 +216,8 @@ class Log:
     def _load(self, had_clean_shutdown: bool, now_ms: int) -> None:
         fio = self.file_io
         fio.makedirs(self.dir)
+        if any(name.endswith(LOG_SUFFIX + _SWAP_SUFFIX) for name in fio.listdir(self.dir)):
+            self._complete_swaps()
         names = fio.listdir(self.dir)
         log_bases: set[int] = set()
         for name in names:
@@ -284,6 +306,34 @@ class Log:
         if self._dir_dirty:
             self.file_io.fsync_dir(self.dir)
             self._dir_dirty = False
+
+    def _complete_swaps(self) -> None:
+        """Finish the log cleaner's interrupted segment replacements (Kafka's
+        completeSwapOperations): a `<base>.log.swap` file was fsynced before it got that name, so
+        it is whole; the old segments it replaces (bases from its base offset up to its last
+        offset) go, and it takes the `.log` name. `.cleaned` files (never swapped) are dropped
+        with the other scratch files afterwards."""
+        fio = self.file_io
+        names = fio.listdir(self.dir)
+        bases = sorted(b for n in names if (b := parse_base_offset(n, LOG_SUFFIX)) is not None)
+        for name in names:
+            if not name.endswith(LOG_SUFFIX + _SWAP_SUFFIX):
+                continue
+            base = parse_base_offset(name[: -len(_SWAP_SUFFIX)], LOG_SUFFIX)
+            if base is None:
+                continue
+            path = os.path.join(self.dir, name)
+            end = _next_offset_of_file(fio, path, base)
+            for old in bases:
+                if base <= old < max(end, base + 1):
+                    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                        old_path = os.path.join(self.dir, file_name(old, suffix))
+                        if fio.exists(old_path):
+                            fio.remove(old_path)
+            fio.fsync_dir(self.dir)
+            fio.rename(path, path[: -len(_SWAP_SUFFIX)])
+            logger.warning("%s: completed the interrupted swap of cleaned segment %d", self.dir, base)
+        fio.fsync_dir(self.dir)
 
     def _delete_segments_from(self, index: int) -> None:
         for segment in self.segments[index:]:

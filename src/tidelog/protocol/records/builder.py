@@ -22,6 +22,7 @@ from tidelog.protocol.records.batch import (
     CONTROL_FLAG_MASK,
     CRC_OFFSET,
     CURRENT_MAGIC,
+    DELETE_HORIZON_FLAG_MASK,
     HEADER_STRUCT,
     LOG_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
@@ -30,8 +31,10 @@ from tidelog.protocol.records.batch import (
     NO_SEQUENCE,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG_MASK,
+    RecordBatch,
 )
 from tidelog.protocol.records.compression import NONE, compress
+from tidelog.protocol.records.decoder import DecodedRecord
 
 Header = tuple[str, bytes | None]
 
@@ -206,3 +209,53 @@ def build_end_transaction_marker(
         transactional=True,
         control=True,
     )
+
+
+def build_retained_batch(
+    original: RecordBatch,
+    retained: Sequence[DecodedRecord],
+    *,
+    delete_horizon_ms: int | None = None,
+) -> bytearray:
+    """The log cleaner's rewrite of `original` holding only `retained` (Kafka's
+    MemoryRecords.buildRetainedRecordsInto): the base offset, the last offset delta (so that the
+    producer's last sequence survives), the producer id/epoch/base sequence, the partition leader
+    epoch, the codec and the timestamp type are the original's; each record keeps its offset and
+    timestamp. With `delete_horizon_ms` the batch carries the KIP-534 delete horizon in its base
+    timestamp field (record timestamp deltas are relative to it)."""
+    if not retained:
+        raise ValueError("a retained batch needs at least one record")
+    base_offset = original.base_offset
+    log_append_time = original.timestamp_type == 1
+    if delete_horizon_ms is not None:
+        base_timestamp = delete_horizon_ms
+    elif original.has_delete_horizon:
+        base_timestamp = original.base_timestamp  # the horizon stays with the batch
+    else:
+        base_timestamp = retained[0].timestamp
+    body = bytearray()
+    max_timestamp = -1
+    for rec in retained:
+        max_timestamp = max(max_timestamp, rec.timestamp)
+        encode_record(
+            body, rec.offset - base_offset, rec.timestamp - base_timestamp,
+            Record(rec.value, rec.key, rec.headers),
+        )
+    if log_append_time:
+        max_timestamp = original.max_timestamp
+    compression = original.compression_type
+    if compression != NONE:
+        body = bytearray(compress(compression, body))
+    attributes = original.attributes & ~DELETE_HORIZON_FLAG_MASK
+    if delete_horizon_ms is not None or original.has_delete_horizon:
+        attributes |= DELETE_HORIZON_FLAG_MASK
+    out = bytearray(HEADER_STRUCT.size)
+    HEADER_STRUCT.pack_into(
+        out, 0, base_offset, HEADER_STRUCT.size - LOG_OVERHEAD + len(body),
+        original.partition_leader_epoch, CURRENT_MAGIC, 0, attributes,
+        original.last_offset_delta, base_timestamp, max_timestamp, original.producer_id,
+        original.producer_epoch, original.base_sequence, len(retained),
+    )
+    out += body
+    struct.pack_into(">I", out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return out

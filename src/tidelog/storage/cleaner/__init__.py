@@ -1,0 +1,1 @@
+"""Log compaction (Kafka's log cleaner): see `log_cleaner`."""

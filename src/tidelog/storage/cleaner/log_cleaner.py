@@ -1,0 +1,442 @@
+"""The log cleaner: Kafka's LogCleaner, LogCleanerManager and Cleaner for compacted topics.
+
+One pass over a log (`Cleaner.clean`):
+
+1. The dirty section runs from the `cleaner-offset-checkpoint` entry (or the log start) to the
+   first uncleanable offset: the least of the last stable offset (tidelog has no transactions,
+   so the high watermark), the active segment's base offset and, with min.compaction.lag.ms, the
+   base offset of the first segment holding a record younger than the lag
+   (LogCleanerManager.cleanableOffsets).
+2. An `OffsetMap` (key -> latest offset) is built over the dirty section; when it fills, the pass
+   stops at the last offset mapped and the rest stays dirty for the next pass.
+3. Every segment below that end, clean and dirty, is rewritten in groups whose total size fits
+   one segment: a record stays when it is the latest for its key (or lies past the map), a
+   tombstone only until its batch's delete horizon (KIP-534: set to now + delete.retention.ms
+   the first time the batch is cleaned). Kept batches keep their base offset, last offset delta,
+   producer id/epoch/sequence; a batch that lost records is re-encoded.
+4. The group is written to `<base>.log.cleaned`, fsynced, renamed to `.log.swap` (the commit
+   point: a log loaded with a `.swap` file completes the swap, one with a `.cleaned` file drops
+   it), the old segments are renamed `.deleted` and the swap file takes the `.log` name.
+
+The work is a generator yielding the bytes it read since the last yield, so the broker can run
+it in bounded steps on its event loop (and pace it to log.cleaner.io.max.bytes.per.second)
+while appends go on. Before each swap the group is checked to be unchanged (a truncation or a
+retention deletion in between aborts the pass, as Kafka's abortAndPauseCleaning).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from tidelog.protocol.records.batch import RecordBatch
+from tidelog.protocol.records.builder import build_retained_batch
+from tidelog.protocol.records.decoder import decode_records
+from tidelog.storage.checkpoint import OffsetCheckpointFile, TopicPartition
+from tidelog.storage.cleaner.offset_map import OffsetMap
+from tidelog.storage.log import Log
+from tidelog.storage.segment import LOG_SUFFIX, LogSegment, file_name
+
+__all__ = [
+    "CLEANED_SUFFIX",
+    "CLEANER_OFFSET_CHECKPOINT",
+    "SWAP_SUFFIX",
+    "Cleaner",
+    "CleanerConfig",
+    "LogCleanerManager",
+    "LogToClean",
+    "cleanable_offsets",
+    "is_compacted",
+]
+
+logger = logging.getLogger(__name__)
+
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+_INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerConfig:
+    """The broker's log.cleaner.* keys (Kafka's CleanerConfig)."""
+
+    num_threads: int = 1
+    dedupe_buffer_size: int = 128 * 1024 * 1024
+    dedupe_buffer_load_factor: float = 0.9
+    max_io_bytes_per_second: float = float("inf")
+    backoff_ms: int = 15_000
+    enable_cleaner: bool = True
+
+
+def is_compacted(log: Log) -> bool:
+    return "compact" in log.config.cleanup_policy.split(",")
+
+
+def cleanable_offsets(log: Log, checkpoint: int | None, now_ms: int) -> tuple[int, int, bool]:
+    """(first dirty offset, first uncleanable offset, must clean now because of
+    max.compaction.lag.ms), as Kafka's LogCleanerManager.cleanableOffsets/maxCompactionDelay."""
+    start = log.log_start_offset
+    if checkpoint is None or checkpoint < start or checkpoint > log.log_end_offset:
+        first_dirty = start  # no checkpoint, or one the log moved past (retention, truncation)
+    else:
+        first_dirty = checkpoint
+    active = log.active_segment
+    bounds = [log.high_watermark, active.base_offset]  # the LSO is the HW without transactions
+    dirty_segments = _segments(log, first_dirty, active.base_offset)
+    lag = log.config.min_compaction_lag_ms
+    if lag > 0:
+        for segment in dirty_segments:
+            if segment.largest_timestamp() > now_ms - lag:
+                bounds.append(segment.base_offset)
+                break
+    first_uncleanable = max(first_dirty, min(bounds))
+    force = False
+    max_lag = log.config.max_compaction_lag_ms
+    firsts = [s.rolling_based_timestamp for s in dirty_segments
+              if s.size and s.rolling_based_timestamp is not None]
+    if firsts and min(firsts) >= 0:
+        force = now_ms - max_lag > min(firsts)
+    return first_dirty, first_uncleanable, force
+
+
+def _segments(log: Log, start: int, end: int) -> list[LogSegment]:
+    """Kafka's logSegments(from, to): the segment holding `start` and those after it whose base
+    offset is below `end`."""
+    bases = [s.base_offset for s in log.segments]
+    i = max(0, bisect.bisect_right(bases, start) - 1)
+    return [s for s in log.segments[i:] if s.base_offset < end]
+
+
+@dataclass(slots=True)
+class LogToClean:
+    log: Log
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    need_compaction_now: bool
+    clean_bytes: int
+    cleanable_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.clean_bytes + self.cleanable_bytes
+
+    @property
+    def cleanable_ratio(self) -> float:
+        return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
+
+
+def log_to_clean(log: Log, checkpoint: int | None, now_ms: int) -> LogToClean:
+    first_dirty, first_uncleanable, force = cleanable_offsets(log, checkpoint, now_ms)
+    clean = sum(s.size for s in _segments(log, -1, first_dirty))
+    cleanable = sum(s.size for s in _segments(log, first_dirty, first_uncleanable))
+    return LogToClean(log, first_dirty, first_uncleanable, force, clean, cleanable)
+
+
+class Cleaner:
+    """Cleans one log at a time with one offset map (one of Kafka's CleanerThreads)."""
+
+    def __init__(self, offset_map: OffsetMap, step_bytes: int = 1024 * 1024) -> None:
+        self.offset_map = offset_map
+        self.step_bytes = step_bytes
+        self.aborted = False
+
+    def clean(self, target: LogToClean, now_ms: int) -> Iterator[int]:
+        """Clean the log; yields bytes read since the last yield. Afterwards `self.end_offset`
+        is the new first dirty offset (to checkpoint), or None when the pass was aborted."""
+        log = target.log
+        self.end_offset: int | None = None
+        self.aborted = False
+        offset_map = self.offset_map
+        offset_map.clear()
+        yield from self._build_offset_map(log, target.first_dirty_offset,
+                                          target.first_uncleanable_offset)
+        end = offset_map.latest_offset + 1 if offset_map.latest_offset >= 0 else \
+            target.first_dirty_offset
+        end = max(end, target.first_dirty_offset)
+        if offset_map.size == 0 and end <= target.first_dirty_offset:
+            # A dirty section without keyed records (or empty): nothing to dedupe against, but
+            # the section is now clean.
+            end = target.first_uncleanable_offset
+        for group in self._group_segments(_segments(log, -1, end), log):
+            yield from self._clean_segments(log, group, now_ms, target)
+            if self.aborted:
+                return
+        self.end_offset = end
+
+    # -- the offset map --------------------------------------------------------------------
+    def _build_offset_map(self, log: Log, start: int, end: int) -> Iterator[int]:
+        offset_map = self.offset_map
+        read = 0
+        for segment in _segments(log, start, end):
+            for batch in segment.iter_batches(_position_of(segment, start)):
+                if batch.base_offset >= end:
+                    return
+                read += batch.size_in_bytes
+                if batch.is_control_batch or batch.last_offset < start:
+                    continue
+                records = decode_records(batch, verify_crc=False)
+                keyed = [r for r in records if r.key is not None and r.offset >= start]
+                if offset_map.size + len(keyed) > offset_map.max_desired_size:
+                    # Full: stop at the last whole batch mapped (Kafka stops there too, so a
+                    # batch is never half in the map).
+                    if offset_map.size == 0:
+                        raise OverflowError(
+                            "log.cleaner.dedupe.buffer.size cannot hold the keys of one batch")
+                    if read:
+                        yield read
+                    return
+                for record in keyed:
+                    offset_map.put(record.key, record.offset)  # type: ignore[arg-type]
+                offset_map.update_latest_offset(batch.last_offset)
+                if read >= self.step_bytes:
+                    yield read
+                    read = 0
+        if read:
+            yield read
+
+    # -- grouping and rewriting ------------------------------------------------------------
+    @staticmethod
+    def _group_segments(segments: list[LogSegment], log: Log) -> list[list[LogSegment]]:
+        """Consecutive segments whose total size fits one segment and whose offsets fit one
+        segment's int32 relative offsets (Kafka's groupSegmentsBySize)."""
+        groups: list[list[LogSegment]] = []
+        max_size = log.config.segment_bytes
+        i = 0
+        while i < len(segments):
+            group = [segments[i]]
+            size = segments[i].size
+            i += 1
+            while i < len(segments):
+                nxt = segments[i]
+                if size + nxt.size > max_size or nxt.next_offset - 1 - group[0].base_offset > _INT32_MAX:
+                    break
+                # the segment after `nxt` bounds its offsets (the last one: the group end)
+                group.append(nxt)
+                size += nxt.size
+                i += 1
+            groups.append(group)
+        return groups
+
+    def _retain(self, batch: RecordBatch, now_ms: int, delete_retention_ms: int
+                ) -> bytes | bytearray | memoryview | None:
+        """The batch as it goes into the cleaned segment: unchanged, re-encoded with fewer
+        records (or a new delete horizon), or None when nothing of it stays."""
+        if batch.is_control_batch:
+            return batch.buf  # transaction markers: tidelog has no transactions to end
+        offset_map = self.offset_map
+        latest = offset_map.latest_offset
+        horizon = batch.delete_horizon_ms
+        records = decode_records(batch, verify_crc=False)
+        retained = []
+        tombstones = False
+        for record in records:
+            if record.offset > latest:
+                keep = True
+            elif record.key is None:
+                keep = False  # an unkeyed record cannot be compacted (Kafka drops it too)
+            else:
+                keep = record.offset >= offset_map.get(record.key) and (
+                    record.value is not None or horizon is None or now_ms < horizon)
+            if keep:
+                retained.append(record)
+                tombstones = tombstones or record.value is None
+        if not retained:
+            return None
+        new_horizon = now_ms + delete_retention_ms if tombstones and horizon is None else None
+        if len(retained) == len(records) and new_horizon is None:
+            return batch.buf
+        return build_retained_batch(batch, retained, delete_horizon_ms=new_horizon)
+
+    def _clean_segments(self, log: Log, group: list[LogSegment], now_ms: int,
+                        target: LogToClean) -> Iterator[int]:
+        fio = log.file_io
+        base = group[0].base_offset
+        log_path = os.path.join(log.dir, file_name(base, LOG_SUFFIX))
+        cleaned_path = log_path + CLEANED_SUFFIX
+        swap_path = log_path + SWAP_SUFFIX
+        sizes = [s.size for s in group]
+        if fio.exists(cleaned_path):
+            fio.remove(cleaned_path)
+        out = fio.open(cleaned_path)
+        try:
+            out.truncate(0)
+            read = 0
+            pending: list[bytes | bytearray | memoryview] = []
+            delete_retention_ms = log.config.delete_retention_ms
+            for segment in group:
+                for batch in segment.iter_batches(0):
+                    kept = self._retain(batch, now_ms, delete_retention_ms)
+                    if kept is not None:
+                        pending.append(bytes(kept))
+                    read += batch.size_in_bytes
+                    if read >= self.step_bytes:
+                        out.append(b"".join(pending))
+                        pending.clear()
+                        yield read
+                        read = 0
+                        if not self._unchanged(log, group, sizes):
+                            self._abort(log, out, cleaned_path)
+                            return
+            if pending:
+                out.append(b"".join(pending))
+            out.flush()
+        except BaseException:
+            out.close()
+            raise
+        out.close()
+        if read:
+            yield read
+        if not self._unchanged(log, group, sizes):
+            self._abort(log, None, cleaned_path)
+            return
+        # Kafka's replaceSegments: .cleaned -> .swap (the commit point), the old segments go
+        # (.deleted), the swap takes the segment's name.
+        fio.rename(cleaned_path, swap_path)
+        fio.fsync_dir(log.dir)
+        delay = log.config.file_delete_delay_ms
+        for segment in group:
+            segment.mark_deleted()
+            if delay == 0:
+                segment.delete()
+            else:
+                log.pending_deletes.append((now_ms + delay, segment))
+        fio.fsync_dir(log.dir)
+        fio.rename(swap_path, log_path)
+        fio.fsync_dir(log.dir)
+        cleaned = log._new_segment(base, group[0].created_ms)
+        cleaned.recover()  # indexes rebuilt from the cleaned data
+        cleaned.flush_indexes()
+        first = log.segments.index(group[0])
+        log.segments[first : first + len(group)] = [cleaned]
+        log._bases = [s.base_offset for s in log.segments]
+
+    @staticmethod
+    def _unchanged(log: Log, group: list[LogSegment], sizes: list[int]) -> bool:
+        if log.closed or log.failed:
+            return False
+        try:
+            first = log.segments.index(group[0])
+        except ValueError:
+            return False
+        return (log.segments[first : first + len(group)] == group
+                and [s.size for s in group] == sizes)
+
+    def _abort(self, log: Log, out: object, cleaned_path: str) -> None:
+        self.aborted = True
+        close = getattr(out, "close", None)
+        if close is not None:
+            close()
+        if log.file_io.exists(cleaned_path):
+            log.file_io.remove(cleaned_path)
+        logger.info("%s: cleaning aborted: the log changed under the cleaner", log.dir)
+
+
+def _position_of(segment: LogSegment, offset: int) -> int:
+    found = segment.translate_offset(offset)
+    return found[0] if found is not None else segment.size
+
+
+class Throttler:
+    """log.cleaner.io.max.bytes.per.second: how long to pause after reading (Kafka's
+    Throttler, without its own clock so the driver can pause however it waits)."""
+
+    def __init__(self, max_bytes_per_second: float) -> None:
+        self.rate = max_bytes_per_second
+        self._start_s: float | None = None
+        self._bytes = 0
+
+    def pause_for(self, read: int, now_s: float) -> float:
+        if self.rate == float("inf"):
+            return 0.0
+        if self._start_s is None:
+            self._start_s = now_s
+        self._bytes += read
+        elapsed = now_s - self._start_s
+        due = self._bytes / self.rate
+        if due <= elapsed:
+            if elapsed > 1.0:  # a fresh window each second, as Kafka's checkIntervalMs
+                self._start_s, self._bytes = now_s, 0
+            return 0.0
+        return due - elapsed
+
+
+class LogCleanerManager:
+    """The cleaner's state across logs: the `cleaner-offset-checkpoint` file per log dir, the
+    choice of the dirtiest log, and one cleaning pass at a time per cleaner thread."""
+
+    def __init__(self, log_manager: object, config: CleanerConfig) -> None:
+        from tidelog.storage.log_manager import LogManager
+
+        assert isinstance(log_manager, LogManager)
+        self.log_manager = log_manager
+        self.config = config
+        self.in_progress: set[TopicPartition] = set()
+        self.checkpoints: dict[str, OffsetCheckpointFile] = {
+            d: OffsetCheckpointFile.in_dir(log_manager.file_io, d, CLEANER_OFFSET_CHECKPOINT)
+            for d in log_manager.log_dirs
+        }
+        self.cleaners = [
+            Cleaner(OffsetMap(config.dedupe_buffer_size // config.num_threads,
+                              config.dedupe_buffer_load_factor))
+            for _ in range(config.num_threads)
+        ]
+
+    def all_checkpoints(self) -> dict[TopicPartition, int]:
+        out: dict[TopicPartition, int] = {}
+        for log_dir, checkpoint in self.checkpoints.items():
+            if log_dir not in self.log_manager.offline_dirs:
+                out.update(checkpoint.read())
+        return out
+
+    def grab_filthiest_log(self, now_ms: int) -> LogToClean | None:
+        """Kafka's grabFilthiestCompactedLog: among the compacted logs not being cleaned, those
+        past min.cleanable.dirty.ratio or due by max.compaction.lag.ms; the highest ratio."""
+        checkpoints = self.all_checkpoints()
+        best: LogToClean | None = None
+        for tp, log in list(self.log_manager.logs.items()):
+            if tp in self.in_progress or not is_compacted(log) or log.closed or log.failed:
+                continue
+            ltc = log_to_clean(log, checkpoints.get(tp), now_ms)
+            if ltc.total_bytes == 0:
+                continue
+            if not ((ltc.need_compaction_now and ltc.cleanable_bytes > 0)
+                    or ltc.cleanable_ratio > log.config.min_cleanable_dirty_ratio):
+                continue
+            if best is None or ltc.cleanable_ratio > best.cleanable_ratio:
+                best = ltc
+        if best is not None:
+            tp = best.log.topic_partition
+            assert tp is not None
+            self.in_progress.add(tp)
+        return best
+
+    def done_cleaning(self, ltc: LogToClean, end_offset: int | None) -> None:
+        tp = ltc.log.topic_partition
+        assert tp is not None
+        self.in_progress.discard(tp)
+        if end_offset is None:
+            return
+        log_dir = self.log_manager.log_dir_of.get(tp)
+        if log_dir is None or log_dir in self.log_manager.offline_dirs:
+            return
+        checkpoint = self.checkpoints[log_dir]
+        entries = checkpoint.read()
+        entries[tp] = end_offset
+        live = {t for t, d in self.log_manager.log_dir_of.items() if d == log_dir}
+        checkpoint.write({t: o for t, o in entries.items() if t in live})
+
+    def clean_once(self, cleaner: Cleaner, now_ms: int) -> Iterator[int]:
+        """One pass of `cleaner` on the filthiest log (nothing when none is due)."""
+        ltc = self.grab_filthiest_log(now_ms)
+        if ltc is None:
+            return
+        end: int | None = None
+        try:
+            yield from cleaner.clean(ltc, now_ms)
+            end = cleaner.end_offset
+        finally:
+            self.done_cleaning(ltc, end)
