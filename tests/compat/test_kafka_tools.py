@@ -78,3 +78,37 @@ def test_console_producer_then_console_consumer(pair: Pair) -> None:
     produced, consumed, out = pair.same(scenario)
     assert (produced, consumed) == (0, 0)
     assert out == [f"Offset:{i}\tkey-{i}\tvalue {i}" for i in range(20)]
+
+
+GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+
+
+def _group_rows(out: str) -> list[list[str]]:
+    """kafka-consumer-groups --describe's table, without the columns that name a consumer's
+    id, host or client id (they differ between any two runs)."""
+    rows = [line.split() for line in out.strip().splitlines() if line.strip()]
+    header = rows[0] if rows else []
+    keep = [i for i, h in enumerate(header) if h not in ("CONSUMER-ID", "HOST", "CLIENT-ID")]
+    return [[r[i] for i in keep if i < len(r)] for r in rows]
+
+
+def test_kafka_consumer_groups_list_and_describe(pair: Pair) -> None:
+    def scenario(t: Target) -> object:
+        bs = ("--bootstrap-server", t.bootstrap)
+        code, _, err = tool(TOPICS, *bs, "--create", "--topic", "grouped-tool", "--partitions",
+                            "2", "--replication-factor", "3")
+        assert code == 0, err
+        # Keyed: the partitions are murmur2's, the same on both clusters, and both get records.
+        tool(CONSOLE_PRODUCER, *bs, "--topic", "grouped-tool", "--property", "parse.key=true",
+             input="k1\ta\nk2\tb\nk3\tc\nk4\td\n")
+        consumed = tool(CONSOLE_CONSUMER, *bs, "--topic", "grouped-tool", "--group", "tool-g",
+                        "--from-beginning", "--max-messages", "4", "--timeout-ms", "30000")
+        listed = tool(GROUPS, *bs, "--list")
+        code, described, err = tool(GROUPS, *bs, "--describe", "--group", "tool-g")
+        assert code == 0, err
+        missing = tool(GROUPS, *bs, "--describe", "--group", "no-such-group")
+        return (consumed[0], sorted(consumed[1].split()), listed[0], "tool-g" in listed[1],
+                _group_rows(described), missing[0], (missing[1] + missing[2]).strip()[-80:])
+
+    got = pair.same(scenario)
+    assert got[0] == 0 and got[1] == ["a", "b", "c", "d"]
