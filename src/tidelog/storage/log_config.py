@@ -5,9 +5,6 @@ implement (`UNSUPPORTED`): for those only the value that describes what tidelog 
 accepted; any other is refused (INVALID_CONFIG, the message naming the key and why) rather than
 accepted and ignored:
 
-- ``cleanup.policy``: ``delete`` only (no log compaction), and the compaction keys
-  ``delete.retention.ms``, ``min.compaction.lag.ms``, ``max.compaction.lag.ms``,
-  ``min.cleanable.dirty.ratio`` keep their defaults (they only act on compacted topics);
 - ``preallocate``: ``false`` (segment files are not preallocated);
 - ``message.downconversion.enable``: ``false`` (tidelog serves Fetch v4+ only, so records are
   never down-converted; Kafka's default is true);
@@ -33,17 +30,10 @@ class UnsupportedConfigError(ValueError):
     """A value asking for a feature tidelog does not implement (see `UNSUPPORTED`)."""
 
 _CLEANUP_POLICIES = {"delete", "compact"}
-_NO_COMPACTION = "log compaction is not implemented"
-_COMPACTION_ONLY = "it configures log compaction, which tidelog does not implement"
 _NO_THROTTLE = "replication quotas (throttled replicas) are not implemented"
 
 # Kafka key -> why only the default value is accepted (see the module docstring).
 UNSUPPORTED: dict[str, str] = {
-    "cleanup.policy": f"only delete: {_NO_COMPACTION}",
-    "delete.retention.ms": _COMPACTION_ONLY,
-    "min.compaction.lag.ms": _COMPACTION_ONLY,
-    "max.compaction.lag.ms": _COMPACTION_ONLY,
-    "min.cleanable.dirty.ratio": _COMPACTION_ONLY,
     "preallocate": "segment files are not preallocated",
     "message.downconversion.enable": "tidelog never down-converts records (Fetch v4+ only)",
     "leader.replication.throttled.replicas": _NO_THROTTLE,

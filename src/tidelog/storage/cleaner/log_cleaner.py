@@ -152,8 +152,15 @@ class Cleaner:
         self.aborted = False
         offset_map = self.offset_map
         offset_map.clear()
+        # The segments this pass may rewrite, as they are now: a truncation or a retention
+        # deletion while the pass runs shows as a change of this list or of a size.
+        snapshot = _segments(log, -1, target.first_uncleanable_offset)
+        sizes = [s.size for s in snapshot]
         yield from self._build_offset_map(log, target.first_dirty_offset,
                                           target.first_uncleanable_offset)
+        if snapshot and not self._unchanged(log, snapshot, sizes):
+            self._abort(log, None, None)
+            return
         end = offset_map.latest_offset + 1 if offset_map.latest_offset >= 0 else \
             target.first_dirty_offset
         end = max(end, target.first_dirty_offset)
@@ -161,7 +168,7 @@ class Cleaner:
             # A dirty section without keyed records (or empty): nothing to dedupe against, but
             # the section is now clean.
             end = target.first_uncleanable_offset
-        for group in self._group_segments(_segments(log, -1, end), log):
+        for group in self._group_segments([s for s in snapshot if s.base_offset < end], log):
             yield from self._clean_segments(log, group, now_ms, target)
             if self.aborted:
                 return
@@ -325,12 +332,12 @@ class Cleaner:
         return (log.segments[first : first + len(group)] == group
                 and [s.size for s in group] == sizes)
 
-    def _abort(self, log: Log, out: object, cleaned_path: str) -> None:
+    def _abort(self, log: Log, out: object, cleaned_path: str | None) -> None:
         self.aborted = True
         close = getattr(out, "close", None)
         if close is not None:
             close()
-        if log.file_io.exists(cleaned_path):
+        if cleaned_path is not None and log.file_io.exists(cleaned_path):
             log.file_io.remove(cleaned_path)
         logger.info("%s: cleaning aborted: the log changed under the cleaner", log.dir)
 
