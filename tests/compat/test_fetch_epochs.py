@@ -43,18 +43,29 @@ def _fetch(address: str, current_leader_epoch: int, isolation_level: int = 0,
             p.log_start_offset, bytes(p.records or b""))
 
 
+def _replica_hw(address: str, topic: str) -> int:
+    """The HW a replica itself holds: a Fetch with Kafka's debugging replica id (-2), which any
+    replica answers."""
+    request = m_fetch.FetchRequest(
+        replica_id=-2, max_wait_ms=0, min_bytes=0, topics=[m_fetch.FetchTopic(
+            topic, partitions=[m_fetch.FetchPartition(0, fetch_offset=0, partition_max_bytes=1)])])
+    p = raw(address, request, 12).responses[0].partitions[0]
+    return int(p.high_watermark) if p.error_code == 0 else -1
+
+
 def _list_offsets(address: str, current_leader_epoch: int, isolation_level: int,
-                  timestamp: int) -> object:
+                  timestamp: int, topic: str = TOPIC) -> object:
     request = m_lo.ListOffsetsRequest(replica_id=-1, isolation_level=isolation_level, topics=[
-        m_lo.ListOffsetsTopic(TOPIC, [m_lo.ListOffsetsPartition(
+        m_lo.ListOffsetsTopic(topic, [m_lo.ListOffsetsPartition(
             0, current_leader_epoch=current_leader_epoch, timestamp=timestamp)])])
     p = raw(address, request, 4).topics[0].partitions[0]
     return ErrorCode(p.error_code).name, p.offset, p.timestamp, p.leader_epoch
 
 
-def _end_offset_for_epoch(address: str, current_leader_epoch: int, epoch: int) -> object:
+def _end_offset_for_epoch(address: str, current_leader_epoch: int, epoch: int,
+                          topic: str = TOPIC) -> object:
     request = m_ofle.OffsetForLeaderEpochRequest(replica_id=-1, topics=[
-        m_ofle.OffsetForLeaderTopic(TOPIC, [m_ofle.OffsetForLeaderPartition(
+        m_ofle.OffsetForLeaderTopic(topic, [m_ofle.OffsetForLeaderPartition(
             0, current_leader_epoch=current_leader_epoch, leader_epoch=epoch)])])
     p = raw(address, request, 3).topics[0].partitions[0]
     return ErrorCode(p.error_code).name, p.leader_epoch, p.end_offset
@@ -127,3 +138,46 @@ def test_init_producer_id_for_an_idempotent_producer(pair: Pair) -> None:
         return ErrorCode(r.error_code).name, r.producer_id >= 0, r.producer_epoch
 
     assert pair.same(scenario) == ("NONE", True, 0)
+
+
+def test_a_stale_leader_epoch_is_fenced_after_a_leader_change(pair: Pair) -> None:
+    """The leader's broker shuts down: a new leader with epoch 1 fences requests naming epoch 0
+    (FENCED_LEADER_EPOCH) and tells where epoch 0 ended."""
+    def scenario(t: Target) -> object:
+        _setup(t, "fenced")
+        md = t.admin().list_topics(timeout=10)
+        part = md.topics["fenced"].partitions[0]
+        old_leader = part.leader
+        # Followers learn the HW in the fetch after the one that copied the batch: wait for it,
+        # so that the new leader starts from HW 3 on both clusters.
+        deadline = time.monotonic() + 30
+        for r in part.replicas:
+            address = f"{md.brokers[r].host}:{md.brokers[r].port}"
+            while _replica_hw(address, "fenced") != 3:
+                assert time.monotonic() < deadline, f"replica {r} did not learn the HW in time"
+                time.sleep(0.2)
+        t.stop_broker(old_leader)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                p = t.admin().list_topics(timeout=10).topics["fenced"].partitions[0]
+                if p.leader not in (-1, old_leader):
+                    break
+                assert time.monotonic() < deadline, "no new leader in time"
+                time.sleep(0.2)
+            leader = leader_address(t, "fenced")
+            seen = {
+                "fetch, old epoch": _fetch(leader, 0, topic="fenced")[0],
+                "fetch, new epoch": _fetch(leader, 1, topic="fenced")[:4],
+                "list, old epoch": _list_offsets(leader, 0, 0, -1, topic="fenced"),
+                "list, new epoch": _list_offsets(leader, 1, 0, -1, topic="fenced"),
+                "end of epoch 0": _end_offset_for_epoch(leader, 1, 0, topic="fenced"),
+                "end of epoch 1": _end_offset_for_epoch(leader, 1, 1, topic="fenced"),
+                "epochs, old current": _end_offset_for_epoch(leader, 0, 0, topic="fenced"),
+            }
+        finally:
+            t.start_broker(old_leader)
+        return seen
+
+    got = pair.same(scenario)
+    assert got["fetch, old epoch"] == "FENCED_LEADER_EPOCH"
