@@ -18,8 +18,10 @@ from tidelog.coordinator.offsets import GROUP_METADATA_TOPIC_NAME, load_partitio
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import create_partitions as m_cp
 from tidelog.protocol.messages import delete_records as m_dr
+from tidelog.protocol.messages import elect_leaders as m_el
 from tidelog.protocol.messages import find_coordinator as m_fc
 from tidelog.protocol.messages import offset_delete as m_od
+from tidelog.replication.types import TopicPartition
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # noqa: E402
@@ -46,6 +48,21 @@ class Cluster:
                 return False
         return True
 
+    def stop(self, broker_id: int) -> None:
+        self.brokers.pop(broker_id).stop()
+
+    def restart(self, broker_id: int, props: dict[str, str]) -> None:
+        self.brokers[broker_id] = BrokerThread(props, controller_factory=KafkaController).start()
+        wait_until(lambda: all(
+            broker_id in b.call(lambda b=b: b.server.metadata_cache.alive_broker_ids())
+            for b in self.brokers.values()), what=f"broker {broker_id} known to all")
+        # Clients bootstrapped from the brokers running now (a restarted one has a new port).
+        self.bootstrap = ",".join(b.bootstrap for b in self.brokers.values())
+        self.admin = AdminClient({"bootstrap.servers": self.bootstrap})
+
+    def state(self, topic: str, partition: int = 0) -> Any:
+        return self.zk.get_partition_state((topic, partition))
+
     def leader(self, topic: str, partition: int = 0) -> BrokerThread:
         state = self.zk.get_partition_state((topic, partition))
         assert state is not None
@@ -71,7 +88,9 @@ class Cluster:
 
     def settle(self) -> None:
         """A barrier: the controller has handled every ZooKeeper change seen so far."""
-        active = next(b for b in self.brokers.values() if b.server.controller.is_active)
+        active = wait_until(lambda: next((b for b in self.brokers.values()
+                                          if b.server.controller.is_active), None),
+                            what="an active controller")
         active.run(active.server.controller.wait_idle())
 
 
@@ -85,6 +104,7 @@ def cluster(zookeeper: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterato
                 broker_props(i, zk, tmp_path_factory.mktemp(f"admin{i}"),
                              **{"auto.leader.rebalance.enable": "false",
                                 "offsets.topic.num.partitions": "3",
+                                "replica.lag.time.max.ms": "1000",
                                 "group.initial.rebalance.delay.ms": "0"}),
                 controller_factory=KafkaController).start())
         c = Cluster(zk, brokers)
@@ -95,6 +115,7 @@ def cluster(zookeeper: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         yield c
         del c.admin
         c.zk.close()
+        brokers.extend(c.brokers.values())  # restarted ones too
     finally:
         for b in brokers:
             b.stop()
@@ -430,3 +451,94 @@ def test_offset_delete_group_errors(cluster: Cluster) -> None:
     assert (resp.error_code, resp.topics) == (ErrorCode.GROUP_ID_NOT_FOUND, [])
     resp = send(coordinator.port, m_od.OffsetDeleteRequest(group_id="", topics=[]))
     assert resp.error_code == ErrorCode.INVALID_GROUP_ID
+
+
+# ---------------------------------------------------------------------- ElectLeaders
+def _elect(cluster: Cluster, election_type: Any, partitions: list[tuple[str, int]]
+           ) -> dict[tuple[str, int], int]:
+    # Bootstrapped from the brokers running now (a stopped one may be the only one known).
+    admin = AdminClient({"bootstrap.servers": ",".join(
+        b.bootstrap for b in cluster.brokers.values())})
+    future = admin.elect_leaders(
+        election_type, [confluent_kafka.TopicPartition(t, p) for t, p in partitions])
+    return {(tp.topic, tp.partition): 0 if err is None else int(err.code())
+            for tp, err in future.result(40).items()}
+
+
+def _raw_elect(broker: BrokerThread, election_type: int, topic: str, partitions: list[int]
+               ) -> list[tuple[int, int, str | None]]:
+    resp = send(broker.port, m_el.ElectLeadersRequest(
+        election_type=election_type, topic_partitions=[m_el.TopicPartitions(topic, partitions)],
+        timeout_ms=10000), 1)
+    return [(r.partition_id, r.error_code, r.error_message)
+            for t in resp.replica_election_results for r in t.partition_result]
+
+
+def test_preferred_leader_election(cluster: Cluster) -> None:
+    preferred = confluent_kafka.ElectionType.PREFERRED
+    cluster.admin.create_topics([NewTopic("pref", 1, replica_assignment=[[1, 2, 3]])],
+                                operation_timeout=20)["pref"].result(30)
+    wait_until(lambda: (s := cluster.state("pref")) and s.leader == 1 and len(s.isr) == 3,
+               what="pref online")
+    assert _elect(cluster, preferred, [("pref", 0)]) == {
+        ("pref", 0): confluent_kafka.KafkaError.ELECTION_NOT_NEEDED}
+    props = dict(cluster.brokers[1].props)
+    cluster.stop(1)
+    wait_until(lambda: cluster.state("pref").leader in (2, 3), what="a new leader")
+    cluster.settle()
+    active = next(b for b in cluster.brokers.values() if b.server.controller.is_active)
+    assert _raw_elect(active, 0, "pref", [0]) == [
+        (0, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+         "Failed to elect leader for partition pref-0 under strategy"
+         " PreferredReplicaPartitionLeaderElectionStrategy")]
+    other = cluster.state("pref").leader
+    cluster.restart(1, props)
+    wait_until(lambda: 1 in cluster.state("pref").isr, what="broker 1 back in the ISR")
+    cluster.settle()
+    assert cluster.state("pref").leader == other  # no automatic rebalance here
+    assert _elect(cluster, preferred, [("pref", 0), ("pref", 5)]) == {
+        ("pref", 0): 0, ("pref", 5): confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART}
+    state = cluster.state("pref")
+    assert state.leader == 1 and sorted(state.isr) == [1, 2, 3]
+    # The answer waited for the new leader to be in the metadata (of the controller, which
+    # answered; the others follow with the same UpdateMetadata).
+    wait_until(lambda: all(b.call(lambda b=b: b.server.metadata_cache.partition(
+        TopicPartition("pref", 0))).leader == 1 for b in cluster.brokers.values()),
+        what="every broker's metadata")
+
+
+def test_elect_leaders_at_a_broker_that_is_not_the_controller(cluster: Cluster) -> None:
+    cluster.create_topic("nc", 1)
+    cluster.settle()
+    other = next(b for b in cluster.brokers.values() if not b.server.controller.is_active)
+    assert _raw_elect(other, 0, "nc", [0]) == [(0, ErrorCode.NOT_CONTROLLER, None)]
+
+
+def test_unclean_leader_election(cluster: Cluster) -> None:
+    unclean = confluent_kafka.ElectionType.UNCLEAN
+    cluster.admin.create_topics([NewTopic("uncl", 1, replica_assignment=[[2, 3]]),
+                                 NewTopic("lonely", 1, replica_assignment=[[2]])],
+                                operation_timeout=20)["uncl"].result(30)
+    wait_until(lambda: (s := cluster.state("uncl")) and s.leader == 2 and len(s.isr) == 2,
+               what="uncl online")
+    assert _elect(cluster, unclean, [("uncl", 0)]) == {
+        ("uncl", 0): confluent_kafka.KafkaError.ELECTION_NOT_NEEDED}
+    props = {i: dict(cluster.brokers[i].props) for i in (2, 3)}
+    cluster.stop(3)
+    wait_until(lambda: list(cluster.state("uncl").isr) == [2], what="the ISR shrunk to [2]")
+    cluster.stop(2)
+    wait_until(lambda: cluster.state("uncl").leader == -1, what="uncl offline")
+    cluster.restart(3, props[3])
+    cluster.settle()
+    state = cluster.state("uncl")
+    assert (state.leader, list(state.isr)) == (-1, [2])  # 3 is out of sync: no clean election
+    active = next(b for b in cluster.brokers.values() if b.server.controller.is_active)
+    assert _raw_elect(active, 1, "lonely", [0]) == [
+        (0, ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+         "Failed to elect leader for partition lonely-0 under strategy"
+         " OfflinePartitionLeaderElectionStrategy(true)")]
+    assert _elect(cluster, unclean, [("uncl", 0)]) == {("uncl", 0): 0}
+    state = cluster.state("uncl")
+    assert (state.leader, list(state.isr)) == (3, [3])
+    cluster.restart(2, props[2])
+    wait_until(lambda: sorted(cluster.state("uncl").isr) == [2, 3], what="2 back in the ISR")

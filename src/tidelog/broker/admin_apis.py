@@ -25,6 +25,11 @@ DeleteGroups (42) and OffsetDelete (47) are the group coordinator's
 (`GroupCoordinator.handle_delete_groups` / `handle_delete_offsets`, Kafka's handleDeleteGroups /
 handleDeleteOffsets); OffsetDelete answers UNKNOWN_TOPIC_OR_PARTITION for a partition the
 metadata does not know, before asking the coordinator, and a group-level error alone.
+
+ElectLeaders (43) is the controller's (`KafkaController.elect_leaders`): NOT_CONTROLLER on any
+other broker (clients send it to the controller). The answer waits, as Kafka's
+DelayedElectLeader, until this broker's metadata shows each elected leader (REQUEST_TIMED_OUT
+after timeout_ms). Asked for every partition (null), it leaves out those that needed no election.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import create_partitions as m_cp
 from tidelog.protocol.messages import delete_groups as m_dg
 from tidelog.protocol.messages import delete_records as m_dr
+from tidelog.protocol.messages import elect_leaders as m_el
 from tidelog.protocol.messages import offset_delete as m_od
 from tidelog.replication.types import TopicPartition
 from tidelog.storage.errors import OffsetOutOfRangeError
@@ -69,6 +75,7 @@ class AdminApis:
         apis.register_handler(ApiKey.DELETE_RECORDS, self.handle_delete_records)
         apis.register_handler(ApiKey.DELETE_GROUPS, self.handle_delete_groups)
         apis.register_handler(ApiKey.OFFSET_DELETE, self.handle_offset_delete)
+        apis.register_handler(ApiKey.ELECT_LEADERS, self.handle_elect_leaders)
 
     # ------------------------------------------------------------------ CreatePartitions
     async def handle_create_partitions(
@@ -231,6 +238,42 @@ class AdminApis:
             topics.setdefault(topic, m_od.OffsetDeleteResponseTopic(name=topic)).partitions.append(
                 m_od.OffsetDeleteResponsePartition(partition_index=partition, error_code=code))
         return m_od.OffsetDeleteResponse(topics=list(topics.values()))
+
+    # ------------------------------------------------------------------ ElectLeaders
+    async def handle_elect_leaders(
+        self, ctx: RequestContext, request: m_el.ElectLeadersRequest
+    ) -> m_el.ElectLeadersResponse:
+        asked = None if request.topic_partitions is None else [
+            TopicPartition(t.topic, p) for t in request.topic_partitions for p in t.partitions]
+        controller = self.server.controller
+        election_type = request.election_type if ctx.api_version >= 1 else 0
+        if controller is None or not getattr(controller, "is_active", False):
+            results = {tp: (int(ErrorCode.NOT_CONTROLLER), None, -1) for tp in asked or ()}
+        else:
+            results = dict(await controller.elect_leaders(asked, election_type))
+        expected = {tp: leader for tp, (code, _, leader) in results.items() if code == 0}
+        if expected:
+            cache = self.server.metadata_cache
+            deadline = time.monotonic() + max(request.timeout_ms, 0) / 1000
+            while True:
+                pending = [tp for tp, leader in expected.items()
+                           if (p := cache.partition(tp)) is None or p.leader != leader]
+                if not pending:
+                    break
+                if time.monotonic() >= deadline:
+                    for tp in pending:
+                        results[tp] = (int(ErrorCode.REQUEST_TIMED_OUT), None, -1)
+                    break
+                await asyncio.sleep(_POLL_S)
+        if asked is None:
+            results = {tp: r for tp, r in results.items()
+                       if r[0] != ErrorCode.ELECTION_NOT_NEEDED}
+        topics: dict[str, m_el.ReplicaElectionResult] = {}
+        for tp, (code, message, _) in results.items():
+            topics.setdefault(tp.topic, m_el.ReplicaElectionResult(topic=tp.topic)) \
+                .partition_result.append(m_el.PartitionResult(
+                    partition_id=tp.partition, error_code=code, error_message=message))
+        return m_el.ElectLeadersResponse(replica_election_results=list(topics.values()))
 
 
 class DelayedDeleteRecords:

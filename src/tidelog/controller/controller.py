@@ -954,6 +954,62 @@ class KafkaController:
         return await self.enqueue("PreferredReplicaLeaderElection",
                                   lambda: self._elect_preferred(None))
 
+    async def elect_leaders(self, partitions: Iterable[TopicPartition] | None,
+                            election_type: int) -> dict[TopicPartition, tuple[int, str | None, int]]:
+        """An admin's ElectLeaders (Kafka's `electLeaders`, ZooKeeper mode): (error, message,
+        the leader elected) per partition; None: every partition. NOT_CONTROLLER for each when
+        this broker is not the active controller."""
+        asked = None if partitions is None else list(dict.fromkeys(partitions))
+        not_controller = {tp: (int(ErrorCode.NOT_CONTROLLER), None, -1) for tp in asked or ()}
+        if not self.is_active:
+            return not_controller
+        try:
+            return await self.enqueue("ReplicaLeaderElection",
+                                      lambda: self._on_elect_leaders(asked, election_type))
+        except ControllerMovedError:
+            return not_controller
+
+    async def _on_elect_leaders(self, partitions: list[TopicPartition] | None,
+                                election_type: int
+                                ) -> dict[TopicPartition, tuple[int, str | None, int]]:
+        core = self.core
+        if core is None:
+            return {tp: (int(ErrorCode.NOT_CONTROLLER), None, -1) for tp in partitions or ()}
+        if partitions is None:
+            partitions = sorted(core.assignments)
+        out: dict[TopicPartition, tuple[int, str | None, int]] = {}
+        known: list[TopicPartition] = []
+        for tp in partitions:
+            if tp.topic in self.topics_to_be_deleted and tp in self._deletion_assignments.get(
+                    tp.topic, {}):
+                out[tp] = (int(ErrorCode.INVALID_TOPIC_EXCEPTION), "The topic is being deleted",
+                           -1)
+            else:
+                known.append(tp)
+        outcome: dict[TopicPartition, tuple[int, str | None, int]] = {}
+
+        def event() -> Decision:
+            decision, results = core.elect_leaders(known, election_type)
+            for tp, result in results.items():
+                # A replay after a lost compare-and-set sees the partitions already elected
+                # by the first attempt as not needing an election: they keep their result.
+                previous = outcome.get(tp)
+                if previous is None or previous[0] != 0 or result[0] == 0:
+                    outcome[tp] = result
+            return decision
+
+        # The states are re-read first: a leader may have changed an ISR meanwhile.
+        await self._execute(event, [tp for tp in known if tp in core.partition_states])
+        for tp, (code, message, leader) in outcome.items():
+            state = core.partition_states.get(tp)
+            if code == 0 and (state is None or state.leader != leader):
+                # The write lost every compare-and-set: nothing was elected.
+                code, message, leader = int(ErrorCode.UNKNOWN_SERVER_ERROR), None, -1
+            out[tp] = (code, message, leader)
+        if self.core is not core:
+            return {tp: (int(ErrorCode.NOT_CONTROLLER), None, -1) for tp in partitions}
+        return out
+
     async def _schedule_rebalance(self, interval_s: float) -> None:
         while True:
             await asyncio.sleep(interval_s)

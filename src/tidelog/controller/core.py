@@ -25,10 +25,18 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from tidelog.protocol.errors import ErrorCode
 from tidelog.replication import election
 from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
 
 NO_LEADER = -1
+# ElectLeadersRequest's election_type (Kafka's ElectionType)
+ELECTION_PREFERRED = 0
+ELECTION_UNCLEAN = 1
+UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+ELECTION_NOT_NEEDED = int(ErrorCode.ELECTION_NOT_NEEDED)
+PREFERRED_LEADER_NOT_AVAILABLE = int(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE)
+ELIGIBLE_LEADERS_NOT_AVAILABLE = int(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +268,42 @@ class ControllerCore:
                 d.writes.append(w)
         return d
 
+    def elect_leaders(self, partitions: Iterable[TopicPartition], election_type: int
+                      ) -> tuple[Decision, dict[TopicPartition, tuple[int, str | None, int]]]:
+        """An admin's ElectLeaders (Kafka's processReplicaLeaderElection, AdminClientTriggered):
+        per partition (error code, message, the leader elected). PREFERRED (0) moves the
+        leadership to the first assigned replica if it is alive and in the ISR; UNCLEAN (1)
+        elects a leader for a partition without a live one, out of the ISR if need be.
+        ELECTION_NOT_NEEDED when the partition already has such a leader; a failed election is
+        PREFERRED_LEADER_NOT_AVAILABLE / ELIGIBLE_LEADERS_NOT_AVAILABLE."""
+        d = Decision(update_metadata=True)
+        out: dict[TopicPartition, tuple[int, str | None, int]] = {}
+        preferred = election_type == ELECTION_PREFERRED
+        for tp in partitions:
+            state = self.partition_states.get(tp)
+            replicas = self.assignments.get(tp)
+            if replicas is None:
+                out[tp] = (UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.", -1)
+                continue
+            live = state is not None and state.leader != NO_LEADER \
+                and state.leader in self.live_brokers
+            if state is not None and (state.leader == replicas[0] if preferred else live):
+                out[tp] = (ELECTION_NOT_NEEDED, None, -1)
+                continue
+            w = None if state is None else self._elect(
+                tp, state, reason="preferred" if preferred else "unclean")
+            if w is None:
+                strategy = ("PreferredReplicaPartitionLeaderElectionStrategy" if preferred
+                            else "OfflinePartitionLeaderElectionStrategy(true)")
+                out[tp] = (PREFERRED_LEADER_NOT_AVAILABLE if preferred
+                           else ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                           f"Failed to elect leader for partition {tp.topic}-{tp.partition}"
+                           f" under strategy {strategy}", -1)
+                continue
+            d.writes.append(w)
+            out[tp] = (0, None, w.state.leader)
+        return d, out
+
     def mark_unclean_restart(self, broker_id: int) -> None:
         """`broker_id` registered after an unclean shutdown: until it is back in a partition's
         ISR under another leader, it is no clean leader candidate for that partition."""
@@ -333,8 +377,11 @@ class ControllerCore:
         elif reason == "preferred":
             result = election.preferred_replica_leader_election(replicas, state.isr, live)
         else:
+            # "unclean": an admin's UNCLEAN election allows an out-of-sync leader whatever
+            # unclean.leader.election.enable says.
             result = election.offline_partition_leader_election(
-                replicas, state.isr, live, self.unclean_leader_election_enable,
+                replicas, state.isr, live,
+                reason == "unclean" or self.unclean_leader_election_enable,
                 not_clean_candidates=tuple(sorted(self.unclean_restarted.get(tp, ()))))
         if result.leader is None:
             self.stats.failed_elections += 1
