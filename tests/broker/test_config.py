@@ -318,9 +318,18 @@ def test_invalid_configuration_is_a_one_line_error_naming_the_key(
     assert "\n" not in message
 
 
+def test_the_log_cleaner_keys_are_read_and_checked() -> None:
+    config = KafkaConfig.from_text(
+        "zookeeper.connect=127.0.0.1:2181\nlog.cleanup.policy=compact,delete\n"
+        "log.cleaner.min.compaction.lag.ms=5\nlog.cleaner.threads=2\n")
+    assert config.log_config()["cleanup.policy"] == "compact,delete"
+    assert config.log_config()["min.compaction.lag.ms"] == 5
+    with pytest.raises(ConfigError, match="^log.cleaner.dedupe.buffer.size: must be at least 1MB"):
+        KafkaConfig.from_text("zookeeper.connect=127.0.0.1:2181\nlog.cleaner.threads=2\n"
+                              "log.cleaner.dedupe.buffer.size=2097152\n")
+
+
 @pytest.mark.parametrize(("line", "key"), [
-    ("log.cleanup.policy=compact", "log.cleanup.policy"),
-    ("log.cleaner.min.compaction.lag.ms=5", "log.cleaner.min.compaction.lag.ms"),
     ("log.preallocate=true", "log.preallocate"),
     ("log.message.downconversion.enable=true", "log.message.downconversion.enable"),
 ])

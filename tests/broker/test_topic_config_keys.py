@@ -29,10 +29,20 @@ from tidelog.protocol.messages import describe_configs as m_dc
 from tidelog.protocol.records.batch import iter_batches
 from tidelog.protocol.records.builder import Record, build_batch, build_values
 from tidelog.protocol.records.compression import GZIP
+from tidelog.protocol.records.decoder import decode_records
 from tidelog.replication.types import TopicPartition
 from tidelog.sim.disk import MemoryFileIO
+from tidelog.storage.cleaner.log_cleaner import (
+    Cleaner,
+    CleanerConfig,
+    LogCleanerManager,
+    cleanable_offsets,
+    log_to_clean,
+)
+from tidelog.storage.cleaner.offset_map import OffsetMap
 from tidelog.storage.log import Log
 from tidelog.storage.log_config import LogConfig
+from tidelog.storage.log_manager import LogManager
 
 pytestmark = pytest.mark.integration
 
@@ -80,6 +90,11 @@ def an_hour_old_timestamp(broker: BrokerThread, topic: str) -> int:
 @_wire
 def a_2kb_batch(broker: BrokerThread, topic: str) -> int:
     return produce(broker.port, topic, 0, build_values([b"x" * 2048]), acks=1)[0]
+
+
+@_wire
+def an_unkeyed_record(broker: BrokerThread, topic: str) -> int:
+    return produce(broker.port, topic, 0, build_values([b"x"]), acks=1)[0]
 
 
 @_wire
@@ -156,6 +171,56 @@ def deleted_files_still_on_disk(log: Log) -> int:
     return sum(n.endswith(".deleted") for n in log.file_io.listdir(log.dir))
 
 
+def _keyed(log: Log, key: bytes, value: bytes | None, ts: int) -> None:
+    log.append_as_leader(build_batch([Record(value, key=key)], base_timestamp=ts), 0, now_ms=ts)
+
+
+def _clean(log: Log, now_ms: int) -> None:
+    log.roll(now_ms)
+    log.update_high_watermark(log.log_end_offset)
+    for _ in Cleaner(OffsetMap(1 << 20)).clean(log_to_clean(log, None, now_ms), now_ms):
+        pass
+
+
+@_log
+def tombstones_after_two_cleans(log: Log) -> int:
+    _keyed(log, b"k", b"v", 0)
+    _keyed(log, b"k", None, 0)
+    _clean(log, 0)  # the tombstone's batch gets its delete horizon
+    _clean(log, 5_000)
+    return sum(1 for b in log.batches(0) for r in decode_records(b) if r.value is None)
+
+
+@_log
+def first_uncleanable_offset(log: Log) -> int:
+    _keyed(log, b"k", b"v", 1_000)
+    log.roll(1_000)
+    _keyed(log, b"k", b"w", 1_000)
+    log.update_high_watermark(log.log_end_offset)
+    return cleanable_offsets(log, None, 1_500)[1]
+
+
+@_log
+def compaction_forced(log: Log) -> bool:
+    _keyed(log, b"k", b"v", 0)
+    log.roll(0)
+    log.update_high_watermark(log.log_end_offset)
+    return cleanable_offsets(log, None, 200_000)[2]
+
+
+def log_chosen_by_the_cleaner(broker: BrokerThread, controller: ActingController,
+                              cfg: dict[str, str]) -> bool:
+    """A log with one duplicate key in four is dirty at a ratio of 1 (never cleaned)."""
+    manager = LogManager(["/d"], _topic_config(broker, {}), MemoryFileIO(),
+                         topic_configs={"r": _topic_config(broker, cfg)})
+    log = manager.get_or_create_log("r", 0)
+    for i in range(4):
+        _keyed(log, b"k%d" % (i % 3), b"v", 0)
+    log.roll(0)
+    log.update_high_watermark(log.log_end_offset)
+    return LogCleanerManager(manager, CleanerConfig()).grab_filthiest_log(0) is not None
+
+
 # ----------------------------------------------------------------- observations: the controller
 
 
@@ -197,6 +262,11 @@ ENFORCED: dict[str, tuple[str, Any, dict[str, str]]] = {
     "flush.ms": ("0", flushed_by_the_flusher, {}),
     "file.delete.delay.ms": ("0", deleted_files_still_on_disk, {"segment.bytes": "20000"}),
     "unclean.leader.election.enable": ("true", leader_after_the_isr_dies, {}),
+    "cleanup.policy": ("compact", an_unkeyed_record, {}),
+    "delete.retention.ms": ("1000", tombstones_after_two_cleans, {"cleanup.policy": "compact"}),
+    "min.compaction.lag.ms": ("1000", first_uncleanable_offset, {"cleanup.policy": "compact"}),
+    "max.compaction.lag.ms": ("100000", compaction_forced, {"cleanup.policy": "compact"}),
+    "min.cleanable.dirty.ratio": ("1", log_chosen_by_the_cleaner, {"cleanup.policy": "compact"}),
 }
 # What Kafka observes with the changed value, where it is one thing (codecs, error codes).
 EXACT: dict[str, Any] = {
@@ -206,14 +276,10 @@ EXACT: dict[str, Any] = {
     "max.message.bytes": ErrorCode.MESSAGE_TOO_LARGE,
     "min.insync.replicas": ErrorCode.NOT_ENOUGH_REPLICAS,
     "unclean.leader.election.enable": 2,  # the out-of-sync replica is elected
+    "cleanup.policy": ErrorCode.INVALID_RECORD,  # a compacted topic needs keys
 }
 # key -> a value asking for a feature tidelog does not implement
 REFUSED: dict[str, str] = {
-    "cleanup.policy": "compact",
-    "delete.retention.ms": "1000",
-    "min.compaction.lag.ms": "1000",
-    "max.compaction.lag.ms": "100000",
-    "min.cleanable.dirty.ratio": "0.1",
     "preallocate": "true",
     "message.downconversion.enable": "true",
     "leader.replication.throttled.replicas": "0:1",

@@ -217,9 +217,9 @@ def test_committed_offsets_survive_killing_the_coordinator(real_cluster: RealClu
                  and coordinator in s.isr, timeout_s=60, what="the restarted broker in the ISR")
 
 
-def test_the_offsets_topic_keeps_every_commit(real_cluster: RealCluster) -> None:
-    """A group lookup creates the offsets topic. Kafka's compacts; tidelog refuses compaction,
-    so its offsets topic never deletes by time (retention.ms=-1) and loses no commit."""
+def test_the_offsets_topic_is_compacted(real_cluster: RealCluster) -> None:
+    """A group lookup creates the offsets topic, compacted as Kafka's (the cleaner keeps the
+    latest commit per key; nothing is deleted by time)."""
     group = _name("keep")
     c = confluent_kafka.Consumer(_consumer_conf(real_cluster, group))
     try:
@@ -228,8 +228,7 @@ def test_the_offsets_topic_keeps_every_commit(real_cluster: RealCluster) -> None
         c.close()
     _coordinator_of(real_cluster, group)
     config = real_cluster.zk.get_topic_config(GROUP_METADATA_TOPIC_NAME)
-    assert config.get("retention.ms") == "-1"
-    assert config.get("cleanup.policy", "delete") == "delete"
+    assert config.get("cleanup.policy") == "compact"
 
 
 def test_group_apis_per_version_over_the_wire(real_cluster: RealCluster) -> None:

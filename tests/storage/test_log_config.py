@@ -29,10 +29,16 @@ def test_from_dict_parses_kafka_keys_over_a_base() -> None:
     assert d.retention_ms == -1 and d.segment_bytes == 1048576
 
 
+def test_the_compaction_keys_are_accepted() -> None:
+    c = LogConfig.from_dict({"cleanup.policy": "compact,delete", "delete.retention.ms": "1000",
+                             "min.compaction.lag.ms": "1", "max.compaction.lag.ms": "1000",
+                             "min.cleanable.dirty.ratio": "0.1"})
+    assert (c.cleanup_policy, c.delete_retention_ms, c.min_compaction_lag_ms,
+            c.max_compaction_lag_ms, c.min_cleanable_dirty_ratio) == ("compact,delete", 1000, 1,
+                                                                      1000, 0.1)
+
+
 @pytest.mark.parametrize(("key", "value"), [
-    ("cleanup.policy", "compact"), ("cleanup.policy", "compact,delete"),
-    ("delete.retention.ms", "1000"), ("min.compaction.lag.ms", "1"),
-    ("max.compaction.lag.ms", "1000"), ("min.cleanable.dirty.ratio", "0.1"),
     ("preallocate", "true"), ("message.downconversion.enable", "true"),
     ("leader.replication.throttled.replicas", "0:1"),
     ("follower.replication.throttled.replicas", "*"),

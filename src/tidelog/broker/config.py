@@ -24,6 +24,7 @@ Defaults are Kafka's (checked against apache/kafka `KafkaConfig`/`Defaults`, 3.x
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -283,8 +284,6 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
 }
 
 _UNUSED = "accepted, unused by tidelog"
-_COMPACTION_DEFAULT_ONLY = ("the default only: it configures log compaction, which tidelog does "
-                            "not implement")
 
 # --- ZooKeeper
 define("zookeeper.connect", "string", None, doc="ZooKeeper connect string host:port[,host:port][/chroot]")
@@ -336,17 +335,20 @@ define("log.retention.minutes", "int", None)
 define("log.retention.hours", "int", 24 * 7)
 define("log.retention.bytes", "long", -1)
 define("log.retention.check.interval.ms", "long", 5 * 60 * 1000, at_least(1))
-define("log.cleanup.policy", "list", ["delete"], one_of("compact", "delete"),
-       doc="delete only: log compaction is not implemented")
-define("log.cleaner.enable", "boolean", True, doc=_UNUSED)
-define("log.cleaner.delete.retention.ms", "long", 24 * 60 * 60 * 1000,
-       doc=_COMPACTION_DEFAULT_ONLY)
-define("log.cleaner.min.compaction.lag.ms", "long", 0,
-       doc=_COMPACTION_DEFAULT_ONLY)
-define("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX,
-       doc=_COMPACTION_DEFAULT_ONLY)
-define("log.cleaner.min.cleanable.ratio", "double", 0.5,
-       doc=_COMPACTION_DEFAULT_ONLY)
+define("log.cleanup.policy", "list", ["delete"], one_of("compact", "delete"))
+define("log.cleaner.enable", "boolean", True,
+       doc="run the log cleaner, which compacts the logs of cleanup.policy=compact topics")
+define("log.cleaner.threads", "int", 1, at_least(0),
+       doc="cleaning passes run at once (steps on the event loop, not threads)")
+define("log.cleaner.dedupe.buffer.size", "long", 128 * 1024 * 1024,
+       doc="bytes of key->offset map across all cleaners (24 bytes a key, as Kafka's)")
+define("log.cleaner.io.buffer.load.factor", "double", 0.9)
+define("log.cleaner.io.max.bytes.per.second", "double", sys.float_info.max)
+define("log.cleaner.backoff.ms", "long", 15 * 1000, at_least(0))
+define("log.cleaner.delete.retention.ms", "long", 24 * 60 * 60 * 1000, at_least(0))
+define("log.cleaner.min.compaction.lag.ms", "long", 0, at_least(0))
+define("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX, at_least(1))
+define("log.cleaner.min.cleanable.ratio", "double", 0.5, between(0, 1))
 define("log.index.size.max.bytes", "int", 10 * 1024 * 1024, at_least(4))
 define("log.index.interval.bytes", "int", 4096, at_least(0))
 define("log.flush.interval.messages", "long", LONG_MAX, at_least(1))
@@ -685,6 +687,10 @@ class KafkaConfig:
 
     def _validate(self) -> None:
         v = self._values
+        threads = v["log.cleaner.threads"]
+        if threads == 0 or v["log.cleaner.dedupe.buffer.size"] // threads <= 1024 * 1024:
+            raise ConfigError(
+                "log.cleaner.dedupe.buffer.size", "must be at least 1MB per cleaner thread.")
         if v["replica.fetch.wait.max.ms"] > v["replica.socket.timeout.ms"]:
             raise ConfigError(
                 "replica.fetch.wait.max.ms",

@@ -4,12 +4,11 @@
 
 FindCoordinator: the coordinator of a group is the leader of `__consumer_offsets` partition
 `abs(java_string_hash(group_id)) % offsets.topic.num.partitions`. The first lookup creates that
-topic (`offsets.topic.num.partitions` partitions, `offsets.topic.replication.factor` replicas).
-Kafka's has `cleanup.policy=compact`, which tidelog refuses (no log compaction): its offsets topic
-keeps every record instead (`retention.ms=-1`), so no commit is ever lost to retention; the
-coordinator expires offsets itself (`offsets.retention.minutes`). As Kafka does, the topic is not created while fewer brokers are alive
-than the replication factor: lookups answer COORDINATOR_NOT_AVAILABLE (clients retry) until
-enough brokers registered. Transaction coordinators (key type 1) do not exist in tidelog:
+topic (`offsets.topic.num.partitions` partitions, `offsets.topic.replication.factor` replicas,
+`cleanup.policy=compact`: the log cleaner keeps the latest commit per key, so the topic and the
+coordinator's load time after a failover do not grow with every commit). As Kafka does, the
+topic is not created while fewer brokers are alive than the replication factor: lookups answer
+COORDINATOR_NOT_AVAILABLE (clients retry) until enough brokers registered. Transaction coordinators (key type 1) do not exist in tidelog:
 COORDINATOR_NOT_AVAILABLE.
 
 Leadership of the offsets partitions drives the coordinator: LeaderAndIsr and StopReplica are
@@ -205,7 +204,7 @@ class GroupApis:
                 "are up yet.", alive, rf)
             return
         topic_config = {
-            "retention.ms": "-1",  # in place of compaction, which tidelog does not implement
+            "cleanup.policy": "compact",
             "segment.bytes": str(cfg.offsets_topic_segment_bytes),
             "compression.type": "producer",
         }

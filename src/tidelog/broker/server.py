@@ -40,6 +40,7 @@ from tidelog.broker.config_apis import ConfigApis, ConfigChangeNotifications
 from tidelog.broker.dynamic_config import DYNAMIC_DEFAULT, DynamicBrokerConfig
 from tidelog.broker.group_apis import GroupApis
 from tidelog.broker.kafka_apis import KafkaApis
+from tidelog.broker.log_cleaner import LogCleaner, cleaner_config_from
 from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.replica_manager import BrokerReplicaManager, now_ms
@@ -84,6 +85,7 @@ class BrokerServer:
         self.admin: AdminZkClient = None  # type: ignore[assignment]
         self.log_manager: LogManager = None  # type: ignore[assignment]
         self.replica_manager: BrokerReplicaManager = None  # type: ignore[assignment]
+        self.log_cleaner: LogCleaner | None = None
         self.metadata_cache: MetadataCache = None  # type: ignore[assignment]
         self.producer_id_manager: ProducerIdManager = None  # type: ignore[assignment]
         self.apis: KafkaApis = None  # type: ignore[assignment]
@@ -224,6 +226,8 @@ class BrokerServer:
             zk.watch_config_changes,
             lambda names: loop.call_soon_threadsafe(self._on_config_changes, names))
         self.replica_manager.start()
+        self.log_cleaner = LogCleaner(self.log_manager, cleaner_config_from(cfg))
+        self.log_cleaner.start()
         if cfg.get("tidelog.replication.events.enable"):
             self.replica_manager.events = self._event_publisher()
             self.replica_manager.events.start()
@@ -363,6 +367,9 @@ class BrokerServer:
         if self.replica_manager is not None:
             with contextlib.suppress(Exception):
                 await self.replica_manager.shutdown()
+        if self.log_cleaner is not None:
+            with contextlib.suppress(Exception):
+                await self.log_cleaner.shutdown()
         if self.log_manager is not None:
             with contextlib.suppress(Exception):
                 self.log_manager.shutdown()
@@ -464,6 +471,8 @@ class BrokerServer:
                 await self.replica_manager.events.shutdown()
             if self.replica_manager is not None:
                 await self.replica_manager.shutdown()
+            if self.log_cleaner is not None:
+                await self.log_cleaner.shutdown()
             for server in self.socket_servers.values():
                 await server.shutdown(grace_s=1.0)
             if self.log_manager is not None:

@@ -167,6 +167,9 @@ class Log:
         self.last_flush_ms = now_ms
         self.closed = False
         self.failed = False  # an I/O error happened: writes are refused until reopened
+        # Called with the new LEO after a truncation (the log cleaner lowers its checkpoint,
+        # as Kafka's LogManager.truncateTo -> maybeTruncateCheckpoint).
+        self.truncation_listeners: list[Callable[[int], None]] = []
         self._dir_dirty = False
         self.leader_epoch_cache = LeaderEpochFileCache(file_io, dir, lambda: self.log_end_offset)
         with self._io("load"):
@@ -783,6 +786,8 @@ class Log:
             if self._dir_dirty:
                 self.file_io.fsync_dir(self.dir)
                 self._dir_dirty = False
+        for listener in self.truncation_listeners:
+            listener(self.log_end_offset)
         return True
 
     def truncate_fully_and_start_at(self, offset: int, now_ms: int | None = None) -> None:
@@ -807,6 +812,8 @@ class Log:
             self.leader_epoch_cache.clear_and_flush()
             self.file_io.fsync_dir(self.dir)
             self._dir_dirty = False
+        for listener in self.truncation_listeners:
+            listener(offset)
 
     # -- retention -------------------------------------------------------------------------
     def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
@@ -825,19 +832,23 @@ class Log:
         return True
 
     def delete_old_segments(self, now_ms: int) -> int:
-        """Kafka's retention: delete the oldest segments that breach retention.ms,
-        retention.bytes or lie wholly below the log start offset; only segments wholly below
-        the HW, and never the last (the active segment is rolled first when it must go).
+        """Kafka's retention: delete the oldest segments that breach retention.ms or
+        retention.bytes (cleanup.policy with delete) or lie wholly below the log start offset;
+        only segments wholly below the HW, and never the last (the active segment is rolled
+        first when it must go).
         Returns the number of segments deleted."""
         self._check_writable()
         config = self.config
         deleted = 0
+        # retention.ms / retention.bytes only for cleanup.policy with delete (a compact-only
+        # topic keeps its segments; the log start offset still moves them out).
+        retained = "delete" in config.cleanup_policy.split(",")
         with self._io("retention"):
-            if config.retention_ms >= 0:
+            if retained and config.retention_ms >= 0:
                 deleted += self._delete_while(
                     lambda seg, _: now_ms - seg.largest_timestamp() > config.retention_ms, now_ms
                 )
-            if config.retention_bytes >= 0:
+            if retained and config.retention_bytes >= 0:
                 excess = [self.size - config.retention_bytes]
 
                 def over_size(seg: LogSegment, _: LogSegment | None) -> bool:

@@ -10,7 +10,10 @@ LogValidator), for the two that need more than the 61-byte header:
   change); the header keeps its producer id, epoch, sequence, flags and timestamps, gets the new
   codec bits, length and CRC32C.
 
-Both run only when the topic sets them (the defaults leave the batch bytes alone, so the
+- ``cleanup.policy`` with ``compact``: every record must have a key, else the append is
+  refused with INVALID_RECORD (87), Kafka's "Compacted topic cannot accept message without key".
+
+Each runs only when the topic sets it (the defaults leave the batch bytes alone, so the
 broker's write path stays zero-copy).
 """
 
@@ -36,13 +39,25 @@ from tidelog.protocol.records.decoder import decode_columns, open_records
 from tidelog.storage.errors import StorageError
 from tidelog.storage.log_config import LONG_MAX, LogConfig
 
-__all__ = ["InvalidTimestampError", "needs_validation", "validate_and_convert", "target_codec"]
+__all__ = [
+    "InvalidRecordError",
+    "InvalidTimestampError",
+    "needs_validation",
+    "target_codec",
+    "validate_and_convert",
+]
 
 
 class InvalidTimestampError(StorageError):
     """A record's CreateTime is too far from the broker's clock (Kafka's INVALID_TIMESTAMP)."""
 
     error_code = 32
+
+
+class InvalidRecordError(StorageError):
+    """A record the topic cannot take (Kafka's INVALID_RECORD): a null key in a compacted topic."""
+
+    error_code = 87
 
 
 def target_codec(compression_type: str) -> int | None:
@@ -56,10 +71,14 @@ def target_codec(compression_type: str) -> int | None:
 
 def needs_validation(config: LogConfig) -> bool:
     """Whether `validate_and_convert` has anything to do for this topic."""
-    return config.compression_type != "producer" or (
+    return config.compression_type != "producer" or _compacted(config) or (
         config.message_timestamp_type == "CreateTime"
         and config.message_timestamp_difference_max_ms < LONG_MAX
     )
+
+
+def _compacted(config: LogConfig) -> bool:
+    return "compact" in config.cleanup_policy.split(",")
 
 
 def validate_and_convert(records: bytes | bytearray | memoryview, config: LogConfig,
@@ -71,6 +90,7 @@ def validate_and_convert(records: bytes | bytearray | memoryview, config: LogCon
     codec = target_codec(config.compression_type)
     max_diff = (config.message_timestamp_difference_max_ms
                 if config.message_timestamp_type == "CreateTime" else LONG_MAX)
+    compacted = _compacted(config)
     parts: list[bytes | memoryview] = []
     changed = False
     view = memoryview(records)
@@ -80,6 +100,9 @@ def validate_and_convert(records: bytes | bytearray | memoryview, config: LogCon
         end += batch.size_in_bytes
         if max_diff < LONG_MAX and not batch.attributes & TIMESTAMP_TYPE_MASK:
             _check_timestamps(batch, now_ms, max_diff)
+        if compacted and not batch.is_control_batch and None in decode_columns(batch).keys:
+            raise InvalidRecordError(
+                "Compacted topic cannot accept message without key in topic partition")
         if codec is None or batch.compression_type == codec:
             parts.append(raw)
             continue

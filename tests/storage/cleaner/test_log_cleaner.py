@@ -5,8 +5,9 @@ a clean (Kafka's first uncleanable offset) and the offset map's size bound."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +19,7 @@ from tidelog.storage.cleaner.log_cleaner import Cleaner, cleanable_offsets, log_
 from tidelog.storage.cleaner.offset_map import OffsetMap
 from tidelog.storage.log import Log
 from tidelog.storage.log_config import LogConfig
+from tidelog.storage.log_validator import InvalidRecordError
 
 RETENTION = 1_000
 
@@ -136,9 +138,18 @@ def test_a_rewritten_batch_keeps_its_offsets_and_producer_fields() -> None:
     assert [(r.offset, r.timestamp) for r in decode_records(first)] == [(1, 5), (2, 5)]
 
 
-def test_unkeyed_records_are_removed_from_the_cleaned_section() -> None:
+def test_a_compacted_topic_refuses_an_unkeyed_record_with_invalid_record() -> None:
     log = compacted_log()
+    with pytest.raises(InvalidRecordError) as info:
+        append(log, [(b"a", b"1"), (None, b"x")], 0)
+    assert info.value.error_code == 87
+    assert log.log_end_offset == 0
+
+
+def test_unkeyed_records_written_before_compaction_are_removed_by_the_clean() -> None:
+    log = compacted_log(cleanup_policy="delete")
     append(log, [(None, b"x"), (b"a", b"1")], 0)
+    log.update_config(replace(log.config, cleanup_policy="compact"))  # a topic config change
     clean(log, 1)
     assert contents(log) == [(1, b"a", b"1")]
 

@@ -386,11 +386,36 @@ class LogCleanerManager:
             d: OffsetCheckpointFile.in_dir(log_manager.file_io, d, CLEANER_OFFSET_CHECKPOINT)
             for d in log_manager.log_dirs
         }
+        self._attached: dict[int, Log] = {}
         self.cleaners = [
             Cleaner(OffsetMap(config.dedupe_buffer_size // config.num_threads,
                               config.dedupe_buffer_load_factor))
             for _ in range(config.num_threads)
         ]
+
+    def _attach(self) -> None:
+        """Follow truncations of every log: a checkpoint above a truncated log's end comes
+        down to it (Kafka's maybeTruncateCheckpoint), else data appended again over the cut
+        would pass for clean."""
+        for tp, log in list(self.log_manager.logs.items()):
+            if id(log) not in self._attached:
+                self._attached[id(log)] = log
+                log.truncation_listeners.append(
+                    lambda end, tp=tp, log=log: self._truncate_checkpoint(tp, log, end))
+        for key in [k for k, log in self._attached.items() if log.closed]:
+            del self._attached[key]
+
+    def _truncate_checkpoint(self, tp: TopicPartition, log: Log, end: int) -> None:
+        if self.log_manager.logs.get(tp) is not log:
+            return
+        log_dir = self.log_manager.log_dir_of.get(tp)
+        if log_dir is None or log_dir in self.log_manager.offline_dirs:
+            return
+        checkpoint = self.checkpoints[log_dir]
+        entries = checkpoint.read()
+        if entries.get(tp, -1) > end:
+            entries[tp] = end
+            checkpoint.write(entries)
 
     def all_checkpoints(self) -> dict[TopicPartition, int]:
         out: dict[TopicPartition, int] = {}
@@ -402,6 +427,7 @@ class LogCleanerManager:
     def grab_filthiest_log(self, now_ms: int) -> LogToClean | None:
         """Kafka's grabFilthiestCompactedLog: among the compacted logs not being cleaned, those
         past min.cleanable.dirty.ratio or due by max.compaction.lag.ms; the highest ratio."""
+        self._attach()
         checkpoints = self.all_checkpoints()
         best: LogToClean | None = None
         for tp, log in list(self.log_manager.logs.items()):
@@ -425,8 +451,8 @@ class LogCleanerManager:
         tp = ltc.log.topic_partition
         assert tp is not None
         self.in_progress.discard(tp)
-        if end_offset is None:
-            return
+        if end_offset is None or self.log_manager.logs.get(tp) is not ltc.log:
+            return  # aborted, or the log was deleted (and maybe created again) meanwhile
         log_dir = self.log_manager.log_dir_of.get(tp)
         if log_dir is None or log_dir in self.log_manager.offline_dirs:
             return
@@ -436,11 +462,15 @@ class LogCleanerManager:
         live = {t for t, d in self.log_manager.log_dir_of.items() if d == log_dir}
         checkpoint.write({t: o for t, o in entries.items() if t in live})
 
-    def clean_once(self, cleaner: Cleaner, now_ms: int) -> Iterator[int]:
-        """One pass of `cleaner` on the filthiest log (nothing when none is due)."""
+    def clean_once(self, cleaner: Cleaner, now_ms: int) -> Iterator[int] | None:
+        """One pass of `cleaner` on the filthiest log as a generator of bytes read (run it to
+        the end), or None when no log is due."""
         ltc = self.grab_filthiest_log(now_ms)
         if ltc is None:
-            return
+            return None
+        return self._clean(cleaner, ltc, now_ms)
+
+    def _clean(self, cleaner: Cleaner, ltc: LogToClean, now_ms: int) -> Iterator[int]:
         end: int | None = None
         try:
             yield from cleaner.clean(ltc, now_ms)
