@@ -100,8 +100,8 @@ def test_validate_only_changes_nothing(one_broker: BrokerThread,
     ([("no.such.key", "1", AlterConfigOpType.SET)], KafkaError.INVALID_CONFIG, "no.such.key"),
     ([("retention.ms", "soon", AlterConfigOpType.SET)], KafkaError.INVALID_CONFIG,
      "Invalid config value for resource"),
-    ([("cleanup.policy", "compact", AlterConfigOpType.SET)], KafkaError.INVALID_CONFIG,
-     "cleanup.policy"),
+    ([("preallocate", "true", AlterConfigOpType.SET)], KafkaError.INVALID_CONFIG,
+     "preallocate"),
     ([("retention.ms", "1", AlterConfigOpType.APPEND)], KafkaError.INVALID_CONFIG,
      "append is not allowed for config key: retention.ms"),
     # A valid change next to a bad one: neither is applied.
@@ -134,8 +134,8 @@ def test_unknown_topics_duplicates_and_broker_keys_are_refused(one_broker: Broke
     assert "Cannot update these configs dynamically: Set(log.dirs)" in fixed.error_message
     bad = alter(4, "1", [("log.retention.ms", 0, "soon")])
     assert bad.error_code == ErrorCode.INVALID_REQUEST and "log.retention.ms" in bad.error_message
-    compact = alter(4, "", [("log.cleanup.policy", 0, "compact")])
-    assert compact.error_code == ErrorCode.INVALID_REQUEST
+    policy = alter(4, "", [("log.cleanup.policy", 0, "shred")])
+    assert policy.error_code == ErrorCode.INVALID_REQUEST
     other = alter(4, "7", [("log.retention.ms", 0, "1000")])
     assert other.error_code == ErrorCode.INVALID_REQUEST and "Unexpected broker id" in other.error_message
 
