@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,8 @@ from tidelog.coordinator.offsets import GROUP_METADATA_TOPIC_NAME, load_partitio
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import create_partitions as m_cp
 from tidelog.protocol.messages import delete_records as m_dr
+from tidelog.protocol.messages import describe_cluster as m_dcl
+from tidelog.protocol.messages import describe_log_dirs as m_dld
 from tidelog.protocol.messages import elect_leaders as m_el
 from tidelog.protocol.messages import find_coordinator as m_fc
 from tidelog.protocol.messages import offset_delete as m_od
@@ -542,3 +545,54 @@ def test_unclean_leader_election(cluster: Cluster) -> None:
     assert (state.leader, list(state.isr)) == (3, [3])
     cluster.restart(2, props[2])
     wait_until(lambda: sorted(cluster.state("uncl").isr) == [2, 3], what="2 back in the ISR")
+
+
+# ---------------------------------------------------------------------- DescribeCluster
+def test_describe_cluster(cluster: Cluster) -> None:
+    cluster.settle()
+    desc = cluster.admin.describe_cluster(include_authorized_operations=True,
+                                          request_timeout=20).result(30)
+    active = next(b for b in cluster.brokers.values() if b.server.controller.is_active)
+    assert desc.cluster_id == active.server.cluster_id == cluster.zk.get_or_create_cluster_id()
+    assert desc.controller.id == active.broker_id
+    assert sorted((n.id, n.host, n.port) for n in desc.nodes) == sorted(
+        (b.broker_id, "127.0.0.1", b.port) for b in cluster.brokers.values())
+    # No authorizer: every operation a cluster supports.
+    assert sorted(op.name for op in desc.authorized_operations) == sorted(
+        ["ALTER", "ALTER_CONFIGS", "CLUSTER_ACTION", "CREATE", "DESCRIBE", "DESCRIBE_CONFIGS",
+         "IDEMPOTENT_WRITE"])
+    broker = next(iter(cluster.brokers.values()))
+    resp = send(broker.port, m_dcl.DescribeClusterRequest(endpoint_type=2), 1)
+    assert (resp.error_code, resp.error_message, resp.brokers) == (
+        ErrorCode.MISMATCHED_ENDPOINT_TYPE, "The request was sent to an endpoint of type BROKER,"
+        " but we wanted an endpoint of type CONTROLLER", [])
+    resp = send(broker.port, m_dcl.DescribeClusterRequest(endpoint_type=3), 1)
+    assert (resp.error_code, resp.error_message) == (ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+                                                     "Unsupported endpoint type 3")
+    resp = send(broker.port, m_dcl.DescribeClusterRequest(), 0)
+    assert resp.error_code == 0 and resp.cluster_authorized_operations == -(1 << 31)
+
+
+# ---------------------------------------------------------------------- DescribeLogDirs
+def test_describe_log_dirs(cluster: Cluster) -> None:
+    cluster.create_topic("dirs", 2)
+    cluster.create_topic("dirs-other", 1)
+    cluster.produce("dirs", 5, partition=1)
+    leader = cluster.leader("dirs", 1)
+    resp = send(leader.port, m_dld.DescribeLogDirsRequest(
+        topics=[m_dld.DescribableLogDirTopic("dirs", [1])]), 4)
+    (result,) = resp.results
+    log_dir = leader.props["log.dirs"]
+    assert result.error_code == 0 and result.log_dir == str(Path(log_dir).resolve())
+    assert 0 < result.usable_bytes <= result.total_bytes
+    topics = {t.name: t.partitions for t in result.topics}
+    (p1,) = topics["dirs"]
+    size = leader.call(lambda: leader.server.log_manager.get_log("dirs", 1).size)
+    assert (p1.partition_index, p1.partition_size, p1.offset_lag) == (1, size, 0)
+    assert size > 0
+    # Every topic with a log in the dir is listed; only the partitions asked for are described.
+    assert topics["dirs-other"] == []
+    resp = send(leader.port, m_dld.DescribeLogDirsRequest(topics=None), 1)
+    described = {(t.name, p.partition_index) for r in resp.results for t in r.topics
+                 for p in t.partitions}
+    assert described == set(leader.call(lambda: set(leader.server.log_manager.logs)))

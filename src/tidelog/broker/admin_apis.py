@@ -30,12 +30,23 @@ ElectLeaders (43) is the controller's (`KafkaController.elect_leaders`): NOT_CON
 other broker (clients send it to the controller). The answer waits, as Kafka's
 DelayedElectLeader, until this broker's metadata shows each elected leader (REQUEST_TIMED_OUT
 after timeout_ms). Asked for every partition (null), it leaves out those that needed no election.
+
+DescribeCluster (60): the cluster id, the controller and the live brokers' endpoints on the
+listener the request came in on (as Kafka's handleDescribeCluster); asked for, the cluster's
+authorized operations are all those a cluster supports, as Kafka answers without an authorizer.
+
+DescribeLogDirs (35), as `ReplicaManager.describeLogDirs`: per configured log dir (absolute
+path) its logs grouped by topic, each requested partition with its size in bytes and offset lag
+(max(HW - LEO, 0), -1 when the partition is not hosted online), the file system's total and
+usable bytes; an offline dir answers KAFKA_STORAGE_ERROR.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import shutil
 import time
 from typing import TYPE_CHECKING
 
@@ -45,6 +56,8 @@ from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import create_partitions as m_cp
 from tidelog.protocol.messages import delete_groups as m_dg
 from tidelog.protocol.messages import delete_records as m_dr
+from tidelog.protocol.messages import describe_cluster as m_dcl
+from tidelog.protocol.messages import describe_log_dirs as m_dld
 from tidelog.protocol.messages import elect_leaders as m_el
 from tidelog.protocol.messages import offset_delete as m_od
 from tidelog.replication.types import TopicPartition
@@ -64,6 +77,13 @@ _POLL_S = 0.02
 HIGH_WATERMARK = -1
 # Kafka's Topic.INTERNAL_TOPICS
 _INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+# The AclOperations a cluster supports (Kafka's AclEntry.supportedOperations(CLUSTER)): ALTER 7,
+# CREATE 5, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11,
+# IDEMPOTENT_WRITE 12, as a bit field (Utils.to32BitField).
+_CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+_NOT_PROVIDED_OPERATIONS = -(1 << 31)
+_ENDPOINT_TYPE_BROKER = 1
+_ENDPOINT_TYPE_CONTROLLER = 2
 
 
 class AdminApis:
@@ -76,6 +96,8 @@ class AdminApis:
         apis.register_handler(ApiKey.DELETE_GROUPS, self.handle_delete_groups)
         apis.register_handler(ApiKey.OFFSET_DELETE, self.handle_offset_delete)
         apis.register_handler(ApiKey.ELECT_LEADERS, self.handle_elect_leaders)
+        apis.register_handler(ApiKey.DESCRIBE_CLUSTER, self.handle_describe_cluster)
+        apis.register_handler(ApiKey.DESCRIBE_LOG_DIRS, self.handle_describe_log_dirs)
 
     # ------------------------------------------------------------------ CreatePartitions
     async def handle_create_partitions(
@@ -274,6 +296,78 @@ class AdminApis:
                 .partition_result.append(m_el.PartitionResult(
                     partition_id=tp.partition, error_code=code, error_message=message))
         return m_el.ElectLeadersResponse(replica_election_results=list(topics.values()))
+
+    # ------------------------------------------------------------------ DescribeCluster
+    async def handle_describe_cluster(
+        self, ctx: RequestContext, request: m_dcl.DescribeClusterRequest
+    ) -> m_dcl.DescribeClusterResponse:
+        if ctx.api_version >= 1 and request.endpoint_type != _ENDPOINT_TYPE_BROKER:
+            # Kafka 3.9's AuthHelper (KIP-919): an unknown type first, then a broker listener
+            # asked about controllers.
+            if request.endpoint_type != _ENDPOINT_TYPE_CONTROLLER:
+                return m_dcl.DescribeClusterResponse(
+                    error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+                    error_message=f"Unsupported endpoint type {request.endpoint_type}")
+            return m_dcl.DescribeClusterResponse(
+                error_code=ErrorCode.MISMATCHED_ENDPOINT_TYPE,
+                error_message="The request was sent to an endpoint of type BROKER, but we"
+                              " wanted an endpoint of type CONTROLLER")
+        cache = self.server.metadata_cache
+        brokers = []
+        for broker_id in cache.alive_broker_ids():
+            b = cache.brokers[broker_id]
+            ep = b.for_listener(ctx.listener_name)
+            if ep is not None:
+                brokers.append(m_dcl.DescribeClusterBroker(broker_id, ep[0], ep[1], b.rack))
+        controller = cache.controller_id
+        return m_dcl.DescribeClusterResponse(
+            cluster_id=self.server.cluster_id or "",
+            controller_id=-1 if controller is None else controller,
+            brokers=brokers,
+            cluster_authorized_operations=(_CLUSTER_OPERATIONS
+                                           if request.include_cluster_authorized_operations
+                                           else _NOT_PROVIDED_OPERATIONS))
+
+    # ------------------------------------------------------------------ DescribeLogDirs
+    async def handle_describe_log_dirs(
+        self, ctx: RequestContext, request: m_dld.DescribeLogDirsRequest
+    ) -> m_dld.DescribeLogDirsResponse:
+        lm = self.server.log_manager
+        if request.topics is None:
+            wanted = set(lm.logs)
+        else:
+            wanted = {(t.topic, p) for t in request.topics for p in t.partitions}
+        core = self.server.replica_manager.core
+        results = []
+        for log_dir in lm.log_dirs:
+            path = os.path.abspath(log_dir)
+            if log_dir in lm.offline_dirs:
+                results.append(m_dld.DescribeLogDirsResult(
+                    error_code=ErrorCode.KAFKA_STORAGE_ERROR, log_dir=path))
+                continue
+            try:
+                usage = shutil.disk_usage(path)
+            except OSError:
+                results.append(m_dld.DescribeLogDirsResult(
+                    error_code=ErrorCode.KAFKA_STORAGE_ERROR, log_dir=path))
+                continue
+            by_topic: dict[str, list[m_dld.DescribeLogDirsPartition]] = {}
+            for tp, log in sorted(lm.logs.items()):
+                if lm.log_dir_of.get(tp) != log_dir:
+                    continue
+                parts = by_topic.setdefault(tp[0], [])
+                if tp not in wanted:
+                    continue
+                p = core.partition(TopicPartition(*tp))
+                lag = -1 if p is None else max(p.high_watermark - log.log_end_offset, 0)
+                parts.append(m_dld.DescribeLogDirsPartition(
+                    partition_index=tp[1], partition_size=log.size, offset_lag=lag))
+            results.append(m_dld.DescribeLogDirsResult(
+                log_dir=path,
+                topics=[m_dld.DescribeLogDirsTopic(name=t, partitions=ps)
+                        for t, ps in by_topic.items()],
+                total_bytes=usage.total, usable_bytes=usage.free))
+        return m_dld.DescribeLogDirsResponse(results=results)
 
 
 class DelayedDeleteRecords:
