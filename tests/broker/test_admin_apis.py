@@ -21,6 +21,7 @@ from tidelog.protocol.messages import create_partitions as m_cp
 from tidelog.protocol.messages import delete_records as m_dr
 from tidelog.protocol.messages import describe_cluster as m_dcl
 from tidelog.protocol.messages import describe_log_dirs as m_dld
+from tidelog.protocol.messages import describe_producers as m_dp
 from tidelog.protocol.messages import elect_leaders as m_el
 from tidelog.protocol.messages import find_coordinator as m_fc
 from tidelog.protocol.messages import offset_delete as m_od
@@ -596,3 +597,32 @@ def test_describe_log_dirs(cluster: Cluster) -> None:
     described = {(t.name, p.partition_index) for r in resp.results for t in r.topics
                  for p in t.partitions}
     assert described == set(leader.call(lambda: set(leader.server.log_manager.logs)))
+
+
+# ---------------------------------------------------------------------- DescribeProducers
+def test_describe_producers(cluster: Cluster) -> None:
+    cluster.create_topic("prod", 1)
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap,
+                                         "enable.idempotence": True, "linger.ms": 0})
+    before = int(time.time() * 1000)
+    for i in range(3):
+        producer.produce("prod", f"v{i}".encode(), partition=0)
+        assert producer.flush(20) == 0  # three batches of one record: sequences 0, 1, 2
+    leader = cluster.leader("prod")
+
+    def describe(broker: BrokerThread, topic: str = "prod") -> Any:
+        resp = send(broker.port, m_dp.DescribeProducersRequest(
+            topics=[m_dp.TopicRequest(topic, [0])]))
+        return resp.topics[0].partitions[0]
+
+    got = describe(leader)
+    assert got.error_code == 0
+    (state,) = got.active_producers
+    assert (state.producer_epoch, state.last_sequence, state.coordinator_epoch,
+            state.current_txn_start_offset) == (0, 2, -1, -1)
+    assert state.producer_id >= 0 and state.last_timestamp >= before
+    # A follower answers from the batches it replicated (once it has them all).
+    follower = next(b for i, b in cluster.brokers.items() if i != leader.broker_id)
+    wait_until(lambda: follower.partition("prod", 0).log_end_offset == 3, what="replicated")
+    assert describe(follower).active_producers == got.active_producers
+    assert describe(leader, "no-such").error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -39,6 +39,12 @@ DescribeLogDirs (35), as `ReplicaManager.describeLogDirs`: per configured log di
 path) its logs grouped by topic, each requested partition with its size in bytes and offset lag
 (max(HW - LEO, 0), -1 when the partition is not hosted online), the file system's total and
 usable bytes; an offline dir answers KAFKA_STORAGE_ERROR.
+
+DescribeProducers (61), as `Partition.activeProducerState`: the idempotent producers of a
+partition hosted here (leader or follower) with their epoch, last sequence and last timestamp
+(coordinator epoch and transaction start -1: tidelog has no transactions);
+UNKNOWN_TOPIC_OR_PARTITION for a partition the metadata lacks, NOT_LEADER_OR_FOLLOWER for one not
+hosted here.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ import shutil
 import time
 from typing import TYPE_CHECKING
 
+from tidelog.broker.producer_state import ProducerStateManager
 from tidelog.controller.admin import AdminError
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import ErrorCode
@@ -58,6 +65,7 @@ from tidelog.protocol.messages import delete_groups as m_dg
 from tidelog.protocol.messages import delete_records as m_dr
 from tidelog.protocol.messages import describe_cluster as m_dcl
 from tidelog.protocol.messages import describe_log_dirs as m_dld
+from tidelog.protocol.messages import describe_producers as m_dp
 from tidelog.protocol.messages import elect_leaders as m_el
 from tidelog.protocol.messages import offset_delete as m_od
 from tidelog.replication.types import TopicPartition
@@ -98,6 +106,7 @@ class AdminApis:
         apis.register_handler(ApiKey.ELECT_LEADERS, self.handle_elect_leaders)
         apis.register_handler(ApiKey.DESCRIBE_CLUSTER, self.handle_describe_cluster)
         apis.register_handler(ApiKey.DESCRIBE_LOG_DIRS, self.handle_describe_log_dirs)
+        apis.register_handler(ApiKey.DESCRIBE_PRODUCERS, self.handle_describe_producers)
 
     # ------------------------------------------------------------------ CreatePartitions
     async def handle_create_partitions(
@@ -368,6 +377,40 @@ class AdminApis:
                         for t, ps in by_topic.items()],
                 total_bytes=usage.total, usable_bytes=usage.free))
         return m_dld.DescribeLogDirsResponse(results=results)
+
+    # ------------------------------------------------------------------ DescribeProducers
+    async def handle_describe_producers(
+        self, ctx: RequestContext, request: m_dp.DescribeProducersRequest
+    ) -> m_dp.DescribeProducersResponse:
+        cache = self.server.metadata_cache
+        rm = self.server.replica_manager
+        topics = []
+        for t in request.topics:
+            partitions = []
+            for index in t.partition_indexes:
+                tp = TopicPartition(t.name, index)
+                res = m_dp.PartitionResponse(partition_index=index, error_message=None)
+                partitions.append(res)
+                p = rm.core.partition(tp)
+                if cache.partition(tp) is None:
+                    res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                elif p is None:
+                    res.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                else:
+                    states = rm.producer_states.get(tp)
+                    if states is None:
+                        # A replica that has never led here keeps no producer state: read it
+                        # from the log's batch headers, as a new leader would.
+                        states = ProducerStateManager()
+                        states.rebuild_from_log(p.log.batches(p.log.log_start_offset))
+                    res.active_producers = [
+                        m_dp.ProducerState(
+                            producer_id=pid, producer_epoch=e.producer_epoch,
+                            last_sequence=e.last_seq, last_timestamp=e.last_timestamp,
+                            coordinator_epoch=-1, current_txn_start_offset=-1)
+                        for pid, e in sorted(states.producers.items())]
+            topics.append(m_dp.TopicResponse(name=t.name, partitions=partitions))
+        return m_dp.DescribeProducersResponse(topics=topics)
 
 
 class DelayedDeleteRecords:

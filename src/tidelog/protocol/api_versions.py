@@ -53,6 +53,7 @@ BROKER_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ELECT_LEADERS: (0, 2),  # v1 election_type (preferred/unclean); v2 flexible
     ApiKey.DESCRIBE_CLUSTER: (0, 1),  # v1 endpoint_type (brokers only)
     ApiKey.DESCRIBE_LOG_DIRS: (0, 4),  # v2 flexible; v3 top-level error; v4 total/usable bytes
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),  # idempotent producers (no transactions)
     ApiKey.INIT_PRODUCER_ID: (0, 4),  # v3 producer id/epoch for bumping; v2 flexible
     ApiKey.FIND_COORDINATOR: (0, 4),  # v1 key_type; v3 flexible; v4 batched coordinator_keys
     ApiKey.JOIN_GROUP: (0, 7),  # v4 MEMBER_ID_REQUIRED round trip; v5 group_instance_id;
