@@ -123,6 +123,11 @@ class LogSegment:
         else:
             position = self.log.append(data)
             end = len(data)
+        self.index_appended(position, batches, end)
+
+    def index_appended(self, position: int, batches: list[tuple[int, int, int]], end: int) -> None:
+        """Index batches written at `position` (`batches` as for `append`, `end` their total
+        size): the log cleaner writes a cleaned segment's file first, then indexes it."""
         interval = self.index_interval_bytes
         since = self.bytes_since_last_index_entry
         max_ts = self.max_timestamp

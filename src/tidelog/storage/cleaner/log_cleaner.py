@@ -272,12 +272,18 @@ class Cleaner:
         try:
             out.truncate(0)
             read = 0
+            written = 0
             pending: list[bytes | bytearray | memoryview] = []
+            entries: list[tuple[int, int, int]] = []  # (position, last offset, max timestamp)
             delete_retention_ms = log.config.delete_retention_ms
             for segment in group:
                 for batch in segment.iter_batches(0):
                     kept = self._retain(batch, now_ms, delete_retention_ms)
                     if kept is not None:
+                        kept_batch = RecordBatch(kept)
+                        entries.append((written, kept_batch.last_offset,
+                                        kept_batch.max_timestamp))
+                        written += len(kept)
                         pending.append(bytes(kept))
                     read += batch.size_in_bytes
                     if read >= self.step_bytes:
@@ -315,7 +321,8 @@ class Cleaner:
         fio.rename(swap_path, log_path)
         fio.fsync_dir(log.dir)
         cleaned = log._new_segment(base, group[0].created_ms)
-        cleaned.recover()  # indexes rebuilt from the cleaned data
+        cleaned.index_appended(0, entries, written)
+        cleaned.on_become_inactive()
         cleaned.flush_indexes()
         first = log.segments.index(group[0])
         log.segments[first : first + len(group)] = [cleaned]
