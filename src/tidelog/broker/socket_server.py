@@ -15,7 +15,9 @@ client that pipelines many small produce requests on one connection (librdkafka 
 linger.ms=0) pays one full replication round trip per request, one after the other; with it the
 appends of a connection still happen in request order, and the followers pick many of them up
 in one fetch. At most `MAX_DEFERRED_RESPONSES` wait per connection; beyond that the connection
-stops reading (TCP backpressure) until the oldest is answered.
+stops reading (TCP backpressure) until the oldest is answered. The immediate answers to a read's
+consecutive produce requests leave in one write, and a reader with many requests in one read
+lets the other connections run every millisecond.
 
 Bad input never takes the broker down: a malformed frame, an unknown API key or an unsupported
 version (other than ApiVersions, which gets UNSUPPORTED_VERSION in a v0 body) closes that
@@ -155,8 +157,8 @@ class _ResponseQueue:
             while entries:
                 head = entries[0]
                 if head.deferred is not None and not head.deferred.result.done():
-                    # (cancelling this task, when the connection ends, cancels only the wait:
-                    # the request's owner drops a cancelled future)
+                    # (cancelling this task, when the connection ends, cancels this future
+                    # too: its owner, the replica manager, drops a cancelled future)
                     with contextlib.suppress(Exception):  # its outcome is read just below
                         await head.deferred.result
                 buffers: list[Any] = []
