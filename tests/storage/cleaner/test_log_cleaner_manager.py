@@ -1,0 +1,86 @@
+"""LogCleanerManager: the filthiest compacted log first, the cleaner-offset-checkpoint file per
+log dir (moved by a clean, lowered by a truncation below it), and the io rate throttler."""
+
+from __future__ import annotations
+
+from tidelog.protocol.records.builder import Record, build_batch
+from tidelog.sim.disk import MemoryFileIO
+from tidelog.storage.checkpoint import OffsetCheckpointFile
+from tidelog.storage.cleaner.log_cleaner import (
+    CLEANER_OFFSET_CHECKPOINT,
+    CleanerConfig,
+    LogCleanerManager,
+    Throttler,
+)
+from tidelog.storage.log import Log
+from tidelog.storage.log_config import LogConfig
+from tidelog.storage.log_manager import LogManager
+
+
+def write(log: Log, keys: list[bytes]) -> None:
+    for key in keys:
+        log.append_as_leader(build_batch([Record(b"v" * 50, key=key)]), 0, now_ms=0)
+    log.roll(0)
+    log.update_high_watermark(log.log_end_offset)
+
+
+def manager_with(topics: dict[str, str]) -> tuple[LogManager, LogCleanerManager]:
+    base = LogConfig.from_dict({"file.delete.delay.ms": 0})
+    lm = LogManager(["/d"], base, MemoryFileIO(), topic_configs={
+        t: LogConfig.from_dict({"cleanup.policy": p, "file.delete.delay.ms": 0})
+        for t, p in topics.items()})
+    return lm, LogCleanerManager(lm, CleanerConfig(dedupe_buffer_size=2 * 1024 * 1024))
+
+
+def run_pass(cm: LogCleanerManager) -> str | None:
+    steps = cm.clean_once(cm.cleaners[0], 0)
+    if steps is None:
+        return None
+    topics = set(cm.in_progress)
+    for _ in steps:
+        pass
+    assert not cm.in_progress
+    return topics.pop()[0]
+
+
+def test_the_filthiest_compacted_log_is_cleaned_first_and_checkpointed() -> None:
+    lm, cm = manager_with({"few-dups": "compact", "many-dups": "compact", "deleted": "delete"})
+    write(lm.get_or_create_log("few-dups", 0), [b"a", b"b", b"c", b"a"])
+    write(lm.get_or_create_log("many-dups", 0), [b"a"] * 4)
+    write(lm.get_or_create_log("deleted", 0), [b"a"] * 8)
+    # Both compacted logs are wholly dirty (ratio 1): the first found of equal ratio goes first;
+    # a delete-only topic is never cleaned.
+    cleaned = {run_pass(cm), run_pass(cm)}
+    assert cleaned == {"few-dups", "many-dups"}
+    assert run_pass(cm) is None  # nothing dirty left
+    checkpoint = OffsetCheckpointFile.in_dir(lm.file_io, "/d", CLEANER_OFFSET_CHECKPOINT).read()
+    assert checkpoint == {("few-dups", 0): 4, ("many-dups", 0): 4}
+
+
+def test_a_dirty_ratio_below_the_minimum_waits() -> None:
+    lm, cm = manager_with({"t": "compact"})
+    log = lm.get_or_create_log("t", 0)
+    write(log, [b"a", b"b"])
+    assert run_pass(cm) == "t"
+    write(log, [b"a"])  # 1 dirty batch of 3: ratio 1/3 < 0.5
+    assert run_pass(cm) is None
+    write(log, [b"b", b"c"])  # 3 of 5 (after the first clean kept 2): above 0.5
+    assert run_pass(cm) == "t"
+
+
+def test_a_truncation_below_the_checkpoint_lowers_it() -> None:
+    lm, cm = manager_with({"t": "compact"})
+    log = lm.get_or_create_log("t", 0)
+    write(log, [b"a", b"b", b"c", b"d"])
+    assert run_pass(cm) == "t"
+    assert cm.all_checkpoints() == {("t", 0): 4}
+    log.truncate_to(2)
+    assert cm.all_checkpoints() == {("t", 0): 2}
+
+
+def test_the_throttler_paces_reads_to_the_rate() -> None:
+    throttler = Throttler(1000.0)
+    assert throttler.pause_for(500, 10.0) == 0.5
+    assert throttler.pause_for(500, 10.5) == 0.5  # 1000 bytes due at 11.0
+    assert throttler.pause_for(100, 11.2) == 0.0  # behind the rate: no pause
+    assert Throttler(float("inf")).pause_for(10**9, 0.0) == 0.0
