@@ -626,3 +626,29 @@ def test_describe_producers(cluster: Cluster) -> None:
     wait_until(lambda: follower.partition("prod", 0).log_end_offset == 3, what="replicated")
     assert describe(follower).active_producers == got.active_producers
     assert describe(leader, "no-such").error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+# ---------------------------------------------------------------------- the CLI
+def test_topics_alter_and_elect_leaders_commands(cluster: Cluster) -> None:
+    from click.testing import CliRunner
+
+    from tidelog.cli.topics_cmd import topics
+
+    cluster.create_topic("cli-grow", 1)
+    runner = CliRunner()
+    r = runner.invoke(topics, ["alter", "--bootstrap-server", cluster.bootstrap,
+                               "--topic", "cli-grow", "--partitions", "3"])
+    assert r.exit_code == 0, r.output
+    assert r.output == "Topic cli-grow now has 3 partitions.\n"
+    assert sorted(cluster.zk.get_topic_assignment("cli-grow") or {}) == [0, 1, 2]
+    r = runner.invoke(topics, ["alter", "--bootstrap-server", cluster.bootstrap,
+                               "--topic", "cli-grow", "--partitions", "2"])
+    assert r.exit_code == 1
+    assert "INVALID_PARTITIONS: Topic currently has 3 partitions, which is higher than the" \
+        " requested 2." in r.output
+    r = runner.invoke(topics, ["elect-leaders", "--bootstrap-server", cluster.bootstrap,
+                               "--election-type", "preferred", "--topic", "cli-grow",
+                               "--partition", "0"])
+    assert r.exit_code == 0, r.output
+    assert "Error completing leader election (PREFERRED) for partition: cli-grow-0:" \
+        " ELECTION_NOT_NEEDED" in r.output

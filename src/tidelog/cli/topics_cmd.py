@@ -116,6 +116,74 @@ def delete(bootstrap: str, topic: str) -> None:
     click.echo(f"Deleted topic {topic}.")
 
 
+@topics.command()
+@_bootstrap
+@click.option("--topic", required=True)
+@click.option("--partitions", required=True, type=int,
+              help="The new partition count (more than today's).")
+@click.option("--replica-assignment", default=None, metavar="B:B,B:B",
+              help="The new partitions' replicas, as kafka-topics: one colon-separated "
+                   "broker list per new partition, comma-separated.")
+def alter(bootstrap: str, topic: str, partitions: int, replica_assignment: str | None) -> None:
+    """Add partitions to a topic (kafka-topics --alter --partitions)."""
+    from tidelog.client.cluster import KafkaClient
+
+    assignments = None
+    if replica_assignment:
+        try:
+            assignments = {topic: [[int(b) for b in part.split(":")]
+                                   for part in replica_assignment.split(",")]}
+        except ValueError:
+            _err(f"--replica-assignment {replica_assignment!r} is not of the form 1:2,2:3")
+
+    async def main() -> Any:
+        async with KafkaClient(bootstrap) as client:
+            return (await client.create_partitions({topic: partitions},
+                                                   assignments=assignments))[topic]
+
+    error = _run(main())
+    if error is not None:
+        _err(f"partitions of {topic!r} not added: {error}")
+    click.echo(f"Topic {topic} now has {partitions} partitions.")
+
+
+@topics.command("elect-leaders")
+@_bootstrap
+@click.option("--election-type", type=click.Choice(["preferred", "unclean"]), required=True)
+@click.option("--topic", default=None)
+@click.option("--partition", "partition", default=None, type=int)
+@click.option("--all-topic-partitions", is_flag=True)
+def elect_leaders(bootstrap: str, election_type: str, topic: str | None, partition: int | None,
+                  all_topic_partitions: bool) -> None:
+    """Elect leaders (kafka-leader-election): one partition, or every partition."""
+    from tidelog.client.cluster import KafkaClient
+    from tidelog.client.metadata import TopicPartition
+    from tidelog.protocol.errors import ErrorCode
+
+    if all_topic_partitions == (topic is not None):
+        _err("give either --topic and --partition or --all-topic-partitions")
+    if topic is not None and partition is None:
+        _err("--topic needs --partition")
+    asked = None if all_topic_partitions else [TopicPartition(topic or "", partition or 0)]
+
+    async def main() -> Any:
+        async with KafkaClient(bootstrap) as client:
+            return await client.elect_leaders(asked, unclean=election_type == "unclean")
+
+    results = _run(main())
+    elected = sorted(f"{tp.topic}-{tp.partition}" for tp, e in results.items() if e is None)
+    if elected:
+        click.echo(f"Successfully completed leader election ({election_type.upper()}) for "
+                   f"partitions {', '.join(elected)}")
+    for tp, e in sorted(results.items(), key=lambda kv: (kv[0].topic, kv[0].partition)):
+        if e is not None:
+            click.echo(f"Error completing leader election ({election_type.upper()}) for "
+                       f"partition: {tp.topic}-{tp.partition}: {e}")
+    if any(e is not None and e.code_value != ErrorCode.ELECTION_NOT_NEEDED
+           for e in results.values()):
+        sys.exit(1)
+
+
 @dataclass
 class ReplicaOffsets:
     broker: int

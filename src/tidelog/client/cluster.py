@@ -29,6 +29,8 @@ from tidelog.client.errors import (
 from tidelog.client.metadata import ClusterMetadata, PartitionMetadata, TopicPartition
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import ErrorCode
+from tidelog.protocol.messages import create_partitions as m_cp
+from tidelog.protocol.messages import elect_leaders as m_el
 from tidelog.protocol.messages.create_topics import (
     CreatableReplicaAssignment,
     CreatableTopic,
@@ -780,6 +782,71 @@ class KafkaClient:
         }
         await self._refresh_quietly([t.name for t in topics])
         return out
+
+    async def create_partitions(
+        self,
+        counts: Mapping[str, int],
+        *,
+        assignments: Mapping[str, Sequence[Sequence[int]]] | None = None,
+        timeout_ms: int = 30000,
+        validate_only: bool = False,
+    ) -> dict[str, BrokerResponseError | None]:
+        """Grow topics to `counts` partitions (the new ones placed as `assignments` says, else by
+        the broker): {name: None on success, else the error}."""
+        request = m_cp.CreatePartitionsRequest(
+            topics=[m_cp.CreatePartitionsTopic(
+                name, count,
+                None if assignments is None or name not in assignments
+                else [m_cp.CreatePartitionsAssignment(list(r)) for r in assignments[name]])
+                for name, count in counts.items()],
+            timeout_ms=timeout_ms, validate_only=validate_only)
+
+        async def attempt() -> tuple[int, Any]:
+            response = await self.send(
+                await self._controller(), request, timeout_ms=timeout_ms + self.request_timeout_ms
+            )
+            return ErrorCode.NONE, response
+
+        code, response = await self._with_retries([], attempt)
+        if response is None:
+            raise BrokerResponseError(code, "CreatePartitions failed")
+        await self._refresh_quietly(list(counts))
+        return {r.name: BrokerResponseError(r.error_code, r.error_message or "")
+                if r.error_code else None for r in response.results}
+
+    async def elect_leaders(
+        self,
+        partitions: Sequence[TopicPartition] | None,
+        *,
+        unclean: bool = False,
+        timeout_ms: int = 30000,
+    ) -> dict[TopicPartition, BrokerResponseError | None]:
+        """ElectLeaders on the controller (None: every partition): {partition: None when
+        elected, else the error (ELECTION_NOT_NEEDED, ...)}."""
+        by_topic: dict[str, list[int]] = {}
+        for tp in partitions or ():
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        request = m_el.ElectLeadersRequest(
+            election_type=1 if unclean else 0,
+            topic_partitions=None if partitions is None else [
+                m_el.TopicPartitions(t, ps) for t, ps in by_topic.items()],
+            timeout_ms=timeout_ms)
+
+        async def attempt() -> tuple[int, Any]:
+            response = await self.send(
+                await self._controller(), request, timeout_ms=timeout_ms + self.request_timeout_ms
+            )
+            if any(p.error_code == ErrorCode.NOT_CONTROLLER
+                   for r in response.replica_election_results for p in r.partition_result):
+                return ErrorCode.NOT_CONTROLLER, response
+            return ErrorCode.NONE, response
+
+        code, response = await self._with_retries([], attempt)
+        if response is None:
+            raise BrokerResponseError(code, "ElectLeaders failed")
+        return {TopicPartition(r.topic, p.partition_id):
+                BrokerResponseError(p.error_code, p.error_message or "") if p.error_code else None
+                for r in response.replica_election_results for p in r.partition_result}
 
     async def delete_topics(
         self, names: Sequence[str], *, timeout_ms: int = 30000
