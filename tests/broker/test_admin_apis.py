@@ -86,6 +86,12 @@ class Cluster:
             producer.produce(topic, f"r{i}".encode(), partition=partition)
         assert producer.flush(20) == 0
 
+    def active(self) -> BrokerThread:
+        """The broker whose controller is active."""
+        return wait_until(lambda: next((b for b in self.brokers.values()
+                                        if b.server.controller.is_active), None),
+                          what="an active controller")
+
     def controller(self) -> KafkaController:
         return next(b.server.controller for b in self.brokers.values()
                     if b.server.controller.is_active)
@@ -212,7 +218,7 @@ def test_create_partitions_refusals_change_nothing(
     topic = f"bad-{count}-{len(assignment or [])}-{code}-{abs(hash(message)) % 1000}"
     cluster.create_topic(topic, 2, rf=2)
     before = cluster.zk.get_topic_assignment(topic)
-    broker = next(iter(cluster.brokers.values()))
+    broker = cluster.active()
     assignments = (None if assignment is None
                    else [m_cp.CreatePartitionsAssignment(a) for a in assignment])
     resp = send(broker.port, m_cp.CreatePartitionsRequest(
@@ -229,13 +235,24 @@ def test_create_partitions_of_an_unknown_topic_or_twice_in_a_request(cluster: Cl
         confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
     assert not cluster.zk.topic_exists("nowhere")
     cluster.create_topic("twice", 1)
-    broker = next(iter(cluster.brokers.values()))
+    broker = cluster.active()
     resp = send(broker.port, m_cp.CreatePartitionsRequest(
         topics=[m_cp.CreatePartitionsTopic("twice", 2, None),
                 m_cp.CreatePartitionsTopic("twice", 3, None)], timeout_ms=5000))
     assert [(r.name, r.error_code, r.error_message) for r in resp.results] == [
         ("twice", ErrorCode.INVALID_REQUEST, "Duplicate topic in request.")]
     assert sorted(cluster.zk.get_topic_assignment("twice") or {}) == [0]
+
+
+def test_create_partitions_elsewhere_than_the_controller(cluster: Cluster) -> None:
+    cluster.create_topic("cp-nc", 1)
+    other = next(b for b in cluster.brokers.values() if b is not cluster.active())
+    resp = send(other.port, m_cp.CreatePartitionsRequest(
+        topics=[m_cp.CreatePartitionsTopic("cp-nc", 2, None),
+                m_cp.CreatePartitionsTopic("cp-nc", 3, None)], timeout_ms=5000))
+    assert [(r.name, r.error_code, r.error_message) for r in resp.results] == [
+        ("cp-nc", ErrorCode.NOT_CONTROLLER, None)]
+    assert sorted(cluster.zk.get_topic_assignment("cp-nc") or {}) == [0]
 
 
 def test_create_partitions_of_a_topic_being_deleted(cluster: Cluster) -> None:
@@ -246,7 +263,7 @@ def test_create_partitions_of_a_topic_being_deleted(cluster: Cluster) -> None:
     cluster.zk.create_topic("doomed", {0: [1, 4]}, topic_id=new_topic_id())
     cluster.zk.create_delete_topic_path("doomed")
     cluster.settle()
-    broker = next(iter(cluster.brokers.values()))
+    broker = cluster.active()
     resp = send(broker.port, m_cp.CreatePartitionsRequest(
         topics=[m_cp.CreatePartitionsTopic("doomed", 3, None)], timeout_ms=5000))
     (result,) = resp.results

@@ -1,7 +1,8 @@
 """Kafka's partition-lifecycle admin APIs, as its ZooKeeper-mode broker answers them (issue 14).
 
 CreatePartitions (37), as `KafkaApis.handleCreatePartitionsRequest` and
-`ZkAdminManager.createPartitions`: any broker validates the request and writes the grown
+`ZkAdminManager.createPartitions`: the active controller's broker (any other answers
+NOT_CONTROLLER, before anything else, as Kafka 3.9) validates the request and writes the grown
 assignment to /brokers/topics/<t> (the topic id kept); the controller's watch on that znode
 creates the new partitions (LeaderAndIsr, UpdateMetadata). The answer waits, as Kafka's
 DelayedCreatePartitions, until this broker's metadata has a leader for every new partition, up
@@ -117,11 +118,17 @@ class AdminApis:
         results: dict[str, m_cp.CreatePartitionsTopicResult] = {}
         grown: dict[str, int] = {}
         zk = self.server.zk_client
+        controller = self.server.controller
+        not_controller = controller is not None and not getattr(controller, "is_active", False)
         for t in request.topics:
             if t.name in results:
                 continue
             res = m_cp.CreatePartitionsTopicResult(name=t.name, error_message=None)
             results[t.name] = res
+            if not_controller:
+                # ZooKeeper mode: only the active controller serves it (checked first, as 3.9).
+                res.error_code = ErrorCode.NOT_CONTROLLER
+                continue
             if t.name in dupes:
                 res.error_code = ErrorCode.INVALID_REQUEST
                 res.error_message = "Duplicate topic in request."
