@@ -116,14 +116,60 @@ def test_fetch_long_poll_is_completed_by_a_produce(one_broker: BrokerThread, con
     assert result["elapsed"] < 4  # answered by the append, not by the 5 s timeout
 
 
-def test_fetch_sessions_are_not_kept(one_broker: BrokerThread, controller: ActingController) -> None:
-    controller.create_topic("sess", {0: [1]})
+def test_a_consumer_fetch_session_answers_only_what_changed(
+        one_broker: BrokerThread, controller: ActingController) -> None:
+    from tidelog.protocol.messages.fetch import FetchPartition, FetchTopic
+
+    controller.create_topic("sess", {0: [1], 1: [1]})
+    port = one_broker.port
     req = fetch_request("sess", 0, 0)
+    req.topics[0].partitions.append(FetchPartition(partition=1, fetch_offset=0,
+                                                   partition_max_bytes=1 << 20))
     req.session_id, req.session_epoch = 1234, 1
-    assert send(one_broker.port, req).error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
-    req.session_id, req.session_epoch = 0, 0  # "create a session": answered sessionless
-    resp = send(one_broker.port, req)
+    unknown = send(port, req)
+    assert (unknown.error_code, unknown.session_id, unknown.responses) == (
+        ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0, [])
+    req.session_id, req.session_epoch = 0, -1  # sessionless
+    resp = send(port, req)
     assert resp.error_code == 0 and resp.session_id == 0
+    assert [p.partition_index for p in resp.responses[0].partitions] == [0, 1]
+    req.session_epoch = 0  # a full fetch opens a session
+    full = send(port, req)
+    assert full.error_code == 0 and full.session_id != 0
+    assert [p.partition_index for p in full.responses[0].partitions] == [0, 1]
+    sid = full.session_id
+    # Incremental: no partitions listed, nothing changed -> nothing answered.
+    incremental = fetch_request("sess", 0, 0)
+    incremental.topics = []
+    incremental.session_id, incremental.session_epoch = sid, 1
+    empty = send(port, incremental)
+    assert (empty.error_code, empty.session_id, empty.responses) == (0, sid, [])
+    assert produce(port, "sess", 1, build_values([b"x"]), acks=1) == (0, 0)
+    incremental.session_epoch = 2
+    changed = send(port, incremental)
+    assert changed.session_id == sid
+    assert [(t.topic, [p.partition_index for p in t.partitions]) for t in changed.responses] == [
+        ("sess", [1])]
+    assert values_of(changed.responses[0].partitions[0].records) == [b"x"]
+    # The same epoch again (a duplicate) is refused as Kafka does.
+    stale = send(port, incremental)
+    assert (stale.error_code, stale.responses) == (ErrorCode.INVALID_FETCH_SESSION_EPOCH, [])
+    # Partition 1's fetch offset moves on: listed in the request, answered with its new HW once.
+    incremental.session_epoch = 3
+    incremental.topics = [FetchTopic(topic="sess", partitions=[FetchPartition(
+        partition=1, fetch_offset=1, partition_max_bytes=1 << 20)])]
+    assert send(port, incremental).responses == []  # no records, HW 1 already answered
+    # Forgetting partition 0 leaves partition 1; forgetting both closes the session.
+    from tidelog.protocol.messages.fetch import ForgottenTopic
+
+    incremental.topics = []
+    incremental.session_epoch = 4
+    incremental.forgotten_topics_data = [ForgottenTopic(topic="sess", partitions=[0, 1])]
+    closed = send(port, incremental)
+    assert closed.error_code == 0 and closed.session_id == 0
+    incremental.forgotten_topics_data = []
+    incremental.session_epoch = 5
+    assert send(port, incremental).error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
 
 
 # ---------------------------------------------------------------- offsets

@@ -399,6 +399,7 @@ define("leader.imbalance.per.broker.percentage", "int", 10)
 define("leader.imbalance.check.interval.seconds", "long", 300)
 define("unclean.leader.election.enable", "boolean", False)
 define("fetch.max.bytes", "int", 55 * 1024 * 1024, at_least(1024))
+define("max.incremental.fetch.session.cache.slots", "int", 1000, at_least(0))
 # --- Controlled shutdown
 define("controlled.shutdown.enable", "boolean", True)
 define("controlled.shutdown.max.retries", "int", 3)

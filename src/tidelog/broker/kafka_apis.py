@@ -18,7 +18,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from tidelog.broker.fetch_session import FetchManager, FetchSessionCache, PartitionResponse
 from tidelog.broker.metadata_cache import BrokerEndpoint, PartitionMetadata
+from tidelog.broker.replica_manager import now_ms
 from tidelog.broker.socket_server import CloseConnection, DeferredResponse, RequestContext
 from tidelog.controller.admin import AdminError, validate_topic_name
 from tidelog.protocol.api_keys import ApiKey
@@ -169,6 +171,9 @@ class KafkaApis:
             ApiKey.FIND_COORDINATOR: self.handle_find_coordinator_unavailable,
         }
         self.requests_handled = 0
+        # KIP-227 fetch sessions (consumers and followers), max.incremental.fetch.session.cache.slots.
+        self.fetch_manager = FetchManager(FetchSessionCache(
+            self.config.get("max.incremental.fetch.session.cache.slots")))
         # api key -> (min, max) served: the advertised table (Produce v0-2 handled above).
         self._served = advertised(include_controller_apis=True)
 
@@ -375,50 +380,62 @@ class KafkaApis:
     # ------------------------------------------------------------------ Fetch
     async def handle_fetch(self, ctx: RequestContext, request: m_fetch.FetchRequest) -> Any:
         version = ctx.api_version
-        if version >= 7 and request.session_id != 0:
-            # tidelog keeps no fetch sessions (it always answers session id 0 = full fetches).
-            return m_fetch.FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
-        partitions: dict[TopicPartition, tuple[int, int, int, int]] = {}
-        order: list[tuple[str, list[int]]] = []
+        replica_id = request.replica_id
+        fetch_data: dict[TopicPartition, tuple[int, int, int, int]] = {}
         for t in request.topics:
-            order.append((t.topic, [p.partition for p in t.partitions]))
             for p in t.partitions:
-                partitions[TopicPartition(t.topic, p.partition)] = (
+                fetch_data[TopicPartition(t.topic, p.partition)] = (
                     p.fetch_offset, p.current_leader_epoch, p.log_start_offset,
                     p.partition_max_bytes,
                 )
-        replica_id = request.replica_id
+        to_forget = [TopicPartition(t.topic, index)
+                     for t in request.forgotten_topics_data for index in t.partitions]
+        # Before v7 there are no sessions: the decoder leaves session 0, epoch -1 (sessionless).
+        context = self.fetch_manager.new_context(
+            request.session_id, request.session_epoch, fetch_data, to_forget,
+            replica_id >= 0, now_ms(),
+        )
+        partitions = context.partitions()
         # Kafka's KafkaApis: the response is capped by the broker's fetch.max.bytes.
         max_bytes = min(request.max_bytes, self.config.get("fetch.max.bytes"))
         results = await self.rm.fetch_messages(
             replica_id, request.max_wait_ms, min(request.min_bytes, max_bytes), max_bytes,
             partitions,
         ) if partitions else {}
-        responses = []
-        for topic, indexes in order:
-            parts = []
-            for index in indexes:
-                tp = TopicPartition(topic, index)
-                r = results.get(tp)
-                if r is None:
-                    continue
-                code = _code(r.error)
-                if replica_id < 0:
-                    code = self._known_partition_error(tp, code)
-                ok = code == ErrorCode.NONE
-                parts.append(m_fetch.PartitionData(
-                    partition_index=index,
-                    error_code=code,
-                    # Kafka answers an error with -1 for the offsets (its createLogReadResult).
-                    high_watermark=r.high_watermark if ok else -1,
-                    # No transactions: the last stable offset is the HW.
-                    last_stable_offset=r.high_watermark if ok else -1,
-                    log_start_offset=r.log_start_offset if ok else -1,
-                    aborted_transactions=None,
-                    records=r.records if ok else b"",
-                ))
-            responses.append(m_fetch.FetchableTopicResponse(topic=topic, partitions=parts))
-        return m_fetch.FetchResponse(error_code=0, session_id=0, responses=responses)
+        answers: dict[TopicPartition, m_fetch.PartitionData] = {}
+        for tp in partitions:
+            r = results.get(tp)
+            if r is None:
+                continue
+            code = _code(r.error)
+            if replica_id < 0:
+                code = self._known_partition_error(tp, code)
+            ok = code == ErrorCode.NONE
+            answers[tp] = m_fetch.PartitionData(
+                partition_index=tp.partition,
+                error_code=code,
+                # Kafka answers an error with -1 for the offsets (its createLogReadResult).
+                high_watermark=r.high_watermark if ok else -1,
+                # No transactions: the last stable offset is the HW.
+                last_stable_offset=r.high_watermark if ok else -1,
+                log_start_offset=r.log_start_offset if ok else -1,
+                aborted_transactions=None,
+                records=r.records if ok else b"",
+            )
+        error, session_id, answered = context.update_and_generate_response(
+            {tp: PartitionResponse(a.error_code, a.high_watermark, a.log_start_offset,
+                                   len(a.records) if a.records is not None else 0)
+             for tp, a in answers.items()},
+            now_ms(),
+        )
+        # Consecutive partitions of a topic share one topic entry (Kafka's FetchResponse.of).
+        responses: list[m_fetch.FetchableTopicResponse] = []
+        for tp in answered:
+            if not responses or responses[-1].topic != tp.topic:
+                responses.append(m_fetch.FetchableTopicResponse(topic=tp.topic, partitions=[]))
+            responses[-1].partitions.append(answers[tp])
+        return m_fetch.FetchResponse(
+            error_code=error, session_id=session_id if version >= 7 else 0, responses=responses)
 
     # ------------------------------------------------------------------ ListOffsets
     async def handle_list_offsets(

@@ -1,0 +1,359 @@
+"""Fetch sessions (KIP-227): Kafka's ``FetchManager``, ``FetchSessionCache`` and fetch contexts.
+
+A fetch with session epoch 0 (``INITIAL_EPOCH``) is full: it lists every partition and, when the
+cache has a slot (or can evict one), the response carries a new session id. The fetcher then sends
+incremental fetches (epoch 1, 2, ...) listing only the partitions whose fetch parameters changed
+plus ``forgotten_topics_data``; the broker reads every partition of the session and answers only
+those with something new (records, a HW or log start offset change, an error). Epoch -1
+(``FINAL_EPOCH``) is a sessionless full fetch; a full fetch naming a session closes it.
+
+Errors as Kafka: an unknown session id -> FETCH_SESSION_ID_NOT_FOUND (70), an epoch other than
+the session's -> INVALID_FETCH_SESSION_EPOCH (71), both with no partitions.
+
+Eviction (``FetchSessionCache.try_evict``): a new session may take the slot of an existing one if
+that one is stale (unused for ``eviction_ms``), or else the least valuable evictable session by
+(privileged, size, id) is less valuable than the new one. Follower sessions are privileged; a
+session is evictable by a privileged newcomer when unprivileged or older than ``eviction_ms``,
+and by anyone only when older than ``eviction_ms`` (so a new session is not evicted at once).
+
+The cache never reads a clock: every call takes ``now_ms``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tidelog.protocol.errors import ErrorCode
+from tidelog.replication.types import TopicPartition
+
+__all__ = [
+    "FINAL_EPOCH",
+    "INITIAL_EPOCH",
+    "INVALID_SESSION_ID",
+    "MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS",
+    "CachedPartition",
+    "FetchContext",
+    "FetchManager",
+    "FetchSession",
+    "FetchSessionCache",
+    "FullFetchContext",
+    "IncrementalFetchContext",
+    "PartitionResponse",
+    "SessionErrorContext",
+    "SessionlessFetchContext",
+    "next_epoch",
+]
+
+INVALID_SESSION_ID = 0
+INITIAL_EPOCH = 0
+FINAL_EPOCH = -1
+# Kafka's KafkaServer.MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS (not configurable there either).
+MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS = 120_000
+_INT_MAX = 2**31 - 1
+
+# Request data of one partition: (fetch offset, current leader epoch, log start offset, max bytes)
+# — the tuple ReplicaManager.fetch_messages takes.
+PartitionRequest = tuple[int, int, int, int]
+
+
+def next_epoch(epoch: int) -> int:
+    """Kafka's ``FetchMetadata.nextEpoch``: wraps from INT_MAX to 1, negative stays final."""
+    if epoch < 0:
+        return FINAL_EPOCH
+    return 1 if epoch == _INT_MAX else epoch + 1
+
+
+def is_full(epoch: int) -> bool:
+    return epoch in (INITIAL_EPOCH, FINAL_EPOCH)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionResponse:
+    """What the session needs of one partition's response."""
+
+    error: int
+    high_watermark: int
+    log_start_offset: int
+    records_size: int
+
+
+class CachedPartition:
+    __slots__ = ("fetch_offset", "fetcher_log_start_offset", "high_watermark", "leader_epoch",
+                 "local_log_start_offset", "max_bytes")
+
+    def __init__(self, req: PartitionRequest, resp: PartitionResponse | None = None) -> None:
+        self.fetch_offset, self.leader_epoch, self.fetcher_log_start_offset, self.max_bytes = req
+        self.high_watermark = -1 if resp is None else resp.high_watermark
+        self.local_log_start_offset = -1 if resp is None else resp.log_start_offset
+
+    @property
+    def req_data(self) -> PartitionRequest:
+        return (self.fetch_offset, self.leader_epoch, self.fetcher_log_start_offset,
+                self.max_bytes)
+
+    def update_request_params(self, req: PartitionRequest) -> None:
+        self.fetch_offset, self.leader_epoch, self.fetcher_log_start_offset, self.max_bytes = req
+
+    def maybe_update_response_data(self, resp: PartitionResponse, update: bool) -> bool:
+        """Kafka's ``maybeUpdateResponseData``: must this partition be in the response?"""
+        must_respond = resp.records_size > 0
+        if self.high_watermark != resp.high_watermark:
+            must_respond = True
+            if update:
+                self.high_watermark = resp.high_watermark
+        if self.local_log_start_offset != resp.log_start_offset:
+            must_respond = True
+            if update:
+                self.local_log_start_offset = resp.log_start_offset
+        if resp.error != ErrorCode.NONE:
+            # An invalid cached HW makes the partition be sent again once the error is gone.
+            if update:
+                self.high_watermark = -1
+            must_respond = True
+        return must_respond
+
+
+class FetchSession:
+    def __init__(self, session_id: int, privileged: bool,
+                 partitions: dict[TopicPartition, CachedPartition], now_ms: int) -> None:
+        self.id = session_id
+        self.privileged = privileged
+        # Insertion order is the read order; a partition that answered moves to the end.
+        self.partitions = partitions
+        self.creation_ms = now_ms
+        self.last_used_ms = now_ms
+        self.epoch = next_epoch(INITIAL_EPOCH)
+        self.cached_size = -1  # the size the cache last accounted for; -1: not in the cache
+        self.evictable_by_all = False
+        self.evictable_by_privileged = False
+
+    @property
+    def size(self) -> int:
+        return len(self.partitions)
+
+    def evictable_key(self) -> tuple[bool, int, int]:
+        return (self.privileged, self.cached_size, self.id)
+
+    def update(self, fetch_data: Mapping[TopicPartition, PartitionRequest],
+               to_forget: Iterable[TopicPartition]) -> tuple[list[TopicPartition], ...]:
+        added, updated, removed = [], [], []
+        for tp, req in fetch_data.items():
+            cached = self.partitions.get(tp)
+            if cached is None:
+                self.partitions[tp] = CachedPartition(req)
+                added.append(tp)
+            else:
+                cached.update_request_params(req)
+                updated.append(tp)
+        for tp in to_forget:
+            if self.partitions.pop(tp, None) is not None:
+                removed.append(tp)
+        return added, updated, removed
+
+
+class FetchSessionCache:
+    def __init__(self, max_entries: int,
+                 eviction_ms: int = MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS,
+                 rng: random.Random | None = None) -> None:
+        self.max_entries = max_entries
+        self.eviction_ms = eviction_ms
+        self._rng = rng or random.Random()
+        self.sessions: dict[int, FetchSession] = {}
+        self.num_partitions = 0
+        self.evictions = 0
+
+    def get(self, session_id: int) -> FetchSession | None:
+        return self.sessions.get(session_id)
+
+    @property
+    def size(self) -> int:
+        return len(self.sessions)
+
+    def new_session_id(self) -> int:
+        while True:
+            sid = self._rng.randint(1, _INT_MAX - 1)
+            if sid not in self.sessions:
+                return sid
+
+    def maybe_create_session(self, now_ms: int, privileged: bool,
+                             partitions: dict[TopicPartition, CachedPartition]) -> int:
+        """The new session's id, or INVALID_SESSION_ID when there is no slot for it."""
+        if len(self.sessions) < self.max_entries or self.try_evict(
+                privileged, (privileged, len(partitions), 0), now_ms):
+            session = FetchSession(self.new_session_id(), privileged, partitions, now_ms)
+            self.sessions[session.id] = session
+            self.touch(session, now_ms)
+            return session.id
+        return INVALID_SESSION_ID
+
+    def try_evict(self, privileged: bool, key: tuple[bool, int, int], now_ms: int) -> bool:
+        """Make room for a session with ``key``: evict a stale session, else the least valuable
+        evictable one if it is worth less than the newcomer."""
+        if not self.sessions:
+            return False
+        oldest = min(self.sessions.values(), key=lambda s: (s.last_used_ms, s.id))
+        if now_ms - oldest.last_used_ms > self.eviction_ms:
+            self.remove(oldest.id)
+            self.evictions += 1
+            return True
+        candidates = [s for s in self.sessions.values()
+                      if (s.evictable_by_privileged if privileged else s.evictable_by_all)]
+        if not candidates:
+            return False
+        least = min(candidates, key=FetchSession.evictable_key)
+        if key < least.evictable_key():
+            return False
+        self.remove(least.id)
+        self.evictions += 1
+        return True
+
+    def remove(self, session_id: int) -> FetchSession | None:
+        session = self.sessions.pop(session_id, None)
+        if session is not None:
+            self.num_partitions -= session.cached_size
+            session.cached_size = -1
+        return session
+
+    def touch(self, session: FetchSession, now_ms: int) -> None:
+        """Record a use: last-used time, size, and which newcomers may evict it."""
+        session.last_used_ms = now_ms
+        if session.cached_size != -1:
+            self.num_partitions -= session.cached_size
+        session.cached_size = session.size
+        old = now_ms - session.creation_ms > self.eviction_ms
+        session.evictable_by_privileged = not session.privileged or old
+        session.evictable_by_all = old
+        self.num_partitions += session.cached_size
+
+
+# ---------------------------------------------------------------- contexts
+
+
+class FetchContext:
+    """One fetch request's view of its session: what to read, what to answer."""
+
+    error: int = ErrorCode.NONE
+
+    def partitions(self) -> dict[TopicPartition, PartitionRequest]:
+        """The partitions to read, in order."""
+        raise NotImplementedError
+
+    def update_and_generate_response(
+        self, updates: Mapping[TopicPartition, PartitionResponse], now_ms: int
+    ) -> tuple[int, int, list[TopicPartition]]:
+        """(error, session id, the partitions to answer in order) after the read."""
+        raise NotImplementedError
+
+
+class SessionErrorContext(FetchContext):
+    def __init__(self, error: int) -> None:
+        self.error = error
+
+    def partitions(self) -> dict[TopicPartition, PartitionRequest]:
+        return {}
+
+    def update_and_generate_response(
+        self, updates: Mapping[TopicPartition, PartitionResponse], now_ms: int
+    ) -> tuple[int, int, list[TopicPartition]]:
+        # The session's partitions are unknown: nothing but the error.
+        return self.error, INVALID_SESSION_ID, []
+
+
+class SessionlessFetchContext(FetchContext):
+    def __init__(self, fetch_data: Mapping[TopicPartition, PartitionRequest]) -> None:
+        self.fetch_data = fetch_data
+
+    def partitions(self) -> dict[TopicPartition, PartitionRequest]:
+        return dict(self.fetch_data)
+
+    def update_and_generate_response(
+        self, updates: Mapping[TopicPartition, PartitionResponse], now_ms: int
+    ) -> tuple[int, int, list[TopicPartition]]:
+        return ErrorCode.NONE, INVALID_SESSION_ID, list(updates)
+
+
+class FullFetchContext(FetchContext):
+    def __init__(self, cache: FetchSessionCache,
+                 fetch_data: Mapping[TopicPartition, PartitionRequest], is_from_follower: bool) -> None:
+        self.cache = cache
+        self.fetch_data = fetch_data
+        self.is_from_follower = is_from_follower
+
+    def partitions(self) -> dict[TopicPartition, PartitionRequest]:
+        return dict(self.fetch_data)
+
+    def update_and_generate_response(
+        self, updates: Mapping[TopicPartition, PartitionResponse], now_ms: int
+    ) -> tuple[int, int, list[TopicPartition]]:
+        cached = {tp: CachedPartition(self.fetch_data[tp], resp) for tp, resp in updates.items()}
+        session_id = self.cache.maybe_create_session(now_ms, self.is_from_follower, cached)
+        return ErrorCode.NONE, session_id, list(updates)
+
+
+class IncrementalFetchContext(FetchContext):
+    def __init__(self, session: FetchSession, request_epoch: int) -> None:
+        self.session = session
+        self.request_epoch = request_epoch
+
+    def partitions(self) -> dict[TopicPartition, PartitionRequest]:
+        return {tp: cp.req_data for tp, cp in self.session.partitions.items()}
+
+    def update_and_generate_response(
+        self, updates: Mapping[TopicPartition, PartitionResponse], now_ms: int
+    ) -> tuple[int, int, list[TopicPartition]]:
+        session = self.session
+        if session.epoch != next_epoch(self.request_epoch):
+            # Another request of this session went through meanwhile (a duplicate).
+            return ErrorCode.INVALID_FETCH_SESSION_EPOCH, session.id, []
+        out: list[TopicPartition] = []
+        for tp, resp in updates.items():
+            cached = session.partitions.get(tp)
+            if cached is None:  # forgotten while this request waited
+                continue
+            if cached.maybe_update_response_data(resp, True):
+                out.append(tp)
+                # Answered partitions go to the back of the read order (fairness, as Kafka).
+                session.partitions[tp] = session.partitions.pop(tp)
+        return ErrorCode.NONE, session.id, out
+
+
+class FetchManager:
+    def __init__(self, cache: FetchSessionCache) -> None:
+        self.cache = cache
+
+    def new_context(
+        self,
+        session_id: int,
+        epoch: int,
+        fetch_data: Mapping[TopicPartition, PartitionRequest],
+        to_forget: Iterable[TopicPartition],
+        is_follower: bool,
+        now_ms: int,
+    ) -> FetchContext:
+        if is_full(epoch):
+            if session_id != INVALID_SESSION_ID:
+                self.cache.remove(session_id)  # a full fetch closes the session it names
+            if epoch == FINAL_EPOCH:
+                return SessionlessFetchContext(fetch_data)
+            return FullFetchContext(self.cache, fetch_data, is_follower)
+        session = self.cache.get(session_id)
+        if session is None:
+            return SessionErrorContext(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+        if session.epoch != epoch:
+            return SessionErrorContext(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+        session.update(fetch_data, to_forget)
+        if session.size == 0:
+            self.cache.remove(session.id)
+            return SessionlessFetchContext(fetch_data)
+        self.cache.touch(session, now_ms)
+        session.epoch = next_epoch(session.epoch)
+        return IncrementalFetchContext(session, epoch)
+
+
+def partition_response(error: int, high_watermark: int, log_start_offset: int,
+                       records: Any) -> PartitionResponse:
+    return PartitionResponse(error, high_watermark, log_start_offset,
+                             len(records) if records is not None else 0)
