@@ -19,7 +19,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 def _describe(t: Target, group: str) -> object:
     admin = t.admin()
-    d = outcome(admin.describe_consumer_groups([group])[group])
+    deadline = time.monotonic() + 30
+    # Kafka answers NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS while a coordinator is
+    # still loading its offsets partition; a client asks again.
+    while (d := outcome(admin.describe_consumer_groups([group])[group])) in (
+            "NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS") and time.monotonic() < deadline:
+        time.sleep(0.3)
     if isinstance(d, str):
         return d
     return (d.state.name, d.is_simple_consumer_group, d.partition_assignor,

@@ -21,7 +21,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -266,7 +266,7 @@ class KafkaCluster:
 
 
 def wait_for_metadata(addresses: Sequence[str], n_brokers: int, deadline: float,
-                      alive: object = None) -> None:
+                      alive: Callable[[], None] | None = None) -> None:
     """Until each of `addresses` answers Metadata listing `n_brokers` brokers and a controller
     (a broker serves Metadata before the controller's UpdateMetadata has told it the others).
     `alive`, if given, is called each round and raises when a process died."""
@@ -287,7 +287,7 @@ def wait_for_metadata(addresses: Sequence[str], n_brokers: int, deadline: float,
 
     pending = list(addresses)
     while pending:
-        if callable(alive):
+        if alive is not None:
             alive()
         pending = [a for a in pending if asyncio.run(brokers_seen(a)) < n_brokers]
         if not pending:
