@@ -66,9 +66,19 @@ def test_requests_translate_to_the_wire_and_back() -> None:
         m_fetch.PartitionData(partition_index=0, error_code=74, high_watermark=5, log_start_offset=1,
                               records=None)])])
     got = from_wire(fetch, resp)
-    assert got[a].error == Errors.FENCED_LEADER_EPOCH and got[a].high_watermark == 5
-    assert got[a].records == b""
-    assert from_wire(fetch, m_fetch.FetchResponse(error_code=70))[b].error == Errors.UNKNOWN_SERVER_ERROR
+    assert (got.error, got.session_id) == (Errors.NONE, 0)
+    assert got.partitions[a].error == Errors.FENCED_LEADER_EPOCH
+    assert got.partitions[a].high_watermark == 5 and got.partitions[a].records == b""
+    refused = from_wire(fetch, m_fetch.FetchResponse(error_code=70))
+    assert (refused.error, refused.partitions) == (Errors.FETCH_SESSION_ID_NOT_FOUND, {})
+    # An incremental fetch lists only its changed partitions and forgets the dropped ones.
+    incremental = FetchRequest(2, 2, 7, 99, 500, 1, 1 << 20, {a: FetchPartition(11, 4, 2, 4096)},
+                               session_id=77, session_epoch=3,
+                               to_send={a: FetchPartition(11, 4, 2, 4096)}, to_forget=(b,))
+    wire = _roundtrip(to_wire(incremental), 12)
+    assert (wire.session_id, wire.session_epoch) == (77, 3)
+    assert [(t.topic, [p.fetch_offset for p in t.partitions]) for t in wire.topics] == [("a", [11])]
+    assert [(t.topic, t.partitions) for t in wire.forgotten_topics_data] == [("b", [3])]
 
     ofle = OffsetsForLeaderEpochRequest(2, 2, 7, {a: (4, 3)})
     wire = _roundtrip(to_wire(ofle), 4)

@@ -31,7 +31,7 @@ from tidelog.client.connection import BrokerConnection
 from tidelog.client.errors import KafkaClientError, RequestTimedOutError
 from tidelog.protocol.messages.fetch import FetchPartition as WireFetchPartition
 from tidelog.protocol.messages.fetch import FetchRequest as WireFetchRequest
-from tidelog.protocol.messages.fetch import FetchTopic
+from tidelog.protocol.messages.fetch import FetchTopic, ForgottenTopic
 from tidelog.protocol.messages.list_offsets import (
     ListOffsetsPartition,
     ListOffsetsTopic,
@@ -47,6 +47,7 @@ from tidelog.replication.errors import Errors
 from tidelog.replication.fetcher import (
     FetcherRequest,
     FetchRequest,
+    FetchResponseData,
     OffsetsForLeaderEpochRequest,
     ReplicaFetcher,
 )
@@ -109,29 +110,34 @@ def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[TopicParti
 def to_wire(request: FetcherRequest) -> Any:
     """The core's request dataclass -> the generated protocol request."""
     if isinstance(request, FetchRequest):
+        listed = request.listed
         return WireFetchRequest(
             replica_id=request.replica_id,
             max_wait_ms=request.max_wait_ms,
             min_bytes=request.min_bytes,
             max_bytes=request.max_bytes,
             isolation_level=0,
-            session_id=0,
-            session_epoch=-1,  # no fetch session: a full fetch every time
+            session_id=request.session_id,
+            session_epoch=request.session_epoch,
             topics=[
                 FetchTopic(
                     topic=topic,
                     partitions=[
                         WireFetchPartition(
                             partition=tp.partition,
-                            current_leader_epoch=request.partitions[tp].current_leader_epoch,
-                            fetch_offset=request.partitions[tp].fetch_offset,
-                            log_start_offset=request.partitions[tp].log_start_offset,
-                            partition_max_bytes=request.partitions[tp].max_bytes,
+                            current_leader_epoch=listed[tp].current_leader_epoch,
+                            fetch_offset=listed[tp].fetch_offset,
+                            log_start_offset=listed[tp].log_start_offset,
+                            partition_max_bytes=listed[tp].max_bytes,
                         )
                         for tp in tps
                     ],
                 )
-                for topic, tps in _by_topic(request.partitions).items()
+                for topic, tps in _by_topic(listed).items()
+            ],
+            forgotten_topics_data=[
+                ForgottenTopic(topic=topic, partitions=[tp.partition for tp in tps])
+                for topic, tps in _by_topic(request.to_forget).items()
             ],
         )
     if isinstance(request, OffsetsForLeaderEpochRequest):
@@ -171,20 +177,19 @@ def to_wire(request: FetcherRequest) -> Any:
     )
 
 
-def from_wire(request: FetcherRequest, response: Any) -> dict[TopicPartition, Any]:
-    """The generated protocol response -> the core's ``{tp: result}``."""
+def from_wire(request: FetcherRequest, response: Any) -> Any:
+    """The generated protocol response -> the core's ``{tp: result}`` (for a fetch, with the
+    session fields: ``FetchResponseData``)."""
     out: dict[TopicPartition, Any] = {}
     if isinstance(request, FetchRequest):
-        if response.error_code:  # a request-level error (sessions): every partition has it
-            err = _error(response.error_code)
-            return {tp: FetchPartitionData(err) for tp in request.partitions}
         for t in response.responses:
             for p in t.partitions:
                 out[TopicPartition(t.topic, p.partition_index)] = FetchPartitionData(
                     _error(p.error_code), p.high_watermark, p.log_start_offset,
                     p.records if p.records is not None else b"", p.last_stable_offset,
                 )
-    elif isinstance(request, OffsetsForLeaderEpochRequest):
+        return FetchResponseData(_error(response.error_code), response.session_id, out)
+    if isinstance(request, OffsetsForLeaderEpochRequest):
         for t in response.topics:
             for p in t.partitions:
                 out[TopicPartition(t.topic, p.partition)] = EpochEndOffset(

@@ -150,6 +150,19 @@ class FetchRequest:
     min_bytes: int
     max_bytes: int
     partitions: Mapping[TopicPartition, FetchPartition] = field(default_factory=dict)
+    # KIP-227: the session this request belongs to and what goes on the wire. ``partitions`` is
+    # always the whole set the fetcher wants (responses are matched against it); ``to_send`` are
+    # the partitions listed in the request (all of them in a full fetch), ``to_forget`` the ones
+    # dropped from the session.
+    session_id: int = 0
+    session_epoch: int = -1
+    to_send: Mapping[TopicPartition, FetchPartition] | None = None
+    to_forget: tuple[TopicPartition, ...] = ()
+
+    @property
+    def listed(self) -> Mapping[TopicPartition, FetchPartition]:
+        """The partitions the request lists on the wire."""
+        return self.partitions if self.to_send is None else self.to_send
 
     def fetch_args(self) -> dict[TopicPartition, tuple[int, int, int, int]]:
         """The ``partitions`` argument of ``ReplicaManager.fetch_messages``."""
@@ -178,6 +191,93 @@ class ListOffsetsRequest:
 
 
 FetcherRequest = FetchRequest | OffsetsForLeaderEpochRequest | ListOffsetsRequest
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResponseData:
+    """A fetch response with its session fields (a plain mapping is a sessionless answer)."""
+
+    error: Errors
+    session_id: int
+    partitions: Mapping[TopicPartition, FetchPartitionData] = field(default_factory=dict)
+
+
+INVALID_SESSION_ID = 0
+INITIAL_EPOCH = 0
+_INT_MAX = 2**31 - 1
+
+
+class FetchSessionHandler:
+    """The fetcher's side of a fetch session (Kafka's clients ``FetchSessionHandler``).
+
+    ``build`` turns the partitions the fetcher wants into a request: a full fetch (epoch 0, every
+    partition) while there is no session, then incremental fetches listing only the partitions
+    whose fetch offset, log start offset, leader epoch or max bytes changed (added or altered) and
+    forgetting those no longer wanted. ``handle_response`` moves the session on; a session error
+    (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH), an inconsistent response or a lost
+    request makes the next request a full fetch again.
+    """
+
+    def __init__(self) -> None:
+        self.session_id = INVALID_SESSION_ID
+        self.epoch = INITIAL_EPOCH
+        self.session_partitions: dict[TopicPartition, FetchPartition] = {}
+
+    @property
+    def is_full(self) -> bool:
+        return self.epoch == INITIAL_EPOCH
+
+    def build(self, wanted: Mapping[TopicPartition, FetchPartition]) -> tuple[
+            int, int, Mapping[TopicPartition, FetchPartition], tuple[TopicPartition, ...]]:
+        """(session id, epoch, partitions to list, partitions to forget) for the next request."""
+        if self.is_full:
+            self.session_partitions = dict(wanted)
+            return self.session_id, self.epoch, dict(wanted), ()
+        to_forget = tuple(tp for tp in self.session_partitions if tp not in wanted)
+        to_send = {tp: data for tp, data in wanted.items()
+                   if self.session_partitions.get(tp) != data}
+        self.session_partitions = dict(wanted)
+        return self.session_id, self.epoch, to_send, to_forget
+
+    def handle_response(self, response: FetchResponseData) -> bool:
+        """Move the session on; False when the response's partitions must not be used."""
+        if response.error != Errors.NONE:
+            if response.error == Errors.FETCH_SESSION_ID_NOT_FOUND:
+                self._reset()
+            else:
+                self._close_existing()
+            return False
+        if self.is_full:
+            if set(response.partitions) != set(self.session_partitions):
+                self._reset()  # extra or omitted partitions in a full response
+                return False
+            if response.session_id == INVALID_SESSION_ID:
+                self._reset()  # no slot for a session at the broker: full fetches go on
+            else:
+                self.session_id, self.epoch = response.session_id, 1
+            return True
+        if not set(response.partitions) <= set(self.session_partitions):
+            self._close_existing()
+            return False
+        if response.session_id == INVALID_SESSION_ID:
+            self._reset()
+        else:
+            self.epoch = 1 if self.epoch == _INT_MAX else self.epoch + 1
+        return True
+
+    def handle_sessionless_response(self) -> None:
+        """A plain mapping came back (an in-process transport without sessions)."""
+        self._reset()
+
+    def handle_error(self) -> None:
+        """The request was lost: the next one is full and closes the session."""
+        self._close_existing()
+
+    def _reset(self) -> None:
+        self.session_id, self.epoch = INVALID_SESSION_ID, INITIAL_EPOCH
+
+    def _close_existing(self) -> None:
+        self.epoch = INITIAL_EPOCH
 
 
 @dataclass(slots=True)
@@ -216,6 +316,7 @@ class ReplicaFetcher:
         self._offset_resets: dict[TopicPartition, int] = {}
         self._in_flight: dict[type, tuple[FetcherRequest, int]] = {}
         self._next_request_id = first_request_id
+        self.session = FetchSessionHandler()
 
     # ------------------------------------------------------------------ partitions
     def add_partitions(
@@ -263,10 +364,12 @@ class ReplicaFetcher:
                 out.append(request)
         return out
 
-    def handle_response(self, request: FetcherRequest, response: Mapping[TopicPartition, Any],
+    def handle_response(self, request: FetcherRequest,
+                        response: Mapping[TopicPartition, Any] | FetchResponseData,
                         now_ms: int) -> FetchResult | None:
         if isinstance(request, FetchRequest):
             return self.process_fetch_response(request, response, now_ms)
+        assert not isinstance(response, FetchResponseData)
         if isinstance(request, OffsetsForLeaderEpochRequest):
             self.process_offsets_for_leader_epoch_response(request, response, now_ms)
         else:
@@ -277,6 +380,8 @@ class ReplicaFetcher:
         """The request or its response was lost / timed out: back off its partitions."""
         if not self._take_in_flight(request):
             return
+        if isinstance(request, FetchRequest):
+            self.session.handle_error()
         self._delay_partitions(request.partitions, now_ms)
 
     def next_wakeup_ms(self, now_ms: int) -> int | None:
@@ -534,6 +639,7 @@ class ReplicaFetcher:
             )
         if not parts:
             return None
+        session_id, epoch, to_send, to_forget = self.session.build(parts)
         request = FetchRequest(
             self._new_request_id(),
             self.source_broker,
@@ -543,19 +649,32 @@ class ReplicaFetcher:
             self.config.replica_fetch_min_bytes,
             self.config.replica_fetch_response_max_bytes,
             parts,
+            session_id,
+            epoch,
+            to_send,
+            to_forget,
         )
         return self._send(request, now_ms)  # type: ignore[return-value]
 
     def process_fetch_response(
         self,
         request: FetchRequest,
-        response: Mapping[TopicPartition, FetchPartitionData],
+        response: Mapping[TopicPartition, FetchPartitionData] | FetchResponseData,
         now_ms: int,
     ) -> FetchResult:
         result = FetchResult()
+        partitions = response.partitions if isinstance(response, FetchResponseData) else response
         if not self._take_in_flight(request):
-            result.ignored.update(response)
+            result.ignored.update(partitions)
             return result
+        if isinstance(response, FetchResponseData):
+            if not self.session.handle_response(response):
+                # As Kafka's fetcher: nothing of it is used, the next fetch (full) goes at once.
+                result.ignored.update(partitions)
+                return result
+        else:
+            self.session.handle_sessionless_response()
+        response = partitions
         with_error: set[TopicPartition] = set()
         for tp, data in response.items():
             sent = request.partitions.get(tp)
