@@ -33,6 +33,7 @@ def cleaner_config_from(cfg: KafkaConfig) -> CleanerConfig:
         max_io_bytes_per_second=cfg.get("log.cleaner.io.max.bytes.per.second"),
         backoff_ms=cfg.get("log.cleaner.backoff.ms"),
         enable_cleaner=cfg.get("log.cleaner.enable"),
+        producer_id_expiration_ms=cfg.get("producer.id.expiration.ms"),
     )
 
 

@@ -233,3 +233,20 @@ def test_the_clean_aborts_when_the_log_is_truncated_under_it() -> None:
     assert cleaner.aborted and cleaner.end_offset is None
     assert contents(log) == before[:100]
     assert not [n for n in log.file_io.listdir(log.dir) if n.endswith(".cleaned")]
+
+
+def test_the_last_batch_of_an_active_producer_stays_as_an_empty_batch() -> None:
+    log = compacted_log()
+    append(log, [(b"a", b"1")], 1000, producer_id=5)  # superseded, not producer 5's last batch
+    append(log, [(b"b", b"1")], 1000, producer_id=5)  # superseded, producer 5's last batch
+    append(log, [(b"c", b"1")], 0, producer_id=6)  # superseded, producer 6 expired by then
+    append(log, [(b"a", b"2"), (b"b", b"2"), (b"c", b"2")], 86_400_000)
+    clean(log, 86_400_000)
+    batches = list(log.batches(0))
+    empty = [b for b in batches if b.record_count == 0]
+    assert [(b.base_offset, b.last_offset, b.producer_id, b.base_sequence) for b in empty] == [
+        (1, 1, 5, 0)]
+    assert empty[0].is_valid()
+    assert contents(log) == [(3, b"a", b"2"), (4, b"b", b"2"), (5, b"c", b"2")]
+    clean(log, 86_400_001)  # kept as it is by the next clean
+    assert [b.base_offset for b in log.batches(0) if b.record_count == 0] == [1]

@@ -211,6 +211,24 @@ def build_end_transaction_marker(
     )
 
 
+def build_empty_batch_header(original: RecordBatch) -> bytearray:
+    """A batch of no records in place of `original` (Kafka's DefaultRecordBatch.writeEmptyHeader):
+    the log cleaner keeps it when it removed every record of an active producer's last batch,
+    so that the producer's last sequence and offset survive. Uncompressed; both timestamps are
+    the original's max timestamp."""
+    attributes = original.attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG_MASK
+                                        | CONTROL_FLAG_MASK)
+    out = bytearray(HEADER_STRUCT.size)
+    HEADER_STRUCT.pack_into(
+        out, 0, original.base_offset, HEADER_STRUCT.size - LOG_OVERHEAD,
+        original.partition_leader_epoch, CURRENT_MAGIC, 0, attributes,
+        original.last_offset_delta, original.max_timestamp, original.max_timestamp,
+        original.producer_id, original.producer_epoch, original.base_sequence, 0,
+    )
+    struct.pack_into(">I", out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return out
+
+
 def build_retained_batch(
     original: RecordBatch,
     retained: Sequence[DecodedRecord],

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tidelog.protocol.records.batch import RecordBatch
-from tidelog.protocol.records.builder import build_retained_batch
+from tidelog.protocol.records.builder import build_empty_batch_header, build_retained_batch
 from tidelog.protocol.records.decoder import decode_records
 from tidelog.storage.checkpoint import OffsetCheckpointFile, TopicPartition
 from tidelog.storage.cleaner.offset_map import OffsetMap
@@ -70,6 +70,9 @@ class CleanerConfig:
     max_io_bytes_per_second: float = float("inf")
     backoff_ms: int = 15_000
     enable_cleaner: bool = True
+    # producer.id.expiration.ms: a producer seen more recently is active; the last batch of an
+    # active producer stays (empty if need be) so that its sequence survives a restart.
+    producer_id_expiration_ms: int = 86_400_000
 
 
 def is_compacted(log: Log) -> bool:
@@ -139,10 +142,13 @@ def log_to_clean(log: Log, checkpoint: int | None, now_ms: int) -> LogToClean:
 class Cleaner:
     """Cleans one log at a time with one offset map (one of Kafka's CleanerThreads)."""
 
-    def __init__(self, offset_map: OffsetMap, step_bytes: int = 1024 * 1024) -> None:
+    def __init__(self, offset_map: OffsetMap, step_bytes: int = 1024 * 1024,
+                 producer_id_expiration_ms: int = 86_400_000) -> None:
         self.offset_map = offset_map
         self.step_bytes = step_bytes
+        self.producer_id_expiration_ms = producer_id_expiration_ms
         self.aborted = False
+        self._last_batch_of_producer: dict[int, int] = {}
 
     def clean(self, target: LogToClean, now_ms: int) -> Iterator[int]:
         """Clean the log; yields bytes read since the last yield. Afterwards `self.end_offset`
@@ -168,7 +174,9 @@ class Cleaner:
             # A dirty section without keyed records (or empty): nothing to dedupe against, but
             # the section is now clean.
             end = target.first_uncleanable_offset
-        for group in self._group_segments([s for s in snapshot if s.base_offset < end], log):
+        cleaned = [s for s in snapshot if s.base_offset < end]
+        yield from self._find_last_batches_of_producers(snapshot, now_ms)
+        for group in self._group_segments(cleaned, log):
             yield from self._clean_segments(log, group, now_ms, target)
             if self.aborted:
                 return
@@ -204,6 +212,29 @@ class Cleaner:
                     read = 0
         if read:
             yield read
+
+    def _find_last_batches_of_producers(self, segments: list[LogSegment], now_ms: int
+                                        ) -> Iterator[int]:
+        """The last batch of each active producer below the first uncleanable offset (Kafka
+        takes them from the producer state: lastRecordsOfActiveProducers). A producer's later
+        batches in the active segment are not looked at: its last batch below stays, one more
+        header than Kafka keeps."""
+        last: dict[int, int] = {}
+        read = 0
+        for segment in segments:
+            for batch in segment.iter_batches(0):
+                read += batch.size_in_bytes
+                if batch.producer_id >= 0:
+                    if now_ms - batch.max_timestamp < self.producer_id_expiration_ms:
+                        last[batch.producer_id] = batch.last_offset
+                    else:
+                        last.pop(batch.producer_id, None)
+                if read >= self.step_bytes * 16:  # headers only: larger steps
+                    yield read
+                    read = 0
+        if read:
+            yield read
+        self._last_batch_of_producer = last
 
     # -- grouping and rewriting ------------------------------------------------------------
     @staticmethod
@@ -252,6 +283,10 @@ class Cleaner:
                 retained.append(record)
                 tombstones = tombstones or record.value is None
         if not retained:
+            if (batch.producer_id >= 0
+                    and self._last_batch_of_producer.get(batch.producer_id) == batch.last_offset):
+                # Kafka's RETAIN_EMPTY
+                return batch.buf if batch.record_count == 0 else build_empty_batch_header(batch)
             return None
         new_horizon = now_ms + delete_retention_ms if tombstones and horizon is None else None
         if len(retained) == len(records) and new_horizon is None:
@@ -396,7 +431,8 @@ class LogCleanerManager:
         self._attached: dict[int, Log] = {}
         self.cleaners = [
             Cleaner(OffsetMap(config.dedupe_buffer_size // config.num_threads,
-                              config.dedupe_buffer_load_factor))
+                              config.dedupe_buffer_load_factor),
+                    producer_id_expiration_ms=config.producer_id_expiration_ms)
             for _ in range(config.num_threads)
         ]
 
