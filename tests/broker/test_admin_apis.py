@@ -205,7 +205,7 @@ def test_validate_only_writes_nothing(cluster: Cluster) -> None:
          "Duplicate brokers not allowed in replica assignment: 1, 1 for partition id 2."),
         (3, [[1]], ErrorCode.INVALID_REPLICA_ASSIGNMENT,
          "Inconsistent replication factor between partitions, partition 0 has 2 while"
-         " partition 2 has 1."),
+         " partitions [2] have replication factors [1], respectively."),
         (4, [[1, 2]], ErrorCode.INVALID_REPLICA_ASSIGNMENT,
          "Increasing the number of partitions by 2 but 1 assignments provided."),
         (3, [[]], ErrorCode.INVALID_REPLICA_ASSIGNMENT,

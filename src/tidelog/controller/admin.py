@@ -262,11 +262,13 @@ class AdminZkClient:
                         ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                         "Duplicate brokers not allowed in replica assignment: "
                         f"{', '.join(map(str, replicas))} for partition id {p}.")
-                if len(replicas) != rf:
-                    raise AdminError(
-                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                        "Inconsistent replication factor between partitions, partition 0 has"
-                        f" {rf} while partition {p} has {len(replicas)}.")
+            bad = sorted((p, len(r)) for p, r in new.items() if len(r) != rf)
+            if bad:
+                raise AdminError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    "Inconsistent replication factor between partitions, partition 0 has"
+                    f" {rf} while partitions [{', '.join(str(p) for p, _ in bad)}] have"
+                    f" replication factors [{', '.join(str(n) for _, n in bad)}], respectively.")
         else:
             # Kafka continues the round-robin from partition 0's first replica.
             start = next((i for i, b in enumerate(brokers) if b >= partition0[0]), 0)
