@@ -323,6 +323,9 @@ class Cleaner:
                     read += batch.size_in_bytes
                     if read >= self.step_bytes:
                         out.append(b"".join(pending))
+                        # fsync as we go: the one before the swap then never waits for a
+                        # whole segment's worth of dirty pages on the event loop
+                        out.flush()
                         pending.clear()
                         yield read
                         read = 0
