@@ -1,0 +1,198 @@
+"""Fetch sessions (KIP-227) on the broker: Kafka's FetchManager and FetchSessionCache — session
+creation, incremental updates, forgotten partitions, the epoch checks, the errors and the
+eviction rules (privileged followers, stale sessions, the newer bigger session)."""
+
+from __future__ import annotations
+
+import random
+
+from tidelog.broker.fetch_session import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    INVALID_SESSION_ID,
+    FetchManager,
+    FetchSessionCache,
+    FullFetchContext,
+    IncrementalFetchContext,
+    PartitionResponse,
+    SessionErrorContext,
+    SessionlessFetchContext,
+    next_epoch,
+)
+from tidelog.protocol.errors import ErrorCode
+from tidelog.replication.types import TopicPartition
+
+A, B, C = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("u", 0)
+EVICTION_MS = 120_000
+
+
+def req(offset: int, max_bytes: int = 1000) -> tuple[int, int, int, int]:
+    return (offset, 0, 0, max_bytes)
+
+
+def resp(hw: int, records: int = 0, error: int = 0, log_start: int = 0) -> PartitionResponse:
+    return PartitionResponse(error, hw, log_start, records)
+
+
+def manager(slots: int = 10) -> FetchManager:
+    return FetchManager(FetchSessionCache(slots, EVICTION_MS, random.Random(7)))
+
+
+def open_session(fm: FetchManager, parts: dict, now: int = 0, follower: bool = True,
+                 hw: int = 5) -> int:
+    ctx = fm.new_context(0, INITIAL_EPOCH, parts, [], follower, now)
+    assert isinstance(ctx, FullFetchContext)
+    error, sid, answered = ctx.update_and_generate_response({tp: resp(hw) for tp in parts}, now)
+    assert error == 0 and answered == list(parts)
+    return sid
+
+
+def test_next_epoch_wraps_to_one_and_stays_final() -> None:
+    assert next_epoch(0) == 1 and next_epoch(41) == 42
+    assert next_epoch(2**31 - 1) == 1
+    assert next_epoch(FINAL_EPOCH) == FINAL_EPOCH
+
+
+def test_a_full_fetch_creates_a_session_and_incremental_ones_answer_only_changes() -> None:
+    fm = manager()
+    sid = open_session(fm, {A: req(0), B: req(0)})
+    assert sid != INVALID_SESSION_ID and fm.cache.size == 1 and fm.cache.num_partitions == 2
+    # Epoch 1, nothing listed: every session partition is read, nothing changed, none answered.
+    ctx = fm.new_context(sid, 1, {}, [], True, 10)
+    assert isinstance(ctx, IncrementalFetchContext)
+    assert ctx.partitions() == {A: req(0), B: req(0)}
+    assert ctx.update_and_generate_response({A: resp(5), B: resp(5)}, 10) == (0, sid, [])
+    # Epoch 2: B has records, A's HW moved; both answered, and they go to the back in that order.
+    ctx = fm.new_context(sid, 2, {}, [], True, 20)
+    assert ctx.update_and_generate_response({A: resp(5), B: resp(5, records=100)}, 20) == (
+        0, sid, [B])
+    ctx = fm.new_context(sid, 3, {}, [], True, 30)
+    assert ctx.update_and_generate_response({A: resp(6), B: resp(5)}, 30) == (0, sid, [A])
+    assert list(fm.cache.get(sid).partitions) == [B, A]
+    # A listed partition updates the cached request parameters; a new one joins the session.
+    ctx = fm.new_context(sid, 4, {B: req(9), C: req(3)}, [], True, 40)
+    assert ctx.partitions() == {B: req(9), A: req(0), C: req(3)}
+    # C is new (no cached HW): answered once, then only on change.
+    assert ctx.update_and_generate_response({B: resp(5), A: resp(6), C: resp(3)}, 40) == (
+        0, sid, [C])
+
+
+def test_log_start_offset_changes_and_errors_are_always_answered() -> None:
+    fm = manager()
+    sid = open_session(fm, {A: req(0)})
+    ctx = fm.new_context(sid, 1, {}, [], True, 1)
+    assert ctx.update_and_generate_response({A: resp(5, log_start=2)}, 1)[2] == [A]
+    ctx = fm.new_context(sid, 2, {}, [], True, 2)
+    assert ctx.update_and_generate_response({A: resp(-1, error=6, log_start=2)}, 2)[2] == [A]
+    ctx = fm.new_context(sid, 3, {}, [], True, 3)
+    assert ctx.update_and_generate_response({A: resp(-1, error=6, log_start=2)}, 3)[2] == [A]
+    # The error gone, the partition is sent again (its cached HW was invalidated).
+    ctx = fm.new_context(sid, 4, {}, [], True, 4)
+    assert ctx.update_and_generate_response({A: resp(5, log_start=2)}, 4)[2] == [A]
+
+
+def test_forgotten_partitions_leave_the_session_and_the_last_one_closes_it() -> None:
+    fm = manager()
+    sid = open_session(fm, {A: req(0), B: req(0)})
+    ctx = fm.new_context(sid, 1, {}, [A], True, 1)
+    assert ctx.partitions() == {B: req(0)} and fm.cache.num_partitions == 1
+    ctx.update_and_generate_response({B: resp(5)}, 1)
+    ctx = fm.new_context(sid, 2, {}, [B], True, 2)
+    assert isinstance(ctx, SessionlessFetchContext) and ctx.partitions() == {}
+    assert fm.cache.get(sid) is None and fm.cache.num_partitions == 0
+
+
+def test_session_errors_are_kafkas() -> None:
+    fm = manager()
+    sid = open_session(fm, {A: req(0)})
+    unknown = fm.new_context(sid + 1, 1, {A: req(0)}, [], True, 1)
+    assert isinstance(unknown, SessionErrorContext) and unknown.partitions() == {}
+    assert unknown.update_and_generate_response({}, 1) == (
+        ErrorCode.FETCH_SESSION_ID_NOT_FOUND, INVALID_SESSION_ID, [])
+    wrong = fm.new_context(sid, 2, {}, [], True, 1)
+    assert wrong.update_and_generate_response({}, 1) == (
+        ErrorCode.INVALID_FETCH_SESSION_EPOCH, INVALID_SESSION_ID, [])
+    # A duplicate slipping past the first check: the session's epoch moved on meanwhile.
+    first = fm.new_context(sid, 1, {}, [], True, 2)
+    assert fm.cache.get(sid).epoch == 2
+    fm.cache.get(sid).epoch = 3  # another request of the session went through
+    assert first.update_and_generate_response({A: resp(5)}, 2) == (
+        ErrorCode.INVALID_FETCH_SESSION_EPOCH, sid, [])
+    # Epoch > 0 without a session id is an unknown session too.
+    assert fm.new_context(0, 1, {A: req(0)}, [], False, 3).error == (
+        ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+
+
+def test_a_full_fetch_closes_the_session_it_names_and_epoch_minus_one_is_sessionless() -> None:
+    fm = manager()
+    sid = open_session(fm, {A: req(0)})
+    ctx = fm.new_context(sid, FINAL_EPOCH, {A: req(0)}, [], True, 1)
+    assert isinstance(ctx, SessionlessFetchContext) and fm.cache.get(sid) is None
+    assert ctx.update_and_generate_response({A: resp(5)}, 1) == (0, INVALID_SESSION_ID, [A])
+    sid = open_session(fm, {A: req(0)})
+    ctx = fm.new_context(sid, INITIAL_EPOCH, {A: req(0)}, [], True, 2)
+    assert fm.cache.get(sid) is None  # closed; the full fetch opens a new one
+    _, new_sid, _ = ctx.update_and_generate_response({A: resp(5)}, 2)
+    assert new_sid not in (sid, INVALID_SESSION_ID) and fm.cache.size == 1
+
+
+def test_zero_slots_means_no_sessions() -> None:
+    fm = manager(slots=0)
+    ctx = fm.new_context(0, INITIAL_EPOCH, {A: req(0)}, [], True, 0)
+    assert ctx.update_and_generate_response({A: resp(5)}, 0) == (0, INVALID_SESSION_ID, [A])
+    assert fm.cache.size == 0
+
+
+def test_a_full_cache_creates_nothing_while_every_session_is_new_and_as_valuable() -> None:
+    fm = manager(slots=1)
+    first = open_session(fm, {A: req(0), B: req(0)}, now=0, follower=False)
+    assert open_session(fm, {A: req(0)}, now=1, follower=False) == INVALID_SESSION_ID
+    # Same size, same privilege: not more valuable, even once the old one may be evicted.
+    assert open_session(fm, {A: req(0), B: req(0)}, now=EVICTION_MS, follower=False) == (
+        INVALID_SESSION_ID)
+    assert fm.cache.get(first) is not None and fm.cache.evictions == 0
+
+
+def test_a_stale_session_is_evicted_by_anyone() -> None:
+    fm = manager(slots=1)
+    big = open_session(fm, {A: req(0), B: req(0), C: req(0)}, now=0, follower=True)
+    small = open_session(fm, {A: req(0)}, now=EVICTION_MS + 1, follower=False)
+    assert small != INVALID_SESSION_ID and fm.cache.get(big) is None
+    assert fm.cache.evictions == 1
+
+
+def test_a_follower_evicts_a_consumer_session_at_once() -> None:
+    fm = manager(slots=1)
+    consumer = open_session(fm, {A: req(0), B: req(0), C: req(0)}, now=0, follower=False)
+    follower = open_session(fm, {A: req(0)}, now=1, follower=True)
+    assert follower != INVALID_SESSION_ID and fm.cache.get(consumer) is None
+    # A consumer cannot evict the new follower session.
+    assert open_session(fm, {A: req(0), B: req(0), C: req(0)}, now=2, follower=False) == (
+        INVALID_SESSION_ID)
+
+
+def test_a_consumer_evicts_only_a_smaller_session_that_is_not_new() -> None:
+    fm = manager(slots=1)
+    small = open_session(fm, {A: req(0)}, now=0, follower=False)
+    # Newer and bigger, but the small one is still recent (created < eviction_ms ago).
+    fm.new_context(small, 1, {}, [], False, 10).update_and_generate_response({A: resp(5)}, 10)
+    assert open_session(fm, {A: req(0), B: req(0)}, now=10, follower=False) == INVALID_SESSION_ID
+    # Once the small session is older than eviction_ms (and used since), a bigger one wins.
+    now = EVICTION_MS + 10
+    fm.new_context(small, 2, {}, [], False, now).update_and_generate_response({A: resp(5)}, now)
+    bigger = open_session(fm, {A: req(0), B: req(0)}, now=now + 1, follower=False)
+    assert bigger != INVALID_SESSION_ID and fm.cache.get(small) is None
+
+
+def test_a_follower_session_is_evicted_by_a_bigger_follower_only_when_not_new() -> None:
+    fm = manager(slots=1)
+    old = open_session(fm, {A: req(0)}, now=0, follower=True)
+    assert open_session(fm, {A: req(0), B: req(0)}, now=5, follower=True) == INVALID_SESSION_ID
+    now = EVICTION_MS + 5
+    fm.new_context(old, 1, {}, [], True, now).update_and_generate_response({A: resp(5)}, now)
+    # A consumer, however big, never evicts a privileged session that is in use.
+    assert open_session(fm, {A: req(0), B: req(0), C: req(0)}, now=now + 1, follower=False) == (
+        INVALID_SESSION_ID)
+    assert open_session(fm, {A: req(0), B: req(0)}, now=now + 1, follower=True) != (
+        INVALID_SESSION_ID)
+    assert fm.cache.get(old) is None
