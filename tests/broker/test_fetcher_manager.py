@@ -162,3 +162,52 @@ def test_follower_reconnects_after_the_leader_restarts(zookeeper: ZooKeeperServe
         b1.stop()
         b2.stop()
         ctl.close()
+
+
+@pytest.mark.integration
+def test_an_idle_follower_sends_incremental_fetches_listing_only_changed_partitions(
+    two: tuple[str, Path, list[BrokerThread]]
+) -> None:
+    from tidelog.protocol.api_keys import ApiKey
+
+    zk, _, (b1, b2) = two
+    ctl = ActingController(zk, [b1, b2])
+    seen: list[tuple[int, int, list[int], list[int]]] = []
+
+    def record_fetches() -> None:
+        apis = b1.server.apis
+        handle = apis.handlers[ApiKey.FETCH]
+
+        async def recording(ctx, request):  # type: ignore[no-untyped-def]
+            if request.replica_id == 2:
+                seen.append((request.session_id, request.session_epoch,
+                             sorted(p.partition for t in request.topics for p in t.partitions),
+                             sorted(p for t in request.forgotten_topics_data for p in t.partitions)))
+            return await handle(ctx, request)
+
+        apis.register_handler(ApiKey.FETCH, recording)
+
+    try:
+        b1.call(record_fetches)
+        ctl.create_topic("inc", {p: [1, 2] for p in range(6)})
+        fm = b2.server.replica_manager.fetcher_manager
+        wait_until(lambda: len(b2.call(lambda: fm.fetchers)) == 2, what="two fetcher tasks")
+        # Each fetcher opens a session with a full fetch, then goes on with empty incremental ones.
+        wait_until(lambda: b2.call(lambda: sum(
+            1 for t in fm.fetchers.values() if t.fetcher.session.session_id != 0)) == 2,
+            what="both fetchers in a session")
+        mark = len(b1.call(lambda: seen))
+        wait_until(lambda: len(b1.call(lambda: seen)) >= mark + 2, what="incremental fetches")
+        idle = b1.call(lambda: list(seen[mark:]))
+        assert all(sid != 0 and epoch > 0 and parts == [] and forgot == []
+                   for sid, epoch, parts, forgot in idle), idle
+        assert produce(b1.port, "inc", 3, build_values([b"x"]), acks=-1) == (0, 0)
+        mark = len(b1.call(lambda: seen))
+        assert produce(b1.port, "inc", 3, build_values([b"y"]), acks=-1) == (0, 1)
+        after = b1.call(lambda: list(seen[mark:]))
+        # The follower lists partition 3 alone when its fetch offset moves; nothing else.
+        assert any(parts == [3] for _, _, parts, _ in after), after
+        assert all(parts in ([], [3]) and epoch > 0 for _, epoch, parts, _ in after), after
+        wait_until(lambda: b2.partition("inc", 3).high_watermark == 2, what="follower HW")
+    finally:
+        ctl.close()
