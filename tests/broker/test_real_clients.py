@@ -93,6 +93,43 @@ def test_kafka_python_idempotent_producer_round_trip(
     assert got == expected
 
 
+def test_kafka_python_consumes_through_an_incremental_fetch_session(
+    one_broker: BrokerThread, controller: ActingController
+) -> None:
+    # kafka-python opens a KIP-227 session (librdkafka 2.x fetches sessionless, epoch -1).
+    kafka = pytest.importorskip("kafka")
+    from harness import produce, wait_until
+
+    from tidelog.protocol.records.builder import build_values
+
+    controller.create_topic("kps", {0: [1], 1: [1]})
+    cache = one_broker.server.apis.fetch_manager.cache
+    consumer = kafka.KafkaConsumer(bootstrap_servers=one_broker.bootstrap, enable_auto_commit=False,
+                                   fetch_max_wait_ms=100)
+    tps = [kafka.TopicPartition("kps", 0), kafka.TopicPartition("kps", 1)]
+    consumer.assign(tps)
+    for tp in tps:
+        consumer.seek(tp, 0)
+    got: list[tuple[int, int, bytes]] = []
+    try:
+        # An empty poll opens the session; what follows arrives through incremental fetches.
+        wait_until(lambda: consumer.poll(100) == {} and one_broker.call(lambda: cache.size) == 1,
+                   what="the consumer's fetch session")
+        session = one_broker.call(lambda: next(iter(cache.sessions.values())))
+        assert not session.privileged
+        for i in range(6):
+            produce(one_broker.port, "kps", i % 2, build_values([f"v{i}".encode()]), acks=1)
+        deadline = time.monotonic() + 30
+        while len(got) < 6 and time.monotonic() < deadline:
+            for batch in consumer.poll(200).values():
+                got += [(m.partition, m.offset, m.value) for m in batch]
+        assert one_broker.call(lambda: session.epoch) > 2
+    finally:
+        consumer.close()
+    assert sorted(got) == [(0, 0, b"v0"), (0, 1, b"v2"), (0, 2, b"v4"),
+                           (1, 0, b"v1"), (1, 1, b"v3"), (1, 2, b"v5")]
+
+
 def test_aiokafka_round_trip(one_broker: BrokerThread, controller: ActingController) -> None:
     aiokafka = pytest.importorskip("aiokafka")
     import asyncio
