@@ -461,7 +461,10 @@ def test_offset_delete_keeps_the_offsets_of_subscribed_topics(cluster: Cluster) 
         m_od.OffsetDeleteRequestTopic("od-sub", [m_od.OffsetDeleteRequestPartition(0)])]))
     assert (resp.error_code, [(p.partition_index, p.error_code) for t in resp.topics
                               for p in t.partitions]) == (0, [(0, 0)])
-    assert _stored(cluster, "g-od")[0] == set()
+    # Its last offset gone, the Empty group is gone too (Kafka's cleanupGroupMetadata).
+    assert _stored(cluster, "g-od") == (set(), False)
+    assert _error_code(cluster.admin.delete_consumer_groups(
+        ["g-od"], request_timeout=20)["g-od"]) == confluent_kafka.KafkaError.GROUP_ID_NOT_FOUND
 
 
 def test_offset_delete_group_errors(cluster: Cluster) -> None:

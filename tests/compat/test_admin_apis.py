@@ -12,6 +12,7 @@ from confluent_kafka.admin import NewPartitions
 from differential import (
     Pair,
     Target,
+    coordinator,
     create_ready,
     leader_address,
     outcome,
@@ -22,9 +23,11 @@ from differential import (
 )
 
 from tidelog.protocol.messages import create_partitions as m_cp
+from tidelog.protocol.messages import delete_groups as m_dg
 from tidelog.protocol.messages import delete_records as m_dr
 from tidelog.protocol.messages import describe_log_dirs as m_dld
 from tidelog.protocol.messages import describe_producers as m_dp
+from tidelog.protocol.messages import offset_delete as m_od
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -170,3 +173,55 @@ def test_describe_log_dirs_and_producers(pair: Pair) -> None:
     assert dirs == [(0, [("ld", [(1, 0, True, False)])], True)]
     assert producers[0] == ("ld", 1, 0, [(0, 2, -1, -1)])
     assert producers[1][2] == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_offset_delete_and_delete_groups_with_a_member(pair: Pair) -> None:
+    """A group with one member subscribed to one topic and offsets committed for two:
+    OffsetDelete keeps the subscribed topic's (GROUP_SUBSCRIBED_TO_TOPIC), removes the other's,
+    answers an unknown topic per partition; DeleteGroups refuses the group (NON_EMPTY_GROUP);
+    once the member left, deleting the last offset of the Empty group removes the group itself
+    (DeleteGroups then GROUP_ID_NOT_FOUND)."""
+    def scenario(t: Target) -> object:
+        create_ready(t, "od-sub", 1, 3)
+        create_ready(t, "od-other", 1, 3)
+        at = coordinator(t, "g-od")
+        c = t.consumer(**{"group.id": "g-od", "auto.offset.reset": "earliest"})
+        seen: list[object] = []
+
+        def offset_delete(group: str, *topics: str) -> object:
+            r = raw(at, m_od.OffsetDeleteRequest(group_id=group, topics=[
+                m_od.OffsetDeleteRequestTopic(x, [m_od.OffsetDeleteRequestPartition(0)])
+                for x in topics]), 0)
+            return r.error_code, sorted((x.name, p.partition_index, p.error_code)
+                                        for x in r.topics for p in x.partitions)
+
+        def delete_group(group: str) -> object:
+            r = raw(at, m_dg.DeleteGroupsRequest(groups_names=[group]), 2)
+            return [(g.group_id, g.error_code) for g in r.results]
+
+        try:
+            c.subscribe(["od-sub"])
+            deadline = time.monotonic() + 60
+            while not c.assignment():
+                assert time.monotonic() < deadline, "no assignment in time"
+                c.poll(0.2)
+            c.commit(offsets=[TopicPartition("od-sub", 0, 1), TopicPartition("od-other", 0, 1)],
+                     asynchronous=False)
+            seen.append(offset_delete("g-od", "od-sub", "od-other", "od-none"))
+            seen.append(delete_group("g-od"))
+        finally:
+            c.close()
+        seen.append(offset_delete("g-od", "od-sub"))
+        seen.append(delete_group("g-od"))
+        seen.append(offset_delete("g-od", "od-sub"))
+        seen.append(delete_group("g-od"))
+        return seen
+
+    assert pair.same(scenario) == [
+        (0, [("od-none", 0, 3), ("od-other", 0, 0), ("od-sub", 0, 86)]),
+        [("g-od", 68)],
+        (0, [("od-sub", 0, 0)]),
+        [("g-od", 69)],
+        (69, []),
+        [("g-od", 69)],
+    ]

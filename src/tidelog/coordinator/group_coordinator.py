@@ -674,7 +674,8 @@ class GroupCoordinator:
         """Kafka's `handleDeleteOffsets`: (group error, error per partition). An Empty group
         loses the offsets asked for; a consumer group with members keeps those of the topics it
         subscribes to (GROUP_SUBSCRIBED_TO_TOPIC) and loses the others; any other group with
-        members is NON_EMPTY_GROUP. Tombstones go to the offsets partition."""
+        members is NON_EMPTY_GROUP. Tombstones go to the offsets partition. An Empty group left
+        without offsets is gone with them (Kafka's cleanupGroupMetadata)."""
         error = self._group_status_error(group_id, allow_empty=False)
         if error:
             return error, {}
@@ -698,9 +699,16 @@ class GroupCoordinator:
         removed = [tp for tp in eligible if offsets.pop(tp, None) is not None]
         if not offsets:
             self.offsets.pop(group_id, None)
-        if removed:
-            records = [Record(key=encode_offset_commit_key(group_id, t, p), value=None)
-                       for t, p in removed]
+        records = [Record(key=encode_offset_commit_key(group_id, t, p), value=None)
+                   for t, p in removed]
+        if group is not None and group.state == GroupState.EMPTY and not offsets:
+            # Kafka's cleanupGroupMetadata: an Empty group left without offsets is Dead, and
+            # its metadata goes too (when it had a generation).
+            del self.groups[group_id]
+            self._apply(group, group.mark_dead())
+            if group.generation_id > 0:
+                records.append(Record(key=encode_group_metadata_key(group_id), value=None))
+        if records:
             error = await self._append(self.partition_for(group_id), records)
             if error:
                 logger.warning("group %s: writing offset tombstones failed: %s", group_id,
