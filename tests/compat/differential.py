@@ -16,6 +16,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tidelog.client.connection import BrokerConnection
 from tidelog.protocol.messages.find_coordinator import FindCoordinatorRequest
+from tidelog.protocol.messages.list_offsets import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
 
 T = TypeVar("T")
 
@@ -118,6 +123,18 @@ def create_ready(target: Target, topic: str, partitions: int = 1, replication_fa
     assert create_topic(target, topic, partitions, replication_factor, config) is None
     shape = topic_shape(target, topic)
     assert not isinstance(shape, str) and shape[0] == partitions, shape
+    # Metadata may name a leader before that broker has taken the lead (its LeaderAndIsr):
+    # wait until each leader answers for its partition, or an acks=0 record could be lost.
+    deadline = time.monotonic() + 30
+    for p in range(partitions):
+        while True:
+            request = ListOffsetsRequest(replica_id=-1, topics=[ListOffsetsTopic(
+                topic, [ListOffsetsPartition(p, timestamp=-1)])])
+            answer = raw(leader_address(target, topic, p), request, 1)
+            if answer.topics[0].partitions[0].error_code == 0:
+                break
+            assert time.monotonic() < deadline, f"{topic}-{p}: no serving leader in time"
+            time.sleep(0.1)
 
 
 def produce(target: Target, topic: str, values: list[bytes], partition: int = 0,
@@ -155,11 +172,28 @@ def watermarks(target: Target, topic: str, partition: int = 0) -> tuple[int, int
         c.close()
 
 
+def partition_metadata(target: Target, topic: str, partition: int = 0) -> tuple[Any, Any]:
+    """(the partition's Metadata, the brokers by id) once some broker's Metadata names a live
+    leader for it (a broker the controller has not told about the topic yet is asked again)."""
+    admin = target.admin()
+    deadline = time.monotonic() + 30
+    while True:
+        md = admin.list_topics(timeout=10)
+        t = md.topics.get(topic)
+        p = t.partitions.get(partition) if t is not None and t.error is None else None
+        if p is not None and p.leader in md.brokers:
+            return p, md.brokers
+        assert time.monotonic() < deadline, f"{topic}-{partition}: no leader in Metadata"
+        time.sleep(0.1)
+
+
+def address_of(brokers: Any, broker_id: int) -> str:
+    return f"{brokers[broker_id].host}:{brokers[broker_id].port}"
+
+
 def leader_address(target: Target, topic: str, partition: int = 0) -> str:
-    md = target.admin().list_topics(timeout=10)
-    leader = md.topics[topic].partitions[partition].leader
-    broker = md.brokers[leader]
-    return f"{broker.host}:{broker.port}"
+    p, brokers = partition_metadata(target, topic, partition)
+    return address_of(brokers, p.leader)
 
 
 def advertised(address: str, api_key: int) -> bool:

@@ -8,7 +8,15 @@ from __future__ import annotations
 import time
 
 import pytest
-from differential import Pair, Target, create_ready, leader_address, raw
+from differential import (
+    Pair,
+    Target,
+    address_of,
+    create_ready,
+    leader_address,
+    partition_metadata,
+    raw,
+)
 
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import fetch as m_fetch
@@ -25,10 +33,8 @@ BATCH = bytes(build_batch([Record(b"a", b"k"), Record(b"b"), Record(b"c")], base
 
 
 def _follower_address(t: Target, topic: str = TOPIC) -> str:
-    md = t.admin().list_topics(timeout=10)
-    p = md.topics[topic].partitions[0]
-    follower = next(r for r in p.replicas if r != p.leader)
-    return f"{md.brokers[follower].host}:{md.brokers[follower].port}"
+    p, brokers = partition_metadata(t, topic)
+    return address_of(brokers, next(r for r in p.replicas if r != p.leader))
 
 
 def _fetch(address: str, current_leader_epoch: int, isolation_level: int = 0,
@@ -145,23 +151,21 @@ def test_a_stale_leader_epoch_is_fenced_after_a_leader_change(pair: Pair) -> Non
     (FENCED_LEADER_EPOCH) and tells where epoch 0 ended."""
     def scenario(t: Target) -> object:
         _setup(t, "fenced")
-        md = t.admin().list_topics(timeout=10)
-        part = md.topics["fenced"].partitions[0]
+        part, brokers = partition_metadata(t, "fenced")
         old_leader = part.leader
         # Followers learn the HW in the fetch after the one that copied the batch: wait for it,
         # so that the new leader starts from HW 3 on both clusters.
         deadline = time.monotonic() + 30
         for r in part.replicas:
-            address = f"{md.brokers[r].host}:{md.brokers[r].port}"
-            while _replica_hw(address, "fenced") != 3:
+            while _replica_hw(address_of(brokers, r), "fenced") != 3:
                 assert time.monotonic() < deadline, f"replica {r} did not learn the HW in time"
                 time.sleep(0.2)
         t.stop_broker(old_leader)
         try:
             deadline = time.monotonic() + 30
             while True:
-                p = t.admin().list_topics(timeout=10).topics["fenced"].partitions[0]
-                if p.leader not in (-1, old_leader):
+                p, _ = partition_metadata(t, "fenced")
+                if p.leader != old_leader:
                     break
                 assert time.monotonic() < deadline, "no new leader in time"
                 time.sleep(0.2)

@@ -14,6 +14,7 @@ from differential import (
     create_ready,
     leader_address,
     outcome,
+    partition_metadata,
     produce,
     raw,
     topic_shape,
@@ -47,7 +48,7 @@ def test_acks_all_with_an_isr_smaller_than_min_insync_replicas_is_refused(pair: 
     def scenario(t: Target) -> object:
         create_ready(t, "min-isr", 1, 2, {"min.insync.replicas": "2"})
         assert topic_shape(t, "min-isr", isr_size=2) == (1, [(2, 2, True)])
-        p = t.admin().list_topics(timeout=10).topics["min-isr"].partitions[0]
+        p, _ = partition_metadata(t, "min-isr")
         follower = next(r for r in p.replicas if r != p.leader)
         t.stop_broker(follower)
         try:
