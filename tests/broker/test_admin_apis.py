@@ -672,3 +672,24 @@ def test_topics_alter_and_elect_leaders_commands(cluster: Cluster) -> None:
     assert r.exit_code == 0, r.output
     assert "Error completing leader election (PREFERRED) for partition: cli-grow-0:" \
         " ELECTION_NOT_NEEDED" in r.output
+
+
+def test_topics_delete_records_command(cluster: Cluster) -> None:
+    from click.testing import CliRunner
+
+    from tidelog.cli.topics_cmd import topics
+
+    cluster.create_topic("cli-trim", 2)
+    cluster.produce("cli-trim", 6, partition=0)
+    cluster.produce("cli-trim", 2, partition=1)
+    r = CliRunner().invoke(topics, ["delete-records", "--bootstrap-server", cluster.bootstrap,
+                                    "--topic", "cli-trim", "--partition", "0", "--offset", "5"])
+    assert r.exit_code == 0, r.output
+    assert r.output == ("Records delete operation completed:\n"
+                        "partition: cli-trim-0\tlow_watermark: 5\n")
+    assert set(cluster.log_start_offsets("cli-trim").values()) == {5}
+    r = CliRunner().invoke(topics, ["delete-records", "--bootstrap-server", cluster.bootstrap,
+                                    "--topic", "cli-trim", "--partition", "1", "--offset", "3"])
+    assert r.exit_code == 1
+    assert "partition: cli-trim-1\terror: OFFSET_OUT_OF_RANGE" in r.output
+    assert set(cluster.log_start_offsets("cli-trim", 1).values()) == {0}

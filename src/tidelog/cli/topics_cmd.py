@@ -147,6 +147,36 @@ def alter(bootstrap: str, topic: str, partitions: int, replica_assignment: str |
     click.echo(f"Topic {topic} now has {partitions} partitions.")
 
 
+@topics.command("delete-records")
+@_bootstrap
+@click.option("--topic", required=True)
+@click.option("--partition", "partitions", multiple=True, type=int, required=True,
+              help="A partition (repeatable).")
+@click.option("--offset", required=True, type=int,
+              help="Delete every record before it (-1: up to the high watermark).")
+def delete_records(bootstrap: str, topic: str, partitions: tuple[int, ...], offset: int) -> None:
+    """Delete the records before an offset (kafka-delete-records)."""
+    from tidelog.client.cluster import KafkaClient
+    from tidelog.client.metadata import TopicPartition
+
+    async def main() -> Any:
+        async with KafkaClient(bootstrap) as client:
+            return await client.delete_records(
+                {TopicPartition(topic, p): offset for p in partitions})
+
+    results = _run(main())
+    click.echo("Records delete operation completed:")
+    failed = False
+    for tp, r in sorted(results.items(), key=lambda kv: kv[0].partition):
+        if isinstance(r, int):
+            click.echo(f"partition: {tp.topic}-{tp.partition}\tlow_watermark: {r}")
+        else:
+            failed = True
+            click.echo(f"partition: {tp.topic}-{tp.partition}\terror: {r}")
+    if failed:
+        sys.exit(1)
+
+
 @topics.command("elect-leaders")
 @_bootstrap
 @click.option("--election-type", type=click.Choice(["preferred", "unclean"]), required=True)

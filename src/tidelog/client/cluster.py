@@ -30,6 +30,7 @@ from tidelog.client.metadata import ClusterMetadata, PartitionMetadata, TopicPar
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import create_partitions as m_cp
+from tidelog.protocol.messages import delete_records as m_dr
 from tidelog.protocol.messages import elect_leaders as m_el
 from tidelog.protocol.messages.create_topics import (
     CreatableReplicaAssignment,
@@ -813,6 +814,32 @@ class KafkaClient:
         await self._refresh_quietly(list(counts))
         return {r.name: BrokerResponseError(r.error_code, r.error_message or "")
                 if r.error_code else None for r in response.results}
+
+    async def delete_records(
+        self, offsets: Mapping[TopicPartition, int], *, timeout_ms: int = 30000
+    ) -> dict[TopicPartition, int | BrokerResponseError]:
+        """DeleteRecords at each partition's leader (offset -1: its high watermark): {partition:
+        the low watermark once every replica has moved, else the error}. NOT_LEADER_OR_FOLLOWER
+        is retried after a metadata refresh."""
+        out: dict[TopicPartition, int | BrokerResponseError] = {}
+
+        async def one(tp: TopicPartition, offset: int) -> None:
+            request = m_dr.DeleteRecordsRequest(
+                topics=[m_dr.DeleteRecordsTopic(tp.topic, [m_dr.DeleteRecordsPartition(
+                    tp.partition, offset)])], timeout_ms=timeout_ms)
+
+            async def attempt() -> tuple[int, Any]:
+                leader = (await self._leader(tp)).leader
+                response = await self.send(leader, request,
+                                           timeout_ms=timeout_ms + self.request_timeout_ms)
+                p = response.topics[0].partitions[0]
+                return p.error_code, p
+
+            code, p = await self._with_retries([tp.topic], attempt)
+            out[tp] = p.low_watermark if code == ErrorCode.NONE else BrokerResponseError(code)
+
+        await asyncio.gather(*(one(tp, o) for tp, o in offsets.items()))
+        return out
 
     async def elect_leaders(
         self,
