@@ -104,6 +104,8 @@ def test_kafka_python_consumes_through_an_incremental_fetch_session(
 
     controller.create_topic("kps", {0: [1], 1: [1]})
     cache = one_broker.server.apis.fetch_manager.cache
+    # Earlier consumers' sessions stay cached (as in Kafka, until evicted).
+    before = one_broker.call(lambda: set(cache.sessions))
     consumer = kafka.KafkaConsumer(bootstrap_servers=one_broker.bootstrap, enable_auto_commit=False,
                                    fetch_max_wait_ms=100)
     tps = [kafka.TopicPartition("kps", 0), kafka.TopicPartition("kps", 1)]
@@ -113,9 +115,11 @@ def test_kafka_python_consumes_through_an_incremental_fetch_session(
     got: list[tuple[int, int, bytes]] = []
     try:
         # An empty poll opens the session; what follows arrives through incremental fetches.
-        wait_until(lambda: consumer.poll(100) == {} and one_broker.call(lambda: cache.size) == 1,
+        wait_until(lambda: consumer.poll(100) == {}
+                   and len(one_broker.call(lambda: set(cache.sessions) - before)) == 1,
                    what="the consumer's fetch session")
-        session = one_broker.call(lambda: next(iter(cache.sessions.values())))
+        (sid,) = one_broker.call(lambda: set(cache.sessions) - before)
+        session = one_broker.call(lambda: cache.sessions[sid])
         assert not session.privileged
         for i in range(6):
             produce(one_broker.port, "kps", i % 2, build_values([f"v{i}".encode()]), acks=1)
