@@ -244,6 +244,21 @@ def test_create_partitions_of_an_unknown_topic_or_twice_in_a_request(cluster: Cl
     assert sorted(cluster.zk.get_topic_assignment("twice") or {}) == [0]
 
 
+def test_a_recreated_topic_grows_through_a_new_watch(cluster: Cluster) -> None:
+    cluster.create_topic("again", 1)
+    cluster.settle()
+    assert cluster.active().call(lambda: "again" in cluster.controller()._partition_watches)
+    cluster.admin.delete_topics(["again"], operation_timeout=20)["again"].result(30)
+    wait_until(lambda: not cluster.zk.topic_exists("again"), what="the topic deleted")
+    cluster.settle()
+    # The deleted topic's watch is gone with it.
+    assert cluster.active().call(lambda: "again" not in cluster.controller()._partition_watches)
+    cluster.create_topic("again", 1)
+    cluster.admin.create_partitions([NewPartitions("again", 2)],
+                                    operation_timeout=20)["again"].result(30)
+    assert cluster.leaders_everywhere("again", 2)
+
+
 def test_create_partitions_elsewhere_than_the_controller(cluster: Cluster) -> None:
     cluster.create_topic("cp-nc", 1)
     other = next(b for b in cluster.brokers.values() if b is not cluster.active())

@@ -912,6 +912,9 @@ class KafkaController:
         self.topic_ids.pop(topic, None)
         self.topics_to_be_deleted.discard(topic)
         self._deletion_assignments.pop(topic, None)
+        w = self._partition_watches.pop(topic, None)
+        if w is not None:
+            w.cancel()
         log.info("controller %d: deleted topic %s", self.broker_id, topic)
 
     # -- controlled shutdown -----------------------------------------------------------------------
