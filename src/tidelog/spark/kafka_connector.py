@@ -19,14 +19,11 @@ import re
 import subprocess
 import sys
 import tempfile
-import urllib.request
 from pathlib import Path
 
-__all__ = ["ConnectorUnavailable", "cache_dir", "choose_version", "fetch", "jars"]
+__all__ = ["ConnectorUnavailable", "cache_dir", "candidate_versions", "fetch", "jars"]
 
 GROUP, ARTIFACT = "org.apache.spark", "spark-sql-kafka-0-10_2.13"
-MAVEN = "https://repo1.maven.org/maven2"
-METADATA_URL = f"{MAVEN}/{GROUP.replace('.', '/')}/{ARTIFACT}/maven-metadata.xml"
 
 
 class ConnectorUnavailable(RuntimeError):
@@ -40,24 +37,16 @@ def _release(version: str) -> tuple[int, ...] | None:
     return tuple(int(p) for p in version.split("."))
 
 
-def choose_version(pyspark_version: str, published: list[str]) -> str:
-    """The connector version for a pyspark: the same if published, else the newest published
-    release of the same major version below it."""
-    if pyspark_version in published:
-        return pyspark_version
+def candidate_versions(pyspark_version: str) -> list[str]:
+    """The connector revisions to ask Spark's resolver for, in order: the installed pyspark's
+    own version, then the newest patch release (an Ivy ``+`` revision) of its minor version and
+    of each earlier minor version of the same major one. pyspark can be newer on PyPI than the
+    connector is on Maven."""
     mine = _release(pyspark_version.split("+")[0].split(".dev")[0])
-    if mine is None:
+    if mine is None or len(mine) < 2:
         raise ConnectorUnavailable(f"pyspark {pyspark_version} is not a release")
-    older = [
-        (v, r)
-        for v, r in ((v, _release(v)) for v in published)
-        if r is not None and r[0] == mine[0] and r < mine
-    ]
-    if not older:
-        raise ConnectorUnavailable(
-            f"Maven Central has no {ARTIFACT} for Spark {mine[0]}.x up to {pyspark_version}"
-        )
-    return max(older, key=lambda pair: pair[1])[0]
+    major, minor = mine[0], mine[1]
+    return [".".join(map(str, mine))] + [f"{major}.{m}.+" for m in range(minor, -1, -1)]
 
 
 def cache_dir() -> Path:
@@ -116,6 +105,20 @@ spark.stop()
 """
 
 
+def _resolve(coordinate: str, ivy: Path, timeout_s: float) -> str | None:
+    """Resolve one coordinate into ``ivy`` in a child Spark; None on success, else why not."""
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
+    with tempfile.TemporaryDirectory() as cwd:
+        done = subprocess.run(
+            [sys.executable, "-c", _RESOLVE, coordinate, str(ivy)],
+            cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s,
+        )
+    if done.returncode == 0:
+        return None
+    tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+    return " | ".join(tail)
+
+
 def fetch(cache: Path | None = None, *, timeout_s: float = 600.0) -> list[str]:
     """Resolve the connector and its dependencies into the cache (once); returns :func:`jars`."""
     cache = cache or cache_dir()
@@ -124,35 +127,28 @@ def fetch(cache: Path | None = None, *, timeout_s: float = 600.0) -> list[str]:
     except ConnectorUnavailable:
         pass
     pyspark_version, shipped = _pyspark()
-    try:
-        with urllib.request.urlopen(METADATA_URL, timeout=30) as answer:
-            published = re.findall(r"<version>([^<]+)</version>", answer.read().decode())
-    except OSError as exc:
-        raise ConnectorUnavailable(f"cannot read {METADATA_URL}: {exc}") from None
-    version = choose_version(pyspark_version, published)
     ivy = cache / "ivy"
     ivy.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
-    with tempfile.TemporaryDirectory() as cwd:
-        done = subprocess.run(
-            [sys.executable, "-c", _RESOLVE, f"{GROUP}:{ARTIFACT}:{version}", str(ivy)],
-            cwd=cwd,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
-        raise ConnectorUnavailable(f"resolving {ARTIFACT}:{version} failed: {' | '.join(tail)}")
+    failures: list[str] = []
+    for revision in candidate_versions(pyspark_version):
+        failure = _resolve(f"{GROUP}:{ARTIFACT}:{revision}", ivy, timeout_s)
+        if failure is None:
+            break
+        failures.append(f"{revision}: {failure}")
+    else:
+        raise ConnectorUnavailable(f"no {ARTIFACT} resolved for pyspark {pyspark_version} "
+                                   f"({'; '.join(failures)})")
     # Ivy names a jar group_artifact-version.jar; pyspark's own copy, artifact-version.jar, is
     # already on the classpath and stays the only one.
     own = {p.name for p in shipped.glob("*.jar")}
     needed = sorted(
         str(p) for p in (ivy / "jars").glob("*.jar") if p.name.split("_", 1)[-1] not in own
     )
-    if not any(ARTIFACT in Path(p).name for p in needed):
-        raise ConnectorUnavailable(f"{ARTIFACT}:{version} resolved, but its jar is not in {ivy}")
+    connector = [Path(p).name for p in needed if ARTIFACT in Path(p).name]
+    if not connector:
+        raise ConnectorUnavailable(f"{ARTIFACT}:{revision} resolved, but its jar is not in {ivy}")
+    # The resolved revision, from the jar's name: org.apache.spark_<artifact>-<version>.jar.
+    version = connector[0].split(f"{ARTIFACT}-", 1)[1].removesuffix(".jar")
     _manifest(cache).write_text(
         json.dumps({"pyspark": pyspark_version, "connector": version, "jars": needed}, indent=1)
     )
