@@ -44,10 +44,12 @@ test: install interop
 	@bash scripts/run-tests.sh
 
 # The main job: a live 3-broker cluster surviving a leader kill -9, then the Spark clickstream
-# pipeline on a fresh cluster (its counts must equal the counts of the acknowledged events).
+# pipeline on a fresh cluster (its counts must equal the counts of the acknowledged events), once
+# with tidelog's connector and once, unchanged, with Spark's own Kafka connector (fetched once).
 demo: install
 	$(VENV)/bin/tidelog demo
 	$(PY) examples/clickstream.py
+	$(PY) examples/clickstream.py --connector kafka
 
 lint: install
 	$(VENV)/bin/ruff check src tests bench tools examples
