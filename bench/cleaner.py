@@ -1,7 +1,14 @@
 """Log cleaner benchmark: cleaning throughput (MB/s of dirty log read) on a compacted log with
-10% and 90% duplicate keys. Prints a table and appends it to docs/benchmarks.md.
+10% and 90% duplicate keys, and the group coordinator's load time of a `__consumer_offsets`
+partition after many commits, with and without cleaning. Prints tables and appends them to
+docs/benchmarks.md.
 
-    .venv/bin/python bench/cleaner.py [--mib 1024] [--rounds 1] [--no-write-doc]
+    .venv/bin/python bench/cleaner.py [--mib 1024] [--rounds 1] [--commits 1000000]
+                                      [--no-write-doc]
+
+The offsets partition holds `--commits` single-record commit batches (one a commit request, as
+the coordinator writes them) over 100 groups x 10 partitions; the load replays it with the
+coordinator's `load_partition`, before and after one clean.
 
 Each round writes a fresh log (64 MiB segments, batches of 100 records of 100-byte values, keys
 interleaved so that a fraction of the records repeat an earlier key) in a temporary directory,
@@ -25,6 +32,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine_description  # noqa: E402
 
+from tidelog.coordinator.offsets import (  # noqa: E402
+    OffsetAndMetadata,
+    encode_offset_commit_key,
+    encode_offset_commit_value,
+    load_partition,
+)
 from tidelog.protocol.records.builder import Record, build_batch  # noqa: E402
 from tidelog.storage.cleaner.log_cleaner import Cleaner, log_to_clean  # noqa: E402
 from tidelog.storage.cleaner.offset_map import OffsetMap  # noqa: E402
@@ -72,10 +85,46 @@ def clean_once(workdir: Path, total: int, duplicates: float) -> tuple[float, flo
     return elapsed, cpu, before, after
 
 
+def offsets_load_times(workdir: Path, commits: int) -> tuple[int, float, int, float, float]:
+    """(bytes, load time, bytes after cleaning, load time after, clean time)."""
+    path = workdir / "__consumer_offsets-0"
+    shutil.rmtree(path, ignore_errors=True)
+    config = LogConfig.from_dict({"cleanup.policy": "compact", "segment.bytes": 100 * MIB,
+                                  "file.delete.delay.ms": 0})
+    log = Log(str(path), config, OsFileIO())
+    keys = [encode_offset_commit_key(f"group-{g}", "orders", p)
+            for g in range(100) for p in range(10)]
+    for i in range(commits):
+        value = encode_offset_commit_value(OffsetAndMetadata(i, 0, "", i))
+        log.append_as_leader(build_batch([Record(value, key=keys[i % len(keys)])],
+                                         base_timestamp=i), 0, now_ms=i)
+    log.roll(commits)
+    log.update_high_watermark(log.log_end_offset)
+
+    def load() -> float:
+        t0 = time.perf_counter()
+        loaded = load_partition(log.batches(log.log_start_offset), log.log_end_offset)
+        elapsed = time.perf_counter() - t0
+        assert sum(len(v) for v in loaded.offsets.values()) == len(keys)
+        return elapsed
+
+    before, load_before = log.size, load()
+    t0 = time.perf_counter()
+    for _ in Cleaner(OffsetMap(128 * MIB)).clean(log_to_clean(log, None, commits), commits):
+        pass
+    clean_s = time.perf_counter() - t0
+    after, load_after = log.size, load()
+    log.close()
+    shutil.rmtree(path, ignore_errors=True)
+    return before, load_before, after, load_after, clean_s
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=1024, help="size of the dirty log")
     parser.add_argument("--rounds", type=int, default=1, help="rounds per ratio (median kept)")
+    parser.add_argument("--commits", type=int, default=1_000_000,
+                        help="offset commits in the __consumer_offsets partition (0: skip)")
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
     parser.add_argument("--no-write-doc", action="store_true", help="print only")
     args = parser.parse_args()
@@ -88,6 +137,7 @@ def main() -> int:
             cpu = statistics.median(r[1] for r in runs)
             before, after = runs[0][2], runs[0][3]
             rows.append((duplicates, before, after, elapsed, cpu))
+        offsets = offsets_load_times(workdir, args.commits) if args.commits else None
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     lines = [
@@ -103,6 +153,18 @@ def main() -> int:
         lines.append(f"| {duplicates:.0%} | {before / MIB:.0f} MiB | {after / MIB:.0f} MiB | "
                      f"{elapsed:.1f} s | {before / MIB / elapsed:.1f} | {cpu:.1f} s | "
                      f"{before / MIB / cpu:.1f} |")
+    if offsets is not None:
+        before, load_before, after, load_after, clean_s = offsets
+        lines += [
+            "",
+            f"`__consumer_offsets` partition after {args.commits:,} commits (1,000 keys): the "
+            "coordinator's load (`load_partition`)",
+            "",
+            "| | log size | load time |",
+            "|---|---|---|",
+            f"| not cleaned | {before / MIB:.1f} MiB | {load_before:.2f} s |",
+            f"| cleaned ({clean_s:.1f} s) | {after / MIB:.2f} MiB | {load_after:.3f} s |",
+        ]
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.no_write_doc:
