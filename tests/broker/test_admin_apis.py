@@ -149,9 +149,13 @@ def test_create_partitions_grows_the_topic_keeping_its_id(cluster: Cluster) -> N
     assert {p: after[p] for p in (0, 1)} == before  # the old partitions untouched
     assert all(len(set(after[p])) == 3 for p in (2, 3, 4))
     assert cluster.zk.get_topic_id("grow") == topic_id
-    # The controller created the new partitions: a leader in every broker's metadata at once
-    # (the answer waited for it), and a partition state in ZooKeeper with the full ISR.
-    assert cluster.leaders_everywhere("grow", 5)
+    # The controller created the new partitions: a leader in the answering broker's metadata
+    # at once (the answer waited for it), in every broker's soon after, and a partition state
+    # in ZooKeeper with the full ISR.
+    active = cluster.active()
+    parts = active.call(lambda: active.server.metadata_cache.topic_partitions("grow"))
+    assert sorted(parts) == [0, 1, 2, 3, 4] and all(p.leader >= 0 for p in parts.values())
+    wait_until(lambda: cluster.leaders_everywhere("grow", 5), what="every broker's metadata")
     for p in (2, 3, 4):
         state = cluster.zk.get_partition_state(("grow", p))
         assert state is not None and state.leader == after[p][0]
@@ -256,7 +260,7 @@ def test_a_recreated_topic_grows_through_a_new_watch(cluster: Cluster) -> None:
     cluster.create_topic("again", 1)
     cluster.admin.create_partitions([NewPartitions("again", 2)],
                                     operation_timeout=20)["again"].result(30)
-    assert cluster.leaders_everywhere("again", 2)
+    wait_until(lambda: cluster.leaders_everywhere("again", 2), what="every broker's metadata")
 
 
 def test_create_partitions_elsewhere_than_the_controller(cluster: Cluster) -> None:
@@ -544,6 +548,42 @@ def test_preferred_leader_election(cluster: Cluster) -> None:
     wait_until(lambda: all(b.call(lambda b=b: b.server.metadata_cache.partition(
         TopicPartition("pref", 0))).leader == 1 for b in cluster.brokers.values()),
         what="every broker's metadata")
+
+
+def test_preferred_election_of_every_partition(cluster: Cluster) -> None:
+    """Null partitions: every partition; those that needed no election are left out."""
+    cluster.admin.create_topics([NewTopic("pref-all", 1, replica_assignment=[[2, 1, 3]])],
+                                operation_timeout=20)["pref-all"].result(30)
+    wait_until(lambda: (s := cluster.state("pref-all")) and s.leader == 2 and len(s.isr) == 3,
+               what="pref-all online")
+    props = dict(cluster.brokers[2].props)
+    cluster.stop(2)
+    wait_until(lambda: cluster.state("pref-all").leader in (1, 3), what="a new leader")
+    cluster.restart(2, props)
+
+    def every_isr_full() -> bool:
+        for topic in cluster.zk.get_all_topics():
+            for p, replicas in (cluster.zk.get_topic_assignment(topic) or {}).items():
+                state = cluster.state(topic, p)
+                if state is not None and sorted(state.isr) != sorted(
+                        r for r in replicas if r in cluster.brokers):
+                    return False
+        return True
+
+    wait_until(every_isr_full, timeout_s=30, what="broker 2 back in every ISR")
+    cluster.settle()
+    resp = send(cluster.active().port, m_el.ElectLeadersRequest(
+        election_type=0, topic_partitions=None, timeout_ms=10000), 1)
+    results = {(t.topic, r.partition_id): r.error_code for t in resp.replica_election_results
+               for r in t.partition_result}
+    assert results.get(("pref-all", 0)) == 0
+    assert set(results.values()) == {0}, results
+    cluster.settle()
+    for topic in cluster.zk.get_all_topics():
+        for p, replicas in (cluster.zk.get_topic_assignment(topic) or {}).items():
+            state = cluster.state(topic, p)
+            if state is not None and replicas[0] in cluster.brokers:
+                assert state.leader == replicas[0], (topic, p, state)
 
 
 def test_elect_leaders_at_a_broker_that_is_not_the_controller(cluster: Cluster) -> None:
