@@ -33,12 +33,19 @@ debs:
 # Java clients' harness compiled against them.
 INTEROP      := interop/target/lib/.fetched
 INTEROP_SRCS := $(wildcard interop/src/main/java/tidelog/interop/*.java)
+KAFKAJS      := interop/kafkajs/node_modules/.installed
 MVN_INTEROP  := mvn -B -q compile dependency:copy-dependencies -DoutputDirectory=target/lib -DincludeScope=runtime
-interop: debs $(INTEROP)
+interop: debs $(INTEROP) $(KAFKAJS)
 
 $(INTEROP): interop/pom.xml $(INTEROP_SRCS)
 	cd interop && rm -rf target/lib && { $(MVN_INTEROP) -o >/dev/null 2>&1 || $(MVN_INTEROP); }
 	touch $(INTEROP)
+
+# KafkaJS for tests/compat/test_kafkajs.py, exactly as its package-lock.json pins it; from npm's
+# cache once it has been fetched.
+$(KAFKAJS): interop/kafkajs/package.json interop/kafkajs/package-lock.json
+	npm ci --prefix interop/kafkajs --prefer-offline --no-audit --no-fund
+	touch $(KAFKAJS)
 
 test: install interop
 	@bash scripts/run-tests.sh

@@ -10,6 +10,7 @@ command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 command -v gcc >/dev/null 2>&1 || missing+=(gcc)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)  # fetches Apache Kafka for `make interop`
 command -v javac >/dev/null 2>&1 || missing+=(default-jdk-headless)  # compiles its Java harness
+command -v npm >/dev/null 2>&1 || missing+=(npm)  # installs KafkaJS for the compatibility suite
 python="${PYTHON:-python3}"
 "$python" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
   || missing+=(python3-dev)
