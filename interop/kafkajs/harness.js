@@ -108,6 +108,10 @@ async function main () {
   const admin = kafka.admin()
   await step('admin connect', () => admin.connect())
 
+  await step('describeCluster', async () => {
+    const c = await admin.describeCluster()
+    return { brokers: c.brokers.length, controllerIsBroker: c.brokers.some(b => b.nodeId === c.controller) }
+  })
   await step('createTopics', () =>
     admin.createTopics({ topics: [{ topic, numPartitions: 1, replicationFactor: 3 }], waitForLeaders: true, timeout: 30000 }))
   await step('createTopics existing', () =>
@@ -156,12 +160,16 @@ async function main () {
     return r.resources.map(x => ({ errorCode: x.errorCode }))
   })
 
+  // Record timestamps a minute back (within the altered retention.ms), one second apart: the
+  // offsets found by timestamp are then the same on both clusters.
+  const timestampBase = Date.now() - 60000
   const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false })
   await step('producer connect', () => producer.connect())
   await step('producer send acks -1', async () => {
     const sent = []
     for (let i = 0; i < 5; i++) { // one batch each: five base offsets
-      const r = await producer.send({ topic, acks: -1, messages: [{ partition: 0, key: `k${i}`, value: `v${i}` }] })
+      const timestamp = String(timestampBase + i * 1000)
+      const r = await producer.send({ topic, acks: -1, messages: [{ partition: 0, key: `k${i}`, value: `v${i}`, timestamp }] })
       sent.push(...r.map(x => ({ partition: x.partition, errorCode: x.errorCode, baseOffset: x.baseOffset })))
     }
     const r = await producer.send({ topic, acks: -1, messages: [{ partition: 1, key: 'k5', value: 'v5' }, { partition: 2, key: 'k6', value: 'v6' }] })
@@ -175,12 +183,16 @@ async function main () {
     .map(o => ({ partition: o.partition, low: o.low, high: o.high }))
     .sort((a, b) => a.partition - b.partition)
   await step('fetchTopicOffsets', offsets)
+  await step('fetchTopicOffsetsByTimestamp', async () => (await admin.fetchTopicOffsetsByTimestamp(topic, timestampBase + 2500))
+    .map(o => ({ partition: o.partition, offset: o.offset }))
+    .sort((a, b) => a.partition - b.partition))
   await step('deleteRecords partition 0 before offset 2', () =>
     admin.deleteTopicRecords({ topic, partitions: [{ partition: 0, offset: '2' }] }))
   await step('deleteRecords beyond the high watermark', () =>
     admin.deleteTopicRecords({ topic, partitions: [{ partition: 1, offset: '10' }] }))
   await step('fetchTopicOffsets after deleteRecords', offsets)
 
+  // KafkaJS's consumer reads with isolation level read_committed unless told otherwise.
   // The group consumes from the beginning (partition 0 now starts at 2) every record there is,
   // committing each by hand.
   let expected = 0
