@@ -141,8 +141,8 @@ def main() -> int:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     lines = [
-        f"### Log cleaner ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC, bench/cleaner.py "
-        f"--mib {args.mib} --rounds {args.rounds})",
+        f"### run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC (bench/cleaner.py --mib {args.mib} "
+        f"--rounds {args.rounds} --commits {args.commits})",
         "",
         f"Machine: {machine_description(str(workdir.parent))}.",
         "",
@@ -168,7 +168,10 @@ def main() -> int:
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.no_write_doc:
+        section = "## log cleaner\n"
         with DOC.open("a") as f:
+            if section not in DOC.read_text():
+                f.write("\n" + section)
             f.write("\n" + text)
     return 0
 
