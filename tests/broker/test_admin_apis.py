@@ -586,6 +586,18 @@ def test_preferred_election_of_every_partition(cluster: Cluster) -> None:
                 assert state.leader == replicas[0], (topic, p, state)
 
 
+def test_elect_leaders_of_a_topic_being_deleted(cluster: Cluster) -> None:
+    from tidelog.controller.admin import new_topic_id
+
+    # A replica on a broker that never registered keeps the deletion pending.
+    cluster.zk.create_topic("doomed-el", {0: [1, 4]}, topic_id=new_topic_id())
+    wait_until(lambda: (s := cluster.state("doomed-el")) and s.leader == 1, what="online")
+    cluster.zk.create_delete_topic_path("doomed-el")
+    cluster.settle()
+    assert _raw_elect(cluster.active(), 0, "doomed-el", [0]) == [
+        (0, ErrorCode.INVALID_TOPIC_EXCEPTION, "The topic is being deleted")]
+
+
 def test_elect_leaders_at_a_broker_that_is_not_the_controller(cluster: Cluster) -> None:
     cluster.create_topic("nc", 1)
     cluster.settle()
