@@ -686,6 +686,23 @@ def test_describe_log_dirs(cluster: Cluster) -> None:
     assert described == set(leader.call(lambda: set(leader.server.log_manager.logs)))
 
 
+def test_describe_log_dirs_with_an_offline_dir(zookeeper: Any, tmp_path: Path) -> None:
+    """A log dir that cannot be used (a file stands where it should be) is KAFKA_STORAGE_ERROR;
+    the other is described."""
+    blocked = tmp_path / "blocked"
+    blocked.write_text("not a directory")
+    good = tmp_path / "good"
+    b = BrokerThread(broker_props(7, new_chroot(zookeeper), good,
+                                  **{"log.dirs": f"{good},{blocked}"})).start()
+    try:
+        resp = send(b.port, m_dld.DescribeLogDirsRequest(topics=None), 4)
+        got = sorted((r.log_dir, r.error_code, r.topics) for r in resp.results)
+        assert got == sorted([(str(good.resolve()), 0, []),
+                              (str(blocked.resolve()), ErrorCode.KAFKA_STORAGE_ERROR, [])])
+    finally:
+        b.stop()
+
+
 # ---------------------------------------------------------------------- DescribeProducers
 def test_describe_producers(cluster: Cluster) -> None:
     cluster.create_topic("prod", 1)
