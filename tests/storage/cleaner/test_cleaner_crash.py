@@ -204,3 +204,27 @@ def test_a_crash_before_the_swap_rename_drops_the_cleaned_file() -> None:
     reopened = Log("/d/c-0", CONFIG, fio)
     assert contents(reopened) == before
     assert not [n for n in fio.listdir("/d/c-0") if n.endswith(".cleaned")]
+
+
+def test_an_io_error_during_the_swap_takes_the_log_offline_until_reloaded() -> None:
+    fio = CrashingFileIO()
+    log = dirty_log(fio)
+    before = contents(log)
+    orig_rename = fio.rename
+
+    def failing_rename(src: str, dst: str) -> None:
+        if src.endswith(".swap"):
+            raise OSError(5, "simulated I/O error")
+        orig_rename(src, dst)
+
+    fio.rename = failing_rename  # type: ignore[method-assign]
+    with pytest.raises(OSError):
+        for _ in Cleaner(OffsetMap(1 << 20)).clean(log_to_clean(log, None, 200), 200):
+            pass
+    assert log.failed  # appends are refused until the log is loaded again
+    fio.rename = orig_rename  # type: ignore[method-assign]
+    log.close()
+    reopened = Log("/d/c-0", CONFIG, fio)
+    after = contents(reopened)
+    assert len(after) < len(before) and set(after) <= set(before)
+    assert latest_per_key(after) == latest_per_key(before)

@@ -84,3 +84,19 @@ def test_the_throttler_paces_reads_to_the_rate() -> None:
     assert throttler.pause_for(500, 10.5) == 0.5  # 1000 bytes due at 11.0
     assert throttler.pause_for(100, 11.2) == 0.0  # behind the rate: no pause
     assert Throttler(float("inf")).pause_for(10**9, 0.0) == 0.0
+
+
+def test_a_log_whose_clean_fails_is_left_uncleanable() -> None:
+    lm, cm = manager_with({"bad": "compact", "good": "compact"})
+    bad = lm.get_or_create_log("bad", 0)
+    write(bad, [b"a"] * 6)
+    write(lm.get_or_create_log("good", 0), [b"a"] * 4)
+    lm.file_io.fail_io("/d/bad-0", writes_only=True)  # type: ignore[attr-defined]
+    cleaned = []
+    for _ in range(3):
+        try:
+            cleaned.append(run_pass(cm))
+        except OSError:
+            cleaned.append("failed")
+    assert sorted(map(str, cleaned)) == ["None", "failed", "good"]
+    assert cm.uncleanable == {("bad", 0): bad}

@@ -347,21 +347,27 @@ class Cleaner:
         # Kafka's replaceSegments: .cleaned -> .swap (the commit point), the old segments go
         # (.deleted), the swap takes the segment's name.
         fio.rename(cleaned_path, swap_path)
-        fio.fsync_dir(log.dir)
-        delay = log.config.file_delete_delay_ms
-        for segment in group:
-            segment.mark_deleted()
-            if delay == 0:
-                segment.delete()
-            else:
-                log.pending_deletes.append((now_ms + delay, segment))
-        fio.fsync_dir(log.dir)
-        fio.rename(swap_path, log_path)
-        fio.fsync_dir(log.dir)
-        cleaned = log._new_segment(base, group[0].created_ms)
-        cleaned.index_appended(0, entries, written)
-        cleaned.on_become_inactive()
-        cleaned.flush_indexes()
+        try:
+            fio.fsync_dir(log.dir)
+            delay = log.config.file_delete_delay_ms
+            for segment in group:
+                segment.mark_deleted()
+                if delay == 0:
+                    segment.delete()
+                else:
+                    log.pending_deletes.append((now_ms + delay, segment))
+            fio.fsync_dir(log.dir)
+            fio.rename(swap_path, log_path)
+            fio.fsync_dir(log.dir)
+            cleaned = log._new_segment(base, group[0].created_ms)
+            cleaned.index_appended(0, entries, written)
+            cleaned.on_become_inactive()
+            cleaned.flush_indexes()
+        except OSError:
+            # The directory no longer matches the log in memory: the log takes no writes until
+            # it is reloaded, which completes the swap (Kafka takes the log dir offline).
+            log.failed = True
+            raise
         first = log.segments.index(group[0])
         log.segments[first : first + len(group)] = [cleaned]
         log._bases = [s.base_offset for s in log.segments]
@@ -427,6 +433,7 @@ class LogCleanerManager:
         self.log_manager = log_manager
         self.config = config
         self.in_progress: set[TopicPartition] = set()
+        self.uncleanable: dict[TopicPartition, Log] = {}
         self.checkpoints: dict[str, OffsetCheckpointFile] = {
             d: OffsetCheckpointFile.in_dir(log_manager.file_io, d, CLEANER_OFFSET_CHECKPOINT)
             for d in log_manager.log_dirs
@@ -477,7 +484,8 @@ class LogCleanerManager:
         checkpoints = self.all_checkpoints()
         best: LogToClean | None = None
         for tp, log in list(self.log_manager.logs.items()):
-            if tp in self.in_progress or not is_compacted(log) or log.closed or log.failed:
+            if (tp in self.in_progress or not is_compacted(log) or log.closed or log.failed
+                    or self.uncleanable.get(tp) is log):
                 continue
             ltc = log_to_clean(log, checkpoints.get(tp), now_ms)
             if ltc.total_bytes == 0:
@@ -521,5 +529,12 @@ class LogCleanerManager:
         try:
             yield from cleaner.clean(ltc, now_ms)
             end = cleaner.end_offset
+        except Exception:
+            # Kafka's markPartitionUncleanable: not tried again while this log object lives
+            # (a reload after an I/O error or a recreated log gets a fresh chance).
+            tp = ltc.log.topic_partition
+            assert tp is not None
+            self.uncleanable[tp] = ltc.log
+            raise
         finally:
             self.done_cleaning(ltc, end)
