@@ -143,3 +143,18 @@ def test_a_sessionless_transport_keeps_full_fetches() -> None:
     f.handle_response(full, {TP: idle()}, 1)  # a plain mapping: no session fields
     nxt = only(f.poll_requests(1), FetchRequest)
     assert (nxt.session_id, nxt.session_epoch, set(nxt.listed)) == (0, 0, {TP})
+
+
+def test_an_unchanged_partition_is_sent_once_and_then_reused_as_is() -> None:
+    _, f, _ = started()
+    full = only(f.poll_requests(0), FetchRequest)
+    f.handle_response(full, answer(a=idle(), b=idle()), 1)
+    inc = only(f.poll_requests(1), FetchRequest)
+    # The incremental request carries the very objects the session holds: nothing to list.
+    assert all(inc.partitions[tp] is full.partitions[tp] for tp in (TP, TP2))
+    assert dict(inc.listed) == {}
+    assert f.partition_states.truncating == 0
+    f.add_partitions({TP: (0, 1)}, 2)  # a new leader epoch: Truncating again
+    assert f.partition_states.truncating == 1
+    f.remove_partitions([TP])
+    assert f.partition_states.truncating == 0

@@ -95,17 +95,26 @@ class PartitionStates:
 
     def __init__(self) -> None:
         self._map: OrderedDict[TopicPartition, PartitionFetchState] = OrderedDict()
+        # How many are Truncating: with none, the truncation pass skips the scan of them all.
+        self.truncating = 0
+
+    def _count(self, old: PartitionFetchState | None, new: PartitionFetchState | None) -> None:
+        if old is not None and old.state is ReplicaState.TRUNCATING:
+            self.truncating -= 1
+        if new is not None and new.state is ReplicaState.TRUNCATING:
+            self.truncating += 1
 
     def update_and_move_to_end(self, tp: TopicPartition, state: PartitionFetchState) -> None:
-        self._map.pop(tp, None)
+        self._count(self._map.pop(tp, None), state)
         self._map[tp] = state
 
     def update(self, tp: TopicPartition, state: PartitionFetchState) -> None:
         """Replace the state, keeping the partition's place in the order."""
+        self._count(self._map.get(tp), state)
         self._map[tp] = state
 
     def remove(self, tp: TopicPartition) -> None:
-        self._map.pop(tp, None)
+        self._count(self._map.pop(tp, None), None)
 
     def state_value(self, tp: TopicPartition) -> PartitionFetchState | None:
         return self._map.get(tp)
@@ -234,8 +243,9 @@ class FetchSessionHandler:
             self.session_partitions = dict(wanted)
             return self.session_id, self.epoch, dict(wanted), ()
         to_forget = tuple(tp for tp in self.session_partitions if tp not in wanted)
+        last = self.session_partitions
         to_send = {tp: data for tp, data in wanted.items()
-                   if self.session_partitions.get(tp) != data}
+                   if (old := last.get(tp)) is not data and old != data}
         self.session_partitions = dict(wanted)
         return self.session_id, self.epoch, to_send, to_forget
 
@@ -427,6 +437,8 @@ class ReplicaFetcher:
     # ------------------------------------------------------------------ truncation
     def maybe_truncate(self, now_ms: int) -> OffsetsForLeaderEpochRequest | None:
         with_epochs: dict[TopicPartition, tuple[int, int]] = {}
+        if self.partition_states.truncating == 0:
+            return None
         for tp, state in self.partition_states.items():
             if not state.is_truncating(now_ms):
                 continue
@@ -625,18 +637,24 @@ class ReplicaFetcher:
         if FetchRequest in self._in_flight:
             return None
         parts: dict[TopicPartition, FetchPartition] = {}
+        last = self.session.session_partitions
+        max_bytes = self.config.replica_fetch_max_bytes
         for tp, state in self.partition_states.items():
             if not state.is_ready_for_fetch(now_ms) or tp in self._offset_resets:
                 continue
             log = self._logs(tp)
             if log is None:
                 continue
-            parts[tp] = FetchPartition(
-                state.fetch_offset,
-                state.current_leader_epoch,
-                log.log_start_offset,
-                self.config.replica_fetch_max_bytes,
-            )
+            log_start = log.log_start_offset
+            prev = last.get(tp)
+            # The same object when nothing changed: the session's diff then compares by identity.
+            if (prev is not None and prev.fetch_offset == state.fetch_offset
+                    and prev.current_leader_epoch == state.current_leader_epoch
+                    and prev.log_start_offset == log_start and prev.max_bytes == max_bytes):
+                parts[tp] = prev
+            else:
+                parts[tp] = FetchPartition(
+                    state.fetch_offset, state.current_leader_epoch, log_start, max_bytes)
         if not parts:
             return None
         session_id, epoch, to_send, to_forget = self.session.build(parts)
