@@ -402,7 +402,9 @@ class KafkaApis:
             replica_id, request.max_wait_ms, min(request.min_bytes, max_bytes), max_bytes,
             partitions,
         ) if partitions else {}
-        answers: dict[TopicPartition, m_fetch.PartitionData] = {}
+        # Per partition: (error, HW, log start, records); only the answered ones become wire
+        # objects (an idle incremental fetch answers few of the session's partitions).
+        read: dict[TopicPartition, tuple[int, int, int, Any]] = {}
         for tp in partitions:
             r = results.get(tp)
             if r is None:
@@ -410,30 +412,28 @@ class KafkaApis:
             code = _code(r.error)
             if replica_id < 0:
                 code = self._known_partition_error(tp, code)
-            ok = code == ErrorCode.NONE
-            answers[tp] = m_fetch.PartitionData(
-                partition_index=tp.partition,
-                error_code=code,
+            if code == ErrorCode.NONE:
+                read[tp] = (code, r.high_watermark, r.log_start_offset, r.records)
+            else:
                 # Kafka answers an error with -1 for the offsets (its createLogReadResult).
-                high_watermark=r.high_watermark if ok else -1,
-                # No transactions: the last stable offset is the HW.
-                last_stable_offset=r.high_watermark if ok else -1,
-                log_start_offset=r.log_start_offset if ok else -1,
-                aborted_transactions=None,
-                records=r.records if ok else b"",
-            )
+                read[tp] = (code, -1, -1, b"")
         error, session_id, answered = context.update_and_generate_response(
-            {tp: PartitionResponse(a.error_code, a.high_watermark, a.log_start_offset,
-                                   len(a.records) if a.records is not None else 0)
-             for tp, a in answers.items()},
+            {tp: PartitionResponse(code, hw, log_start, len(records) if records is not None else 0)
+             for tp, (code, hw, log_start, records) in read.items()},
             now_ms(),
         )
         # Consecutive partitions of a topic share one topic entry (Kafka's FetchResponse.of).
         responses: list[m_fetch.FetchableTopicResponse] = []
         for tp in answered:
+            code, hw, log_start, records = read[tp]
             if not responses or responses[-1].topic != tp.topic:
                 responses.append(m_fetch.FetchableTopicResponse(topic=tp.topic, partitions=[]))
-            responses[-1].partitions.append(answers[tp])
+            responses[-1].partitions.append(m_fetch.PartitionData(
+                partition_index=tp.partition, error_code=code, high_watermark=hw,
+                # No transactions: the last stable offset is the HW.
+                last_stable_offset=hw, log_start_offset=log_start,
+                aborted_transactions=None, records=records,
+            ))
         return m_fetch.FetchResponse(
             error_code=error, session_id=session_id if version >= 7 else 0, responses=responses)
 
