@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from tidelog.protocol.records.batch import RecordBatch
 from tidelog.protocol.records.builder import build_empty_batch_header, build_retained_batch
-from tidelog.protocol.records.decoder import decode_records
+from tidelog.protocol.records.decoder import decode_columns
 from tidelog.storage.checkpoint import OffsetCheckpointFile, TopicPartition
 from tidelog.storage.cleaner.offset_map import OffsetMap
 from tidelog.storage.log import Log
@@ -193,9 +193,14 @@ class Cleaner:
                 read += batch.size_in_bytes
                 if batch.is_control_batch or batch.last_offset < start:
                     continue
-                records = decode_records(batch, verify_crc=False)
-                keyed = [r for r in records if r.key is not None and r.offset >= start]
-                if offset_map.size + len(keyed) > offset_map.max_desired_size:
+                columns = decode_columns(batch, verify_crc=False)
+                keys: list[bytes] = []
+                offsets: list[int] = []
+                for key, offset in zip(columns.keys, columns.offsets, strict=True):
+                    if key is not None and offset >= start:
+                        keys.append(key)
+                        offsets.append(offset)
+                if offset_map.size + len(keys) > offset_map.max_desired_size:
                     # Full: stop at the last whole batch mapped (Kafka stops there too, so a
                     # batch is never half in the map).
                     if offset_map.size == 0:
@@ -204,8 +209,7 @@ class Cleaner:
                     if read:
                         yield read
                     return
-                for record in keyed:
-                    offset_map.put(record.key, record.offset)  # type: ignore[arg-type]
+                offset_map.put_all(keys, offsets)
                 offset_map.update_latest_offset(batch.last_offset)
                 if read >= self.step_bytes:
                     yield read
@@ -265,33 +269,36 @@ class Cleaner:
         records (or a new delete horizon), or None when nothing of it stays."""
         if batch.is_control_batch:
             return batch.buf  # transaction markers: tidelog has no transactions to end
-        offset_map = self.offset_map
-        latest = offset_map.latest_offset
+        latest = self.offset_map.latest_offset
         horizon = batch.delete_horizon_ms
-        records = decode_records(batch, verify_crc=False)
-        retained = []
+        columns = decode_columns(batch, verify_crc=False)
+        keys, offsets, values = columns.keys, columns.offsets, columns.values
+        mapped = self.offset_map.get_all([k for k in keys if k is not None])
+        kept: list[int] = []  # indexes of the records that stay
         tombstones = False
-        for record in records:
-            if record.offset > latest:
-                keep = True
-            elif record.key is None:
-                keep = False  # an unkeyed record cannot be compacted (Kafka drops it too)
+        m = 0
+        for i, key in enumerate(keys):
+            offset = offsets[i]
+            if key is None:
+                keep = offset > latest  # an unkeyed record cannot be compacted (Kafka drops it)
             else:
-                keep = record.offset >= offset_map.get(record.key) and (
-                    record.value is not None or horizon is None or now_ms < horizon)
+                keep = offset > latest or (offset >= mapped[m] and (
+                    values[i] is not None or horizon is None or now_ms < horizon))
+                m += 1
             if keep:
-                retained.append(record)
-                tombstones = tombstones or record.value is None
-        if not retained:
+                kept.append(i)
+                tombstones = tombstones or values[i] is None
+        if not kept:
             if (batch.producer_id >= 0
                     and self._last_batch_of_producer.get(batch.producer_id) == batch.last_offset):
                 # Kafka's RETAIN_EMPTY
                 return batch.buf if batch.record_count == 0 else build_empty_batch_header(batch)
             return None
         new_horizon = now_ms + delete_retention_ms if tombstones and horizon is None else None
-        if len(retained) == len(records) and new_horizon is None:
+        if len(kept) == len(keys) and new_horizon is None:
             return batch.buf
-        return build_retained_batch(batch, retained, delete_horizon_ms=new_horizon)
+        rows = columns.rows()
+        return build_retained_batch(batch, [rows[i] for i in kept], delete_horizon_ms=new_horizon)
 
     def _clean_segments(self, log: Log, group: list[LogSegment], now_ms: int,
                         target: LogToClean) -> Iterator[int]:

@@ -35,6 +35,25 @@ class OffsetMap:
         self._offsets[digest] = offset
         self.latest_offset = offset
 
+    def put_all(self, keys: list[bytes], offsets: list[int]) -> None:
+        """`put` of each (key, offset) in order (one loop: the cleaner's hot path)."""
+        table = self._offsets
+        md5 = hashlib.md5
+        slots = self.slots
+        for key, offset in zip(keys, offsets, strict=True):
+            digest = md5(key, usedforsecurity=False).digest()
+            if len(table) >= slots and digest not in table:
+                raise OverflowError("the offset map is full")
+            table[digest] = offset
+        if offsets:
+            self.latest_offset = offsets[-1]
+
+    def get_all(self, keys: list[bytes]) -> list[int]:
+        """`get` of each key."""
+        get = self._offsets.get
+        md5 = hashlib.md5
+        return [get(md5(key, usedforsecurity=False).digest(), -1) for key in keys]
+
     def get(self, key: bytes | bytearray | memoryview) -> int:
         """The latest offset put for `key`, or -1."""
         return self._offsets.get(self._hash(key), -1)
