@@ -10,6 +10,7 @@ from tidelog.controller.core import (
     StopReplicaRequest,
     UpdateMetadataRequest,
 )
+from tidelog.protocol.errors import ErrorCode
 from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
 
 TP = TopicPartition("t", 0)
@@ -207,3 +208,57 @@ def test_elect_offline_leaders_uses_the_current_unclean_rule_for_the_named_topic
     assert core.elect_offline_leaders({"other"}).writes == []
     (w,) = core.elect_offline_leaders({"t"}).writes
     assert w.state.leader in (1, 2) and w.state.isr == (w.state.leader,)
+
+
+# -- ElectLeaders (an admin's election) -----------------------------------------------------
+def test_preferred_election_moves_the_leader_back_to_the_first_replica():
+    from tidelog.controller.core import ELECTION_PREFERRED
+
+    core = started(cluster())
+    apply_all(core, core.on_broker_failure(0))
+    apply_all(core, core.on_broker_startup(0, 20))
+    state = core.partition_states[TP]
+    apply_all(core, core.on_isr_change({TP: LeaderAndIsrPartitionState(
+        topic="t", partition=0, controller_epoch=1, leader=state.leader,
+        leader_epoch=state.leader_epoch, isr=(0, 1, 2), zk_version=state.zk_version,
+        replicas=(0, 1, 2))}))
+    d, results = core.elect_leaders([TP, TopicPartition("t", 9)], ELECTION_PREFERRED)
+    assert results == {TP: (0, None, 0),
+                       TopicPartition("t", 9): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.", -1)}
+    (w,) = d.writes
+    assert (w.state.leader, w.state.leader_epoch) == (0, state.leader_epoch + 1)
+    apply_all(core, d)
+    _, again = core.elect_leaders([TP], ELECTION_PREFERRED)
+    assert again == {TP: (ErrorCode.ELECTION_NOT_NEEDED, None, -1)}
+
+
+def test_preferred_election_needs_the_preferred_replica_in_the_isr():
+    from tidelog.controller.core import ELECTION_PREFERRED
+
+    core = started(cluster())
+    apply_all(core, core.on_broker_failure(0))  # 0 leaves the ISR
+    d, results = core.elect_leaders([TP], ELECTION_PREFERRED)
+    assert d.writes == []
+    assert results == {TP: (ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE, "Failed to elect leader for partition t-0 under strategy"
+                                " PreferredReplicaPartitionLeaderElectionStrategy", -1)}
+
+
+def test_unclean_election_takes_a_live_replica_out_of_the_isr():
+    from tidelog.controller.core import ELECTION_UNCLEAN
+
+    core = started(cluster({0: 10, 1: 11}, replicas=(0, 1)))
+    apply_all(core, core.on_broker_failure(1))  # ISR [0]
+    apply_all(core, core.on_broker_failure(0))  # offline, ISR kept [0]
+    assert core.partition_states[TP].leader == NO_LEADER
+    d, results = core.elect_leaders([TP], ELECTION_UNCLEAN)
+    assert results == {TP: (ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, "Failed to elect leader for partition t-0 under strategy"
+                                " OfflinePartitionLeaderElectionStrategy(true)", -1)}
+    apply_all(core, core.on_broker_startup(1, 21))  # out of sync: no clean election
+    assert core.partition_states[TP].leader == NO_LEADER
+    d, results = core.elect_leaders([TP], ELECTION_UNCLEAN)  # the broker config says no
+    assert results == {TP: (0, None, 1)}
+    (w,) = d.writes
+    assert (w.state.leader, w.state.isr) == (1, (1,))
+    apply_all(core, d)
+    _, again = core.elect_leaders([TP], ELECTION_UNCLEAN)
+    assert again == {TP: (ErrorCode.ELECTION_NOT_NEEDED, None, -1)}
