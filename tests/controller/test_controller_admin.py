@@ -108,3 +108,28 @@ def test_create_topic_writes_config_and_assignment(zk_connect: str) -> None:
     finally:
         for c in clients:
             c.close()
+
+
+def test_create_partitions_continues_the_round_robin_and_keeps_the_topic_id(
+        zk_connect: str) -> None:
+    clients = [KafkaZkClient(zk_connect).start() for _ in range(3)]
+    try:
+        for i, c in enumerate(clients, start=1):
+            _register(c, i)
+        admin = AdminZkClient(clients[0])
+        admin.create_topic("grown", 0, 0, replica_assignment={0: [2, 3], 1: [3, 1]})
+        topic_id = clients[0].get_topic_id("grown")
+        # Kafka's createNewPartitionsAssignment: the round-robin starts at partition 0's first
+        # replica (broker 2, index 1) and continues from partition 2.
+        assert admin.create_partitions("grown", 4, validate_only=True) == {2: [1, 3], 3: [2, 3]}
+        assert sorted(clients[0].get_topic_assignment("grown") or {}) == [0, 1]
+        assert admin.create_partitions("grown", 4) == {2: [1, 3], 3: [2, 3]}
+        assert clients[0].get_topic_znode("grown") == (
+            {0: [2, 3], 1: [3, 1], 2: [1, 3], 3: [2, 3]}, topic_id)
+        with pytest.raises(AdminError) as e:
+            admin.create_partitions("absent", 2)
+        assert (e.value.error_code, e.value.message) == (
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic 'absent' does not exist.")
+    finally:
+        for c in clients:
+            c.close()
