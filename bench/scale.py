@@ -114,6 +114,10 @@ def measure(partitions: int, args: argparse.Namespace) -> Row:
         time.sleep(args.idle_seconds)
         elapsed = time.monotonic() - t0
         used = [cpu_seconds(pid) - before[pid] for pid in pids]
+        md = admin.list_topics(TOPIC, timeout=30).topics[TOPIC]
+        shrunk = sum(1 for pm in md.partitions.values() if len(pm.isrs) < 3)
+        if shrunk:  # idle followers must stay in the ISR: a cheap idle that drops them is no win
+            print(f"  WARNING: {shrunk} partitions left full ISR during the idle window", flush=True)
         row = Row(partitions, create_s, full_isr_s,
                   [100 * u / elapsed for u in used], [rss_mib(pid) for pid in pids],
                   load_before, load_average())
