@@ -121,24 +121,44 @@ async function main () {
   await step('createTopics invalid config', () =>
     admin.createTopics({ topics: [{ topic: `${topic}-badconfig`, configEntries: [{ name: 'retention.ms', value: 'soon' }] }], timeout: 30000 }))
 
+  await step('createTopics replica assignment', () =>
+    admin.createTopics({ topics: [{ topic: `${topic}-assigned`, replicaAssignment: [{ partition: 0, replicas: [1, 2] }, { partition: 1, replicas: [2, 3] }] }], timeout: 30000 }))
   await step('fetchTopicMetadata', async () => {
     const md = await admin.fetchTopicMetadata({ topics: [topic] })
     return md.topics.map(topicShape)
   })
 
+  await step('fetchTopicMetadata unknown topic', () => admin.fetchTopicMetadata({ topics: [`${topic}-unknown`] }))
   await step('createPartitions to 3', () =>
     admin.createPartitions({ topicPartitions: [{ topic, count: 3 }], timeout: 30000 }))
   await step('createPartitions to 2', () =>
     admin.createPartitions({ topicPartitions: [{ topic, count: 2 }], timeout: 30000 }))
+  await step('createPartitions unknown topic', () =>
+    admin.createPartitions({ topicPartitions: [{ topic: `${topic}-unknown`, count: 3 }], timeout: 30000 }))
   await step('fetchTopicMetadata after createPartitions', async () => {
     const md = await until(() => admin.fetchTopicMetadata({ topics: [topic] }),
       m => m.topics[0].partitions.length === 3 && m.topics[0].partitions.every(p => p.leader >= 0))
     return md.topics.map(topicShape)
   })
 
-  const topicResource = names => ({ resources: [{ type: 2 /* TOPIC */, name: topic, configNames: names }], includeSynonyms: false })
+  // Entries sorted by name: Kafka lists them in its config maps' (hash) order, tidelog by name.
+  const topicResource = (names, includeSynonyms = false) => ({ resources: [{ type: 2 /* TOPIC */, name: topic, configNames: names }], includeSynonyms })
   const watched = ['retention.ms', 'min.insync.replicas', 'cleanup.policy']
   await step('describeConfigs', async () => configEntries(await admin.describeConfigs(topicResource(watched))))
+  await step('describeConfigs with synonyms', async () => {
+    const r = await admin.describeConfigs(topicResource(['segment.bytes', 'retention.ms'], true))
+    return r.resources.map(x => x.configEntries
+      .map(c => ({ name: c.configName, synonyms: c.configSynonyms.map(y => [y.configName, y.configValue, y.configSource]) }))
+      .sort((a, b) => a.name.localeCompare(b.name)))
+  })
+  await step('describeConfigs unknown topic', async () => configEntries(await admin.describeConfigs(
+    { resources: [{ type: 2, name: `${topic}-unknown` }], includeSynonyms: false })))
+  await step('describeConfigs broker 1', async () => configEntries(await admin.describeConfigs(
+    { resources: [{ type: 4 /* BROKER */, name: '1', configNames: ['log.retention.hours', 'num.partitions', 'min.insync.replicas'] }], includeSynonyms: false })))
+  await step('alterConfigs broker 1 validateOnly', async () => {
+    const r = await admin.alterConfigs({ validateOnly: true, resources: [{ type: 4, name: '1', configEntries: [{ name: 'log.retention.ms', value: '1000000' }] }] })
+    return r.resources.map(x => ({ errorCode: x.errorCode, errorMessage: x.errorMessage }))
+  })
   await step('alterConfigs', async () => {
     const r = await admin.alterConfigs({
       validateOnly: false,
@@ -190,6 +210,8 @@ async function main () {
     admin.deleteTopicRecords({ topic, partitions: [{ partition: 0, offset: '2' }] }))
   await step('deleteRecords beyond the high watermark', () =>
     admin.deleteTopicRecords({ topic, partitions: [{ partition: 1, offset: '10' }] }))
+  await step('deleteRecords partition 2 to the high watermark (-1)', () =>
+    admin.deleteTopicRecords({ topic, partitions: [{ partition: 2, offset: '-1' }] }))
   await step('fetchTopicOffsets after deleteRecords', offsets)
 
   // KafkaJS's consumer reads with isolation level read_committed unless told otherwise.
@@ -220,6 +242,12 @@ async function main () {
     })
     return received.sort((a, b) => a.partition - b.partition || Number(a.offset) - Number(b.offset))
   })
+  await step('describeGroups while consuming', async () => {
+    const { groups } = await admin.describeGroups([group])
+    return groups.map(g => ({ errorCode: g.errorCode, state: g.state, protocolType: g.protocolType, protocol: g.protocol, members: g.members.map(m => ({ clientId: m.clientId, assigned: m.memberAssignment.length > 0 })) }))
+  })
+  await step('deleteGroups while consuming', () => admin.deleteGroups([group]))
+  await step('setOffsets while consuming', () => admin.setOffsets({ groupId: group, topic, partitions: [{ partition: 0, offset: '0' }] }))
   await step('consumer disconnect', () => consumer.disconnect())
 
   await step('describeGroups', async () => {
@@ -230,6 +258,16 @@ async function main () {
     const r = await admin.fetchOffsets({ groupId: group, topics: [topic] })
     return r.map(t => ({ partitions: [...t.partitions].sort((a, b) => a.partition - b.partition).map(p => ({ partition: p.partition, offset: p.offset })) }))
   })
+  await step('fetchOffsets resolveOffsets', async () => {
+    const r = await admin.fetchOffsets({ groupId: group, topics: [topic], resolveOffsets: true })
+    return r.map(t => [...t.partitions].sort((a, b) => a.partition - b.partition).map(p => ({ partition: p.partition, offset: p.offset })))
+  })
+  await step('setOffsets', () => admin.setOffsets({ groupId: group, topic, partitions: [{ partition: 0, offset: '3' }, { partition: 1, offset: '0' }, { partition: 2, offset: '1' }] }))
+  await step('resetOffsets earliest', () => admin.resetOffsets({ groupId: group, topic, earliest: true }))
+  await step('fetchOffsets after resetOffsets', async () => {
+    const r = await admin.fetchOffsets({ groupId: group, topics: [topic] })
+    return r.map(t => [...t.partitions].sort((a, b) => a.partition - b.partition).map(p => ({ partition: p.partition, offset: p.offset })))
+  })
   await step('listGroups', async () => {
     const { groups } = await admin.listGroups()
     return groups.filter(g => g.groupId === group).map(g => ({ protocolType: g.protocolType }))
@@ -238,6 +276,7 @@ async function main () {
     const r = await admin.deleteGroups([group])
     return r.map(g => ({ errorCode: g.errorCode }))
   })
+  await step('deleteGroups unknown group', () => admin.deleteGroups([`${group}-unknown`]))
   await step('deleteGroups again', async () => {
     const r = await admin.deleteGroups([group])
     return r.map(g => ({ errorCode: g.errorCode }))
@@ -251,7 +290,7 @@ async function main () {
     return groups.filter(g => g.groupId === group).length
   })
 
-  await step('deleteTopics', () => admin.deleteTopics({ topics: [topic], timeout: 30000 }))
+  await step('deleteTopics', () => admin.deleteTopics({ topics: [topic, `${topic}-assigned`], timeout: 30000 }))
   await step('listTopics after deleteTopics', async () => {
     const names = await until(() => admin.listTopics(), n => !n.includes(topic))
     return names.includes(topic)
