@@ -85,6 +85,9 @@ def test_follower_joins_isr_hw_advances_and_acks_all_completes(pair: tuple[str, 
         state = wait_until(lambda: (s := ctl.read_state("rep", 0)) is not None and s.isr == (1,) and s,
                            timeout_s=LAG_MS / 1000 * 6, what="ISR shrink written to ZooKeeper")
         assert state.leader_epoch == 0
+        # The leader applies the shrink when its compare-and-set returns: until then a produce
+        # is appended over ISR [1,2] and fails after the append (20), not before it (19).
+        assert wait_until(lambda: b1.partition("rep", 0).isr == frozenset({1}))
         err, _ = produce(b1.port, "rep", 0, build_values([b"d"]), acks=-1)
         assert err == ErrorCode.NOT_ENOUGH_REPLICAS
         err, base = produce(b1.port, "rep", 0, build_values([b"d"]), acks=1)

@@ -159,13 +159,21 @@ def produce_acked(p: Any, topic: str, values: list[tuple[bytes, bytes]],
 
 def replica_leo(port: int, topic: str, partition: int) -> int | None:
     """The replica's log end offset, from its own broker (ListOffsets, replica id -2)."""
+    return _latest_offset(port, topic, partition, replica_id=-2)
 
+
+def high_watermark(port: int, topic: str, partition: int) -> int | None:
+    """The leader's high watermark (ListOffsets LATEST as a consumer asks it, replica id -1)."""
+    return _latest_offset(port, topic, partition, replica_id=-1)
+
+
+def _latest_offset(port: int, topic: str, partition: int, replica_id: int) -> int | None:
     async def ask() -> int | None:
         conn = BrokerConnection("127.0.0.1", port, request_timeout_ms=3000)
         try:
             await conn.connect(timeout_s=3)
             r = await conn.send(ListOffsetsRequest(
-                replica_id=-2, topics=[ListOffsetsTopic(topic, [
+                replica_id=replica_id, topics=[ListOffsetsTopic(topic, [
                     ListOffsetsPartition(partition, -1, -1, max_num_offsets=1)])]))
             p = r.topics[0].partitions[0]
             return None if p.error_code else int(p.offset)

@@ -14,7 +14,6 @@ and 3 leads, every acknowledged record is there.
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import threading
 from pathlib import Path
@@ -22,14 +21,13 @@ from typing import Any
 
 import pytest
 from frame_proxy import FrameProxy, HoldProxy, ProxiedRequest, replication_listener
-from real_cluster_harness import consume_all, producer, replica_leo, wait_for
+from real_cluster_harness import consume_all, high_watermark, producer, replica_leo, wait_for
 
 from tidelog.cluster.local import LocalCluster, _pid_runs
 from tidelog.cluster.zookeeper import pick_free_port
 from tidelog.controller.admin import AdminZkClient
 from tidelog.controller.zk_client import KafkaZkClient
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.codec import decode_response
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -53,28 +51,24 @@ def starve(broker_id: int) -> Any:
     return rule
 
 
-def fetched_past(proxy: FrameProxy, broker_id: int, offset: int) -> queue.Queue[int]:
-    """The high watermark in each answer the leader sends through `proxy` to a fetch of
-    `broker_id` from `offset` or beyond (partition 0 of the one topic): by then the leader has
-    taken that follower's position into account."""
-    hws: queue.Queue[int] = queue.Queue()
+def answered_fetch_past(proxy: FrameProxy, broker_id: int, offset: int) -> threading.Event:
+    """Set once the leader has answered, through `proxy`, a fetch of `broker_id` for partition
+    0 (of the one topic) from `offset` or beyond: the leader took that follower's position, and
+    its HW with it, into account before answering. Install it before the follower gets there:
+    in an incremental fetch session (KIP-227) only the first fetch from a new offset lists the
+    partition."""
+    answered = threading.Event()
     prefix = f"broker-{broker_id}-"
 
-    def watch(req: ProxiedRequest, frame: bytes) -> None:
-        if req.api_key != ApiKey.FETCH or req.body is None or \
-                not (req.client_id or "").startswith(prefix):
-            return
-        if not any(p.partition == 0 and p.fetch_offset >= offset
-                   for t in req.body.topics for p in t.partitions):
-            return
-        _header, response = decode_response(req.api_key, req.api_version, frame)
-        for t in response.responses:
-            for p in t.partitions:
-                if p.partition_index == 0:
-                    hws.put(p.high_watermark)
+    def watch(req: ProxiedRequest, _frame: bytes) -> None:
+        if req.api_key == ApiKey.FETCH and req.body is not None and \
+                (req.client_id or "").startswith(prefix) and \
+                any(p.partition == 0 and p.fetch_offset >= offset
+                    for t in req.body.topics for p in t.partitions):
+            answered.set()
 
     proxy.on_response = watch
-    return hws
+    return answered
 
 
 def test_hw_waits_for_a_replica_being_added_to_the_isr(tmp_path: Path) -> None:
@@ -146,13 +140,15 @@ def test_hw_waits_for_a_replica_being_added_to_the_isr(tmp_path: Path) -> None:
         # failures, "broker 2's LEO went [49]", and the leader's LEO was 49 too.)
         one_request = producer(cluster.bootstrap_servers, **{
             "linger.ms": 10000, "batch.num.messages": 10, "message.timeout.ms": 20000})
+        past = answered_fetch_past(to_1, 2, 50)
         send(b"during", 10, via=one_request)
         # They reach 2, and 2 fetches past them: the leader knows 2 has them all, so over ISR
         # [1,2] alone its HW would be 50 and the records acknowledged.
         two = cluster.brokers[2].port
         wait_for(lambda: (replica_leo(two, TOPIC, 0) or 0) >= 50, 60, "broker 2 has the records")
-        hw = fetched_past(to_1, 2, 50).get(timeout=30)
+        assert past.wait(30), "broker 2 never fetched past the records"
         to_1.on_response = None
+        hw = high_watermark(cluster.brokers[1].port, TOPIC, 0)
         assert hw == before == 40, f"HW {hw} with 3, being added, at 40"
         p.poll(0)
         one_request.poll(0)
