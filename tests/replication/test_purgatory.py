@@ -47,3 +47,14 @@ def test_an_operation_that_can_complete_at_once_is_not_watched() -> None:
     purgatory = DelayedOperationPurgatory("Produce")
     done = purgatory.try_complete_else_watch(produce_op("now", 1_000, {A: 9, B: 9}), 0)
     assert done is not None and done.results[B].error == Errors.NONE and len(purgatory) == 0
+
+
+def test_an_idle_key_keeps_only_live_watches_however_many_operations_expired_on_it() -> None:
+    hw = {A: 0, B: 0}
+    purgatory = DelayedOperationPurgatory("Produce")
+    for i in range(100):  # as idle follower fetches: each waits, expires, the next one watches
+        purgatory.try_complete_else_watch(produce_op(f"r{i}", i * 10 + 5, hw), i * 10)
+        assert len(purgatory.expire(i * 10 + 5)) == 1
+    purgatory.try_complete_else_watch(produce_op("live", 2_000, hw), 1_000)
+    assert [op.request_key for op in purgatory._watchers[A]] == ["live"]
+    assert [op.request_key for op in purgatory._watchers[B]] == ["live"]

@@ -176,7 +176,15 @@ class DelayedOperationPurgatory:
         if op.try_complete(now_ms):
             return op.completion
         for key in op.keys:
-            self._watchers.setdefault(key, []).append(op)
+            watchers = self._watchers.get(key)
+            if watchers is None:
+                self._watchers[key] = [op]
+                continue
+            # Drop watches of operations finished elsewhere (expired, or through another key):
+            # a key that sees no activity is never checked, and each idle follower fetch that
+            # expires on it would otherwise stay in its list for good.
+            watchers[:] = [o for o in watchers if not o.is_completed]
+            watchers.append(op)
         self._seq += 1
         heapq.heappush(self._deadlines, (op.deadline_ms, self._seq, op))
         self._pending += 1
