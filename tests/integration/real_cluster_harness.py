@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import confluent_kafka
 
 from tidelog.client.connection import BrokerConnection
+from tidelog.cluster.local import LocalCluster, _pid_runs
 from tidelog.controller.zk_client import KafkaZkClient
 from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch
 from tidelog.protocol.messages.list_offsets import (
@@ -96,6 +100,26 @@ class RealCluster:
 
     def close(self) -> None:
         self.zk.close()
+
+
+@contextmanager
+def running_cluster(d: Path, overrides: dict[str, str] | None = None) -> Iterator[RealCluster]:
+    """A RealCluster in `d` for the `with` block; every process stopped by PID at the end, even
+    when a test failed (a broker that did not go down in time is killed, only if still that
+    broker)."""
+    c: RealCluster | None = None
+    try:
+        c = RealCluster(d, overrides=overrides)
+        yield c
+    finally:
+        if c is not None:
+            c.close()
+        if (d / "cluster.json").exists():
+            local = LocalCluster.load(d)
+            local.down(timeout_s=15)
+            for b in local.brokers.values():
+                if _pid_runs(b.pid, b.config):
+                    os.kill(b.pid, signal.SIGKILL)  # type: ignore[arg-type]
 
 
 def producer(bootstrap: str, **extra: Any) -> Any:

@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from real_cluster_harness import RealCluster, produce_acked, producer, wait_for
+from real_cluster_harness import RealCluster, produce_acked, producer, running_cluster, wait_for
 
 from tidelog.client.connection import BrokerConnection
-from tidelog.cluster.local import LocalCluster, _pid_runs
 from tidelog.protocol.messages.fetch import FetchPartition, FetchRequest, FetchTopic
 from tidelog.protocol.records.batch import iter_batches
 from tidelog.protocol.records.decoder import decode_records
@@ -34,19 +31,8 @@ KEYS = 40
 @pytest.fixture(scope="module")
 def cleaning_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     d: Path = tmp_path_factory.mktemp("compaction")
-    c: RealCluster | None = None
-    try:
-        c = RealCluster(d, overrides={"log.cleaner.backoff.ms": "100"})
+    with running_cluster(d, {"log.cleaner.backoff.ms": "100"}) as c:
         yield c
-    finally:
-        if c is not None:
-            c.close()
-        if (d / "cluster.json").exists():
-            local = LocalCluster.load(d)
-            local.down(timeout_s=15)
-            for b in local.brokers.values():  # backstop, by PID, only if still that broker
-                if _pid_runs(b.pid, b.config):
-                    os.kill(b.pid, signal.SIGKILL)  # type: ignore[arg-type]
 
 
 def burst(p: object, start: int, n: int) -> list[tuple[bytes, bytes]]:

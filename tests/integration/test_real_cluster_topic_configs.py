@@ -10,8 +10,6 @@ back in the ISR, acks=all sends succeed again.
 
 from __future__ import annotations
 
-import os
-import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,11 +22,12 @@ from real_cluster_harness import (
     produce_acked,
     producer,
     replica_leo,
+    running_cluster,
     tidelog,
     wait_for,
 )
 
-from tidelog.cluster.local import LocalCluster, _pid_runs
+from tidelog.cluster.local import LocalCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -37,19 +36,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 def default_min_isr_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     """A 3-broker cluster whose brokers keep Kafka's default min.insync.replicas (1)."""
     d: Path = tmp_path_factory.mktemp("topic-configs")
-    c: RealCluster | None = None
-    try:
-        c = RealCluster(d, overrides={"min.insync.replicas": "1"})
+    with running_cluster(d, {"min.insync.replicas": "1"}) as c:
         yield c
-    finally:
-        if c is not None:
-            c.close()
-        if (d / "cluster.json").exists():
-            local = LocalCluster.load(d)
-            local.down(timeout_s=15)
-            for b in local.brokers.values():  # backstop, by PID, only if still that broker
-                if _pid_runs(b.pid, b.config):
-                    os.kill(b.pid, signal.SIGKILL)  # type: ignore[arg-type]
 
 
 def _send(bootstrap: str, topic: str, n: int, acks: str) -> tuple[list[int], list[Any]]:
