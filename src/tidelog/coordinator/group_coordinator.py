@@ -651,22 +651,31 @@ class GroupCoordinator:
             records = [Record(key=encode_offset_commit_key(group_id, t, p), value=None)
                        for t, p in offsets]
             if group is not None:
-                self._apply(group, group.mark_dead())
-                # Kafka writes no metadata tombstone for a group that never had a generation
-                # (offsets storage only): there is no metadata record to remove.
-                if group.generation_id > 0:
-                    records.append(Record(key=encode_group_metadata_key(group_id), value=None))
-            if records:
-                # A tombstone lost here only leaves the group to be loaded again by the next
-                # leader, as in Kafka (which does not wait for replication either way).
-                error = await self._append(self.partition_for(group_id), records)
-                if error:
-                    logger.warning("group %s: writing its tombstones failed: %s", group_id,
-                                   error_name(error))
+                records += self._bury(group)
+            await self._write_tombstones(group_id, records)
             errors[group_id] = 0
         if deleted:
             logger.info("deleted groups %s", ", ".join(deleted))
         return errors
+
+    def _bury(self, group: GroupMetadata) -> list[Record]:
+        """Mark a removed group Dead; the tombstone of its metadata record, if it has one (Kafka
+        writes none for a group that never had a generation: offsets storage only)."""
+        self._apply(group, group.mark_dead())
+        if group.generation_id > 0:
+            return [Record(key=encode_group_metadata_key(group.group_id), value=None)]
+        return []
+
+    async def _write_tombstones(self, group_id: str, records: list[Record]) -> None:
+        """Append a group's tombstones to its offsets partition. One lost here only leaves the
+        group to be loaded again by the next leader, as in Kafka (which does not wait for
+        replication either way)."""
+        if not records:
+            return
+        error = await self._append(self.partition_for(group_id), records)
+        if error:
+            logger.warning("group %s: writing its tombstones failed: %s", group_id,
+                           error_name(error))
 
     async def handle_delete_offsets(
         self, group_id: str, partitions: Sequence[tuple[str, int]]
@@ -705,14 +714,8 @@ class GroupCoordinator:
             # Kafka's cleanupGroupMetadata: an Empty group left without offsets is Dead, and
             # its metadata goes too (when it had a generation).
             del self.groups[group_id]
-            self._apply(group, group.mark_dead())
-            if group.generation_id > 0:
-                records.append(Record(key=encode_group_metadata_key(group_id), value=None))
-        if records:
-            error = await self._append(self.partition_for(group_id), records)
-            if error:
-                logger.warning("group %s: writing offset tombstones failed: %s", group_id,
-                               error_name(error))
+            records += self._bury(group)
+        await self._write_tombstones(group_id, records)
         for tp in eligible:
             results[tp] = 0
         return 0, results
