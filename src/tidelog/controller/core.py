@@ -85,6 +85,9 @@ class Decision:
     # just started), with the brokers to send it to.
     resend: dict[TopicPartition, set[int]] = field(default_factory=dict)
     stop_replicas: dict[int, set[TopicPartition]] = field(default_factory=dict)
+    # StopReplica(delete_partitions=true), after the LeaderAndIsr (a reassignment's removed
+    # replicas); a broker not alive is skipped, as Kafka's channel does.
+    delete_replicas: dict[int, set[TopicPartition]] = field(default_factory=dict)
     update_metadata: bool = False
     # Partitions that stay offline (no eligible leader): for the shell's statistics.
     offline: list[TopicPartition] = field(default_factory=list)
@@ -347,11 +350,12 @@ class ControllerCore:
             out.setdefault(broker, []).append(LeaderAndIsrRequest(
                 self.controller_id, self.controller_epoch, self.live_brokers[broker],
                 tuple(states), leaders))
-        for broker, tps in sorted(decision.stop_replicas.items()):
-            if broker in self.live_brokers:
-                out.setdefault(broker, []).append(StopReplicaRequest(
-                    self.controller_id, self.controller_epoch, self.live_brokers[broker],
-                    tuple(sorted(tps)), False))
+        for stops, delete in ((decision.stop_replicas, False), (decision.delete_replicas, True)):
+            for broker, tps in sorted(stops.items()):
+                if broker in self.live_brokers:
+                    out.setdefault(broker, []).append(StopReplicaRequest(
+                        self.controller_id, self.controller_epoch, self.live_brokers[broker],
+                        tuple(sorted(tps)), delete))
         if decision.update_metadata:
             states = tuple(s for _, s in sorted(self.partition_states.items()))
             live = tuple(sorted(self.live_brokers.items()))
