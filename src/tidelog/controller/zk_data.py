@@ -278,12 +278,18 @@ def topic_id_from_string(text: str) -> UUID:
 
 
 def encode_topic_assignment(assignment: Mapping[int, Sequence[int]],
-                            topic_id: UUID | None = None) -> bytes:
+                            topic_id: UUID | None = None,
+                            adding: Mapping[int, Sequence[int]] | None = None,
+                            removing: Mapping[int, Sequence[int]] | None = None) -> bytes:
     """Kafka's TopicZNode: version 3 with "topic_id" when the topic has one (Kafka 2.8+),
-    version 2 without."""
+    version 2 without; "adding_replicas"/"removing_replicas" list the partitions being
+    reassigned (KIP-455), each with the replicas joining/leaving its full replica set."""
     partitions = {str(p): list(replicas) for p, replicas in sorted(assignment.items())}
-    obj: dict[str, Any] = {"version": 2 if topic_id is None else 3, "partitions": partitions,
-                           "adding_replicas": {}, "removing_replicas": {}}
+    obj: dict[str, Any] = {
+        "version": 2 if topic_id is None else 3, "partitions": partitions,
+        "adding_replicas": {str(p): list(rs) for p, rs in sorted((adding or {}).items()) if rs},
+        "removing_replicas": {str(p): list(rs)
+                              for p, rs in sorted((removing or {}).items()) if rs}}
     if topic_id is not None:
         obj["topic_id"] = topic_id_to_string(topic_id)
     return _encode(obj)
@@ -308,6 +314,20 @@ def decode_topic_znode(topic: str, data: bytes | None) -> tuple[dict[int, list[i
         return assignment, topic_id_from_string(str(text))
     except ValueError as e:
         raise ZkDataError(f"{topic_path(topic)}: invalid topic_id ({e})") from None
+
+
+def decode_topic_reassignments(topic: str, data: bytes | None
+                               ) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """A topic znode's (adding_replicas, removing_replicas) per partition (empty when absent,
+    as in a version 1 znode)."""
+    obj = _decode(topic_path(topic), data)
+    try:
+        adding, removing = ({int(p): [int(r) for r in rs] for p, rs in (obj.get(key) or {}).items()}
+                            for key in ("adding_replicas", "removing_replicas"))
+        return adding, removing
+    except (TypeError, ValueError, AttributeError) as e:
+        raise ZkDataError(f"{topic_path(topic)}: invalid adding/removing replicas ({e!r})"
+                          ) from None
 
 
 # --- /brokers/topics/<t>/partitions/<p>/state ---------------------------------------------------
