@@ -47,6 +47,11 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry, RetryFailedError
 
 from tidelog.controller import zk_data
+from tidelog.controller.reassignment import (
+    REASSIGN_PARTITIONS_PATH,
+    decode_reassign_partitions,
+    encode_reassign_partitions,
+)
 from tidelog.controller.zk_data import (
     CONTROLLER_EPOCH_PATH,
     CONTROLLER_PATH,
@@ -529,10 +534,13 @@ class KafkaZkClient:
         expected_version: int = MATCH_ANY_VERSION,
         expected_epoch_zk_version: int | None = None,
         topic_id: UUID | None = None,
+        adding: Mapping[int, Sequence[int]] | None = None,
+        removing: Mapping[int, Sequence[int]] | None = None,
     ) -> int:
-        """Overwrite a topic's assignment (partition additions) and id (the topic's own, kept;
-        or a first one for a topic written before topic ids); returns the new version."""
-        data = zk_data.encode_topic_assignment(assignment, topic_id)
+        """Overwrite a topic's assignment (partition additions, reassignments with their
+        adding/removing replicas) and id (the topic's own, kept; or a first one for a topic
+        written before topic ids); returns the new version."""
+        data = zk_data.encode_topic_assignment(assignment, topic_id, adding, removing)
         results = self._fenced(
             expected_epoch_zk_version,
             lambda tx: tx.set_data(zk_data.topic_path(topic), data, expected_version),
@@ -555,6 +563,63 @@ class KafkaZkClient:
     def get_topic_id(self, topic: str) -> UUID | None:
         znode = self.get_topic_znode(topic)
         return None if znode is None else znode[1]
+
+    def get_topic_reassignments(
+        self, topic: str
+    ) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+        """The topic znode's (adding_replicas, removing_replicas); empty when no topic."""
+        try:
+            data, _ = self._retry(self._zk.get, zk_data.topic_path(topic))
+        except NoNodeError:
+            return {}, {}
+        return zk_data.decode_topic_reassignments(topic, data)
+
+    # --- /admin/reassign_partitions (the legacy reassignment znode) -----------------------------
+
+    def get_partition_reassignment(self) -> dict[TopicPartitionT, list[int]] | None:
+        """The legacy znode's targets; None when absent; {} when unreadable (as Kafka, which
+        logs and ignores it)."""
+        try:
+            data, _ = self._retry(self._zk.get, REASSIGN_PARTITIONS_PATH)
+        except NoNodeError:
+            return None
+        try:
+            return decode_reassign_partitions(data)
+        except ValueError:
+            log.warning("unreadable %s: %r", REASSIGN_PARTITIONS_PATH, data)
+            return {}
+
+    def set_partition_reassignment(
+        self, targets: Mapping[TopicPartitionT, Sequence[int]],
+        expected_epoch_zk_version: int | None = None,
+    ) -> None:
+        """Rewrite the legacy znode with `targets`, deleting it when empty (Kafka's controller
+        removes each partition as its move completes). An admin's write (no epoch) creates it."""
+        path = REASSIGN_PARTITIONS_PATH
+
+        def build(tx: Any) -> None:
+            if not targets:
+                tx.delete(path)
+            elif self._zk.exists(path) is None:
+                tx.create(path, encode_reassign_partitions(targets))
+            else:
+                tx.set_data(path, encode_reassign_partitions(targets))
+
+        _raise_first(self._fenced(expected_epoch_zk_version, build), ignore=(NoNodeError,))
+
+    def watch_partition_reassignment(self, callback: Callable[[bool], None]) -> WatchHandle:
+        """`callback(exists)` now and whenever /admin/reassign_partitions is created, changed
+        or deleted."""
+        handle = WatchHandle()
+
+        def on_data(_data: bytes | None, stat: ZnodeStat | None) -> bool | None:
+            if handle.cancelled:
+                return False
+            _safe_call(callback, stat is not None)
+            return None
+
+        DataWatch(self._zk, REASSIGN_PARTITIONS_PATH, on_data)
+        return handle
 
     def get_all_topics(self) -> set[str]:
         return set(self._retry(self._zk.get_children, zk_data.TOPICS_PATH))
