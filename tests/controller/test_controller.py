@@ -621,7 +621,7 @@ async def test_unclean_restart_is_no_clean_leader_candidate_even_after_failover(
         cluster: Cluster) -> None:
     import json
 
-    from tidelog.controller.controller import UNCLEAN_REPLICAS_PATH
+    from tidelog.controller.zk_data import UNCLEAN_REPLICAS_PATH
 
     await three_brokers(cluster)
     standby = await cluster.start_controller(2)

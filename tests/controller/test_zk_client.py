@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError
 
 from tidelog.controller.zk_client import (
     BrokerAlreadyRegisteredError,
     ControllerMovedError,
     KafkaZkClient,
+    NoTopicError,
     TopicExistsError,
     ZkClientError,
 )
@@ -257,7 +258,7 @@ def test_partition_state_create_read_and_cas(make_client: Callable[..., KafkaZkC
     _, _, epoch_version = client.try_elect_controller(1)
     tp = ("orders", 0)
     state = LeaderIsrAndControllerEpoch(leader=1, leader_epoch=0, isr=(1, 2, 3), controller_epoch=1)
-    with pytest.raises(NoNodeError):  # no topic, no partition state
+    with pytest.raises(NoTopicError):  # no topic, no partition state
         client.create_partition_state(tp, state, epoch_version)
     client.create_topic("orders", {0: [1, 2, 3]})
     assert client.create_partition_state(tp, state, epoch_version) == 0
@@ -465,7 +466,7 @@ def test_batched_partition_state_writes(make_client: Callable[..., KafkaZkClient
     assert client.create_partition_states(states, epoch_version) == {tp: True for tp in states}
     again = {("big", 0): states[("big", 0)]}
     assert client.create_partition_states(again, epoch_version) == {("big", 0): False}
-    with pytest.raises(NoNodeError):
+    with pytest.raises(NoTopicError):
         client.create_partition_states({("nope", 0): states[("big", 0)]}, epoch_version)
 
     shrunk = LeaderIsrAndControllerEpoch(1, 0, (1,), 1)

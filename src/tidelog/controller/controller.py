@@ -11,12 +11,13 @@ arrival order by a single task. kazoo's callbacks (its own thread) only enqueue.
 run in a worker thread (`asyncio.to_thread`) and are awaited by the handler, so the queue stays
 strictly sequential.
 
-An event runs the core (`Decision`), writes the partition states as compare-and-sets fenced by
-the controller epoch's znode version (a write after another controller was elected fails with
-`ControllerMovedError`, upon which this controller resigns), commits the results into the core
-and queues the resulting LeaderAndIsr / UpdateMetadata / StopReplica requests per broker on the
-`ControllerChannelManager`. A lost compare-and-set (a leader changed the ISR meanwhile) re-reads
-the partition and replays the event, a bounded number of times.
+An event runs the core (`Decision`) through `executor.DecisionExecutor`, the execute loop the
+simulated controller runs too: partition states written as compare-and-sets fenced by the
+controller epoch's znode version (a write after another controller was elected fails with
+`ControllerMovedError`, upon which this controller resigns), results committed into the core,
+a lost compare-and-set re-read and the event replayed (bounded), KIP-966 marks persisted. The
+resulting LeaderAndIsr / UpdateMetadata / StopReplica requests are queued per broker on the
+`ControllerChannelManager`.
 
 Events: broker change (join, leave, bounce = new broker epoch), topic change (new assignment ->
 initial leaders), ISR change notifications, topic deletion, controlled shutdown, the preferred
@@ -28,13 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 from uuid import UUID
-
-from kazoo.exceptions import NoNodeError
 
 from tidelog.controller.admin import new_topic_id
 from tidelog.controller.channel_manager import (
@@ -47,16 +45,10 @@ from tidelog.controller.core import (
     StopReplicaRequest,
     UpdateMetadataRequest,
 )
-from tidelog.controller.zk_client import (
-    ControllerMovedError,
-    KafkaZkClient,
-    WatchHandle,
-)
-from tidelog.controller.zk_data import (
-    CONTROLLER_EPOCH_PATH,
-    BrokerInfo,
-    LeaderIsrAndControllerEpoch,
-)
+from tidelog.controller.executor import DecisionExecutor
+from tidelog.controller.zk_client import KafkaZkClient, WatchHandle
+from tidelog.controller.zk_data import BrokerInfo, LeaderIsrAndControllerEpoch
+from tidelog.controller.zk_interface import ControllerMovedError, from_zk_state
 from tidelog.protocol.errors import ErrorCode
 from tidelog.replication.types import NO_LEADER, LeaderAndIsrPartitionState, TopicPartition
 
@@ -65,25 +57,8 @@ __all__ = ["KafkaController"]
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-MAX_EVENT_ATTEMPTS = 5
 MAX_DELETION_RETRIES = 5
-# KIP-966 marks (replicas back from an unclean shutdown, not caught up yet) outlive a
-# controller failover here, as the simulated controller keeps them.
-UNCLEAN_REPLICAS_PATH = "/tidelog/unclean_replicas"
 DELETION_RETRY_BACKOFF_S = 0.2
-
-
-def to_zk_state(state: LeaderAndIsrPartitionState) -> LeaderIsrAndControllerEpoch:
-    return LeaderIsrAndControllerEpoch(state.leader, state.leader_epoch, tuple(state.isr),
-                                       state.controller_epoch)
-
-
-def from_zk_state(tp: TopicPartition, state: LeaderIsrAndControllerEpoch,
-                  replicas: Iterable[int]) -> LeaderAndIsrPartitionState:
-    return LeaderAndIsrPartitionState(
-        topic=tp.topic, partition=tp.partition, controller_epoch=state.controller_epoch,
-        leader=state.leader, leader_epoch=state.leader_epoch, isr=tuple(state.isr),
-        zk_version=state.zk_version, replicas=tuple(replicas))
 
 
 class _TopicAwareCore(ControllerCore):
@@ -139,6 +114,8 @@ class KafkaController:
         self.controller_epoch = 0
         self.epoch_zk_version = -1
         self.core: ControllerCore | None = None
+        # Carries out the core's decisions (the loop the simulated controller runs too).
+        self.executor: DecisionExecutor | None = None
         self.channel: ControllerChannelManager | None = None
         self.topics: set[str] = set()
         # Each topic's id (KIP-516), from its znode; sent to the brokers in UpdateMetadata.
@@ -147,7 +124,6 @@ class KafkaController:
         self._deleting: dict[str, dict[TopicPartition, tuple[int, ...]]] = {}
         self._deletion_assignments: dict[str, dict[TopicPartition, tuple[int, ...]]] = {}
         self._deletion_failures: dict[str, int] = {}
-        self._persisted_marks: dict[str, list[int]] = {}
         self._watches: list[WatchHandle] = []
         # Kafka's PartitionModificationsHandler: one watch per topic's /brokers/topics/<t>.
         self._partition_watches: dict[str, WatchHandle] = {}
@@ -360,12 +336,12 @@ class KafkaController:
             else bool(self._cfg("unclean.leader.election.enable", False)))
         brokers, assignments, states, deletions, unclean = await self._zk(self._load_context)
         core.topic_unclean.update(unclean)
-        marks = await self._zk(self._read_unclean_marks)
-        for tp, ids in marks.items():
-            if tp in assignments:
-                core.unclean_restarted[tp] = set(ids)
-        self._persisted_marks = self._unclean_marks_of(marks, assignments)
-        self.core = core
+        for tp, replicas in sorted(assignments.items()):
+            core.add_partition(tp, replicas)
+        executor = DecisionExecutor(self.zk_client, core, self.epoch_zk_version,
+                                    on_topic_gone=self._forget_topic_partitions)
+        await self._zk(executor.load_unclean_marks)
+        self.core, self.executor = core, executor
         self.is_active = True
         self.elections_won.append(self.controller_epoch)
         self.channel = ControllerChannelManager(
@@ -380,7 +356,6 @@ class KafkaController:
             self.channel.add_broker(b, info)
         self.topics = {tp.topic for tp in assignments} | set(self._topics_without_partitions)
         for tp, replicas in sorted(assignments.items()):
-            core.add_partition(tp, replicas)
             s = states.get(tp)
             if s is not None:
                 core.refresh_partition(tp, from_zk_state(tp, s, replicas))
@@ -496,6 +471,7 @@ class KafkaController:
         if channel is not None:
             await channel.shutdown()
         self.core = None
+        self.executor = None
         self.topics = set()
         self.topics_to_be_deleted = set()
         self._deleting = {}
@@ -509,105 +485,22 @@ class KafkaController:
 
     async def _execute(self, event: Callable[[], Decision],
                        refresh: Iterable[TopicPartition] = ()) -> Decision | None:
-        """Run `event`, write its partition states (fenced CAS), commit, send the requests.
+        """Run `event` through the executor (in a worker thread: it calls ZooKeeper), then
+        send the requests it produced.
 
-        The partitions in `refresh` are re-read from ZooKeeper first (as Kafka's
-        removeReplicasFromIsr / electLeaderForPartitions do): a leader may have changed an ISR
-        whose notification has not arrived yet, and a decision taken on the stale state may
-        write nothing at all (so no compare-and-set could catch it). A write that lost its
-        compare-and-set is re-read and the event replayed (bounded).
+        The partitions in `refresh` are re-read from ZooKeeper first: a leader may have changed
+        an ISR whose notification has not arrived yet, and a decision taken on the stale state
+        may write nothing at all (so no compare-and-set could catch it).
         """
-        core = self.core
-        if core is None or not self.is_active:
+        core, executor = self.core, self.executor
+        if core is None or executor is None or not self.is_active:
             return None
-        await self._refresh_states(list(refresh))
+        done = await self._zk(executor.execute, event, list(refresh))
         if self.core is not core:
             return None
-        decision: Decision | None = None
-        for attempt in range(MAX_EVENT_ATTEMPTS):
-            decision = event()
-            results = await self._zk(self._write_states, decision) if decision.writes else {}
-            if self.core is not core:
-                return None
-            self._send(core.commit(decision, results))
-            failed = [w.tp for w in decision.writes if results.get(w.tp) is None]
-            if not failed:
-                break
-            if attempt == MAX_EVENT_ATTEMPTS - 1:
-                log.warning("controller %d: giving up on %d partition state writes",
-                            self.broker_id, len(failed))
-                break
-            await self._refresh_states(failed)
-        await self._persist_unclean_marks()
-        return decision
-
-    @staticmethod
-    def _unclean_marks_of(marks: dict[TopicPartition, set[int]],
-                          assignments: dict[TopicPartition, tuple[int, ...]]) -> dict[str, list[int]]:
-        return {f"{tp.topic}:{tp.partition}": sorted(ids)
-                for tp, ids in sorted(marks.items()) if ids and tp in assignments}
-
-    def _unclean_marks(self) -> dict[str, list[int]]:
-        core = self.core
-        if core is None:
-            return {}
-        return {f"{tp.topic}:{tp.partition}": sorted(ids)
-                for tp, ids in sorted(core.unclean_restarted.items()) if ids}
-
-    async def _persist_unclean_marks(self) -> None:
-        if self.core is None or not self.is_active:
-            return
-        marks = self._unclean_marks()
-        if marks == self._persisted_marks:
-            return
-        data = json.dumps({"version": 1, "partitions": marks}, sort_keys=True).encode()
-        await self._zk(self._write_unclean_marks, data)
-        self._persisted_marks = marks
-
-    def _write_unclean_marks(self, data: bytes) -> None:
-        kz = self.zk_client.kazoo
-
-        def attempt() -> list[Any]:
-            kz.ensure_path(UNCLEAN_REPLICAS_PATH.rsplit("/", 1)[0])
-            tx = kz.transaction()
-            tx.check(CONTROLLER_EPOCH_PATH, self.epoch_zk_version)
-            if kz.exists(UNCLEAN_REPLICAS_PATH) is None:
-                tx.create(UNCLEAN_REPLICAS_PATH, data)
-            else:
-                tx.set_data(UNCLEAN_REPLICAS_PATH, data)
-            return list(tx.commit())
-
-        results = kz.retry(attempt)
-        if isinstance(results[0], Exception):
-            raise ControllerMovedError("another controller was elected (KIP-966 marks not written)")
-        if isinstance(results[1], Exception):
-            raise RuntimeError(f"writing {UNCLEAN_REPLICAS_PATH} failed: {results[1]!r}")
-
-    def _read_unclean_marks(self) -> dict[TopicPartition, set[int]]:
-        try:
-            data, _ = self.zk_client.kazoo.retry(self.zk_client.kazoo.get, UNCLEAN_REPLICAS_PATH)
-        except NoNodeError:
-            return {}
-        try:
-            parts = json.loads(data.decode())["partitions"]
-            out: dict[TopicPartition, set[int]] = {}
-            for key, ids in parts.items():
-                topic, _, p = key.rpartition(":")
-                out[TopicPartition(topic, int(p))] = {int(i) for i in ids}
-            return out
-        except (ValueError, KeyError, TypeError, AttributeError):
-            log.warning("unreadable %s: %r", UNCLEAN_REPLICAS_PATH, data)
-            return {}
-
-    async def _refresh_states(self, tps: list[TopicPartition]) -> None:
-        core = self.core
-        if core is None or not tps:
-            return
-        fresh = await self._zk(self.zk_client.get_partition_states, tps)
-        for tp in tps:
-            s = fresh.get(tp)
-            if s is not None and tp in core.assignments:
-                core.refresh_partition(tp, from_zk_state(tp, s, core.assignments[tp]))
+        for requests in done.requests:
+            self._send(requests)
+        return done.decision
 
     def _partitions_of(self, broker_id: int) -> list[TopicPartition]:
         core = self.core
@@ -615,34 +508,6 @@ class KafkaController:
             return []
         return sorted(tp for tp, rs in core.assignments.items()
                       if broker_id in rs and tp in core.partition_states)
-
-    def _write_states(self, decision: Decision) -> dict[TopicPartition, int | None]:
-        """The ZooKeeper side of `_execute` (worker thread): creates, then pipelined CAS."""
-        zk = self.zk_client
-        results: dict[TopicPartition, int | None] = {}
-        creates: dict[str, dict[TopicPartition, LeaderIsrAndControllerEpoch]] = {}
-        updates = []
-        for w in decision.writes:
-            if w.expected_zk_version < 0:
-                creates.setdefault(w.tp.topic, {})[w.tp] = to_zk_state(w.state)
-            else:
-                updates.append((w.tp, to_zk_state(w.state), w.expected_zk_version))
-        for topic, states in sorted(creates.items()):
-            try:
-                created = zk.create_partition_states(states, self.epoch_zk_version)
-            except NoNodeError:
-                # The topic was deleted meanwhile: never resurrect it.
-                self._forget_topic_partitions(topic)
-                for tp in states:
-                    results[tp] = None
-                continue
-            for tp, ok in created.items():
-                results[TopicPartition(*tp)] = 0 if ok else None
-        if updates:
-            for tp, (ok, version) in zk.update_leader_and_isr_many(
-                    updates, self.epoch_zk_version).items():
-                results[TopicPartition(*tp)] = version if ok else None
-        return results
 
     def _forget_topic_partitions(self, topic: str) -> dict[TopicPartition, tuple[int, ...]]:
         core = self.core

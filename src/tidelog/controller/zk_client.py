@@ -62,12 +62,14 @@ from tidelog.controller.zk_data import (
     LeaderIsrAndControllerEpoch,
     TopicPartitionT,
 )
+from tidelog.controller.zk_interface import ControllerMovedError, NoTopicError, ZkClientError
 
 __all__ = [
     "BrokerAlreadyRegisteredError",
     "ControllerElection",
     "ControllerMovedError",
     "KafkaZkClient",
+    "NoTopicError",
     "TopicExistsError",
     "WatchHandle",
     "ZkClientError",
@@ -80,14 +82,6 @@ log = logging.getLogger(__name__)
 _NOT_THE_CAUSE = (RolledBackError, RuntimeInconsistency)
 
 T = TypeVar("T")
-
-
-class ZkClientError(RuntimeError):
-    """A ZooKeeper operation failed (connection, timeout, unexpected state)."""
-
-
-class ControllerMovedError(ZkClientError):
-    """/controller_epoch changed: this controller was deposed and must not write."""
 
 
 class BrokerAlreadyRegisteredError(ZkClientError):
@@ -687,20 +681,24 @@ class KafkaZkClient:
     ) -> int:
         """Create /brokers/topics/<t>/partitions/<p>/state; returns its zk version (0).
 
-        Raises kazoo's `NodeExistsError` if it exists, `NoNodeError` if the topic does not
+        Raises kazoo's `NodeExistsError` if it exists, `NoTopicError` if the topic does not
         (a deleted topic is never resurrected), `ControllerMovedError` when fenced.
         """
-        for parent in (zk_data.topic_partitions_path(tp[0]), zk_data.topic_partition_path(tp)):
-            try:
-                self._retry(self._zk.create, parent, b"")
-            except NodeExistsError:
-                pass
-        data = state.encode()
-        results = self._fenced(
-            expected_epoch_zk_version,
-            lambda tx: tx.create(zk_data.partition_state_path(tp), data),
-        )
-        _raise_first(results)
+        try:
+            for parent in (zk_data.topic_partitions_path(tp[0]),
+                           zk_data.topic_partition_path(tp)):
+                try:
+                    self._retry(self._zk.create, parent, b"")
+                except NodeExistsError:
+                    pass
+            data = state.encode()
+            results = self._fenced(
+                expected_epoch_zk_version,
+                lambda tx: tx.create(zk_data.partition_state_path(tp), data),
+            )
+            _raise_first(results)
+        except NoNodeError:
+            raise NoTopicError(f"topic {tp[0]} does not exist") from None
         return 0
 
     def create_partition_states(
@@ -710,8 +708,19 @@ class KafkaZkClient:
     ) -> dict[TopicPartitionT, bool]:
         """Create many state znodes, pipelined; True = created, False = already existed.
 
-        Raises `NoNodeError` if a topic does not exist, `ControllerMovedError` when fenced.
+        Raises `NoTopicError` if a topic does not exist, `ControllerMovedError` when fenced.
         """
+        try:
+            return self._create_partition_states(states, expected_epoch_zk_version)
+        except NoNodeError:
+            topics = sorted({tp[0] for tp in states})
+            raise NoTopicError(f"topic(s) {', '.join(topics)} do not exist") from None
+
+    def _create_partition_states(
+        self,
+        states: Mapping[TopicPartitionT, LeaderIsrAndControllerEpoch],
+        expected_epoch_zk_version: int | None,
+    ) -> dict[TopicPartitionT, bool]:
         keys = [(tp[0], tp[1]) for tp in states]
         # Parents first, level by level (/partitions, then /partitions/<p>), pipelined.
         self._create_empty_nodes(sorted({zk_data.topic_partitions_path(t) for t, _ in keys}))
@@ -883,6 +892,69 @@ class KafkaZkClient:
                 ),
                 ignore=(NoNodeError,),
             )
+
+    # --- KIP-966 marks --------------------------------------------------------------------------
+
+    def get_unclean_replicas(self) -> dict[TopicPartitionT, set[int]]:
+        """The replicas marked as back from an unclean shutdown, per partition ({} if none)."""
+        data, _ = self.get_data_and_version(zk_data.UNCLEAN_REPLICAS_PATH)
+        if data is None:
+            return {}
+        try:
+            return zk_data.decode_unclean_replicas(data)
+        except zk_data.ZkDataError as e:
+            log.warning("ignoring %s", e)
+            return {}
+
+    def set_unclean_replicas(
+        self,
+        marks: Mapping[TopicPartitionT, Iterable[int]],
+        expected_epoch_zk_version: int | None = None,
+    ) -> None:
+        """Write the marks (creating the znode), fenced by the controller epoch."""
+        path = zk_data.UNCLEAN_REPLICAS_PATH
+        data = zk_data.encode_unclean_replicas(marks)
+        try:
+            self._retry(self._zk.ensure_path, path.rsplit("/", 1)[0])
+        except NodeExistsError:
+            pass
+        exists = self._retry(self._zk.exists, path) is not None
+
+        def build(tx: Any) -> None:
+            if exists:
+                tx.set_data(path, data)
+            else:
+                tx.create(path, data)
+
+        _raise_first(self._fenced(expected_epoch_zk_version, build))
+
+    # --- plain znodes ---------------------------------------------------------------------------
+
+    def get_data_and_version(self, path: str) -> tuple[bytes | None, int]:
+        """(data, version); (None, -1) when the znode does not exist (Kafka's
+        `getDataAndVersion`)."""
+        try:
+            data, stat = self._retry(self._zk.get, path)
+        except NoNodeError:
+            return None, -1
+        return data, int(stat.version)
+
+    def create_path(self, path: str, data: bytes) -> bool:
+        """Create a persistent znode and its parents; False if it already existed."""
+        try:
+            self._retry(self._zk.create, path, data, makepath=True)
+        except NodeExistsError:
+            return False
+        return True
+
+    def conditional_update_path(self, path: str, data: bytes, expected_version: int) -> bool:
+        """Set the data iff the znode is at `expected_version` (Kafka's
+        `conditionalUpdatePath`); False on another version or no znode."""
+        try:
+            self._retry(self._zk.set, path, data, version=expected_version)
+        except (BadVersionError, NoNodeError):
+            return False
+        return True
 
     # --- topic deletion ---------------------------------------------------------------------------
 

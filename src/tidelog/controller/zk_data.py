@@ -18,6 +18,12 @@ Pure functions and value types only (no kazoo), so the simulator and tools can s
     /config/topics/<t>                           {"version":1,"config":{"retention.ms":"1000"}}
     /config/changes/config_change_<seq>          {"version":2,"entity_path":"topics/<t>"}
     /cluster/id                                  {"version":"1","id":"..."}
+    /latest_producer_id_block                    {"version":1,"broker":1,"block_start":"0",
+                                                  "block_end":"999"}
+    /tidelog/unclean_replicas                    {"version":1,"partitions":{"<t>:<p>":[2,3]}}
+
+The last one is tidelog's: KIP-966's marks (replicas back from an unclean shutdown, not caught
+up since) must survive a controller failover, as ELR state lives in the metadata log in Kafka.
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ CONFIG_BROKERS_PATH = "/config/brokers"
 CONFIG_CHANGES_PATH = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 CLUSTER_ID_PATH = "/cluster/id"
+PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
+UNCLEAN_REPLICAS_PATH = "/tidelog/unclean_replicas"
 
 # KafkaController.InitialControllerEpoch / InitialControllerEpochZkVersion
 INITIAL_CONTROLLER_EPOCH = 0
@@ -68,7 +76,7 @@ PERSISTENT_PATHS = (
     DELETE_TOPICS_PATH,
     BROKER_SEQUENCE_ID_PATH,
     ISR_CHANGE_NOTIFICATION_PATH,
-    "/latest_producer_id_block",
+    PRODUCER_ID_BLOCK_PATH,
     "/log_dir_event_notification",
     CONFIG_TOPICS_PATH,
     "/config/clients",
@@ -381,6 +389,29 @@ class LeaderIsrAndControllerEpoch:
             and tuple(self.isr) == tuple(other.isr)
             and self.controller_epoch == other.controller_epoch
         )
+
+
+# --- /tidelog/unclean_replicas (KIP-966 marks) --------------------------------------------------
+
+
+def encode_unclean_replicas(marks: Mapping[TopicPartitionT, Iterable[int]]) -> bytes:
+    """Only partitions with at least one mark; keys "<topic>:<partition>" (a topic name has no
+    colon in Kafka's legal characters, so the last colon splits)."""
+    parts = {f"{t}:{p}": sorted(int(b) for b in ids)
+             for (t, p), ids in sorted(marks.items()) if ids}
+    return json.dumps({"version": 1, "partitions": parts}, sort_keys=True).encode("utf-8")
+
+
+def decode_unclean_replicas(data: bytes | None) -> dict[TopicPartitionT, set[int]]:
+    obj = _decode(UNCLEAN_REPLICAS_PATH, data)
+    try:
+        out: dict[TopicPartitionT, set[int]] = {}
+        for key, ids in obj["partitions"].items():
+            topic, _, p = key.rpartition(":")
+            out[(topic, int(p))] = {int(i) for i in ids}
+        return out
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ZkDataError(f"{UNCLEAN_REPLICAS_PATH}: invalid KIP-966 marks ({e!r})") from None
 
 
 # --- notifications and configs ----------------------------------------------------------------

@@ -1,0 +1,145 @@
+"""The one execute loop for the controller's decisions: `ControllerCore`'s pure decisions
+applied through a `ZooKeeperClient`, the same for the real controller (controller.py, over
+kazoo, run in a worker thread) and the simulated one (sim/controller.py, over SimZooKeeper).
+
+An event runs the core (`Decision`); its partition states are written as compare-and-sets on
+the state znodes' versions, fenced by the controller epoch's znode version (a deposed
+controller's write raises `ControllerMovedError`); the results are committed into the core,
+which answers with the LeaderAndIsr / UpdateMetadata / StopReplica requests per broker. A lost
+compare-and-set (a leader changed the ISR meanwhile) re-reads the partition and replays the
+event, a bounded number of times. The KIP-966 marks the core keeps are then persisted when they
+changed. The caller sends the requests, in order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from tidelog.controller.core import ControllerCore, ControllerRequest, Decision
+from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch, TopicPartitionT
+from tidelog.controller.zk_interface import (
+    NoTopicError,
+    ZooKeeperClient,
+    from_zk_state,
+    to_zk_state,
+)
+from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
+
+__all__ = ["MAX_EVENT_ATTEMPTS", "DecisionExecutor", "Executed"]
+
+log = logging.getLogger(__name__)
+
+MAX_EVENT_ATTEMPTS = 5
+
+
+@dataclass(slots=True)
+class Executed:
+    """What one event did: its last decision, the requests to send (one batch per attempt,
+    in order) and the partition states written."""
+
+    decision: Decision
+    requests: list[dict[int, list[ControllerRequest]]] = field(default_factory=list)
+    written: list[LeaderAndIsrPartitionState] = field(default_factory=list)
+
+
+class DecisionExecutor:
+    """Carries out one controller's decisions (one per controller epoch)."""
+
+    def __init__(self, zk: ZooKeeperClient, core: ControllerCore, epoch_zk_version: int | None,
+                 *, on_topic_gone: Callable[[str], object] = lambda topic: None) -> None:
+        self.zk = zk
+        self.core = core
+        self.epoch_zk_version = epoch_zk_version
+        # A topic deleted while a partition of it was being created: the caller forgets it.
+        self.on_topic_gone = on_topic_gone
+        self._persisted_marks: dict[TopicPartitionT, tuple[int, ...]] = {}
+
+    # -- failover ----------------------------------------------------------------------------
+    def load_unclean_marks(self) -> None:
+        """The KIP-966 marks an earlier controller persisted, for the partitions assigned."""
+        marks = self.zk.get_unclean_replicas()
+        for tp, ids in marks.items():
+            key = TopicPartition(*tp)
+            if key in self.core.assignments and ids:
+                self.core.unclean_restarted[key] = set(ids)
+        self._persisted_marks = self._marks()
+
+    def refresh(self, tps: Iterable[TopicPartition]) -> None:
+        """Re-read these partitions' states into the core (as Kafka's removeReplicasFromIsr /
+        electLeaderForPartitions decide on ZooKeeper's state, not on a cache a leader's ISR
+        change may have made stale)."""
+        core = self.core
+        wanted = [tp for tp in tps if tp in core.assignments]
+        if not wanted:
+            return
+        for tp, s in self.zk.get_partition_states(wanted).items():
+            key = TopicPartition(*tp)
+            core.refresh_partition(key, from_zk_state(key, s, core.assignments[key]))
+
+    # -- events ------------------------------------------------------------------------------
+    def execute(self, event: Callable[[], Decision], refresh: Iterable[TopicPartition] = (),
+                attempts: int = MAX_EVENT_ATTEMPTS) -> Executed:
+        """Refresh `refresh`, run `event`, write, commit; replay on a lost compare-and-set."""
+        core = self.core
+        self.refresh(refresh)
+        done: Executed | None = None
+        for attempt in range(attempts):
+            decision = event()
+            results = self._write(decision) if decision.writes else {}
+            if done is None:
+                done = Executed(decision)
+            done.decision = decision
+            done.written.extend(
+                w.state for w in decision.writes if results.get(w.tp) is not None)
+            done.requests.append(core.commit(decision, results))
+            failed = [w.tp for w in decision.writes if results.get(w.tp) is None]
+            if not failed:
+                break
+            if attempt == attempts - 1:
+                log.warning("controller %d: giving up on %d partition state writes",
+                            core.controller_id, len(failed))
+                break
+            self.refresh(failed)
+        self.persist_unclean_marks()
+        assert done is not None
+        return done
+
+    def _write(self, decision: Decision) -> dict[TopicPartition, int | None]:
+        """Creates (per topic), then every compare-and-set pipelined: tp -> new zk version,
+        None for a write that failed."""
+        results: dict[TopicPartition, int | None] = {}
+        creates: dict[str, dict[TopicPartitionT, LeaderIsrAndControllerEpoch]] = {}
+        updates: list[tuple[TopicPartitionT, LeaderIsrAndControllerEpoch, int]] = []
+        for w in decision.writes:
+            if w.expected_zk_version < 0:
+                creates.setdefault(w.tp.topic, {})[w.tp] = to_zk_state(w.state)
+            else:
+                updates.append((w.tp, to_zk_state(w.state), w.expected_zk_version))
+        for topic, states in sorted(creates.items()):
+            try:
+                created = self.zk.create_partition_states(states, self.epoch_zk_version)
+            except NoTopicError:
+                self.on_topic_gone(topic)
+                for tp in states:
+                    results[TopicPartition(*tp)] = None
+                continue
+            for tp, ok in created.items():
+                results[TopicPartition(*tp)] = 0 if ok else None
+        if updates:
+            for tp, (ok, version) in self.zk.update_leader_and_isr_many(
+                    updates, self.epoch_zk_version).items():
+                results[TopicPartition(*tp)] = version if ok else None
+        return results
+
+    # -- KIP-966 marks -------------------------------------------------------------------------
+    def _marks(self) -> dict[TopicPartitionT, tuple[int, ...]]:
+        return {(tp.topic, tp.partition): tuple(sorted(ids))
+                for tp, ids in sorted(self.core.unclean_restarted.items()) if ids}
+
+    def persist_unclean_marks(self) -> None:
+        marks = self._marks()
+        if marks != self._persisted_marks:
+            self.zk.set_unclean_replicas(marks, self.epoch_zk_version)
+            self._persisted_marks = marks

@@ -1,0 +1,134 @@
+"""The ZooKeeper operations the controller and the brokers need, as one interface.
+
+Two implementations: `KafkaZkClient` (zk_client.py, over kazoo, against a real ZooKeeper) and
+`SimZooKeeper` (sim/zookeeper.py, the simulator's). Both store Kafka's znode layout and JSON
+encodings (zk_data.py), so a decision written by one controller reads the same in the other.
+The controller's decisions are carried out over this interface by `executor.DecisionExecutor`,
+the one execute loop of both drivers.
+
+Writes that a controller makes pass `expected_epoch_zk_version` (the version of
+/controller_epoch it was elected at): ZooKeeper checks it in the same transaction and the write
+raises `ControllerMovedError` once another controller was elected (Kafka's
+`checkControllerAndUpdate`). A leader's own ISR update passes None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Protocol
+
+from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch, TopicPartitionT
+from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
+
+__all__ = [
+    "ControllerMovedError",
+    "NoTopicError",
+    "ZkClientError",
+    "ZooKeeperClient",
+    "from_zk_state",
+    "to_zk_state",
+]
+
+
+class ZkClientError(RuntimeError):
+    """A ZooKeeper operation failed (connection, timeout, unexpected state)."""
+
+
+class ControllerMovedError(ZkClientError):
+    """/controller_epoch changed: this controller was deposed and must not write."""
+
+
+class NoTopicError(ZkClientError):
+    """A partition state was to be created under a topic whose znode is gone (deleted
+    meanwhile): a deleted topic is never resurrected."""
+
+
+class ZooKeeperClient(Protocol):
+    # -- partition states (/brokers/topics/<t>/partitions/<p>/state) ----------------------------
+    def get_partition_state(self, tp: TopicPartitionT) -> LeaderIsrAndControllerEpoch | None:
+        """The state with `zk_version` set to the znode's version, or None."""
+        ...
+
+    def get_partition_states(
+        self, tps: Iterable[TopicPartitionT]
+    ) -> dict[TopicPartitionT, LeaderIsrAndControllerEpoch]: ...
+
+    def create_partition_states(
+        self,
+        states: Mapping[TopicPartitionT, LeaderIsrAndControllerEpoch],
+        expected_epoch_zk_version: int | None = None,
+    ) -> dict[TopicPartitionT, bool]:
+        """True = created, False = already existed; `NoTopicError` when the topic is gone."""
+        ...
+
+    def update_leader_and_isr(
+        self,
+        tp: TopicPartitionT,
+        state: LeaderIsrAndControllerEpoch,
+        expected_zk_version: int,
+        expected_epoch_zk_version: int | None = None,
+    ) -> tuple[bool, int]:
+        """Compare-and-set on the state znode's version: (ok, new zk version). A lost
+        compare-and-set whose znode already holds exactly `state` is our own earlier write
+        (Kafka's `checkLeaderAndIsrZkData`): ok."""
+        ...
+
+    def update_leader_and_isr_many(
+        self,
+        updates: Iterable[tuple[TopicPartitionT, LeaderIsrAndControllerEpoch, int]],
+        expected_epoch_zk_version: int | None = None,
+    ) -> dict[TopicPartitionT, tuple[bool, int]]: ...
+
+    # -- ISR change notifications (/isr_change_notification) ------------------------------------
+    def propagate_isr_changes(self, partitions: Iterable[TopicPartitionT]) -> str:
+        """A sequential notification for the controller; returns its name."""
+        ...
+
+    def get_all_isr_change_notifications(self) -> list[str]:
+        """The sequence numbers of pending notifications, oldest first."""
+        ...
+
+    def get_partitions_from_isr_change_notifications(
+        self, sequence_numbers: Iterable[str]
+    ) -> set[TopicPartitionT]: ...
+
+    def delete_isr_change_notifications(
+        self,
+        sequence_numbers: Iterable[str] | None = None,
+        expected_epoch_zk_version: int | None = None,
+    ) -> None: ...
+
+    # -- KIP-966 marks (/tidelog/unclean_replicas) ------------------------------------------------
+    def get_unclean_replicas(self) -> dict[TopicPartitionT, set[int]]: ...
+
+    def set_unclean_replicas(
+        self,
+        marks: Mapping[TopicPartitionT, Iterable[int]],
+        expected_epoch_zk_version: int | None = None,
+    ) -> None: ...
+
+    # -- plain znodes (Kafka's getDataAndVersion / conditionalUpdatePath) ---------------------------
+    def get_data_and_version(self, path: str) -> tuple[bytes | None, int]:
+        """(data, version); (None, -1) when the znode does not exist."""
+        ...
+
+    def create_path(self, path: str, data: bytes) -> bool:
+        """Create a persistent znode (and its parents); False if it already existed."""
+        ...
+
+    def conditional_update_path(self, path: str, data: bytes, expected_version: int) -> bool:
+        """Set the data iff the znode is at `expected_version`; False otherwise."""
+        ...
+
+
+def to_zk_state(state: LeaderAndIsrPartitionState) -> LeaderIsrAndControllerEpoch:
+    return LeaderIsrAndControllerEpoch(state.leader, state.leader_epoch, tuple(state.isr),
+                                       state.controller_epoch, state.zk_version)
+
+
+def from_zk_state(tp: TopicPartition, state: LeaderIsrAndControllerEpoch,
+                  replicas: Iterable[int]) -> LeaderAndIsrPartitionState:
+    return LeaderAndIsrPartitionState(
+        topic=tp.topic, partition=tp.partition, controller_epoch=state.controller_epoch,
+        leader=state.leader, leader_epoch=state.leader_epoch, isr=tuple(state.isr),
+        zk_version=state.zk_version, replicas=tuple(replicas))
