@@ -56,6 +56,14 @@ from tidelog.storage.segment import (
     file_name,
     parse_base_offset,
 )
+from tidelog.storage.transaction_index import TXN_INDEX_SUFFIX, AbortedTxn
+from tidelog.storage.transactions import (
+    TXN_OR_CONTROL,
+    AppendOrigin,
+    TransactionTracker,
+    TxnBatch,
+    txn_batch_of,
+)
 
 __all__ = ["FetchDataInfo", "Log", "LogAppendInfo", "parse_topic_partition"]
 
@@ -172,6 +180,8 @@ class Log:
         self.truncation_listeners: list[Callable[[int], None]] = []
         self._dir_dirty = False
         self.leader_epoch_cache = LeaderEpochFileCache(file_io, dir, lambda: self.log_end_offset)
+        # Ongoing transactions and the first unstable offset (KIP-98): the LSO.
+        self.transactions = TransactionTracker()
         with self._io("load"):
             self._load(had_clean_shutdown, now_ms)
 
@@ -233,7 +243,7 @@ class Log:
             if base is not None:
                 log_bases.add(base)
         for name in names:
-            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                 base = parse_base_offset(name, suffix)
                 if base is not None and base not in log_bases:
                     logger.warning("%s: removing orphaned index file %s", self.dir, name)
@@ -256,6 +266,7 @@ class Log:
 
         first_unflushed = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
         recovered_epochs: list[tuple[int, int]] = []
+        recovered: set[int] = set()  # segments whose .txnindex is rebuilt
         i = 0
         while i < len(self.segments):
             segment = self.segments[i]
@@ -267,6 +278,7 @@ class Log:
             if not must_recover and not segment.load_indexes():
                 must_recover = True
             if must_recover:
+                recovered.add(segment.base_offset)
                 truncated, epochs = segment.recover()
                 recovered_epochs.extend(epochs)
                 if truncated:
@@ -306,9 +318,32 @@ class Log:
             else max(self.log_start_offset, min(self.recovery_point, self.log_end_offset))
         )
         self.high_watermark = self.log_start_offset
+        self._rebuild_transactions(recovered)
         if self._dir_dirty:
             self.file_io.fsync_dir(self.dir)
             self._dir_dirty = False
+
+    def _rebuild_transactions(self, reindex: set[int]) -> None:
+        """The transaction state from the batches of the log (Kafka rebuilds it from a producer
+        snapshot and the log after it; tidelog reads the transactional batch headers of every
+        segment), and the `.txnindex` of each segment in `reindex` (recovered ones)."""
+        tracker = self.transactions
+        tracker.clear()
+        for segment in self.segments:
+            rebuild = segment.base_offset in reindex
+            if rebuild:
+                segment.txn_index.reset()
+            for batch in segment.iter_batches(0):
+                if batch.producer_id < 0 or not batch.attributes & TXN_OR_CONTROL:
+                    continue
+                info = txn_batch_of(batch)
+                if info is None:
+                    continue
+                for done, lso in tracker.append((info,), self.high_watermark):
+                    if rebuild and done.is_aborted:
+                        segment.update_txn_index(
+                            AbortedTxn(done.producer_id, done.first_offset, done.last_offset, lso)
+                        )
 
     def _complete_swaps(self) -> None:
         """Finish the log cleaner's interrupted segment replacements (Kafka's
@@ -329,7 +364,7 @@ class Log:
             end = _next_offset_of_file(fio, path, base)
             for old in bases:
                 if base <= old < max(end, base + 1):
-                    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                         old_path = os.path.join(self.dir, file_name(old, suffix))
                         if fio.exists(old_path):
                             fio.remove(old_path)
@@ -371,7 +406,39 @@ class Log:
     def update_high_watermark(self, hw: int) -> int:
         """Set the HW, clamped to [log_start_offset, log_end_offset]; in memory only."""
         self.high_watermark = min(max(hw, self.log_start_offset), self.log_end_offset)
+        self.transactions.on_high_watermark_updated(self.high_watermark)
         return self.high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO (KIP-98): the first offset of the earliest transaction not yet decided and
+        replicated, at least the log start, at most the HW (Kafka's UnifiedLog.lastStableOffset)."""
+        first = self.transactions.first_unstable_offset
+        if first is None:
+            return self.high_watermark
+        return min(max(first, self.log_start_offset), self.high_watermark)
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start_offset, upper_bound_offset), from the
+        `.txnindex` of the segment holding `start_offset` onwards until one is complete (Kafka's
+        LocalLog.collectAbortedTransactions)."""
+        found: list[AbortedTxn] = []
+        i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
+        for segment in self.segments[i:]:
+            result = segment.txn_index.collect_aborted_txns(start_offset, upper_bound_offset)
+            found.extend(result.aborted_transactions)
+            if result.is_complete:
+                break
+        return found
+
+    def _index_completed(self, batches: list[TxnBatch]) -> None:
+        """Apply appended transactional batches; an ABORT marker's transaction gets its entry
+        in the active segment's `.txnindex` (the marker's segment)."""
+        for done, lso in self.transactions.append(batches, self.high_watermark):
+            if done.is_aborted:
+                self.segments[-1].update_txn_index(
+                    AbortedTxn(done.producer_id, done.first_offset, done.last_offset, lso)
+                )
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(largest epoch <= `epoch`, its end offset) per KIP-279; (-1, -1) when undefined."""
@@ -384,11 +451,16 @@ class Log:
 
     # -- appends ---------------------------------------------------------------------------
     def append_as_leader(
-        self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int
+        self,
+        records: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        now_ms: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> LogAppendInfo:
-        """Validate every batch (magic 2, CRC32C, size <= max.message.bytes, record count),
-        assign offsets from the LEO and stamp `leader_epoch`, then write. Nothing is written
-        unless every batch is valid."""
+        """Validate every batch (magic 2, CRC32C, size <= max.message.bytes, record count, and
+        the transactional rules for `origin`: see storage/transactions.py), assign offsets from
+        the LEO and stamp `leader_epoch`, then write. Nothing is written unless every batch is
+        valid."""
         if self.closed or self.failed:
             self._check_writable()
         if needs_validation(self.config):  # compression.type, message.timestamp.difference.max.ms
@@ -418,12 +490,14 @@ class Log:
         unpack = HEADER_STRUCT.unpack_from
         stamp = _STAMP.pack_into
         crc = crc32c.crc32c
+        producers = self.transactions.producers
+        txn_positions: list[tuple[int, int, int]] = []  # (position, end, base offset)
         while pos < n:
             if n - pos < HEADER_SIZE:
                 raise CorruptRecordError(
                     f"truncated record batch: {n - pos} bytes left at position {pos}", pos
                 )
-            (_, length, _, magic, stored_crc, attributes, delta, _, batch_ts, _, _, _,
+            (_, length, _, magic, stored_crc, attributes, delta, _, batch_ts, producer_id, _, _,
              count) = unpack(view, pos)
             size = length + LOG_OVERHEAD
             if magic != CURRENT_MAGIC:
@@ -462,6 +536,8 @@ class Log:
                     target, at + CRC_OFFSET, crc(view[pos + HEADER_SIZE : end], head_crc)
                 )
                 batch_ts = log_append_time
+            if producer_id >= 0 and (attributes & TXN_OR_CONTROL or producer_id in producers):
+                txn_positions.append((pos, end, next_offset))
             # baseOffset, batchLength (unchanged), partitionLeaderEpoch: one pack
             stamp(target, at, next_offset, length, leader_epoch)
             last = next_offset + delta
@@ -473,6 +549,13 @@ class Log:
             pos = end
         if not batches:
             return LogAppendInfo(first_offset, first_offset - 1, -1, 0, 0)
+        txn_batches: list[TxnBatch] = []
+        for start, end, base in txn_positions:
+            info = txn_batch_of(RecordBatch(src[start:end]), base)
+            if info is not None:
+                txn_batches.append(info)
+        if txn_batches:
+            self.transactions.validate(txn_batches, origin)
         data: memoryview | list[memoryview] = view
         if vectored:
             stamped = memoryview(headers)
@@ -486,6 +569,8 @@ class Log:
             if leader_epoch >= 0 and leader_epoch != self.leader_epoch_cache.latest_epoch:
                 self.leader_epoch_cache.assign(leader_epoch, first_offset)
             self._write(data, n, batches, first_offset, next_offset - 1, max_ts, now_ms)
+            if txn_batches:
+                self._index_completed(txn_batches)
         except OSError as exc:
             raise self._fail("append", exc) from exc
         return LogAppendInfo(
@@ -516,8 +601,9 @@ class Log:
         pos = 0
         unpack = PREFIX.unpack_from
         crc = crc32c.crc32c
+        txn_positions: list[tuple[int, int]] = []
         while n - pos >= PREFIX_SIZE:
-            base, length, epoch, magic, stored_crc, _, delta = unpack(view, pos)
+            base, length, epoch, magic, stored_crc, attributes, delta = unpack(view, pos)
             size = length + LOG_OVERHEAD
             if magic != CURRENT_MAGIC:
                 raise CorruptRecordError(f"unsupported magic {magic} (only v2 is supported)", pos)
@@ -554,6 +640,8 @@ class Log:
                     epochs.append((epoch, base))
                 last_epoch = epoch
             batches.append((pos, last, batch_ts))
+            if attributes & TXN_OR_CONTROL:
+                txn_positions.append((pos, end))
             record_count += _I32.unpack_from(view, pos + _RECORD_COUNT_OFFSET)[0]
             expected = last + 1
             pos = end
@@ -564,6 +652,11 @@ class Log:
             for epoch, start in epochs:
                 self.leader_epoch_cache.assign(epoch, start)
             self._write(view[:pos], pos, batches, first_offset, expected - 1, max_ts, now_ms)
+            if txn_positions:
+                self._index_completed([
+                    info for start, end in txn_positions
+                    if (info := txn_batch_of(RecordBatch(view[start:end]))) is not None
+                ])
         return LogAppendInfo(
             first_offset, expected - 1, max_ts, pos, record_count, max_ts_offset, len(batches)
         )
@@ -783,6 +876,8 @@ class Log:
             self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             self.high_watermark = min(self.high_watermark, self.log_end_offset)
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
+            if not self.transactions.truncate(self.log_end_offset):
+                self._rebuild_transactions(set())
             if self._dir_dirty:
                 self.file_io.fsync_dir(self.dir)
                 self._dir_dirty = False
@@ -809,6 +904,7 @@ class Log:
             self.log_end_offset = offset
             self.recovery_point = offset
             self.high_watermark = offset
+            self.transactions.clear()
             self.leader_epoch_cache.clear_and_flush()
             self.file_io.fsync_dir(self.dir)
             self._dir_dirty = False

@@ -1,4 +1,5 @@
-"""LogSegment: one `<20-digit base offset>.log` file with its `.index` and `.timeindex`."""
+"""LogSegment: one `<20-digit base offset>.log` file with its `.index`, `.timeindex` and (when a
+transaction aborted in it) `.txnindex`."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tidelog.protocol.records.batch import (
 from tidelog.storage.errors import CorruptIndexError
 from tidelog.storage.file_io import FileHandle, FileIO
 from tidelog.storage.index import OffsetIndex, TimeIndex
+from tidelog.storage.transaction_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex
 
 __all__ = [
     "INDEX_SUFFIX",
@@ -88,6 +90,9 @@ class LogSegment:
         self.size = self.log.size()
         self.offset_index = OffsetIndex(base_offset, max_index_bytes)
         self.time_index = TimeIndex(base_offset, max_index_bytes)
+        self.txn_index = TransactionIndex(
+            file_io, os.path.join(dir, file_name(base_offset, TXN_INDEX_SUFFIX)), base_offset
+        )
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
@@ -266,6 +271,7 @@ class LogSegment:
         [(partition leader epoch, base offset)] of the valid batches whose epoch changes)."""
         self.offset_index.reset()
         self.time_index.reset()
+        self.txn_index.reset()  # the log re-adds the aborted transactions of its markers
         self._persisted = None
         self.bytes_since_last_index_entry = 0
         self.max_timestamp = -1
@@ -373,6 +379,7 @@ class LogSegment:
                     index.load_bytes(data, self.size)
                 else:
                     index.load_bytes(data, _INT32_MAX)
+            self.txn_index.load()
         except CorruptIndexError:
             self.offset_index.reset()
             self.time_index.reset()
@@ -437,6 +444,7 @@ class LogSegment:
         self.size = position
         self.offset_index.truncate_to_position(position)
         self.time_index.truncate_to(first_removed_base)
+        self.txn_index.truncate_to(first_removed_base)
         self._persisted = None
         self.next_offset = max(self.base_offset, min(offset, first_removed_base))
         # Kafka re-derives the max timestamp from the time index, then the unindexed tail.
@@ -494,6 +502,11 @@ class LogSegment:
         """fsync the log, then write the indexes (they are rebuilt if lost)."""
         self.log.flush()
         self.flush_indexes()
+        self.txn_index.flush()
+
+    def update_txn_index(self, txn: AbortedTxn) -> None:
+        """An ABORT marker in this segment: its transaction's entry (Kafka's updateTxnIndex)."""
+        self.txn_index.append(txn)
 
     def on_become_inactive(self) -> None:
         """On roll: the final time index entry, as Kafka's onBecomeInactiveSegment."""
@@ -502,6 +515,7 @@ class LogSegment:
 
     def close(self) -> None:
         self._close_index_handles()
+        self.txn_index.close()
         self.log.close()
 
     def mark_deleted(self) -> None:
@@ -513,6 +527,7 @@ class LogSegment:
             if self.file_io.exists(path):
                 self.file_io.rename(path, path + DELETED_SUFFIX)
             setattr(self, attr, path + DELETED_SUFFIX)
+        self.txn_index.rename_to(self.txn_index.path + DELETED_SUFFIX)
 
     def delete(self) -> None:
         self._close_index_handles()
@@ -520,6 +535,7 @@ class LogSegment:
         for path in (self.log_path, self.index_path, self.time_index_path):
             if self.file_io.exists(path):
                 self.file_io.remove(path)
+        self.txn_index.delete()
 
     def largest_timestamp(self) -> int:
         """The segment's newest record timestamp, or its creation time when it has none."""

@@ -1,0 +1,314 @@
+"""The transactions of one partition's log: which are ongoing, the first unstable offset, and
+what a COMMIT/ABORT marker completes (the transactional part of Kafka's ProducerStateManager and
+ProducerAppendInfo, KIP-98).
+
+A producer's first transactional batch begins its transaction (at that batch's base offset); the
+control batch holding its COMMIT or ABORT marker completes it. A completed transaction stays
+*unreplicated* until the high watermark passes its marker, so the last stable offset
+
+    LSO = min(first offset of any ongoing or unreplicated transaction, HW)
+
+never lets a READ_COMMITTED consumer read a transaction whose marker could still be truncated
+away. An aborted transaction gets an `AbortedTxn` entry in the `.txnindex` of the segment that
+holds its marker, with the LSO right after the abort (Kafka's `lastStableOffset(completedTxn)`:
+the first offset of the earliest other ongoing transaction, else the marker's offset + 1).
+
+On the leader (`origin` CLIENT or COORDINATOR) batches are validated before anything is written,
+as Kafka's ProducerAppendInfo: an epoch older than the producer's is refused
+(INVALID_PRODUCER_EPOCH), a non-transactional batch while the producer has a transaction open
+(INVALID_TXN_STATE), a marker from an older coordinator epoch (TRANSACTION_COORDINATOR_FENCED),
+and a control batch from a client (INVALID_RECORD). Replicated batches are applied unchecked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+
+from tidelog.protocol.records.batch import (
+    CONTROL_FLAG_MASK,
+    TRANSACTIONAL_FLAG_MASK,
+    CorruptRecordError,
+    RecordBatch,
+)
+from tidelog.protocol.records.decoder import (
+    ControlRecordType,
+    decode_records,
+    parse_end_transaction_marker,
+)
+from tidelog.storage.errors import StorageError
+
+__all__ = [
+    "AppendOrigin",
+    "CompletedTxn",
+    "InvalidProducerEpochError",
+    "InvalidRecordError",
+    "InvalidTxnStateError",
+    "TransactionCoordinatorFencedError",
+    "TransactionTracker",
+    "TxnBatch",
+    "txn_batch_of",
+]
+
+TXN_OR_CONTROL = TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK
+
+
+class AppendOrigin(Enum):
+    """Who appends (Kafka's AppendOrigin): what is validated depends on it."""
+
+    CLIENT = "client"
+    COORDINATOR = "coordinator"
+    REPLICATION = "replication"
+
+
+class InvalidProducerEpochError(StorageError):
+    error_code = 47  # INVALID_PRODUCER_EPOCH
+
+
+class InvalidTxnStateError(StorageError):
+    error_code = 48  # INVALID_TXN_STATE
+
+
+class TransactionCoordinatorFencedError(StorageError):
+    error_code = 52  # TRANSACTION_COORDINATOR_FENCED
+
+
+class InvalidRecordError(StorageError):
+    error_code = 87  # INVALID_RECORD
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    is_aborted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TxnBatch:
+    """What the transaction state needs of one batch with a producer id."""
+
+    producer_id: int
+    producer_epoch: int
+    base_offset: int
+    last_offset: int
+    is_transactional: bool
+    # control batches: (is ABORT, coordinator epoch) of the marker; None for data batches
+    marker: tuple[bool, int] | None = None
+
+
+def txn_batch_of(batch: RecordBatch, base_offset: int | None = None) -> TxnBatch | None:
+    """The TxnBatch of `batch` (at `base_offset`, default its own), or None when it has no
+    producer id or is a control batch holding no end-transaction marker (cleaned, or another
+    control type)."""
+    pid = batch.producer_id
+    if pid < 0:
+        return None
+    base = batch.base_offset if base_offset is None else base_offset
+    attributes = batch.attributes
+    marker = None
+    if attributes & CONTROL_FLAG_MASK:
+        records = decode_records(batch, verify_crc=False)
+        if not records:
+            return None  # every record cleaned away: nothing to complete
+        record = records[0]
+        try:
+            end = parse_end_transaction_marker(record)
+        except CorruptRecordError:
+            return None  # another control type (e.g. LEADER_CHANGE): no transaction
+        marker = (end.control_type == ControlRecordType.ABORT, end.coordinator_epoch)
+    return TxnBatch(pid, batch.producer_epoch, base, base + batch.last_offset_delta,
+                    bool(attributes & TRANSACTIONAL_FLAG_MASK), marker)
+
+
+@dataclass(slots=True)
+class _ProducerTxnState:
+    producer_epoch: int = -1
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int | None = None
+
+
+class TransactionTracker:
+    """Ongoing and unreplicated transactions of one log, and the producers' epochs."""
+
+    def __init__(self) -> None:
+        self.producers: dict[int, _ProducerTxnState] = {}
+        # completed transactions whose marker is not yet below the HW, in marker order
+        self.unreplicated: list[CompletedTxn] = []
+        # the largest marker offset of a completed transaction forgotten (HW passed it): a
+        # truncation at or below it cannot be undone from memory (the log is rescanned)
+        self.forgotten_up_to = -1
+        self._first_unstable: int | None = None
+
+    # -- views -------------------------------------------------------------------------------
+    @property
+    def ongoing(self) -> dict[int, int]:
+        """producer id -> first offset of its open transaction."""
+        return {pid: s.current_txn_first_offset for pid, s in self.producers.items()
+                if s.current_txn_first_offset is not None}
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        return self._first_unstable
+
+    def tracks(self, producer_id: int) -> bool:
+        """Whether a non-transactional batch of this producer must be checked (it has a
+        transaction open)."""
+        state = self.producers.get(producer_id)
+        return state is not None and state.current_txn_first_offset is not None
+
+    def _update_first_unstable(self) -> None:
+        first: int | None = None
+        for state in self.producers.values():
+            offset = state.current_txn_first_offset
+            if offset is not None and (first is None or offset < first):
+                first = offset
+        for txn in self.unreplicated:
+            if first is None or txn.first_offset < first:
+                first = txn.first_offset
+        self._first_unstable = first
+
+    def last_stable_offset_after(self, completed: CompletedTxn) -> int:
+        """The LSO right after `completed` (Kafka's lastStableOffset(completedTxn)), for its
+        aborted-transaction entry: the first offset of the earliest transaction still open by
+        another producer, else the marker's offset + 1."""
+        first: int | None = None
+        for pid, state in self.producers.items():
+            offset = state.current_txn_first_offset
+            if pid != completed.producer_id and offset is not None and (
+                first is None or offset < first
+            ):
+                first = offset
+        return completed.last_offset + 1 if first is None else first
+
+    # -- appends -----------------------------------------------------------------------------
+    def validate(self, batches: Iterable[TxnBatch], origin: AppendOrigin) -> None:
+        """Check leader appends before anything is written; batches of one append are checked
+        in order, each against the state the earlier ones leave."""
+        if origin is AppendOrigin.REPLICATION:
+            return
+        overlay: dict[int, _ProducerTxnState] = {}
+        for b in batches:
+            state = overlay.get(b.producer_id)
+            if state is None:
+                known = self.producers.get(b.producer_id)
+                state = overlay[b.producer_id] = (
+                    _ProducerTxnState() if known is None
+                    else _ProducerTxnState(known.producer_epoch, known.coordinator_epoch,
+                                           known.current_txn_first_offset)
+                )
+            self._apply(state, b, origin)
+
+    def _apply(
+        self, state: _ProducerTxnState, b: TxnBatch, origin: AppendOrigin
+    ) -> CompletedTxn | None:
+        checked = origin is not AppendOrigin.REPLICATION
+        if b.marker is not None and origin is AppendOrigin.CLIENT:
+            raise InvalidRecordError(
+                f"clients may not write control records (producer {b.producer_id} at offset "
+                f"{b.base_offset})"
+            )
+        if checked and b.producer_epoch < state.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"epoch of producer {b.producer_id} at offset {b.base_offset} is "
+                f"{b.producer_epoch}, older than the last seen epoch {state.producer_epoch}"
+            )
+        if b.marker is not None:
+            is_abort, coordinator_epoch = b.marker
+            if checked and coordinator_epoch < state.coordinator_epoch:
+                raise TransactionCoordinatorFencedError(
+                    f"invalid coordinator epoch for producer {b.producer_id} at offset "
+                    f"{b.base_offset}: {coordinator_epoch} (zombie), {state.coordinator_epoch} "
+                    "(current)"
+                )
+            first = state.current_txn_first_offset
+            state.producer_epoch = b.producer_epoch
+            state.coordinator_epoch = coordinator_epoch
+            state.current_txn_first_offset = None
+            # A marker without data (an empty transaction) completes nothing.
+            if first is None:
+                return None
+            return CompletedTxn(b.producer_id, first, b.base_offset, is_abort)
+        if state.current_txn_first_offset is not None and not b.is_transactional:
+            if checked:
+                raise InvalidTxnStateError(
+                    f"expected a transactional write from producer {b.producer_id} at offset "
+                    f"{b.base_offset}"
+                )
+        elif state.current_txn_first_offset is None and b.is_transactional:
+            state.current_txn_first_offset = b.base_offset
+        if b.producer_epoch > state.producer_epoch:
+            state.producer_epoch = b.producer_epoch
+        return None
+
+    def append(
+        self, batches: Iterable[TxnBatch], high_watermark: int
+    ) -> list[tuple[CompletedTxn, int]]:
+        """Apply batches that are now in the log (already validated on the leader). Returns the
+        transactions their markers completed, in order, each with the LSO right after it (for
+        the aborted ones' `.txnindex` entries)."""
+        completed: list[tuple[CompletedTxn, int]] = []
+        changed = False
+        for b in batches:
+            state = self.producers.get(b.producer_id)
+            if state is None:
+                if not b.is_transactional:
+                    continue  # an idempotent producer never in a transaction: nothing to track
+                state = self.producers[b.producer_id] = _ProducerTxnState()
+            was_open = state.current_txn_first_offset is not None
+            done = self._apply(state, b, AppendOrigin.REPLICATION)
+            if done is not None:
+                completed.append((done, self.last_stable_offset_after(done)))
+                self._complete(done, high_watermark)
+            changed = changed or was_open != (state.current_txn_first_offset is not None)
+        if changed:
+            self._update_first_unstable()
+        return completed
+
+    def _complete(self, completed: CompletedTxn, high_watermark: int) -> None:
+        """A completed transaction stays unstable until the HW passes its marker."""
+        if completed.last_offset >= high_watermark:
+            self.unreplicated.append(completed)
+        else:
+            self.forgotten_up_to = max(self.forgotten_up_to, completed.last_offset)
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Forget completed transactions whose marker is now below the HW (Kafka's
+        ProducerStateManager.onHighWatermarkUpdated)."""
+        if not self.unreplicated or self.unreplicated[0].last_offset >= high_watermark:
+            return
+        keep = [t for t in self.unreplicated if t.last_offset >= high_watermark]
+        for txn in self.unreplicated:
+            if txn.last_offset < high_watermark:
+                self.forgotten_up_to = max(self.forgotten_up_to, txn.last_offset)
+        self.unreplicated = keep
+        self._update_first_unstable()
+
+    # -- truncation --------------------------------------------------------------------------
+    def truncate(self, offset: int) -> bool:
+        """The log was truncated to `offset`. Transactions begun at or after it go; those whose
+        marker went are open again. Returns False when that cannot be known from memory (a
+        completed transaction already forgotten may have had its marker there): the caller then
+        rebuilds the state from the log."""
+        if offset <= self.forgotten_up_to:
+            return False
+        for state in self.producers.values():
+            first = state.current_txn_first_offset
+            if first is not None and first >= offset:
+                state.current_txn_first_offset = None
+        reopened = [t for t in self.unreplicated if t.last_offset >= offset]
+        self.unreplicated = [t for t in self.unreplicated if t.last_offset < offset]
+        for txn in reopened:
+            if txn.first_offset < offset:
+                state = self.producers.setdefault(txn.producer_id, _ProducerTxnState())
+                state.current_txn_first_offset = txn.first_offset
+        self._update_first_unstable()
+        return True
+
+    def clear(self) -> None:
+        self.producers.clear()
+        self.unreplicated = []
+        self.forgotten_up_to = -1
+        self._first_unstable = None
