@@ -46,6 +46,7 @@ from tidelog.controller.core import (
     UpdateMetadataRequest,
 )
 from tidelog.controller.executor import DecisionExecutor
+from tidelog.controller.reassignment_manager import ReassignmentManager
 from tidelog.controller.zk_client import KafkaZkClient, WatchHandle
 from tidelog.controller.zk_data import BrokerInfo, LeaderIsrAndControllerEpoch
 from tidelog.controller.zk_interface import ControllerMovedError, from_zk_state
@@ -140,6 +141,8 @@ class KafkaController:
         self._dynamic_unclean: bool | None = None
         # observable history, for tools and tests: (controller epoch) of each time we won
         self.elections_won: list[int] = []
+        # KIP-455 reassignments: the phases around controller/reassignment.py's decisions.
+        self.reassignments = ReassignmentManager(self)
 
     # -- configuration ---------------------------------------------------------------------
     def _cfg(self, key: str, default: Any) -> Any:
@@ -390,6 +393,13 @@ class KafkaController:
         ]
         for t in sorted(self.topics):
             await self._watch_partition_modifications(t)
+        # Moves in progress resume from the topic znodes and /admin/reassign_partitions.
+        await self.reassignments.resume()
+        self._watches.append(await self._zk(
+            self.zk_client.watch_partition_reassignment,
+            lambda exists: self._enqueue_threadsafe(
+                "ZkPartitionReassignment",
+                lambda: self.reassignments.on_zk_reassignment(exists))))
         if deletions:
             self.enqueue("TopicDeletion", self._on_topic_deletion)
         if self._cfg("auto.leader.rebalance.enable", True):
@@ -477,6 +487,7 @@ class KafkaController:
         self._deleting = {}
         self._deletion_assignments = {}
         self._deletion_failures = {}
+        self.reassignments.reset()
 
     # -- carrying out decisions ----------------------------------------------------------------
     def _send(self, requests: dict[int, list[Any]]) -> None:
@@ -604,6 +615,7 @@ class KafkaController:
             channel.add_broker(b, info)
             await self._execute(lambda b=b, e=epoch: core.on_broker_startup(b, e),
                                 self._partitions_of(b))
+            await self.reassignments.on_broker_startup(b)
         if started or bounced:
             # Partitions that had no live replica when they were created get their first
             # leader now (Kafka's NewPartition -> OnlinePartition on broker startup).
@@ -711,6 +723,9 @@ class KafkaController:
         if core is None or channel is None:
             return
         for topic in sorted(self.topics_to_be_deleted - set(self._deleting)):
+            if self.reassignments.topic_is_moving(topic):
+                # Kafka marks it ineligible for deletion until its moves complete.
+                continue
             if topic not in self._deletion_assignments:
                 # From now on the topic's partitions are not the controller's to elect.
                 self._deletion_assignments[topic] = self._forget_topic_partitions(topic)
