@@ -45,7 +45,7 @@ from tidelog.controller.core import (
     StopReplicaRequest,
     UpdateMetadataRequest,
 )
-from tidelog.controller.executor import DecisionExecutor
+from tidelog.controller.executor import DecisionExecutor, Executed
 from tidelog.controller.reassignment_manager import ReassignmentManager
 from tidelog.controller.zk_client import KafkaZkClient, WatchHandle
 from tidelog.controller.zk_data import BrokerInfo, LeaderIsrAndControllerEpoch
@@ -496,18 +496,22 @@ class KafkaController:
 
     async def _execute(self, event: Callable[[], Decision],
                        refresh: Iterable[TopicPartition] = ()) -> Decision | None:
-        """Run `event` through the executor (in a worker thread: it calls ZooKeeper), then
-        send the requests it produced.
+        """Run `event` through the executor, then send the requests it produced.
 
         The partitions in `refresh` are re-read from ZooKeeper first: a leader may have changed
         an ISR whose notification has not arrived yet, and a decision taken on the stale state
         may write nothing at all (so no compare-and-set could catch it).
         """
+        return await self._carry_out(lambda ex: ex.execute(event, list(refresh)))
+
+    async def _carry_out(self, run: Callable[[DecisionExecutor], Executed | None]
+                         ) -> Decision | None:
+        """`run(executor)` in a worker thread (it calls ZooKeeper), then send its requests."""
         core, executor = self.core, self.executor
         if core is None or executor is None or not self.is_active:
             return None
-        done = await self._zk(executor.execute, event, list(refresh))
-        if self.core is not core:
+        done = await self._zk(run, executor)
+        if done is None or self.core is not core:
             return None
         for requests in done.requests:
             self._send(requests)
@@ -688,21 +692,7 @@ class KafkaController:
         await self._execute(core.initial_leaders)
 
     async def _on_isr_change(self) -> None:
-        core = self.core
-        if core is None:
-            return
-        seqs = await self._zk(self.zk_client.get_all_isr_change_notifications)
-        if not seqs:
-            return
-        tps = await self._zk(self.zk_client.get_partitions_from_isr_change_notifications, seqs)
-        await self._zk(self.zk_client.delete_isr_change_notifications, seqs,
-                       self.epoch_zk_version)
-        known = [TopicPartition(*tp) for tp in tps if TopicPartition(*tp) in core.assignments]
-        fresh = await self._zk(self.zk_client.get_partition_states, known)
-        states = {TopicPartition(*tp): from_zk_state(TopicPartition(*tp), s,
-                                                     core.assignments[TopicPartition(*tp)])
-                  for tp, s in fresh.items() if TopicPartition(*tp) in core.assignments}
-        await self._execute(lambda: core.on_isr_change(states))
+        await self._carry_out(DecisionExecutor.on_isr_change_notifications)
 
     # -- topic deletion (Kafka's TopicDeletionManager, simplified) ---------------------------------
     async def _on_topic_deletion(self) -> None:

@@ -106,6 +106,22 @@ class DecisionExecutor:
         assert done is not None
         return done
 
+    def on_isr_change_notifications(self) -> Executed | None:
+        """Kafka's IsrChangeNotification event: read and delete the pending notifications,
+        re-read the partitions they name, UpdateMetadata to every live broker. None when there
+        was no notification."""
+        zk, core = self.zk, self.core
+        seqs = zk.get_all_isr_change_notifications()
+        if not seqs:
+            return None
+        tps = zk.get_partitions_from_isr_change_notifications(seqs)
+        zk.delete_isr_change_notifications(seqs, self.epoch_zk_version)
+        known = sorted(TopicPartition(*tp) for tp in tps if TopicPartition(*tp) in core.assignments)
+        states = {TopicPartition(*tp): from_zk_state(TopicPartition(*tp), s,
+                                                     core.assignments[TopicPartition(*tp)])
+                  for tp, s in zk.get_partition_states(known).items()}
+        return self.execute(lambda: core.on_isr_change(states))
+
     def _write(self, decision: Decision) -> dict[TopicPartition, int | None]:
         """Creates (per topic), then every compare-and-set pipelined: tp -> new zk version,
         None for a write that failed."""

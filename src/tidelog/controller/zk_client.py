@@ -866,7 +866,7 @@ class KafkaZkClient:
     ) -> set[TopicPartitionT]:
         out: set[TopicPartitionT] = set()
         for seq in sequence_numbers:
-            path = _isr_change_path(seq)
+            path = zk_data.isr_change_path(seq)
             try:
                 data, _ = self._retry(self._zk.get, path)
             except NoNodeError:
@@ -888,7 +888,7 @@ class KafkaZkClient:
         for seq in seqs:
             _raise_first(
                 self._fenced(
-                    expected_epoch_zk_version, lambda tx, s=seq: tx.delete(_isr_change_path(s))
+                    expected_epoch_zk_version, lambda tx, s=seq: tx.delete(zk_data.isr_change_path(s))
                 ),
                 ignore=(NoNodeError,),
             )
@@ -1138,10 +1138,6 @@ class KafkaZkClient:
 
         DataWatch(self._zk, zk_data.topic_path(topic), on_data)
         return handle
-
-
-def _isr_change_path(seq: str) -> str:
-    return f"{zk_data.ISR_CHANGE_NOTIFICATION_PATH}/{zk_data.ISR_CHANGE_PREFIX}{seq}"
 
 
 def _raise_first(

@@ -142,6 +142,10 @@ def broker_config_path(entity: str) -> str:
     return f"{CONFIG_BROKERS_PATH}/{entity}"
 
 
+def isr_change_path(sequence_number: str) -> str:
+    return f"{ISR_CHANGE_NOTIFICATION_PATH}/{ISR_CHANGE_PREFIX}{sequence_number}"
+
+
 def isr_change_sequence_number(name_or_path: str) -> str:
     i = name_or_path.rfind(ISR_CHANGE_PREFIX)
     return name_or_path[i + len(ISR_CHANGE_PREFIX) :] if i >= 0 else name_or_path

@@ -4,7 +4,13 @@ sessions, session expiry, sequential znodes and one-shot watches delivered as sc
 Only what Kafka's ZooKeeper mode uses is modelled: `/brokers/ids/<id>` ephemeral registrations
 (their creation zxid is the broker epoch), `/brokers/topics/<t>/partitions/<p>/state` written
 with the zk version as a compare-and-set (seed 000's `updateIsr`), `/isr_change_notification/`
-sequential znodes, and `/controller_epoch`. Data are Python values, not bytes.
+sequential znodes, `/controller_epoch` and the KIP-966 marks.
+
+Above the raw znode operations it implements `controller.zk_interface.ZooKeeperClient`, the
+interface `KafkaZkClient` implements over kazoo, with the same znode layout and JSON encodings
+(zk_data.py): the controller's execute loop (controller/executor.py) runs unchanged on both. A
+ZooKeeper transaction is one step here (the simulator runs one event at a time), so a write
+fenced by the controller epoch checks /controller_epoch's version and writes in one go.
 
 The session clock is the scheduler's: a session expires when no request or ping arrived for
 `timeout_ms`; its ephemeral znodes are then deleted and their watches fire.
@@ -12,11 +18,14 @@ The session clock is the scheduler's: a session expires when no request or ping 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from tidelog.controller import zk_data
+from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch, TopicPartitionT
+from tidelog.controller.zk_interface import ControllerMovedError, NoTopicError, ZkClientError
 from tidelog.sim.clock import Scheduler
 
 
@@ -204,3 +213,135 @@ class SimZooKeeper:
         if watchers:
             for cb in watchers:
                 self.scheduler.schedule(self.watch_delay_ms, cb, event, path)
+
+    # -- controller.zk_interface.ZooKeeperClient -----------------------------------------------
+    def _check_controller_epoch(self, expected_epoch_zk_version: int | None) -> None:
+        if expected_epoch_zk_version is None:
+            return
+        node = self.nodes.get(zk_data.CONTROLLER_EPOCH_PATH)
+        if node is None or node.stat.version != expected_epoch_zk_version:
+            raise ControllerMovedError(
+                f"{zk_data.CONTROLLER_EPOCH_PATH} version is no longer"
+                f" {expected_epoch_zk_version}: another controller was elected")
+
+    def get_partition_state(self, tp: TopicPartitionT) -> LeaderIsrAndControllerEpoch | None:
+        node = self.nodes.get(zk_data.partition_state_path(tp))
+        if node is None:
+            return None
+        return LeaderIsrAndControllerEpoch.decode(tp, node.data, node.stat.version)
+
+    def get_partition_states(
+        self, tps: Iterable[TopicPartitionT]
+    ) -> dict[TopicPartitionT, LeaderIsrAndControllerEpoch]:
+        out: dict[TopicPartitionT, LeaderIsrAndControllerEpoch] = {}
+        for tp in tps:
+            s = self.get_partition_state(tp)
+            if s is not None:
+                out[tp] = s
+        return out
+
+    def create_partition_states(
+        self,
+        states: Mapping[TopicPartitionT, LeaderIsrAndControllerEpoch],
+        expected_epoch_zk_version: int | None = None,
+    ) -> dict[TopicPartitionT, bool]:
+        self._check_controller_epoch(expected_epoch_zk_version)
+        gone = sorted({tp[0] for tp in states if zk_data.topic_path(tp[0]) not in self.nodes})
+        if gone:
+            raise NoTopicError(f"topic(s) {', '.join(gone)} do not exist")
+        out: dict[TopicPartitionT, bool] = {}
+        for tp, state in states.items():
+            code, _ = self.create(zk_data.partition_state_path(tp), state.encode())
+            out[tp] = code is ZkCode.OK
+        return out
+
+    def update_leader_and_isr(
+        self,
+        tp: TopicPartitionT,
+        state: LeaderIsrAndControllerEpoch,
+        expected_zk_version: int,
+        expected_epoch_zk_version: int | None = None,
+        *,
+        session_id: int = 0,
+    ) -> tuple[bool, int]:
+        self._check_controller_epoch(expected_epoch_zk_version)
+        code, stat = self.set_data(zk_data.partition_state_path(tp), state.encode(),
+                                   expected_zk_version, session_id=session_id)
+        if code is ZkCode.OK and stat is not None:
+            return True, stat.version
+        if code is ZkCode.SESSION_EXPIRED:
+            raise ZkClientError(f"session {session_id:#x} expired")
+        if code is ZkCode.BAD_VERSION:
+            current = self.get_partition_state(tp)
+            if current is not None and current.same_state(state):
+                return True, current.zk_version
+        return False, -1
+
+    def update_leader_and_isr_many(
+        self,
+        updates: Iterable[tuple[TopicPartitionT, LeaderIsrAndControllerEpoch, int]],
+        expected_epoch_zk_version: int | None = None,
+    ) -> dict[TopicPartitionT, tuple[bool, int]]:
+        self._check_controller_epoch(expected_epoch_zk_version)
+        return {(tp[0], tp[1]): self.update_leader_and_isr(tp, state, expected)
+                for tp, state, expected in updates}
+
+    def propagate_isr_changes(self, partitions: Iterable[TopicPartitionT], *,
+                              session_id: int = 0) -> str:
+        prefix = f"{zk_data.ISR_CHANGE_NOTIFICATION_PATH}/{zk_data.ISR_CHANGE_PREFIX}"
+        code, path = self.create(prefix, zk_data.encode_isr_change_notification(partitions),
+                                 session_id=session_id, sequential=True)
+        if code is not ZkCode.OK:
+            raise ZkClientError(f"{path}: {code.value}")
+        return path.rsplit("/", 1)[-1]
+
+    def get_all_isr_change_notifications(self) -> list[str]:
+        return sorted(zk_data.isr_change_sequence_number(c)
+                      for c in self.get_children(zk_data.ISR_CHANGE_NOTIFICATION_PATH)
+                      if c.startswith(zk_data.ISR_CHANGE_PREFIX))
+
+    def get_partitions_from_isr_change_notifications(
+        self, sequence_numbers: Iterable[str]
+    ) -> set[TopicPartitionT]:
+        out: set[TopicPartitionT] = set()
+        for seq in sequence_numbers:
+            path = zk_data.isr_change_path(seq)
+            node = self.nodes.get(path)
+            if node is not None:
+                out |= zk_data.decode_isr_change_notification(path, node.data)
+        return out
+
+    def delete_isr_change_notifications(
+        self,
+        sequence_numbers: Iterable[str] | None = None,
+        expected_epoch_zk_version: int | None = None,
+    ) -> None:
+        self._check_controller_epoch(expected_epoch_zk_version)
+        seqs = (list(sequence_numbers) if sequence_numbers is not None
+                else self.get_all_isr_change_notifications())
+        for seq in seqs:
+            self.delete(zk_data.isr_change_path(seq))
+
+    def get_unclean_replicas(self) -> dict[TopicPartitionT, set[int]]:
+        node = self.nodes.get(zk_data.UNCLEAN_REPLICAS_PATH)
+        return {} if node is None else zk_data.decode_unclean_replicas(node.data)
+
+    def set_unclean_replicas(
+        self,
+        marks: Mapping[TopicPartitionT, Iterable[int]],
+        expected_epoch_zk_version: int | None = None,
+    ) -> None:
+        self._check_controller_epoch(expected_epoch_zk_version)
+        data = zk_data.encode_unclean_replicas(marks)
+        if self.set_data(zk_data.UNCLEAN_REPLICAS_PATH, data)[0] is ZkCode.NO_NODE:
+            self.create(zk_data.UNCLEAN_REPLICAS_PATH, data)
+
+    def get_data_and_version(self, path: str) -> tuple[bytes | None, int]:
+        node = self.nodes.get(path)
+        return (None, -1) if node is None else (node.data, node.stat.version)
+
+    def create_path(self, path: str, data: bytes) -> bool:
+        return self.create(path, data)[0] is ZkCode.OK
+
+    def conditional_update_path(self, path: str, data: bytes, expected_version: int) -> bool:
+        return self.set_data(path, data, expected_version)[0] is ZkCode.OK
