@@ -61,6 +61,7 @@ from tidelog.broker.producer_state import ProducerStateManager
 from tidelog.controller.admin import AdminError
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import ErrorCode
+from tidelog.protocol.messages import alter_partition_reassignments as m_apr
 from tidelog.protocol.messages import create_partitions as m_cp
 from tidelog.protocol.messages import delete_groups as m_dg
 from tidelog.protocol.messages import delete_records as m_dr
@@ -68,6 +69,7 @@ from tidelog.protocol.messages import describe_cluster as m_dcl
 from tidelog.protocol.messages import describe_log_dirs as m_dld
 from tidelog.protocol.messages import describe_producers as m_dp
 from tidelog.protocol.messages import elect_leaders as m_el
+from tidelog.protocol.messages import list_partition_reassignments as m_lpr
 from tidelog.protocol.messages import offset_delete as m_od
 from tidelog.replication.types import TopicPartition
 from tidelog.storage.errors import OffsetOutOfRangeError
@@ -108,6 +110,10 @@ class AdminApis:
         apis.register_handler(ApiKey.DESCRIBE_CLUSTER, self.handle_describe_cluster)
         apis.register_handler(ApiKey.DESCRIBE_LOG_DIRS, self.handle_describe_log_dirs)
         apis.register_handler(ApiKey.DESCRIBE_PRODUCERS, self.handle_describe_producers)
+        apis.register_handler(ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+                              self.handle_alter_partition_reassignments)
+        apis.register_handler(ApiKey.LIST_PARTITION_REASSIGNMENTS,
+                              self.handle_list_partition_reassignments)
 
     # ------------------------------------------------------------------ CreatePartitions
     async def handle_create_partitions(
@@ -312,6 +318,50 @@ class AdminApis:
                 .partition_result.append(m_el.PartitionResult(
                     partition_id=tp.partition, error_code=code, error_message=message))
         return m_el.ElectLeadersResponse(replica_election_results=list(topics.values()))
+
+    # ------------------------------------------------------------------ reassignments
+    async def handle_alter_partition_reassignments(
+        self, ctx: RequestContext, request: m_apr.AlterPartitionReassignmentsRequest
+    ) -> m_apr.AlterPartitionReassignmentsResponse:
+        targets = {TopicPartition(t.name, p.partition_index): p.replicas
+                   for t in request.topics for p in t.partitions}
+        controller = self.server.controller
+        results = None if controller is None else \
+            await controller.reassignments.alter_partition_reassignments(targets)
+        if results is None:
+            return m_apr.AlterPartitionReassignmentsResponse(
+                error_code=int(ErrorCode.NOT_CONTROLLER),
+                error_message="This is not the correct controller for this cluster.")
+        topics: dict[str, m_apr.ReassignableTopicResponse] = {}
+        for tp, error in results.items():
+            topics.setdefault(tp.topic, m_apr.ReassignableTopicResponse(name=tp.topic)) \
+                .partitions.append(m_apr.ReassignablePartitionResponse(
+                    partition_index=tp.partition, error_code=error.code,
+                    error_message=error.message))
+        return m_apr.AlterPartitionReassignmentsResponse(error_message=None,
+                                                        responses=list(topics.values()))
+
+    async def handle_list_partition_reassignments(
+        self, ctx: RequestContext, request: m_lpr.ListPartitionReassignmentsRequest
+    ) -> m_lpr.ListPartitionReassignmentsResponse:
+        asked = None if request.topics is None else [
+            TopicPartition(t.name, p) for t in request.topics for p in t.partition_indexes]
+        controller = self.server.controller
+        ongoing = None if controller is None else \
+            await controller.reassignments.list_partition_reassignments(asked)
+        if ongoing is None:
+            return m_lpr.ListPartitionReassignmentsResponse(
+                error_code=int(ErrorCode.NOT_CONTROLLER),
+                error_message="This is not the correct controller for this cluster.")
+        topics: dict[str, m_lpr.OngoingTopicReassignment] = {}
+        for tp, a in ongoing.items():
+            topics.setdefault(tp.topic, m_lpr.OngoingTopicReassignment(name=tp.topic)) \
+                .partitions.append(m_lpr.OngoingPartitionReassignment(
+                    partition_index=tp.partition, replicas=list(a.replicas),
+                    adding_replicas=list(a.adding_replicas),
+                    removing_replicas=list(a.removing_replicas)))
+        return m_lpr.ListPartitionReassignmentsResponse(error_message=None,
+                                                        topics=list(topics.values()))
 
     # ------------------------------------------------------------------ DescribeCluster
     async def handle_describe_cluster(

@@ -34,6 +34,7 @@ from tidelog.controller.reassignment import (
     start_decision,
     validate_replicas,
 )
+from tidelog.controller.zk_interface import ControllerMovedError
 from tidelog.protocol.errors import ErrorCode
 from tidelog.replication.types import TopicPartition
 
@@ -275,3 +276,36 @@ class ReassignmentManager:
         await c._zk(c.zk_client.set_topic_assignment, topic, parts,
                     expected_epoch_zk_version=c.epoch_zk_version,
                     topic_id=c.topic_ids.get(topic), adding=adding, removing=removing)
+
+    # -- the admin requests, as events of the controller's queue -----------------------------
+    async def alter_partition_reassignments(
+            self, targets: Mapping[TopicPartition, list[int] | None]
+    ) -> dict[TopicPartition, ApiError] | None:
+        """An admin's AlterPartitionReassignments; None: not the active controller."""
+        c = self.c
+        if not c.is_active:
+            return None
+        try:
+            return await c.enqueue("ApiPartitionReassignment", lambda: self._alter_event(targets))
+        except ControllerMovedError:
+            return None
+
+    async def _alter_event(self, targets: Mapping[TopicPartition, list[int] | None]
+                           ) -> dict[TopicPartition, ApiError] | None:
+        return None if self.c.core is None else await self.alter(targets)
+
+    async def list_partition_reassignments(
+            self, partitions: list[TopicPartition] | None
+    ) -> dict[TopicPartition, ReplicaAssignment] | None:
+        """An admin's ListPartitionReassignments; None: not the active controller."""
+        c = self.c
+        if not c.is_active:
+            return None
+
+        async def event() -> dict[TopicPartition, ReplicaAssignment] | None:
+            return None if c.core is None else self.list(partitions)
+
+        try:
+            return await c.enqueue("ListPartitionReassignments", event)
+        except ControllerMovedError:
+            return None

@@ -51,6 +51,8 @@ BROKER_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_GROUPS: (0, 2),  # v2 flexible
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.ELECT_LEADERS: (0, 2),  # v1 election_type (preferred/unclean); v2 flexible
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),  # KIP-455, the controller's
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),  # v1 endpoint_type (brokers only)
     ApiKey.DESCRIBE_LOG_DIRS: (0, 4),  # v2 flexible; v3 top-level error; v4 total/usable bytes
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),  # idempotent producers (no transactions)
