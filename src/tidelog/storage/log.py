@@ -436,7 +436,10 @@ class Log:
         in the active segment's `.txnindex` (the marker's segment)."""
         for done, lso in self.transactions.append(batches, self.high_watermark):
             if done.is_aborted:
-                self.segments[-1].update_txn_index(
+                segment = self.segments[-1]
+                if not len(segment.txn_index):
+                    self._dir_dirty = True  # the file may be new: its name needs a dir fsync
+                segment.update_txn_index(
                     AbortedTxn(done.producer_id, done.first_offset, done.last_offset, lso)
                 )
 
