@@ -6,8 +6,7 @@
 // Usage: node harness.js <bootstrap host:port[,host:port...]> [differences]
 //
 // `differences` runs instead the steps where tidelog is known to differ because it lacks the
-// feature (docs/compatibility.md): a transactional producer, DescribeAcls,
-// ListPartitionReassignments. The test checks that they still differ, so a fix shows.
+// feature (docs/compatibility.md): a transactional producer, ListPartitionReassignments. The test checks that they still differ, so a fix shows.
 
 const crypto = require('crypto')
 const { Kafka, logLevel } = require('kafkajs')
@@ -114,6 +113,13 @@ async function main () {
     const c = await admin.describeCluster()
     return { brokers: c.brokers.length, controllerIsBroker: c.brokers.some(b => b.nodeId === c.controller) }
   })
+  // No authorizer on either cluster: every ACL call is SECURITY_DISABLED.
+  await step('describeAcls', async () => {
+    const r = await admin.describeAcls({ resourceType: 1 /* ANY */, resourcePatternType: 1 /* ANY */, operation: 1 /* ANY */, permissionType: 1 /* ANY */ })
+    return { errorCode: r.errorCode, resources: r.resources.length }
+  })
+  await step('createAcls', () => admin.createAcls({ acl: [{ resourceType: 2 /* TOPIC */, resourceName: topic, resourcePatternType: 3 /* LITERAL */, principal: 'User:alice', host: '*', operation: 3 /* READ */, permissionType: 3 /* ALLOW */ }] }))
+  await step('deleteAcls', () => admin.deleteAcls({ filters: [{ resourceType: 1 /* ANY */, resourcePatternType: 1 /* ANY */, operation: 1 /* ANY */, permissionType: 1 /* ANY */ }] }))
   await step('createTopics', () =>
     admin.createTopics({ topics: [{ topic, numPartitions: 1, replicationFactor: 3 }], waitForLeaders: true, timeout: 30000 }))
   await step('createTopics existing', () =>
@@ -316,10 +322,6 @@ async function differences () {
     return r.map(x => ({ partition: x.partition, errorCode: x.errorCode, baseOffset: x.baseOffset }))
   })
   await step('producer disconnect', () => producer.disconnect())
-  await step('describeAcls', async () => {
-    const r = await admin.describeAcls({ resourceType: 1 /* ANY */, resourcePatternType: 1 /* ANY */, operation: 1 /* ANY */, permissionType: 1 /* ANY */ })
-    return { errorCode: r.errorCode, resources: r.resources.length }
-  })
   await step('listPartitionReassignments', () => admin.listPartitionReassignments({ topics: [{ topic, partitions: [0] }] }))
   await step('deleteTopics', () => admin.deleteTopics({ topics: [topic], timeout: 30000 }))
   await step('admin disconnect', () => admin.disconnect())

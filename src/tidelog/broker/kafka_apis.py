@@ -34,10 +34,19 @@ from tidelog.protocol.messages import (
     controlled_shutdown as m_cs,
 )
 from tidelog.protocol.messages import (
+    create_acls as m_ca,
+)
+from tidelog.protocol.messages import (
     create_topics as m_ct,
 )
 from tidelog.protocol.messages import (
+    delete_acls as m_da,
+)
+from tidelog.protocol.messages import (
     delete_topics as m_dt,
+)
+from tidelog.protocol.messages import (
+    describe_acls as m_dacl,
 )
 from tidelog.protocol.messages import (
     describe_configs as m_dc,
@@ -148,6 +157,10 @@ def _validate_single_batch(records: Any) -> int:
     return 0
 
 
+# Kafka's SecurityDisabledException message for CreateAcls/DeleteAcls without an authorizer.
+NO_AUTHORIZER = "No Authorizer is configured."
+
+
 class KafkaApis:
     def __init__(self, server: BrokerServer) -> None:
         self.server = server
@@ -169,6 +182,9 @@ class KafkaApis:
             ApiKey.STOP_REPLICA: self.handle_stop_replica,
             ApiKey.CONTROLLED_SHUTDOWN: self.handle_controlled_shutdown,
             ApiKey.FIND_COORDINATOR: self.handle_find_coordinator_unavailable,
+            ApiKey.DESCRIBE_ACLS: self.handle_describe_acls,
+            ApiKey.CREATE_ACLS: self.handle_create_acls,
+            ApiKey.DELETE_ACLS: self.handle_delete_acls,
         }
         self.requests_handled = 0
         # KIP-227 fetch sessions (consumers and followers), max.incremental.fetch.session.cache.slots.
@@ -792,6 +808,29 @@ class KafkaApis:
             ])
         return m_fc.FindCoordinatorResponse(error_code=err, error_message=None, node_id=-1,
                                             host="", port=-1)
+
+    # ------------------------------------------------------------------ ACLs
+    # tidelog has no authorizer: as Kafka's AclApis with `authorizer = None`, every ACL request
+    # is answered SECURITY_DISABLED (DescribeAcls with its own message, as Kafka's).
+    async def handle_describe_acls(
+        self, ctx: RequestContext, request: m_dacl.DescribeAclsRequest
+    ) -> m_dacl.DescribeAclsResponse:
+        return m_dacl.DescribeAclsResponse(error_code=ErrorCode.SECURITY_DISABLED,
+                                           error_message="No Authorizer is configured on the broker")
+
+    async def handle_create_acls(
+        self, ctx: RequestContext, request: m_ca.CreateAclsRequest
+    ) -> m_ca.CreateAclsResponse:
+        return m_ca.CreateAclsResponse(results=[
+            m_ca.AclCreationResult(error_code=ErrorCode.SECURITY_DISABLED,
+                                   error_message=NO_AUTHORIZER) for _ in request.creations])
+
+    async def handle_delete_acls(
+        self, ctx: RequestContext, request: m_da.DeleteAclsRequest
+    ) -> m_da.DeleteAclsResponse:
+        return m_da.DeleteAclsResponse(filter_results=[
+            m_da.DeleteAclsFilterResult(error_code=ErrorCode.SECURITY_DISABLED,
+                                        error_message=NO_AUTHORIZER) for _ in request.filters])
 
     # ------------------------------------------------------------------ controller requests
     async def handle_leader_and_isr(

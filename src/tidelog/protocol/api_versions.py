@@ -69,6 +69,10 @@ BROKER_API_VERSIONS: dict[int, tuple[int, int]] = {
     # v6 flexible; v7 require_stable. v8 (several groups per request) not served.
     ApiKey.LIST_GROUPS: (0, 4),  # v3 flexible; v4 states filter
     ApiKey.DESCRIBE_GROUPS: (0, 5),  # v3 authorized operations; v4 group_instance_id; v5 flexible
+    # No authorizer: each answered SECURITY_DISABLED, as Kafka without one. v2 flexible.
+    ApiKey.DESCRIBE_ACLS: (0, 3),
+    ApiKey.CREATE_ACLS: (0, 3),
+    ApiKey.DELETE_ACLS: (0, 3),
 }
 
 # The inter-broker and controller channel (tidelog <-> tidelog): every schema version. No
