@@ -91,6 +91,11 @@ class Partition:
         return int(self.log.log_end_offset)
 
     @property
+    def last_stable_offset(self) -> int:
+        """The LSO (KIP-98): where READ_COMMITTED consumers stop, min(first unstable offset, HW)."""
+        return int(self.log.last_stable_offset)
+
+    @property
     def high_watermark_caught_up(self) -> bool:
         """Whether a leader's HW has reached the start offset of its epoch. Before that it may be
         below a HW the previous leader already published: everything below the epoch start was

@@ -125,6 +125,7 @@ class FetchParams:
     max_bytes: int
     broker_epoch: int | None = None
     partitions: dict[TopicPartition, FetchPartitionStatus] = field(default_factory=dict)
+    isolation_level: int = 0  # READ_COMMITTED (1): consumers read up to the LSO
 
 
 class DelayedFetch(DelayedOperation):

@@ -22,6 +22,9 @@ UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
 CONSUMER_REPLICA_ID = -1
 DEBUGGING_REPLICA_ID = -2  # Kafka's debugging consumer: reads any replica, to its LEO
+# Fetch and ListOffsets isolation levels (KIP-98)
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
 # ListOffsets special timestamps (Kafka's ListOffsetsRequest.LATEST_TIMESTAMP / EARLIEST_TIMESTAMP).
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -96,6 +99,9 @@ class FetchPartitionData:
     log_start_offset: int = -1
     records: bytes | memoryview = b""
     last_stable_offset: int = -1
+    # READ_COMMITTED: (producer id, first offset) of the aborted transactions overlapping the
+    # records; None for other isolation levels (the wire's null)
+    aborted_transactions: tuple[tuple[int, int], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
