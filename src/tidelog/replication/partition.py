@@ -37,6 +37,7 @@ from tidelog.replication.types import (
     ProposeIsr,
     TopicPartition,
 )
+from tidelog.storage.transactions import AppendOrigin
 
 # is_replica_eligible(broker_id, broker_epoch_of_its_last_fetch) -> bool  (KIP-841 / KIP-903)
 EligibilityCheck = Callable[[int, "int | None"], bool]
@@ -192,11 +193,13 @@ class Partition:
         self.zk_version = state.zk_version
 
     # ------------------------------------------------------------------ leader: produce
-    def append_records_to_leader(self, records: Any, acks: int, now_ms: int) -> Any:
+    def append_records_to_leader(self, records: Any, acks: int, now_ms: int,
+                                 origin: AppendOrigin = AppendOrigin.CLIENT) -> Any:
         """Append as leader; returns the Log's ``LogAppendInfo``. Refuses with
         NOT_LEADER_OR_FOLLOWER when not the leader, and with NOT_ENOUGH_REPLICAS when acks=all and
         the ISR is smaller than min.insync.replicas (nothing is written then). Storage errors
-        propagate."""
+        propagate. ``origin``: COORDINATOR for transaction markers and the coordinators' own
+        records (the log validates them as Kafka's AppendOrigin.Coordinator)."""
         if not self.is_leader:
             raise ReplicationError(Errors.NOT_LEADER_OR_FOLLOWER, f"{self.tp}: not the leader")
         min_isr = self.min_insync_replicas
@@ -205,7 +208,7 @@ class Partition:
                 Errors.NOT_ENOUGH_REPLICAS,
                 f"{self.tp}: ISR {sorted(self.isr)} < min.insync.replicas {min_isr}",
             )
-        info = self.log.append_as_leader(records, self.leader_epoch, now_ms)
+        info = self.log.append_as_leader(records, self.leader_epoch, now_ms, origin)
         self.maybe_increment_leader_hw()  # an ISR of one commits at once
         return info
 

@@ -52,6 +52,7 @@ from tidelog.replication.types import (
     TopicPartition,
 )
 from tidelog.storage.errors import OffsetOutOfRangeError, StorageError
+from tidelog.storage.transactions import AppendOrigin
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +283,7 @@ class ReplicaManager:
         timeout_ms: int,
         now_ms: int,
         request_key: Hashable | None = None,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> ProduceOutcome:
         if acks not in (-1, 0, 1):
             return ProduceOutcome(
@@ -295,7 +297,7 @@ class ReplicaManager:
                 results[tp] = ProducePartitionResult(self._missing_error(tp))
                 continue
             try:
-                info = p.append_records_to_leader(records, acks, now_ms)
+                info = p.append_records_to_leader(records, acks, now_ms, origin)
             except (ReplicationError, StorageError, CorruptRecordError) as e:
                 results[tp] = ProducePartitionResult(_error_of(e))
                 continue
