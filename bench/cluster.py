@@ -342,13 +342,15 @@ def load_average() -> str:
 
 
 def run_queue_wait_s(pids: list[int]) -> float:
-    """Seconds the processes spent runnable but waiting for a CPU (/proc/<pid>/schedstat)."""
+    """Seconds the processes spent runnable but waiting for a CPU, summed over their threads
+    (/proc/<pid>/task/<tid>/schedstat: a JVM broker works in threads other than its first)."""
     total = 0
     for pid in pids:
-        try:
-            total += int(Path(f"/proc/{pid}/schedstat").read_text().split()[1])
-        except (OSError, IndexError, ValueError):
-            pass
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                total += int((task / "schedstat").read_text().split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
     return total / 1e9
 
 
@@ -437,9 +439,10 @@ def fixed_rates_table(rounds: list[list[Result]]) -> str:
     rows = [f"Fixed rates, 1 KiB records, acks=all; medians of {len(rounds)} rounds (each "
             "round measures every row on every target in turn). 'Brokers' CPU': user+system "
             "CPU time of the target's 3 broker processes per 1,000 records acknowledged "
-            "(/proc/<pid>/stat). 'Waiting for a CPU': the share of the time each broker "
-            "process spent runnable but queued for a CPU (/proc/<pid>/schedstat), i.e. how much "
-            "the machine's other load starved them. 'Load': the 1-minute load average after "
+            "(/proc/<pid>/stat). 'Waiting for a CPU': per broker, the seconds its threads spent "
+            "runnable but queued for a CPU per second of the row (/proc/<pid>/task/*/schedstat; "
+            "above 100% when several threads of a JVM queue at once), i.e. how much the "
+            "machine's load starved them. 'Load': the 1-minute load average after "
             "the row, per round:", "",
             "| target | linger.ms | rate records/s | achieved records/s | p50 ms | p99 ms | "
             "p99 per round ms | p99 / RF=1 p99 | p99 / Kafka p99 | brokers' CPU ms per 1k "
