@@ -693,6 +693,9 @@ class KafkaController:
 
     async def _on_isr_change(self) -> None:
         await self._carry_out(DecisionExecutor.on_isr_change_notifications)
+        # A moving partition whose ISR now holds its target replicas completes (Kafka's
+        # PartitionReassignmentIsrChange).
+        await self.reassignments.on_isr_change(list(self.reassignments.reassigning))
 
     # -- topic deletion (Kafka's TopicDeletionManager, simplified) ---------------------------------
     async def _on_topic_deletion(self) -> None:
