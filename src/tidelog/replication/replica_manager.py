@@ -38,6 +38,8 @@ from tidelog.replication.types import (
     DEBUGGING_REPLICA_ID,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
     AddFetcher,
     CompleteFetch,
     Completion,
@@ -343,10 +345,14 @@ class ReplicaManager:
         now_ms: int,
         request_key: Hashable | None = None,
         broker_epoch: int | None = None,
+        isolation_level: int = READ_UNCOMMITTED,
     ) -> FetchOutcome:
+        """``isolation_level`` READ_COMMITTED: a consumer reads up to the LSO and gets the
+        aborted transactions overlapping what it read (KIP-98)."""
         params = FetchParams(
             replica_id, fetch_max_wait_ms, fetch_min_bytes, fetch_max_bytes, broker_epoch,
             {tp: FetchPartitionStatus(*args) for tp, args in partitions.items()},
+            isolation_level,
         )
         results, proposals, read_bytes, any_error = self._read_from_local_log(params, now_ms)
         if (
@@ -400,6 +406,8 @@ class ReplicaManager:
         # Kafka's debugging replica id: any replica (leader or follower) answers, up to its
         # LEO, with its own HW (tools read a follower's HW this way).
         debugging = params.replica_id == DEBUGGING_REPLICA_ID
+        read_committed = (params.isolation_level == READ_COMMITTED and not is_follower
+                          and not debugging)
         results: dict[TopicPartition, FetchPartitionData] = {}
         proposals: list[ProposeIsr] = []
         limit = params.max_bytes
@@ -418,13 +426,20 @@ class ReplicaManager:
                     raise ReplicationError(Errors.OFFSET_NOT_AVAILABLE, f"{tp}: HW not caught up yet")
                 # Kafka answers with the HW as of the read, before this fetch moves it.
                 hw = p.high_watermark
+                lso = p.last_stable_offset
                 leo = p.log_end_offset
                 log_start = p.log_start_offset
                 info = p.log.read(
                     st.fetch_offset,
                     max(0, min(st.max_bytes, limit)),
-                    max_offset=None if is_follower or debugging else hw,
+                    max_offset=(None if is_follower or debugging
+                                else lso if read_committed else hw),
                     min_one_message=min_one_message,
+                )
+                aborted = (
+                    tuple((t.producer_id, t.first_offset)
+                          for t in p.log.aborted_transactions_for_read(info))
+                    if read_committed else None
                 )
             except OffsetOutOfRangeError:
                 results[tp] = FetchPartitionData(Errors.OFFSET_OUT_OF_RANGE, p.high_watermark, p.log_start_offset)
@@ -439,8 +454,8 @@ class ReplicaManager:
                 min_one_message = False
             limit -= size
             total += size
-            # No transactions yet: the last stable offset is the HW.
-            results[tp] = FetchPartitionData(Errors.NONE, hw, log_start, _as_bytes(info.records), hw)
+            results[tp] = FetchPartitionData(
+                Errors.NONE, hw, log_start, _as_bytes(info.records), lso, aborted)
             if is_follower:
                 before = p.high_watermark
                 proposal = p.update_follower_fetch_state(
@@ -463,7 +478,9 @@ class ReplicaManager:
                 return total, True  # leadership moved: answer now (with the error)
             if p.check_current_leader_epoch(st.current_leader_epoch) != Errors.NONE:
                 return total, True
-            end = p.log_end_offset if is_follower else p.high_watermark
+            end = (p.log_end_offset if is_follower
+                   else p.last_stable_offset if params.isolation_level == READ_COMMITTED
+                   else p.high_watermark)
             if st.fetch_offset > p.log_end_offset or st.fetch_offset < p.log_start_offset:
                 return total, True  # the log was truncated or moved: answer now
             if st.fetch_offset < end:

@@ -431,6 +431,24 @@ class Log:
                 break
         return found
 
+    def aborted_transactions_for_read(self, info: FetchDataInfo) -> list[AbortedTxn]:
+        """The aborted transactions a READ_COMMITTED reader of `info` needs: those overlapping
+        the batches read, i.e. [info.first_offset, the offset after the last batch) (Kafka's
+        addAbortedTransactions; a FileSlice is bounded by the LEO)."""
+        records = info.records
+        if not len(records):
+            return []
+        upper = self.log_end_offset
+        if not isinstance(records, FileSlice):
+            position, n = 0, len(records)
+            while position + PREFIX_SIZE <= n:
+                base, length, _, _, _, _, delta = PREFIX.unpack_from(records, position)
+                if position + length + LOG_OVERHEAD > n:
+                    break
+                upper = base + delta + 1
+                position += length + LOG_OVERHEAD
+        return self.collect_aborted_transactions(info.first_offset, upper)
+
     def _index_completed(self, batches: list[TxnBatch]) -> None:
         """Apply appended transactional batches; an ABORT marker's transaction gets its entry
         in the active segment's `.txnindex` (the marker's segment)."""
