@@ -13,11 +13,14 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidelog.controller import zk_data
+from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch
+from tidelog.controller.zk_interface import from_zk_state
 from tidelog.replication.config import ReplicationConfig
 from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
 from tidelog.sim.client import Consumer, Producer
 from tidelog.sim.clock import Scheduler
-from tidelog.sim.controller import SimController, read_state, state_path
+from tidelog.sim.controller import SimController
 from tidelog.sim.invariants import InvariantChecker, Violation, batch_signatures
 from tidelog.sim.messages import CLIENT_BASE, CONTROLLER_NODE, ZK_NODE, ZkRequest, ZkResponse
 from tidelog.sim.network import LinkConfig, Network
@@ -80,6 +83,10 @@ class SimCluster:
         self.assignments = {tp: tuple((tp.partition + i) % n for i in range(rf)) for tp in self.tps}
         for p, replicas in (config.assignments or {}).items():
             self.assignments[TopicPartition(config.topic, p)] = tuple(replicas)
+        # The topic's znode, as CreateTopics writes it (the controller creates partition
+        # states only under an existing topic).
+        self.zk.create_path(zk_data.topic_path(config.topic), zk_data.encode_topic_assignment(
+            {tp.partition: rs for tp, rs in self.assignments.items()}))
         self.network.register(ZK_NODE, self._zk_receive)
         self.network.register(CONTROLLER_NODE, lambda src, msg: None)
         self.nodes = [SimBroker(self, b) for b in range(n)]
@@ -101,14 +108,16 @@ class SimCluster:
         """The partition's state znode, cached until the znode changes (checked per event)."""
         path = self._paths.get(tp)
         if path is None:
-            path = self._paths[tp] = state_path(tp)
+            path = self._paths[tp] = zk_data.partition_state_path(tp)
         node = self.zk.nodes.get(path)
         if node is None or node.data is None:
             return None
         cached = self._state_cache.get(tp)
         if cached is not None and cached[0] is node.stat:
             return cached[1]
-        state = read_state(self.zk, tp)
+        state = from_zk_state(tp, LeaderIsrAndControllerEpoch.decode(tp, node.data,
+                                                                     node.stat.version),
+                              self.assignments[tp])
         self._state_cache[tp] = (node.stat, state)
         return state
 
@@ -190,7 +199,7 @@ class SimCluster:
         """No leader because every ISR member came back from an unclean shutdown: KIP-966's
         rule keeps the partition offline rather than risk electing a replica that lost acked
         data (Kafka without ELR does the same). Unavailable, not unsafe."""
-        s = read_state(self.zk, tp)
+        s = self.zk_state(tp)
         ctl = self.controller
         if s is None or s.leader != -1 or ctl is None:
             return False
@@ -201,7 +210,7 @@ class SimCluster:
         for tp in self.tps:
             if self.offline_by_kip966(tp):
                 continue
-            s = read_state(self.zk, tp)
+            s = self.zk_state(tp)
             leader = self.acting_leader(tp)
             if s is None or leader is None:
                 return False
@@ -361,29 +370,18 @@ class SimCluster:
             result = stat.czxid if code is ZkCode.OK and stat is not None else None
             self.network.send(ZK_NODE, src, ZkResponse(msg.corr_id, sid, op, code.value, result))
         elif kind == "update_isr":
+            # seed 000's updateIsr: a compare-and-set on the state znode's version (a lost
+            # answer to our own earlier write counts as success: checkLeaderAndIsrZkData).
             prop = op[1]
-            path = state_path(prop.tp)
-            got = zk.get(path)
-            if got is None:
+            if zk.get_partition_state(prop.tp) is None:
                 self.network.send(ZK_NODE, src, ZkResponse(msg.corr_id, sid, op, "no_node"))
                 return
-            current, stat = got
-            new = _with_isr(current, prop)
-            code, new_stat = zk.set_data(path, new, prop.zk_version, session_id=sid)
-            if code is ZkCode.BAD_VERSION and current == new:
-                # Kafka's checkLeaderAndIsrZkData: our own earlier write (its answer was lost).
-                code, new_stat = ZkCode.OK, stat
-            version = new_stat.version if new_stat is not None else -1
-            self.network.send(ZK_NODE, src, ZkResponse(msg.corr_id, sid, op, code.value, version))
+            new = LeaderIsrAndControllerEpoch(prop.leader, prop.leader_epoch,
+                                              tuple(prop.new_isr), prop.controller_epoch)
+            ok, version = zk.update_leader_and_isr(prop.tp, new, prop.zk_version,
+                                                   session_id=sid)
+            self.network.send(ZK_NODE, src, ZkResponse(
+                msg.corr_id, sid, op, "ok" if ok else ZkCode.BAD_VERSION.value, version))
         elif kind == "isr_change":
-            zk.create("/isr_change_notification/isr_change_", op[1], sequential=True,
-                      session_id=sid)
+            zk.propagate_isr_changes(op[1], session_id=sid)
             self.network.send(ZK_NODE, src, ZkResponse(msg.corr_id, sid, op, "ok"))
-
-
-def _with_isr(current: LeaderAndIsrPartitionState, prop: Any) -> LeaderAndIsrPartitionState:
-    from dataclasses import replace
-
-    return replace(current, leader=prop.leader, leader_epoch=prop.leader_epoch,
-                   isr=tuple(prop.new_isr), controller_epoch=prop.controller_epoch,
-                   zk_version=current.zk_version)

@@ -1,48 +1,34 @@
 """The simulated controller: `controller/core.py`'s decisions carried out over the simulated
-ZooKeeper and network.
+ZooKeeper and network, by the execute loop the real controller runs (controller/executor.py).
 
 As Kafka's ZooKeeper-mode controller it watches `/brokers/ids` (a registration that appears,
 disappears or changes its creation zxid — the broker epoch — is a startup, a failure or a bounce)
-and `/isr_change_notification` (then re-reads those partitions' states and sends UpdateMetadata),
-writes leader/ISR changes to `/brokers/topics/<t>/partitions/<p>/state` as compare-and-sets on
-the zk version, and sends LeaderAndIsr / UpdateMetadata / StopReplica to the brokers over the
-network. It is modelled as co-located with ZooKeeper (its reads and writes are immediate); its
-requests to brokers travel the network like any other message. A controller failover is a new
-`SimController` with a higher controller epoch (`/controller_epoch`), which re-reads everything.
+and `/isr_change_notification` (then re-reads those partitions' states and sends UpdateMetadata).
+`DecisionExecutor` writes the leader/ISR changes to `/brokers/topics/<t>/partitions/<p>/state`
+as compare-and-sets on the zk version, fenced by `/controller_epoch`'s version, and keeps the
+KIP-966 marks in ZooKeeper; the requests it returns (LeaderAndIsr / UpdateMetadata /
+StopReplica) travel the network like any other message. The controller is modelled as
+co-located with ZooKeeper (its reads and writes are immediate). A controller failover is a new
+`SimController` with a higher controller epoch, which re-reads everything; a write of the old one
+after that fails with `ControllerMovedError` and it resigns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from tidelog.controller import zk_data
 from tidelog.controller.core import ControllerCore, Decision
-from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
+from tidelog.controller.executor import DecisionExecutor, Executed
+from tidelog.controller.zk_interface import ControllerMovedError
+from tidelog.replication.types import TopicPartition
 from tidelog.sim.messages import CONTROLLER_NODE, ControllerMessage
-from tidelog.sim.zookeeper import ZkCode
 
 if TYPE_CHECKING:  # pragma: no cover
     from tidelog.sim.cluster import SimCluster
 
-BROKERS = "/brokers/ids"
-ISR_CHANGES = "/isr_change_notification"
-CONTROLLER_EPOCH = "/controller_epoch"
-# KIP-966's marks (replicas back from an unclean shutdown, not caught up since) must survive a
-# controller failover, as ELR state lives in the metadata log in Kafka: kept in ZooKeeper here.
-UNCLEAN_REPLICAS = "/tidelog/unclean_replicas"
-
-
-def state_path(tp: TopicPartition) -> str:
-    return f"/brokers/topics/{tp.topic}/partitions/{tp.partition}/state"
-
-
-def read_state(zk: Any, tp: TopicPartition) -> LeaderAndIsrPartitionState | None:
-    got = zk.get(state_path(tp))
-    if got is None or got[0] is None:
-        return None
-    data, stat = got
-    return replace(data, zk_version=stat.version)
+BROKERS = zk_data.BROKER_IDS_PATH
 
 
 class SimController:
@@ -50,15 +36,19 @@ class SimController:
         self.cluster = cluster
         self.zk = cluster.zk
         self.controller_id = controller_id
-        got = self.zk.get(CONTROLLER_EPOCH)
-        epoch = (got[0] if got is not None else 0) + 1
-        if got is None:
-            self.zk.create(CONTROLLER_EPOCH, epoch)
+        # Kafka's registerControllerAndIncrementControllerEpoch, one step in the simulator.
+        path = zk_data.CONTROLLER_EPOCH_PATH
+        data, version = self.zk.get_data_and_version(path)
+        epoch = (zk_data.decode_controller_epoch(data) if data is not None else 0) + 1
+        if data is None:
+            self.zk.create_path(path, zk_data.encode_controller_epoch(epoch))
         else:
-            self.zk.set_data(CONTROLLER_EPOCH, epoch)
+            self.zk.conditional_update_path(path, zk_data.encode_controller_epoch(epoch), version)
         self.core = ControllerCore(
             controller_id, epoch,
             unclean_leader_election_enable=cluster.config.replication.unclean_leader_election_enable)
+        self.executor = DecisionExecutor(self.zk, self.core,
+                                         self.zk.get_data_and_version(path)[1])
         self.active = True
         self.sent_requests = 0
 
@@ -67,17 +57,14 @@ class SimController:
         return self.core.stats
 
     def start(self) -> None:
-        got = self.zk.get(UNCLEAN_REPLICAS)
-        if got is not None and got[0]:
-            self.core.unclean_restarted = {tp: set(bs) for tp, bs in got[0].items()}
+        core = self.core
         for tp, replicas in sorted(self.cluster.assignments.items()):
-            self.core.add_partition(tp, replicas)
-            state = read_state(self.zk, tp)
-            if state is not None:
-                self.core.refresh_partition(tp, state)
+            core.add_partition(tp, replicas)
+        self.executor.load_unclean_marks()
+        self.executor.refresh(core.assignments)
         self._on_brokers_change("init", BROKERS)
-        self._execute(self.core.initial_leaders)
-        self._on_isr_changes("init", ISR_CHANGES)
+        self._execute(core.initial_leaders)
+        self._on_isr_changes("init", zk_data.ISR_CHANGE_NOTIFICATION_PATH)
 
     def resign(self) -> None:
         self.active = False
@@ -113,22 +100,8 @@ class SimController:
     def _on_isr_changes(self, event: str, path: str) -> None:
         if not self.active:
             return
-        zk = self.zk
-        tps: set[TopicPartition] = set()
-        for child in zk.get_children(ISR_CHANGES, watch=self._on_isr_changes):
-            full = f"{ISR_CHANGES}/{child}"
-            got = zk.get(full)
-            if got is not None and got[0]:
-                tps.update(TopicPartition(t, p) for t, p in got[0])
-            zk.delete(full)
-        if not tps:
-            return
-        states = {}
-        for tp in sorted(tps):
-            s = read_state(zk, tp)
-            if s is not None:
-                states[tp] = s
-        self._execute(lambda: self.core.on_isr_change(states))
+        self.zk.get_children(zk_data.ISR_CHANGE_NOTIFICATION_PATH, watch=self._on_isr_changes)
+        self._carry_out(self.executor.on_isr_change_notifications)
 
     def controlled_shutdown(self, broker_id: int) -> None:
         if self.active:
@@ -140,60 +113,28 @@ class SimController:
             self._execute(self.core.elect_preferred_leaders)
 
     # -- carrying out decisions -----------------------------------------------------------
-    def _execute(self, event: Callable[[], Decision], attempts: int = 5) -> None:
-        """Run `event`, write its decisions as compare-and-sets, send the resulting requests;
-        re-read and replay on a lost compare-and-set (bounded)."""
-        for attempt in range(attempts):
-            # Like Kafka's controller (removeReplicasFromIsr, electLeaderForPartitions), decide
-            # on the partition states as they are in ZooKeeper now, not on a cache that an ISR
-            # change by a leader (not yet notified) may have made stale.
-            self._refresh_states()
-            decision = event()
-            results: dict[TopicPartition, int | None] = {}
-            failed: list[TopicPartition] = []
-            for w in decision.writes:
-                path = state_path(w.tp)
-                if w.expected_zk_version < 0:
-                    code, _ = self.zk.create(path, w.state)
-                    results[w.tp] = 0 if code is ZkCode.OK else None
-                else:
-                    code, stat = self.zk.set_data(path, w.state, w.expected_zk_version)
-                    results[w.tp] = stat.version if code is ZkCode.OK and stat else None
-                if results[w.tp] is None:
-                    failed.append(w.tp)
-                else:
-                    s = w.state
-                    self.cluster.trace_add(("elect" if s.leader != -1 else "offline", None,
-                                            str(w.tp), ("leader", s.leader),
-                                            ("epoch", s.leader_epoch), ("isr", tuple(s.isr))))
-            self._send(self.core.commit(decision, results))
-            self._persist_unclean()
-            if not failed or attempt == attempts - 1:
-                return
-            for tp in failed:
-                s = read_state(self.zk, tp)
-                if s is not None:
-                    self.core.refresh_partition(tp, s)
+    def _execute(self, event: Callable[[], Decision]) -> None:
+        # Like Kafka's controller (removeReplicasFromIsr, electLeaderForPartitions), decide on
+        # the partition states as they are in ZooKeeper now, not on a cache that an ISR change
+        # by a leader (not yet notified) may have made stale: every partition is re-read.
+        self._carry_out(lambda: self.executor.execute(event, self.core.assignments))
 
-    def _refresh_states(self) -> None:
-        for tp in self.core.assignments:
-            s = read_state(self.zk, tp)
-            if s is not None and s != self.core.partition_states.get(tp):
-                self.core.refresh_partition(tp, s)
-
-    def _persist_unclean(self) -> None:
-        marks = {tp: tuple(sorted(bs)) for tp, bs in sorted(self.core.unclean_restarted.items())
-                 if bs}
-        got = self.zk.get(UNCLEAN_REPLICAS)
-        if got is None:
-            if marks:
-                self.zk.create(UNCLEAN_REPLICAS, marks)
-        elif got[0] != marks:
-            self.zk.set_data(UNCLEAN_REPLICAS, marks)
-
-    def _send(self, requests: dict[int, list[Any]]) -> None:
+    def _carry_out(self, run: Callable[[], Executed | None]) -> None:
+        try:
+            done = run()
+        except ControllerMovedError:
+            self.resign()  # another controller was elected meanwhile
+            return
+        if done is None:
+            return
+        for s in done.written:
+            self.cluster.trace_add(("elect" if s.leader != -1 else "offline", None,
+                                    str(TopicPartition(s.topic, s.partition)),
+                                    ("leader", s.leader),
+                                    ("epoch", s.leader_epoch), ("isr", tuple(s.isr))))
         net = self.cluster.network
-        for broker, reqs in sorted(requests.items()):
-            for r in reqs:
-                self.sent_requests += 1
-                net.send(CONTROLLER_NODE, broker, ControllerMessage(r))
+        for requests in done.requests:
+            for broker, reqs in sorted(requests.items()):
+                for r in reqs:
+                    self.sent_requests += 1
+                    net.send(CONTROLLER_NODE, broker, ControllerMessage(r))
