@@ -1,7 +1,7 @@
 """The differential suite's two clusters, one each for the whole session: Apache Kafka 3.9 (the
 oracle, `tidelog.testing.kafka_cluster`) and tidelog (`tidelog cluster up`'s LocalCluster), both 3
 brokers with a private ZooKeeper on 127.0.0.1 and the same settings, every process stopped by PID
-at the end (and the Kafka JVMs killed with this process if it dies)."""
+at the end (and all of them killed with this process if it dies, even by kill -9)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
 @pytest.fixture(scope="session")
 def tidelog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     d = tmp_path_factory.mktemp("tidelog-cluster")
-    cluster = LocalCluster(d)
+    cluster = LocalCluster(d, die_with_parent=True)  # gone with pytest, even on kill -9
     try:
         cluster.up(3, overrides=SHARED, timeout_s=120)
         wait_for_metadata([b.address for b in cluster.brokers.values()], 3,

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tidelog.cluster.zookeeper import HOST, ZooKeeperServer, pick_free_port
+from tidelog.cluster.zookeeper import HOST, ZooKeeperServer, _die_with_parent, pick_free_port
 
 __all__ = ["BrokerProcess", "ClusterError", "LocalCluster"]
 
@@ -87,8 +87,11 @@ def _no_progress(_msg: str) -> None:
 class LocalCluster:
     """The processes of one local cluster, as recorded in `D/cluster.json`."""
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, die_with_parent: bool = False) -> None:
         self.dir = Path(directory).resolve()
+        # For test fixtures: ZooKeeper and every broker get SIGKILL when the process that
+        # started them dies (PR_SET_PDEATHSIG), even by kill -9. `cluster up` leaves it off.
+        self.die_with_parent = die_with_parent
         self.brokers: dict[int, BrokerProcess] = {}
         self.zookeeper = ""
         self.zookeeper_pid: int | None = None
@@ -185,7 +188,7 @@ class LocalCluster:
         self._check_config(n_brokers)
         deadline = time.monotonic() + timeout_s
         progress(f"starting ZooKeeper in {self.dir / 'zookeeper'}")
-        zk = ZooKeeperServer(self.dir / "zookeeper")
+        zk = ZooKeeperServer(self.dir / "zookeeper", die_with_parent=self.die_with_parent)
         try:
             zk.start(timeout_s=max(5.0, min(60.0, deadline - time.monotonic())))
         except Exception as e:
@@ -235,6 +238,7 @@ class LocalCluster:
                 stderr=subprocess.STDOUT,
                 cwd=str(self.dir),
                 start_new_session=True,  # outlives `cluster up`; Ctrl-C is not meant for it
+                preexec_fn=_die_with_parent if self.die_with_parent else None,
             )
         self._procs[broker_id] = proc
         b.pid = proc.pid

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -25,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidelog.cluster.zookeeper import HOST, ZooKeeperServer, pick_free_port
+from tidelog.cluster.zookeeper import HOST, ZooKeeperServer, _die_with_parent, pick_free_port
 
 __all__ = ["KafkaBroker", "KafkaCluster", "KafkaClusterError", "kafka_classpath", "kafka_tool",
            "wait_for_metadata"]
@@ -90,11 +89,6 @@ def kafka_classpath() -> str:
     if not any(LIB_DIR.glob("kafka_2.13-*.jar")):
         raise KafkaClusterError(f"Apache Kafka's jars are not in {LIB_DIR}: run `make interop`")
     return str(LIB_DIR / "*")
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 def kafka_tool(main_class: str, *args: str, input: str | None = None, timeout_s: float = 120,
