@@ -88,6 +88,7 @@ from tidelog.replication.types import (
     CONSUMER_REPLICA_ID,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    READ_COMMITTED,
     LeaderAndIsrPartitionState,
     TopicPartition,
 )
@@ -416,11 +417,12 @@ class KafkaApis:
         max_bytes = min(request.max_bytes, self.config.get("fetch.max.bytes"))
         results = await self.rm.fetch_messages(
             replica_id, request.max_wait_ms, min(request.min_bytes, max_bytes), max_bytes,
-            partitions,
+            partitions, isolation_level=request.isolation_level,
         ) if partitions else {}
-        # Per partition: (error, HW, log start, records); only the answered ones become wire
-        # objects (an idle incremental fetch answers few of the session's partitions).
-        read: dict[TopicPartition, tuple[int, int, int, Any]] = {}
+        # Per partition: (error, HW, log start, records, LSO, aborted transactions); only the
+        # answered ones become wire objects (an idle incremental fetch answers few of the
+        # session's partitions).
+        read: dict[TopicPartition, tuple[int, int, int, Any, int, Any]] = {}
         for tp in partitions:
             r = results.get(tp)
             if r is None:
@@ -429,26 +431,30 @@ class KafkaApis:
             if replica_id < 0:
                 code = self._known_partition_error(tp, code)
             if code == ErrorCode.NONE:
-                read[tp] = (code, r.high_watermark, r.log_start_offset, r.records)
+                aborted = r.aborted_transactions
+                read[tp] = (code, r.high_watermark, r.log_start_offset, r.records,
+                            r.last_stable_offset,
+                            None if aborted is None else [
+                                m_fetch.AbortedTransaction(producer_id=pid, first_offset=first)
+                                for pid, first in aborted])
             else:
                 # Kafka answers an error with -1 for the offsets (its createLogReadResult).
-                read[tp] = (code, -1, -1, b"")
+                read[tp] = (code, -1, -1, b"", -1, None)
         error, session_id, answered = context.update_and_generate_response(
             {tp: PartitionResponse(code, hw, log_start, len(records) if records is not None else 0)
-             for tp, (code, hw, log_start, records) in read.items()},
+             for tp, (code, hw, log_start, records, _, _) in read.items()},
             now_ms(),
         )
         # Consecutive partitions of a topic share one topic entry (Kafka's FetchResponse.of).
         responses: list[m_fetch.FetchableTopicResponse] = []
         for tp in answered:
-            code, hw, log_start, records = read[tp]
+            code, hw, log_start, records, lso, aborted = read[tp]
             if not responses or responses[-1].topic != tp.topic:
                 responses.append(m_fetch.FetchableTopicResponse(topic=tp.topic, partitions=[]))
             responses[-1].partitions.append(m_fetch.PartitionData(
                 partition_index=tp.partition, error_code=code, high_watermark=hw,
-                # No transactions: the last stable offset is the HW.
-                last_stable_offset=hw, log_start_offset=log_start,
-                aborted_transactions=None, records=records,
+                last_stable_offset=lso, log_start_offset=log_start,
+                aborted_transactions=aborted, records=records,
             ))
         return m_fetch.FetchResponse(
             error_code=error, session_id=session_id if version >= 7 else 0, responses=responses)
@@ -494,7 +500,8 @@ class KafkaApis:
                 return 0, p.log_end_offset, -1, p.leader_epoch
         if timestamp in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
             rid = replica_id if replica_id >= 0 else CONSUMER_REPLICA_ID
-            r = core.list_offsets(rid, {tp: (current_leader_epoch, timestamp)})[tp]
+            r = core.list_offsets(rid, {tp: (current_leader_epoch, timestamp)},
+                                  isolation_level)[tp]
             code = self._known_partition_error(tp, _code(r.error))
             return code, r.offset if code == 0 else -1, -1, r.leader_epoch if code == 0 else -1
         if p is None:
@@ -504,7 +511,10 @@ class KafkaApis:
             return _code(err), -1, -1, -1
         if not p.is_leader:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1, -1
-        upper = p.log_end_offset if replica_id >= 0 else p.high_watermark
+        # Consumers find offsets below the HW, or the LSO when reading committed (KIP-98).
+        upper = (p.log_end_offset if replica_id >= 0
+                 else p.last_stable_offset if isolation_level == READ_COMMITTED
+                 else p.high_watermark)
         if timestamp == MAX_TIMESTAMP:
             best: tuple[int, int] | None = None
             for b in p.log.batches(p.log_start_offset):

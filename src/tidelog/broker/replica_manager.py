@@ -481,11 +481,12 @@ class BrokerReplicaManager:
         max_bytes: int,
         partitions: Mapping[TopicPartition, tuple[int, int, int, int]],
         broker_epoch: int | None = None,
+        isolation_level: int = 0,
     ) -> dict[TopicPartition, FetchPartitionData]:
         key = next(self._keys)
         outcome = self.core.fetch_messages(
             replica_id, max_wait_ms, min_bytes, max_bytes, partitions, now_ms(),
-            request_key=key, broker_epoch=broker_epoch,
+            request_key=key, broker_epoch=broker_epoch, isolation_level=isolation_level,
         )
         for prop in outcome.isr_proposals:
             self._propose_isr(prop)

@@ -512,10 +512,13 @@ class ReplicaManager:
         return out
 
     def list_offsets(
-        self, replica_id: int, partitions: Mapping[TopicPartition, tuple[int, int]]
+        self,
+        replica_id: int,
+        partitions: Mapping[TopicPartition, tuple[int, int]],
+        isolation_level: int = READ_UNCOMMITTED,
     ) -> dict[TopicPartition, ListOffsetsPartitionResult]:
         """Earliest, latest, or the first batch with a max timestamp >= a time (for consumers
-        only below the HW; offset -1 when there is none)."""
+        only below the HW, or the LSO with READ_COMMITTED; offset -1 when there is none)."""
         out: dict[TopicPartition, ListOffsetsPartitionResult] = {}
         for tp, (current_leader_epoch, timestamp) in partitions.items():
             try:
@@ -535,14 +538,17 @@ class ReplicaManager:
                     if start is not None and p.high_watermark < start:
                         out[tp] = ListOffsetsPartitionResult(Errors.OFFSET_NOT_AVAILABLE)
                         continue
-                    offset = p.high_watermark
+                    offset = (p.last_stable_offset if isolation_level == READ_COMMITTED
+                              else p.high_watermark)
             elif timestamp >= 0:
                 try:
                     found = p.log.offset_for_timestamp(timestamp)
                 except StorageError as e:
                     out[tp] = ListOffsetsPartitionResult(_error_of(e))
                     continue
-                limit = p.log_end_offset if replica_id != CONSUMER_REPLICA_ID else p.high_watermark
+                limit = (p.log_end_offset if replica_id != CONSUMER_REPLICA_ID
+                         else p.last_stable_offset if isolation_level == READ_COMMITTED
+                         else p.high_watermark)
                 if found is None or found[0] >= limit:
                     out[tp] = ListOffsetsPartitionResult(Errors.NONE, -1, p.leader_epoch)
                 else:
