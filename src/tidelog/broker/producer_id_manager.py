@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from tidelog.controller.zk_data import PRODUCER_ID_BLOCK_PATH
+from tidelog.controller.zk_interface import ZooKeeperClient
 
 __all__ = ["PRODUCER_ID_BLOCK_PATH", "PRODUCER_ID_BLOCK_SIZE", "ProducerIdManager"]
 
-PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 PRODUCER_ID_BLOCK_SIZE = 1000
 _MAX_ATTEMPTS = 50
 
@@ -25,19 +24,16 @@ _MAX_ATTEMPTS = 50
 class ProducerIdManager:
     """Thread-safe; `generate_producer_id()` blocks on ZooKeeper only when a block runs out."""
 
-    def __init__(self, broker_id: int, kazoo_client: Any) -> None:
+    def __init__(self, broker_id: int, zk: ZooKeeperClient) -> None:
         self.broker_id = broker_id
-        self._zk = kazoo_client
+        self._zk = zk
         self._lock = threading.Lock()
         self._next = 0
         self._end = -1  # last id of the current block (inclusive)
 
     def _reserve_block(self) -> None:
         for _ in range(_MAX_ATTEMPTS):
-            try:
-                data, stat = self._zk.get(PRODUCER_ID_BLOCK_PATH)
-            except NoNodeError:
-                data, stat = b"", None
+            data, version = self._zk.get_data_and_version(PRODUCER_ID_BLOCK_PATH)
             if data:
                 obj = json.loads(data.decode("utf-8"))
                 start = int(obj["block_end"]) + 1
@@ -50,12 +46,11 @@ class ProducerIdManager:
                 "version": 1, "broker": self.broker_id,
                 "block_start": str(start), "block_end": str(end),
             }).encode("utf-8")
-            try:
-                if stat is None:
-                    self._zk.create(PRODUCER_ID_BLOCK_PATH, payload, makepath=True)
-                else:
-                    self._zk.set(PRODUCER_ID_BLOCK_PATH, payload, version=stat.version)
-            except (BadVersionError, NodeExistsError):
+            if data is None and version < 0:
+                won = self._zk.create_path(PRODUCER_ID_BLOCK_PATH, payload)
+            else:
+                won = self._zk.conditional_update_path(PRODUCER_ID_BLOCK_PATH, payload, version)
+            if not won:
                 continue  # another broker took a block first: read again
             self._next, self._end = start, end
             return

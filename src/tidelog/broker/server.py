@@ -171,7 +171,7 @@ class BrokerServer:
             self.broker_id = await asyncio.to_thread(
                 zk.generate_broker_id, cfg.get("reserved.broker.max.id"))
         self.admin = AdminZkClient(zk)
-        self.producer_id_manager = ProducerIdManager(self.broker_id, zk.kazoo)
+        self.producer_id_manager = ProducerIdManager(self.broker_id, zk)
         await self._load_dynamic_config()
         base = LogConfig.from_dict(self.dynamic_config.current.log_config())
         topic_configs = await asyncio.to_thread(self._read_topic_configs, base)
