@@ -256,8 +256,6 @@ class LocalCluster:
         exits meanwhile fails at once with its log's tail. A registration whose broker epoch is
         in `stale_epochs` is the previous (killed) process's, whose ZooKeeper session has not
         expired yet: it does not count."""
-        from kazoo.exceptions import NoNodeError
-
         want = set(broker_ids)
         stale = dict(stale_epochs or {})
         last = ""
@@ -279,7 +277,7 @@ class LocalCluster:
                         if found is None or found[1] == stale[bid]:
                             registered.discard(bid)
                     controller = zk.get_controller_id()
-                except (NoNodeError, Exception):  # noqa: BLE001 - ZooKeeper still coming up
+                except Exception:  # noqa: BLE001 - ZooKeeper still coming up
                     registered = set()
                 ready = want <= registered and controller is not None
                 msg = (f"{len(want & registered)}/{len(want)} brokers registered, controller: "
