@@ -62,6 +62,7 @@ from tidelog.replication.types import (
     ProposeIsr,
     TopicPartition,
 )
+from tidelog.storage.transactions import AppendOrigin
 
 __all__ = ["ISR_CHANGE_PROPAGATION_INTERVAL_MS", "BrokerReplicaManager", "now_ms"]
 
@@ -372,12 +373,15 @@ class BrokerReplicaManager:
 
     # ------------------------------------------------------------------ produce
     def append_records(
-        self, acks: int, entries: Mapping[TopicPartition, Any], timeout_ms: int
+        self, acks: int, entries: Mapping[TopicPartition, Any], timeout_ms: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> asyncio.Future[dict[TopicPartition, ProducePartitionResult]]:
         """Append one batch per partition now; the returned future resolves to the results
         (acks=-1: once the ISR has them, or after ``timeout_ms``). The append happens before
         this returns, so the appends of a connection's pipelined requests stay in order while
-        their acknowledgements are awaited together."""
+        their acknowledgements are awaited together. ``origin`` COORDINATOR: a coordinator's
+        records or transaction markers, which skip the idempotence check (the log validates
+        them as Kafka's AppendOrigin.Coordinator)."""
         loop = asyncio.get_running_loop()
         now = now_ms()
         results: dict[TopicPartition, ProducePartitionResult] = {}
@@ -386,7 +390,8 @@ class BrokerReplicaManager:
         producer_infos: dict[TopicPartition, Any] = {}
         for tp, records in entries.items():
             p = self.core.partition(tp)
-            info = batch_producer_info(records) if p is not None and p.is_leader else None
+            info = (batch_producer_info(records) if p is not None and p.is_leader
+                    and origin == AppendOrigin.CLIENT else None)
             if info is None:
                 to_append[tp] = records
                 continue
@@ -409,7 +414,8 @@ class BrokerReplicaManager:
         waiting = False
         if to_append:
             key = next(self._keys)
-            outcome = self.core.append_records(acks, to_append, timeout_ms, now, request_key=key)
+            outcome = self.core.append_records(acks, to_append, timeout_ms, now, request_key=key,
+                                               origin=origin)
             for tp, (info, leo_before) in producer_infos.items():
                 p = self.core.partition(tp)
                 if p is not None and p.log_end_offset > leo_before >= 0:
