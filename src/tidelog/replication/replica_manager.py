@@ -163,6 +163,20 @@ class ReplicaManager:
         """Live, unfenced brokers and their broker epochs (KIP-841/903); None: all eligible."""
         self._eligible = dict(brokers) if brokers is not None else None
 
+    def is_stale_broker_epoch(self, broker_epoch: int | None) -> bool:
+        """KIP-380: a control request addressed to an earlier registration of this broker (None:
+        the request carries no broker epoch). A newer epoch is fine: the controller may see the
+        registration before the broker does."""
+        return broker_epoch is not None and broker_epoch < self.broker_epoch
+
+    def update_metadata(self, broker_epoch: int | None,
+                        eligible_brokers: Mapping[int, int] | None) -> Errors:
+        """UpdateMetadata's part for replication: the brokers that may join an ISR."""
+        if self.is_stale_broker_epoch(broker_epoch):
+            return Errors.STALE_BROKER_EPOCH
+        self.set_eligible_brokers(eligible_brokers)
+        return Errors.NONE
+
     def _is_replica_eligible(self, broker_id: int, broker_epoch: int | None) -> bool:
         if self._eligible is None:
             return True
@@ -199,7 +213,7 @@ class ReplicaManager:
         (KIP-380); a request meant for an earlier registration is refused."""
         if controller_epoch < self.controller_epoch:
             return LeaderAndIsrResult(Errors.STALE_CONTROLLER_EPOCH)
-        if broker_epoch is not None and broker_epoch < self.broker_epoch:
+        if self.is_stale_broker_epoch(broker_epoch):
             return LeaderAndIsrResult(Errors.STALE_BROKER_EPOCH)
         self.controller_epoch = controller_epoch
         errors: dict[TopicPartition, Errors] = {}
@@ -258,7 +272,7 @@ class ReplicaManager:
         """``{tp: delete}``: stop fetching; with delete, drop the partition and its log."""
         if controller_epoch < self.controller_epoch:
             return StopReplicaResult(Errors.STALE_CONTROLLER_EPOCH)
-        if broker_epoch is not None and broker_epoch < self.broker_epoch:
+        if self.is_stale_broker_epoch(broker_epoch):
             return StopReplicaResult(Errors.STALE_BROKER_EPOCH)
         self.controller_epoch = controller_epoch
         errors: dict[TopicPartition, Errors] = {}
