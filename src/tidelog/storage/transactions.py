@@ -22,6 +22,7 @@ and a control batch from a client (INVALID_RECORD). Replicated batches are appli
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
@@ -38,8 +39,10 @@ from tidelog.protocol.records.decoder import (
     parse_end_transaction_marker,
 )
 from tidelog.storage.errors import StorageError
+from tidelog.storage.transaction_index import AbortedTxn
 
 __all__ = [
+    "AbortedRanges",
     "AppendOrigin",
     "CompletedTxn",
     "InvalidProducerEpochError",
@@ -312,3 +315,29 @@ class TransactionTracker:
         self.unreplicated = []
         self.forgotten_up_to = -1
         self._first_unstable = None
+
+
+class AbortedRanges:
+    """Which batches belong to aborted transactions, from `.txnindex` entries: a batch of
+    producer P at offset O is aborted when an entry of P has first_offset <= O < last_offset
+    (its marker). The log cleaner keeps such records out of its offset map and drops them
+    (Kafka's CleanedTransactionMetadata)."""
+
+    def __init__(self, aborted: Iterable[AbortedTxn]) -> None:
+        self._ranges: dict[int, list[tuple[int, int]]] = {}
+        for txn in aborted:
+            self._ranges.setdefault(txn.producer_id, []).append(
+                (txn.first_offset, txn.last_offset))
+        for ranges in self._ranges.values():
+            ranges.sort()
+
+    def __bool__(self) -> bool:
+        return bool(self._ranges)
+
+    def is_aborted(self, batch: RecordBatch) -> bool:
+        ranges = self._ranges.get(batch.producer_id)
+        if ranges is None or batch.is_control_batch:
+            return False
+        offset = batch.base_offset
+        i = bisect.bisect_right(ranges, (offset, 2**63)) - 1
+        return i >= 0 and ranges[i][0] <= offset < ranges[i][1]

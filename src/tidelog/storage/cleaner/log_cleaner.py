@@ -3,8 +3,8 @@
 One pass over a log (`Cleaner.clean`):
 
 1. The dirty section runs from the `cleaner-offset-checkpoint` entry (or the log start) to the
-   first uncleanable offset: the least of the last stable offset (tidelog has no transactions,
-   so the high watermark), the active segment's base offset and, with min.compaction.lag.ms, the
+   first uncleanable offset: the least of the last stable offset (an open transaction's records
+   are never cleaned), the active segment's base offset and, with min.compaction.lag.ms, the
    base offset of the first segment holding a record younger than the lag
    (LogCleanerManager.cleanableOffsets).
 2. An `OffsetMap` (key -> latest offset) is built over the dirty section; when it fills, the pass
@@ -13,7 +13,9 @@ One pass over a log (`Cleaner.clean`):
    one segment: a record stays when it is the latest for its key (or lies past the map), a
    tombstone only until its batch's delete horizon (KIP-534: set to now + delete.retention.ms
    the first time the batch is cleaned). Kept batches keep their base offset, last offset delta,
-   producer id/epoch/sequence; a batch that lost records is re-encoded.
+   producer id/epoch/sequence; a batch that lost records is re-encoded. Records of aborted
+   transactions (the segments' `.txnindex`) are never mapped and are dropped; the markers and
+   the `.txnindex` entries stay (read_committed consumers of the rest still need them).
 4. The group is written to `<base>.log.cleaned`, fsynced, renamed to `.log.swap` (the commit
    point: a log loaded with a `.swap` file completes the swap, one with a `.cleaned` file drops
    it), the old segments are renamed `.deleted` and the swap file takes the `.log` name.
@@ -39,6 +41,7 @@ from tidelog.storage.checkpoint import OffsetCheckpointFile, TopicPartition
 from tidelog.storage.cleaner.offset_map import OffsetMap
 from tidelog.storage.log import Log
 from tidelog.storage.segment import LOG_SUFFIX, LogSegment, file_name
+from tidelog.storage.transactions import AbortedRanges
 
 __all__ = [
     "CLEANED_SUFFIX",
@@ -88,7 +91,7 @@ def cleanable_offsets(log: Log, checkpoint: int | None, now_ms: int) -> tuple[in
     else:
         first_dirty = checkpoint
     active = log.active_segment
-    bounds = [log.high_watermark, active.base_offset]  # the LSO is the HW without transactions
+    bounds = [log.last_stable_offset, active.base_offset]
     dirty_segments = _segments(log, first_dirty, active.base_offset)
     lag = log.config.min_compaction_lag_ms
     if lag > 0:
@@ -149,6 +152,7 @@ class Cleaner:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.aborted = False
         self._last_batch_of_producer: dict[int, int] = {}
+        self._aborted = AbortedRanges(())
 
     def clean(self, target: LogToClean, now_ms: int) -> Iterator[int]:
         """Clean the log; yields bytes read since the last yield. Afterwards `self.end_offset`
@@ -162,6 +166,9 @@ class Cleaner:
         # deletion while the pass runs shows as a change of this list or of a size.
         snapshot = _segments(log, -1, target.first_uncleanable_offset)
         sizes = [s.size for s in snapshot]
+        self._aborted = AbortedRanges(
+            log.collect_aborted_transactions(log.log_start_offset,
+                                             target.first_uncleanable_offset))
         yield from self._build_offset_map(log, target.first_dirty_offset,
                                           target.first_uncleanable_offset)
         if snapshot and not self._unchanged(log, snapshot, sizes):
@@ -191,7 +198,8 @@ class Cleaner:
                 if batch.base_offset >= end:
                     return
                 read += batch.size_in_bytes
-                if batch.is_control_batch or batch.last_offset < start:
+                if (batch.is_control_batch or batch.last_offset < start
+                        or self._aborted.is_aborted(batch)):
                     continue
                 columns = decode_columns(batch, verify_crc=False)
                 keys: list[bytes] = []
@@ -268,7 +276,9 @@ class Cleaner:
         """The batch as it goes into the cleaned segment: unchanged, re-encoded with fewer
         records (or a new delete horizon), or None when nothing of it stays."""
         if batch.is_control_batch:
-            return batch.buf  # transaction markers: tidelog has no transactions to end
+            return batch.buf  # transaction markers stay (Kafka removes them after a horizon)
+        if self._aborted.is_aborted(batch):
+            return None
         latest = self.offset_map.latest_offset
         horizon = batch.delete_horizon_ms
         columns = decode_columns(batch, verify_crc=False)
@@ -368,6 +378,9 @@ class Cleaner:
             fio.fsync_dir(log.dir)
             cleaned = log._new_segment(base, group[0].created_ms)
             cleaned.index_appended(0, entries, written)
+            for segment in group:  # the markers all stay: so do their entries
+                for txn in segment.txn_index.entries:
+                    cleaned.update_txn_index(txn)
             cleaned.on_become_inactive()
             cleaned.flush_indexes()
         except OSError:
