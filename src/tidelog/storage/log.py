@@ -25,12 +25,15 @@ import crc32c
 
 from tidelog.protocol.records.batch import (
     ATTRIBUTES_OFFSET,
+    CONTROL_FLAG_MASK,
     CRC_OFFSET,
     CURRENT_MAGIC,
     HEADER_SIZE,
     HEADER_STRUCT,
     LOG_OVERHEAD,
+    PRODUCER_ID_OFFSET,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG_MASK,
     CorruptRecordError,
     RecordBatch,
 )
@@ -45,6 +48,12 @@ from tidelog.storage.errors import (
 from tidelog.storage.file_io import FileIO, FileSlice
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.log_validator import needs_validation, validate_and_convert
+from tidelog.storage.producer_state_manager import (
+    BatchMetadata,
+    ProducerAppendInfo,
+    ProducerStateManager,
+    last_sequence,
+)
 from tidelog.storage.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -106,6 +115,8 @@ class LogAppendInfo:
     offset_of_max_timestamp: int = -1
     batch_count: int = 0
     log_append_time: int = -1  # now_ms when the topic stamps LogAppendTime, else -1
+    # A retried batch already in the log: nothing was written, the offsets are the original's.
+    duplicate: bool = False
 
 
 @dataclass(slots=True)
@@ -159,6 +170,7 @@ class Log:
         log_start_offset: int = 0,
         now_ms: int = 0,
         had_clean_shutdown: bool = False,
+        producer_id_expiration_ms: int = 86_400_000,
     ) -> None:
         self.dir = dir
         self.config = config
@@ -182,6 +194,14 @@ class Log:
         self.leader_epoch_cache = LeaderEpochFileCache(file_io, dir, lambda: self.log_end_offset)
         # Ongoing transactions and the first unstable offset (KIP-98): the LSO.
         self.transactions = TransactionTracker()
+        # Idempotent producers (epochs, sequences, their last batches) and the `.snapshot`
+        # files they are reloaded from (Kafka's UnifiedLog.producerStateManager).
+        tp = self.topic_partition
+        self.producer_state_manager = ProducerStateManager(
+            f"{tp[0]}-{tp[1]}" if tp is not None else dir, dir, file_io,
+            producer_id_expiration_ms=producer_id_expiration_ms,
+            on_dir_change=self._mark_dir_dirty,
+        )
         with self._io("load"):
             self._load(had_clean_shutdown, now_ms)
 
@@ -198,6 +218,9 @@ class Log:
         the log refuses further writes until it is reopened (Kafka takes the dir offline)."""
         self.failed = True
         return KafkaStorageError(f"I/O error during {what} of log {self.dir}: {exc}")
+
+    def _mark_dir_dirty(self) -> None:
+        self._dir_dirty = True
 
     def _check_writable(self) -> None:
         if self.closed:
@@ -318,10 +341,90 @@ class Log:
             else max(self.log_start_offset, min(self.recovery_point, self.log_end_offset))
         )
         self.high_watermark = self.log_start_offset
+        # Kafka's LogLoader: snapshots starting no segment go (except the newest one past the
+        # last segment's base: a clean shutdown's, at the log end), then the state is loaded.
+        self.producer_state_manager.remove_stray_snapshots(self._bases)
+        self._rebuild_producer_state(self.log_end_offset, had_clean_shutdown, now_ms)
         self._rebuild_transactions(recovered)
         if self._dir_dirty:
             self.file_io.fsync_dir(self.dir)
             self._dir_dirty = False
+
+    def _rebuild_producer_state(
+        self, last_offset: int, reload_from_clean_shutdown: bool, now_ms: int | None
+    ) -> None:
+        """Kafka's UnifiedLog.rebuildProducerState: the state at `last_offset` from the latest
+        snapshot not past it plus the batches after it; snapshots are written at the bases of
+        the last two segments when replaying across them, and at `last_offset`. A clean
+        shutdown always leaves a snapshot, so a clean log without one predates snapshots
+        (Kafka's upgrade case): empty snapshots are written instead of scanning."""
+        psm = self.producer_state_manager
+        to_snapshot = [s.base_offset for s in self.segments[-2:]] + [last_offset]
+        if reload_from_clean_shutdown and psm.latest_snapshot_offset() is None:
+            for offset in to_snapshot:
+                psm.update_map_end_offset(offset)
+                psm.take_snapshot()
+            return
+        # A log that never had producers stays without: no replay after a truncation.
+        empty_before = psm.is_empty() and psm.map_end_offset >= last_offset
+        psm.truncate_and_reload(self.log_start_offset, last_offset, now_ms)
+        if last_offset > psm.map_end_offset and not empty_before:
+            i = max(0, bisect.bisect_right(self._bases, psm.map_end_offset) - 1)
+            for segment in self.segments[i:]:
+                if segment.base_offset >= last_offset:
+                    break
+                start = max(psm.map_end_offset, segment.base_offset, self.log_start_offset)
+                psm.update_map_end_offset(start)
+                if segment.base_offset in to_snapshot:
+                    psm.take_snapshot()
+                found = segment.translate_offset(start)
+                if found is not None:
+                    psm.load_from_batches(
+                        ((b, txn_batch_of(b) if b.attributes & TXN_OR_CONTROL else None)
+                         for b in segment.iter_batches(found[0])),
+                        last_offset,
+                    )
+        psm.update_map_end_offset(last_offset)
+        psm.take_snapshot()
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """producer.id.expiration.ms (Kafka's PeriodicProducerExpirationCheck)."""
+        return self.producer_state_manager.remove_expired_producers(now_ms)
+
+    def _analyze_producer_batches(
+        self,
+        batches: list[tuple[int, int, int, int, int, int, int]],
+        txns: dict[int, TxnBatch],
+        origin: AppendOrigin,
+    ) -> tuple[list[ProducerAppendInfo], BatchMetadata | None]:
+        """Kafka's analyzeAndValidateProducerState over (first offset, producer id, epoch, base
+        sequence, last offset delta, max timestamp, attributes) of the batches with a producer
+        id: their ProducerAppendInfos, or the original of a client's retried batch (checked
+        first, as Kafka: a duplicate is answered, not validated). Raises for an out-of-order
+        sequence or a fenced epoch; nothing is recorded before the batches are written."""
+        psm = self.producer_state_manager
+        updated: dict[int, ProducerAppendInfo] = {}
+        for first, pid, epoch, base_seq, delta, max_ts, attributes in batches:
+            info = updated.get(pid)
+            if attributes & CONTROL_FLAG_MASK:
+                txn = txns.get(first)
+                if txn is not None and txn.marker is not None:
+                    if info is None:
+                        info = updated[pid] = psm.prepare_update(pid, origin)
+                    info.append_end_txn_marker(epoch, txn.marker[1], max_ts)
+                continue
+            last_seq = last_sequence(base_seq, delta)
+            if origin is AppendOrigin.CLIENT:
+                entry = psm.producers.get(pid)
+                if entry is not None:
+                    duplicate = entry.find_duplicate_batch(epoch, base_seq, last_seq)
+                    if duplicate is not None:
+                        return [], duplicate
+            if info is None:
+                info = updated[pid] = psm.prepare_update(pid, origin)
+            info.append_data_batch(epoch, base_seq, last_seq, max_ts, first, first + delta,
+                                   bool(attributes & TRANSACTIONAL_FLAG_MASK))
+        return list(updated.values()), None
 
     def _rebuild_transactions(self, reindex: set[int]) -> None:
         """The transaction state from the batches of the log (Kafka rebuilds it from a producer
@@ -513,13 +616,14 @@ class Log:
         crc = crc32c.crc32c
         producers = self.transactions.producers
         txn_positions: list[tuple[int, int, int]] = []  # (position, end, base offset)
+        producer_batches: list[tuple[int, int, int, int, int, int, int]] = []
         while pos < n:
             if n - pos < HEADER_SIZE:
                 raise CorruptRecordError(
                     f"truncated record batch: {n - pos} bytes left at position {pos}", pos
                 )
-            (_, length, _, magic, stored_crc, attributes, delta, _, batch_ts, producer_id, _, _,
-             count) = unpack(view, pos)
+            (_, length, _, magic, stored_crc, attributes, delta, _, batch_ts, producer_id,
+             producer_epoch, base_sequence, count) = unpack(view, pos)
             size = length + LOG_OVERHEAD
             if magic != CURRENT_MAGIC:
                 raise CorruptRecordError(f"unsupported magic {magic} (only v2 is supported)", pos)
@@ -557,8 +661,11 @@ class Log:
                     target, at + CRC_OFFSET, crc(view[pos + HEADER_SIZE : end], head_crc)
                 )
                 batch_ts = log_append_time
-            if producer_id >= 0 and (attributes & TXN_OR_CONTROL or producer_id in producers):
-                txn_positions.append((pos, end, next_offset))
+            if producer_id >= 0:
+                if attributes & TXN_OR_CONTROL or producer_id in producers:
+                    txn_positions.append((pos, end, next_offset))
+                producer_batches.append((next_offset, producer_id, producer_epoch, base_sequence,
+                                         delta, batch_ts, attributes))
             # baseOffset, batchLength (unchanged), partitionLeaderEpoch: one pack
             stamp(target, at, next_offset, length, leader_epoch)
             last = next_offset + delta
@@ -575,6 +682,16 @@ class Log:
             info = txn_batch_of(RecordBatch(src[start:end]), base)
             if info is not None:
                 txn_batches.append(info)
+        appended_producers: list[ProducerAppendInfo] = []
+        if producer_batches:
+            appended_producers, duplicate = self._analyze_producer_batches(
+                producer_batches, {t.base_offset: t for t in txn_batches}, origin)
+            if duplicate is not None:
+                return LogAppendInfo(
+                    duplicate.first_offset, duplicate.last_offset, duplicate.timestamp, n,
+                    record_count, duplicate.last_offset, len(batches), duplicate.timestamp,
+                    duplicate=True,
+                )
         if txn_batches:
             self.transactions.validate(txn_batches, origin)
         data: memoryview | list[memoryview] = view
@@ -594,6 +711,8 @@ class Log:
                 self._index_completed(txn_batches)
         except OSError as exc:
             raise self._fail("append", exc) from exc
+        for producer in appended_producers:
+            self.producer_state_manager.update(producer)
         return LogAppendInfo(
             first_offset, next_offset - 1, max_ts, n, record_count, max_ts_offset, len(batches),
             log_append_time,
@@ -623,6 +742,7 @@ class Log:
         unpack = PREFIX.unpack_from
         crc = crc32c.crc32c
         txn_positions: list[tuple[int, int]] = []
+        producer_positions: list[tuple[int, int]] = []
         while n - pos >= PREFIX_SIZE:
             base, length, epoch, magic, stored_crc, attributes, delta = unpack(view, pos)
             size = length + LOG_OVERHEAD
@@ -663,21 +783,37 @@ class Log:
             batches.append((pos, last, batch_ts))
             if attributes & TXN_OR_CONTROL:
                 txn_positions.append((pos, end))
+            if _I64.unpack_from(view, pos + PRODUCER_ID_OFFSET)[0] >= 0:
+                producer_positions.append((pos, end))
             record_count += _I32.unpack_from(view, pos + _RECORD_COUNT_OFFSET)[0]
             expected = last + 1
             pos = end
         if not batches:
             leo = self.log_end_offset
             return LogAppendInfo(leo, leo - 1, -1, 0, 0)
+        txn_batches = [
+            info for start, end in txn_positions
+            if (info := txn_batch_of(RecordBatch(view[start:end]))) is not None
+        ]
+        replicated: dict[int, ProducerAppendInfo] = {}
+        if producer_positions:
+            txns = {t.base_offset: t for t in txn_batches}
+            psm = self.producer_state_manager
+            for start, end in producer_positions:
+                batch = RecordBatch(view[start:end])
+                producer = replicated.get(batch.producer_id)
+                if producer is None:
+                    producer = replicated[batch.producer_id] = psm.prepare_update(
+                        batch.producer_id, AppendOrigin.REPLICATION)
+                producer.append(batch, txns.get(batch.base_offset))
         with self._io("append"):
             for epoch, start in epochs:
                 self.leader_epoch_cache.assign(epoch, start)
             self._write(view[:pos], pos, batches, first_offset, expected - 1, max_ts, now_ms)
-            if txn_positions:
-                self._index_completed([
-                    info for start, end in txn_positions
-                    if (info := txn_batch_of(RecordBatch(view[start:end]))) is not None
-                ])
+            if txn_batches:
+                self._index_completed(txn_batches)
+        for producer in replicated.values():
+            self.producer_state_manager.update(producer)
         return LogAppendInfo(
             first_offset, expected - 1, max_ts, pos, record_count, max_ts_offset, len(batches)
         )
@@ -711,6 +847,8 @@ class Log:
             segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp, now_ms)
         segment.append(data, batches, size)
         self.log_end_offset = last_offset + 1
+        # Always, producers or not: a snapshot taken now reflects the log up to here.
+        self.producer_state_manager.last_map_offset = self.log_end_offset
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush()
 
@@ -753,6 +891,10 @@ class Log:
                 segment.size = 0
             self.segments.append(segment)
             self._bases.append(new_base)
+            # A producer snapshot at the new segment's base (recovery and truncation replay
+            # from the latest one); the flush below makes its name durable with the segment.
+            self.producer_state_manager.update_map_end_offset(new_base)
+            self.producer_state_manager.take_snapshot()
             if old.size:
                 self.flush(self.log_end_offset)
             if self.log_end_offset < new_base:
@@ -887,6 +1029,11 @@ class Log:
                 return True
             if keep < len(self.segments):
                 self._delete_segments_from(max(keep, 1))
+                # The later segments must be gone for good before the cut below is durable:
+                # else a crash could bring them back behind a shorter segment, a log with a
+                # hole whose far side is data this truncation removed.
+                self.file_io.fsync_dir(self.dir)
+                self._dir_dirty = False
             segment = self.segments[-1]
             segment.truncate_to(target_offset)
             segment.next_offset = max(segment.base_offset, new_end)
@@ -897,6 +1044,8 @@ class Log:
             self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             self.high_watermark = min(self.high_watermark, self.log_end_offset)
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
+            # Snapshots past the new end go; the state reloads from the latest one left.
+            self._rebuild_producer_state(self.log_end_offset, False, None)
             if not self.transactions.truncate(self.log_end_offset):
                 self._rebuild_transactions(set())
             if self._dir_dirty:
@@ -926,6 +1075,7 @@ class Log:
             self.recovery_point = offset
             self.high_watermark = offset
             self.transactions.clear()
+            self.producer_state_manager.truncate_fully_and_start_at(offset)
             self.leader_epoch_cache.clear_and_flush()
             self.file_io.fsync_dir(self.dir)
             self._dir_dirty = False
@@ -944,6 +1094,7 @@ class Log:
             return False
         with self._io("log start offset update"):
             self.log_start_offset = new_log_start_offset
+            self.producer_state_manager.on_log_start_offset_incremented(new_log_start_offset)
             self.leader_epoch_cache.truncate_from_start(new_log_start_offset)
             self.recovery_point = max(self.recovery_point, new_log_start_offset)
         return True
@@ -1000,6 +1151,7 @@ class Log:
             self.roll(now_ms)
         delay = self.config.file_delete_delay_ms
         for segment in doomed:
+            self.producer_state_manager.delete_snapshot(segment.base_offset)
             if delay == 0:
                 segment.delete()
             else:
@@ -1010,6 +1162,7 @@ class Log:
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         self.high_watermark = max(self.high_watermark, self.log_start_offset)
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        self.producer_state_manager.on_log_start_offset_incremented(self.log_start_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self.file_io.fsync_dir(self.dir)
         self._dir_dirty = False
@@ -1058,11 +1211,17 @@ class Log:
         return True
 
     def close(self) -> None:
-        """Write the indexes and close the files (no fsync of the log: `flush` first for a
-        clean shutdown)."""
+        """Write the indexes and a producer snapshot at the log end (so the next open replays
+        nothing, as Kafka's close) and close the files (no fsync of the log: `flush` first for
+        a clean shutdown)."""
         if self.closed:
             return
         with self._io("close"):
+            if not self.failed:
+                self.producer_state_manager.take_snapshot()
+                if self._dir_dirty:
+                    self.file_io.fsync_dir(self.dir)
+                    self._dir_dirty = False
             for segment in self.segments:
                 segment.flush_indexes()
                 segment.close()

@@ -32,10 +32,10 @@ def compacted_log(fio: MemoryFileIO | None = None, **overrides: object) -> Log:
 
 
 def append(log: Log, records: list[tuple[bytes | None, bytes | None]], ts: int,
-           producer_id: int = -1) -> None:
+           producer_id: int = -1, base_sequence: int = 0) -> None:
     batch = build_batch([Record(v, key=k) for k, v in records], base_timestamp=ts,
                         producer_id=producer_id, producer_epoch=0 if producer_id >= 0 else -1,
-                        base_sequence=0 if producer_id >= 0 else -1)
+                        base_sequence=base_sequence if producer_id >= 0 else -1)
     log.append_as_leader(batch, 0, now_ms=ts)
 
 
@@ -238,14 +238,14 @@ def test_the_clean_aborts_when_the_log_is_truncated_under_it() -> None:
 def test_the_last_batch_of_an_active_producer_stays_as_an_empty_batch() -> None:
     log = compacted_log()
     append(log, [(b"a", b"1")], 1000, producer_id=5)  # superseded, not producer 5's last batch
-    append(log, [(b"b", b"1")], 1000, producer_id=5)  # superseded, producer 5's last batch
+    append(log, [(b"b", b"1")], 1000, producer_id=5, base_sequence=1)  # superseded, its last
     append(log, [(b"c", b"1")], 0, producer_id=6)  # superseded, producer 6 expired by then
     append(log, [(b"a", b"2"), (b"b", b"2"), (b"c", b"2")], 86_400_000)
     clean(log, 86_400_000)
     batches = list(log.batches(0))
     empty = [b for b in batches if b.record_count == 0]
     assert [(b.base_offset, b.last_offset, b.producer_id, b.base_sequence) for b in empty] == [
-        (1, 1, 5, 0)]
+        (1, 1, 5, 1)]
     assert empty[0].is_valid()
     assert contents(log) == [(3, b"a", b"2"), (4, b"b", b"2"), (5, b"c", b"2")]
     clean(log, 86_400_001)  # kept as it is by the next clean
