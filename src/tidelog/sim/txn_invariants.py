@@ -1,0 +1,153 @@
+"""Transactions in the simulator: a READ_COMMITTED consumer as Kafka's client implements it, and
+the invariants of exactly-once delivery (KIP-98) over what it reads.
+
+`read_committed` is the consumer's filter (Kafka's Fetcher/CompletedFetch with
+isolation.level=read_committed): per fetched partition, the broker's aborted-transaction list
+(producer id, first offset) is consumed in first-offset order; a transactional batch of a
+producer whose aborted transaction began at or before the batch's last offset is skipped, that
+producer's ABORT marker ends the skipping, and control batches are never returned.
+
+`TxnLedger` checks, from what transactional producers wrote and learnt and what consumers read:
+- NoAbortedRead: a read_committed consumer never receives a record of an aborted transaction;
+- CommittedExactlyOnce: at the end, a consumer that read a partition to its end holds every
+  record a committed transaction wrote there, once (never at two offsets);
+- AtomicVisibility: a transaction whose outcome a producer never learnt (a crash, a timeout)
+  is seen whole or not at all, in each partition, whichever way the coordinator decided.
+Records of transactions carry values made by `txn_value`, so a read record names its
+transaction and its place in it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from tidelog.protocol.records.batch import iter_batches
+from tidelog.protocol.records.decoder import (
+    ControlRecordType,
+    DecodedRecord,
+    decode_records,
+    parse_control_record,
+)
+from tidelog.replication.types import TopicPartition
+
+__all__ = ["TxnKey", "TxnLedger", "TxnViolation", "parse_txn_value", "read_committed", "txn_value"]
+
+TxnKey = tuple[str, int]  # (transactional id, the producer's transaction number)
+
+
+def txn_value(transactional_id: str, txn_number: int, index: int, count: int) -> bytes:
+    """The value of record `index` of the `count` a transaction writes to one partition."""
+    return f"txn|{transactional_id}|{txn_number}|{index}|{count}".encode()
+
+
+def parse_txn_value(value: bytes | None) -> tuple[TxnKey, int, int] | None:
+    """(transaction, index, count) of a `txn_value`, or None for another value."""
+    if value is None or not value.startswith(b"txn|"):
+        return None
+    _, tid, number, index, count = value.decode().split("|")
+    return (tid, int(number)), int(index), int(count)
+
+
+def _is_abort_marker(records: list[DecodedRecord]) -> bool:
+    if not records:
+        return False
+    _, ctype = parse_control_record(records[0].key)
+    return ctype == ControlRecordType.ABORT
+
+
+def read_committed(
+    records: bytes | memoryview, aborted_transactions: Sequence[tuple[int, int]] | None
+) -> Iterator[DecodedRecord]:
+    """The records a read_committed consumer returns from one partition's fetch answer."""
+    queue = sorted((first, pid) for pid, first in aborted_transactions or ())
+    heapq.heapify(queue)
+    aborted_producers: set[int] = set()
+    for batch in iter_batches(records):
+        if batch.producer_id >= 0:
+            while queue and queue[0][0] <= batch.last_offset:
+                aborted_producers.add(heapq.heappop(queue)[1])
+            if batch.is_control_batch:
+                if _is_abort_marker(decode_records(batch)):
+                    aborted_producers.discard(batch.producer_id)
+            elif batch.is_transactional and batch.producer_id in aborted_producers:
+                continue
+        if not batch.is_control_batch:
+            yield from decode_records(batch)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnViolation:
+    invariant: str
+    tp: TopicPartition | None
+    detail: str
+
+    def __str__(self) -> str:
+        where = f" {self.tp}" if self.tp is not None else ""
+        return f"{self.invariant}{where}: {self.detail}"
+
+
+@dataclass(slots=True)
+class TxnLedger:
+    # what each transaction wrote per partition: {txn: {tp: record count}}
+    written: dict[TxnKey, dict[TopicPartition, int]] = field(default_factory=dict)
+    committed: set[TxnKey] = field(default_factory=set)
+    aborted: set[TxnKey] = field(default_factory=set)
+    # {tp: {txn: {index: offsets seen}}}
+    seen: dict[TopicPartition, dict[TxnKey, dict[int, set[int]]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(set))))
+    violations: list[TxnViolation] = field(default_factory=list)
+
+    # -- the producers' side -----------------------------------------------------------------
+    def wrote(self, txn: TxnKey, tp: TopicPartition, count: int) -> None:
+        """A transaction sent `count` records to `tp` (values `txn_value(.., i, count)`)."""
+        self.written.setdefault(txn, {})[tp] = count
+
+    def outcome(self, txn: TxnKey, committed: bool) -> None:
+        """The producer learnt its EndTxn's result (or the coordinator's abort)."""
+        (self.committed if committed else self.aborted).add(txn)
+        if committed and txn in self.aborted or not committed and txn in self.committed:
+            self.violations.append(TxnViolation("ConflictingOutcome", None, f"{txn}"))
+
+    # -- the consumers' side -----------------------------------------------------------------
+    def consumed(self, tp: TopicPartition, records: Iterable[DecodedRecord]) -> None:
+        """Records a read_committed consumer returned from `tp`."""
+        for record in records:
+            parsed = parse_txn_value(record.value)
+            if parsed is None:
+                continue
+            txn, index, _ = parsed
+            if txn in self.aborted:
+                self.violations.append(TxnViolation(
+                    "NoAbortedRead", tp, f"record {index} of aborted {txn} at {record.offset}"))
+            self.seen[tp][txn][index].add(record.offset)
+
+    # -- at the end --------------------------------------------------------------------------
+    def final_checks(self, read_to_end: Iterable[TopicPartition]) -> list[TxnViolation]:
+        """After the consumers of `read_to_end` caught up with the partitions' LSOs (every
+        transaction decided and its markers replicated)."""
+        out: list[TxnViolation] = []
+        for tp in read_to_end:
+            seen = self.seen.get(tp, {})
+            for txn, parts in self.written.items():
+                want = parts.get(tp)
+                if want is None:
+                    continue
+                got = seen.get(txn, {})
+                for index, offsets in got.items():
+                    if len(offsets) > 1:
+                        out.append(TxnViolation("CommittedExactlyOnce", tp,
+                                                f"{txn} record {index} at offsets {sorted(offsets)}"))
+                if txn in self.committed and len(got) != want:
+                    out.append(TxnViolation(
+                        "CommittedExactlyOnce", tp,
+                        f"committed {txn}: {len(got)} of {want} records read"))
+                elif txn not in self.committed and txn not in self.aborted and got and (
+                        len(got) != want):
+                    out.append(TxnViolation(
+                        "AtomicVisibility", tp,
+                        f"undecided {txn}: {len(got)} of {want} records read"))
+        self.violations.extend(out)
+        return out
