@@ -262,7 +262,7 @@ def test_group_apis_per_version_over_the_wire(real_cluster: RealCluster) -> None
     async def go() -> None:
         boot = await connect(host, int(port))
         try:
-            # v4: batched keys; a transactional id has no coordinator in tidelog.
+            # v4: batched keys.
             r = None
             for _ in range(100):
                 r = await boot.send(m_fc.FindCoordinatorRequest(
@@ -274,8 +274,15 @@ def test_group_apis_per_version_over_the_wire(real_cluster: RealCluster) -> None
             assert all(c.error_code == 0 for c in r.coordinators)
             coord = r.coordinators[0]
             assert coord.node_id == _coordinator_of(real_cluster, group)
-            txn = await boot.send(m_fc.FindCoordinatorRequest(key="tx", key_type=1), 2)
-            assert txn.error_code == E.COORDINATOR_NOT_AVAILABLE
+            # A transactional id's coordinator: the leader of its __transaction_state
+            # partition, once the first lookup has created that topic.
+            for _ in range(150):
+                txn = await boot.send(m_fc.FindCoordinatorRequest(key="tx", key_type=1), 2)
+                if txn.error_code != E.COORDINATOR_NOT_AVAILABLE:
+                    break
+                await asyncio.sleep(0.2)
+            state = real_cluster.state("__transaction_state", partition_for("tx", 50))
+            assert txn.error_code == 0 and state is not None and txn.node_id == state.leader
             v0 = await boot.send(m_fc.FindCoordinatorRequest(key=group), 0)
             assert (v0.error_code, v0.node_id, v0.port) == (0, coord.node_id, coord.port)
             # The wrong broker answers NOT_COORDINATOR.

@@ -8,8 +8,8 @@ topic (`offsets.topic.num.partitions` partitions, `offsets.topic.replication.fac
 `cleanup.policy=compact`: the log cleaner keeps the latest commit per key, so the topic and the
 coordinator's load time after a failover do not grow with every commit). As Kafka does, the
 topic is not created while fewer brokers are alive than the replication factor: lookups answer
-COORDINATOR_NOT_AVAILABLE (clients retry) until enough brokers registered. Transaction coordinators (key type 1) do not exist in tidelog:
-COORDINATOR_NOT_AVAILABLE.
+COORDINATOR_NOT_AVAILABLE (clients retry) until enough brokers registered. Transaction
+coordinators (key type 1) are `broker/txn_apis.TxnApis`'s, which wraps FindCoordinator.
 
 Leadership of the offsets partitions drives the coordinator: LeaderAndIsr and StopReplica are
 wrapped so that, after the broker applied them, every offsets partition named in the request
@@ -61,7 +61,7 @@ _NOT_PROVIDED_OPERATIONS = -(1 << 31)
 _CREATE_RETRY_S = 1.0
 
 
-def _message(error: int) -> str | None:
+def error_message(error: int) -> str | None:
     """Kafka puts the error's message in FindCoordinator's error_message (None when fine)."""
     if not error:
         return None
@@ -69,6 +69,42 @@ def _message(error: int) -> str | None:
         return ErrorCode(error).message
     except ValueError:
         return None
+
+
+def coordinator_endpoint(server: BrokerServer, tp: TopicPartition,
+                         listener: str) -> tuple[int, int, str, int]:
+    """(error, node id, host, port) of the coordinator leading internal partition `tp`, on
+    the client's listener; COORDINATOR_NOT_AVAILABLE without a live leader."""
+    unavailable = (int(E.COORDINATOR_NOT_AVAILABLE), -1, "", -1)
+    cache = server.metadata_cache
+    pm = cache.partition(tp)
+    if pm is None or pm.leader < 0 or not cache.is_alive(pm.leader):
+        return unavailable
+    if pm.leader == server.broker_id:
+        host, port = server.advertised_endpoint_for(listener)
+        return (0, pm.leader, host, port)
+    endpoint = cache.endpoint(pm.leader)
+    where = endpoint.for_listener(listener) if endpoint is not None else None
+    if where is None:
+        return unavailable
+    return (0, pm.leader, where[0], where[1])
+
+
+def leader_and_isr_partitions(request: m_lai.LeaderAndIsrRequest) -> list[tuple[str, int]]:
+    """Every (topic, partition) a LeaderAndIsr request names, in any of its versions."""
+    named = [(s.topic_name, s.partition_index) for s in request.ungrouped_partition_states]
+    named += [(ts.topic_name, ps.partition_index)
+              for ts in request.topic_states for ps in ts.partition_states]
+    return named
+
+
+def stop_replica_partitions(request: m_sr.StopReplicaRequest) -> list[tuple[str, int]]:
+    """Every (topic, partition) a StopReplica request names, in any of its versions."""
+    named = [(p.topic_name, p.partition_index) for p in request.ungrouped_partitions]
+    named += [(t.name, i) for t in request.topics for i in t.partition_indexes]
+    named += [(ts.topic_name, ps.partition_index)
+              for ts in request.topic_states for ps in ts.partition_states]
+    return named
 
 
 class GroupApis:
@@ -127,18 +163,13 @@ class GroupApis:
     async def handle_leader_and_isr(
         self, ctx: RequestContext, request: m_lai.LeaderAndIsrRequest
     ) -> Any:
-        named = [(s.topic_name, s.partition_index) for s in request.ungrouped_partition_states]
-        named += [(ts.topic_name, ps.partition_index)
-                  for ts in request.topic_states for ps in ts.partition_states]
+        named = leader_and_isr_partitions(request)
         response = await self._orig_leader_and_isr(ctx, request)
         self._sync_offsets_partitions(self._offsets_partitions(named))
         return response
 
     async def handle_stop_replica(self, ctx: RequestContext, request: m_sr.StopReplicaRequest) -> Any:
-        named = [(p.topic_name, p.partition_index) for p in request.ungrouped_partitions]
-        named += [(t.name, i) for t in request.topics for i in t.partition_indexes]
-        named += [(ts.topic_name, ps.partition_index)
-                  for ts in request.topic_states for ps in ts.partition_states]
+        named = stop_replica_partitions(request)
         response = await self._orig_stop_replica(ctx, request)
         self._sync_offsets_partitions(self._offsets_partitions(named))
         return response
@@ -154,34 +185,22 @@ class GroupApis:
         if version >= 4:
             return m_fc.FindCoordinatorResponse(coordinators=[
                 m_fc.Coordinator(key=k, node_id=n, host=h, port=p, error_code=e,
-                                 error_message=_message(e))
+                                 error_message=error_message(e))
                 for k, (e, n, h, p) in zip(keys, found, strict=True)
             ])
         e, n, h, p = found[0]
-        return m_fc.FindCoordinatorResponse(error_code=e, error_message=_message(e), node_id=n,
+        return m_fc.FindCoordinatorResponse(error_code=e, error_message=error_message(e), node_id=n,
                                             host=h, port=p)
 
     async def _find(self, key: str, key_type: int, listener: str) -> tuple[int, int, str, int]:
-        unavailable = (int(E.COORDINATOR_NOT_AVAILABLE), -1, "", -1)
-        if key_type == COORDINATOR_KEY_TRANSACTION:
-            return unavailable  # no transaction coordinator in tidelog
         if key_type != COORDINATOR_KEY_GROUP:
+            # Transactions (key type 1) are answered by TxnApis when it is plugged in.
             return (int(E.INVALID_REQUEST), -1, "", -1)
         if not self.cache.contains_topic(GROUP_METADATA_TOPIC_NAME):
             self._maybe_create_offsets_topic()
-            return unavailable
+            return (int(E.COORDINATOR_NOT_AVAILABLE), -1, "", -1)
         tp = TopicPartition(GROUP_METADATA_TOPIC_NAME, self.coordinator.partition_for(key))
-        pm = self.cache.partition(tp)
-        if pm is None or pm.leader < 0 or not self.cache.is_alive(pm.leader):
-            return unavailable
-        if pm.leader == self.server.broker_id:
-            host, port = self.server.advertised_endpoint_for(listener)
-            return (0, pm.leader, host, port)
-        endpoint = self.cache.endpoint(pm.leader)
-        where = endpoint.for_listener(listener) if endpoint is not None else None
-        if where is None:
-            return unavailable
-        return (0, pm.leader, where[0], where[1])
+        return coordinator_endpoint(self.server, tp, listener)
 
     def _maybe_create_offsets_topic(self) -> None:
         if self._creating is not None and not self._creating.done():

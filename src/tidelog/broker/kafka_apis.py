@@ -796,9 +796,7 @@ class KafkaApis:
     async def handle_init_producer_id(
         self, ctx: RequestContext, request: m_ipi.InitProducerIdRequest
     ) -> m_ipi.InitProducerIdResponse:
-        if request.transactional_id:
-            # Transactions need a transaction coordinator, which tidelog does not have.
-            return m_ipi.InitProducerIdResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        # Transactional ids are the transaction coordinator's (broker/txn_apis.py wraps this).
         try:
             pid = await asyncio.to_thread(self.server.producer_id_manager.generate_producer_id)
         except Exception as e:

@@ -46,6 +46,7 @@ from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.replica_manager import BrokerReplicaManager, now_ms
 from tidelog.broker.replication_events import EVENTS_TOPIC, ReplicationEventPublisher
 from tidelog.broker.socket_server import RequestContext, SocketServer
+from tidelog.broker.txn_apis import TxnApis
 from tidelog.controller.admin import AdminZkClient
 from tidelog.controller.zk_client import KafkaZkClient
 from tidelog.controller.zk_data import BrokerInfo
@@ -90,6 +91,7 @@ class BrokerServer:
         self.producer_id_manager: ProducerIdManager = None  # type: ignore[assignment]
         self.apis: KafkaApis = None  # type: ignore[assignment]
         self.group_apis: GroupApis | None = None
+        self.txn_apis: TxnApis | None = None
         self.controller: Any = None
         self.socket_servers: dict[str, SocketServer] = {}
         self.bound_ports: dict[str, int] = {}
@@ -194,6 +196,8 @@ class BrokerServer:
         self.apis = KafkaApis(self)
         self.group_apis = GroupApis(self)  # the group coordinator's APIs (register_handler)
         self.group_apis.register(self.apis)
+        self.txn_apis = TxnApis(self)  # the transaction coordinator's (wraps some group APIs)
+        self.txn_apis.register(self.apis)
         ConfigApis(self).register(self.apis)  # AlterConfigs, IncrementalAlterConfigs
         AdminApis(self).register(self.apis)  # CreatePartitions, DeleteRecords, ... (issue 14)
         for ep in cfg.listeners:
@@ -465,6 +469,8 @@ class BrokerServer:
                         await asyncio.wait_for(result, self.zk_client.request_timeout_s)
                 except Exception as e:
                     logger.warning("controller shutdown failed: %s", str(e) or type(e).__name__)
+            if self.txn_apis is not None:
+                await self.txn_apis.shutdown()
             if self.group_apis is not None:
                 await self.group_apis.shutdown()
             if self.replica_manager is not None and self.replica_manager.events is not None:

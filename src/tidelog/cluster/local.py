@@ -154,6 +154,8 @@ class LocalCluster:
             # A killed broker's session must expire soon for a quick failover in local use.
             "zookeeper.session.timeout.ms": "6000",
             "offsets.topic.replication.factor": str(min(3, n_brokers)),
+            "transaction.state.log.replication.factor": str(min(3, n_brokers)),
+            "transaction.state.log.min.isr": str(min(2, n_brokers)),
             "group.initial.rebalance.delay.ms": "0",
         }
         props.update(self.overrides)

@@ -49,10 +49,12 @@ from tidelog.coordinator.offsets import (
     expired_offsets,
     partition_for,
 )
+from tidelog.coordinator.txn_offsets import PendingTxnOffsets
 from tidelog.protocol.errors import ErrorCode, error_name
 from tidelog.protocol.messages import consumer_protocol_subscription as m_cps
 from tidelog.protocol.records.builder import Record, build_batch
 from tidelog.replication.types import TopicPartition
+from tidelog.storage.transactions import AppendOrigin
 
 __all__ = ["CoordinatorConfig", "GroupCoordinator"]
 
@@ -169,6 +171,7 @@ class GroupCoordinator:
         self._ticker: asyncio.Task[None] | None = None
         self._cleaner: asyncio.Task[None] | None = None
         self._wake: asyncio.Future[None] | None = None
+        self.pending_txn = PendingTxnOffsets()  # TxnOffsetCommit offsets awaiting their marker
         self.active = False
 
     # ------------------------------------------------------------------ life cycle
@@ -230,6 +233,7 @@ class GroupCoordinator:
             self._apply(group, group.mark_dead())
         for group_id in [g for g in self.offsets if self.partition_for(g) == partition]:
             del self.offsets[group_id]
+        self.pending_txn.drop_groups(lambda g: self.partition_for(g) == partition)
         logger.info("unloaded offsets partition %d", partition)
 
     async def _load(self, partition: int, leader_epoch: int, token: int, attempt: int = 1) -> None:
@@ -268,6 +272,10 @@ class GroupCoordinator:
         for group_id, offsets in loaded.offsets.items():
             if self.partition_for(group_id) == partition:
                 self.offsets[group_id] = offsets
+        for producer_id, txn_offsets in loaded.pending_txn.items():
+            for key, om in txn_offsets.items():
+                if self.partition_for(key.group) == partition:
+                    self.pending_txn.add(key.group, producer_id, {(key.topic, key.partition): om})
         for group_id, snap in loaded.groups.items():
             if self.partition_for(group_id) != partition:
                 continue
@@ -329,12 +337,21 @@ class GroupCoordinator:
         result = fut.result()
         return error if result is None else result
 
-    async def _append(self, partition: int, records: list[Record]) -> int:
+    async def _append(self, partition: int, records: list[Record],
+                      producer: tuple[int, int] | None = None) -> int:
+        """`producer`: (id, epoch) of the transaction a TxnOffsetCommit belongs to; its batch
+        is transactional and appended as the coordinator's (no sequence check, Kafka's
+        AppendOrigin.Coordinator)."""
         tp = TopicPartition(GROUP_METADATA_TOPIC_NAME, partition)
-        batch = build_batch(records, now_ms=self.clock())
+        if producer is None:
+            batch = build_batch(records, now_ms=self.clock())
+        else:
+            batch = build_batch(records, now_ms=self.clock(), producer_id=producer[0],
+                                producer_epoch=producer[1], base_sequence=0, transactional=True)
         try:
             results = await self.rm.append_records(-1, {tp: batch},
-                                                   self.config.offsets_commit_timeout_ms)
+                                                   self.config.offsets_commit_timeout_ms,
+                                                   origin=AppendOrigin.COORDINATOR)
         except Exception as e:
             logger.warning("append to %s failed: %s", tp, e)
             return int(E.UNKNOWN_SERVER_ERROR)
@@ -601,6 +618,72 @@ class GroupCoordinator:
         for tp in accepted:
             results[tp] = error
         return results
+
+    async def handle_txn_commit_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        offsets: Mapping[tuple[str, int], OffsetAndMetadata],
+    ) -> dict[tuple[str, int], int]:
+        """TxnOffsetCommit (Kafka's `handleTxnCommitOffsets` / `doTxnCommitOffsets`, KIP-447's
+        member checks): the offsets are written in the producer's transaction and become
+        visible when its COMMIT marker lands (`handle_txn_completion`)."""
+
+        def all_(error: int) -> dict[tuple[str, int], int]:
+            return {tp: error for tp in offsets}
+
+        if not group_id:
+            return all_(int(E.INVALID_GROUP_ID))
+        error = self.coordinator_error(group_id)
+        if error:
+            return all_(error)
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = GroupMetadata(
+                group_id, self.clock(),
+                initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms)
+        if group.state == GroupState.DEAD:
+            return all_(int(E.COORDINATOR_NOT_AVAILABLE))
+        if group.is_static_member_fenced(member_id, group_instance_id):
+            return all_(int(E.FENCED_INSTANCE_ID))
+        if member_id and member_id not in group.members:
+            return all_(int(E.UNKNOWN_MEMBER_ID))
+        if generation_id >= 0 and generation_id != group.generation_id:
+            return all_(int(E.ILLEGAL_GENERATION))
+        results: dict[tuple[str, int], int] = {}
+        records: list[Record] = []
+        accepted: dict[tuple[str, int], OffsetAndMetadata] = {}
+        for (topic, partition), om in offsets.items():
+            if len(om.metadata.encode()) > self.config.offset_metadata_max_bytes:
+                results[(topic, partition)] = int(E.OFFSET_METADATA_TOO_LARGE)
+                continue
+            accepted[(topic, partition)] = om
+            records.append(Record(key=encode_offset_commit_key(group_id, topic, partition),
+                                  value=encode_offset_commit_value(om)))
+        if not records:
+            return results
+        partition = self.partition_for(group_id)
+        epoch = self.owned.get(partition)
+        error = _offset_store_error(await self._append(partition, records,
+                                                       (producer_id, producer_epoch)))
+        if not error and self.owned.get(partition) == epoch:
+            self.pending_txn.add(group_id, producer_id, accepted)
+        for tp in accepted:
+            results[tp] = error
+        return results
+
+    def handle_txn_completion(self, producer_id: int, partitions: set[int], commit: bool) -> None:
+        """A COMMIT/ABORT marker of `producer_id` was written to these offsets partitions:
+        its transactional offsets become committed, or are dropped (Kafka's
+        `GroupMetadataManager.handleTxnCompletion`)."""
+        done = self.pending_txn.complete(
+            producer_id, lambda g: self.partition_for(g) in partitions, commit)
+        for group_id, offsets in done.items():
+            self.offsets.setdefault(group_id, {}).update(offsets)
 
     def handle_fetch_offsets(
         self, group_id: str, partitions: Sequence[tuple[str, int]] | None

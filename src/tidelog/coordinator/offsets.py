@@ -19,10 +19,15 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from tidelog.protocol.records.batch import RecordBatch
-from tidelog.protocol.records.decoder import decode_records
+from tidelog.protocol.records.decoder import (
+    ControlRecordType,
+    decode_records,
+    parse_end_transaction_marker,
+)
 
 __all__ = [
     "GROUP_METADATA_TOPIC_NAME",
@@ -340,16 +345,24 @@ class LoadedPartition:
     offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]]
     groups: dict[str, GroupMetadataSnapshot]
     skipped: int = 0  # records that could not be read (logged, never fatal)
+    # TxnOffsetCommit records of transactions whose marker is not (yet) read, by producer id:
+    # applied at its COMMIT, dropped at its ABORT (Kafka's loadGroupsAndOffsets).
+    pending_txn: dict[int, dict[OffsetKey, OffsetAndMetadata]] = field(default_factory=dict)
 
     def add_batch(self, batch: RecordBatch, end_offset: int | None = None) -> bool:
         """Apply one batch; False once `end_offset` is reached (nothing more to read)."""
-        if batch.is_control_batch:
-            return True
+        if end_offset is not None and batch.base_offset >= end_offset:
+            return False
         try:
             records = decode_records(batch)
         except ValueError:  # a corrupt batch (CorruptRecordError is a ValueError)
             self.skipped += 1
             return True
+        if batch.is_control_batch:
+            self._complete_txn(batch.producer_id, records)
+            return True
+        txn = self.pending_txn.setdefault(batch.producer_id, {}) if batch.is_transactional \
+            else None
         for rec in records:
             if end_offset is not None and rec.offset >= end_offset:
                 return False
@@ -357,10 +370,25 @@ class LoadedPartition:
                 self.skipped += 1
                 continue
             try:
-                self._apply(decode_key(bytes(rec.key)), rec.value)
+                key = decode_key(bytes(rec.key))
+                if txn is not None and isinstance(key, OffsetKey) and rec.value is not None:
+                    txn[key] = decode_offset_commit_value(bytes(rec.value))
+                else:
+                    self._apply(key, rec.value)
             except ValueError:
                 self.skipped += 1
         return True
+
+    def _complete_txn(self, producer_id: int, records: Iterable[Any]) -> None:
+        for rec in records:
+            try:
+                marker = parse_end_transaction_marker(rec)
+            except ValueError:
+                continue  # not an end-transaction marker
+            offsets = self.pending_txn.pop(producer_id, {})
+            if marker.control_type == ControlRecordType.COMMIT:
+                for key, om in offsets.items():
+                    self.offsets.setdefault(key.group, {})[(key.topic, key.partition)] = om
 
     def _apply(self, key: OffsetKey | str, value: bytes | None) -> None:
         if isinstance(key, OffsetKey):

@@ -58,6 +58,16 @@ BROKER_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),  # idempotent producers (no transactions)
     ApiKey.INIT_PRODUCER_ID: (0, 4),  # v3 producer id/epoch for bumping; v2 flexible
     ApiKey.FIND_COORDINATOR: (0, 4),  # v1 key_type; v3 flexible; v4 batched coordinator_keys
+    # Transactions (broker/txn_apis.py). v2 (v4 for InitProducerId): PRODUCER_FENCED, else
+    # INVALID_PRODUCER_EPOCH; v3 flexible. KIP-890's versions (AddPartitionsToTxn v4+ batched
+    # broker verification, TRANSACTION_ABORTABLE) are not served.
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
+    ApiKey.END_TXN: (0, 3),
+    ApiKey.WRITE_TXN_MARKERS: (0, 1),  # the coordinator's, to partition leaders
+    ApiKey.TXN_OFFSET_COMMIT: (0, 3),  # v2 leader epoch; v3 member/generation (KIP-447)
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 1),  # v1 duration filter
     ApiKey.JOIN_GROUP: (0, 7),  # v4 MEMBER_ID_REQUIRED round trip; v5 group_instance_id;
     # v6 flexible; v7 protocol_type/name in the response
     ApiKey.SYNC_GROUP: (0, 5),  # v3 group_instance_id; v4 flexible; v5 protocol_type/name

@@ -1,0 +1,407 @@
+"""`TxnApis`: the transaction APIs of a broker, mapping the wire dataclasses to the
+`TransactionCoordinator` (Kafka's `KafkaApis.handleInitProducerIdRequest`,
+`handleAddPartitionToTxnRequest`, `handleAddOffsetsToTxnRequest`, `handleEndTxnRequest`,
+`handleWriteTxnMarkersRequest`, `handleTxnOffsetCommitRequest`,
+`handleDescribeTransactionsRequest`, `handleListTransactionsRequest`), plugged into `KafkaApis`
+with `register_handler`.
+
+FindCoordinator with key type 1 names the leader of `__transaction_state` partition
+`abs(java_string_hash(transactional.id)) % transaction.state.log.num.partitions`; the first
+lookup creates that topic (compacted, `transaction.state.log.min.isr`, uncompressed, unclean
+election off), not while fewer brokers are alive than its replication factor. Leadership of its
+partitions drives the coordinator as the offsets topic's drives the group coordinator.
+
+WriteTxnMarkers is the partition leaders' side: each named partition gets a control batch with
+the COMMIT/ABORT marker, appended with acks=all as the coordinator's (AppendOrigin.COORDINATOR);
+markers that landed on `__consumer_offsets` complete the group coordinator's transactional
+offsets. Before the version that introduced PRODUCER_FENCED, an API answers
+INVALID_PRODUCER_EPOCH instead, as Kafka does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from tidelog.broker.group_apis import (
+    COORDINATOR_KEY_TRANSACTION,
+    coordinator_endpoint,
+    error_message,
+    leader_and_isr_partitions,
+    stop_replica_partitions,
+)
+from tidelog.broker.socket_server import RequestContext
+from tidelog.controller.admin import AdminError
+from tidelog.coordinator.offsets import GROUP_METADATA_TOPIC_NAME, OffsetAndMetadata
+from tidelog.coordinator.transaction.coordinator import TransactionCoordinator
+from tidelog.coordinator.transaction.log import TRANSACTION_STATE_TOPIC_NAME
+from tidelog.coordinator.transaction.metadata import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
+from tidelog.coordinator.transaction.metadata import TransactionState as TxnState
+from tidelog.coordinator.transaction.state_manager import TransactionConfig
+from tidelog.protocol.api_keys import ApiKey
+from tidelog.protocol.errors import ErrorCode
+from tidelog.protocol.messages import add_offsets_to_txn as m_aot
+from tidelog.protocol.messages import add_partitions_to_txn as m_apt
+from tidelog.protocol.messages import describe_transactions as m_dtx
+from tidelog.protocol.messages import end_txn as m_et
+from tidelog.protocol.messages import find_coordinator as m_fc
+from tidelog.protocol.messages import init_producer_id as m_ipi
+from tidelog.protocol.messages import leader_and_isr as m_lai
+from tidelog.protocol.messages import list_transactions as m_ltx
+from tidelog.protocol.messages import stop_replica as m_sr
+from tidelog.protocol.messages import txn_offset_commit as m_toc
+from tidelog.protocol.messages import write_txn_markers as m_wtm
+from tidelog.protocol.records.builder import build_end_transaction_marker
+from tidelog.replication.types import TopicPartition
+from tidelog.storage.transactions import AppendOrigin
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tidelog.broker.kafka_apis import KafkaApis
+    from tidelog.broker.server import BrokerServer
+
+__all__ = ["TxnApis"]
+
+logger = logging.getLogger(__name__)
+
+E = ErrorCode
+_CREATE_RETRY_S = 1.0
+# The first version of each API whose clients understand PRODUCER_FENCED (KIP-588).
+_PRODUCER_FENCED_SINCE = {
+    ApiKey.INIT_PRODUCER_ID: 4,
+    ApiKey.ADD_PARTITIONS_TO_TXN: 2,
+    ApiKey.ADD_OFFSETS_TO_TXN: 2,
+    ApiKey.END_TXN: 2,
+}
+
+
+def _client_error(api_key: int, version: int, error: int) -> int:
+    if error == E.PRODUCER_FENCED and version < _PRODUCER_FENCED_SINCE[api_key]:
+        return int(E.INVALID_PRODUCER_EPOCH)
+    return error
+
+
+class TxnApis:
+    def __init__(self, server: BrokerServer) -> None:
+        self.server = server
+        self.config = TransactionConfig.from_kafka_config(server.config)
+        self.coordinator = TransactionCoordinator(
+            server.broker_id, server.replica_manager, server.metadata_cache,
+            self._generate_producer_id, self.write_markers, self.config)
+        self._orig: dict[int, Any] = {}
+        self._creating: asyncio.Task[None] | None = None
+        self._last_create_attempt = 0.0
+
+    async def _generate_producer_id(self) -> int:
+        return await asyncio.to_thread(self.server.producer_id_manager.generate_producer_id)
+
+    # ------------------------------------------------------------------ wiring
+    def register(self, apis: KafkaApis) -> None:
+        """Plug the transaction APIs into `apis` (after the group APIs: FindCoordinator,
+        InitProducerId, LeaderAndIsr and StopReplica wrap the handlers there) and start."""
+        for key in (ApiKey.FIND_COORDINATOR, ApiKey.INIT_PRODUCER_ID, ApiKey.LEADER_AND_ISR,
+                    ApiKey.STOP_REPLICA):
+            self._orig[key] = apis.handlers[key]
+        for key, handler in {
+            ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
+            ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
+            ApiKey.LEADER_AND_ISR: self.handle_leader_and_isr,
+            ApiKey.STOP_REPLICA: self.handle_stop_replica,
+            ApiKey.ADD_PARTITIONS_TO_TXN: self.handle_add_partitions_to_txn,
+            ApiKey.ADD_OFFSETS_TO_TXN: self.handle_add_offsets_to_txn,
+            ApiKey.END_TXN: self.handle_end_txn,
+            ApiKey.WRITE_TXN_MARKERS: self.handle_write_txn_markers,
+            ApiKey.TXN_OFFSET_COMMIT: self.handle_txn_offset_commit,
+            ApiKey.DESCRIBE_TRANSACTIONS: self.handle_describe_transactions,
+            ApiKey.LIST_TRANSACTIONS: self.handle_list_transactions,
+        }.items():
+            apis.register_handler(key, handler)
+        self.coordinator.startup()
+
+    async def shutdown(self) -> None:
+        if self._creating is not None:
+            self._creating.cancel()
+        await self.coordinator.shutdown()
+
+    @property
+    def cache(self) -> Any:
+        return self.server.metadata_cache
+
+    # ------------------------------------------------------------------ leadership
+    def _sync(self, named: list[tuple[str, int]]) -> None:
+        core = self.server.replica_manager.core
+        for topic, partition in named:
+            if topic != TRANSACTION_STATE_TOPIC_NAME:
+                continue
+            p = core.partition(TopicPartition(topic, partition))
+            if p is not None and p.is_leader:
+                self.coordinator.state.on_election(partition, p.leader_epoch)
+            else:
+                self.coordinator.state.on_resignation(partition)
+
+    async def handle_leader_and_isr(self, ctx: RequestContext,
+                                    request: m_lai.LeaderAndIsrRequest) -> Any:
+        response = await self._orig[ApiKey.LEADER_AND_ISR](ctx, request)
+        self._sync(leader_and_isr_partitions(request))
+        return response
+
+    async def handle_stop_replica(self, ctx: RequestContext,
+                                  request: m_sr.StopReplicaRequest) -> Any:
+        response = await self._orig[ApiKey.STOP_REPLICA](ctx, request)
+        self._sync(stop_replica_partitions(request))
+        return response
+
+    # ------------------------------------------------------------------ FindCoordinator
+    async def handle_find_coordinator(self, ctx: RequestContext,
+                                      request: m_fc.FindCoordinatorRequest) -> Any:
+        if ctx.api_version < 1 or request.key_type != COORDINATOR_KEY_TRANSACTION:
+            return await self._orig[ApiKey.FIND_COORDINATOR](ctx, request)
+        if ctx.api_version >= 4:
+            out = []
+            for key in request.coordinator_keys:
+                e, n, h, p = self._find(key, ctx.listener_name)
+                out.append(m_fc.Coordinator(key=key, node_id=n, host=h, port=p, error_code=e,
+                                            error_message=error_message(e)))
+            return m_fc.FindCoordinatorResponse(coordinators=out)
+        e, n, h, p = self._find(request.key, ctx.listener_name)
+        return m_fc.FindCoordinatorResponse(error_code=e, error_message=error_message(e), node_id=n,
+                                            host=h, port=p)
+
+    def _find(self, transactional_id: str, listener: str) -> tuple[int, int, str, int]:
+        if not transactional_id:
+            return (int(E.INVALID_REQUEST), -1, "", -1)
+        if not self.cache.contains_topic(TRANSACTION_STATE_TOPIC_NAME):
+            self._maybe_create_topic()
+            return (int(E.COORDINATOR_NOT_AVAILABLE), -1, "", -1)
+        tp = TopicPartition(TRANSACTION_STATE_TOPIC_NAME,
+                            self.coordinator.state.partition_for(transactional_id))
+        return coordinator_endpoint(self.server, tp, listener)
+
+    def _maybe_create_topic(self) -> None:
+        if self._creating is not None and not self._creating.done():
+            return
+        if time.monotonic() - self._last_create_attempt < _CREATE_RETRY_S:
+            return
+        self._last_create_attempt = time.monotonic()
+        self._creating = asyncio.get_running_loop().create_task(self._create_topic())
+
+    async def _create_topic(self) -> None:
+        cfg = self.config
+        alive = len(self.cache.alive_broker_ids())
+        if alive < cfg.replication_factor:
+            logger.warning(
+                "Number of alive brokers '%d' does not meet the required replication factor "
+                "'%d' for the transactions state topic (configured via "
+                "'transaction.state.log.replication.factor'). This error can be ignored if the "
+                "cluster is starting up and not all brokers are up yet.", alive,
+                cfg.replication_factor)
+            return
+        topic_config = {  # Kafka's TransactionLog.DefaultTopicConfigs
+            "cleanup.policy": "compact",
+            "min.insync.replicas": str(cfg.min_isr),
+            "segment.bytes": str(cfg.segment_bytes),
+            "unclean.leader.election.enable": "false",
+            "compression.type": "uncompressed",
+        }
+        try:
+            await asyncio.to_thread(self.server.admin.create_topic, TRANSACTION_STATE_TOPIC_NAME,
+                                    cfg.num_partitions, cfg.replication_factor, topic_config)
+            logger.info("created %s (%d partitions, RF %d)", TRANSACTION_STATE_TOPIC_NAME,
+                        cfg.num_partitions, cfg.replication_factor)
+        except AdminError as e:
+            if e.error_code != E.TOPIC_ALREADY_EXISTS:
+                logger.warning("creating %s failed: %s", TRANSACTION_STATE_TOPIC_NAME, e)
+        except Exception as e:
+            logger.warning("creating %s failed: %s", TRANSACTION_STATE_TOPIC_NAME, e)
+
+    # ------------------------------------------------------------------ InitProducerId
+    async def handle_init_producer_id(self, ctx: RequestContext,
+                                      request: m_ipi.InitProducerIdRequest) -> Any:
+        if not request.transactional_id:
+            if request.transactional_id == "":
+                # Kafka: an empty transactional id is invalid (null means idempotence only).
+                return m_ipi.InitProducerIdResponse(error_code=E.INVALID_REQUEST)
+            return await self._orig[ApiKey.INIT_PRODUCER_ID](ctx, request)
+        pid, epoch = request.producer_id, request.producer_epoch
+        if (pid == NO_PRODUCER_ID) != (epoch == NO_PRODUCER_EPOCH):
+            return m_ipi.InitProducerIdResponse(error_code=E.INVALID_REQUEST)
+        expected = None if pid == NO_PRODUCER_ID else (pid, epoch)
+        r = await self.coordinator.handle_init_producer_id(
+            request.transactional_id, request.transaction_timeout_ms, expected)
+        error = _client_error(ApiKey.INIT_PRODUCER_ID, ctx.api_version, r.error)
+        if error:
+            return m_ipi.InitProducerIdResponse(error_code=error)
+        return m_ipi.InitProducerIdResponse(error_code=0, producer_id=r.producer_id,
+                                            producer_epoch=r.producer_epoch)
+
+    # ------------------------------------------------------------------ AddPartitionsToTxn
+    async def handle_add_partitions_to_txn(self, ctx: RequestContext,
+                                           request: m_apt.AddPartitionsToTxnRequest) -> Any:
+        wanted = [TopicPartition(t.name, p) for t in request.v3_and_below_topics
+                  for p in t.partitions]
+        unknown = {tp for tp in wanted if self.cache.partition(tp) is None}
+        if unknown:
+            # Any unknown partition fails the whole request; the others were not attempted.
+            errors = {tp: int(E.UNKNOWN_TOPIC_OR_PARTITION) if tp in unknown
+                      else int(E.OPERATION_NOT_ATTEMPTED) for tp in wanted}
+        else:
+            error = await self.coordinator.handle_add_partitions(
+                request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+                request.v3_and_below_producer_epoch, wanted)
+            error = _client_error(ApiKey.ADD_PARTITIONS_TO_TXN, ctx.api_version, error)
+            errors = {tp: error for tp in wanted}
+        by_topic: dict[str, list[m_apt.AddPartitionsToTxnPartitionResult]] = defaultdict(list)
+        for tp, error in errors.items():
+            by_topic[tp.topic].append(m_apt.AddPartitionsToTxnPartitionResult(
+                partition_index=tp.partition, partition_error_code=error))
+        return m_apt.AddPartitionsToTxnResponse(results_by_topic_v3_and_below=[
+            m_apt.AddPartitionsToTxnTopicResult(name=t, results_by_partition=rs)
+            for t, rs in by_topic.items()])
+
+    async def handle_add_offsets_to_txn(self, ctx: RequestContext,
+                                        request: m_aot.AddOffsetsToTxnRequest) -> Any:
+        group_apis = self.server.group_apis
+        assert group_apis is not None
+        tp = TopicPartition(GROUP_METADATA_TOPIC_NAME,
+                            group_apis.coordinator.partition_for(request.group_id))
+        error = await self.coordinator.handle_add_partitions(
+            request.transactional_id, request.producer_id, request.producer_epoch, [tp])
+        return m_aot.AddOffsetsToTxnResponse(
+            error_code=_client_error(ApiKey.ADD_OFFSETS_TO_TXN, ctx.api_version, error))
+
+    # ------------------------------------------------------------------ EndTxn
+    async def handle_end_txn(self, ctx: RequestContext, request: m_et.EndTxnRequest) -> Any:
+        error = await self.coordinator.handle_end_transaction(
+            request.transactional_id, request.producer_id, request.producer_epoch,
+            request.committed)
+        return m_et.EndTxnResponse(
+            error_code=_client_error(ApiKey.END_TXN, ctx.api_version, error))
+
+    # ------------------------------------------------------------------ WriteTxnMarkers
+    async def handle_write_txn_markers(self, ctx: RequestContext,
+                                       request: m_wtm.WriteTxnMarkersRequest) -> Any:
+        return await self.write_markers(request)
+
+    async def write_markers(self, request: m_wtm.WriteTxnMarkersRequest
+                            ) -> m_wtm.WriteTxnMarkersResponse:
+        """Append each marker to the partitions it names, all markers at once."""
+        rm = self.server.replica_manager
+        answers = []
+        for marker in request.markers:
+            answers.append(self._write_marker(rm, marker))
+        return m_wtm.WriteTxnMarkersResponse(markers=list(await asyncio.gather(*answers)))
+
+    async def _write_marker(self, rm: Any, marker: m_wtm.WritableTxnMarker
+                            ) -> m_wtm.WritableTxnMarkerResult:
+        errors: dict[TopicPartition, int] = {}
+        entries: dict[TopicPartition, Any] = {}
+        now = int(time.time() * 1000)
+        for topic in marker.topics:
+            for index in topic.partition_indexes:
+                tp = TopicPartition(topic.name, index)
+                if rm.core.partition(tp) is None:
+                    errors[tp] = int(E.UNKNOWN_TOPIC_OR_PARTITION)
+                    continue
+                entries[tp] = build_end_transaction_marker(
+                    commit=marker.transaction_result, producer_id=marker.producer_id,
+                    producer_epoch=marker.producer_epoch,
+                    coordinator_epoch=marker.coordinator_epoch, timestamp=now)
+        if entries:
+            results = await rm.append_records(-1, entries, self.config.request_timeout_ms,
+                                              origin=AppendOrigin.COORDINATOR)
+            for tp in entries:
+                r = results.get(tp)
+                errors[tp] = int(r.error) if r is not None else int(E.UNKNOWN_SERVER_ERROR)
+        offsets_partitions = {tp.partition for tp, e in errors.items()
+                              if not e and tp.topic == GROUP_METADATA_TOPIC_NAME}
+        if offsets_partitions and self.server.group_apis is not None:
+            self.server.group_apis.coordinator.handle_txn_completion(
+                marker.producer_id, offsets_partitions, marker.transaction_result)
+        by_topic: dict[str, list[m_wtm.WritableTxnMarkerPartitionResult]] = defaultdict(list)
+        for tp, error in errors.items():
+            by_topic[tp.topic].append(m_wtm.WritableTxnMarkerPartitionResult(
+                partition_index=tp.partition, error_code=error))
+        return m_wtm.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=[
+            m_wtm.WritableTxnMarkerTopicResult(name=t, partitions=ps)
+            for t, ps in by_topic.items()])
+
+    # ------------------------------------------------------------------ TxnOffsetCommit
+    async def handle_txn_offset_commit(self, ctx: RequestContext,
+                                       request: m_toc.TxnOffsetCommitRequest) -> Any:
+        results: dict[tuple[str, int], int] = {}
+        offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+        now = int(time.time() * 1000)
+        for topic in request.topics:
+            for p in topic.partitions:
+                key = (topic.name, p.partition_index)
+                if self.cache.partition(TopicPartition(*key)) is None:
+                    results[key] = int(E.UNKNOWN_TOPIC_OR_PARTITION)
+                    continue
+                offsets[key] = OffsetAndMetadata(
+                    p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "",
+                    now)
+        group_apis = self.server.group_apis
+        if offsets:
+            if group_apis is None:
+                results.update({k: int(E.COORDINATOR_NOT_AVAILABLE) for k in offsets})
+            else:
+                results.update(await group_apis.coordinator.handle_txn_commit_offsets(
+                    request.group_id, request.producer_id, request.producer_epoch,
+                    request.member_id, request.generation_id, request.group_instance_id,
+                    offsets))
+        by_topic: dict[str, list[m_toc.TxnOffsetCommitResponsePartition]] = defaultdict(list)
+        for (topic, partition), error in results.items():
+            by_topic[topic].append(m_toc.TxnOffsetCommitResponsePartition(
+                partition_index=partition, error_code=error))
+        return m_toc.TxnOffsetCommitResponse(topics=[
+            m_toc.TxnOffsetCommitResponseTopic(name=t, partitions=ps)
+            for t, ps in by_topic.items()])
+
+    # ------------------------------------------------------------------ Describe / List
+    async def handle_describe_transactions(
+            self, ctx: RequestContext, request: m_dtx.DescribeTransactionsRequest) -> Any:
+        out = []
+        for txn_id in request.transactional_ids:
+            state = m_dtx.TransactionState(transactional_id=txn_id)
+            error, md = (int(E.INVALID_REQUEST), None) if not txn_id \
+                else self.coordinator.describe(txn_id)
+            if md is not None and md.state == TxnState.DEAD:
+                error, md = int(E.TRANSACTIONAL_ID_NOT_FOUND), None
+            state.error_code = error
+            if md is not None:
+                topics: dict[str, list[int]] = defaultdict(list)
+                for tp in md.topic_partitions:
+                    topics[tp.topic].append(tp.partition)
+                state.transaction_state = md.state.kafka_name
+                state.transaction_timeout_ms = md.txn_timeout_ms
+                state.transaction_start_time_ms = md.txn_start_timestamp
+                state.producer_id = md.producer_id
+                state.producer_epoch = md.producer_epoch
+                state.topics = [m_dtx.TopicData(topic=t, partitions=sorted(ps))
+                                for t, ps in sorted(topics.items())]
+            out.append(state)
+        return m_dtx.DescribeTransactionsResponse(transaction_states=out)
+
+    async def handle_list_transactions(self, ctx: RequestContext,
+                                       request: m_ltx.ListTransactionsRequest) -> Any:
+        unknown: list[str] = []
+        states: set[TxnState] | None = None
+        if request.state_filters:
+            states = set()
+            for name in request.state_filters:
+                state = TxnState.from_kafka_name(name)
+                if state is None:
+                    unknown.append(name)
+                else:
+                    states.add(state)
+        producer_ids = set(request.producer_id_filters) or None
+        duration = request.duration_filter if ctx.api_version >= 1 else -1
+        error, found = self.coordinator.list_transactions(states, producer_ids, duration)
+        return m_ltx.ListTransactionsResponse(
+            error_code=error, unknown_state_filters=unknown,
+            transaction_states=[m_ltx.TransactionState(
+                transactional_id=md.transactional_id, producer_id=md.producer_id,
+                transaction_state=md.state.kafka_name) for md in found])
+
