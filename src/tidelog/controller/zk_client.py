@@ -62,7 +62,12 @@ from tidelog.controller.zk_data import (
     LeaderIsrAndControllerEpoch,
     TopicPartitionT,
 )
-from tidelog.controller.zk_interface import ControllerMovedError, NoTopicError, ZkClientError
+from tidelog.controller.zk_interface import (
+    ControllerMovedError,
+    KafkaZkReads,
+    NoTopicError,
+    ZkClientError,
+)
 
 __all__ = [
     "BrokerAlreadyRegisteredError",
@@ -115,7 +120,7 @@ class WatchHandle:
         self.cancelled = True
 
 
-class KafkaZkClient:
+class KafkaZkClient(KafkaZkReads):
     def __init__(
         self,
         connect_string: str,
@@ -760,16 +765,6 @@ class KafkaZkClient:
             return None
         return LeaderIsrAndControllerEpoch.decode(tp, data, int(stat.version))
 
-    def get_partition_states(
-        self, tps: Iterable[TopicPartitionT]
-    ) -> dict[TopicPartitionT, LeaderIsrAndControllerEpoch]:
-        out: dict[TopicPartitionT, LeaderIsrAndControllerEpoch] = {}
-        for tp in tps:
-            s = self.get_partition_state(tp)
-            if s is not None:
-                out[tp] = s
-        return out
-
     def update_leader_and_isr(
         self,
         tp: TopicPartitionT,
@@ -827,10 +822,7 @@ class KafkaZkClient:
         if isinstance(result, ZnodeStat):
             return True, int(result.version)
         if isinstance(result, BadVersionError):
-            current = self.get_partition_state(tp)
-            if current is not None and current.same_state(state):
-                return True, current.zk_version
-            return False, -1
+            return self._lost_compare_and_set(tp, state)
         if isinstance(result, NoNodeError):
             return False, -1
         raise ZkClientError(f"update of {zk_data.partition_state_path(tp)} failed: {result!r}")
@@ -861,19 +853,6 @@ class KafkaZkClient:
             if c.startswith(zk_data.ISR_CHANGE_PREFIX)
         )
 
-    def get_partitions_from_isr_change_notifications(
-        self, sequence_numbers: Iterable[str]
-    ) -> set[TopicPartitionT]:
-        out: set[TopicPartitionT] = set()
-        for seq in sequence_numbers:
-            path = zk_data.isr_change_path(seq)
-            try:
-                data, _ = self._retry(self._zk.get, path)
-            except NoNodeError:
-                continue  # deleted by an earlier controller
-            out |= zk_data.decode_isr_change_notification(path, data)
-        return out
-
     def delete_isr_change_notifications(
         self,
         sequence_numbers: Iterable[str] | None = None,
@@ -894,17 +873,6 @@ class KafkaZkClient:
             )
 
     # --- KIP-966 marks --------------------------------------------------------------------------
-
-    def get_unclean_replicas(self) -> dict[TopicPartitionT, set[int]]:
-        """The replicas marked as back from an unclean shutdown, per partition ({} if none)."""
-        data, _ = self.get_data_and_version(zk_data.UNCLEAN_REPLICAS_PATH)
-        if data is None:
-            return {}
-        try:
-            return zk_data.decode_unclean_replicas(data)
-        except zk_data.ZkDataError as e:
-            log.warning("ignoring %s", e)
-            return {}
 
     def set_unclean_replicas(
         self,

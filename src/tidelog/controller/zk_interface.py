@@ -14,20 +14,25 @@ raises `ControllerMovedError` once another controller was elected (Kafka's
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
+from tidelog.controller import zk_data
 from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch, TopicPartitionT
 from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
 
 __all__ = [
     "ControllerMovedError",
+    "KafkaZkReads",
     "NoTopicError",
     "ZkClientError",
     "ZooKeeperClient",
     "from_zk_state",
     "to_zk_state",
 ]
+
+log = logging.getLogger(__name__)
 
 
 class ZkClientError(RuntimeError):
@@ -119,6 +124,52 @@ class ZooKeeperClient(Protocol):
     def conditional_update_path(self, path: str, data: bytes, expected_version: int) -> bool:
         """Set the data iff the znode is at `expected_version`; False otherwise."""
         ...
+
+
+class KafkaZkReads(ZooKeeperClient):
+    """The operations that follow from the primitives above, written once for both
+    implementations (which subclass this)."""
+
+    def get_partition_states(
+        self, tps: Iterable[TopicPartitionT]
+    ) -> dict[TopicPartitionT, LeaderIsrAndControllerEpoch]:
+        out: dict[TopicPartitionT, LeaderIsrAndControllerEpoch] = {}
+        for tp in tps:
+            s = self.get_partition_state(tp)
+            if s is not None:
+                out[tp] = s
+        return out
+
+    def get_partitions_from_isr_change_notifications(
+        self, sequence_numbers: Iterable[str]
+    ) -> set[TopicPartitionT]:
+        out: set[TopicPartitionT] = set()
+        for seq in sequence_numbers:
+            path = zk_data.isr_change_path(seq)
+            data, _ = self.get_data_and_version(path)
+            if data is not None:  # else deleted by an earlier controller
+                out |= zk_data.decode_isr_change_notification(path, data)
+        return out
+
+    def get_unclean_replicas(self) -> dict[TopicPartitionT, set[int]]:
+        """The replicas marked as back from an unclean shutdown, per partition ({} if none)."""
+        data, _ = self.get_data_and_version(zk_data.UNCLEAN_REPLICAS_PATH)
+        if data is None:
+            return {}
+        try:
+            return zk_data.decode_unclean_replicas(data)
+        except zk_data.ZkDataError as e:
+            log.warning("ignoring %s", e)
+            return {}
+
+    def _lost_compare_and_set(self, tp: TopicPartitionT,
+                              state: LeaderIsrAndControllerEpoch) -> tuple[bool, int]:
+        """A state write that met another version: ok if the znode holds exactly `state` (our
+        own write whose answer was lost: Kafka's `checkLeaderAndIsrZkData`)."""
+        current = self.get_partition_state(tp)
+        if current is not None and current.same_state(state):
+            return True, current.zk_version
+        return False, -1
 
 
 def to_zk_state(state: LeaderAndIsrPartitionState) -> LeaderIsrAndControllerEpoch:

@@ -25,7 +25,12 @@ from typing import Any
 
 from tidelog.controller import zk_data
 from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch, TopicPartitionT
-from tidelog.controller.zk_interface import ControllerMovedError, NoTopicError, ZkClientError
+from tidelog.controller.zk_interface import (
+    ControllerMovedError,
+    KafkaZkReads,
+    NoTopicError,
+    ZkClientError,
+)
 from tidelog.sim.clock import Scheduler
 
 
@@ -63,7 +68,7 @@ class Session:
 WatchCallback = Callable[[str, str], None]  # (event type, path)
 
 
-class SimZooKeeper:
+class SimZooKeeper(KafkaZkReads):
     def __init__(self, scheduler: Scheduler, tick_ms: int = 100, watch_delay_ms: int = 1) -> None:
         self.scheduler = scheduler
         self.zxid = 0
@@ -230,16 +235,6 @@ class SimZooKeeper:
             return None
         return LeaderIsrAndControllerEpoch.decode(tp, node.data, node.stat.version)
 
-    def get_partition_states(
-        self, tps: Iterable[TopicPartitionT]
-    ) -> dict[TopicPartitionT, LeaderIsrAndControllerEpoch]:
-        out: dict[TopicPartitionT, LeaderIsrAndControllerEpoch] = {}
-        for tp in tps:
-            s = self.get_partition_state(tp)
-            if s is not None:
-                out[tp] = s
-        return out
-
     def create_partition_states(
         self,
         states: Mapping[TopicPartitionT, LeaderIsrAndControllerEpoch],
@@ -272,9 +267,7 @@ class SimZooKeeper:
         if code is ZkCode.SESSION_EXPIRED:
             raise ZkClientError(f"session {session_id:#x} expired")
         if code is ZkCode.BAD_VERSION:
-            current = self.get_partition_state(tp)
-            if current is not None and current.same_state(state):
-                return True, current.zk_version
+            return self._lost_compare_and_set(tp, state)
         return False, -1
 
     def update_leader_and_isr_many(
@@ -300,17 +293,6 @@ class SimZooKeeper:
                       for c in self.get_children(zk_data.ISR_CHANGE_NOTIFICATION_PATH)
                       if c.startswith(zk_data.ISR_CHANGE_PREFIX))
 
-    def get_partitions_from_isr_change_notifications(
-        self, sequence_numbers: Iterable[str]
-    ) -> set[TopicPartitionT]:
-        out: set[TopicPartitionT] = set()
-        for seq in sequence_numbers:
-            path = zk_data.isr_change_path(seq)
-            node = self.nodes.get(path)
-            if node is not None:
-                out |= zk_data.decode_isr_change_notification(path, node.data)
-        return out
-
     def delete_isr_change_notifications(
         self,
         sequence_numbers: Iterable[str] | None = None,
@@ -321,10 +303,6 @@ class SimZooKeeper:
                 else self.get_all_isr_change_notifications())
         for seq in seqs:
             self.delete(zk_data.isr_change_path(seq))
-
-    def get_unclean_replicas(self) -> dict[TopicPartitionT, set[int]]:
-        node = self.nodes.get(zk_data.UNCLEAN_REPLICAS_PATH)
-        return {} if node is None else zk_data.decode_unclean_replicas(node.data)
 
     def set_unclean_replicas(
         self,
