@@ -430,9 +430,9 @@ def _median_p99(rounds: list[list[Result]], target_part: str, linger: int | None
     return statistics.median(v) if v else None
 
 
-def fixed_rates_table(rounds: list[list[Result]]) -> str:
-    """Median over the rounds of each (target, linger.ms, rate); p99 over RF=1's and over
-    Apache Kafka's of the same row."""
+def fixed_rates_table(rounds: list[list[Result]], baseline: str | None = None) -> str:
+    """Median over the rounds of each (target, linger.ms, rate); p99 over RF=1's, over Apache
+    Kafka's and (with a `baseline` target) over the baseline's of the same row."""
     if not rounds:
         return ""
     keys = [(r.target, r.linger_ms, r.rate_records_s) for r in rounds[0]]
@@ -445,15 +445,18 @@ def fixed_rates_table(rounds: list[list[Result]]) -> str:
             "machine's load starved them. 'Load': the 1-minute load average after "
             "the row, per round:", "",
             "| target | linger.ms | rate records/s | achieved records/s | p50 ms | p99 ms | "
-            "p99 per round ms | p99 / RF=1 p99 | p99 / Kafka p99 | brokers' CPU ms per 1k "
+            "p99 per round ms | p99 / RF=1 p99 | p99 / Kafka p99 | "
+            + ("p99 / baseline p99 | " if baseline else "") + "brokers' CPU ms per 1k "
             "records | waiting for a CPU | load per round | errors |",
-            "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---:|"]
+            "|---|---:|---:|---:|---:|---:|---|---:|---:|" + ("---:|" if baseline else "")
+            + "---:|---:|---|---:|"]
     for key in keys:
         rs = [r for rnd in rounds for r in rnd
               if (r.target, r.linger_ms, r.rate_records_s) == key]
         p99 = statistics.median(r.pct(99) for r in rs)
         rf1 = _median_p99(rounds, "RF=1", key[1], key[2])
         kafka = _median_p99(rounds, "Kafka", key[1], key[2])
+        base = _median_p99(rounds, baseline, key[1], key[2]) if baseline else None
         rows.append(
             f"| {key[0]} | {key[1]} | {fmt(key[2] or 0)} | "
             f"{fmt(statistics.median(r.records_s for r in rs))} | "
@@ -461,6 +464,7 @@ def fixed_rates_table(rounds: list[list[Result]]) -> str:
             + ", ".join(fmt(r.pct(99), '.1f') for r in rs)
             + f" | {fmt(p99 / rf1 if rf1 else None, '.2f')}"
             + f" | {fmt(p99 / kafka if kafka else None, '.2f')} | "
+            + (f"{fmt(p99 / base if base else None, '.2f')} | " if baseline else "")
             + fmt(statistics.median(r.broker_cpu_ms_per_1k or 0.0 for r in rs), ".0f") + " | "
             + fmt(statistics.median(r.cpu_wait or 0.0 for r in rs), ".0%") + " | "
             + ", ".join(fmt(r.load, ".1f") for r in rs)
@@ -555,6 +559,43 @@ def measure_failover(cluster: LocalCluster, bootstrap: str, rate: float = 1000.0
     return Failover(victim, first_after, any_ack, stats["ok"], stats["errors"],
                     "" if acks_after else f"no record sent after the kill was acked in "
                                           f"{timeout_s:g} s")
+
+
+# -- a baseline tidelog ---------------------------------------------------------------------------
+
+
+def baseline_source(rev: str, into: Path) -> Path:
+    """tidelog's `src` at git revision `rev`, exported into `into` (git archive: the shared
+    repository is not touched) with its C accelerators built in place; returns the `src` dir."""
+    shutil.rmtree(into, ignore_errors=True)
+    into.mkdir(parents=True)
+    # (setup.py alone: the virtualenv's setuptools builds the extensions without the
+    # packaging metadata of pyproject.toml)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src", "setup.py"],
+                             capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    subprocess.run([sys.executable, "setup.py", "--quiet", "build_ext", "--build-lib", "src"],
+                   cwd=into, check=True, capture_output=True)
+    if not list((into / "src").rglob("_native_decoder*.so")):
+        raise RuntimeError(f"the C accelerators of {rev} were not built")
+    return into / "src"
+
+
+def start_baseline(src: Path, workdir: Path) -> LocalCluster:
+    """A second 3-broker tidelog cluster whose brokers import tidelog from `src` (PYTHONPATH
+    comes before the virtualenv's editable install on sys.path)."""
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(src)
+    try:
+        shutil.rmtree(workdir, ignore_errors=True)
+        cluster = LocalCluster(workdir)
+        cluster.up(3, OVERRIDES, timeout_s=90)
+        return cluster
+    finally:
+        if saved is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = saved
 
 
 # -- tansu -------------------------------------------------------------------------------------
@@ -733,6 +774,10 @@ def main() -> int:
     ap.add_argument("--targets", default="rf3,rf1,kafka,tansu",
                     help="comma-separated: rf3 (tidelog RF=3), rf1 (tidelog RF=1), kafka (Apache "
                          "Kafka RF=3), tansu")
+    ap.add_argument("--baseline", metavar="REV", action="append", default=[],
+                    help="also measure tidelog at git revision REV (its own cluster, RF=3; "
+                         "repeatable) in the fixed-rate and throughput rows: before/after in the "
+                         "same run; p99 ratios are over the first one's")
     ap.add_argument("--no-failover", action="store_true",
                     help="skip the kill -9 unavailability measurement")
     ap.add_argument("--dir", default=str(ROOT / "bench-data" / "cluster"),
@@ -758,6 +803,7 @@ def main() -> int:
     kafka_dir = workdir.with_name(workdir.name + "-kafka")
     cluster: LocalCluster | None = None
     kafka: KafkaCluster | None = None
+    baselines: list[tuple[str, LocalCluster, Path]] = []
     tansu: subprocess.Popen[bytes] | None = None
     try:
         if {"rf3", "rf1"} & set(targets) or not args.no_failover:
@@ -773,7 +819,15 @@ def main() -> int:
             shutil.rmtree(kafka_dir, ignore_errors=True)
             print(f"Apache Kafka: ZooKeeper and 3 brokers in {kafka_dir} ...", flush=True)
             kafka = KafkaCluster(kafka_dir).up(3, OVERRIDES)
-        peers: list[Target] = []
+        for n, rev in enumerate(args.baseline):
+            base_dir = workdir.with_name(f"{workdir.name}-baseline-{n}")
+            print(f"tidelog at {rev}: exporting and building ...", flush=True)
+            src = baseline_source(rev, base_dir / "source")
+            print(f"tidelog at {rev}: ZooKeeper and 3 brokers ...", flush=True)
+            baselines.append((rev, start_baseline(src, base_dir / "cluster"), base_dir))
+        peers: list[Target] = [
+            Target(f"tidelog {rev} RF=3", c.bootstrap_servers, 3, RF3_CONFIG,
+                   [b.pid for b in c.brokers.values() if b.pid]) for rev, c, _ in baselines]
         if cluster is not None:
             pids = [b.pid for b in cluster.brokers.values() if b.pid]
             if "rf3" in targets:
@@ -812,6 +866,10 @@ def main() -> int:
             cluster.down(timeout_s=20)
             if not args.keep_data:
                 shutil.rmtree(workdir, ignore_errors=True)
+        for _, c, base_dir in baselines:
+            c.down(timeout_s=20)
+            if not args.keep_data:
+                shutil.rmtree(base_dir, ignore_errors=True)
         if kafka is not None:
             kafka.down(timeout_s=30)
             if not args.keep_data:
@@ -821,7 +879,8 @@ def main() -> int:
     body = table(results, failover, ceilings) if results or failover else ""
     goal_lines = goals(results)
     if fixed:
-        body = (body + "\n\n" if body else "") + fixed_rates_table(fixed)
+        body = (body + "\n\n" if body else "") + fixed_rates_table(
+            fixed, f"tidelog {args.baseline[0]} RF=3" if args.baseline else None)
         goal_lines = "\n".join(x for x in (goal_lines, fixed_rates_goals(fixed)) if x)
     body += f"\n\nLoad average at the end of the run: {load_average()}."
     print()
@@ -835,6 +894,8 @@ def main() -> int:
                   + ("; Apache Kafka 3.9 (tidelog.testing.kafka_cluster: 3 brokers, ZooKeeper "
                      "mode, the same overrides; JVM " + " ".join(KAFKA_JVM_OPTIONS)
                      + ")" if "kafka" in targets else "")
+                  + "".join(f"; tidelog at {rev} (`git archive`, its own 3 brokers and "
+                            "ZooKeeper, the same overrides)" for rev in args.baseline)
                   + ("; tansu single node." if "tansu" in targets else "."))
         write_doc("python bench/cluster.py " + " ".join(sys.argv[1:]), machine, body,
                   goal_lines, config)
