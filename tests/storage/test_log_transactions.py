@@ -239,3 +239,39 @@ def test_retention_deletes_a_segments_index_with_it() -> None:
     assert fio.exists(path)
     assert log.delete_old_segments(now_ms=0) >= 1
     assert not fio.exists(path)
+
+
+def test_a_clean_reopen_restores_open_transactions_from_the_producer_snapshot() -> None:
+    fio = MemoryFileIO()
+    log = new_log(fio)
+    log.append_as_leader(txn(1), 0, 0)  # 0: stays open
+    log.append_as_leader(batch(b"z"), 0, 0)
+    log.flush()
+    log.close()
+    again = Log(DIR, small_config(), fio, recovery_point=2, had_clean_shutdown=True)
+    assert again.transactions.ongoing == {1: 0}
+    again.update_high_watermark(2)
+    assert again.last_stable_offset == 0
+
+
+def test_recovery_indexes_an_abort_whose_transaction_began_in_an_earlier_segment() -> None:
+    fio = MemoryFileIO()
+    log = new_log(fio)
+    log.append_as_leader(txn(1, b"x" * 300), 0, 0)  # 0: begins in the first segment
+    for i in range(4):
+        log.append_as_leader(batch(b"y" * 300, timestamp=i), 0, 0)
+    # The transaction's first segment goes (DeleteRecords): only the producer snapshots of
+    # the rolls still know where it began.
+    log.update_high_watermark(log.log_end_offset)
+    log.maybe_increment_log_start_offset(log.segments[1].base_offset)
+    assert log.delete_old_segments(now_ms=0) == 1
+    log.flush()  # everything so far durable
+    recovery_point = log.log_end_offset
+    log.append_as_leader(marker(1, commit=False), 0, 0, COORDINATOR)
+    marker_offset = log.log_end_offset - 1
+    log.flush(log.log_end_offset)
+    fio.remove(log.segments[-1].txn_index.path)  # the recovered segment's index is rebuilt
+    fio.crash()
+    again = Log(DIR, small_config(), fio, recovery_point=recovery_point,
+                log_start_offset=log.log_start_offset)
+    assert all_aborted(again) == [AbortedTxn(1, 0, marker_offset, marker_offset + 1)]

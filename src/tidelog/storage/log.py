@@ -50,9 +50,12 @@ from tidelog.storage.log_config import LogConfig
 from tidelog.storage.log_validator import needs_validation, validate_and_convert
 from tidelog.storage.producer_state_manager import (
     BatchMetadata,
+    CorruptSnapshotError,
     ProducerAppendInfo,
     ProducerStateManager,
     last_sequence,
+    read_snapshot,
+    snapshot_file_name,
 )
 from tidelog.storage.segment import (
     DELETED_SUFFIX,
@@ -426,27 +429,61 @@ class Log:
                                    bool(attributes & TRANSACTIONAL_FLAG_MASK))
         return list(updated.values()), None
 
+    def _seed_transactions(self) -> None:
+        """The open transactions are those of the producer state (Kafka's loadFromSnapshot)."""
+        self.transactions.seed({
+            pid: e.current_txn_first_offset
+            for pid, e in self.producer_state_manager.producers.items()
+            if e.current_txn_first_offset is not None
+        })
+
     def _rebuild_transactions(self, reindex: set[int]) -> None:
-        """The transaction state from the batches of the log (Kafka rebuilds it from a producer
-        snapshot and the log after it; tidelog reads the transactional batch headers of every
-        segment), and the `.txnindex` of each segment in `reindex` (recovered ones)."""
-        tracker = self.transactions
-        tracker.clear()
-        for segment in self.segments:
+        """The transaction state from the producer state, and the `.txnindex` of each segment
+        in `reindex` (recovered ones) rebuilt by replaying the log from the producer snapshot at
+        or before the first of them (Kafka's LogLoader.recoverSegment)."""
+        self._seed_transactions()
+        if not reindex:
+            return
+        first = min(reindex)
+        start, ongoing = self._ongoing_at_snapshot(first)
+        replay = TransactionTracker()
+        replay.seed(ongoing)
+        i = max(0, bisect.bisect_right(self._bases, start) - 1)
+        for segment in self.segments[i:]:
             rebuild = segment.base_offset in reindex
             if rebuild:
                 segment.txn_index.reset()
             for batch in segment.iter_batches(0):
-                if batch.producer_id < 0 or not batch.attributes & TXN_OR_CONTROL:
+                if (batch.base_offset < start or batch.producer_id < 0
+                        or not batch.attributes & TXN_OR_CONTROL):
                     continue
                 info = txn_batch_of(batch)
                 if info is None:
                     continue
-                for done, lso in tracker.append((info,), self.high_watermark):
+                for done, lso in replay.append((info,), self.high_watermark):
                     if rebuild and done.is_aborted:
                         segment.update_txn_index(
                             AbortedTxn(done.producer_id, done.first_offset, done.last_offset, lso)
                         )
+
+    def _ongoing_at_snapshot(self, offset: int) -> tuple[int, dict[int, int]]:
+        """(snapshot offset, open transactions there) of the latest readable producer snapshot
+        at or before `offset`; (the first segment's base, none) when there is none."""
+        for at in reversed(self.producer_state_manager.snapshot_offsets):
+            if at > offset:
+                continue
+            path = os.path.join(self.dir, snapshot_file_name(at))
+            try:
+                handle = self.file_io.open(path)
+                try:
+                    entries = read_snapshot(handle.read(0, handle.size()))
+                finally:
+                    handle.close()
+            except (OSError, CorruptSnapshotError):
+                continue
+            return at, {e.producer_id: e.current_txn_first_offset for e in entries
+                        if e.current_txn_first_offset is not None}
+        return self.segments[0].base_offset, {}
 
     def _complete_swaps(self) -> None:
         """Finish the log cleaner's interrupted segment replacements (Kafka's
@@ -614,7 +651,7 @@ class Log:
         unpack = HEADER_STRUCT.unpack_from
         stamp = _STAMP.pack_into
         crc = crc32c.crc32c
-        producers = self.transactions.producers
+        ongoing = self.transactions.ongoing
         txn_positions: list[tuple[int, int, int]] = []  # (position, end, base offset)
         producer_batches: list[tuple[int, int, int, int, int, int, int]] = []
         while pos < n:
@@ -662,7 +699,7 @@ class Log:
                 )
                 batch_ts = log_append_time
             if producer_id >= 0:
-                if attributes & TXN_OR_CONTROL or producer_id in producers:
+                if attributes & TXN_OR_CONTROL or producer_id in ongoing:
                     txn_positions.append((pos, end, next_offset))
                 producer_batches.append((next_offset, producer_id, producer_epoch, base_sequence,
                                          delta, batch_ts, attributes))
@@ -693,7 +730,8 @@ class Log:
                     duplicate=True,
                 )
         if txn_batches:
-            self.transactions.validate(txn_batches, origin)
+            self.transactions.validate(txn_batches, origin,
+                                       self.producer_state_manager.producers.get)
         data: memoryview | list[memoryview] = view
         if vectored:
             stamped = memoryview(headers)
@@ -1047,7 +1085,7 @@ class Log:
             # Snapshots past the new end go; the state reloads from the latest one left.
             self._rebuild_producer_state(self.log_end_offset, False, None)
             if not self.transactions.truncate(self.log_end_offset):
-                self._rebuild_transactions(set())
+                self._seed_transactions()
             if self._dir_dirty:
                 self.file_io.fsync_dir(self.dir)
                 self._dir_dirty = False

@@ -14,18 +14,25 @@ holds its marker, with the LSO right after the abort (Kafka's `lastStableOffset(
 the first offset of the earliest other ongoing transaction, else the marker's offset + 1).
 
 On the leader (`origin` CLIENT or COORDINATOR) batches are validated before anything is written,
-as Kafka's ProducerAppendInfo: an epoch older than the producer's is refused
-(INVALID_PRODUCER_EPOCH), a non-transactional batch while the producer has a transaction open
-(INVALID_TXN_STATE), a marker from an older coordinator epoch (TRANSACTION_COORDINATOR_FENCED),
-and a control batch from a client (INVALID_RECORD). Replicated batches are applied unchecked.
+with the transactional rules of Kafka's ProducerAppendInfo over the producer state manager's
+entries (storage/producer_state_manager.py checks data batches' epochs and sequences): a
+non-transactional batch while the producer has a transaction open (INVALID_TXN_STATE), a marker
+with an older producer epoch (INVALID_PRODUCER_EPOCH) or from an older coordinator epoch
+(TRANSACTION_COORDINATOR_FENCED), a control batch from a client (INVALID_RECORD). Replicated
+batches are applied unchecked.
+
+The ongoing transactions are rebuilt from the producer state (its entries' open transactions,
+from the latest snapshot and the log after it), as Kafka's loadFromSnapshot; a completed
+transaction whose marker is not yet below the HW is then forgotten (as in Kafka).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
 from tidelog.protocol.records.batch import (
     CONTROL_FLAG_MASK,
@@ -48,6 +55,7 @@ __all__ = [
     "InvalidProducerEpochError",
     "InvalidRecordError",
     "InvalidTxnStateError",
+    "ProducerTxnFields",
     "TransactionCoordinatorFencedError",
     "TransactionTracker",
     "TxnBatch",
@@ -126,146 +134,135 @@ def txn_batch_of(batch: RecordBatch, base_offset: int | None = None) -> TxnBatch
                     bool(attributes & TRANSACTIONAL_FLAG_MASK), marker)
 
 
+class ProducerTxnFields(Protocol):
+    """What validation reads of a producer's state (the producer state manager's entry)."""
+
+    producer_epoch: int
+    coordinator_epoch: int
+    current_txn_first_offset: int | None
+
+
 @dataclass(slots=True)
-class _ProducerTxnState:
+class _Overlay:
     producer_epoch: int = -1
     coordinator_epoch: int = -1
     current_txn_first_offset: int | None = None
 
 
 class TransactionTracker:
-    """Ongoing and unreplicated transactions of one log, and the producers' epochs."""
+    """Ongoing and unreplicated transactions of one log (Kafka's ongoingTxns and
+    unreplicatedTxns); the producers' epochs and open transactions themselves are the producer
+    state manager's entries, which `validate` reads."""
 
     def __init__(self) -> None:
-        self.producers: dict[int, _ProducerTxnState] = {}
+        # producer id -> first offset of its open transaction
+        self.ongoing: dict[int, int] = {}
         # completed transactions whose marker is not yet below the HW, in marker order
         self.unreplicated: list[CompletedTxn] = []
         # the largest marker offset of a completed transaction forgotten (HW passed it): a
-        # truncation at or below it cannot be undone from memory (the log is rescanned)
+        # truncation at or below it cannot be undone from memory
         self.forgotten_up_to = -1
         self._first_unstable: int | None = None
 
     # -- views -------------------------------------------------------------------------------
     @property
-    def ongoing(self) -> dict[int, int]:
-        """producer id -> first offset of its open transaction."""
-        return {pid: s.current_txn_first_offset for pid, s in self.producers.items()
-                if s.current_txn_first_offset is not None}
-
-    @property
     def first_unstable_offset(self) -> int | None:
         return self._first_unstable
 
-    def tracks(self, producer_id: int) -> bool:
-        """Whether a non-transactional batch of this producer must be checked (it has a
-        transaction open)."""
-        state = self.producers.get(producer_id)
-        return state is not None and state.current_txn_first_offset is not None
-
     def _update_first_unstable(self) -> None:
-        first: int | None = None
-        for state in self.producers.values():
-            offset = state.current_txn_first_offset
-            if offset is not None and (first is None or offset < first):
-                first = offset
-        for txn in self.unreplicated:
-            if first is None or txn.first_offset < first:
-                first = txn.first_offset
-        self._first_unstable = first
+        firsts = list(self.ongoing.values()) + [t.first_offset for t in self.unreplicated]
+        self._first_unstable = min(firsts) if firsts else None
 
     def last_stable_offset_after(self, completed: CompletedTxn) -> int:
         """The LSO right after `completed` (Kafka's lastStableOffset(completedTxn)), for its
         aborted-transaction entry: the first offset of the earliest transaction still open by
         another producer, else the marker's offset + 1."""
-        first: int | None = None
-        for pid, state in self.producers.items():
-            offset = state.current_txn_first_offset
-            if pid != completed.producer_id and offset is not None and (
-                first is None or offset < first
-            ):
-                first = offset
-        return completed.last_offset + 1 if first is None else first
+        others = [first for pid, first in self.ongoing.items() if pid != completed.producer_id]
+        return min(others) if others else completed.last_offset + 1
+
+    def seed(self, ongoing: Mapping[int, int]) -> None:
+        """Start over from the open transactions of a producer state (Kafka's
+        loadFromSnapshot): nothing is unreplicated."""
+        self.clear()
+        self.ongoing = dict(ongoing)
+        self._update_first_unstable()
 
     # -- appends -----------------------------------------------------------------------------
-    def validate(self, batches: Iterable[TxnBatch], origin: AppendOrigin) -> None:
-        """Check leader appends before anything is written; batches of one append are checked
-        in order, each against the state the earlier ones leave."""
+    def validate(
+        self,
+        batches: Iterable[TxnBatch],
+        origin: AppendOrigin,
+        producer: Callable[[int], ProducerTxnFields | None],
+    ) -> None:
+        """Check leader appends before anything is written (`producer(pid)`: its current state,
+        or None); the batches of one append are checked in order, each against the state the
+        earlier ones leave. Data batches' epochs and sequences are the producer state
+        manager's to check."""
         if origin is AppendOrigin.REPLICATION:
             return
-        overlay: dict[int, _ProducerTxnState] = {}
+        overlay: dict[int, _Overlay] = {}
         for b in batches:
             state = overlay.get(b.producer_id)
             if state is None:
-                known = self.producers.get(b.producer_id)
+                known = producer(b.producer_id)
                 state = overlay[b.producer_id] = (
-                    _ProducerTxnState() if known is None
-                    else _ProducerTxnState(known.producer_epoch, known.coordinator_epoch,
-                                           known.current_txn_first_offset)
-                )
-            self._apply(state, b, origin)
+                    _Overlay() if known is None
+                    else _Overlay(known.producer_epoch, known.coordinator_epoch,
+                                  known.current_txn_first_offset))
+            self._check(state, b, origin)
 
-    def _apply(
-        self, state: _ProducerTxnState, b: TxnBatch, origin: AppendOrigin
-    ) -> CompletedTxn | None:
-        checked = origin is not AppendOrigin.REPLICATION
-        if b.marker is not None and origin is AppendOrigin.CLIENT:
-            raise InvalidRecordError(
-                f"clients may not write control records (producer {b.producer_id} at offset "
-                f"{b.base_offset})"
-            )
-        if checked and b.producer_epoch < state.producer_epoch:
-            raise InvalidProducerEpochError(
-                f"epoch of producer {b.producer_id} at offset {b.base_offset} is "
-                f"{b.producer_epoch}, older than the last seen epoch {state.producer_epoch}"
-            )
-        if b.marker is not None:
-            is_abort, coordinator_epoch = b.marker
-            if checked and coordinator_epoch < state.coordinator_epoch:
-                raise TransactionCoordinatorFencedError(
-                    f"invalid coordinator epoch for producer {b.producer_id} at offset "
-                    f"{b.base_offset}: {coordinator_epoch} (zombie), {state.coordinator_epoch} "
-                    "(current)"
-                )
-            first = state.current_txn_first_offset
-            state.producer_epoch = b.producer_epoch
-            state.coordinator_epoch = coordinator_epoch
-            state.current_txn_first_offset = None
-            # A marker without data (an empty transaction) completes nothing.
-            if first is None:
-                return None
-            return CompletedTxn(b.producer_id, first, b.base_offset, is_abort)
-        if state.current_txn_first_offset is not None and not b.is_transactional:
-            if checked:
+    @staticmethod
+    def _check(state: _Overlay, b: TxnBatch, origin: AppendOrigin) -> None:
+        if b.marker is None:
+            if state.current_txn_first_offset is not None and not b.is_transactional:
                 raise InvalidTxnStateError(
                     f"expected a transactional write from producer {b.producer_id} at offset "
                     f"{b.base_offset}"
                 )
-        elif state.current_txn_first_offset is None and b.is_transactional:
-            state.current_txn_first_offset = b.base_offset
-        if b.producer_epoch > state.producer_epoch:
-            state.producer_epoch = b.producer_epoch
-        return None
+            if state.current_txn_first_offset is None and b.is_transactional:
+                state.current_txn_first_offset = b.base_offset
+            state.producer_epoch = max(state.producer_epoch, b.producer_epoch)
+            return
+        if origin is AppendOrigin.CLIENT:
+            raise InvalidRecordError(
+                f"clients may not write control records (producer {b.producer_id} at offset "
+                f"{b.base_offset})"
+            )
+        if b.producer_epoch < state.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"epoch of producer {b.producer_id} at offset {b.base_offset} is "
+                f"{b.producer_epoch}, older than the last seen epoch {state.producer_epoch}"
+            )
+        _, coordinator_epoch = b.marker
+        if coordinator_epoch < state.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"invalid coordinator epoch for producer {b.producer_id} at offset "
+                f"{b.base_offset}: {coordinator_epoch} (zombie), {state.coordinator_epoch} "
+                "(current)"
+            )
+        state.producer_epoch = b.producer_epoch
+        state.coordinator_epoch = coordinator_epoch
+        state.current_txn_first_offset = None
 
     def append(
         self, batches: Iterable[TxnBatch], high_watermark: int
     ) -> list[tuple[CompletedTxn, int]]:
-        """Apply batches that are now in the log (already validated on the leader). Returns the
-        transactions their markers completed, in order, each with the LSO right after it (for
-        the aborted ones' `.txnindex` entries)."""
+        """Apply batches that are now in the log. Returns the transactions their markers
+        completed, in order, each with the LSO right after it (for the aborted ones'
+        `.txnindex` entries). A marker closing no transaction (an empty one) completes none."""
         completed: list[tuple[CompletedTxn, int]] = []
         changed = False
         for b in batches:
-            state = self.producers.get(b.producer_id)
-            if state is None:
-                if not b.is_transactional:
-                    continue  # an idempotent producer never in a transaction: nothing to track
-                state = self.producers[b.producer_id] = _ProducerTxnState()
-            was_open = state.current_txn_first_offset is not None
-            done = self._apply(state, b, AppendOrigin.REPLICATION)
-            if done is not None:
-                completed.append((done, self.last_stable_offset_after(done)))
-                self._complete(done, high_watermark)
-            changed = changed or was_open != (state.current_txn_first_offset is not None)
+            if b.marker is not None:
+                first = self.ongoing.pop(b.producer_id, None)
+                if first is not None:
+                    done = CompletedTxn(b.producer_id, first, b.base_offset, b.marker[0])
+                    completed.append((done, self.last_stable_offset_after(done)))
+                    self._complete(done, high_watermark)
+                    changed = True
+            elif b.is_transactional and b.producer_id not in self.ongoing:
+                self.ongoing[b.producer_id] = b.base_offset
+                changed = True
         if changed:
             self._update_first_unstable()
         return completed
@@ -282,11 +279,10 @@ class TransactionTracker:
         ProducerStateManager.onHighWatermarkUpdated)."""
         if not self.unreplicated or self.unreplicated[0].last_offset >= high_watermark:
             return
-        keep = [t for t in self.unreplicated if t.last_offset >= high_watermark]
         for txn in self.unreplicated:
             if txn.last_offset < high_watermark:
                 self.forgotten_up_to = max(self.forgotten_up_to, txn.last_offset)
-        self.unreplicated = keep
+        self.unreplicated = [t for t in self.unreplicated if t.last_offset >= high_watermark]
         self._update_first_unstable()
 
     # -- truncation --------------------------------------------------------------------------
@@ -294,24 +290,20 @@ class TransactionTracker:
         """The log was truncated to `offset`. Transactions begun at or after it go; those whose
         marker went are open again. Returns False when that cannot be known from memory (a
         completed transaction already forgotten may have had its marker there): the caller then
-        rebuilds the state from the log."""
+        seeds the state from the producer state."""
         if offset <= self.forgotten_up_to:
             return False
-        for state in self.producers.values():
-            first = state.current_txn_first_offset
-            if first is not None and first >= offset:
-                state.current_txn_first_offset = None
+        self.ongoing = {pid: first for pid, first in self.ongoing.items() if first < offset}
         reopened = [t for t in self.unreplicated if t.last_offset >= offset]
         self.unreplicated = [t for t in self.unreplicated if t.last_offset < offset]
         for txn in reopened:
             if txn.first_offset < offset:
-                state = self.producers.setdefault(txn.producer_id, _ProducerTxnState())
-                state.current_txn_first_offset = txn.first_offset
+                self.ongoing[txn.producer_id] = txn.first_offset
         self._update_first_unstable()
         return True
 
     def clear(self) -> None:
-        self.producers.clear()
+        self.ongoing = {}
         self.unreplicated = []
         self.forgotten_up_to = -1
         self._first_unstable = None
