@@ -18,6 +18,7 @@ deadlines are compared with the ``now_ms`` passed in.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 
@@ -164,7 +165,10 @@ class DelayedOperationPurgatory:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._watchers: dict[TopicPartition, list[DelayedOperation]] = {}
+        # Per key, in the order watched: operations finish roughly in that order (the HW passes
+        # them one after the other, deadlines come in order), so finished ones leave from the
+        # front.
+        self._watchers: dict[TopicPartition, deque[DelayedOperation]] = {}
         self._deadlines: list[tuple[int, int, DelayedOperation]] = []
         self._seq = 0
         self._pending = 0
@@ -179,12 +183,17 @@ class DelayedOperationPurgatory:
         for key in op.keys:
             watchers = self._watchers.get(key)
             if watchers is None:
-                self._watchers[key] = [op]
+                self._watchers[key] = deque((op,))
                 continue
             # Drop watches of operations finished elsewhere (expired, or through another key):
             # a key that sees no activity is never checked, and each idle follower fetch that
-            # expires on it would otherwise stay in its list for good.
-            watchers[:] = [o for o in watchers if not o.is_completed]
+            # expires on it would otherwise stay in its list for good. Only from the front:
+            # scanning the whole list on every watch costs quadratic time when a connection
+            # pipelines many acks=all requests (hundreds wait on a partition at once), and a
+            # finished operation behind a live one leaves once that one has finished (every
+            # operation has a deadline).
+            while watchers and watchers[0].is_completed:
+                watchers.popleft()
             watchers.append(op)
         self._seq += 1
         heapq.heappush(self._deadlines, (op.deadline_ms, self._seq, op))
@@ -208,7 +217,7 @@ class DelayedOperationPurgatory:
                 remaining.append(op)
         if remaining:
             # An op completed re-entrantly may have added new watches for this key meanwhile.
-            self._watchers.setdefault(key, []).extend(remaining)
+            self._watchers.setdefault(key, deque()).extend(remaining)
         return done
 
     def expire(self, now_ms: int) -> list[Completion]:
