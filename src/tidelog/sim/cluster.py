@@ -25,6 +25,7 @@ from tidelog.sim.invariants import InvariantChecker, Violation, batch_signatures
 from tidelog.sim.messages import CLIENT_BASE, CONTROLLER_NODE, ZK_NODE, ZkRequest, ZkResponse
 from tidelog.sim.network import LinkConfig, Network
 from tidelog.sim.node import SimBroker
+from tidelog.sim.producer_invariants import check_producers
 from tidelog.sim.trace import Trace
 from tidelog.sim.zookeeper import SimZooKeeper, ZkCode
 from tidelog.storage.log_config import LogConfig
@@ -340,6 +341,7 @@ class SimCluster:
                 if cons.hw_regressions and self._consumer_hw_must_be_monotonic():
                     fail("MonotonicHighWatermark", tp, f"a consumer saw the HW go back "
                          f"{cons.hw_regressions} time(s) across leader changes")
+        out.extend(check_producers(self))  # NoDuplicates, InOrderSequences, NoDuplicateAck
         return out
 
     # -- ZooKeeper server ---------------------------------------------------------------------
