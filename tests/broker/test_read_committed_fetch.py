@@ -8,6 +8,7 @@ from typing import Any
 
 from harness import ActingController, BrokerThread, fetch, produce, send, values_of
 
+from tidelog.protocol.messages import describe_producers as m_dp
 from tidelog.protocol.messages import list_offsets as m_lo
 from tidelog.protocol.records.builder import Record, build_batch, build_end_transaction_marker
 from tidelog.replication.types import TopicPartition
@@ -19,12 +20,13 @@ def txn(pid: int, *values: bytes, seq: int = 0) -> bytearray:
                        base_sequence=seq, transactional=True)
 
 
-def write_marker(broker: BrokerThread, topic: str, pid: int, commit: bool) -> None:
+def write_marker(broker: BrokerThread, topic: str, pid: int, commit: bool,
+                 coordinator_epoch: int = 0) -> None:
     """What the transaction coordinator's WriteTxnMarkers has the leader do."""
     def append() -> None:
         p = broker.server.replica_manager.core.partition(TopicPartition(topic, 0))
         marker = build_end_transaction_marker(commit=commit, producer_id=pid, producer_epoch=0,
-                                              coordinator_epoch=0)
+                                              coordinator_epoch=coordinator_epoch)
         p.log.append_as_leader(marker, p.leader_epoch, 0, AppendOrigin.COORDINATOR)
         p.maybe_increment_leader_hw()  # one replica: committed at once
 
@@ -68,3 +70,22 @@ def test_read_committed_fetch_and_list_offsets(one_broker: BrokerThread,
     # The client drops producer 11's records below its abort marker and the control batches.
     assert values_of(done.records) == [b"aborted-1", b"aborted-2", b"committed", b"plain"]
     assert read_committed(port, "rc", 5).aborted_transactions == []
+
+
+def test_describe_producers_shows_open_transactions_and_coordinator_epochs(
+        one_broker: BrokerThread, controller: ActingController) -> None:
+    controller.create_topic("dp-txn", {0: [1]})
+    port = one_broker.port
+    produce(port, "dp-txn", 0, build_batch([Record(value=b"p")]))  # 0
+    assert produce(port, "dp-txn", 0, txn(21, b"a", b"b"))[0] == 0  # 1-2
+
+    def describe() -> Any:
+        resp = send(port, m_dp.DescribeProducersRequest(
+            topics=[m_dp.TopicRequest("dp-txn", [0])]))
+        (state,) = resp.topics[0].partitions[0].active_producers
+        return (state.producer_id, state.last_sequence, state.coordinator_epoch,
+                state.current_txn_start_offset)
+
+    assert describe() == (21, 1, -1, 1)
+    write_marker(one_broker, "dp-txn", 21, commit=True, coordinator_epoch=3)
+    assert describe() == (21, 1, 3, -1)

@@ -57,7 +57,6 @@ import shutil
 import time
 from typing import TYPE_CHECKING
 
-from tidelog.broker.producer_state import ProducerStateManager
 from tidelog.controller.admin import AdminError
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import ErrorCode
@@ -454,18 +453,17 @@ class AdminApis:
                 elif p is None:
                     res.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
                 else:
-                    states = rm.producer_states.get(tp)
-                    if states is None:
-                        # A replica that has never led here keeps no producer state: read it
-                        # from the log's batch headers, as a new leader would.
-                        states = ProducerStateManager()
-                        states.rebuild_from_log(p.log.batches(p.log.log_start_offset))
+                    # Any replica answers from its own log's producer state (Kafka's
+                    # Partition.activeProducerState), transactional fields included.
+                    entries = p.log.producer_state_manager.producers
                     res.active_producers = [
                         m_dp.ProducerState(
                             producer_id=pid, producer_epoch=e.producer_epoch,
                             last_sequence=e.last_seq, last_timestamp=e.last_timestamp,
-                            coordinator_epoch=-1, current_txn_start_offset=-1)
-                        for pid, e in sorted(states.producers.items())]
+                            coordinator_epoch=e.coordinator_epoch,
+                            current_txn_start_offset=(-1 if e.current_txn_first_offset is None
+                                                      else e.current_txn_first_offset))
+                        for pid, e in sorted(entries.items())]
             topics.append(m_dp.TopicResponse(name=t.name, partitions=partitions))
         return m_dp.DescribeProducersResponse(topics=topics)
 
