@@ -211,6 +211,8 @@ class SimCluster:
         for tp in self.tps:
             if self.offline_by_kip966(tp):
                 continue
+            if any(p.in_flight for p in self.producers if p.tp == tp):
+                return False  # retries still to land: the logs will change again
             s = self.zk_state(tp)
             leader = self.acting_leader(tp)
             if s is None or leader is None:
