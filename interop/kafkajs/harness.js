@@ -6,7 +6,7 @@
 // Usage: node harness.js <bootstrap host:port[,host:port...]> [differences]
 //
 // `differences` runs instead the steps where tidelog is known to differ because it lacks the
-// feature (docs/compatibility.md): a transactional producer, ListPartitionReassignments. The test checks that they still differ, so a fix shows.
+// feature (docs/compatibility.md): ListPartitionReassignments. The test checks that they still differ, so a fix shows.
 
 const crypto = require('crypto')
 const { Kafka, logLevel } = require('kafkajs')
@@ -298,7 +298,9 @@ async function main () {
     return groups.filter(g => g.groupId === group).length
   })
 
-  await step('deleteTopics', () => admin.deleteTopics({ topics: [topic, `${topic}-assigned`], timeout: 30000 }))
+  await transactions(admin)
+
+  await step('deleteTopics', () => admin.deleteTopics({ topics: [topic, `${topic}-assigned`, `${topic}-tx`], timeout: 30000 }))
   await step('listTopics after deleteTopics', async () => {
     const names = await until(() => admin.listTopics(), n => !n.includes(topic))
     return names.includes(topic)
@@ -308,20 +310,91 @@ async function main () {
   await step('admin disconnect', () => admin.disconnect())
 }
 
+// A transactional producer: a commit, an abort, offsets sent in a transaction (TxnOffsetCommit),
+// what a read_committed consumer then reads, and a second producer with the same transactional
+// id fencing the first.
+async function transactions (admin) {
+  const txTopic = `${topic}-tx`
+  const txGroup = `${group}-tx`
+  await step('createTopics for transactions', () =>
+    admin.createTopics({ topics: [{ topic: txTopic, numPartitions: 2, replicationFactor: 3 }], waitForLeaders: true, timeout: 30000 }))
+  const producer = kafka.producer({ transactionalId: `kafkajs-tx-${suffix}`, idempotent: true, maxInFlightRequests: 1 })
+  const sent = r => r.map(x => ({ partition: x.partition, errorCode: x.errorCode, baseOffset: x.baseOffset })).sort((a, b) => a.partition - b.partition)
+  await step('transactional producer connect', () => producer.connect())
+  await step('transaction send and commit', async () => {
+    const tx = await producer.transaction()
+    const r = await tx.send({ topic: txTopic, acks: -1, messages: [{ partition: 0, value: 'committed-1' }, { partition: 1, value: 'committed-2' }] })
+    await tx.commit()
+    return sent(r)
+  })
+  await step('transaction send and abort', async () => {
+    const tx = await producer.transaction()
+    const r = await tx.send({ topic: txTopic, acks: -1, messages: [{ partition: 0, value: 'aborted' }] })
+    await tx.abort()
+    return sent(r)
+  })
+  await step('transaction sendOffsets and commit', async () => {
+    const tx = await producer.transaction()
+    const r = await tx.send({ topic: txTopic, acks: -1, messages: [{ partition: 1, value: 'committed-3' }] })
+    await tx.sendOffsets({ consumerGroupId: txGroup, topics: [{ topic: txTopic, partitions: [{ partition: 0, offset: '1' }] }] })
+    await tx.commit()
+    return sent(r)
+  })
+  // The markers go out after EndTxn is answered, on Kafka too: wait for what they complete.
+  await step('fetchOffsets of the transaction', async () => {
+    const r = await until(() => admin.fetchOffsets({ groupId: txGroup, topics: [txTopic] }),
+      r => r[0].partitions.some(p => p.offset === '1'))
+    return r.map(t => [...t.partitions].sort((a, b) => a.partition - b.partition).map(p => ({ partition: p.partition, offset: p.offset })))
+  })
+  await step('fetchTopicOffsets after the transactions', async () => {
+    const r = await until(() => admin.fetchTopicOffsets(txTopic), r => r.every(o => o.high === '4'))
+    return r.sort((a, b) => a.partition - b.partition).map(o => ({ partition: o.partition, high: o.high, low: o.low }))
+  })
+  const reader = kafka.consumer({ groupId: `${txGroup}-reader`, maxWaitTimeInMs: 500, retry: { retries: 3, initialRetryTime: 200, maxRetryTime: 2000 } })
+  await step('read_committed consumer reads the committed records', async () => {
+    await reader.connect()
+    await reader.subscribe({ topics: [txTopic], fromBeginning: true })
+    const received = []
+    await new Promise((resolve, reject) => {
+      reader.run({
+        eachMessage: async ({ partition, message }) => {
+          received.push({ partition, offset: message.offset, value: message.value.toString() })
+          if (received.length >= 3) resolve()
+        },
+      }).catch(reject)
+      reader.on(reader.events.CRASH, e => reject(e.payload.error))
+    })
+    await reader.disconnect()
+    return received.sort((a, b) => a.partition - b.partition || Number(a.offset) - Number(b.offset))
+  })
+  const newer = kafka.producer({ transactionalId: `kafkajs-tx-${suffix}`, idempotent: true, maxInFlightRequests: 1 })
+  let newerTx
+  await step('a second producer with the same transactional id', async () => {
+    await newer.connect()
+    newerTx = await newer.transaction() // InitProducerId: bumps the epoch
+  })
+  await step('the first producer is fenced', async () => {
+    const tx = await producer.transaction()
+    try {
+      await tx.send({ topic: txTopic, acks: -1, messages: [{ partition: 0, value: 'zombie' }] })
+      await tx.commit()
+      return 'not fenced'
+    } catch (e) {
+      return { name: e.name, type: e.type, retriable: e.retriable }
+    }
+  })
+  await step('transactional producers disconnect', async () => {
+    if (newerTx) await newerTx.abort()
+    await producer.disconnect()
+    await newer.disconnect()
+  })
+}
+
 async function differences () {
   const admin = kafka.admin()
   await step('admin connect', () => admin.connect())
   await step('createTopics', () =>
     admin.createTopics({ topics: [{ topic, numPartitions: 1, replicationFactor: 3 }], waitForLeaders: true, timeout: 30000 }))
-  const producer = kafka.producer({ transactionalId: `kafkajs-tx-${suffix}`, idempotent: true, maxInFlightRequests: 1 })
-  await step('transactional producer send and commit', async () => {
-    await producer.connect()
-    const tx = await producer.transaction()
-    const r = await tx.send({ topic, acks: -1, messages: [{ partition: 0, value: 'in a transaction' }] })
-    await tx.commit()
-    return r.map(x => ({ partition: x.partition, errorCode: x.errorCode, baseOffset: x.baseOffset }))
-  })
-  await step('producer disconnect', () => producer.disconnect())
   await step('listPartitionReassignments', () => admin.listPartitionReassignments({ topics: [{ topic, partitions: [0] }] }))
   await step('deleteTopics', () => admin.deleteTopics({ topics: [topic], timeout: 30000 }))
   await step('admin disconnect', () => admin.disconnect())

@@ -73,6 +73,17 @@ STEPS = [
     "deleteGroups again",
     "describeGroups after deleteGroups",
     "listGroups after deleteGroups",
+    "createTopics for transactions",
+    "transactional producer connect",
+    "transaction send and commit",
+    "transaction send and abort",
+    "transaction sendOffsets and commit",
+    "fetchOffsets of the transaction",
+    "fetchTopicOffsets after the transactions",
+    "read_committed consumer reads the committed records",
+    "a second producer with the same transactional id",
+    "the first producer is fenced",
+    "transactional producers disconnect",
     "deleteTopics",
     "listTopics after deleteTopics",
     "deleteTopics unknown topic",
@@ -81,8 +92,7 @@ STEPS = [
 
 
 DIFFERENCE_STEPS = [
-    "admin connect", "createTopics", "transactional producer send and commit",
-    "producer disconnect", "listPartitionReassignments", "deleteTopics",
+    "admin connect", "createTopics", "listPartitionReassignments", "deleteTopics",
     "admin disconnect",
 ]
 
@@ -113,14 +123,21 @@ def test_kafkajs_sees_the_same_on_tidelog_as_on_kafka(pair: Pair) -> None:
     assert "deleteRecords partition 0 before offset 2: ok null" in on_kafka
     assert any(line.startswith("consumer consume and commit: ok [") for line in on_kafka)
     assert 'describeGroups: ok [{"errorCode":0,"state":"Empty"' in "\n".join(on_kafka)
+    # Transactions: only the committed records are read, the offsets sent in the transaction
+    # are the group's, and the first producer is fenced by the second.
+    assert ('read_committed consumer reads the committed records: ok [{"partition":0,"offset":"0",'
+            '"value":"committed-1"},{"partition":1,"offset":"0","value":"committed-2"},'
+            '{"partition":1,"offset":"2","value":"committed-3"}]') in on_kafka
+    assert ('fetchOffsets of the transaction: ok [[{"partition":0,"offset":"1"},'
+            '{"partition":1,"offset":"-1"}]]') in on_kafka
+    assert ('the first producer is fenced: ok {"name":"KafkaJSProtocolError",'
+            '"type":"INVALID_PRODUCER_EPOCH","retriable":false}') in on_kafka
 
 
 # Where tidelog lacks the feature, with what Kafka 3.9 answers (docs/compatibility.md lists them).
 # Each must still differ: a fix makes this test fail, and the step then moves to the harness's
 # compared steps.
 KNOWN_DIFFERENCES = {
-    "transactional producer send and commit":
-        'ok [{"partition":0,"errorCode":0,"baseOffset":"0"}]',  # no transactions
     "listPartitionReassignments": 'ok {"topics":[]}',  # ListPartitionReassignments not served
 }
 

@@ -24,6 +24,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.group_apis import (
@@ -62,7 +63,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tidelog.broker.kafka_apis import KafkaApis
     from tidelog.broker.server import BrokerServer
 
-__all__ = ["TxnApis"]
+__all__ = ["TxnApis", "write_txn_markers"]
 
 logger = logging.getLogger(__name__)
 
@@ -286,46 +287,10 @@ class TxnApis:
 
     async def write_markers(self, request: m_wtm.WriteTxnMarkersRequest
                             ) -> m_wtm.WriteTxnMarkersResponse:
-        """Append each marker to the partitions it names, all markers at once."""
-        rm = self.server.replica_manager
-        answers = []
-        for marker in request.markers:
-            answers.append(self._write_marker(rm, marker))
-        return m_wtm.WriteTxnMarkersResponse(markers=list(await asyncio.gather(*answers)))
-
-    async def _write_marker(self, rm: Any, marker: m_wtm.WritableTxnMarker
-                            ) -> m_wtm.WritableTxnMarkerResult:
-        errors: dict[TopicPartition, int] = {}
-        entries: dict[TopicPartition, Any] = {}
-        now = int(time.time() * 1000)
-        for topic in marker.topics:
-            for index in topic.partition_indexes:
-                tp = TopicPartition(topic.name, index)
-                if rm.core.partition(tp) is None:
-                    errors[tp] = int(E.UNKNOWN_TOPIC_OR_PARTITION)
-                    continue
-                entries[tp] = build_end_transaction_marker(
-                    commit=marker.transaction_result, producer_id=marker.producer_id,
-                    producer_epoch=marker.producer_epoch,
-                    coordinator_epoch=marker.coordinator_epoch, timestamp=now)
-        if entries:
-            results = await rm.append_records(-1, entries, self.config.request_timeout_ms,
-                                              origin=AppendOrigin.COORDINATOR)
-            for tp in entries:
-                r = results.get(tp)
-                errors[tp] = int(r.error) if r is not None else int(E.UNKNOWN_SERVER_ERROR)
-        offsets_partitions = {tp.partition for tp, e in errors.items()
-                              if not e and tp.topic == GROUP_METADATA_TOPIC_NAME}
-        if offsets_partitions and self.server.group_apis is not None:
-            self.server.group_apis.coordinator.handle_txn_completion(
-                marker.producer_id, offsets_partitions, marker.transaction_result)
-        by_topic: dict[str, list[m_wtm.WritableTxnMarkerPartitionResult]] = defaultdict(list)
-        for tp, error in errors.items():
-            by_topic[tp.topic].append(m_wtm.WritableTxnMarkerPartitionResult(
-                partition_index=tp.partition, error_code=error))
-        return m_wtm.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=[
-            m_wtm.WritableTxnMarkerTopicResult(name=t, partitions=ps)
-            for t, ps in by_topic.items()])
+        group_apis = self.server.group_apis
+        return await write_txn_markers(
+            self.server.replica_manager, request, self.config.request_timeout_ms,
+            group_apis.coordinator.handle_txn_completion if group_apis is not None else None)
 
     # ------------------------------------------------------------------ TxnOffsetCommit
     async def handle_txn_offset_commit(self, ctx: RequestContext,
@@ -405,3 +370,48 @@ class TxnApis:
                 transactional_id=md.transactional_id, producer_id=md.producer_id,
                 transaction_state=md.state.kafka_name) for md in found])
 
+
+async def write_txn_markers(
+    rm: Any, request: m_wtm.WriteTxnMarkersRequest, timeout_ms: int,
+    on_offsets_completed: Callable[[int, set[int], bool], None] | None,
+) -> m_wtm.WriteTxnMarkersResponse:
+    """The partition leader's side of WriteTxnMarkers: each marker appended (acks=all, as the
+    coordinator's) to every partition it names, all markers at once; `on_offsets_completed`
+    (producer id, offsets partitions, commit) for markers that landed on `__consumer_offsets`."""
+    answers = [_write_marker(rm, marker, timeout_ms, on_offsets_completed)
+               for marker in request.markers]
+    return m_wtm.WriteTxnMarkersResponse(markers=list(await asyncio.gather(*answers)))
+
+
+async def _write_marker(rm: Any, marker: m_wtm.WritableTxnMarker, timeout_ms: int,
+                        on_offsets_completed: Callable[[int, set[int], bool], None] | None,
+                        ) -> m_wtm.WritableTxnMarkerResult:
+    errors: dict[TopicPartition, int] = {}
+    entries: dict[TopicPartition, Any] = {}
+    now = int(time.time() * 1000)
+    for topic in marker.topics:
+        for index in topic.partition_indexes:
+            tp = TopicPartition(topic.name, index)
+            if rm.core.partition(tp) is None:
+                errors[tp] = int(E.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            entries[tp] = build_end_transaction_marker(
+                commit=marker.transaction_result, producer_id=marker.producer_id,
+                producer_epoch=marker.producer_epoch,
+                coordinator_epoch=marker.coordinator_epoch, timestamp=now)
+    if entries:
+        results = await rm.append_records(-1, entries, timeout_ms,
+                                          origin=AppendOrigin.COORDINATOR)
+        for tp in entries:
+            r = results.get(tp)
+            errors[tp] = int(r.error) if r is not None else int(E.UNKNOWN_SERVER_ERROR)
+    offsets_partitions = {tp.partition for tp, e in errors.items()
+                          if not e and tp.topic == GROUP_METADATA_TOPIC_NAME}
+    if offsets_partitions and on_offsets_completed is not None:
+        on_offsets_completed(marker.producer_id, offsets_partitions, marker.transaction_result)
+    by_topic: dict[str, list[m_wtm.WritableTxnMarkerPartitionResult]] = defaultdict(list)
+    for tp, error in errors.items():
+        by_topic[tp.topic].append(m_wtm.WritableTxnMarkerPartitionResult(
+            partition_index=tp.partition, error_code=error))
+    return m_wtm.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=[
+        m_wtm.WritableTxnMarkerTopicResult(name=t, partitions=ps) for t, ps in by_topic.items()])

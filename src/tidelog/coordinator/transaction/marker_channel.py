@@ -56,6 +56,8 @@ class TransactionMarkerChannel:
         self.write_locally = write_locally
         self.request_timeout_ms = request_timeout_ms
         self._connections: dict[int, BrokerConnection] = {}
+        # One connection per broker even when several transactions complete at once.
+        self._connecting: dict[int, asyncio.Lock] = {}
         self.markers_sent = 0
 
     async def close(self) -> None:
@@ -135,6 +137,10 @@ class TransactionMarkerChannel:
         return out
 
     async def _connection(self, broker_id: int) -> BrokerConnection:
+        async with self._connecting.setdefault(broker_id, asyncio.Lock()):
+            return await self._connect(broker_id)
+
+    async def _connect(self, broker_id: int) -> BrokerConnection:
         conn = self._connections.get(broker_id)
         if conn is not None and not conn.closed:
             return conn
