@@ -43,6 +43,7 @@ class LogManager:
         file_io: FileIO,
         now_ms: int = 0,
         topic_configs: dict[str, LogConfig] | None = None,
+        producer_id_expiration_ms: int = 86_400_000,
     ) -> None:
         if not log_dirs:
             raise ValueError("log.dirs must name at least one directory")
@@ -50,6 +51,8 @@ class LogManager:
         self.config = config
         self.file_io = file_io
         self.topic_configs: dict[str, LogConfig] = dict(topic_configs or {})
+        # producer.id.expiration.ms (Kafka's ProducerStateManagerConfig, given to every log)
+        self.producer_id_expiration_ms = producer_id_expiration_ms
         self.logs: dict[TopicPartition, Log] = {}
         self.log_dir_of: dict[TopicPartition, str] = {}
         self.offline_dirs: set[str] = set()
@@ -111,6 +114,7 @@ class LogManager:
                     log_start_offset=start_offsets.get(tp, 0),
                     now_ms=now_ms,
                     had_clean_shutdown=clean,
+                    producer_id_expiration_ms=self.producer_id_expiration_ms,
                 )
             except (StorageError, OSError) as exc:
                 logger.error("%s: cannot load %s: %s", log_dir, name, exc)
@@ -188,6 +192,7 @@ class LogManager:
             self.config_for(topic),
             self.file_io,
             now_ms=now_ms,
+            producer_id_expiration_ms=self.producer_id_expiration_ms,
         )
         try:
             self.file_io.fsync_dir(log_dir)  # the partition dir's name must survive a crash
@@ -221,6 +226,11 @@ class LogManager:
             log.delete_expired_files(now_ms)
             deleted += log.delete_old_segments(now_ms)
         return deleted
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Every log's producers idle for producer.id.expiration.ms (Kafka runs this per log
+        every producer.id.expiration.check.interval.ms); returns how many went."""
+        return sum(log.remove_expired_producers(now_ms) for log in self.all_logs())
 
     def flush_dirty_logs(self, now_ms: int) -> None:
         """flush.ms for every log (Kafka's kafka-log-flusher task)."""
