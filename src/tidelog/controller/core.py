@@ -15,9 +15,9 @@ shutdown. This module is that reaction without any I/O:
    compare-and-set (a leader changed the ISR meanwhile) is re-read by the shell
    (`refresh_partition`) and the event replayed, as Kafka's controller retries.
 
-Leader choice is `replication/election.py`'s rules, the same code the rest of tidelog uses. The
-simulator drives this class with its simulated ZooKeeper; the real controller of a later issue
-drives it with kazoo.
+Leader choice is `replication/election.py`'s rules, the same code the rest of tidelog uses. One
+execute loop (`executor.DecisionExecutor`) carries the decisions out, over the simulated
+ZooKeeper in the simulator and over kazoo in the real controller (controller.py).
 """
 
 from __future__ import annotations
