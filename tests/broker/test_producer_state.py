@@ -1,9 +1,11 @@
-"""Idempotent producers: Kafka's sequence rules per producer id and epoch, checked in the pure
-`ProducerStateManager` and end to end through a real broker, including after a restart (the
-state is rebuilt from the log's batch headers)."""
+"""Idempotent producers end to end through a real broker: duplicates answered with their
+original offsets, gaps and fenced epochs refused, and the same after a restart, where the state
+comes back from the log's producer snapshots (storage/producer_state_manager.py, whose rules
+tests/storage/test_producer_state_manager.py checks in detail)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -17,73 +19,18 @@ from harness import (
 )
 from zk_chroot import new_chroot
 
-from tidelog.broker.producer_state import (
-    NUM_BATCHES_TO_RETAIN,
-    ProducerStateManager,
-    SequenceCheck,
-    batch_producer_info,
-)
 from tidelog.cluster.zookeeper import ZooKeeperServer
 from tidelog.protocol.errors import ErrorCode
-from tidelog.protocol.records.batch import iter_batches
 from tidelog.protocol.records.builder import build_values
 
 PID = 4242
 
 
 def batch(seq: int, n: int = 1, epoch: int = 0, pid: int = PID, tag: bytes = b"v") -> bytearray:
+    # Timestamps of now: a producer idle for producer.id.expiration.ms (by its batches' max
+    # timestamp, as Kafka) is not reloaded.
     return build_values([tag + str(seq + i).encode() for i in range(n)], producer_id=pid,
-                        producer_epoch=epoch, base_sequence=seq)
-
-
-# ---------------------------------------------------------------- the pure state
-
-
-def test_sequence_rules() -> None:
-    st = ProducerStateManager()
-    info = batch_producer_info(batch(0, 3))
-    assert info is not None and (info.first_seq, info.last_seq) == (0, 2)
-    assert st.check_batch(info) == (SequenceCheck.OK, None)  # unknown producer: accepted
-    st.update(info, first_offset=10)
-    check, dup = st.check_batch(info)
-    assert check == SequenceCheck.DUPLICATE and dup is not None
-    assert (dup.first_offset, dup.last_offset) == (10, 12)
-    assert st.check_batch(batch_producer_info(batch(3)))[0] == SequenceCheck.OK
-    assert st.check_batch(batch_producer_info(batch(4)))[0] == SequenceCheck.OUT_OF_ORDER
-    assert st.check_batch(batch_producer_info(batch(1)))[0] == SequenceCheck.OUT_OF_ORDER
-    # A new epoch must start at 0; an older epoch is fenced.
-    assert st.check_batch(batch_producer_info(batch(5, epoch=1)))[0] == SequenceCheck.OUT_OF_ORDER
-    st.update(batch_producer_info(batch(0, epoch=1)), first_offset=13)
-    assert st.check_batch(batch_producer_info(batch(3, epoch=0)))[0] == SequenceCheck.INVALID_EPOCH
-    assert batch_producer_info(build_values([b"no producer"])) is None
-
-
-def test_only_the_last_five_batches_are_remembered() -> None:
-    st = ProducerStateManager()
-    for i in range(NUM_BATCHES_TO_RETAIN + 2):
-        st.update(batch_producer_info(batch(i)), first_offset=i)
-    assert st.check_batch(batch_producer_info(batch(0)))[0] == SequenceCheck.OUT_OF_ORDER
-    assert st.check_batch(batch_producer_info(batch(2)))[0] == SequenceCheck.DUPLICATE
-
-
-def test_sequence_wraps_at_int_max() -> None:
-    st = ProducerStateManager()
-    top = batch_producer_info(batch(2**31 - 2, n=2))
-    assert top is not None and top.last_seq == 2**31 - 1
-    st.update(top, first_offset=0)
-    assert st.check_batch(batch_producer_info(batch(0)))[0] == SequenceCheck.OK
-
-
-def test_rebuild_from_log_batches() -> None:
-    log = bytearray()
-    for offset, b in ((0, batch(0, 2)), (2, batch(2, 1)), (3, build_values([b"plain"]))):
-        b[0:8] = offset.to_bytes(8, "big")
-        log += b
-    st = ProducerStateManager()
-    assert st.rebuild_from_log(iter_batches(bytes(log))) == 3
-    check, dup = st.check_batch(batch_producer_info(batch(2, 1)))
-    assert check == SequenceCheck.DUPLICATE and dup is not None and dup.first_offset == 2
-    assert st.check_batch(batch_producer_info(batch(3)))[0] == SequenceCheck.OK
+                        producer_epoch=epoch, base_sequence=seq, now_ms=int(time.time() * 1000))
 
 
 # ---------------------------------------------------------------- through a broker
@@ -113,7 +60,10 @@ def test_duplicates_gaps_and_fencing_over_the_wire_and_after_restart(
     finally:
         b.stop()
         ctl.close()
-    # Restart on the same log dir: the state comes back from the log's batch headers.
+    # Restart on the same log dir: the clean shutdown left a producer snapshot at the log end,
+    # and the state comes back from it without reading the log.
+    log_dir = Path(props["log.dirs"]) / "idem-0"
+    assert (log_dir / "00000000000000000007.snapshot").exists()
     b = BrokerThread(props).start()
     ctl = ActingController(zk, [b])
     try:
@@ -121,6 +71,7 @@ def test_duplicates_gaps_and_fencing_over_the_wire_and_after_restart(
         ctl.topic_ids["idem"] = __import__("uuid").uuid4()
         ctl.send_leader_and_isr("idem", [0])
         ctl.send_update_metadata()
+        assert b.partition("idem", 0).log.producer_state_manager.batches_loaded == 0
         assert produce(b.port, "idem", 0, batch(0, epoch=1)) == (0, 5)
         assert produce(b.port, "idem", 0, batch(1, epoch=1)) == (0, 7)
         assert produce(b.port, "idem", 0, batch(3, 2)) [0] == ErrorCode.INVALID_PRODUCER_EPOCH
@@ -129,20 +80,3 @@ def test_duplicates_gaps_and_fencing_over_the_wire_and_after_restart(
     finally:
         b.stop()
         ctl.close()
-
-
-def test_follower_updates_and_truncation() -> None:
-    st = ProducerStateManager()
-    buf = bytearray()
-    for offset, b in ((0, batch(0, 2)), (2, batch(2, 2)), (4, batch(4, 1))):
-        b[0:8] = offset.to_bytes(8, "big")
-        buf += b
-    # Only the batches the append covered are recorded.
-    st.update_from_batches(iter_batches(bytes(buf)), first_offset=2, last_offset=3)
-    assert [(m.first_seq, m.first_offset) for m in st.producers[PID].batches] == [(2, 2)]
-    st.update_from_batches(iter_batches(bytes(buf)), first_offset=4, last_offset=4)
-    assert st.check_batch(batch_producer_info(batch(4)))[0] == SequenceCheck.DUPLICATE
-    st.truncate(4)  # the batch at offset 4 is gone: its retry is new again
-    assert st.check_batch(batch_producer_info(batch(4)))[0] == SequenceCheck.OK
-    st.truncate(0)
-    assert len(st) == 0

@@ -17,10 +17,9 @@ The core decides; this class performs and schedules:
   `isr-change-propagation` every 2.5 s (writes `/isr_change_notification/isr_change_<seq>` for
   the partitions the core hands out), plus the log manager's `kafka-log-retention`,
   `kafka-log-flusher` and `kafka-recovery-point-checkpoint`.
-- **Idempotent producers**: per partition a `ProducerStateManager`, checked before the core
-  appends (duplicates answered with their original offsets, gaps refused), rebuilt from the log
-  the first time the partition leads here, then kept up to date through role changes (the
-  fetcher's log is wrapped so that replicated batches and truncations update it).
+- **Idempotent producers**: each partition's log keeps their state
+  (storage/producer_state_manager.py) and answers a retried batch with its original offsets;
+  the core passes the answer back. Here only the `PeriodicProducerExpirationCheck` runs.
 
 Everything runs on the event loop thread; only ZooKeeper calls go to threads.
 """
@@ -36,14 +35,8 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from tidelog.broker.fetcher_manager import ReplicaFetcherManager
-from tidelog.broker.producer_state import (
-    ProducerStateManager,
-    SequenceCheck,
-    batch_producer_info,
-)
 from tidelog.broker.replication_events import ReplicationEventPublisher
 from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch
-from tidelog.protocol.records.batch import iter_batches
 from tidelog.replication.config import ReplicationConfig
 from tidelog.replication.errors import Errors
 from tidelog.replication.replica_manager import (
@@ -91,7 +84,6 @@ class BrokerReplicaManager:
         log_retention_check_interval_ms: int = 300_000,
         log_flush_scheduler_interval_ms: int = 2**63 - 1,
         recovery_point_checkpoint_interval_ms: int = 60_000,
-        producer_id_expiration_ms: int = 86_400_000,
     ) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
@@ -99,15 +91,13 @@ class BrokerReplicaManager:
         self.zk_client = zk_client
         self.core = ReplicaManager(broker_id, log_manager, config, broker_epoch=-1, now_ms=now_ms())
         self.fetcher_manager = ReplicaFetcherManager(
-            broker_id, self._logs_for_fetcher, config, endpoint_of,
+            broker_id, self.core.logs_for_fetcher, config, endpoint_of,
             num_fetchers=num_replica_fetchers, broker_epoch=-1, on_progress=self._after,
         )
-        self.producer_states: dict[TopicPartition, ProducerStateManager] = {}
         self._hw_interval_ms = high_watermark_checkpoint_interval_ms
         self._retention_ms = log_retention_check_interval_ms
         self._flush_ms = log_flush_scheduler_interval_ms
         self._recovery_ckpt_ms = recovery_point_checkpoint_interval_ms
-        self._producer_expiration_ms = producer_id_expiration_ms
         self._keys = itertools.count(1)
         self._waiters: dict[int, asyncio.Future[Any]] = {}
         # key -> results known before the wait (acks=-1): merged into the completion's
@@ -116,7 +106,6 @@ class BrokerReplicaManager:
         self._deadline_ms: int | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[Any]] = set()
-        self._changed = asyncio.Event()
         self._stopped = False
         self.isr_updates_ok = 0
         self.isr_updates_failed = 0
@@ -148,7 +137,9 @@ class BrokerReplicaManager:
                         lambda: self.log_manager.flush_dirty_logs(now_ms()))
         self._every("kafka-recovery-point-checkpoint", self._recovery_ckpt_ms,
                     self.log_manager.checkpoint_logs)
-        self._every("producer-id-expiration", 600_000, self._expire_producers)
+        # producer.id.expiration.check.interval.ms (Kafka's default, 10 minutes)
+        self._every("PeriodicProducerExpirationCheck", 600_000,
+                    lambda: self.log_manager.remove_expired_producers(now_ms()))
 
     async def shutdown(self) -> None:
         self._stopped = True
@@ -223,11 +214,6 @@ class BrokerReplicaManager:
         self.isr_notifications_written += 1
         self._isr_changes_unwritten = set()
 
-    def _expire_producers(self) -> None:
-        now = now_ms()
-        for states in self.producer_states.values():
-            states.expire(now, self._producer_expiration_ms)
-
     # ------------------------------------------------------------------ ISR writes
     def _propose_isr(self, prop: ProposeIsr) -> None:
         self._spawn(self._write_isr(prop))
@@ -281,8 +267,6 @@ class BrokerReplicaManager:
                     fut.set_result(early)
                 else:
                     fut.set_result(done)
-        self._changed.set()
-        self._changed = asyncio.Event()
         deadline = self.core.next_deadline_ms()
         if deadline is None:
             return
@@ -330,10 +314,6 @@ class BrokerReplicaManager:
                 p = self.core.partition(s.tp)
                 if p is None:
                     continue
-                # A state maintained since an earlier leadership here is kept (a follower
-                # updates it as it replicates); otherwise it is rebuilt from the log once.
-                if p.is_leader and s.tp not in self.producer_states:
-                    self._rebuild_producer_state(s.tp)
                 if (self.events is not None and p.is_leader
                         and led_before.get(s.tp) != p.leader_epoch):
                     self.events.leader_elected(s.tp.topic, s.tp.partition, p.leader_epoch,
@@ -341,33 +321,11 @@ class BrokerReplicaManager:
         self._after()
         return result
 
-    def _logs_for_fetcher(self, tp: TopicPartition) -> Any:
-        log = self.core.logs_for_fetcher(tp)
-        if log is None:
-            return None
-        states = self.producer_states.get(tp)
-        return log if states is None else _ProducerTrackingLog(log, states)
-
-    def _rebuild_producer_state(self, tp: TopicPartition) -> None:
-        p = self.core.partition(tp)
-        if p is None:
-            return
-        states = ProducerStateManager()
-        try:
-            states.rebuild_from_log(p.log.batches(p.log.log_start_offset))
-        except Exception as e:  # a damaged log answers retries as new batches, never crashes
-            logger.warning("%s: rebuilding producer state from the log failed: %s", tp, e)
-        self.producer_states[tp] = states
-
     def stop_replicas(
         self, controller_id: int, controller_epoch: int, partitions: Mapping[TopicPartition, bool]
     ) -> StopReplicaResult:
         result = self.core.stop_replicas(controller_id, controller_epoch, partitions, now_ms())
         self.fetcher_manager.apply(result.fetcher_actions)
-        if result.error == Errors.NONE:
-            for tp, delete in partitions.items():
-                if delete:
-                    self.producer_states.pop(tp, None)
         self._after()
         return result
 
@@ -379,104 +337,26 @@ class BrokerReplicaManager:
         """Append one batch per partition now; the returned future resolves to the results
         (acks=-1: once the ISR has them, or after ``timeout_ms``). The append happens before
         this returns, so the appends of a connection's pipelined requests stay in order while
-        their acknowledgements are awaited together. ``origin`` COORDINATOR: a coordinator's
-        records or transaction markers, which skip the idempotence check (the log validates
-        them as Kafka's AppendOrigin.Coordinator)."""
-        loop = asyncio.get_running_loop()
-        now = now_ms()
-        results: dict[TopicPartition, ProducePartitionResult] = {}
-        duplicates: dict[TopicPartition, int] = {}  # tp -> required offset (acks=-1)
-        to_append: dict[TopicPartition, Any] = {}
-        producer_infos: dict[TopicPartition, Any] = {}
-        for tp, records in entries.items():
-            p = self.core.partition(tp)
-            info = (batch_producer_info(records) if p is not None and p.is_leader
-                    and origin == AppendOrigin.CLIENT else None)
-            if info is None:
-                to_append[tp] = records
-                continue
-            states = self.producer_states.setdefault(tp, ProducerStateManager())
-            check, dup = states.check_batch(info)
-            if check == SequenceCheck.DUPLICATE:
-                assert dup is not None and p is not None
-                results[tp] = ProducePartitionResult(Errors.NONE, dup.first_offset, p.log_start_offset)
-                if acks == -1 and p.high_watermark <= dup.last_offset:
-                    duplicates[tp] = dup.last_offset + 1
-            elif check == SequenceCheck.OUT_OF_ORDER:
-                results[tp] = ProducePartitionResult(_OUT_OF_ORDER_SEQUENCE_NUMBER)  # type: ignore[arg-type]
-            elif check == SequenceCheck.INVALID_EPOCH:
-                results[tp] = ProducePartitionResult(_INVALID_PRODUCER_EPOCH)  # type: ignore[arg-type]
-            else:
-                to_append[tp] = records
-                producer_infos[tp] = (info, p.log_end_offset if p is not None else -1)
+        their acknowledgements are awaited together. A retried batch is answered by the log
+        with its original offsets (at acks=-1 once the HW passes them). ``origin``
+        COORDINATOR: a coordinator's records or transaction markers (the log validates them
+        as Kafka's AppendOrigin.Coordinator)."""
         acknowledged: asyncio.Future[dict[TopicPartition, ProducePartitionResult]] = (
-            loop.create_future())
-        waiting = False
-        if to_append:
-            key = next(self._keys)
-            outcome = self.core.append_records(acks, to_append, timeout_ms, now, request_key=key,
-                                               origin=origin)
-            for tp, (info, leo_before) in producer_infos.items():
-                p = self.core.partition(tp)
-                if p is not None and p.log_end_offset > leo_before >= 0:
-                    self.producer_states[tp].update(info, leo_before)
-            if outcome.delayed:
-                # resolved by _after with these results and the completion's
-                self._waiters[key] = acknowledged
-                self._early_results[key] = results
-                waiting = True
-            else:
-                assert outcome.results is not None
-                results.update(outcome.results)
-            # The append may complete followers' delayed fetches (and, at acks=-1 with nobody
-            # else to wait for, this request): answer them in this same turn.
-            self._after()
-        if duplicates:
-            return loop.create_task(self._acknowledge_duplicates(
-                acknowledged if waiting else None, duplicates, now + timeout_ms, results))
-        if not waiting:
-            acknowledged.set_result(results)
+            asyncio.get_running_loop().create_future())
+        key = next(self._keys)
+        outcome = self.core.append_records(acks, entries, timeout_ms, now_ms(), request_key=key,
+                                           origin=origin)
+        if outcome.delayed:
+            # resolved by _after with the completion's results
+            self._waiters[key] = acknowledged
+            self._early_results[key] = {}
+        else:
+            assert outcome.results is not None
+            acknowledged.set_result(dict(outcome.results))
+        # The append may complete followers' delayed fetches (and, at acks=-1 with nobody
+        # else to wait for, this request): answer them in this same turn.
+        self._after()
         return acknowledged
-
-    async def _acknowledge_duplicates(
-        self,
-        appended: asyncio.Future[dict[TopicPartition, ProducePartitionResult]] | None,
-        duplicates: dict[TopicPartition, int],
-        deadline_ms: int,
-        results: dict[TopicPartition, ProducePartitionResult],
-    ) -> dict[TopicPartition, ProducePartitionResult]:
-        """acks=all with retried batches: the appended ones as usual, the duplicates once the
-        HW has passed their originals."""
-        if appended is not None:
-            results = await appended
-        await self._await_high_watermarks(duplicates, deadline_ms, results)
-        return results
-
-    async def _await_high_watermarks(
-        self,
-        required: dict[TopicPartition, int],
-        deadline_ms: int,
-        results: dict[TopicPartition, ProducePartitionResult],
-    ) -> None:
-        """acks=all for a duplicate batch: answer once the original is committed (HW past it)."""
-        pending = dict(required)
-        while pending:
-            for tp, offset in list(pending.items()):
-                p = self.core.partition(tp)
-                if p is None or not p.is_leader:
-                    results[tp] = ProducePartitionResult(Errors.NOT_LEADER_OR_FOLLOWER)
-                    del pending[tp]
-                elif p.high_watermark >= offset:
-                    del pending[tp]
-            remaining = deadline_ms - now_ms()
-            if not pending:
-                return
-            if remaining <= 0:
-                for tp in pending:
-                    results[tp] = ProducePartitionResult(Errors.REQUEST_TIMED_OUT)
-                return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout=min(remaining / 1000, 0.5))
 
     # ------------------------------------------------------------------ fetch
     async def fetch_messages(
@@ -514,38 +394,3 @@ class BrokerReplicaManager:
         self, replica_id: int, partitions: Mapping[TopicPartition, tuple[int, int]]
     ) -> dict[TopicPartition, ListOffsetsPartitionResult]:
         return self.core.list_offsets(replica_id, partitions)
-
-
-class _ProducerTrackingLog:
-    """A follower's log as its fetcher sees it: appends and truncations also update the
-    partition's producer state. Everything else is the log itself."""
-
-    __slots__ = ("_log", "_states")
-
-    def __init__(self, log: Any, states: ProducerStateManager) -> None:
-        self._log = log
-        self._states = states
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._log, name)
-
-    def append_as_follower(self, records: Any, now_ms: int) -> Any:
-        info = self._log.append_as_follower(records, now_ms)
-        if info.record_count:
-            self._states.update_from_batches(iter_batches(records), info.first_offset,
-                                             info.last_offset)
-        return info
-
-    def truncate_to(self, target_offset: int) -> bool:
-        done = self._log.truncate_to(target_offset)
-        self._states.truncate(target_offset)
-        return done
-
-    def truncate_fully_and_start_at(self, offset: int, now_ms: int | None = None) -> None:
-        self._log.truncate_fully_and_start_at(offset, now_ms)
-        self._states.producers.clear()
-
-
-# Kafka error codes the core does not define (idempotent producer).
-_OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-_INVALID_PRODUCER_EPOCH = 47

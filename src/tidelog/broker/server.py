@@ -178,7 +178,8 @@ class BrokerServer:
         base = LogConfig.from_dict(self.dynamic_config.current.log_config())
         topic_configs = await asyncio.to_thread(self._read_topic_configs, base)
         self.log_manager = await asyncio.to_thread(
-            LogManager, cfg.log_dirs, base, OsFileIO(), now_ms(), topic_configs)
+            LogManager, cfg.log_dirs, base, OsFileIO(), now_ms(), topic_configs,
+            producer_id_expiration_ms=cfg.get("producer.id.expiration.ms"))
         if set(self.log_manager.log_dirs) <= self.log_manager.offline_dirs:
             # Kafka shuts down when no log dir is usable.
             raise RuntimeError(f"no usable log directory among {', '.join(cfg.log_dirs)}")
@@ -191,7 +192,6 @@ class BrokerServer:
             log_retention_check_interval_ms=cfg.get("log.retention.check.interval.ms"),
             log_flush_scheduler_interval_ms=cfg.get("log.flush.scheduler.interval.ms"),
             recovery_point_checkpoint_interval_ms=cfg.get("log.flush.offset.checkpoint.interval.ms") or 60_000,
-            producer_id_expiration_ms=cfg.get("producer.id.expiration.ms"),
         )
         self.apis = KafkaApis(self)
         self.group_apis = GroupApis(self)  # the group coordinator's APIs (register_handler)
