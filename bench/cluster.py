@@ -564,9 +564,12 @@ def measure_failover(cluster: LocalCluster, bootstrap: str, rate: float = 1000.0
 # -- a baseline tidelog ---------------------------------------------------------------------------
 
 
-def baseline_source(rev: str, into: Path) -> Path:
-    """tidelog's `src` at git revision `rev`, exported into `into` (git archive: the shared
-    repository is not touched) with its C accelerators built in place; returns the `src` dir."""
+def baseline_source(spec: str, into: Path) -> Path:
+    """tidelog's `src` at git revision `spec`, exported into `into` (git archive: the shared
+    repository is not touched) with its C accelerators built in place; returns the `src` dir.
+    `REV without C1,C2` exports REV with the changes of commits C1 and C2 taken out again
+    (one change measured against the same code otherwise)."""
+    rev, _, without = spec.partition(" without ")
     shutil.rmtree(into, ignore_errors=True)
     into.mkdir(parents=True)
     # (setup.py alone: the virtualenv's setuptools builds the extensions without the
@@ -574,6 +577,10 @@ def baseline_source(rev: str, into: Path) -> Path:
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src", "setup.py"],
                              capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    for commit in reversed([c.strip() for c in without.split(",") if c.strip()]):
+        diff = subprocess.run(["git", "-C", str(ROOT), "show", "--format=", commit, "--", "src"],
+                              capture_output=True, check=True).stdout
+        subprocess.run(["patch", "--quiet", "-R", "-p1", "-d", str(into)], input=diff, check=True)
     subprocess.run([sys.executable, "setup.py", "--quiet", "build_ext", "--build-lib", "src"],
                    cwd=into, check=True, capture_output=True)
     if not list((into / "src").rglob("_native_decoder*.so")):
@@ -776,8 +783,9 @@ def main() -> int:
                          "Kafka RF=3), tansu")
     ap.add_argument("--baseline", metavar="REV", action="append", default=[],
                     help="also measure tidelog at git revision REV (its own cluster, RF=3; "
-                         "repeatable) in the fixed-rate and throughput rows: before/after in the "
-                         "same run; p99 ratios are over the first one's")
+                         "repeatable; 'REV without C1,C2': REV with those commits' changes to "
+                         "src reverted) in the fixed-rate and throughput rows: before/after in "
+                         "the same run; p99 ratios are over the first one's")
     ap.add_argument("--no-failover", action="store_true",
                     help="skip the kill -9 unavailability measurement")
     ap.add_argument("--dir", default=str(ROOT / "bench-data" / "cluster"),
