@@ -162,9 +162,9 @@ class SimCluster:
     def failover_controller(self) -> None:
         self._start_controller()
 
-    def add_producer(self, tp: TopicPartition, acks: int) -> Producer:
+    def add_producer(self, tp: TopicPartition, acks: int, idempotent: bool = True) -> Producer:
         p = Producer(CLIENT_BASE + len(self.producers) + 100 * len(self.consumers), tp, acks,
-                     self.scheduler, self.network, self.leader_of)
+                     self.scheduler, self.network, self.leader_of, idempotent=idempotent)
         self.producers.append(p)
         return p
 

@@ -166,7 +166,10 @@ class ScenarioRun:
     def producer(self, acks: int) -> Producer:
         p = self._producers.get(acks)
         if p is None:
-            p = self._producers[acks] = self.cluster.add_producer(self.tp, acks)
+            # One attempt per write, no retries: the scripts count refusals and place each
+            # write (the random runs use idempotent, retrying producers).
+            p = self._producers[acks] = self.cluster.add_producer(self.tp, acks,
+                                                                  idempotent=False)
         return p
 
     def produce(self, n: int, acks: int = -1, wait: bool = True, max_ms: int = 5000) -> int:
