@@ -305,7 +305,8 @@ define("queued.max.requests", "int", 500, at_least(1),
        doc=_UNUSED + ": requests are handled on the event loop as they are read; there is no "
            "shared request queue to bound")
 define("request.timeout.ms", "int", 30000, at_least(0),
-       doc=_UNUSED + ": the broker sends no request timed by it (the controller's use "
+       doc="the transaction coordinator's: its __transaction_state writes and WriteTxnMarkers "
+           "requests, and a partition leader's marker writes (the controller's requests use "
            "controller.socket.timeout.ms)")
 # --- Socket server
 define("listeners", "string", "PLAINTEXT://:9092")
@@ -363,9 +364,10 @@ define("log.preallocate", "boolean", False,
        doc="false only: tidelog does not preallocate segment files")
 define("log.message.timestamp.type", "string", "CreateTime", one_of("CreateTime", "LogAppendTime"))
 define("log.message.timestamp.difference.max.ms", "long", LONG_MAX)
-define("log.message.downconversion.enable", "boolean", False,
-       doc="false only (Kafka's default is true): tidelog serves Fetch v4+ and never "
-           "down-converts records")
+define("log.message.downconversion.enable", "boolean", True,
+       doc="Kafka consults it for a client's Fetch v0-3 only (down-convert, or refuse with "
+           "UNSUPPORTED_VERSION); tidelog serves Fetch v4+, so either value answers every "
+           "fetch as Kafka does")
 define("num.recovery.threads.per.data.dir", "int", 1, at_least(1), doc=_UNUSED)
 define("auto.create.topics.enable", "boolean", True)
 define("min.insync.replicas", "int", 1, at_least(1))
