@@ -361,7 +361,16 @@ class GroupApis:
         by_topic: dict[str, list[m_of.OffsetFetchResponsePartition]] = {}
         items = [(tp, None) for tp in wanted or []] if error else sorted(
             found.items(), key=lambda kv: kv[0])
+        # v7 require_stable (KIP-447): an offset an open transaction is committing is answered
+        # UNSTABLE_OFFSET_COMMIT (retriable) until the transaction ends.
+        pending = self.coordinator.pending_txn
         for (topic, partition), om in items:
+            if (not error and request.require_stable
+                    and pending.has_pending(request.group_id, (topic, partition))):
+                by_topic.setdefault(topic, []).append(m_of.OffsetFetchResponsePartition(
+                    partition_index=partition, committed_offset=-1, committed_leader_epoch=-1,
+                    metadata="", error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT))
+                continue
             by_topic.setdefault(topic, []).append(m_of.OffsetFetchResponsePartition(
                 partition_index=partition,
                 committed_offset=om.offset if om is not None else -1,
