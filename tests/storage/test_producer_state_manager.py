@@ -25,7 +25,7 @@ from tidelog.storage.producer_state_manager import (
     snapshot_file_name,
     write_snapshot,
 )
-from tidelog.storage.transactions import InvalidProducerEpochError
+from tidelog.storage.transactions import InvalidProducerEpochError, InvalidRecordError
 
 DIR = "/data/t-0"
 PID = 4242
@@ -85,6 +85,13 @@ def test_sequence_gaps_new_epochs_and_fenced_epochs_are_refused() -> None:
         log.append_as_leader(batch(6, epoch=0), 0, now_ms=0)
     assert log.log_end_offset == 2
     log.append_as_leader(batch(9, pid=77), 0, now_ms=0)  # producers are independent
+
+
+def test_a_client_batch_with_a_producer_id_but_no_sequence_is_an_invalid_record() -> None:
+    log = new_log()
+    with pytest.raises(InvalidRecordError):
+        log.append_as_leader(batch(-1), 0, now_ms=0)
+    assert log.log_end_offset == 0
 
 
 def test_only_the_last_five_batches_are_remembered_and_sequences_wrap() -> None:

@@ -72,6 +72,7 @@ from tidelog.storage.transaction_index import TXN_INDEX_SUFFIX, AbortedTxn
 from tidelog.storage.transactions import (
     TXN_OR_CONTROL,
     AppendOrigin,
+    InvalidRecordError,
     TransactionTracker,
     TxnBatch,
     txn_batch_of,
@@ -418,6 +419,10 @@ class Log:
                 continue
             last_seq = last_sequence(base_seq, delta)
             if origin is AppendOrigin.CLIENT:
+                if base_seq < 0:  # Kafka's LogValidator, for client batches
+                    raise InvalidRecordError(
+                        f"invalid sequence number {base_seq} in record batch with producerId "
+                        f"{pid} in topic partition {psm.topic_partition}")
                 entry = psm.producers.get(pid)
                 if entry is not None:
                     duplicate = entry.find_duplicate_batch(epoch, base_seq, last_seq)
