@@ -57,8 +57,7 @@ from _machine import machine_description
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tidelog.cluster.local import LocalCluster
-from tidelog.testing.kafka_cluster import JVM_OPTIONS as KAFKA_JVM_OPTIONS
-from tidelog.testing.kafka_cluster import KafkaCluster
+from tidelog.testing.kafka_cluster import JVM_OPTIONS, KafkaCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -73,6 +72,10 @@ OVERRIDES = {
     "auto.leader.rebalance.enable": "false",
 }
 RF3_CONFIG = {"min.insync.replicas": "2"}
+# Apache Kafka as a peer: the test launcher's flags without its C1-only JIT limit (a quick start
+# for tests, a handicap for a benchmark), and a 1 GiB heap (kafka-server-start.sh's default).
+KAFKA_JVM_OPTIONS = tuple(o for o in JVM_OPTIONS if o != "-XX:TieredStopAtLevel=1")
+KAFKA_HEAP_MB = 1024
 STAMP = struct.Struct(">q")
 
 
@@ -826,7 +829,8 @@ def main() -> int:
         if "kafka" in targets:
             shutil.rmtree(kafka_dir, ignore_errors=True)
             print(f"Apache Kafka: ZooKeeper and 3 brokers in {kafka_dir} ...", flush=True)
-            kafka = KafkaCluster(kafka_dir).up(3, OVERRIDES)
+            kafka = KafkaCluster(kafka_dir, heap_mb=KAFKA_HEAP_MB,
+                                 jvm_options=KAFKA_JVM_OPTIONS).up(3, OVERRIDES)
         for n, rev in enumerate(args.baseline):
             base_dir = workdir.with_name(f"{workdir.name}-baseline-{n}")
             print(f"tidelog at {rev}: exporting and building ...", flush=True)
@@ -900,7 +904,8 @@ def main() -> int:
                   + ", ".join(f"{k}={v}" for k, v in OVERRIDES.items())
                   + f"), {args.partitions} partitions per topic"
                   + ("; Apache Kafka 3.9 (tidelog.testing.kafka_cluster: 3 brokers, ZooKeeper "
-                     "mode, the same overrides; JVM " + " ".join(KAFKA_JVM_OPTIONS)
+                     f"mode, the same overrides; JVM -Xmx{KAFKA_HEAP_MB}m "
+                     + " ".join(KAFKA_JVM_OPTIONS)
                      + ")" if "kafka" in targets else "")
                   + "".join(f"; tidelog at {rev} (`git archive`, its own 3 brokers and "
                             "ZooKeeper, the same overrides)" for rev in args.baseline)

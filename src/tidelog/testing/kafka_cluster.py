@@ -142,9 +142,13 @@ class KafkaBroker:
 class KafkaCluster:
     """A private ZooKeeper and N Apache Kafka brokers on 127.0.0.1, owned by this object."""
 
-    def __init__(self, directory: str | Path, heap_mb: int = 384) -> None:
+    def __init__(self, directory: str | Path, heap_mb: int = 384,
+                 jvm_options: Sequence[str] = JVM_OPTIONS) -> None:
+        """`jvm_options`: the brokers' JVM flags besides the heap (the default trades speed for
+        a quick start; a benchmark drops -XX:TieredStopAtLevel=1 to let the JIT optimise)."""
         self.dir = Path(directory).resolve()
         self.heap_mb = heap_mb
+        self.jvm_options = tuple(jvm_options)
         self.zookeeper: ZooKeeperServer | None = None
         self.brokers: dict[int, KafkaBroker] = {}
 
@@ -220,7 +224,7 @@ class KafkaCluster:
                           time.monotonic() + timeout_s, alive=self._check_alive)
 
     def _spawn(self, b: KafkaBroker, classpath: str) -> None:
-        cmd = [JAVA, f"-Xmx{self.heap_mb}m", *JVM_OPTIONS,
+        cmd = [JAVA, f"-Xmx{self.heap_mb}m", *self.jvm_options,
                f"-Dlog4j.configuration=file:{self.dir / 'log4j.properties'}",
                f"-Dkafka.logs.dir={b.dir}", "-cp", classpath, "kafka.Kafka", str(b.config)]
         with open(b.log_file, "ab") as log:
