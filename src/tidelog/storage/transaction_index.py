@@ -16,6 +16,7 @@ appended (Kafka writes through its channel) and made durable by `flush`.
 
 from __future__ import annotations
 
+import bisect
 import struct
 from dataclasses import dataclass
 
@@ -87,13 +88,14 @@ class TransactionIndex:
     """The in-memory entries are the truth while the segment is open; each append also goes to
     the file at once."""
 
-    __slots__ = ("file_io", "path", "start_offset", "entries", "_handle")
+    __slots__ = ("file_io", "path", "start_offset", "entries", "_last_offsets", "_handle")
 
     def __init__(self, file_io: FileIO, path: str, start_offset: int) -> None:
         self.file_io = file_io
         self.path = path
         self.start_offset = start_offset
         self.entries: list[AbortedTxn] = []
+        self._last_offsets: list[int] = []  # entries' markers, increasing: searched by bisect
         self._handle: FileHandle | None = None
 
     def __len__(self) -> int:
@@ -112,11 +114,13 @@ class TransactionIndex:
         """Read the file (absent: no entries). CorruptIndexError when it fails the sanity check
         (the caller then rebuilds it by recovering the segment)."""
         self.entries = []
+        self._last_offsets = []
         if not self.file_io.exists(self.path):
             return
         handle = self._file()
         self.entries = parse_entries(bytes(handle.read(0, handle.size())), self.start_offset,
                                      self.path)
+        self._last_offsets = [t.last_offset for t in self.entries]
 
     def append(self, txn: AbortedTxn) -> None:
         last = self.last_offset
@@ -127,6 +131,7 @@ class TransactionIndex:
             )
         self._file().append(txn.to_bytes())
         self.entries.append(txn)
+        self._last_offsets.append(txn.last_offset)
 
     def truncate_to(self, offset: int) -> None:
         """Drop the entries whose marker lies at or after `offset`."""
@@ -136,19 +141,24 @@ class TransactionIndex:
         if keep == len(self.entries):
             return
         del self.entries[keep:]
+        del self._last_offsets[keep:]
         self._file().truncate(keep * ABORTED_TXN_SIZE)
 
     def reset(self) -> None:
         """Empty the index (a segment recovery rebuilds it)."""
         self.entries = []
+        self._last_offsets = []
         if self._handle is not None or self.file_io.exists(self.path):
             self._file().truncate(0)
 
     def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
         """Kafka's TransactionIndex.collectAbortedTxns: the entries overlapping
-        [fetch_offset, upper_bound_offset), stopping at the first whose LSO reaches the bound."""
+        [fetch_offset, upper_bound_offset), stopping at the first whose LSO reaches the bound.
+        Entries whose marker is before the fetch are skipped by bisect (Kafka reads them all):
+        their LSO is at most the fetch offset, so none of them could end the search."""
         found: list[AbortedTxn] = []
-        for txn in self.entries:
+        start = bisect.bisect_left(self._last_offsets, fetch_offset)
+        for txn in self.entries[start:] if start else self.entries:
             if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound_offset:
                 found.append(txn)
             if txn.last_stable_offset >= upper_bound_offset:
