@@ -1,8 +1,8 @@
 """The asyncio `TransactionCoordinator` over a real replica manager and real logs on disk (no
 network: markers go to this broker's own partitions through `write_txn_markers`): a commit and
 an abort end to end (the `__transaction_state` records, the markers in the data partition),
-Kafka's error codes for bad input, zombie fencing, the timeout abort, and a coordinator that
-loads a partition left with a PrepareCommit completing that commit."""
+Kafka's error codes for bad input, zombie fencing, the timeout abort, a coordinator that loads
+a partition left with a PrepareCommit completing that commit, and an idle id's expiration."""
 
 from __future__ import annotations
 
@@ -88,7 +88,8 @@ class Broker:
         out = []
         for _control, r in self.records(TXN_TP):
             assert decode_key(bytes(r.key)) == "t"  # type: ignore[attr-defined]
-            out.append(decode_value(bytes(r.value)))  # type: ignore[attr-defined]
+            value = r.value  # type: ignore[attr-defined]
+            out.append(decode_value(None if value is None else bytes(value)))
         return out
 
     def markers(self) -> list[tuple[str, int, int]]:
@@ -267,6 +268,37 @@ def test_a_new_coordinator_completes_a_commit_found_prepared_in_the_log(tmp_path
             # The log's last stable offset is past the transaction now.
             p = b.rm.core.partition(DATA)
             assert p.last_stable_offset == p.log_end_offset
+        finally:
+            await b.stop()
+
+    run(go())
+
+
+def test_an_idle_transactional_id_expires_with_a_tombstone(tmp_path: Path) -> None:
+    async def go() -> None:
+        b = Broker(tmp_path)
+        await b.start()
+        c = b.coordinator
+        try:
+            pid, epoch = await begin(b)
+            expiration = c.config.transactional_id_expiration_ms
+            b.now += expiration + 1
+            assert await c.state.remove_expired() == []  # a transaction is open: kept
+            assert await c.handle_end_transaction("t", pid, epoch, False) == 0
+            md = c.state.transactions["t"]
+            await until(lambda: md.state == S.COMPLETE_ABORT, "CompleteAbort")
+            b.now += expiration - 1  # the abort updated it: not yet
+            assert await c.state.remove_expired() == []
+            b.now += 1  # Kafka's horizon: last update <= now - transactional.id.expiration.ms
+            assert await c.state.remove_expired() == ["t"]
+            assert c.state.get("t") == (0, 0, None) and b.states()[-1] is None  # the tombstone
+            # A reloaded partition does not know the id either; a new producer starts over.
+            c.state.on_resignation(0)
+            c.state.on_election(0, 0)
+            await until(lambda: not c.state.get("t")[0], "the partition reloaded")
+            assert c.state.get("t") == (0, 0, None)
+            r = await c.handle_init_producer_id("t", 1000)
+            assert (r.error, r.producer_epoch) == (0, 0) and r.producer_id != pid
         finally:
             await b.stop()
 

@@ -420,7 +420,8 @@ define("transaction.state.log.num.partitions", "int", 50, at_least(1))
 define("transaction.state.log.segment.bytes", "int", 100 * 1024 * 1024, at_least(1))
 define("transaction.max.timeout.ms", "int", 900000, at_least(1))
 define("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, at_least(1))
-define("transactional.id.expiration.ms", "int", 604800000, at_least(1), doc=_UNUSED)
+define("transactional.id.expiration.ms", "int", 604800000, at_least(1))
+define("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, at_least(1))
 define("producer.id.expiration.ms", "int", 86400000, at_least(1))
 # --- tidelog extensions
 define("tidelog.replication.events.enable", "boolean", False,

@@ -85,16 +85,22 @@ class TransactionCoordinator:
         self.cache = metadata_cache
         self._generate_producer_id = generate_producer_id
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._aborter: asyncio.Task[None] | None = None
+        self._periodic: list[asyncio.Task[None]] = []
 
     # ------------------------------------------------------------------ life cycle
     def startup(self) -> None:
         self.state.active = True
-        self._aborter = asyncio.get_running_loop().create_task(self._run_aborter())
+        loop = asyncio.get_running_loop()
+        self._periodic = [
+            loop.create_task(self._every(self.config.abort_timed_out_interval_ms,
+                                         self.abort_timed_out_transactions)),
+            loop.create_task(self._every(self.config.remove_expired_interval_ms,
+                                         self.state.remove_expired)),
+        ]
 
     async def shutdown(self) -> None:
         await self.state.shutdown()
-        tasks = [t for t in (self._aborter, *self._tasks) if t is not None]
+        tasks = [*self._periodic, *self._tasks]
         for t in tasks:
             t.cancel()
         for t in tasks:
@@ -306,14 +312,13 @@ class TransactionCoordinator:
             self._start_completion(coordinator_epoch, md)
 
     # ------------------------------------------------------------------ timeouts
-    async def _run_aborter(self) -> None:
-        interval = self.config.abort_timed_out_interval_ms / 1000
+    async def _every(self, interval_ms: int, job: Callable[[], Any]) -> None:
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(interval_ms / 1000)
             try:
-                await self.abort_timed_out_transactions()
+                await job()
             except Exception:
-                logger.exception("aborting timed-out transactions failed")
+                logger.exception("transaction coordinator task %s failed", job.__name__)
 
     async def abort_timed_out_transactions(self) -> list[str]:
         """Abort every Ongoing transaction past its timeout under a bumped epoch (Kafka's

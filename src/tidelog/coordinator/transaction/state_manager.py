@@ -40,6 +40,7 @@ from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.records.builder import Record, build_batch
 from tidelog.protocol.records.decoder import decode_records
 from tidelog.replication.types import TopicPartition
+from tidelog.storage.transactions import AppendOrigin
 
 __all__ = ["TransactionConfig", "TransactionStateManager"]
 
@@ -59,6 +60,8 @@ class TransactionConfig:
     segment_bytes: int = 100 * 1024 * 1024  # transaction.state.log.segment.bytes
     max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
     abort_timed_out_interval_ms: int = 10_000  # transaction.abort.timed.out.transaction.cleanup.interval.ms
+    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000  # transactional.id.expiration.ms
+    remove_expired_interval_ms: int = 3_600_000  # transaction.remove.expired.transaction.cleanup.interval.ms
     request_timeout_ms: int = 30_000  # request.timeout.ms (appends and markers)
 
     @classmethod
@@ -82,6 +85,11 @@ class TransactionConfig:
                 "transaction.abort.timed.out.transaction.cleanup.interval.ms",
                 d.abort_timed_out_interval_ms),
             request_timeout_ms=get("request.timeout.ms", d.request_timeout_ms),
+            transactional_id_expiration_ms=get("transactional.id.expiration.ms",
+                                               d.transactional_id_expiration_ms),
+            remove_expired_interval_ms=get(
+                "transaction.remove.expired.transaction.cleanup.interval.ms",
+                d.remove_expired_interval_ms),
         )
 
 
@@ -247,12 +255,42 @@ class TransactionStateManager:
         md = self.transactions.get(transactional_id)
         if md is None or not self.is_coordinator_at(transactional_id, coordinator_epoch):
             return int(E.NOT_COORDINATOR)
+        error = await self._write(transactional_id, coordinator_epoch, md,
+                                  encode_value(transit))
+        if not error:
+            md.complete_transition_to(transit)
+        return error
+
+    async def remove_expired(self) -> list[str]:
+        """Remove the ids with no transaction whose last update is older than
+        `transactional.id.expiration.ms`: a tombstone each, then gone from memory (Kafka's
+        `removeExpiredTransactionalIds`). Returns the ids removed."""
+        horizon = self.clock() - self.config.transactional_id_expiration_ms
+        removed = []
+        for epoch, md in list(self.owned_transactions()):
+            if (md.state not in (TransactionState.EMPTY, TransactionState.COMPLETE_COMMIT,
+                                 TransactionState.COMPLETE_ABORT)
+                    or md.pending_transition_in_progress
+                    or md.txn_last_update_timestamp > horizon):
+                continue
+            md.prepare_dead()
+            if not await self._write(md.transactional_id, epoch, md, None):
+                del self.transactions[md.transactional_id]
+                removed.append(md.transactional_id)
+        return removed
+
+    async def _write(self, transactional_id: str, coordinator_epoch: int,
+                     md: TransactionMetadata, value: bytes | None) -> int:
+        """Append one record for the id; 0 when acknowledged while this broker is still its
+        coordinator at the same epoch with the same metadata (then the caller applies the
+        change). A failed write drops the pending state."""
         tp = TopicPartition(TRANSACTION_STATE_TOPIC_NAME, self.partition_for(transactional_id))
-        batch = build_batch([Record(key=encode_key(transactional_id),
-                                    value=encode_value(transit))], now_ms=self.clock())
+        batch = build_batch([Record(key=encode_key(transactional_id), value=value)],
+                            now_ms=self.clock())
         try:
             results = await self.rm.append_records(-1, {tp: batch},
-                                                   self.config.request_timeout_ms)
+                                                   self.config.request_timeout_ms,
+                                                   origin=AppendOrigin.COORDINATOR)
             r = results.get(tp)
             error = append_error(int(r.error)) if r is not None else int(E.UNKNOWN_SERVER_ERROR)
         except Exception as e:
@@ -265,6 +303,4 @@ class TransactionStateManager:
             return int(E.NOT_COORDINATOR)
         if error:
             md.abort_pending()
-            return error
-        md.complete_transition_to(transit)
-        return 0
+        return error
