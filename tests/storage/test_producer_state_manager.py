@@ -199,17 +199,21 @@ def test_truncation_drops_later_snapshots_and_a_truncated_batch_is_new_again() -
     assert snapshots(log) == [] and state(log) == {}
 
 
-def test_retention_and_delete_records_remove_the_snapshots_of_deleted_segments() -> None:
+def test_retention_and_delete_records_remove_the_snapshots_below_the_log_start() -> None:
     log = new_log()
     for seq in range(30):
         log.append_as_leader(batch(seq), 0, now_ms=0)
-    log.update_high_watermark(30)
-    second = log.segments[2].base_offset
-    log.maybe_increment_log_start_offset(second)
+    log.truncate_to(20)  # leaves a snapshot at 20, where no segment starts
+    assert snapshot_file_name(20) in snapshots(log)
+    for seq in range(20, 40):
+        log.append_as_leader(batch(seq), 0, now_ms=0)
+    log.update_high_watermark(40)
+    start = next(s.base_offset for s in log.segments if s.base_offset > 20)
+    log.maybe_increment_log_start_offset(start)
     log.delete_old_segments(now_ms=0)
-    assert log.segments[0].base_offset == second
-    assert all(int(n.split(".")[0]) >= second for n in snapshots(log))
-    assert state(log) == {PID: (0, 29, 29)}  # the state itself keeps the producer
+    assert log.segments[0].base_offset == start
+    assert snapshots(log) and all(int(n.split(".")[0]) >= start for n in snapshots(log))
+    assert state(log) == {PID: (0, 39, 39)}  # the state itself keeps the producer
 
 
 def test_producers_expire_and_are_not_reloaded_once_expired() -> None:

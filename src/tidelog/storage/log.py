@@ -1194,7 +1194,6 @@ class Log:
             self.roll(now_ms)
         delay = self.config.file_delete_delay_ms
         for segment in doomed:
-            self.producer_state_manager.delete_snapshot(segment.base_offset)
             if delay == 0:
                 segment.delete()
             else:
@@ -1205,6 +1204,8 @@ class Log:
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         self.high_watermark = max(self.high_watermark, self.log_start_offset)
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        # The deleted segments' snapshots, and any stray one below the new start, go with them.
+        self.producer_state_manager.delete_snapshots_before(self.log_start_offset)
         self.producer_state_manager.on_log_start_offset_incremented(self.log_start_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self.file_io.fsync_dir(self.dir)

@@ -448,6 +448,11 @@ class ProducerStateManager:
             if self._on_dir_change is not None:
                 self._on_dir_change()
 
+    def delete_snapshots_before(self, offset: int) -> None:
+        """Remove every snapshot below `offset` (the log start: replay never begins there)."""
+        for o in self._snapshots[: bisect.bisect_left(self._snapshots, offset)]:
+            self.delete_snapshot(o)
+
     def remove_stray_snapshots(self, segment_base_offsets: Iterable[int]) -> None:
         """Delete snapshots that start no segment, except the newest one when it lies past
         every segment's base (the one a clean shutdown wrote at the log end)."""
