@@ -331,7 +331,6 @@ def test_the_log_cleaner_keys_are_read_and_checked() -> None:
 
 @pytest.mark.parametrize(("line", "key"), [
     ("log.preallocate=true", "log.preallocate"),
-    ("log.message.downconversion.enable=true", "log.message.downconversion.enable"),
 ])
 def test_log_defaults_of_unimplemented_features_are_refused_by_their_broker_key(
         line: str, key: str) -> None:

@@ -20,12 +20,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from harness import ActingController, BrokerThread, fetch, produce, send
+from harness import ActingController, BrokerThread, fetch, produce, send, values_of
 
 from tidelog.controller.controller import _TopicAwareCore, _unclean_override
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import create_topics as m_ct
 from tidelog.protocol.messages import describe_configs as m_dc
+from tidelog.protocol.messages.api_versions import ApiVersionsRequest
 from tidelog.protocol.records.batch import iter_batches
 from tidelog.protocol.records.builder import Record, build_batch, build_values
 from tidelog.protocol.records.compression import GZIP
@@ -281,10 +283,42 @@ EXACT: dict[str, Any] = {
 # key -> a value asking for a feature tidelog does not implement
 REFUSED: dict[str, str] = {
     "preallocate": "true",
-    "message.downconversion.enable": "true",
     "leader.replication.throttled.replicas": "0:1",
     "follower.replication.throttled.replicas": "*",
 }
+
+
+
+
+@_wire
+def a_consumer_fetch(broker: BrokerThread, topic: str) -> Any:
+    assert produce(broker.port, topic, 0, build_values([b"x"]), acks=1)[0] == 0
+    data = fetch(broker.port, topic, 0, 0)
+    return data.error_code, values_of(data.records)
+
+
+def fetch_versions_served(broker: BrokerThread) -> tuple[int, int]:
+    resp = send(broker.port, ApiVersionsRequest())
+    return next((k.min_version, k.max_version) for k in resp.api_keys
+                if k.api_key == ApiKey.FETCH)
+
+
+# key -> the requests Kafka consults it for, none of which tidelog serves: every request tidelog
+# answers is answered as Kafka answers it whatever the value (checked by `_assert_inert`).
+INERT: dict[str, tuple[str, ...]] = {
+    # Kafka: a client's Fetch v0-3 is down-converted (true) or refused UNSUPPORTED_VERSION
+    # (false); v4+ never looks at it. tidelog serves Fetch v4+ only.
+    "message.downconversion.enable": ("true", "false"),
+}
+
+
+def _assert_inert(broker: BrokerThread, controller: ActingController, key: str,
+                  values: tuple[str, ...]) -> None:
+    assert fetch_versions_served(broker)[0] >= 4
+    default = a_consumer_fetch(broker, controller, {})
+    assert default == (0, [b"x"])
+    for value in values:
+        assert a_consumer_fetch(broker, controller, {key: value}) == default
 
 
 def _reported_topic_keys(broker: BrokerThread, controller: ActingController) -> list[str]:
@@ -298,9 +332,12 @@ def _reported_topic_keys(broker: BrokerThread, controller: ActingController) -> 
 def test_every_reported_key_is_enforced_or_refused(one_broker: BrokerThread,
                                                    controller: ActingController) -> None:
     keys = _reported_topic_keys(one_broker, controller)
-    assert keys == sorted(ENFORCED.keys() | REFUSED.keys())
+    assert keys == sorted(ENFORCED.keys() | REFUSED.keys() | INERT.keys())
     assert not ENFORCED.keys() & REFUSED.keys()
     for key in keys:
+        if key in INERT:
+            _assert_inert(one_broker, controller, key, INERT[key])
+            continue
         if key in REFUSED:
             _assert_refused(one_broker, controller, key, REFUSED[key])
             continue

@@ -111,8 +111,6 @@ DOCUMENTED_CONFIG_DIFFERENCES = {
     "remote.log.copy.disable": "no tiered storage",
     "remote.log.delete.on.disable": "no tiered storage",
     "message.format.version": "only record batch v2 is written",
-    # tidelog never down-converts a fetch for an old client: the only value it accepts is false.
-    "message.downconversion.enable": "no down-conversion",
 }
 
 

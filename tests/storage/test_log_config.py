@@ -38,8 +38,14 @@ def test_the_compaction_keys_are_accepted() -> None:
                                                                       1000, 0.1)
 
 
+def test_message_downconversion_enable_takes_both_values_true_by_default() -> None:
+    assert LogConfig().message_downconversion_enable is True  # Kafka's default
+    off = LogConfig.from_dict({"message.downconversion.enable": "false"})
+    assert off.message_downconversion_enable is False
+
+
 @pytest.mark.parametrize(("key", "value"), [
-    ("preallocate", "true"), ("message.downconversion.enable", "true"),
+    ("preallocate", "true"),
     ("leader.replication.throttled.replicas", "0:1"),
     ("follower.replication.throttled.replicas", "*"),
 ])

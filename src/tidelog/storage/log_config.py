@@ -6,10 +6,14 @@ accepted; any other is refused (INVALID_CONFIG, the message naming the key and w
 accepted and ignored:
 
 - ``preallocate``: ``false`` (segment files are not preallocated);
-- ``message.downconversion.enable``: ``false`` (tidelog serves Fetch v4+ only, so records are
-  never down-converted; Kafka's default is true);
 - ``leader.replication.throttled.replicas`` / ``follower.replication.throttled.replicas``:
   empty (replication quotas are not implemented).
+
+``message.downconversion.enable`` takes both values, true by default, as Kafka: Kafka consults it
+only for a client's Fetch v0-3 (whose record format is older than the v2 batches on disk: false
+answers UNSUPPORTED_VERSION, true down-converts). tidelog serves Fetch v4+ only (ApiVersions),
+for which Kafka never down-converts nor looks at the key, so every fetch tidelog answers is
+answered as Kafka answers it with either value.
 """
 
 from __future__ import annotations
@@ -35,7 +39,6 @@ _NO_THROTTLE = "replication quotas (throttled replicas) are not implemented"
 # Kafka key -> why only the default value is accepted (see the module docstring).
 UNSUPPORTED: dict[str, str] = {
     "preallocate": "segment files are not preallocated",
-    "message.downconversion.enable": "tidelog never down-converts records (Fetch v4+ only)",
     "leader.replication.throttled.replicas": _NO_THROTTLE,
     "follower.replication.throttled.replicas": _NO_THROTTLE,
 }
@@ -177,7 +180,8 @@ class LogConfig:
     max_compaction_lag_ms: int = LONG_MAX
     min_cleanable_dirty_ratio: float = 0.5
     preallocate: bool = False
-    message_downconversion_enable: bool = False  # Kafka: true; tidelog never down-converts
+    # Consulted by Kafka for Fetch v0-3 only, which tidelog does not serve (module docstring).
+    message_downconversion_enable: bool = True
     leader_replication_throttled_replicas: str = ""
     follower_replication_throttled_replicas: str = ""
 
