@@ -305,7 +305,8 @@ define("queued.max.requests", "int", 500, at_least(1),
        doc=_UNUSED + ": requests are handled on the event loop as they are read; there is no "
            "shared request queue to bound")
 define("request.timeout.ms", "int", 30000, at_least(0),
-       doc=_UNUSED + ": the broker sends no request timed by it (the controller's use "
+       doc="the transaction coordinator's: its __transaction_state writes and WriteTxnMarkers "
+           "requests, and a partition leader's marker writes (the controller's requests use "
            "controller.socket.timeout.ms)")
 # --- Socket server
 define("listeners", "string", "PLAINTEXT://:9092")
@@ -419,7 +420,8 @@ define("transaction.state.log.num.partitions", "int", 50, at_least(1))
 define("transaction.state.log.segment.bytes", "int", 100 * 1024 * 1024, at_least(1))
 define("transaction.max.timeout.ms", "int", 900000, at_least(1))
 define("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, at_least(1))
-define("transactional.id.expiration.ms", "int", 604800000, at_least(1), doc=_UNUSED)
+define("transactional.id.expiration.ms", "int", 604800000, at_least(1))
+define("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, at_least(1))
 define("producer.id.expiration.ms", "int", 86400000, at_least(1))
 # --- tidelog extensions
 define("tidelog.replication.events.enable", "boolean", False,
