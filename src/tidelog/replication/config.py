@@ -14,7 +14,9 @@ fetches and OffsetsForLeaderEpoch are not checked against the current leader epo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
+
+from tidelog.replication.replication_quota import ReplicationQuotaManager
 
 _KEYS: dict[str, str] = {
     "replica.lag.time.max.ms": "replica_lag_time_max_ms",
@@ -56,6 +58,12 @@ class ReplicationConfig:
     truncate_to_hw: bool = False
     fence_leader_epochs: bool = True
     maximal_isr: bool = True
+    # The broker's replication throttles (replication_quota.py, Kafka's ReplicationQuotaManager):
+    # the leader's reads for followers use the first, its replica fetchers the second; shared
+    # objects the broker updates as the rates and throttled replicas change. None: unthrottled.
+    leader_quota: ReplicationQuotaManager | None = field(default=None, compare=False, repr=False)
+    follower_quota: ReplicationQuotaManager | None = field(default=None, compare=False,
+                                                           repr=False)
 
     def __post_init__(self) -> None:
         if self.replica_lag_time_max_ms <= 0:

@@ -33,6 +33,7 @@ from tidelog.replication.purgatory import (
     FetchPartitionStatus,
     ProducePartitionStatus,
 )
+from tidelog.replication.replication_quota import should_throttle
 from tidelog.replication.types import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
@@ -463,13 +464,21 @@ class ReplicaManager:
                 results[tp] = FetchPartitionData(_error_of(e))
                 any_error = True
                 continue
-            size = len(info.records)
+            records = info.records
+            quota = self.config.leader_quota
+            if is_follower and quota is not None and quota.is_throttled(tp):
+                # Kafka's shouldLeaderThrottle: a replica out of the ISR gets no records of a
+                # throttled partition while the leader's replication rate is over its bound.
+                if should_throttle(quota, tp, params.replica_id in p.isr, now_ms):
+                    records = b""
+                quota.record(len(records), now_ms)
+            size = len(records)
             if size:
                 min_one_message = False
             limit -= size
             total += size
             results[tp] = FetchPartitionData(
-                Errors.NONE, hw, log_start, _as_bytes(info.records), lso, aborted)
+                Errors.NONE, hw, log_start, _as_bytes(records), lso, aborted)
             if is_follower:
                 before = p.high_watermark
                 proposal = p.update_follower_fetch_state(
@@ -497,6 +506,9 @@ class ReplicaManager:
                    else p.high_watermark)
             if st.fetch_offset > p.log_end_offset or st.fetch_offset < p.log_start_offset:
                 return total, True  # the log was truncated or moved: answer now
+            if is_follower and should_throttle(self.config.leader_quota, tp,
+                                               params.replica_id in p.isr, None):
+                continue  # Kafka's DelayedFetch: a throttled partition's bytes do not count
             if st.fetch_offset < end:
                 try:
                     info = p.log.read(st.fetch_offset, st.max_bytes, max_offset=None if is_follower else end)

@@ -1,0 +1,154 @@
+"""Replication throttles: Kafka's `ReplicationQuotaManager`, pure (the time is an argument).
+
+A broker has two: the leader quota bounds the bytes it serves to followers' fetches of
+throttled partitions (`leader.replication.throttled.rate`), the follower quota the bytes its
+fetchers fetch of throttled partitions (`follower.replication.throttled.rate`), both in bytes
+per second, per broker (dynamic, `/config/brokers/<id>` or `<default>`). A partition is
+throttled on a broker when its topic's `leader.replication.throttled.replicas` /
+`follower.replication.throttled.replicas` lists `<partition>:<this broker>` or is `*`.
+
+Only replicas out of the ISR are held back (Kafka's shouldLeaderThrottle /
+shouldFollowerThrottle): a replica that is moving to a new broker catches up at the bounded
+rate while the in-sync followers, and so the producers' acks=all, are never slowed down. When
+the measured rate is above the bound, the leader answers a throttled partition with no records
+and the follower leaves it out of its fetch; every byte of a throttled partition is recorded.
+
+The rate is Kafka's `Rate` over `replication.quota.window.num` (11) samples of
+`replication.quota.window.size.seconds` (1 s): the bytes of the samples kept, over the time
+they span (at least the full windows but the current one).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+
+from tidelog.replication.types import TopicPartition
+
+QUOTA_BYTES_PER_SECOND_DEFAULT = 2**63 - 1  # Long.MAX_VALUE: unthrottled
+LEADER_RATE = "leader.replication.throttled.rate"
+FOLLOWER_RATE = "follower.replication.throttled.rate"
+LEADER_REPLICAS = "leader.replication.throttled.replicas"
+FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
+ALL_REPLICAS = "*"
+_THROTTLED_FORMAT = ("must be the literal '*' or a list of replicas in the following format: "
+                     "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
+
+
+def validate_throttled_replicas(key: str, value: str) -> str:
+    """Kafka's ThrottledReplicaListValidator: '*', '' or `partition:broker` pairs; the value
+    as stored, ValueError otherwise."""
+    items = [s.strip() for s in value.split(",")]
+    ok = value.strip() == ALL_REPLICAS or all(
+        not s or (len(s.split(":")) == 2 and all(x.isdigit() for x in s.split(":")))
+        for s in items)
+    if not ok:
+        raise ValueError(f"Invalid value {value} for configuration {key}: {key} "
+                         f"{_THROTTLED_FORMAT}")
+    return value
+
+
+def throttled_partitions(value: str, broker_id: int) -> set[int] | None:
+    """The partitions `value` throttles on `broker_id` (Kafka's parseThrottledPartitions);
+    None for every partition ('*')."""
+    value = value.strip()
+    if value == ALL_REPLICAS:
+        return None
+    out: set[int] = set()
+    for item in value.split(","):
+        p, _, b = item.strip().partition(":")
+        if b and int(b) == broker_id:
+            out.add(int(p))
+    return out
+
+
+def parse_rate(key: str, value: str | None) -> int:
+    """A throttled rate as Kafka's DynamicConfig (LONG, at least 0); absent: unthrottled."""
+    if value is None:
+        return QUOTA_BYTES_PER_SECOND_DEFAULT
+    try:
+        rate = int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"Invalid value {value} for configuration {key}: "
+                         "Not a number of type LONG") from None
+    if not 0 <= rate <= QUOTA_BYTES_PER_SECOND_DEFAULT:
+        raise ValueError(f"Invalid value {value} for configuration {key}: "
+                         "Value must be at least 0")
+    return rate
+
+
+class ReplicationQuotaManager:
+    def __init__(self, num_windows: int = 11, window_size_ms: int = 1000,
+                 bound: int = QUOTA_BYTES_PER_SECOND_DEFAULT) -> None:
+        self.num_windows = num_windows
+        self.window_size_ms = window_size_ms
+        self.bound = bound
+        self._samples: deque[list[int]] = deque()  # [window start ms, bytes]
+        self.last_now_ms = 0  # the time of the last measure or record
+        # topic -> throttled partitions (None: all of them)
+        self._throttled: dict[str, set[int] | None] = {}
+
+    # -- which partitions -------------------------------------------------------------------
+    def mark_throttled(self, topic: str, partitions: Iterable[int] | None) -> None:
+        self._throttled[topic] = None if partitions is None else set(partitions)
+
+    def remove_throttle(self, topic: str) -> None:
+        self._throttled.pop(topic, None)
+
+    def update_topic(self, topic: str, config: Mapping[str, str], key: str,
+                     broker_id: int) -> None:
+        """The topic's overrides changed: its throttled partitions on this broker from `key`."""
+        parts = throttled_partitions(str(config.get(key, "")), broker_id)
+        if parts is None or parts:
+            self.mark_throttled(topic, parts)
+        else:
+            self.remove_throttle(topic)
+
+    def is_throttled(self, tp: TopicPartition) -> bool:
+        if tp.topic not in self._throttled:
+            return False
+        parts = self._throttled[tp.topic]
+        return parts is None or tp.partition in parts
+
+    # -- how fast --------------------------------------------------------------------------
+    def update_quota(self, bound: int) -> None:
+        self.bound = bound
+
+    def record(self, nbytes: int, now_ms: int) -> None:
+        if nbytes <= 0:
+            return
+        self._expire(now_ms)
+        self.last_now_ms = max(self.last_now_ms, now_ms)
+        if not self._samples or now_ms >= self._samples[-1][0] + self.window_size_ms:
+            self._samples.append([now_ms, 0])
+        self._samples[-1][1] += nbytes
+
+    def rate(self, now_ms: int) -> float:
+        """Bytes per second over the samples kept (Kafka's Rate.measure)."""
+        self._expire(now_ms)
+        self.last_now_ms = max(self.last_now_ms, now_ms)
+        if not self._samples:
+            return 0.0
+        elapsed = now_ms - self._samples[0][0]
+        full = elapsed // self.window_size_ms
+        if full < self.num_windows - 1:
+            elapsed += (self.num_windows - 1 - full) * self.window_size_ms
+        return sum(s[1] for s in self._samples) * 1000.0 / max(elapsed, 1)
+
+    def is_quota_exceeded(self, now_ms: int) -> bool:
+        return self.bound < QUOTA_BYTES_PER_SECOND_DEFAULT and self.rate(now_ms) > self.bound
+
+    def _expire(self, now_ms: int) -> None:
+        horizon = now_ms - self.num_windows * self.window_size_ms
+        while self._samples and self._samples[0][0] + self.window_size_ms <= horizon:
+            self._samples.popleft()
+
+
+def should_throttle(quota: ReplicationQuotaManager | None, tp: TopicPartition, in_sync: bool,
+                    now_ms: int | None) -> bool:
+    """Kafka's shouldLeaderThrottle / shouldFollowerThrottle; `now_ms` None: as of the quota's
+    last measure (a check that has no clock, as a held fetch's; the rate only falls with time,
+    so it errs on holding the replica back)."""
+    if quota is None or in_sync or not quota.is_throttled(tp):
+        return False
+    return quota.is_quota_exceeded(quota.last_now_ms if now_ms is None else now_ms)
