@@ -43,6 +43,7 @@ from typing import Any
 from tidelog.protocol.records.batch import CorruptRecordError
 from tidelog.replication.config import ReplicationConfig
 from tidelog.replication.errors import Errors
+from tidelog.replication.replication_quota import should_throttle
 from tidelog.replication.types import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -327,6 +328,9 @@ class ReplicaFetcher:
         self._in_flight: dict[type, tuple[FetcherRequest, int]] = {}
         self._next_request_id = first_request_id
         self.session = FetchSessionHandler()
+        # Per partition: the leader's HW minus our next offset at the last answer (Kafka's
+        # PartitionFetchState.lag); 0 = in sync, which a follower throttle never holds back.
+        self._lag: dict[TopicPartition, int] = {}
 
     # ------------------------------------------------------------------ partitions
     def add_partitions(
@@ -340,6 +344,7 @@ class ReplicaFetcher:
             if current is not None and current.current_leader_epoch == leader_epoch:
                 continue
             self._offset_resets.pop(tp, None)
+            self._lag.pop(tp, None)
             self.partition_states.update_and_move_to_end(
                 tp, PartitionFetchState(fetch_offset, leader_epoch, ReplicaState.TRUNCATING)
             )
@@ -348,6 +353,7 @@ class ReplicaFetcher:
         for tp in tps:
             self.partition_states.remove(tp)
             self._offset_resets.pop(tp, None)
+            self._lag.pop(tp, None)
 
     def mark_partition_failed(self, tp: TopicPartition) -> None:
         self.remove_partitions([tp])
@@ -642,6 +648,11 @@ class ReplicaFetcher:
         for tp, state in self.partition_states.items():
             if not state.is_ready_for_fetch(now_ms) or tp in self._offset_resets:
                 continue
+            if should_throttle(self.config.follower_quota, tp, self._lag.get(tp, 1) <= 0,
+                               now_ms):
+                # Kafka's shouldFollowerThrottle: left out, asked again after the back-off.
+                self._delay_partitions([tp], now_ms)
+                continue
             log = self._logs(tp)
             if log is None:
                 continue
@@ -751,6 +762,13 @@ class ReplicaFetcher:
             self.mark_partition_failed(tp)
             result.failed.add(tp)
             return
+        quota = self.config.follower_quota
+        if quota is not None and quota.is_throttled(tp):
+            quota.record(len(data.records), now_ms)
+        next_offset = info.last_offset + 1 if info is not None and info.valid_bytes > 0 \
+            else state.fetch_offset
+        if data.high_watermark >= 0:
+            self._lag[tp] = max(0, data.high_watermark - next_offset)
         if info is not None and info.valid_bytes > 0 and tp in self.partition_states:
             result.appended[tp] = info
             self.partition_states.update_and_move_to_end(
