@@ -224,13 +224,14 @@ def raw(address: str, request: Any, api_version: int) -> Any:
     return asyncio.run(go())
 
 
-def coordinator(t: Target, group: str, timeout_s: float = 60.0) -> str:
+def coordinator(t: Target, group: str, timeout_s: float = 60.0, key_type: int = 0) -> str:
     """The group's coordinator (FindCoordinator v3; the first lookup creates __consumer_offsets
-    and answers COORDINATOR_NOT_AVAILABLE until it is ready)."""
+    and answers COORDINATOR_NOT_AVAILABLE until it is ready); key_type 1: a transactional id's
+    (and __transaction_state)."""
     deadline = time.monotonic() + timeout_s
     first = t.bootstrap.split(",")[0]
     while True:
-        r = raw(first, FindCoordinatorRequest(key=group, key_type=0), 3)
+        r = raw(first, FindCoordinatorRequest(key=group, key_type=key_type), 3)
         if r.error_code == 0:
             return f"{r.host}:{r.port}"
         assert time.monotonic() < deadline, f"no coordinator for {group}: {r}"

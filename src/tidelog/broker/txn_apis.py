@@ -171,8 +171,7 @@ class TxnApis:
                                             host=h, port=p)
 
     def _find(self, transactional_id: str, listener: str) -> tuple[int, int, str, int]:
-        if not transactional_id:
-            return (int(E.INVALID_REQUEST), -1, "", -1)
+        # An empty id is looked up like any other (Kafka 3.9 answers its coordinator too).
         if not self.cache.contains_topic(TRANSACTION_STATE_TOPIC_NAME):
             self._maybe_create_topic()
             return (int(E.COORDINATOR_NOT_AVAILABLE), -1, "", -1)
