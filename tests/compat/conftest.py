@@ -18,7 +18,10 @@ from tidelog.testing.kafka_cluster import KafkaCluster, wait_for_metadata
 
 # Settings both clusters get (LocalCluster already sets offsets.topic.replication.factor=3 and
 # group.initial.rebalance.delay.ms=0, as the Kafka launcher does).
-SHARED = {"zookeeper.session.timeout.ms": "6000"}
+SHARED = {"zookeeper.session.timeout.ms": "6000",
+          # The cleaner looks for dirty logs every second, not 15: a compacted topic's test
+          # (test_kafka_streams.py) sees its changelog cleaned in seconds on both clusters.
+          "log.cleaner.backoff.ms": "1000"}
 
 
 @pytest.fixture(scope="session")
