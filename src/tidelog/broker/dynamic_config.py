@@ -6,7 +6,10 @@ The dynamic keys are Kafka's `DynamicLogConfig` ones: the broker keys that give 
 defaults (`log.retention.ms`, `log.segment.bytes`, `min.insync.replicas`, `compression.type`, ...).
 Precedence: a per-broker dynamic value, then the cluster-wide dynamic default, then
 server.properties, then Kafka's default. Other known keys cannot be changed dynamically; keys
-tidelog does not know are stored and ignored, as Kafka stores custom configs.
+tidelog does not know are stored and ignored, as Kafka stores custom configs. The replication
+throttles `leader.replication.throttled.rate` / `follower.replication.throttled.rate` (Kafka's
+DynamicConfig.Broker, bytes/s, at least 0) are validated here and applied by the broker's
+`ReplicationQuotas`.
 
 `config_synonyms` is Kafka's `configSynonyms`: every synonym of a key with a value, dynamic
 per-broker first, then dynamic default, static and default; then everything before the first
@@ -20,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tidelog.broker.config import _LOG_CONFIG_SYNONYMS, CONFIG_DEFS, ConfigError, KafkaConfig
+from tidelog.replication.replication_quota import FOLLOWER_RATE, LEADER_RATE, parse_rate
 
 __all__ = ["DYNAMIC_DEFAULT", "DYNAMIC_KEYS", "DynamicBrokerConfig", "TOPIC_TO_BROKER_KEY"]
 
@@ -89,6 +93,12 @@ class DynamicBrokerConfig:
         fixed = sorted(k for k in props if k in CONFIG_DEFS and k not in DYNAMIC_KEYS)
         if fixed:
             raise ConfigError(None, f"Cannot update these configs dynamically: Set({', '.join(fixed)})")
+        for key in (LEADER_RATE, FOLLOWER_RATE):
+            if key in props:
+                try:
+                    parse_rate(key, props[key])
+                except ValueError as e:
+                    raise ConfigError(None, str(e)) from None
         if per_broker:
             self.effective(self.cluster_default, props)
         else:

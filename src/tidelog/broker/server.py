@@ -51,6 +51,7 @@ from tidelog.controller.admin import AdminZkClient
 from tidelog.controller.zk_client import KafkaZkClient
 from tidelog.controller.zk_data import BrokerInfo
 from tidelog.replication.config import ReplicationConfig
+from tidelog.replication.replication_quota import ReplicationQuotas
 from tidelog.storage.file_io import OsFileIO
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.log_manager import LogManager
@@ -103,6 +104,8 @@ class BrokerServer:
         self._topic_configs_checked: set[str] = set()
         # /config/brokers: the dynamic log defaults in force over server.properties
         self.dynamic_config = DynamicBrokerConfig(config)
+        # Replication throttles, from the dynamic broker configs and the topics' overrides.
+        self.replication_quotas = ReplicationQuotas(self.broker_id)
         self._topic_overrides: dict[str, dict[str, str]] = {}  # /config/topics, as read
         self._config_changes = ConfigChangeNotifications()
         self._config_watch: Any = None
@@ -185,7 +188,9 @@ class BrokerServer:
             raise RuntimeError(f"no usable log directory among {', '.join(cfg.log_dirs)}")
         self.metadata_cache = MetadataCache(self.broker_id, self.inter_broker_listener_name)
         self.replica_manager = BrokerReplicaManager(
-            self.broker_id, self.log_manager, replication_config_from(cfg),
+            self.broker_id, self.log_manager, replication_config_from(cfg).with_(
+                leader_quota=self.replication_quotas.leader,
+                follower_quota=self.replication_quotas.follower),
             zk_client=zk, endpoint_of=self.endpoint_of,
             num_replica_fetchers=cfg.get("num.replica.fetchers"),
             high_watermark_checkpoint_interval_ms=cfg.get("replica.high.watermark.checkpoint.interval.ms"),
@@ -262,6 +267,7 @@ class BrokerServer:
             overrides = self.zk_client.get_topic_config(topic)
             self._topic_configs_checked.add(topic)
             self._topic_overrides[topic] = overrides
+            self.replication_quotas.update_topic(topic, overrides)
             if overrides:
                 try:
                     out[topic] = LogConfig.from_dict(overrides, base)
@@ -280,6 +286,7 @@ class BrokerServer:
                 continue
             self._topic_configs_checked.add(topic)
             self._topic_overrides[topic] = overrides
+            self.replication_quotas.update_topic(topic, overrides)
             if overrides:
                 try:
                     self.log_manager.topic_configs[topic] = LogConfig.from_dict(
@@ -318,6 +325,7 @@ class BrokerServer:
                 self.log_manager.update_topic_config(topic, config)
                 self._topic_configs_checked.add(topic)
                 self._topic_overrides[topic] = overrides
+                self.replication_quotas.update_topic(topic, overrides)
                 logger.info("topic %s: configuration changed to %s", topic, overrides)
                 notify = getattr(self.controller, "on_topic_config_change", None)
                 if notify is not None:  # the active controller's per-topic election rules
@@ -333,6 +341,7 @@ class BrokerServer:
             self.dynamic_config.update(default, mine)
         except ValueError as e:
             logger.warning("dynamic broker configs not applied: %s", e)
+        self.replication_quotas.update_rates(default, mine)
 
     def _notify_controller_of_defaults(self) -> None:
         """The controller's default election rule follows this broker's dynamic

@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 
 from tidelog.replication.types import TopicPartition
+from tidelog.storage.log_config import validate_throttled_replicas
 
 QUOTA_BYTES_PER_SECOND_DEFAULT = 2**63 - 1  # Long.MAX_VALUE: unthrottled
 LEADER_RATE = "leader.replication.throttled.rate"
@@ -31,21 +32,6 @@ FOLLOWER_RATE = "follower.replication.throttled.rate"
 LEADER_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
 ALL_REPLICAS = "*"
-_THROTTLED_FORMAT = ("must be the literal '*' or a list of replicas in the following format: "
-                     "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
-
-
-def validate_throttled_replicas(key: str, value: str) -> str:
-    """Kafka's ThrottledReplicaListValidator: '*', '' or `partition:broker` pairs; the value
-    as stored, ValueError otherwise."""
-    items = [s.strip() for s in value.split(",")]
-    ok = value.strip() == ALL_REPLICAS or all(
-        not s or (len(s.split(":")) == 2 and all(x.isdigit() for x in s.split(":")))
-        for s in items)
-    if not ok:
-        raise ValueError(f"Invalid value {value} for configuration {key}: {key} "
-                         f"{_THROTTLED_FORMAT}")
-    return value
 
 
 def throttled_partitions(value: str, broker_id: int) -> set[int] | None:
@@ -98,7 +84,11 @@ class ReplicationQuotaManager:
     def update_topic(self, topic: str, config: Mapping[str, str], key: str,
                      broker_id: int) -> None:
         """The topic's overrides changed: its throttled partitions on this broker from `key`."""
-        parts = throttled_partitions(str(config.get(key, "")), broker_id)
+        try:
+            parts = throttled_partitions(
+                validate_throttled_replicas(key, str(config.get(key, ""))), broker_id)
+        except ValueError:
+            parts = set()  # refused when written; an unreadable value throttles nothing
         if parts is None or parts:
             self.mark_throttled(topic, parts)
         else:
@@ -152,3 +142,27 @@ def should_throttle(quota: ReplicationQuotaManager | None, tp: TopicPartition, i
     if quota is None or in_sync or not quota.is_throttled(tp):
         return False
     return quota.is_quota_exceeded(quota.last_now_ms if now_ms is None else now_ms)
+
+
+class ReplicationQuotas:
+    """A broker's two quotas, kept up to date from its dynamic broker configs and its topics'
+    overrides (Kafka's BrokerConfigHandler / TopicConfigHandler for the throttle keys)."""
+
+    def __init__(self, broker_id: int) -> None:
+        self.broker_id = broker_id
+        self.leader = ReplicationQuotaManager()
+        self.follower = ReplicationQuotaManager()
+
+    def update_rates(self, cluster_default: Mapping[str, str],
+                     per_broker: Mapping[str, str]) -> None:
+        """A per-broker value, else the cluster-wide default, else unthrottled."""
+        for quota, key in ((self.leader, LEADER_RATE), (self.follower, FOLLOWER_RATE)):
+            value = per_broker.get(key, cluster_default.get(key))
+            try:
+                quota.update_quota(parse_rate(key, value))
+            except ValueError:
+                quota.update_quota(QUOTA_BYTES_PER_SECOND_DEFAULT)  # refused when written
+
+    def update_topic(self, topic: str, overrides: Mapping[str, str]) -> None:
+        self.leader.update_topic(topic, overrides, LEADER_REPLICAS, self.broker_id)
+        self.follower.update_topic(topic, overrides, FOLLOWER_REPLICAS, self.broker_id)

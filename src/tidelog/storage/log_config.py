@@ -6,8 +6,10 @@ accepted; any other is refused (INVALID_CONFIG, the message naming the key and w
 accepted and ignored:
 
 - ``preallocate``: ``false`` (segment files are not preallocated);
-- ``leader.replication.throttled.replicas`` / ``follower.replication.throttled.replicas``:
-  empty (replication quotas are not implemented).
+
+``leader.replication.throttled.replicas`` / ``follower.replication.throttled.replicas`` take
+Kafka's values ('*' or `partition:broker` pairs, ThrottledReplicaListValidator) and are enforced
+by the brokers' replication quotas (`tidelog.replication.replication_quota`).
 
 ``message.downconversion.enable`` takes both values, true by default, as Kafka: Kafka consults it
 only for a client's Fetch v0-3 (whose record format is older than the v2 batches on disk: false
@@ -34,16 +36,33 @@ class UnsupportedConfigError(ValueError):
     """A value asking for a feature tidelog does not implement (see `UNSUPPORTED`)."""
 
 _CLEANUP_POLICIES = {"delete", "compact"}
-_NO_THROTTLE = "replication quotas (throttled replicas) are not implemented"
 
 # Kafka key -> why only the default value is accepted (see the module docstring).
 UNSUPPORTED: dict[str, str] = {
     "preallocate": "segment files are not preallocated",
-    "leader.replication.throttled.replicas": _NO_THROTTLE,
-    "follower.replication.throttled.replicas": _NO_THROTTLE,
 }
 _COMPRESSION_TYPES = {"uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"}
 _TIMESTAMP_TYPES = {"CreateTime", "LogAppendTime"}
+
+
+_THROTTLED_FORMAT = ("must be the literal '*' or a list of replicas in the following format: "
+                     "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
+
+
+def validate_throttled_replicas(key: str, value: Any) -> str:
+    """Kafka's ThrottledReplicaListValidator: '*', '' or `partition:broker` pairs; the value
+    as stored, ValueError otherwise."""
+    if isinstance(value, list | tuple):
+        value = ",".join(str(v) for v in value)
+    value = str(value)
+    items = [s.strip() for s in value.split(",")]
+    ok = value.strip() == "*" or all(
+        not s or (len(s.split(":")) == 2 and all(x.isdigit() for x in s.split(":")))
+        for s in items)
+    if not ok:
+        raise ValueError(f"Invalid value {value} for configuration {key}: {key} "
+                         f"{_THROTTLED_FORMAT}")
+    return value
 
 
 def _parse_int(key: str, value: Any, minimum: int, maximum: int) -> int:
@@ -146,11 +165,10 @@ _PARSERS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     ),
     "preallocate": ("preallocate", _parse_bool),
     "message.downconversion.enable": ("message_downconversion_enable", _parse_bool),
-    "leader.replication.throttled.replicas": ("leader_replication_throttled_replicas", _parse_str),
-    "follower.replication.throttled.replicas": (
-        "follower_replication_throttled_replicas",
-        _parse_str,
-    ),
+    "leader.replication.throttled.replicas": ("leader_replication_throttled_replicas",
+                                              validate_throttled_replicas),
+    "follower.replication.throttled.replicas": ("follower_replication_throttled_replicas",
+                                                validate_throttled_replicas),
 }
 
 
