@@ -204,3 +204,18 @@ def test_tidelog_configs_cli_on_broker_defaults(one_broker: BrokerThread) -> Non
     finally:
         runner.invoke(configs, ["alter", *bs, "--broker-defaults",
                                 "--delete-config", "log.segment.bytes"])
+
+
+def test_the_broker_purges_expired_config_change_notifications(
+        one_broker: BrokerThread, controller: ActingController) -> None:
+    """Kafka's ZkNodeChangeNotificationListener: after processing, notifications older than
+    changeExpirationMs (15 min) are deleted. With the expiration at 0 every processed one is."""
+    assert one_broker.server._config_changes.expiration_ms == 15 * 60 * 1000
+    controller.create_topic("purged", {0: [1]})
+    one_broker.server._config_changes.expiration_ms = 0
+    _incremental(one_broker, "purged", [("retention.ms", "60000", AlterConfigOpType.SET)])
+    wait_until(lambda: _log_config(one_broker, "purged").retention_ms == 60000,
+               what="the change applied")
+    wait_until(lambda: controller.zk.kazoo.get_children("/config/changes") == [],
+               what="the notification purged")
+    assert controller.zk.get_topic_config("purged") == {"retention.ms": "60000"}

@@ -353,6 +353,28 @@ def test_topic_config_change_writes_a_notification(
     assert client.get_topic_config("missing") == {}
 
 
+def test_config_change_notifications_older_than_the_expiration_are_purged(
+    make_client: Callable[..., KafkaZkClient],
+) -> None:
+    client = make_client()
+    client.create_topic("t", {0: [1]})
+    client.set_topic_config("t", {"retention.ms": "5"})
+    client.set_topic_config("t", {"retention.ms": "6"})
+    first, second = sorted(client.kazoo.get_children("/config/changes"))
+    ctime = client.kazoo.exists(f"/config/changes/{second}").ctime
+    fifteen_min = 15 * 60 * 1000
+    # Kafka deletes a notification once now - ctime > changeExpirationMs (not at equality).
+    assert client.purge_obsolete_config_changes([first, second], ctime + fifteen_min,
+                                                fifteen_min) in ([], [first])
+    assert second in client.kazoo.get_children("/config/changes")
+    assert client.purge_obsolete_config_changes([first, second], ctime + fifteen_min + 1,
+                                                fifteen_min) in ([first, second], [second])
+    assert client.kazoo.get_children("/config/changes") == []
+    assert client.purge_obsolete_config_changes([first], ctime + 2 * fifteen_min,
+                                                fifteen_min) == []  # already gone
+    assert client.get_topic_config("t") == {"retention.ms": "6"}
+
+
 def test_delete_topic_request_watch_and_cleanup(
     make_client: Callable[..., KafkaZkClient],
 ) -> None:

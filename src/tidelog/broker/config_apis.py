@@ -242,13 +242,20 @@ def prepare_topic_config(current: Mapping[str, str], ops: Sequence[_Op],
     return props
 
 
+# Kafka's ZkNodeChangeNotificationListener.changeExpirationMs: a notification older than this
+# is deleted by the brokers once they have processed the notifications.
+CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
+
+
 class ConfigChangeNotifications:
     """Which /config/changes notifications are new (Kafka's lastExecutedChange): those present
     when the broker first looks are taken as applied, since it read every topic's config when
-    it started; after that each notification is handed out once, in sequence order."""
+    it started; after that each notification is handed out once, in sequence order. Those older
+    than `expiration_ms` are purged after each round (`KafkaZkClient.purge_obsolete_config_changes`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, expiration_ms: int = CONFIG_CHANGE_EXPIRATION_MS) -> None:
         self.last_executed: int | None = None
+        self.expiration_ms = expiration_ms
 
     def new(self, names: Sequence[str]) -> list[str]:
         seqs = sorted((config_change_sequence_number(n), n) for n in names)

@@ -297,39 +297,48 @@ class BrokerServer:
     # ------------------------------------------------------------------ live config changes
     def _on_config_changes(self, names: list[str]) -> None:
         new = self._config_changes.new(names)
-        if new and not self._stopping:
-            task = asyncio.get_running_loop().create_task(self._apply_config_changes(new))
+        if names and not self._stopping:
+            task = asyncio.get_running_loop().create_task(self._apply_config_changes(new, names))
             self._config_tasks.add(task)
             task.add_done_callback(self._config_tasks.discard)
 
-    async def _apply_config_changes(self, names: list[str]) -> None:
+    async def _apply_config_changes(self, names: list[str], present: list[str]) -> None:
         """Kafka's TopicConfigHandler: reload each notified topic's overrides and hand its logs
-        the new config (partitions read min.insync.replicas from it at once)."""
+        the new config (partitions read min.insync.replicas from it at once); then purge the
+        notifications `present` that have expired, as Kafka's listener does."""
         async with self._config_lock:  # notifications apply in order
-            for name in names:
-                try:
-                    entity = await asyncio.to_thread(self.zk_client.get_config_change, name)
-                    if entity in (f"brokers/{DYNAMIC_DEFAULT}", f"brokers/{self.broker_id}"):
-                        await self._load_dynamic_config()
-                        self._rebase_logs()
-                        self._notify_controller_of_defaults()
-                        continue
-                    if entity is None or not entity.startswith("topics/"):
-                        continue
-                    topic = entity[len("topics/"):]
-                    overrides = await asyncio.to_thread(self.zk_client.get_topic_config, topic)
-                    config = LogConfig.from_dict(overrides, self.log_manager.config)
-                except Exception as e:  # noqa: BLE001 - one bad notification stops no other
-                    logger.warning("config change %s not applied: %s", name, e)
+            await self._apply_config_change_notifications(names)
+            try:
+                await asyncio.to_thread(self.zk_client.purge_obsolete_config_changes, present,
+                                        now_ms(), self._config_changes.expiration_ms)
+            except Exception as e:  # noqa: BLE001 - the next round purges them
+                logger.warning("expired config change notifications not purged: %s", e)
+
+    async def _apply_config_change_notifications(self, names: list[str]) -> None:
+        for name in names:
+            try:
+                entity = await asyncio.to_thread(self.zk_client.get_config_change, name)
+                if entity in (f"brokers/{DYNAMIC_DEFAULT}", f"brokers/{self.broker_id}"):
+                    await self._load_dynamic_config()
+                    self._rebase_logs()
+                    self._notify_controller_of_defaults()
                     continue
-                self.log_manager.update_topic_config(topic, config)
-                self._topic_configs_checked.add(topic)
-                self._topic_overrides[topic] = overrides
-                self.replication_quotas.update_topic(topic, overrides)
-                logger.info("topic %s: configuration changed to %s", topic, overrides)
-                notify = getattr(self.controller, "on_topic_config_change", None)
-                if notify is not None:  # the active controller's per-topic election rules
-                    notify(topic, overrides)
+                if entity is None or not entity.startswith("topics/"):
+                    continue
+                topic = entity[len("topics/"):]
+                overrides = await asyncio.to_thread(self.zk_client.get_topic_config, topic)
+                config = LogConfig.from_dict(overrides, self.log_manager.config)
+            except Exception as e:  # noqa: BLE001 - one bad notification stops no other
+                logger.warning("config change %s not applied: %s", name, e)
+                continue
+            self.log_manager.update_topic_config(topic, config)
+            self._topic_configs_checked.add(topic)
+            self._topic_overrides[topic] = overrides
+            self.replication_quotas.update_topic(topic, overrides)
+            logger.info("topic %s: configuration changed to %s", topic, overrides)
+            notify = getattr(self.controller, "on_topic_config_change", None)
+            if notify is not None:  # the active controller's per-topic election rules
+                notify(topic, overrides)
 
     async def _load_dynamic_config(self) -> None:
         """Read /config/brokers/<default> and /config/brokers/<id> into `dynamic_config` (an

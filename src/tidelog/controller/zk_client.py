@@ -1004,6 +1004,25 @@ class KafkaZkClient(KafkaZkReads):
             return None
         return zk_data.decode_config_change(path, data)
 
+    def purge_obsolete_config_changes(self, names: Iterable[str], now_ms: int,
+                                      expiration_ms: int) -> list[str]:
+        """Delete the /config/changes notifications among `names` created more than
+        `expiration_ms` before `now_ms` (Kafka's ZkNodeChangeNotificationListener
+        purgeObsoleteNotifications, run by every broker after it processed the notifications);
+        returns the names deleted."""
+        purged: list[str] = []
+        for name in sorted(names, key=zk_data.config_change_sequence_number):
+            path = f"{zk_data.CONFIG_CHANGES_PATH}/{name}"
+            stat = self._retry(self._zk.exists, path)
+            if stat is None or now_ms - int(stat.ctime) <= expiration_ms:
+                continue
+            try:
+                self._retry(self._zk.delete, path)
+            except NoNodeError:
+                continue  # another broker purged it first
+            purged.append(name)
+        return purged
+
     def get_topic_config(self, topic: str) -> dict[str, str]:
         """The topic's overrides ({} when none)."""
         path = zk_data.topic_config_path(topic)
