@@ -239,8 +239,9 @@ class _Crash(Exception):
 
 
 class CrashAt(MemoryFileIO):
-    """A MemoryFileIO that loses power at the n-th snapshot step (write, fsync, delete, or the
-    directory fsync that makes snapshot names durable), tearing what was not fsynced."""
+    """A MemoryFileIO that loses power at the n-th snapshot step (halfway through the write,
+    before the fsync, the rename, a delete, or any directory fsync), tearing what was not
+    fsynced."""
 
     def __init__(self, rng: random.Random) -> None:
         super().__init__()
@@ -258,12 +259,17 @@ class CrashAt(MemoryFileIO):
 
     def open(self, path: str) -> Any:
         handle = super().open(path)
-        return _SnapshotHandle(self, handle) if path.endswith(".snapshot") else handle
+        return _SnapshotHandle(self, handle) if ".snapshot" in path else handle
 
     def remove(self, path: str) -> None:
-        if path.endswith(".snapshot"):
+        if ".snapshot" in path:
             self.step()
         super().remove(path)
+
+    def rename(self, src: str, dst: str) -> None:
+        if ".snapshot" in src:
+            self.step()
+        super().rename(src, dst)
 
     def fsync_dir(self, path: str) -> None:
         self.step()

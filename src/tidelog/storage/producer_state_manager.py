@@ -46,7 +46,7 @@ import crc32c
 
 from tidelog.protocol.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, RecordBatch
 from tidelog.storage.errors import StorageError
-from tidelog.storage.file_io import FileIO
+from tidelog.storage.file_io import FileIO, write_file_atomically
 from tidelog.storage.transactions import AppendOrigin, InvalidProducerEpochError, TxnBatch
 
 __all__ = [
@@ -338,8 +338,8 @@ def read_snapshot(data: bytes | memoryview) -> list[ProducerStateEntry]:
 
 class ProducerStateManager:
     """The producers of one partition log, and its snapshot files in `log_dir` (listed by
-    `remove_stray_snapshots`, the first step of loading). `on_dir_change` is called when a snapshot file is created or removed (the log fsyncs its
-    directory before it relies on the change)."""
+    `remove_stray_snapshots`, the first step of loading). `on_dir_change` is called when a
+    snapshot file is removed (the log fsyncs its directory before it relies on that)."""
 
     def __init__(self, topic_partition: str, log_dir: str, file_io: FileIO, *,
                  producer_id_expiration_ms: int = 86_400_000,
@@ -415,26 +415,20 @@ class ProducerStateManager:
         return self._snapshots[-1] if self._snapshots else None
 
     def take_snapshot(self) -> bool:
-        """Write a snapshot at the map end offset unless one is there already (fsynced; its
-        name is durable once the directory is fsynced). Returns True when one was written."""
+        """Write a snapshot at the map end offset unless one is there already, durably.
+        Returns True when one was written."""
         if self.last_map_offset <= self.last_snap_offset:
             return False
         offset = self.last_map_offset
-        data = write_snapshot(self.producers.values())
-        handle = self.file_io.open(self._path(offset))
-        try:
-            handle.truncate(0)
-            handle.append(data)
-            handle.flush()
-        finally:
-            handle.close()
+        # Temp file, fsync, rename, dir fsync (Kafka writes in place and relies on the CRC): a
+        # crash shows the whole new snapshot or none, never an older one under its name.
+        write_file_atomically(self.file_io, self._path(offset),
+                              write_snapshot(self.producers.values()))
         i = bisect.bisect_left(self._snapshots, offset)
         if i == len(self._snapshots) or self._snapshots[i] != offset:
             self._snapshots.insert(i, offset)
         self.last_snap_offset = offset
         self.snapshots_written += 1
-        if self._on_dir_change is not None:
-            self._on_dir_change()
         return True
 
     def delete_snapshot(self, offset: int) -> None:
