@@ -32,6 +32,7 @@ from tidelog.protocol.records.batch import iter_batches
 from tidelog.protocol.records.builder import Record, build_batch, build_values
 from tidelog.protocol.records.compression import GZIP
 from tidelog.protocol.records.decoder import decode_records
+from tidelog.replication.replication_quota import QUOTA_BYTES_PER_SECOND_DEFAULT
 from tidelog.replication.types import TopicPartition
 from tidelog.sim.disk import MemoryFileIO
 from tidelog.storage.cleaner.log_cleaner import (
@@ -102,6 +103,27 @@ def an_unkeyed_record(broker: BrokerThread, topic: str) -> int:
 @_wire
 def acks_all_on_one_replica(broker: BrokerThread, topic: str) -> int:
     return produce(broker.port, topic, 0, build_values([b"x"]), acks=-1)[0]
+
+
+@_wire
+def a_lagging_follower_fetching_twice(broker: BrokerThread, topic: str) -> list[int]:
+    """Bytes a replica out of the ISR (2) gets in two fetches of the same offset while the
+    broker's leader.replication.throttled.rate is 1 byte/s (the first fetch's bytes count)."""
+    quota = broker.server.replication_quotas.leader
+    assert produce(broker.port, topic, 0, build_values([b"x" * 100] * 5), acks=1)[0] == 0
+    quota.update_quota(1)
+    try:
+        return [len(fetch(broker.port, topic, 0, 0, replica_id=2).records or b"")
+                for _ in range(2)]
+    finally:
+        quota.update_quota(QUOTA_BYTES_PER_SECOND_DEFAULT)
+
+
+@_wire
+def follower_quota_applies(broker: BrokerThread, topic: str) -> bool:
+    """Whether the broker's fetchers throttle the partition (the fetcher's side of the
+    throttle is tests/replication/test_replication_quota.py's)."""
+    return broker.server.replication_quotas.follower.is_throttled(TopicPartition(topic, 0))
 
 
 # ----------------------------------------------------------------- observations: the log
@@ -269,6 +291,8 @@ ENFORCED: dict[str, tuple[str, Any, dict[str, str]]] = {
     "min.compaction.lag.ms": ("1000", first_uncleanable_offset, {"cleanup.policy": "compact"}),
     "max.compaction.lag.ms": ("100000", compaction_forced, {"cleanup.policy": "compact"}),
     "min.cleanable.dirty.ratio": ("1", log_chosen_by_the_cleaner, {"cleanup.policy": "compact"}),
+    "leader.replication.throttled.replicas": ("0:1", a_lagging_follower_fetching_twice, {}),
+    "follower.replication.throttled.replicas": ("*", follower_quota_applies, {}),
 }
 # What Kafka observes with the changed value, where it is one thing (codecs, error codes).
 EXACT: dict[str, Any] = {
@@ -283,8 +307,6 @@ EXACT: dict[str, Any] = {
 # key -> a value asking for a feature tidelog does not implement
 REFUSED: dict[str, str] = {
     "preallocate": "true",
-    "leader.replication.throttled.replicas": "0:1",
-    "follower.replication.throttled.replicas": "*",
 }
 
 
