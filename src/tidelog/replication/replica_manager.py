@@ -414,9 +414,10 @@ class ReplicaManager:
         return p
 
     def _read_from_local_log(
-        self, params: FetchParams, now_ms: int
+        self, params: FetchParams, now_ms: int, update_fetch_state: bool = True
     ) -> tuple[dict[TopicPartition, FetchPartitionData], list[ProposeIsr], int, bool]:
-        """Read every partition; for a follower, record its fetch (ISR expand, HW)."""
+        """Read every partition; for a follower, record its fetch (ISR expand, HW) unless
+        ``update_fetch_state`` is off (a held fetch completing: Kafka's DelayedFetch)."""
         is_follower = params.replica_id >= 0
         # Kafka's debugging replica id: any replica (leader or follower) answers, up to its
         # LEO, with its own HW (tools read a follower's HW this way).
@@ -479,7 +480,7 @@ class ReplicaManager:
             total += size
             results[tp] = FetchPartitionData(
                 Errors.NONE, hw, log_start, _as_bytes(records), lso, aborted)
-            if is_follower:
+            if is_follower and update_fetch_state:
                 before = p.high_watermark
                 proposal = p.update_follower_fetch_state(
                     params.replica_id, st.fetch_offset, st.log_start_offset, now_ms, leo,
@@ -518,7 +519,11 @@ class ReplicaManager:
         return total, False
 
     def _complete_fetch(self, request_key: Hashable, params: FetchParams, now_ms: int) -> CompleteFetch:
-        results, proposals, _, _ = self._read_from_local_log(params, now_ms)
+        # As Kafka's DelayedFetch.onComplete: the follower's fetch was recorded when it arrived
+        # (its offsets have not changed since); recording it again would only double the work
+        # of every held fetch (an idle follower's, over all its partitions, twice a second).
+        results, proposals, _, _ = self._read_from_local_log(params, now_ms,
+                                                             update_fetch_state=False)
         return CompleteFetch(request_key, results, tuple(proposals))
 
     # ------------------------------------------------------------------ epochs and offsets
