@@ -320,26 +320,39 @@ def test_delayed_fetch_answers_empty_at_max_wait() -> None:
 
 
 @pytest.mark.parametrize("shell_reports_offline", [True, False])
-def test_a_held_fetch_from_a_replica_that_went_offline_does_not_re_add_it(shell_reports_offline: bool) -> None:
-    # KIP-841: 3's fetch at the LEO is held; 3 dies and the controller removes it from the ISR
-    # (same leader epoch here, so epoch fencing does not help); the held fetch is released by
-    # new data: the leader must not propose 3 back.
+def test_a_fetch_from_a_replica_that_went_offline_does_not_re_add_it(shell_reports_offline: bool) -> None:
+    # KIP-841: 3 dies and the controller removes it from the ISR (same leader epoch here, so
+    # epoch fencing does not help); a fetch 3 sent before it died arrives after that: the leader
+    # must not propose 3 back.
     c = MiniCluster()
     c.elect(1, (1, 2, 3))
     rm = c.rm(1)
-    held = rm.fetch_messages(3, 500, 1, 1 << 20, {TP: (0, 0, 0, 1 << 20)}, c.now, request_key="held")
-    assert held.delayed
     removed = state(1, 0, (1, 2), zk_version=1)
     assert rm.become_leader_or_follower(0, 1, [removed], {1, 2}, c.now).partition_errors == {TP: Errors.NONE}
     if shell_reports_offline:
         rm.set_eligible_brokers({1: 10, 2: 11})
+    late = rm.fetch_messages(3, 0, 1, 1 << 20, {TP: (0, 0, 0, 1 << 20)}, c.now)
+    assert late.results[TP].error == Errors.NONE
+    if shell_reports_offline:
+        assert late.isr_proposals == () and rm.partition(TP).pending_isr is None
+    else:  # the bug KIP-841 fixed
+        assert [p.new_isr for p in late.isr_proposals] == [(1, 2, 3)]
+
+
+def test_a_held_fetch_completing_after_its_replica_left_the_isr_proposes_nothing() -> None:
+    # A held fetch records nothing when it completes (Kafka's updateFetchState =
+    # !readFromPurgatory), so released by new data it cannot re-add a replica that left.
+    c = MiniCluster()
+    c.elect(1, (1, 2, 3))
+    rm = c.rm(1)
+    assert rm.fetch_messages(3, 500, 1, 1 << 20, {TP: (0, 0, 0, 1 << 20)}, c.now,
+                             request_key="held").delayed
+    removed = state(1, 0, (1, 2), zk_version=1)
+    assert rm.become_leader_or_follower(0, 1, [removed], {1, 2}, c.now).partition_errors == {TP: Errors.NONE}
     c.produce(1, 1)
     [done] = rm.poll_completed(c.now)
     assert done.request_key == "held" and len(done.results[TP].records) > 0
-    if shell_reports_offline:
-        assert done.isr_proposals == () and rm.partition(TP).pending_isr is None
-    else:  # the bug KIP-841 fixed
-        assert [p.new_isr for p in done.isr_proposals] == [(1, 2, 3)]
+    assert done.isr_proposals == () and rm.partition(TP).pending_isr is None
 
 
 # ---------------------------------------------------------------- epochs, offsets, stop
@@ -462,3 +475,17 @@ def test_a_debugging_fetch_is_answered_by_any_replica_with_its_own_high_watermar
     consumer = c.rm(2).fetch_messages(CONSUMER_REPLICA_ID, 0, 0, 1 << 20, {TP: (0, -1, -1, 1 << 20)},
                                       c.now)
     assert consumer.results[TP].error == Errors.NOT_LEADER_OR_FOLLOWER
+
+
+def test_a_held_follower_fetch_is_recorded_once_when_it_arrives_not_again_when_it_completes() -> None:
+    # Kafka's DelayedFetch.onComplete reads the log without updateFollowerFetchState: the
+    # follower's fetch state is the one its request set when it arrived.
+    c = MiniCluster()
+    c.elect(1, (1, 2, 3))
+    rm = c.rm(1)
+    assert rm.fetch_messages(2, 500, 1, 1 << 20, {TP: (0, 0, 0, 1 << 20)}, 100,
+                             request_key="held").delayed
+    [done] = rm.poll_completed(600)
+    assert done.request_key == "held" and done.results[TP].error == Errors.NONE
+    follower = rm.partition(TP).remote_replicas[2]
+    assert (follower.last_fetch_time_ms, follower.last_caught_up_time_ms) == (100, 100)
