@@ -183,6 +183,8 @@ class ConfigApis:
         try:
             self.server.dynamic_config.validate(props, per_broker=bool(name))
         except ValueError as e:  # Kafka answers INVALID_REQUEST here (checked against 3.9)
+            if e.__cause__ is not None:
+                logger.info("%s: %s (%s)", resource, e, e.__cause__)
             raise _Refused(ErrorCode.INVALID_REQUEST,
                            f"Invalid config value for resource {resource}: {e}") from None
         if not validate_only:

@@ -2,8 +2,23 @@
 operator may change without a restart, per broker (`/config/brokers/<id>`) or for the whole
 cluster (`/config/brokers/<default>`), and where each value shown by DescribeConfigs comes from.
 
-The dynamic keys are Kafka's `DynamicLogConfig` ones: the broker keys that give the topics their
-defaults (`log.retention.ms`, `log.segment.bytes`, `min.insync.replicas`, `compression.type`, ...).
+The dynamic keys are those of Kafka 3.9's `DynamicBrokerConfig.AllDynamicConfigs` that tidelog
+defines: the `DynamicLogConfig` ones (the broker keys that give the topics their defaults:
+`log.retention.ms`, `log.segment.bytes`, `min.insync.replicas`, `compression.type`, ...), the log
+cleaner's (`log.cleaner.threads`, `.dedupe.buffer.size`, `.io.buffer.load.factor`,
+`.io.max.bytes.per.second`, `.backoff.ms`: the cleaner restarts with them, as Kafka's
+`LogCleaner.reconfigure`), the connection limits (`max.connections`, `max.connections.per.ip`:
+the next accept obeys them), `producer.id.expiration.ms` (every log's producer state), and the
+thread counts tidelog accepts but does not use (`num.io.threads`, `num.network.threads`,
+`background.threads`, `num.recovery.threads.per.data.dir`). A thread count may change to no less
+than half and no more than double its current value, as Kafka's `DynamicThreadPool` and
+`LogCleaner.validateReconfiguration` check; otherwise Kafka's "Invalid dynamic configuration".
+
+Refused although Kafka changes them live: the listener keys (`listeners`, `advertised.listeners`,
+`listener.security.protocol.map`; at the cluster level with Kafka's own message, since Kafka
+takes them per broker only) and `num.replica.fetchers`: tidelog cannot apply them without a
+restart.
+
 Precedence: a per-broker dynamic value, then the cluster-wide dynamic default, then
 server.properties, then Kafka's default. Other known keys cannot be changed dynamically; keys
 tidelog does not know are stored and ignored, as Kafka stores custom configs. The replication
@@ -44,7 +59,23 @@ TOPIC_TO_BROKER_KEY: dict[str, str] = {
     "segment.jitter.ms": "log.roll.jitter.ms",
     "flush.ms": "log.flush.interval.ms",
 }
-DYNAMIC_KEYS: frozenset[str] = frozenset(TOPIC_TO_BROKER_KEY.values())
+# Applied live by the broker (server.py `_apply_dynamic_broker_config`).
+CLEANER_KEYS = frozenset({
+    "log.cleaner.threads", "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.load.factor",
+    "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms"})
+CONNECTION_KEYS = frozenset({"max.connections", "max.connections.per.ip"})
+# Thread pools Kafka resizes live (DynamicThreadPool, the network processors); tidelog runs on
+# one event loop and uses none of them (their docs say so).
+UNUSED_THREAD_KEYS = frozenset({
+    "num.io.threads", "num.network.threads", "background.threads",
+    "num.recovery.threads.per.data.dir"})
+DYNAMIC_KEYS: frozenset[str] = frozenset(TOPIC_TO_BROKER_KEY.values()) | CLEANER_KEYS \
+    | CONNECTION_KEYS | UNUSED_THREAD_KEYS | {"producer.id.expiration.ms"}
+# Kafka: per broker only (DynamicBrokerConfig.PerBrokerConfigs).
+PER_BROKER_KEYS = frozenset({"listeners", "advertised.listeners",
+                             "listener.security.protocol.map"})
+# Dynamic in Kafka, but tidelog cannot apply them without a restart.
+NOT_LIVE_KEYS = PER_BROKER_KEYS | {"num.replica.fetchers"}
 # A broker key and the keys Kafka falls back on for it, in order (LogConfig's synonyms).
 _BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
     "log.retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
@@ -89,20 +120,33 @@ class DynamicBrokerConfig:
 
     def validate(self, props: Mapping[str, str], per_broker: bool) -> None:
         """A new set of dynamic configs for this broker (or the cluster default): ConfigError
-        for a key that cannot change dynamically or a value that does not hold."""
-        fixed = sorted(k for k in props if k in CONFIG_DEFS and k not in DYNAMIC_KEYS)
+        for a key that cannot change dynamically or a value that does not hold (Kafka's
+        DynamicBrokerConfig.validate, in its order)."""
+        fixed = sorted(k for k in props if k in CONFIG_DEFS and k not in DYNAMIC_KEYS
+                       and k not in NOT_LIVE_KEYS)
         if fixed:
             raise ConfigError(None, f"Cannot update these configs dynamically: Set({', '.join(fixed)})")
+        if not per_broker:
+            only_per_broker = sorted(k for k in props if k in PER_BROKER_KEYS)
+            if only_per_broker:
+                raise ConfigError(None, "Cannot update these configs at default cluster level, "
+                                  f"broker id must be specified: Set({', '.join(only_per_broker)})")
+        not_live = sorted(k for k in props if k in NOT_LIVE_KEYS)
+        if not_live:
+            raise ConfigError(None, "tidelog cannot update these configs without a restart: "
+                              f"Set({', '.join(not_live)})")
         for key in (LEADER_RATE, FOLLOWER_RATE):
             if key in props:
                 try:
                     parse_rate(key, props[key])
                 except ValueError as e:
                     raise ConfigError(None, str(e)) from None
-        if per_broker:
-            self.effective(self.cluster_default, props)
-        else:
-            self.effective(props, self.per_broker)
+        new = (self.effective(self.cluster_default, props) if per_broker
+               else self.effective(props, self.per_broker))
+        reason = thread_count_refusal(self.current, new)
+        if reason is not None:
+            # Kafka's processReconfiguration: the client sees only this; the cause is logged.
+            raise ConfigError(None, "Invalid dynamic configuration") from ValueError(reason)
 
     # --- DescribeConfigs ----------------------------------------------------------------------
     def source_of(self, key: str) -> int:
@@ -135,3 +179,30 @@ class DynamicBrokerConfig:
         while out and out[0][0] != key:
             out.pop(0)
         return out
+
+
+def thread_count_refusal(old: KafkaConfig, new: KafkaConfig) -> str | None:
+    """Kafka's checks of a thread count changed live: DynamicThreadPool (and the network
+    processors) and LogCleaner.validateReconfiguration (halving as Scala's Int division)."""
+    for key in sorted(UNUSED_THREAD_KEYS):
+        before, after = int(old.get(key)), int(new.get(key))
+        if after == before:
+            continue
+        error = f"Dynamic thread count update validation failed for {key}={after}"
+        if after <= 0:
+            return f"{error}, value should be at least 1"
+        if after < before // 2:
+            return f"{error}, value should be at least half the current value {before}"
+        if after > before * 2:
+            return f"{error}, value should not be greater than double the current value {before}"
+    if any(old.get(k) != new.get(k) for k in CLEANER_KEYS):
+        before, after = int(old.get("log.cleaner.threads")), int(new.get("log.cleaner.threads"))
+        if after < 1:
+            return "Log cleaner threads should be at least 1"
+        if after < before // 2:
+            return ("Log cleaner threads cannot be reduced to less than half the current value "
+                    f"{before}")
+        if after > before * 2:
+            return ("Log cleaner threads cannot be increased to more than double the current "
+                    f"value {before}")
+    return None

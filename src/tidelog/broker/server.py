@@ -31,13 +31,18 @@ import contextlib
 import inspect
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from tidelog.broker.admin_apis import AdminApis
 from tidelog.broker.config import KafkaConfig
 from tidelog.broker.config_apis import ConfigApis, ConfigChangeNotifications
-from tidelog.broker.dynamic_config import DYNAMIC_DEFAULT, DynamicBrokerConfig
+from tidelog.broker.dynamic_config import (
+    CLEANER_KEYS,
+    CONNECTION_KEYS,
+    DYNAMIC_DEFAULT,
+    DynamicBrokerConfig,
+)
 from tidelog.broker.group_apis import GroupApis
 from tidelog.broker.kafka_apis import KafkaApis
 from tidelog.broker.log_cleaner import LogCleaner, cleaner_config_from
@@ -182,7 +187,7 @@ class BrokerServer:
         topic_configs = await asyncio.to_thread(self._read_topic_configs, base)
         self.log_manager = await asyncio.to_thread(
             LogManager, cfg.log_dirs, base, OsFileIO(), now_ms(), topic_configs,
-            producer_id_expiration_ms=cfg.get("producer.id.expiration.ms"))
+            producer_id_expiration_ms=self.dynamic_config.current.get("producer.id.expiration.ms"))
         if set(self.log_manager.log_dirs) <= self.log_manager.offline_dirs:
             # Kafka shuts down when no log dir is usable.
             raise RuntimeError(f"no usable log directory among {', '.join(cfg.log_dirs)}")
@@ -210,8 +215,8 @@ class BrokerServer:
                 ep.host, ep.port, self._handle,
                 max_request_bytes=cfg.get("socket.request.max.bytes"),
                 connections_max_idle_ms=cfg.get("connections.max.idle.ms"),
-                max_connections=cfg.get("max.connections"),
-                max_connections_per_ip=cfg.get("max.connections.per.ip"),
+                max_connections=self.dynamic_config.current.get("max.connections"),
+                max_connections_per_ip=self.dynamic_config.current.get("max.connections.per.ip"),
                 send_buffer_bytes=cfg.get("socket.send.buffer.bytes"),
                 receive_buffer_bytes=cfg.get("socket.receive.buffer.bytes"),
                 listener_name=ep.listener_name,
@@ -235,7 +240,8 @@ class BrokerServer:
             zk.watch_config_changes,
             lambda names: loop.call_soon_threadsafe(self._on_config_changes, names))
         self.replica_manager.start()
-        self.log_cleaner = LogCleaner(self.log_manager, cleaner_config_from(cfg))
+        self.log_cleaner = LogCleaner(self.log_manager,
+                                      cleaner_config_from(self.dynamic_config.current))
         self.log_cleaner.start()
         if cfg.get("tidelog.replication.events.enable"):
             self.replica_manager.events = self._event_publisher()
@@ -319,8 +325,10 @@ class BrokerServer:
             try:
                 entity = await asyncio.to_thread(self.zk_client.get_config_change, name)
                 if entity in (f"brokers/{DYNAMIC_DEFAULT}", f"brokers/{self.broker_id}"):
+                    before = self.dynamic_config.current
                     await self._load_dynamic_config()
                     self._rebase_logs()
+                    await self._reconfigure(before, self.dynamic_config.current)
                     self._notify_controller_of_defaults()
                     continue
                 if entity is None or not entity.startswith("topics/"):
@@ -351,6 +359,27 @@ class BrokerServer:
         except ValueError as e:
             logger.warning("dynamic broker configs not applied: %s", e)
         self.replication_quotas.update_rates(default, mine)
+
+    async def _reconfigure(self, old: KafkaConfig, new: KafkaConfig) -> None:
+        """Kafka's BrokerReconfigurables, for the dynamic keys tidelog applies beyond the log
+        defaults: the connection limits (the next accept), producer.id.expiration.ms (every
+        log's producer state) and the log cleaner's keys (the cleaner restarts with them)."""
+        def changed(keys: Iterable[str]) -> bool:
+            return any(old.get(k) != new.get(k) for k in keys)
+
+        if changed(CONNECTION_KEYS):
+            for server in self.socket_servers.values():
+                server.max_connections = new.get("max.connections")
+                server.max_connections_per_ip = new.get("max.connections.per.ip")
+        expiration = "producer.id.expiration.ms"
+        if changed([expiration]):
+            self.log_manager.producer_id_expiration_ms = new.get(expiration)
+            for log in list(self.log_manager.logs.values()):
+                log.producer_state_manager.producer_id_expiration_ms = new.get(expiration)
+        if changed([*CLEANER_KEYS, expiration]) and self.log_cleaner is not None:
+            await self.log_cleaner.shutdown()
+            self.log_cleaner = LogCleaner(self.log_manager, cleaner_config_from(new))
+            self.log_cleaner.start()
 
     def _notify_controller_of_defaults(self) -> None:
         """The controller's default election rule follows this broker's dynamic

@@ -1,0 +1,124 @@
+"""The dynamic broker keys of Kafka 3.9 beyond the log defaults (issue 11 leftover): applied
+live (connection limits, the log cleaner's keys, producer.id.expiration.ms), accepted with
+Kafka's thread-count checks (the thread pools tidelog does not have), or refused (listeners,
+num.replica.fetchers: per-broker only in Kafka, and not live in tidelog)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from harness import ActingController, BrokerThread, send, wait_until
+
+from tidelog.protocol.errors import ErrorCode
+from tidelog.protocol.messages import describe_configs as m_dc
+from tidelog.protocol.messages import incremental_alter_configs as m_iac
+
+pytestmark = pytest.mark.integration
+
+SET, DELETE = 0, 1
+
+
+def alter(broker: BrokerThread, name: str, configs: list[tuple[str, int, str | None]],
+          validate_only: bool = False) -> Any:
+    req = m_iac.IncrementalAlterConfigsRequest(validate_only=validate_only, resources=[
+        m_iac.AlterConfigsResource(4, name, [m_iac.AlterableConfig(k, op, v)
+                                             for k, op, v in configs])])
+    return send(broker.port, req).responses[0]
+
+
+def described(broker: BrokerThread, key: str) -> tuple[str | None, int, bool]:
+    req = m_dc.DescribeConfigsRequest(resources=[m_dc.DescribeConfigsResource(4, "1", [key])])
+    [entry] = send(broker.port, req).results[0].configs
+    return entry.value, entry.config_source, entry.read_only
+
+
+@pytest.fixture
+def dynamic(one_broker: BrokerThread) -> Iterator[list[tuple[str, str]]]:
+    """(entity, key) pairs the test set; removed again at the end (the broker is shared)."""
+    made: list[tuple[str, str]] = []
+    yield made
+    for entity, key in made:
+        assert alter(one_broker, entity, [(key, DELETE, None)]).error_code == 0
+
+
+def test_thread_counts_change_within_half_and_double_as_kafka_checks(
+        one_broker: BrokerThread, dynamic: list[tuple[str, str]]) -> None:
+    assert described(one_broker, "num.io.threads") == ("8", 5, False)  # DEFAULT, not read-only
+    too_many = alter(one_broker, "1", [("num.io.threads", SET, "17")])
+    assert (too_many.error_code, too_many.error_message) == (
+        ErrorCode.INVALID_REQUEST,
+        "Invalid config value for resource ConfigResource(type=BROKER, name='1'): "
+        "Invalid dynamic configuration")
+    assert alter(one_broker, "", [("background.threads", SET, "4")]).error_code == \
+        ErrorCode.INVALID_REQUEST  # 10 -> less than half
+    dynamic.append(("1", "num.io.threads"))
+    assert alter(one_broker, "1", [("num.io.threads", SET, "16")]).error_code == 0
+    wait_until(lambda: described(one_broker, "num.io.threads") == ("16", 2, False),
+               what="DYNAMIC_BROKER_CONFIG 16")
+
+
+def test_the_listener_keys_and_num_replica_fetchers_are_refused(
+        one_broker: BrokerThread) -> None:
+    cluster = alter(one_broker, "", [("listeners", SET, "PLAINTEXT://127.0.0.1:0")])
+    assert cluster.error_code == ErrorCode.INVALID_REQUEST
+    assert cluster.error_message.endswith(  # Kafka's own refusal at the cluster level
+        "Cannot update these configs at default cluster level, broker id must be specified: "
+        "Set(listeners)")
+    for key, value in (("advertised.listeners", "PLAINTEXT://127.0.0.1:1"),
+                       ("num.replica.fetchers", "2")):
+        r = alter(one_broker, "1", [(key, SET, value)])
+        assert r.error_code == ErrorCode.INVALID_REQUEST and key in r.error_message, r
+
+
+def test_connection_limits_apply_to_the_next_accept(
+        one_broker: BrokerThread, dynamic: list[tuple[str, str]]) -> None:
+    servers = list(one_broker.server.socket_servers.values())
+    dynamic.append(("1", "max.connections.per.ip"))
+    assert alter(one_broker, "1", [("max.connections.per.ip", SET, "1")]).error_code == 0
+    wait_until(lambda: all(s.max_connections_per_ip == 1 for s in servers),
+               what="the limit applied")
+    first = socket.create_connection(("127.0.0.1", one_broker.port), timeout=10)
+    second = socket.create_connection(("127.0.0.1", one_broker.port), timeout=10)
+    try:
+        second.settimeout(10)
+        assert second.recv(1) == b""  # closed by the broker: one connection per IP
+    finally:
+        first.close()
+        second.close()
+
+
+def test_the_log_cleaner_restarts_with_its_new_keys(
+        one_broker: BrokerThread, dynamic: list[tuple[str, str]]) -> None:
+    def cleaner() -> Any:
+        return one_broker.server.log_cleaner
+
+    assert cleaner().config.num_threads == 1
+    assert alter(one_broker, "", [("log.cleaner.threads", SET, "3")]).error_code == \
+        ErrorCode.INVALID_REQUEST  # more than double
+    dynamic.append(("", "log.cleaner.threads"))
+    dynamic.append(("", "log.cleaner.backoff.ms"))
+    assert alter(one_broker, "", [("log.cleaner.threads", SET, "2"),
+                                  ("log.cleaner.backoff.ms", SET, "500")]).error_code == 0
+    wait_until(lambda: cleaner().config.num_threads == 2 and cleaner().config.backoff_ms == 500
+               and len(one_broker.call(lambda: list(cleaner()._tasks))) == 2,
+               what="two cleaner loops with the new backoff")
+
+
+def test_producer_id_expiration_reaches_every_logs_producer_state(
+        one_broker: BrokerThread, controller: ActingController,
+        dynamic: list[tuple[str, str]]) -> None:
+    controller.create_topic("pid-exp", {0: [1]})
+    wait_until(lambda: one_broker.server.log_manager.get_log("pid-exp", 0) is not None,
+               what="the log")
+    dynamic.append(("1", "producer.id.expiration.ms"))
+    assert alter(one_broker, "1", [("producer.id.expiration.ms", SET, "60000")]).error_code == 0
+
+    def expirations() -> tuple[int, int]:
+        log = one_broker.server.log_manager.get_log("pid-exp", 0)
+        return (log.producer_state_manager.producer_id_expiration_ms,
+                one_broker.server.log_manager.producer_id_expiration_ms)
+
+    wait_until(lambda: one_broker.call(expirations) == (60000, 60000), what="applied")
