@@ -598,6 +598,18 @@ class GroupCoordinator:
         error = group.validate_offset_commit(member_id, generation_id, now, group_instance_id)
         if error:
             return all_(error)
+        results, written = await self._store_offsets(group_id, offsets)
+        if written:
+            self.offsets.setdefault(group_id, {}).update(written)
+        return results
+
+    async def _store_offsets(
+        self, group_id: str, offsets: Mapping[tuple[str, int], OffsetAndMetadata],
+        producer: tuple[int, int] | None = None,
+    ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], OffsetAndMetadata]]:
+        """Write the offsets whose metadata fits `offset.metadata.max.bytes` to the group's
+        offsets partition (in `producer`'s transaction, if given): (an error per partition,
+        the offsets written while this broker still owns the partition)."""
         results: dict[tuple[str, int], int] = {}
         records: list[Record] = []
         accepted: dict[tuple[str, int], OffsetAndMetadata] = {}
@@ -609,15 +621,13 @@ class GroupCoordinator:
             records.append(Record(key=encode_offset_commit_key(group_id, topic, partition),
                                   value=encode_offset_commit_value(om)))
         if not records:
-            return results
+            return results, {}
         partition = self.partition_for(group_id)
         epoch = self.owned.get(partition)
-        error = _offset_store_error(await self._append(partition, records))
-        if not error and self.owned.get(partition) == epoch:
-            self.offsets.setdefault(group_id, {}).update(accepted)
+        error = _offset_store_error(await self._append(partition, records, producer))
         for tp in accepted:
             results[tp] = error
-        return results
+        return results, accepted if not error and self.owned.get(partition) == epoch else {}
 
     async def handle_txn_commit_offsets(
         self,
@@ -654,26 +664,10 @@ class GroupCoordinator:
             return all_(int(E.UNKNOWN_MEMBER_ID))
         if generation_id >= 0 and generation_id != group.generation_id:
             return all_(int(E.ILLEGAL_GENERATION))
-        results: dict[tuple[str, int], int] = {}
-        records: list[Record] = []
-        accepted: dict[tuple[str, int], OffsetAndMetadata] = {}
-        for (topic, partition), om in offsets.items():
-            if len(om.metadata.encode()) > self.config.offset_metadata_max_bytes:
-                results[(topic, partition)] = int(E.OFFSET_METADATA_TOO_LARGE)
-                continue
-            accepted[(topic, partition)] = om
-            records.append(Record(key=encode_offset_commit_key(group_id, topic, partition),
-                                  value=encode_offset_commit_value(om)))
-        if not records:
-            return results
-        partition = self.partition_for(group_id)
-        epoch = self.owned.get(partition)
-        error = _offset_store_error(await self._append(partition, records,
-                                                       (producer_id, producer_epoch)))
-        if not error and self.owned.get(partition) == epoch:
-            self.pending_txn.add(group_id, producer_id, accepted)
-        for tp in accepted:
-            results[tp] = error
+        results, written = await self._store_offsets(group_id, offsets,
+                                                     (producer_id, producer_epoch))
+        if written:
+            self.pending_txn.add(group_id, producer_id, written)
         return results
 
     def handle_txn_completion(self, producer_id: int, partitions: set[int], commit: bool) -> None:
