@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "cluster": "tidelog.cli.cluster_cmd:cluster",
     "topics": "tidelog.cli.topics_cmd:topics",
     "configs": "tidelog.cli.configs_cmd:configs",
+    "reassign": "tidelog.cli.reassign_cmd:reassign",
     "server": "tidelog.cli.server_cmd:server",
 }
 

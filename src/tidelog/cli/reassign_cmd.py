@@ -1,0 +1,340 @@
+"""`tidelog reassign generate|execute|verify|cancel|list --bootstrap-server B` (Kafka's
+kafka-reassign-partitions, the same JSON files and the same messages).
+
+- generate: `--topics-to-move-json-file F --broker-list 2,3,4`: the current assignment of the
+  topics and a proposed one over the listed brokers (Kafka's rack-unaware round-robin with a
+  random start, as kafka-reassign-partitions).
+- execute: `--reassignment-json-file F [--throttle BYTES_PER_S]`: prints the current assignment
+  (for a rollback), sets the throttles when asked (each moving topic's
+  leader.replication.throttled.replicas = the current replicas, follower... = the new ones; the
+  brokers' leader/follower.replication.throttled.rate) and sends AlterPartitionReassignments.
+- verify: `--reassignment-json-file F`: each partition's state; once every move completed, the
+  throttles are cleared (the brokers' rates, the topics' throttled replicas).
+- cancel: `--reassignment-json-file F`: AlterPartitionReassignments with no target (the
+  partitions go back to their original replicas).
+- list: the reassignments in progress (ListPartitionReassignments).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
+OP_SET, OP_DELETE = 0, 1
+LEADER_RATE = "leader.replication.throttled.rate"
+FOLLOWER_RATE = "follower.replication.throttled.rate"
+LEADER_REPLICAS = "leader.replication.throttled.replicas"
+FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
+
+
+def _err(msg: str) -> None:
+    click.echo(f"Error: {msg}", err=True)
+    sys.exit(1)
+
+
+def _plan_json(assignment: dict[tuple[str, int], list[int]]) -> str:
+    """Kafka's formatAsReassignmentJson."""
+    parts = [{"topic": t, "partition": p, "replicas": rs, "log_dirs": ["any"] * len(rs)}
+             for (t, p), rs in sorted(assignment.items())]
+    return json.dumps({"version": 1, "partitions": parts}, separators=(",", ":"))
+
+
+def _read_plan(path: str) -> dict[tuple[str, int], list[int]]:
+    try:
+        obj = json.loads(Path(path).read_text())
+        return {(str(p["topic"]), int(p["partition"])): [int(r) for r in p["replicas"]]
+                for p in obj["partitions"]}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        _err(f"cannot read the reassignment {path}: {e}")
+        raise AssertionError from e  # unreachable: _err exits
+
+
+def _tp(key: tuple[str, int]) -> str:
+    return f"{key[0]}-{key[1]}"
+
+
+async def _client(bootstrap: str) -> Any:
+    from tidelog.client.cluster import KafkaClient
+
+    client = KafkaClient(bootstrap, retries=3)
+    await client.start()
+    return client
+
+
+async def _current(client: Any, topics: set[str]) -> dict[tuple[str, int], list[int]]:
+    meta = await client.refresh_metadata(sorted(topics))
+    out: dict[tuple[str, int], list[int]] = {}
+    for t in sorted(topics):
+        tm = meta.topics.get(t)
+        if tm is None or tm.error:
+            _err(f"org.apache.kafka.common.errors.UnknownTopicOrPartitionException: "
+                 f"Topic {t} not found.")
+        for p, pm in sorted(tm.partitions.items()):
+            out[(t, p)] = list(pm.replicas)
+    return out
+
+
+async def _to_controller(client: Any, request: Any) -> Any:
+    return await client.send(await client._controller(), request)
+
+
+async def _alter_configs(client: Any, broker: int | None, resources: list[Any]) -> None:
+    from tidelog.protocol.errors import ErrorCode
+    from tidelog.protocol.messages import incremental_alter_configs as m_iac
+
+    target = broker if broker is not None else sorted(client.metadata.brokers)[0]
+    response = await client.send(target, m_iac.IncrementalAlterConfigsRequest(
+        resources=resources))
+    for r in response.responses:
+        if r.error_code:
+            _err(f"{ErrorCode(r.error_code).name}: {r.error_message}")
+
+
+def _ops(configs: dict[str, str | None]) -> list[Any]:
+    from tidelog.protocol.messages import incremental_alter_configs as m_iac
+
+    return [m_iac.AlterableConfig(k, OP_DELETE if v is None else OP_SET, v)
+            for k, v in configs.items()]
+
+
+async def _set_throttles(client: Any, current: dict[tuple[str, int], list[int]],
+                         plan: dict[tuple[str, int], list[int]], rate: int) -> None:
+    """Kafka's modifyReassignmentThrottle: moving partitions' sources throttled as leaders,
+    destinations as followers; the rate on every broker taking part."""
+    from tidelog.protocol.messages import incremental_alter_configs as m_iac
+
+    leaders: dict[str, list[str]] = {}
+    followers: dict[str, list[str]] = {}
+    for key, target in sorted(plan.items()):
+        now = current.get(key, [])
+        if now == target:
+            continue
+        leaders.setdefault(key[0], []).extend(f"{key[1]}:{b}" for b in now)
+        followers.setdefault(key[0], []).extend(
+            f"{key[1]}:{b}" for b in target if b not in now)
+    for topic in sorted(leaders):
+        await _alter_configs(client, None, [m_iac.AlterConfigsResource(RESOURCE_TOPIC, topic, _ops({
+            LEADER_REPLICAS: ",".join(leaders[topic]),
+            FOLLOWER_REPLICAS: ",".join(followers.get(topic, []))}))])
+    brokers = sorted({b for rs in (*current.values(), *plan.values()) for b in rs})
+    for b in brokers:
+        await _alter_configs(client, b, [m_iac.AlterConfigsResource(
+            RESOURCE_BROKER, str(b), _ops({LEADER_RATE: str(rate), FOLLOWER_RATE: str(rate)}))])
+
+
+async def _clear_throttles(client: Any, topics: set[str]) -> None:
+    from tidelog.protocol.messages import incremental_alter_configs as m_iac
+
+    meta = await client.refresh_metadata([])
+    brokers = sorted(meta.brokers)
+    click.echo(f"Clearing broker-level throttles on brokers {','.join(map(str, brokers))}")
+    for b in brokers:
+        await _alter_configs(client, b, [m_iac.AlterConfigsResource(
+            RESOURCE_BROKER, str(b), _ops({LEADER_RATE: None, FOLLOWER_RATE: None}))])
+    for t in sorted(topics):
+        click.echo(f"Clearing topic-level throttles on topic {t}")
+        await _alter_configs(client, None, [m_iac.AlterConfigsResource(
+            RESOURCE_TOPIC, t, _ops({LEADER_REPLICAS: None, FOLLOWER_REPLICAS: None}))])
+
+
+async def _ongoing(client: Any) -> dict[tuple[str, int], Any]:
+    from tidelog.protocol.errors import ErrorCode
+    from tidelog.protocol.messages import list_partition_reassignments as m_lpr
+
+    response = await _to_controller(client, m_lpr.ListPartitionReassignmentsRequest())
+    if response.error_code:
+        _err(f"{ErrorCode(response.error_code).name}: {response.error_message}")
+    return {(t.name, p.partition_index): p for t in response.topics for p in t.partitions}
+
+
+async def _alter(client: Any, targets: dict[tuple[str, int], list[int] | None]
+                 ) -> dict[tuple[str, int], tuple[int, str | None]]:
+    from tidelog.protocol.errors import ErrorCode
+    from tidelog.protocol.messages import alter_partition_reassignments as m_apr
+
+    topics: dict[str, list[Any]] = {}
+    for (t, p), rs in sorted(targets.items()):
+        topics.setdefault(t, []).append(m_apr.ReassignablePartition(p, rs))
+    response = await _to_controller(client, m_apr.AlterPartitionReassignmentsRequest(
+        topics=[m_apr.ReassignableTopic(t, ps) for t, ps in topics.items()]))
+    if response.error_code:
+        _err(f"{ErrorCode(response.error_code).name}: {response.error_message}")
+    return {(t.name, p.partition_index): (p.error_code, p.error_message)
+            for t in response.responses for p in t.partitions}
+
+
+def _run(coro: Any) -> Any:
+    from tidelog.client.errors import KafkaClientError
+
+    try:
+        return asyncio.run(coro)
+    except KafkaClientError as e:
+        _err(str(e))
+
+
+_bootstrap = click.option("--bootstrap-server", "bootstrap", required=True,
+                          envvar="TIDELOG_BOOTSTRAP_SERVERS")
+_plan = click.option("--reassignment-json-file", "plan_file", required=True,
+                     type=click.Path(exists=True, dir_okay=False))
+
+
+@click.group()
+def reassign() -> None:
+    """Move partitions' replicas between brokers (Kafka's kafka-reassign-partitions)."""
+
+
+@reassign.command()
+@_bootstrap
+@click.option("--topics-to-move-json-file", "topics_file", required=True,
+              type=click.Path(exists=True, dir_okay=False))
+@click.option("--broker-list", required=True, help="The brokers to move the topics to: 2,3,4")
+def generate(bootstrap: str, topics_file: str, broker_list: str) -> None:
+    """Propose an assignment of the topics over the brokers."""
+    from tidelog.controller.admin import assign_replicas_to_brokers
+
+    topics = {str(t["topic"]) for t in json.loads(Path(topics_file).read_text())["topics"]}
+    brokers = sorted({int(b) for b in broker_list.split(",") if b.strip()})
+
+    async def main() -> dict[tuple[str, int], list[int]]:
+        client = await _client(bootstrap)
+        try:
+            return await _current(client, topics)
+        finally:
+            await client.close()
+
+    current = _run(main())
+    proposed: dict[tuple[str, int], list[int]] = {}
+    for t in sorted(topics):
+        parts = sorted(p for (tt, p) in current if tt == t)
+        rf = len(current[(t, parts[0])]) if parts else 0
+        if rf > len(brokers):
+            _err(f"Replication factor: {rf} larger than available brokers: {len(brokers)}.")
+        for p, rs in assign_replicas_to_brokers(brokers, len(parts), rf).items():
+            proposed[(t, p)] = rs
+    click.echo("Current partition replica assignment")
+    click.echo(_plan_json(current))
+    click.echo("")
+    click.echo("Proposed partition reassignment configuration")
+    click.echo(_plan_json(proposed))
+
+
+@reassign.command()
+@_bootstrap
+@_plan
+@click.option("--throttle", type=int, default=-1,
+              help="Bytes per second each moving replica may replicate at (both sides).")
+def execute(bootstrap: str, plan_file: str, throttle: int) -> None:
+    """Start the reassignment in the file."""
+    plan = _read_plan(plan_file)
+
+    async def main() -> None:
+        client = await _client(bootstrap)
+        try:
+            current = await _current(client, {t for t, _ in plan})
+            click.echo("Current partition replica assignment\n")
+            click.echo(_plan_json({k: current[k] for k in plan if k in current}))
+            click.echo("\nSave this to use as the --reassignment-json-file option during rollback")
+            if throttle >= 0:
+                click.echo("Warning: You must run --verify periodically, until the reassignment "
+                           "completes, to ensure the throttle is removed.")
+                await _set_throttles(client, current, plan, throttle)
+                click.echo(f"The inter-broker throttle limit was set to {throttle} B/s")
+            results = await _alter(client, dict(plan))
+            failed = {k: r for k, r in results.items() if r[0]}
+            if failed:
+                _err("Error reassigning partition(s):\n" + "\n".join(
+                    f"{_tp(k)}: {msg}" for k, (_, msg) in sorted(failed.items())))
+            click.echo("Successfully started partition reassignment"
+                       f"{'s' if len(plan) > 1 else ''} for "
+                       + ",".join(_tp(k) for k in sorted(plan)))
+        finally:
+            await client.close()
+
+    _run(main())
+
+
+@reassign.command()
+@_bootstrap
+@_plan
+def verify(bootstrap: str, plan_file: str) -> None:
+    """Report each partition's move; clear the throttles once every move completed."""
+    plan = _read_plan(plan_file)
+
+    async def main() -> None:
+        client = await _client(bootstrap)
+        try:
+            ongoing = await _ongoing(client)
+            current = await _current(client, {t for t, _ in plan})
+            click.echo("Status of partition reassignment:")
+            done = True
+            for key, target in sorted(plan.items()):
+                if key in ongoing:
+                    done = False
+                    click.echo(f"Reassignment of partition {_tp(key)} is still in progress.")
+                elif current.get(key) == target:
+                    click.echo(f"Reassignment of partition {_tp(key)} is completed.")
+                else:
+                    done = False
+                    click.echo(f"There is no active reassignment of partition {_tp(key)}, but "
+                               f"replica set is {','.join(map(str, current.get(key, [])))} "
+                               f"rather than {','.join(map(str, target))}.")
+            click.echo("")
+            if done:
+                await _clear_throttles(client, {t for t, _ in plan})
+        finally:
+            await client.close()
+
+    _run(main())
+
+
+@reassign.command()
+@_bootstrap
+@_plan
+def cancel(bootstrap: str, plan_file: str) -> None:
+    """Cancel the reassignments in the file: back to the original replicas."""
+    plan = _read_plan(plan_file)
+
+    async def main() -> None:
+        client = await _client(bootstrap)
+        try:
+            results = await _alter(client, {k: None for k in plan})
+            cancelled = sorted(k for k, (code, _) in results.items() if code == 0)
+            if cancelled:
+                click.echo("Successfully cancelled partition reassignment"
+                           f"{'s' if len(cancelled) > 1 else ''} for: "
+                           + ",".join(_tp(k) for k in cancelled))
+            else:
+                click.echo("None of the specified partition reassignments are active.")
+        finally:
+            await client.close()
+
+    _run(main())
+
+
+@reassign.command(name="list")
+@_bootstrap
+def list_cmd(bootstrap: str) -> None:
+    """The reassignments in progress."""
+
+    async def main() -> None:
+        client = await _client(bootstrap)
+        try:
+            ongoing = await _ongoing(client)
+        finally:
+            await client.close()
+        if not ongoing:
+            click.echo("No partition reassignments found.")
+            return
+        click.echo("Current partition reassignments:")
+        for key, p in sorted(ongoing.items()):
+            click.echo(f"{_tp(key)}: replicas: {','.join(map(str, p.replicas))}. adding: "
+                       f"{','.join(map(str, p.adding_replicas))}. removing: "
+                       f"{','.join(map(str, p.removing_replicas))}.")
+
+    _run(main())
