@@ -3,10 +3,7 @@
 // each, "<step>: <outcome>". Outcomes hold only what two correct clusters both show (error types
 // and codes, offsets, shapes, config values and sources), never ids, hosts or times, so the lines
 // from Apache Kafka and from tidelog can be compared as they are (tests/compat/test_kafkajs.py).
-// Usage: node harness.js <bootstrap host:port[,host:port...]> [differences]
-//
-// `differences` runs instead the steps where tidelog is known to differ because it lacks the
-// feature (docs/compatibility.md): ListPartitionReassignments. The test checks that they still differ, so a fix shows.
+// Usage: node harness.js <bootstrap host:port[,host:port...]>
 
 const crypto = require('crypto')
 const { Kafka, logLevel } = require('kafkajs')
@@ -14,7 +11,6 @@ const { Kafka, logLevel } = require('kafkajs')
 const STEP_TIMEOUT_MS = 45000 // a hung step prints "timeout" and the next one runs
 
 const bootstrap = process.argv[2]
-const mode = process.argv[3] || 'compare'
 if (!bootstrap) {
   console.error('usage: node harness.js <bootstrap>')
   process.exit(2)
@@ -137,6 +133,7 @@ async function main () {
   })
 
   await step('fetchTopicMetadata unknown topic', () => admin.fetchTopicMetadata({ topics: [`${topic}-unknown`] }))
+  await step('listPartitionReassignments', () => admin.listPartitionReassignments({ topics: [{ topic, partitions: [0] }] }))
   await step('createPartitions to 3', () =>
     admin.createPartitions({ topicPartitions: [{ topic, count: 3 }], timeout: 30000 }))
   await step('createPartitions to 2', () =>
@@ -390,17 +387,7 @@ async function transactions (admin) {
   })
 }
 
-async function differences () {
-  const admin = kafka.admin()
-  await step('admin connect', () => admin.connect())
-  await step('createTopics', () =>
-    admin.createTopics({ topics: [{ topic, numPartitions: 1, replicationFactor: 3 }], waitForLeaders: true, timeout: 30000 }))
-  await step('listPartitionReassignments', () => admin.listPartitionReassignments({ topics: [{ topic, partitions: [0] }] }))
-  await step('deleteTopics', () => admin.deleteTopics({ topics: [topic], timeout: 30000 }))
-  await step('admin disconnect', () => admin.disconnect())
-}
-
-;(mode === 'differences' ? differences() : main()).then(() => process.exit(0), e => {
+;main().then(() => process.exit(0), e => {
   console.error(e)
   process.exit(1)
 })

@@ -1,9 +1,7 @@
 """KafkaJS (npm, the version interop/kafkajs/package-lock.json pins; `make interop` installs it)
 through interop/kafkajs/harness.js, against Kafka and against tidelog: admin topics, partitions,
 configs and records, an idempotent acks=-1 producer, a group consumer committing by hand, the
-group's administration afterwards. Every line the harness prints must be the same on both;
-the steps where tidelog lacks the feature (transactions, ACLs, partition reassignments) run
-apart and must still differ."""
+group's administration afterwards. Every line the harness prints must be the same on both."""
 
 from __future__ import annotations
 
@@ -33,6 +31,7 @@ STEPS = [
     "createTopics replica assignment",
     "fetchTopicMetadata",
     "fetchTopicMetadata unknown topic",
+    "listPartitionReassignments",
     "createPartitions to 3",
     "createPartitions to 2",
     "createPartitions unknown topic",
@@ -91,23 +90,16 @@ STEPS = [
 ]
 
 
-DIFFERENCE_STEPS = [
-    "admin connect", "createTopics", "listPartitionReassignments", "deleteTopics",
-    "admin disconnect",
-]
-
-
-def kafkajs(t: Target, mode: str = "compare") -> list[str]:
+def kafkajs(t: Target) -> list[str]:
     node = shutil.which("node")
     assert node is not None, "node is not installed (scripts/install-debs.sh installs npm)"
     assert (HARNESS_DIR / "node_modules" / "kafkajs").is_dir(), "run `make interop` first"
     # Each step is bounded (45 s) inside the harness; this is the backstop for the whole run.
-    r = subprocess.run([node, "harness.js", t.bootstrap, mode], cwd=HARNESS_DIR, capture_output=True,
+    r = subprocess.run([node, "harness.js", t.bootstrap], cwd=HARNESS_DIR, capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0, f"{t.name}: {r.stderr[-2000:]}"
     lines = r.stdout.splitlines()
-    steps = STEPS if mode == "compare" else DIFFERENCE_STEPS
-    assert [line.split(": ", 1)[0] for line in lines] == steps, f"{t.name}:\n{r.stdout}"
+    assert [line.split(": ", 1)[0] for line in lines] == STEPS, f"{t.name}:\n{r.stdout}"
     return lines
 
 
@@ -118,6 +110,7 @@ def test_kafkajs_sees_the_same_on_tidelog_as_on_kafka(pair: Pair) -> None:
     assert not differing, "tidelog differs from Kafka (KafkaJS):\n" + "\n".join(differing)
     # The harness exercised what it claims on the oracle itself, not a run of refusals.
     assert "createTopics: ok true" in on_kafka
+    assert 'listPartitionReassignments: ok {"topics":[]}' in on_kafka
     assert "describeAcls: error KafkaJSProtocolError SECURITY_DISABLED(54)" in on_kafka
     assert "createTopics existing: ok false" in on_kafka
     assert "deleteRecords partition 0 before offset 2: ok null" in on_kafka
@@ -132,27 +125,3 @@ def test_kafkajs_sees_the_same_on_tidelog_as_on_kafka(pair: Pair) -> None:
             '{"partition":1,"offset":"-1"}]]') in on_kafka
     assert ('the first producer is fenced: ok {"name":"KafkaJSProtocolError",'
             '"type":"INVALID_PRODUCER_EPOCH","retriable":false}') in on_kafka
-
-
-# Where tidelog lacks the feature, with what Kafka 3.9 answers (docs/compatibility.md lists them).
-# Each must still differ: a fix makes this test fail, and the step then moves to the harness's
-# compared steps.
-KNOWN_DIFFERENCES = {
-    "listPartitionReassignments": 'ok {"topics":[]}',  # ListPartitionReassignments not served
-}
-
-
-def test_kafkajs_known_differences_still_differ(pair: Pair) -> None:
-    def run(t: Target) -> dict[str, str]:
-        lines = kafkajs(t, "differences")
-        return dict(line.split(": ", 1) for line in lines)
-
-    on_kafka, on_tidelog = pair.run(run)
-    for step, kafka_answer in KNOWN_DIFFERENCES.items():
-        assert on_kafka[step] == kafka_answer, f"kafka: {step}: {on_kafka[step]}"
-        assert on_tidelog[step] != kafka_answer, f"{step} is now the same on tidelog: move it " \
-                                                 "to the compared steps and off the list"
-    # Around them, the same.
-    same = {s: a for s, a in on_kafka.items() if s not in KNOWN_DIFFERENCES}
-    assert same == {s: a for s, a in on_tidelog.items() if s not in KNOWN_DIFFERENCES}, \
-        f"tidelog differs from Kafka:\n kafka:   {on_kafka}\n tidelog: {on_tidelog}"
