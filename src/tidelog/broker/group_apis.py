@@ -107,6 +107,58 @@ def stop_replica_partitions(request: m_sr.StopReplicaRequest) -> list[tuple[str,
     return named
 
 
+class InternalTopicCreator:
+    """Creates an internal topic at its first lookup, as Kafka's coordinators do: never while
+    fewer brokers are alive than its replication factor (lookups answer
+    COORDINATOR_NOT_AVAILABLE meanwhile, clients retry), at most one attempt a second."""
+
+    def __init__(self, server: BrokerServer, name: str, partitions: int,
+                 replication_factor: int, config: dict[str, str], description: str,
+                 replication_key: str) -> None:
+        self.server = server
+        self.name = name
+        self.partitions = partitions
+        self.replication_factor = replication_factor
+        self.config = config
+        self.description = description
+        self.replication_key = replication_key
+        self._creating: asyncio.Task[None] | None = None
+        self._last_attempt = 0.0
+
+    def maybe_create(self) -> None:
+        if self._creating is not None and not self._creating.done():
+            return
+        if time.monotonic() - self._last_attempt < _CREATE_RETRY_S:
+            return
+        self._last_attempt = time.monotonic()
+        self._creating = asyncio.get_running_loop().create_task(self._create())
+
+    def cancel(self) -> None:
+        if self._creating is not None:
+            self._creating.cancel()
+
+    async def _create(self) -> None:
+        alive = len(self.server.metadata_cache.alive_broker_ids())
+        if alive < self.replication_factor:
+            # Kafka's refusal: an internal topic is never created below its replication factor.
+            logger.warning(
+                "Number of alive brokers '%d' does not meet the required replication factor "
+                "'%d' for %s (configured via '%s'). This error can be ignored if the cluster "
+                "is starting up and not all brokers are up yet.", alive,
+                self.replication_factor, self.description, self.replication_key)
+            return
+        try:
+            await asyncio.to_thread(self.server.admin.create_topic, self.name, self.partitions,
+                                    self.replication_factor, self.config)
+            logger.info("created %s %s (%d partitions, RF %d)", self.description, self.name,
+                        self.partitions, self.replication_factor)
+        except AdminError as e:
+            if e.error_code != E.TOPIC_ALREADY_EXISTS:
+                logger.warning("creating %s failed: %s", self.name, e)
+        except Exception as e:
+            logger.warning("creating %s failed: %s", self.name, e)
+
+
 class GroupApis:
     def __init__(self, server: BrokerServer) -> None:
         self.server = server
@@ -114,8 +166,14 @@ class GroupApis:
         self.coordinator = GroupCoordinator(server.broker_id, server.replica_manager, self.config)
         self._orig_leader_and_isr: Any = None
         self._orig_stop_replica: Any = None
-        self._creating: asyncio.Task[None] | None = None
-        self._last_create_attempt = 0.0
+        cfg = self.config
+        self.offsets_topic = InternalTopicCreator(
+            server, GROUP_METADATA_TOPIC_NAME, cfg.offsets_topic_num_partitions,
+            cfg.offsets_topic_replication_factor, {
+                "cleanup.policy": "compact",
+                "segment.bytes": str(cfg.offsets_topic_segment_bytes),
+                "compression.type": "producer",
+            }, "the offsets topic", "offsets.topic.replication.factor")
 
     # ------------------------------------------------------------------ wiring
     def register(self, apis: KafkaApis) -> None:
@@ -139,8 +197,7 @@ class GroupApis:
         self.coordinator.startup()
 
     async def shutdown(self) -> None:
-        if self._creating is not None:
-            self._creating.cancel()
+        self.offsets_topic.cancel()
         await self.coordinator.shutdown()
 
     @property
@@ -197,46 +254,10 @@ class GroupApis:
             # Transactions (key type 1) are answered by TxnApis when it is plugged in.
             return (int(E.INVALID_REQUEST), -1, "", -1)
         if not self.cache.contains_topic(GROUP_METADATA_TOPIC_NAME):
-            self._maybe_create_offsets_topic()
+            self.offsets_topic.maybe_create()
             return (int(E.COORDINATOR_NOT_AVAILABLE), -1, "", -1)
         tp = TopicPartition(GROUP_METADATA_TOPIC_NAME, self.coordinator.partition_for(key))
         return coordinator_endpoint(self.server, tp, listener)
-
-    def _maybe_create_offsets_topic(self) -> None:
-        if self._creating is not None and not self._creating.done():
-            return
-        if time.monotonic() - self._last_create_attempt < _CREATE_RETRY_S:
-            return
-        self._last_create_attempt = time.monotonic()
-        self._creating = asyncio.get_running_loop().create_task(self._create_offsets_topic())
-
-    async def _create_offsets_topic(self) -> None:
-        cfg = self.config
-        alive = len(self.cache.alive_broker_ids())
-        rf = cfg.offsets_topic_replication_factor
-        if alive < rf:
-            # Kafka's refusal: the offsets topic is never created below its replication factor.
-            logger.warning(
-                "Number of alive brokers '%d' does not meet the required replication factor "
-                "'%d' for the offsets topic (configured via 'offsets.topic.replication.factor'). "
-                "This error can be ignored if the cluster is starting up and not all brokers "
-                "are up yet.", alive, rf)
-            return
-        topic_config = {
-            "cleanup.policy": "compact",
-            "segment.bytes": str(cfg.offsets_topic_segment_bytes),
-            "compression.type": "producer",
-        }
-        try:
-            await asyncio.to_thread(self.server.admin.create_topic, GROUP_METADATA_TOPIC_NAME,
-                                    cfg.offsets_topic_num_partitions, rf, topic_config)
-            logger.info("created the offsets topic %s (%d partitions, RF %d)",
-                        GROUP_METADATA_TOPIC_NAME, cfg.offsets_topic_num_partitions, rf)
-        except AdminError as e:
-            if e.error_code != E.TOPIC_ALREADY_EXISTS:
-                logger.warning("creating the offsets topic failed: %s", e)
-        except Exception as e:
-            logger.warning("creating the offsets topic failed: %s", e)
 
     # ------------------------------------------------------------------ JoinGroup / SyncGroup
     async def handle_join_group(

@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.group_apis import (
     COORDINATOR_KEY_TRANSACTION,
+    InternalTopicCreator,
     coordinator_endpoint,
     error_message,
     leader_and_isr_partitions,
     stop_replica_partitions,
 )
 from tidelog.broker.socket_server import RequestContext
-from tidelog.controller.admin import AdminError
 from tidelog.coordinator.offsets import GROUP_METADATA_TOPIC_NAME, OffsetAndMetadata
 from tidelog.coordinator.transaction.coordinator import TransactionCoordinator
 from tidelog.coordinator.transaction.log import TRANSACTION_STATE_TOPIC_NAME
@@ -68,7 +68,6 @@ __all__ = ["TxnApis", "write_txn_markers"]
 logger = logging.getLogger(__name__)
 
 E = ErrorCode
-_CREATE_RETRY_S = 1.0
 # The first version of each API whose clients understand PRODUCER_FENCED (KIP-588).
 _PRODUCER_FENCED_SINCE = {
     ApiKey.INIT_PRODUCER_ID: 4,
@@ -92,8 +91,16 @@ class TxnApis:
             server.broker_id, server.replica_manager, server.metadata_cache,
             self._generate_producer_id, self.write_markers, self.config)
         self._orig: dict[int, Any] = {}
-        self._creating: asyncio.Task[None] | None = None
-        self._last_create_attempt = 0.0
+        cfg = self.config
+        self.topic = InternalTopicCreator(
+            server, TRANSACTION_STATE_TOPIC_NAME, cfg.num_partitions, cfg.replication_factor, {
+                # Kafka's TransactionLog.DefaultTopicConfigs
+                "cleanup.policy": "compact",
+                "min.insync.replicas": str(cfg.min_isr),
+                "segment.bytes": str(cfg.segment_bytes),
+                "unclean.leader.election.enable": "false",
+                "compression.type": "uncompressed",
+            }, "the transactions state topic", "transaction.state.log.replication.factor")
 
     async def _generate_producer_id(self) -> int:
         return await asyncio.to_thread(self.server.producer_id_manager.generate_producer_id)
@@ -122,8 +129,7 @@ class TxnApis:
         self.coordinator.startup()
 
     async def shutdown(self) -> None:
-        if self._creating is not None:
-            self._creating.cancel()
+        self.topic.cancel()
         await self.coordinator.shutdown()
 
     @property
@@ -173,48 +179,11 @@ class TxnApis:
     def _find(self, transactional_id: str, listener: str) -> tuple[int, int, str, int]:
         # An empty id is looked up like any other (Kafka 3.9 answers its coordinator too).
         if not self.cache.contains_topic(TRANSACTION_STATE_TOPIC_NAME):
-            self._maybe_create_topic()
+            self.topic.maybe_create()
             return (int(E.COORDINATOR_NOT_AVAILABLE), -1, "", -1)
         tp = TopicPartition(TRANSACTION_STATE_TOPIC_NAME,
                             self.coordinator.state.partition_for(transactional_id))
         return coordinator_endpoint(self.server, tp, listener)
-
-    def _maybe_create_topic(self) -> None:
-        if self._creating is not None and not self._creating.done():
-            return
-        if time.monotonic() - self._last_create_attempt < _CREATE_RETRY_S:
-            return
-        self._last_create_attempt = time.monotonic()
-        self._creating = asyncio.get_running_loop().create_task(self._create_topic())
-
-    async def _create_topic(self) -> None:
-        cfg = self.config
-        alive = len(self.cache.alive_broker_ids())
-        if alive < cfg.replication_factor:
-            logger.warning(
-                "Number of alive brokers '%d' does not meet the required replication factor "
-                "'%d' for the transactions state topic (configured via "
-                "'transaction.state.log.replication.factor'). This error can be ignored if the "
-                "cluster is starting up and not all brokers are up yet.", alive,
-                cfg.replication_factor)
-            return
-        topic_config = {  # Kafka's TransactionLog.DefaultTopicConfigs
-            "cleanup.policy": "compact",
-            "min.insync.replicas": str(cfg.min_isr),
-            "segment.bytes": str(cfg.segment_bytes),
-            "unclean.leader.election.enable": "false",
-            "compression.type": "uncompressed",
-        }
-        try:
-            await asyncio.to_thread(self.server.admin.create_topic, TRANSACTION_STATE_TOPIC_NAME,
-                                    cfg.num_partitions, cfg.replication_factor, topic_config)
-            logger.info("created %s (%d partitions, RF %d)", TRANSACTION_STATE_TOPIC_NAME,
-                        cfg.num_partitions, cfg.replication_factor)
-        except AdminError as e:
-            if e.error_code != E.TOPIC_ALREADY_EXISTS:
-                logger.warning("creating %s failed: %s", TRANSACTION_STATE_TOPIC_NAME, e)
-        except Exception as e:
-            logger.warning("creating %s failed: %s", TRANSACTION_STATE_TOPIC_NAME, e)
 
     # ------------------------------------------------------------------ InitProducerId
     async def handle_init_producer_id(self, ctx: RequestContext,

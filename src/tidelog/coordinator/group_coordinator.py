@@ -91,11 +91,7 @@ class CoordinatorConfig:
     @classmethod
     def from_kafka_config(cls, config: Any) -> CoordinatorConfig:
         def get(key: str, default: int) -> int:
-            try:
-                v = config.get(key)
-            except (KeyError, ValueError):
-                return default
-            return default if v is None else int(v)
+            return int_config(config, key, default)
 
         d = cls()
         return cls(
@@ -122,6 +118,15 @@ class CoordinatorConfig:
         )
 
 
+def int_config(config: Any, key: str, default: int) -> int:
+    """A broker key's value as an int (`default` when the config lacks it)."""
+    try:
+        v = config.get(key)
+    except (KeyError, ValueError):
+        return default
+    return default if v is None else int(v)
+
+
 def _offset_store_error(error: int) -> int:
     """An append error as OffsetCommit reports it (Kafka's `GroupMetadataManager.storeOffsets`)."""
     if error in (E.UNKNOWN_TOPIC_OR_PARTITION, E.NOT_ENOUGH_REPLICAS,
@@ -134,8 +139,9 @@ def _offset_store_error(error: int) -> int:
     return error
 
 
-def _group_store_error(error: int) -> int:
-    """An append error as SyncGroup reports it (Kafka's `GroupMetadataManager.storeGroup`)."""
+def store_error(error: int) -> int:
+    """An append error as SyncGroup reports it (Kafka's `GroupMetadataManager.storeGroup`), and
+    the transaction coordinator (its `appendTransactionToLog`)."""
     if error in (E.UNKNOWN_TOPIC_OR_PARTITION, E.NOT_ENOUGH_REPLICAS,
                  E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, E.REQUEST_TIMED_OUT):
         return int(E.COORDINATOR_NOT_AVAILABLE)
@@ -375,7 +381,7 @@ class GroupCoordinator:
         )
         record = Record(key=encode_group_metadata_key(group.group_id),
                         value=encode_group_metadata_value(snap))
-        error = _group_store_error(await self._append(self.partition_for(group.group_id), [record]))
+        error = store_error(await self._append(self.partition_for(group.group_id), [record]))
         if error:
             logger.info("group %s: writing generation %d failed: %s", group.group_id, generation,
                         error_name(error))

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tidelog.coordinator.group_coordinator import int_config, store_error
 from tidelog.coordinator.offsets import partition_for
 from tidelog.coordinator.transaction.log import (
     TRANSACTION_STATE_TOPIC_NAME,
@@ -67,11 +68,7 @@ class TransactionConfig:
     @classmethod
     def from_kafka_config(cls, config: Any) -> TransactionConfig:
         def get(key: str, default: int) -> int:
-            try:
-                v = config.get(key)
-            except (KeyError, ValueError):
-                return default
-            return default if v is None else int(v)
+            return int_config(config, key, default)
 
         d = cls()
         return cls(
@@ -91,16 +88,6 @@ class TransactionConfig:
                 "transaction.remove.expired.transaction.cleanup.interval.ms",
                 d.remove_expired_interval_ms),
         )
-
-
-def append_error(error: int) -> int:
-    """An append error as the coordinator reports it (Kafka's `appendTransactionToLog`)."""
-    if error in (E.UNKNOWN_TOPIC_OR_PARTITION, E.NOT_ENOUGH_REPLICAS,
-                 E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, E.REQUEST_TIMED_OUT):
-        return int(E.COORDINATOR_NOT_AVAILABLE)
-    if error in (E.NOT_LEADER_OR_FOLLOWER, E.KAFKA_STORAGE_ERROR):
-        return int(E.NOT_COORDINATOR)
-    return int(E.UNKNOWN_SERVER_ERROR) if error else 0
 
 
 LoadedCallback = Callable[[int, int, list[TransactionMetadata]], None]
@@ -292,7 +279,7 @@ class TransactionStateManager:
                                                    self.config.request_timeout_ms,
                                                    origin=AppendOrigin.COORDINATOR)
             r = results.get(tp)
-            error = append_error(int(r.error)) if r is not None else int(E.UNKNOWN_SERVER_ERROR)
+            error = store_error(int(r.error)) if r is not None else int(E.UNKNOWN_SERVER_ERROR)
         except Exception as e:
             logger.warning("append to %s failed: %s", tp, e)
             error = int(E.UNKNOWN_SERVER_ERROR)
