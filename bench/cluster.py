@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import confluent_kafka
+from _baseline import baseline_source, tidelog_from
 from _doc import append_run
 from _machine import machine_description
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -567,45 +568,13 @@ def measure_failover(cluster: LocalCluster, bootstrap: str, rate: float = 1000.0
 # -- a baseline tidelog ---------------------------------------------------------------------------
 
 
-def baseline_source(spec: str, into: Path) -> Path:
-    """tidelog's `src` at git revision `spec`, exported into `into` (git archive: the shared
-    repository is not touched) with its C accelerators built in place; returns the `src` dir.
-    `REV without C1,C2` exports REV with the changes of commits C1 and C2 taken out again
-    (one change measured against the same code otherwise)."""
-    rev, _, without = spec.partition(" without ")
-    shutil.rmtree(into, ignore_errors=True)
-    into.mkdir(parents=True)
-    # (setup.py alone: the virtualenv's setuptools builds the extensions without the
-    # packaging metadata of pyproject.toml)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src", "setup.py"],
-                             capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    for commit in reversed([c.strip() for c in without.split(",") if c.strip()]):
-        diff = subprocess.run(["git", "-C", str(ROOT), "show", "--format=", commit, "--", "src"],
-                              capture_output=True, check=True).stdout
-        subprocess.run(["patch", "--quiet", "-R", "-p1", "-d", str(into)], input=diff, check=True)
-    subprocess.run([sys.executable, "setup.py", "--quiet", "build_ext", "--build-lib", "src"],
-                   cwd=into, check=True, capture_output=True)
-    if not list((into / "src").rglob("_native_decoder*.so")):
-        raise RuntimeError(f"the C accelerators of {rev} were not built")
-    return into / "src"
-
-
 def start_baseline(src: Path, workdir: Path) -> LocalCluster:
-    """A second 3-broker tidelog cluster whose brokers import tidelog from `src` (PYTHONPATH
-    comes before the virtualenv's editable install on sys.path)."""
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = str(src)
-    try:
-        shutil.rmtree(workdir, ignore_errors=True)
-        cluster = LocalCluster(workdir)
+    """A second 3-broker tidelog cluster whose brokers import tidelog from `src`."""
+    shutil.rmtree(workdir, ignore_errors=True)
+    cluster = LocalCluster(workdir)
+    with tidelog_from(src):
         cluster.up(3, OVERRIDES, timeout_s=90)
-        return cluster
-    finally:
-        if saved is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = saved
+    return cluster
 
 
 # -- tansu -------------------------------------------------------------------------------------

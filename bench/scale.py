@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from _baseline import baseline_source, tidelog_from
 from _doc import append_run
 from _machine import machine_description
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -45,6 +46,7 @@ OVERRIDES = {"auto.leader.rebalance.enable": "false"}
 
 @dataclass
 class Row:
+    source: str  # "working tree", or the --baseline spec the brokers ran
     partitions: int
     create_s: float
     full_isr_s: float | None
@@ -96,12 +98,15 @@ def wait_full_isr(admin: AdminClient, partitions: int, timeout_s: float) -> floa
     return None
 
 
-def measure(partitions: int, args: argparse.Namespace) -> Row:
+def measure(partitions: int, args: argparse.Namespace, source: str = "working tree",
+            src: Path | None = None) -> Row:
     workdir = Path(tempfile.mkdtemp(prefix=f"tidelog-scale-{partitions}-"))
     cluster = LocalCluster(workdir)
     try:
-        print(f"{partitions} partitions: starting 3 brokers in {workdir} ...", flush=True)
-        cluster.up(3, OVERRIDES, timeout_s=120)
+        print(f"{partitions} partitions, {source}: starting 3 brokers in {workdir} ...",
+              flush=True)
+        with tidelog_from(src):
+            cluster.up(3, OVERRIDES, timeout_s=120)
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
         create_s = create(admin, partitions, args.isr_timeout)
         print(f"  created in {create_s:.1f} s", flush=True)
@@ -119,7 +124,7 @@ def measure(partitions: int, args: argparse.Namespace) -> Row:
         shrunk = sum(1 for pm in md.partitions.values() if len(pm.isrs) < 3)
         if shrunk:  # idle followers must stay in the ISR: a cheap idle that drops them is no win
             print(f"  WARNING: {shrunk} partitions left full ISR during the idle window", flush=True)
-        row = Row(partitions, create_s, full_isr_s,
+        row = Row(source, partitions, create_s, full_isr_s,
                   [100 * u / elapsed for u in used], [rss_mib(pid) for pid in pids],
                   load_before, load_average())
         print(f"  idle CPU per broker: {', '.join(f'{c:.2f}%' for c in row.idle_cpu_pct)}; "
@@ -132,13 +137,13 @@ def measure(partitions: int, args: argparse.Namespace) -> Row:
 
 
 def table(rows: list[Row]) -> str:
-    lines = ["| partitions (RF=3) | create | full ISR | idle CPU per broker (% of a core) | median "
-             "| RSS per broker | load avg before -> after |",
-             "|---:|---:|---:|---|---:|---|---|"]
+    lines = ["| tidelog | partitions (RF=3) | create | full ISR | idle CPU per broker (% of a "
+             "core) | median | RSS per broker | load avg before -> after |",
+             "|---|---:|---:|---:|---|---:|---|---|"]
     for r in rows:
         isr = "not reached" if r.full_isr_s is None else f"{r.full_isr_s:.1f} s"
         lines.append(
-            f"| {r.partitions:,} | {r.create_s:.1f} s | {isr} | "
+            f"| {r.source} | {r.partitions:,} | {r.create_s:.1f} s | {isr} | "
             f"{', '.join(f'{c:.2f}' for c in r.idle_cpu_pct)} | "
             f"{statistics.median(r.idle_cpu_pct):.2f}% | "
             f"{', '.join(f'{m:.0f}' for m in r.rss_mib)} MiB | {r.load_before} -> {r.load_after} |")
@@ -164,10 +169,19 @@ def main() -> int:
     ap.add_argument("--settle-seconds", type=float, default=5.0)
     ap.add_argument("--isr-timeout", type=float, default=600.0,
                     help="bound on topic creation and on reaching full ISR, each")
+    ap.add_argument("--baseline", metavar="REV", action="append", default=[],
+                    help="also measure tidelog at git revision REV ('REV without C1,C2': with "
+                         "those commits' changes to src reverted), after the working tree at "
+                         "each partition count: before/after in the same run")
     ap.add_argument("--no-write-doc", action="store_true")
     args = ap.parse_args()
     machine = machine_description()
-    rows = [measure(n, args) for n in args.partitions]
+    sources: list[tuple[str, Path | None]] = [("working tree", None)]
+    with tempfile.TemporaryDirectory(prefix="tidelog-scale-src-") as tmp:
+        for n, spec in enumerate(args.baseline):
+            print(f"tidelog at {spec}: exporting and building ...", flush=True)
+            sources.append((spec, baseline_source(spec, Path(tmp) / str(n))))
+        rows = [measure(n, args, label, src) for n in args.partitions for label, src in sources]
     body = table(rows)
     print("\n" + body)
     if not args.no_write_doc:
