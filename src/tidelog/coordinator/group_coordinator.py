@@ -588,9 +588,7 @@ class GroupCoordinator:
         def all_(error: int) -> dict[tuple[str, int], int]:
             return {tp: error for tp in offsets}
 
-        if not group_id:
-            return all_(int(E.INVALID_GROUP_ID))
-        error = self.coordinator_error(group_id)
+        error = int(E.INVALID_GROUP_ID) if not group_id else self.coordinator_error(group_id)
         if error:
             return all_(error)
         now = self.clock()
@@ -652,9 +650,7 @@ class GroupCoordinator:
         def all_(error: int) -> dict[tuple[str, int], int]:
             return {tp: error for tp in offsets}
 
-        if not group_id:
-            return all_(int(E.INVALID_GROUP_ID))
-        error = self.coordinator_error(group_id)
+        error = int(E.INVALID_GROUP_ID) if not group_id else self.coordinator_error(group_id)
         if error:
             return all_(error)
         group = self.groups.get(group_id)
