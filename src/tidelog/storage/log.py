@@ -86,6 +86,7 @@ _STAMP = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
+_PRODUCER = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
 _U32 = struct.Struct(">I")
 _RECORD_COUNT_OFFSET = 57
 _MAX_TIMESTAMP_OFFSET = 35
@@ -383,13 +384,30 @@ class Log:
                     psm.take_snapshot()
                 found = segment.translate_offset(start)
                 if found is not None:
-                    psm.load_from_batches(
-                        ((b, txn_batch_of(b) if b.attributes & TXN_OR_CONTROL else None)
-                         for b in segment.iter_batches(found[0])),
-                        last_offset,
-                    )
+                    self._load_producers(segment.iter_batches(found[0]), last_offset)
         psm.update_map_end_offset(last_offset)
         psm.take_snapshot()
+
+    def _load_producers(self, batches: Iterator[RecordBatch], end_offset: int) -> None:
+        """Replay batches of the log below `end_offset` into the producer state (Kafka's
+        loadProducersFromRecords: as replicated batches, unvalidated)."""
+        psm = self.producer_state_manager
+        found: list[tuple[int, int, int, int, int, int, int]] = []
+        txns: dict[int, TxnBatch] = {}
+        for b in batches:
+            if b.base_offset >= end_offset:
+                break
+            psm.batches_loaded += 1
+            (base, _, _, _, _, attributes, delta, _, max_ts, pid, epoch, base_seq,
+             _) = b.header()
+            if pid < 0:
+                continue
+            found.append((base, pid, epoch, base_seq, delta, max_ts, attributes))
+            if attributes & TXN_OR_CONTROL and (txn := txn_batch_of(b)) is not None:
+                txns[base] = txn
+        loaded, _ = self._analyze_producer_batches(found, txns, AppendOrigin.REPLICATION)
+        for producer in loaded:
+            psm.update(producer)
 
     def remove_expired_producers(self, now_ms: int) -> int:
         """producer.id.expiration.ms (Kafka's PeriodicProducerExpirationCheck)."""
@@ -785,7 +803,7 @@ class Log:
         unpack = PREFIX.unpack_from
         crc = crc32c.crc32c
         txn_positions: list[tuple[int, int]] = []
-        producer_positions: list[tuple[int, int]] = []
+        producer_batches: list[tuple[int, int, int, int, int, int, int]] = []
         while n - pos >= PREFIX_SIZE:
             base, length, epoch, magic, stored_crc, attributes, delta = unpack(view, pos)
             size = length + LOG_OVERHEAD
@@ -826,8 +844,11 @@ class Log:
             batches.append((pos, last, batch_ts))
             if attributes & TXN_OR_CONTROL:
                 txn_positions.append((pos, end))
-            if _I64.unpack_from(view, pos + PRODUCER_ID_OFFSET)[0] >= 0:
-                producer_positions.append((pos, end))
+            producer_id, producer_epoch, base_sequence = _PRODUCER.unpack_from(
+                view, pos + PRODUCER_ID_OFFSET)
+            if producer_id >= 0:
+                producer_batches.append((base, producer_id, producer_epoch, base_sequence,
+                                         delta, batch_ts, attributes))
             record_count += _I32.unpack_from(view, pos + _RECORD_COUNT_OFFSET)[0]
             expected = last + 1
             pos = end
@@ -838,24 +859,18 @@ class Log:
             info for start, end in txn_positions
             if (info := txn_batch_of(RecordBatch(view[start:end]))) is not None
         ]
-        replicated: dict[int, ProducerAppendInfo] = {}
-        if producer_positions:
-            txns = {t.base_offset: t for t in txn_batches}
-            psm = self.producer_state_manager
-            for start, end in producer_positions:
-                batch = RecordBatch(view[start:end])
-                producer = replicated.get(batch.producer_id)
-                if producer is None:
-                    producer = replicated[batch.producer_id] = psm.prepare_update(
-                        batch.producer_id, AppendOrigin.REPLICATION)
-                producer.append(batch, txns.get(batch.base_offset))
+        replicated: list[ProducerAppendInfo] = []
+        if producer_batches:
+            replicated, _ = self._analyze_producer_batches(
+                producer_batches, {t.base_offset: t for t in txn_batches},
+                AppendOrigin.REPLICATION)
         with self._io("append"):
             for epoch, start in epochs:
                 self.leader_epoch_cache.assign(epoch, start)
             self._write(view[:pos], pos, batches, first_offset, expected - 1, max_ts, now_ms)
             if txn_batches:
                 self._index_completed(txn_batches)
-        for producer in replicated.values():
+        for producer in replicated:
             self.producer_state_manager.update(producer)
         return LogAppendInfo(
             first_offset, expected - 1, max_ts, pos, record_count, max_ts_offset, len(batches)

@@ -39,15 +39,15 @@ import logging
 import os
 import struct
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import crc32c
 
-from tidelog.protocol.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, RecordBatch
+from tidelog.protocol.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE
 from tidelog.storage.errors import StorageError
 from tidelog.storage.file_io import FileIO, write_file_atomically
-from tidelog.storage.transactions import AppendOrigin, InvalidProducerEpochError, TxnBatch
+from tidelog.storage.transactions import AppendOrigin, InvalidProducerEpochError
 
 __all__ = [
     "NUM_BATCHES_TO_RETAIN",
@@ -267,20 +267,6 @@ class ProducerAppendInfo:
         updated.coordinator_epoch = coordinator_epoch
         updated.current_txn_first_offset = None
         updated.last_timestamp = timestamp
-
-    def append(self, batch: RecordBatch, txn: TxnBatch | None) -> None:
-        """Record one batch read from the log or replicated (`txn`: its TransactionTracker
-        view, given for transactional and control batches)."""
-        if txn is not None and txn.marker is not None:
-            self.append_end_txn_marker(batch.producer_epoch, txn.marker[1], batch.max_timestamp)
-            return
-        if batch.is_control_batch:
-            return  # a control batch holding no end-transaction marker
-        base_seq = batch.base_sequence
-        base = batch.base_offset if txn is None else txn.base_offset
-        self.append_data_batch(
-            batch.producer_epoch, base_seq, last_sequence(base_seq, batch.last_offset_delta),
-            batch.max_timestamp, base, base + batch.last_offset_delta, batch.is_transactional)
 
 
 def snapshot_file_name(offset: int) -> str:
@@ -509,23 +495,3 @@ class ProducerStateManager:
             self.delete_snapshot(o)
         self.last_snap_offset = 0
         self.last_map_offset = offset
-
-    # -- loading from the log --------------------------------------------------------------
-    def load_from_batches(self, batches: Iterator[tuple[RecordBatch, TxnBatch | None]],
-                          end_offset: int) -> None:
-        """Replay batches read from the log (Kafka's loadProducersFromRecords), stopping at
-        `end_offset` (exclusive)."""
-        loaded: dict[int, ProducerAppendInfo] = {}
-        for batch, txn in batches:
-            if batch.base_offset >= end_offset:
-                break
-            self.batches_loaded += 1
-            pid = batch.producer_id
-            if pid < 0:
-                continue
-            info = loaded.get(pid)
-            if info is None:
-                info = loaded[pid] = self.prepare_update(pid, AppendOrigin.REPLICATION)
-            info.append(batch, txn)
-        for info in loaded.values():
-            self.update(info)
