@@ -82,19 +82,16 @@ class PartitionResponse:
 
 class CachedPartition:
     __slots__ = ("fetch_offset", "fetcher_log_start_offset", "high_watermark", "leader_epoch",
-                 "local_log_start_offset", "max_bytes")
+                 "local_log_start_offset", "max_bytes", "req_data")
 
     def __init__(self, req: PartitionRequest, resp: PartitionResponse | None = None) -> None:
-        self.fetch_offset, self.leader_epoch, self.fetcher_log_start_offset, self.max_bytes = req
+        self.update_request_params(req)
         self.high_watermark = -1 if resp is None else resp.high_watermark
         self.local_log_start_offset = -1 if resp is None else resp.log_start_offset
 
-    @property
-    def req_data(self) -> PartitionRequest:
-        return (self.fetch_offset, self.leader_epoch, self.fetcher_log_start_offset,
-                self.max_bytes)
-
     def update_request_params(self, req: PartitionRequest) -> None:
+        # The tuple is kept as well: every incremental fetch hands all of them to the read.
+        self.req_data: PartitionRequest = req
         self.fetch_offset, self.leader_epoch, self.fetcher_log_start_offset, self.max_bytes = req
 
     def maybe_update_response_data(self, resp: PartitionResponse, update: bool) -> bool:
@@ -309,10 +306,15 @@ class IncrementalFetchContext(FetchContext):
             # Another request of this session went through meanwhile (a duplicate).
             return ErrorCode.INVALID_FETCH_SESSION_EPOCH, session.id, []
         out: list[TopicPartition] = []
+        cached_partitions = session.partitions
         for tp, resp in updates.items():
-            cached = session.partitions.get(tp)
+            cached = cached_partitions.get(tp)
             if cached is None:  # forgotten while this request waited
                 continue
+            if (not resp.records_size and resp.error == ErrorCode.NONE
+                    and cached.high_watermark == resp.high_watermark
+                    and cached.local_log_start_offset == resp.log_start_offset):
+                continue  # nothing new (most of an idle session): maybe_update_response_data's no
             if cached.maybe_update_response_data(resp, True):
                 out.append(tp)
                 # Answered partitions go to the back of the read order (fairness, as Kafka).
