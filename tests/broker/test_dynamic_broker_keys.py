@@ -50,8 +50,9 @@ def test_thread_counts_change_within_half_and_double_as_kafka_checks(
     too_many = alter(one_broker, "1", [("num.io.threads", SET, "17")])
     assert (too_many.error_code, too_many.error_message) == (
         ErrorCode.INVALID_REQUEST,
-        "Invalid config value for resource ConfigResource(type=BROKER, name='1'): "
-        "Invalid dynamic configuration")
+        "Invalid value org.apache.kafka.common.config.ConfigException: Dynamic thread count "
+        "update validation failed for num.io.threads=17, value should not be greater than "
+        "double the current value 8 for configuration Invalid dynamic configuration")
     assert alter(one_broker, "", [("background.threads", SET, "4")]).error_code == \
         ErrorCode.INVALID_REQUEST  # 10 -> less than half
     dynamic.append(("1", "num.io.threads"))
@@ -64,7 +65,7 @@ def test_the_listener_keys_and_num_replica_fetchers_are_refused(
         one_broker: BrokerThread) -> None:
     cluster = alter(one_broker, "", [("listeners", SET, "PLAINTEXT://127.0.0.1:0")])
     assert cluster.error_code == ErrorCode.INVALID_REQUEST
-    assert cluster.error_message.endswith(  # Kafka's own refusal at the cluster level
+    assert cluster.error_message == (  # Kafka's own refusal at the cluster level
         "Cannot update these configs at default cluster level, broker id must be specified: "
         "Set(listeners)")
     for key, value in (("advertised.listeners", "PLAINTEXT://127.0.0.1:1"),
