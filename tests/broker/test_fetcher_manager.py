@@ -12,7 +12,7 @@ import pytest
 from harness import ActingController, BrokerThread, broker_props, produce, wait_until
 from zk_chroot import new_chroot
 
-from tidelog.broker.fetcher_manager import fetcher_id_for, from_wire, java_string_hash, to_wire
+from tidelog.broker.fetcher_manager import from_wire, to_wire
 from tidelog.cluster.zookeeper import ZooKeeperServer, pick_free_port
 from tidelog.protocol.codec import decode_request, encode_request
 from tidelog.protocol.messages import fetch as m_fetch
@@ -27,6 +27,7 @@ from tidelog.replication.fetcher import (
     OffsetsForLeaderEpochRequest,
 )
 from tidelog.replication.types import TopicPartition
+from tidelog.shell.fetcher_manager import fetcher_id_for, java_string_hash
 
 
 def test_java_string_hash_matches_java() -> None:
@@ -157,7 +158,7 @@ def test_follower_reconnects_after_the_leader_restarts(zookeeper: ZooKeeperServe
         ctl.send_leader_and_isr("re", [0], live={1})
         assert produce(b1.port, "re", 0, build_values([b"2"]), acks=1) == (0, 1)
         wait_until(lambda: b2.partition("re", 0).log_end_offset == 2, what="follower caught up")
-        assert b2.call(lambda: sum(t.connects for t in b2.server.replica_manager.fetcher_manager.fetchers.values())) >= 2
+        assert b2.call(lambda: sum(t.endpoint.connects for t in b2.server.replica_manager.fetcher_manager.fetchers.values())) >= 2
     finally:
         b1.stop()
         b2.stop()

@@ -68,7 +68,7 @@ def test_pipelined_acks_all_requests_are_appended_before_the_first_is_acknowledg
         assert produce(b1.port, TP.topic, 0, build_values([b"first"])) == (ErrorCode.NONE, 0)
         # The follower stops fetching (the leader still counts it in the ISR): no acks=all
         # request can complete until it fetches again.
-        b2.run(fetchers.shutdown())
+        b2.call(fetchers.shutdown)
         s = socket.create_connection(("127.0.0.1", b1.port), timeout=30)
         try:
             s.sendall(b"".join(

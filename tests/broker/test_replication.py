@@ -113,7 +113,7 @@ def test_acks_all_waits_for_a_slow_follower_and_times_out(pair: tuple[str, list[
         assert (err, base) == (ErrorCode.NONE, 0)
         # Stop the follower's fetching without a controller telling the leader: the leader still
         # counts it in the ISR, so acks=all cannot complete before its timeout.
-        b2.run(b2.server.replica_manager.fetcher_manager.shutdown())
+        b2.call(b2.server.replica_manager.fetcher_manager.shutdown)
         err, _ = produce(b1.port, "slow", 0, build_values([b"y"]), acks=-1, timeout_ms=300)
         assert err == ErrorCode.REQUEST_TIMED_OUT
         # The record was appended (acks=all is not a transaction): the leader has it, below no HW.

@@ -39,7 +39,7 @@ class Broker:
         self.rm = BrokerReplicaManager(1, self.log_manager, ReplicationConfig(), zk_client=None,
                                        endpoint_of=lambda _: None)
         self.rm.set_broker_epoch(1)
-        result = self.rm.become_leader_or_follower(0, 1, [LeaderAndIsrPartitionState(
+        result = self.rm.become_leader_or_follower(0, 1, 1, [LeaderAndIsrPartitionState(
             GROUP_METADATA_TOPIC_NAME, 0, 1, 1, leader_epoch, (1,), 0, (1,), True)], {1})
         assert int(result.error) == 0
         self.coordinator = GroupCoordinator(1, self.rm, CONFIG)

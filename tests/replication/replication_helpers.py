@@ -6,7 +6,6 @@ from dataclasses import replace
 
 from tidelog.protocol.records.builder import build_values
 from tidelog.replication import (
-    FetcherManager,
     FetchRequest,
     LeaderAndIsrPartitionState,
     OffsetsForLeaderEpochRequest,
@@ -15,6 +14,7 @@ from tidelog.replication import (
     ReplicationConfig,
     TopicPartition,
 )
+from tidelog.shell.fetcher_manager import ReplicaFetcherManager
 from tidelog.sim.disk import MemoryFileIO
 from tidelog.storage.log import Log
 from tidelog.storage.log_config import LogConfig
@@ -67,9 +67,58 @@ def fetch(p: Partition, replica_id: int, offset: int, now_ms: int):
     return p.update_follower_fetch_state(replica_id, offset, 0, now_ms, p.log_end_offset)
 
 
+class _Timer:
+    __slots__ = ("cancelled", "due_ms", "fn")
+
+    def __init__(self, due_ms: int, fn) -> None:
+        self.due_ms = due_ms
+        self.fn = fn
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class StepClock:
+    """The fetcher manager's Time and Scheduler: the cluster's ``now``; timers run in ``step``."""
+
+    def __init__(self, cluster: MiniCluster) -> None:
+        self.cluster = cluster
+        self.timers: list[_Timer] = []
+
+    def milliseconds(self) -> int:
+        return self.cluster.now
+
+    def schedule(self, name: str, fn, delay_ms: int, period_ms: int = -1) -> _Timer:
+        timer = _Timer(self.cluster.now + delay_ms, fn)
+        self.timers.append(timer)
+        return timer
+
+    def run_due(self) -> None:
+        now = self.cluster.now
+        due = [t for t in self.timers if t.due_ms <= now]
+        self.timers = [t for t in self.timers if t.due_ms > now and not t.cancelled]
+        for t in due:
+            if not t.cancelled:
+                t.fn()
+
+
+class OutboxEndPoint:
+    """A fetcher's requests wait in its broker's outbox until ``step_broker`` delivers them."""
+
+    def __init__(self, cluster: MiniCluster, broker: int) -> None:
+        self.outbox = cluster.outbox.setdefault(broker, [])
+
+    def send(self, request, on_done) -> None:
+        self.outbox.append((request, on_done))
+
+    def close(self) -> None:
+        self.outbox.clear()
+
+
 class MiniCluster:
-    """A few brokers' ReplicaManagers and FetcherManagers over one in-memory disk, with the shell's
-    part played synchronously: requests are answered at once, ISR proposals are applied to a dict
+    """A few brokers' ReplicaManagers and the shell's fetcher managers over one in-memory disk,
+    the rest of the shell played synchronously: requests are answered at once, ISR proposals are applied to a dict
     standing for ZooKeeper's partition state with a compare-and-set on its version, and the test
     plays the controller (``elect``). Brokers can be stopped and restarted (a restart keeps what
     the log files hold, like a clean restart)."""
@@ -87,15 +136,20 @@ class MiniCluster:
         self.brokers: dict[int, tuple] = {}
         self.live: set[int] = set()
         self.cas_failures = 0
+        self.clock = StepClock(self)
+        self.outbox: dict[int, list] = {}
         for b in self.replicas:
             self.start(b)
 
     def start(self, b: int) -> None:
         io = self.ios.setdefault(b, MemoryFileIO())
         lm = LogManager([f"/broker-{b}"], self.log_config, io, now_ms=self.now)
-        hws = lm.read_high_watermarks(f"/broker-{b}")  # replication-offset-checkpoint
-        rm = ReplicaManager(b, lm, self.config, now_ms=self.now, initial_high_watermarks=hws)
-        fm = FetcherManager(b, rm.logs_for_fetcher, self.config)
+        # The LogManager loads each log's HW from replication-offset-checkpoint.
+        rm = ReplicaManager(b, lm, self.config, now_ms=self.now)
+        self.outbox[b] = []
+        fm = ReplicaFetcherManager(b, rm.logs_for_fetcher, self.config, time=self.clock,
+                                   scheduler=self.clock, broker_epoch=0,
+                                   leader_end_point=lambda _source, _fid: OutboxEndPoint(self, b))
         self.brokers[b] = (lm, rm, fm)
         self.live.add(b)
         for st in self.zk.values():
@@ -134,7 +188,7 @@ class MiniCluster:
     def _send_leader_and_isr(self, b: int, st: LeaderAndIsrPartitionState) -> None:
         rm, fm = self.rm(b), self.fm(b)
         result = rm.become_leader_or_follower(0, self.controller_epoch, [st], self.live, self.now)
-        fm.apply(result.fetcher_actions, self.now)
+        fm.apply(result.fetcher_actions)
 
     def apply_proposals(self, proposals) -> None:
         for p in proposals:
@@ -160,25 +214,31 @@ class MiniCluster:
 
     def step(self, dt: int = 10) -> None:
         self.now += dt
+        self.clock.run_due()
         for b in sorted(self.live):
             self.step_broker(b)
         for b in sorted(self.live):
             self.apply_proposals(self.rm(b).maybe_shrink_isr(self.now))
 
+    def next_requests(self, b: int) -> list:
+        """What broker b's fetchers send next (waiting in its outbox)."""
+        for thread in list(self.fm(b).fetchers.values()):
+            thread.pump()
+        return [req for req, _ in self.outbox[b]]
+
     def step_broker(self, b: int, lose_responses: bool = False) -> list:
         """Send broker b's fetcher requests and deliver the answers (or lose them)."""
-        fm = self.fm(b)
-        sent = fm.poll_requests(self.now)
-        for req in sent:
+        self.next_requests(b)
+        pending, self.outbox[b][:] = list(self.outbox[b]), []
+        for req, on_done in pending:
             if req.source_broker not in self.live:
-                fm.on_request_failed(req, self.now)
-                continue
-            response = self.serve(req)
-            if lose_responses:
-                fm.on_request_failed(req, self.now)
+                on_done(None)
+            elif lose_responses:
+                self.serve(req)
+                on_done(None)
             else:
-                fm.handle_response(req, response, self.now)
-        return sent
+                on_done(self.serve(req))
+        return [req for req, _ in pending]
 
     def run(self, steps: int = 20, dt: int = 10) -> None:
         for _ in range(steps):

@@ -115,7 +115,7 @@ def test_kip_320_a_zombie_follower_is_fenced(fence: bool) -> None:
     c.stop(3)
     c.produce(1, 10)
     c.run(3)
-    zombie_request = c.fm(2).poll_requests(c.now)  # what 2 would send next: fetch at 50, epoch 0
+    zombie_request = c.next_requests(2)  # what 2 sends next: fetch at 50, epoch 0
     assert zombie_request[0].partitions[TP].fetch_offset == 50
     c.live.discard(2)  # 2 loses its session: no LeaderAndIsr reaches it
     c.start(3)

@@ -117,9 +117,14 @@ def test_followers_get_fetchers_from_the_hw_in_their_leaders_epoch() -> None:
 
 
 def test_hw_is_restored_from_the_checkpoint_when_the_partition_is_created() -> None:
-    lm = LogManager(["/b1"], LogConfig(), MemoryFileIO())
-    lm.get_or_create_log(TP.topic, TP.partition).append_as_leader(records(5), 0, 0)
-    rm = ReplicaManager(1, lm, initial_high_watermarks={TP: 3})
+    io = MemoryFileIO()
+    lm = LogManager(["/b1"], LogConfig(), io)
+    log = lm.get_or_create_log(TP.topic, TP.partition)
+    log.append_as_leader(records(5), 0, 0)
+    log.update_high_watermark(3)
+    lm.checkpoint_high_watermarks()  # the highwatermark-checkpoint task's one write path
+    log.update_high_watermark(5)  # not checkpointed: a restart goes back to 3
+    rm = ReplicaManager(1, LogManager(["/b1"], LogConfig(), io))  # the process restarts
     rm.become_leader_or_follower(0, 1, [state(2, 1, (1, 2))], {1, 2}, 0)
     assert rm.high_watermarks() == {TP: 3}
 

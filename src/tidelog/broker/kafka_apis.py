@@ -227,10 +227,6 @@ class KafkaApis:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return error
 
-    def _stale_broker_epoch(self, broker_epoch: int) -> bool:
-        # KIP-380: -1 means "not sent" (an older controller); older than ours is stale.
-        return broker_epoch != -1 and broker_epoch < self.server.broker_epoch
-
     # ------------------------------------------------------------------ ApiVersions
     async def handle_api_versions(self, ctx: RequestContext, request: Any) -> Any:
         return api_versions_response(include_controller_apis=True)
@@ -540,7 +536,7 @@ class KafkaApis:
         for t in request.topics:
             for p in t.partitions:
                 wanted[TopicPartition(t.topic, p.partition)] = (p.current_leader_epoch, p.leader_epoch)
-        results = self.rm.last_offset_for_leader_epoch(request.replica_id, wanted)
+        results = self.rm.core.last_offset_for_leader_epoch(request.replica_id, wanted)
         topics = []
         for t in request.topics:
             parts = []
@@ -852,7 +848,7 @@ class KafkaApis:
             for ps in ts.partition_states:
                 ps.topic_name = ts.topic_name
                 wire_states.append(ps)
-        if self._stale_broker_epoch(request.broker_epoch):
+        if self.rm.is_stale_broker_epoch(request.broker_epoch):
             logger.info("refusing LeaderAndIsr with stale broker epoch %d (ours %d)",
                         request.broker_epoch, self.server.broker_epoch)
             return self._leader_and_isr_response(version, ErrorCode.STALE_BROKER_EPOCH,
@@ -868,12 +864,10 @@ class KafkaApis:
             for s in wire_states
         ]
         result = self.rm.become_leader_or_follower(
-            request.controller_id, request.controller_epoch, states,
+            request.controller_id, request.controller_epoch, request.broker_epoch, states,
             {lead.broker_id for lead in request.live_leaders},
         )
         errors = {tp: _code(e) for tp, e in result.partition_errors.items()}
-        # Kafka's replicaFetcherManager.shutdownIdleFetcherThreads after every LeaderAndIsr.
-        await self.rm.fetcher_manager.shutdown_idle_fetcher_threads()
         return self._leader_and_isr_response(version, _code(result.error), wire_states, errors,
                                              topic_ids)
 
@@ -906,7 +900,7 @@ class KafkaApis:
     async def handle_update_metadata(
         self, ctx: RequestContext, request: m_um.UpdateMetadataRequest
     ) -> m_um.UpdateMetadataResponse:
-        if self._stale_broker_epoch(request.broker_epoch):
+        if self.rm.is_stale_broker_epoch(request.broker_epoch):
             return m_um.UpdateMetadataResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
         wire_states = list(request.ungrouped_partition_states)
         for ts in request.topic_states:
@@ -936,8 +930,8 @@ class KafkaApis:
                                  topic_ids):
             return m_um.UpdateMetadataResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
         # KIP-841: only live brokers may join an ISR (their epochs are not on the wire here).
-        self.rm.core.set_eligible_brokers({b.broker_id: -1 for b in brokers})
-        return m_um.UpdateMetadataResponse(error_code=0)
+        return m_um.UpdateMetadataResponse(error_code=_code(
+            self.rm.update_metadata(request.broker_epoch, {b.broker_id: -1 for b in brokers})))
 
     async def handle_stop_replica(
         self, ctx: RequestContext, request: m_sr.StopReplicaRequest
@@ -955,7 +949,7 @@ class KafkaApis:
             for ts in request.topic_states:
                 for ps in ts.partition_states:
                     wanted[TopicPartition(ts.topic_name, ps.partition_index)] = ps.delete_partition
-        if self._stale_broker_epoch(request.broker_epoch):
+        if self.rm.is_stale_broker_epoch(request.broker_epoch):
             return m_sr.StopReplicaResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
         if request.controller_epoch < self.rm.core.controller_epoch:
             return m_sr.StopReplicaResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
@@ -970,7 +964,8 @@ class KafkaApis:
                     if p is not None and ps.leader_epoch >= 0 and ps.leader_epoch < p.leader_epoch:
                         fenced[tp] = ErrorCode.FENCED_LEADER_EPOCH
                         del wanted[tp]
-        result = self.rm.stop_replicas(request.controller_id, request.controller_epoch, wanted)
+        result = self.rm.stop_replicas(request.controller_id, request.controller_epoch,
+                                       request.broker_epoch, wanted)
         if result.error != Errors.NONE:
             return m_sr.StopReplicaResponse(error_code=_code(result.error))
         errors = {tp: _code(e) for tp, e in result.partition_errors.items()}

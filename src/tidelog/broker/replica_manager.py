@@ -1,25 +1,15 @@
-"""The asyncio shell around the pure `replication.ReplicaManager` (seed 004).
+"""The asyncio broker's driver of the shared `shell.ReplicaManager` (seed 004).
 
-The core decides; this class performs and schedules:
+The shell decides when and what; this module supplies what it asks of a driver and nothing
+else: the wall clock and an asyncio `Scheduler`, the `AlterPartitionManager` (ZooKeeper through
+`KafkaZkClient`, in worker threads: the ISR compare-and-set on the partition state's zk version,
+and `/isr_change_notification` writes) and a `BrokerLeaderEndPoint` per fetcher. It turns the
+shell's callbacks into futures for `KafkaApis`, and runs the log manager's tasks
+(`kafka-log-retention`, `kafka-log-flusher`, `kafka-recovery-point-checkpoint`).
 
-- **ISR changes**: every `ProposeIsr` the core returns (ISR expand on a follower's fetch, shrink
-  from `isr-expiration`) is written to ZooKeeper as a compare-and-set on the partition state's
-  zk version (`KafkaZkClient.update_leader_and_isr`, in a worker thread), and the outcome goes
-  back to the core with `on_isr_update_result`.
-- **Fetchers**: `AddFetcher` / `RemoveFetcher` actions go to the `ReplicaFetcherManager`.
-- **Purgatories**: an acks=all produce or a long-polling fetch the core cannot answer at once
-  gets a future; after every state change (`_after`) the shell asks the core which delayed
-  operations completed (`poll_completed`) and resolves their futures, and a timer fires at the
-  core's `next_deadline_ms` for the ones that expire.
-- **Scheduled tasks** (Kafka's names): `highwatermark-checkpoint` every
-  `replica.high.watermark.checkpoint.interval.ms` (the `replication-offset-checkpoint` files),
-  `isr-expiration` every `replica.lag.time.max.ms / 2` (`maybe_shrink_isr`),
-  `isr-change-propagation` every 2.5 s (writes `/isr_change_notification/isr_change_<seq>` for
-  the partitions the core hands out), plus the log manager's `kafka-log-retention`,
-  `kafka-log-flusher` and `kafka-recovery-point-checkpoint`.
-- **Idempotent producers**: each partition's log keeps their state
-  (storage/producer_state_manager.py) and answers a retried batch with its original offsets;
-  the core passes the answer back. Here only the `PeriodicProducerExpirationCheck` runs.
+Idempotent producers: each partition's log keeps their state (storage/producer_state_manager.py)
+and answers a retried batch with its original offsets; the shell passes the answer back. This
+driver only runs the `PeriodicProducerExpirationCheck` (producer.id.expiration.ms).
 
 Everything runs on the event loop thread; only ZooKeeper calls go to threads.
 """
@@ -27,198 +17,105 @@ Everything runs on the event loop thread; only ZooKeeper calls go to threads.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from tidelog.broker.fetcher_manager import ReplicaFetcherManager
+from tidelog.broker.fetcher_manager import BrokerLeaderEndPoint, EndpointLookup
 from tidelog.broker.replication_events import ReplicationEventPublisher
 from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch
 from tidelog.replication.config import ReplicationConfig
 from tidelog.replication.errors import Errors
-from tidelog.replication.replica_manager import (
-    LeaderAndIsrResult,
-    ReplicaManager,
-    StopReplicaResult,
-)
+from tidelog.replication.replica_manager import LeaderAndIsrResult, StopReplicaResult
 from tidelog.replication.types import (
     CompleteFetch,
     CompleteProduce,
-    EpochEndOffset,
     FetchPartitionData,
     LeaderAndIsrPartitionState,
-    ListOffsetsPartitionResult,
     ProducePartitionResult,
     ProposeIsr,
     TopicPartition,
 )
+from tidelog.shell.fetcher_manager import ReplicaFetcherManager
+from tidelog.shell.replica_manager import ReplicaManager
 from tidelog.storage.transactions import AppendOrigin
 
-__all__ = ["ISR_CHANGE_PROPAGATION_INTERVAL_MS", "BrokerReplicaManager", "now_ms"]
+__all__ = ["AsyncioScheduler", "BrokerReplicaManager", "ZkAlterPartitionManager", "now_ms"]
 
 logger = logging.getLogger(__name__)
-
-# Kafka's ReplicaManager.IsrChangePropagationInterval (the task's period; the core applies the
-# 5 s blackout / 60 s interval rules of seed 000).
-ISR_CHANGE_PROPAGATION_INTERVAL_MS = 2500
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class BrokerReplicaManager:
-    def __init__(
-        self,
-        broker_id: int,
-        log_manager: Any,
-        config: ReplicationConfig,
-        *,
-        zk_client: Any | None,
-        endpoint_of: Callable[[int], tuple[str, int] | None],
-        num_replica_fetchers: int = 1,
-        high_watermark_checkpoint_interval_ms: int = 5000,
-        log_retention_check_interval_ms: int = 300_000,
-        log_flush_scheduler_interval_ms: int = 2**63 - 1,
-        recovery_point_checkpoint_interval_ms: int = 60_000,
-    ) -> None:
-        self.broker_id = broker_id
-        self.log_manager = log_manager
-        self.config = config
+class AsyncioScheduler:
+    """The shell's `Time` and `Scheduler` on the running event loop (Kafka's KafkaScheduler,
+    without threads). A task that raises is logged and keeps its period."""
+
+    def milliseconds(self) -> int:
+        return now_ms()
+
+    def schedule(self, name: str, fn: Callable[[], Any], delay_ms: int,
+                 period_ms: int = -1) -> asyncio.TimerHandle | _Periodic:
+        loop = asyncio.get_running_loop()
+        if period_ms <= 0:
+            # +1 ms: the clock is read in whole ms, so a timer must not fire before its ms.
+            return loop.call_later((delay_ms + 1) / 1000, self._run, name, fn)
+        task = _Periodic()
+        task.handle = loop.call_later(delay_ms / 1000, self._tick, name, fn, period_ms, task)
+        return task
+
+    @staticmethod
+    def _run(name: str, fn: Callable[[], Any]) -> None:
+        try:
+            fn()
+        except Exception:
+            logger.exception("scheduled task %s failed", name)
+
+    def _tick(self, name: str, fn: Callable[[], Any], period_ms: int, task: _Periodic) -> None:
+        if task.cancelled:
+            return
+        self._run(name, fn)
+        if not task.cancelled:
+            task.handle = asyncio.get_running_loop().call_later(
+                period_ms / 1000, self._tick, name, fn, period_ms, task)
+
+
+class _Periodic:
+    __slots__ = ("cancelled", "handle")
+
+    def __init__(self) -> None:
+        self.handle: asyncio.TimerHandle | None = None
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.handle is not None:
+            self.handle.cancel()
+
+
+class ZkAlterPartitionManager:
+    """ZooKeeper mode's ISR writer: `KafkaZkClient` calls in worker threads, answered on the
+    loop. Without a ZooKeeper client every write fails (the ISR stays as the controller set it)."""
+
+    def __init__(self, zk_client: Any | None) -> None:
         self.zk_client = zk_client
-        self.core = ReplicaManager(broker_id, log_manager, config, broker_epoch=-1, now_ms=now_ms())
-        self.fetcher_manager = ReplicaFetcherManager(
-            broker_id, self.core.logs_for_fetcher, config, endpoint_of,
-            num_fetchers=num_replica_fetchers, broker_epoch=-1, on_progress=self._after,
-        )
-        self._hw_interval_ms = high_watermark_checkpoint_interval_ms
-        self._retention_ms = log_retention_check_interval_ms
-        self._flush_ms = log_flush_scheduler_interval_ms
-        self._recovery_ckpt_ms = recovery_point_checkpoint_interval_ms
-        self._keys = itertools.count(1)
-        self._waiters: dict[int, asyncio.Future[Any]] = {}
-        # key -> results known before the wait (acks=-1): merged into the completion's
-        self._early_results: dict[int, dict[TopicPartition, ProducePartitionResult]] = {}
-        self._deadline_handle: asyncio.TimerHandle | None = None
-        self._deadline_ms: int | None = None
-        self._tasks: list[asyncio.Task[None]] = []
-        self._background: set[asyncio.Task[Any]] = set()
-        self._stopped = False
-        self.isr_updates_ok = 0
-        self.isr_updates_failed = 0
-        self.isr_notifications_written = 0
-        self._isr_changes_unwritten: set[TopicPartition] = set()
-        # tidelog.replication.events.enable: the telemetry publisher (set by the server)
         self.events: ReplicationEventPublisher | None = None
-
-    # ------------------------------------------------------------------ life cycle
-    @property
-    def broker_epoch(self) -> int:
-        return self.core.broker_epoch
-
-    def set_broker_epoch(self, broker_epoch: int) -> None:
-        self.core.broker_epoch = broker_epoch
-        self.fetcher_manager.set_broker_epoch(broker_epoch)
-
-    def start(self) -> None:
-        """Start the scheduled tasks (Kafka's ReplicaManager.startup + LogManager.startup)."""
-        self._every("highwatermark-checkpoint", self._hw_interval_ms, self.checkpoint_high_watermarks)
-        self._every("isr-expiration", max(1, self.config.replica_lag_time_max_ms // 2),
-                    self._isr_expiration)
-        self._every("isr-change-propagation", ISR_CHANGE_PROPAGATION_INTERVAL_MS,
-                    self._isr_change_propagation)
-        self._every("kafka-log-retention", self._retention_ms,
-                    lambda: self.log_manager.cleanup_logs(now_ms()))
-        if self._flush_ms < 2**62:
-            self._every("kafka-log-flusher", self._flush_ms,
-                        lambda: self.log_manager.flush_dirty_logs(now_ms()))
-        self._every("kafka-recovery-point-checkpoint", self._recovery_ckpt_ms,
-                    self.log_manager.checkpoint_logs)
-        # producer.id.expiration.check.interval.ms (Kafka's default, 10 minutes)
-        self._every("PeriodicProducerExpirationCheck", 600_000,
-                    lambda: self.log_manager.remove_expired_producers(now_ms()))
-
-    async def shutdown(self) -> None:
-        self._stopped = True
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(BaseException):
-                await t
-        self._tasks.clear()
-        await self.fetcher_manager.shutdown()
-        if self._background:
-            await asyncio.wait(list(self._background), timeout=5)
-        for t in list(self._background):
-            t.cancel()
-        if self._deadline_handle is not None:
-            self._deadline_handle.cancel()
-        for fut in self._waiters.values():
-            if not fut.done():
-                fut.cancel()
-        self._waiters.clear()
-        self._early_results.clear()
-
-    def _every(self, name: str, interval_ms: int, fn: Callable[[], Any]) -> None:
-        async def loop() -> None:
-            while True:
-                await asyncio.sleep(interval_ms / 1000)
-                try:
-                    result = fn()
-                    if asyncio.iscoroutine(result):
-                        await result
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    logger.exception("scheduled task %s failed", name)
-
-        self._tasks.append(asyncio.get_running_loop().create_task(loop(), name=name))
+        self.core: Any = None  # the shell's core, for the telemetry's before/after view
+        self._background: set[asyncio.Task[Any]] = set()
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    # ------------------------------------------------------------------ scheduled tasks
-    def checkpoint_high_watermarks(self) -> None:
-        """`highwatermark-checkpoint`: the `replication-offset-checkpoint` file of each dir."""
-        self.log_manager.checkpoint_high_watermarks()
-        if self.events is not None:
-            self.events.hw_checkpoint(
-                (tp.topic, tp.partition, p.leader_epoch, p.isr, p.log_end_offset,
-                 p.high_watermark)
-                for tp, p in list(self.core.partitions.items())
-            )
+    def submit(self, proposal: ProposeIsr, on_result: Callable[[bool, int], None]) -> None:
+        self._spawn(self._write_isr(proposal, on_result))
 
-    def _isr_expiration(self) -> None:
-        for prop in self.core.maybe_shrink_isr(now_ms()):
-            self._propose_isr(prop)
-        self._after()
-
-    async def _isr_change_propagation(self) -> None:
-        self._isr_changes_unwritten |= self.core.isr_changes_to_propagate(now_ms())
-        tps = self._isr_changes_unwritten
-        if not tps or self.zk_client is None:
-            return
-        try:
-            await asyncio.to_thread(self.zk_client.propagate_isr_changes,
-                                    sorted((tp.topic, tp.partition) for tp in tps))
-        except Exception as e:
-            # Kept for the next run, as Kafka keeps its isrChangeSet when the write fails.
-            logger.warning("writing an ISR change notification for %d partitions failed: %s",
-                           len(tps), e)
-            return
-        self.isr_notifications_written += 1
-        self._isr_changes_unwritten = set()
-
-    # ------------------------------------------------------------------ ISR writes
-    def _propose_isr(self, prop: ProposeIsr) -> None:
-        self._spawn(self._write_isr(prop))
-
-    async def _write_isr(self, prop: ProposeIsr) -> None:
+    async def _write_isr(self, prop: ProposeIsr, on_result: Callable[[bool, int], None]) -> None:
         ok, version = False, -1
         if self.zk_client is not None:
             state = LeaderIsrAndControllerEpoch(
@@ -232,81 +129,171 @@ class BrokerReplicaManager:
             except Exception as e:
                 logger.warning("ISR update of %s to %s failed: %s", prop.tp, prop.new_isr, e)
         if ok:
-            self.isr_updates_ok += 1
             logger.info("%s: ISR is now %s (zk version %d)", prop.tp, list(prop.new_isr), version)
-            p = self.core.partition(prop.tp)
+            p = self.core.partition(prop.tp) if self.core is not None else None
             if self.events is not None and p is not None:
-                # p.isr is still the committed ISR: the core adopts new_isr just below.
+                # p.isr is still the committed ISR: the core adopts new_isr in on_result.
                 self.events.isr_changed(prop.tp.topic, prop.tp.partition, prop.leader_epoch,
                                         p.isr, prop.new_isr, p.log_end_offset, p.high_watermark)
         else:
-            self.isr_updates_failed += 1
             logger.info("%s: ISR update to %s refused (stale zk version %d); waiting for the "
                         "controller", prop.tp, list(prop.new_isr), prop.zk_version)
-        if self._stopped:
-            return
-        self.core.on_isr_update_result(prop.tp, ok, version, prop.new_isr, now_ms(),
-                                       prop.leader_epoch)
-        self._after()
+        on_result(ok, version)
 
-    # ------------------------------------------------------------------ completions
-    def _after(self) -> None:
-        """Resolve completed delayed operations and re-arm the deadline timer."""
-        if self._stopped:
-            return
-        for done in self.core.poll_completed(now_ms()):
-            if isinstance(done, CompleteFetch):
-                for prop in done.isr_proposals:
-                    self._propose_isr(prop)
-            fut = self._waiters.pop(done.request_key, None)  # type: ignore[arg-type]
-            early = self._early_results.pop(done.request_key, None)  # type: ignore[arg-type]
-            if fut is not None and not fut.done():
-                if early is not None:
-                    assert isinstance(done, CompleteProduce)
-                    early.update(done.results)
-                    fut.set_result(early)
-                else:
-                    fut.set_result(done)
-        deadline = self.core.next_deadline_ms()
-        if deadline is None:
-            return
-        if self._deadline_ms is not None and self._deadline_ms <= deadline and (
-            self._deadline_handle is not None
-        ):
-            return
-        if self._deadline_handle is not None:
-            self._deadline_handle.cancel()
-        self._deadline_ms = deadline
-        delay = max(0.0, (deadline - now_ms()) / 1000) + 0.001
-        self._deadline_handle = asyncio.get_running_loop().call_later(delay, self._on_deadline)
+    def propagate_isr_changes(self, partitions: Collection[TopicPartition],
+                              on_result: Callable[[bool], None]) -> None:
+        self._spawn(self._propagate(partitions, on_result))
 
-    def _on_deadline(self) -> None:
-        self._deadline_handle = None
-        self._deadline_ms = None
-        self._after()
+    async def _propagate(self, partitions: Collection[TopicPartition],
+                         on_result: Callable[[bool], None]) -> None:
+        if self.zk_client is None:
+            on_result(False)
+            return
+        try:
+            await asyncio.to_thread(self.zk_client.propagate_isr_changes,
+                                    [(tp.topic, tp.partition) for tp in partitions])
+        except Exception as e:
+            logger.warning("writing an ISR change notification for %d partitions failed: %s",
+                           len(partitions), e)
+            on_result(False)
+            return
+        on_result(True)
 
-    async def _wait_for(self, key: int) -> Any:
-        fut = self._waiters.get(key)
-        if fut is None:
-            fut = self._waiters[key] = asyncio.get_running_loop().create_future()
-        self._after()  # it may have completed already
-        return await fut
+    async def shutdown(self) -> None:
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=5)
+        for t in list(self._background):
+            t.cancel()
+
+
+class BrokerReplicaManager:
+    def __init__(
+        self,
+        broker_id: int,
+        log_manager: Any,
+        config: ReplicationConfig,
+        *,
+        zk_client: Any | None,
+        endpoint_of: EndpointLookup,
+        num_replica_fetchers: int = 1,
+        high_watermark_checkpoint_interval_ms: int = 5000,
+        log_retention_check_interval_ms: int = 300_000,
+        log_flush_scheduler_interval_ms: int = 2**63 - 1,
+        recovery_point_checkpoint_interval_ms: int = 60_000,
+    ) -> None:
+        self.broker_id = broker_id
+        self.log_manager = log_manager
+        self.config = config
+        self.scheduler = AsyncioScheduler()
+        self.alter_partition_manager = ZkAlterPartitionManager(zk_client)
+        self.shell = ReplicaManager(
+            broker_id, log_manager, config, time=self.scheduler, scheduler=self.scheduler,
+            alter_partition_manager=self.alter_partition_manager,
+            leader_end_point=lambda source, fetcher_id: BrokerLeaderEndPoint(
+                broker_id, source, fetcher_id, config, endpoint_of),
+            num_replica_fetchers=num_replica_fetchers,
+            high_watermark_checkpoint_interval_ms=high_watermark_checkpoint_interval_ms,
+        )
+        self.core = self.shell.core
+        self.alter_partition_manager.core = self.core
+        self.shell.on_high_watermark_checkpoint = self._on_hw_checkpoint
+        self.fetcher_manager: ReplicaFetcherManager = self.shell.fetcher_manager
+        self._retention_ms = log_retention_check_interval_ms
+        self._flush_ms = log_flush_scheduler_interval_ms
+        self._recovery_ckpt_ms = recovery_point_checkpoint_interval_ms
+        self._keys = itertools.count(1)
+        self._waiters: set[asyncio.Future[Any]] = set()
+        self._tasks: list[Any] = []
+        # tidelog.replication.events.enable: the telemetry publisher (set by the server)
+        self._events: ReplicationEventPublisher | None = None
+
+    # ------------------------------------------------------------------ life cycle
+    @property
+    def events(self) -> ReplicationEventPublisher | None:
+        return self._events
+
+    @events.setter
+    def events(self, publisher: ReplicationEventPublisher | None) -> None:
+        self._events = publisher
+        self.alter_partition_manager.events = publisher
+
+    @property
+    def broker_epoch(self) -> int:
+        return self.shell.broker_epoch
+
+    def set_broker_epoch(self, broker_epoch: int) -> None:
+        self.shell.set_broker_epoch(broker_epoch)
+
+    @property
+    def isr_updates_ok(self) -> int:
+        return self.shell.isr_updates_ok
+
+    @property
+    def isr_updates_failed(self) -> int:
+        return self.shell.isr_updates_failed
+
+    @property
+    def isr_notifications_written(self) -> int:
+        return self.shell.isr_notifications_written
+
+    def start(self) -> None:
+        """The shell's tasks, and the log manager's (Kafka's LogManager.startup)."""
+        self.shell.startup()
+        s = self.scheduler
+        lm = self.log_manager
+        self._tasks = [
+            s.schedule("kafka-log-retention", lambda: lm.cleanup_logs(now_ms()),
+                       self._retention_ms, self._retention_ms),
+            s.schedule("kafka-recovery-point-checkpoint", lm.checkpoint_logs,
+                       self._recovery_ckpt_ms, self._recovery_ckpt_ms),
+            # producer.id.expiration.check.interval.ms (Kafka's default, 10 minutes)
+            s.schedule("PeriodicProducerExpirationCheck",
+                       lambda: lm.remove_expired_producers(now_ms()), 600_000, 600_000),
+        ]
+        if self._flush_ms < 2**62:
+            self._tasks.append(s.schedule("kafka-log-flusher",
+                                          lambda: lm.flush_dirty_logs(now_ms()),
+                                          self._flush_ms, self._flush_ms))
+
+    async def shutdown(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        self._tasks.clear()
+        self.shell.shutdown()
+        await self.alter_partition_manager.shutdown()
+        for fut in self._waiters:
+            if not fut.done():
+                fut.cancel()
+        self._waiters.clear()
+
+    def checkpoint_high_watermarks(self) -> None:
+        self.shell.checkpoint_high_watermarks()
+
+    def _on_hw_checkpoint(self) -> None:
+        if self.events is not None:
+            self.events.hw_checkpoint(
+                (tp.topic, tp.partition, p.leader_epoch, p.isr, p.log_end_offset,
+                 p.high_watermark)
+                for tp, p in list(self.core.partitions.items())
+            )
 
     # ------------------------------------------------------------------ controller requests
+    def is_stale_broker_epoch(self, broker_epoch: int) -> bool:
+        return self.shell.is_stale_broker_epoch(broker_epoch)
+
     def become_leader_or_follower(
         self,
         controller_id: int,
         controller_epoch: int,
+        broker_epoch: int,
         partition_states: Iterable[LeaderAndIsrPartitionState],
         live_leaders: Collection[int],
     ) -> LeaderAndIsrResult:
         states = list(partition_states)
         led_before = {s.tp: p.leader_epoch for s in states
                       if (p := self.core.partition(s.tp)) is not None and p.is_leader}
-        result = self.core.become_leader_or_follower(
-            controller_id, controller_epoch, states, live_leaders, now_ms()
-        )
-        self.fetcher_manager.apply(result.fetcher_actions)
+        result = self.shell.become_leader_or_follower(controller_id, controller_epoch,
+                                                      broker_epoch, states, live_leaders)
         if result.error == Errors.NONE:
             for s in states:
                 if result.partition_errors.get(s.tp, Errors.NONE) != Errors.NONE:
@@ -318,16 +305,18 @@ class BrokerReplicaManager:
                         and led_before.get(s.tp) != p.leader_epoch):
                     self.events.leader_elected(s.tp.topic, s.tp.partition, p.leader_epoch,
                                                p.isr, p.log_end_offset, p.high_watermark)
-        self._after()
         return result
 
+    def update_metadata(self, broker_epoch: int, eligible_brokers: Mapping[int, int] | None
+                        ) -> Errors:
+        return self.shell.update_metadata(broker_epoch, eligible_brokers)
+
     def stop_replicas(
-        self, controller_id: int, controller_epoch: int, partitions: Mapping[TopicPartition, bool]
+        self, controller_id: int, controller_epoch: int, broker_epoch: int,
+        partitions: Mapping[TopicPartition, bool],
     ) -> StopReplicaResult:
-        result = self.core.stop_replicas(controller_id, controller_epoch, partitions, now_ms())
-        self.fetcher_manager.apply(result.fetcher_actions)
-        self._after()
-        return result
+        return self.shell.stop_replicas(controller_id, controller_epoch, broker_epoch,
+                                        partitions)
 
     # ------------------------------------------------------------------ produce
     def append_records(
@@ -341,21 +330,22 @@ class BrokerReplicaManager:
         with its original offsets (at acks=-1 once the HW passes them). ``origin``
         COORDINATOR: a coordinator's records or transaction markers (the log validates them
         as Kafka's AppendOrigin.Coordinator)."""
+        loop = asyncio.get_running_loop()
         acknowledged: asyncio.Future[dict[TopicPartition, ProducePartitionResult]] = (
-            asyncio.get_running_loop().create_future())
-        key = next(self._keys)
-        outcome = self.core.append_records(acks, entries, timeout_ms, now_ms(), request_key=key,
-                                           origin=origin)
+            loop.create_future())
+
+        def completed(done: CompleteProduce) -> None:
+            if not acknowledged.done():
+                acknowledged.set_result(dict(done.results))
+
+        outcome = self.shell.append_records(acks, entries, timeout_ms, next(self._keys),
+                                            completed, origin)
         if outcome.delayed:
-            # resolved by _after with the completion's results
-            self._waiters[key] = acknowledged
-            self._early_results[key] = {}
+            self._waiters.add(acknowledged)
+            acknowledged.add_done_callback(self._waiters.discard)
         else:
             assert outcome.results is not None
             acknowledged.set_result(dict(outcome.results))
-        # The append may complete followers' delayed fetches (and, at acks=-1 with nobody
-        # else to wait for, this request): answer them in this same turn.
-        self._after()
         return acknowledged
 
     # ------------------------------------------------------------------ fetch
@@ -369,28 +359,22 @@ class BrokerReplicaManager:
         broker_epoch: int | None = None,
         isolation_level: int = 0,
     ) -> dict[TopicPartition, FetchPartitionData]:
-        key = next(self._keys)
-        outcome = self.core.fetch_messages(
-            replica_id, max_wait_ms, min_bytes, max_bytes, partitions, now_ms(),
-            request_key=key, broker_epoch=broker_epoch, isolation_level=isolation_level,
-        )
-        for prop in outcome.isr_proposals:
-            self._propose_isr(prop)
+        fut: asyncio.Future[CompleteFetch] = asyncio.get_running_loop().create_future()
+
+        def completed(done: CompleteFetch) -> None:
+            if not fut.done():
+                fut.set_result(done)
+
+        outcome = self.shell.fetch_messages(replica_id, max_wait_ms, min_bytes, max_bytes,
+                                            partitions, next(self._keys), completed,
+                                            broker_epoch=broker_epoch,
+                                            isolation_level=isolation_level)
         if outcome.delayed:
-            done = await self._wait_for(key)
-            assert isinstance(done, CompleteFetch)
+            self._waiters.add(fut)
+            try:
+                done = await fut
+            finally:
+                self._waiters.discard(fut)
             return dict(done.results)
-        self._after()
         assert outcome.results is not None
         return outcome.results
-
-    # ------------------------------------------------------------------ offsets
-    def last_offset_for_leader_epoch(
-        self, replica_id: int, partitions: Mapping[TopicPartition, tuple[int, int]]
-    ) -> dict[TopicPartition, EpochEndOffset]:
-        return self.core.last_offset_for_leader_epoch(replica_id, partitions)
-
-    def list_offsets(
-        self, replica_id: int, partitions: Mapping[TopicPartition, tuple[int, int]]
-    ) -> dict[TopicPartition, ListOffsetsPartitionResult]:
-        return self.core.list_offsets(replica_id, partitions)

@@ -8,7 +8,6 @@ from tidelog.replication import election
 from tidelog.replication.config import ReplicationConfig
 from tidelog.replication.errors import Errors, ReplicationError
 from tidelog.replication.fetcher import (
-    FetcherManager,
     FetchPartition,
     FetchRequest,
     FetchResult,
@@ -58,7 +57,7 @@ __all__ = [
     "UNDEFINED_EPOCH_OFFSET", "AddFetcher", "CompleteFetch", "CompleteProduce", "Completion",
     "DelayedFetch", "DelayedOperationPurgatory", "DelayedProduce", "EpochEndOffset", "Errors",
     "FetchOutcome", "FetchPartition", "FetchPartitionData", "FetchRequest", "FetchResult",
-    "FetcherAction", "FetcherManager", "IsrLagPolicy", "LeaderAndIsrPartitionState",
+    "FetcherAction", "IsrLagPolicy", "LeaderAndIsrPartitionState",
     "LeaderAndIsrResult", "ListOffsetsPartitionResult", "ListOffsetsRequest", "MessageLagPolicy",
     "OffsetsForLeaderEpochRequest", "Partition", "PartitionFetchState", "PartitionStates",
     "ProduceOutcome", "ProducePartitionResult", "ProposeIsr", "RemoveFetcher", "Replica",

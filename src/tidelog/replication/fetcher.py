@@ -1,4 +1,5 @@
-"""The replica fetcher of seed 002 as a pure component: one ``ReplicaFetcher`` per source broker.
+"""The replica fetcher of seed 002 as a pure component: one ``ReplicaFetcher`` per (source broker,
+fetcher id), driven by the shell's ``ReplicaFetcherManager`` (``tidelog.shell.fetcher_manager``).
 
 Kafka's ``AbstractFetcherThread`` loops ``maybeTruncate(); maybeFetch()``. Here the loop belongs
 to the shell: ``poll_requests(now_ms)`` returns the requests to send now (at most one of each kind
@@ -49,12 +50,9 @@ from tidelog.replication.types import (
     LATEST_TIMESTAMP,
     UNDEFINED_EPOCH,
     UNDEFINED_EPOCH_OFFSET,
-    AddFetcher,
     EpochEndOffset,
-    FetcherAction,
     FetchPartitionData,
     ListOffsetsPartitionResult,
-    RemoveFetcher,
     TopicPartition,
 )
 
@@ -797,86 +795,3 @@ class ReplicaFetcher:
 
 class OffsetMismatchError(Exception):
     """The local log moved under the fetcher (Kafka's "Offset mismatch" IllegalStateException)."""
-
-
-class FetcherManager:
-    """The follower side of one broker: a ``ReplicaFetcher`` per source broker, driven by the
-    ``AddFetcher`` / ``RemoveFetcher`` actions of ``ReplicaManager.become_leader_or_follower``."""
-
-    def __init__(
-        self,
-        broker_id: int,
-        logs: LogLookup,
-        config: ReplicationConfig | None = None,
-        *,
-        broker_epoch: int = 0,
-    ) -> None:
-        self.broker_id = broker_id
-        self.config = config or ReplicationConfig()
-        self.broker_epoch = broker_epoch
-        self._logs = logs
-        self.fetchers: dict[int, ReplicaFetcher] = {}
-        self._source_of: dict[TopicPartition, int] = {}
-        self._request_ids = 0
-
-    def apply(self, actions: Iterable[FetcherAction], now_ms: int) -> None:
-        for action in actions:
-            if isinstance(action, RemoveFetcher):
-                self.remove_partitions([action.tp])
-            elif isinstance(action, AddFetcher):
-                source = self._source_of.get(action.tp)
-                if source is not None and source != action.source_broker:
-                    self.remove_partitions([action.tp])
-                fetcher = self.fetchers.get(action.source_broker)
-                if fetcher is None:
-                    # Distinct id ranges per fetcher keep request ids unique on this broker.
-                    self._request_ids += 1
-                    fetcher = ReplicaFetcher(
-                        self.broker_id, action.source_broker, self._logs, self.config,
-                        broker_epoch=self.broker_epoch, first_request_id=self._request_ids << 32,
-                    )
-                    self.fetchers[action.source_broker] = fetcher
-                fetcher.add_partitions({action.tp: (action.fetch_offset, action.leader_epoch)}, now_ms)
-                self._source_of[action.tp] = action.source_broker
-
-    def remove_partitions(self, tps: Iterable[TopicPartition]) -> None:
-        for tp in tps:
-            source = self._source_of.pop(tp, None)
-            if source is not None and source in self.fetchers:
-                self.fetchers[source].remove_partitions([tp])
-
-    def shutdown_idle_fetchers(self) -> None:
-        for source in [s for s, f in self.fetchers.items() if f.is_idle]:
-            del self.fetchers[source]
-
-    def poll_requests(self, now_ms: int) -> list[FetcherRequest]:
-        out: list[FetcherRequest] = []
-        for fetcher in list(self.fetchers.values()):
-            out.extend(fetcher.poll_requests(now_ms))
-        return out
-
-    def handle_response(self, request: FetcherRequest, response: Mapping[TopicPartition, Any],
-                        now_ms: int) -> FetchResult | None:
-        fetcher = self.fetchers.get(request.source_broker)
-        if fetcher is None:
-            return None
-        return fetcher.handle_response(request, response, now_ms)
-
-    def on_request_failed(self, request: FetcherRequest, now_ms: int) -> None:
-        fetcher = self.fetchers.get(request.source_broker)
-        if fetcher is not None:
-            fetcher.on_request_failed(request, now_ms)
-
-    @property
-    def failed_partitions(self) -> set[TopicPartition]:
-        out: set[TopicPartition] = set()
-        for fetcher in self.fetchers.values():
-            out |= fetcher.failed_partitions
-        return out
-
-    def source_of(self, tp: TopicPartition) -> int | None:
-        return self._source_of.get(tp)
-
-    def next_wakeup_ms(self, now_ms: int) -> int | None:
-        times = [t for f in self.fetchers.values() if (t := f.next_wakeup_ms(now_ms)) is not None]
-        return min(times) if times else None

@@ -111,7 +111,6 @@ class ReplicaManager:
         config: ReplicationConfig | None = None,
         *,
         broker_epoch: int = 0,
-        initial_high_watermarks: Mapping[TopicPartition, int] | None = None,
         now_ms: int = 0,
     ) -> None:
         self.broker_id = broker_id
@@ -123,7 +122,6 @@ class ReplicaManager:
         # Partitions whose log failed during a role change: offline on this broker until it
         # restarts (Kafka takes the log dir offline), answering KAFKA_STORAGE_ERROR.
         self.offline_partitions: set[TopicPartition] = set()
-        self._initial_hws = dict(initial_high_watermarks or {})
         self._eligible: Mapping[int, int] | None = None
         self.produce_purgatory = DelayedOperationPurgatory("Produce")
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch")
@@ -189,10 +187,8 @@ class ReplicaManager:
     def _get_or_create_partition(self, tp: TopicPartition) -> Partition:
         p = self.partitions.get(tp)
         if p is None:
+            # Its HW is the checkpointed one the LogManager loaded with it.
             log = self.log_manager.get_or_create_log(tp.topic, tp.partition)
-            hw = self._initial_hws.pop(tp, None)
-            if hw is not None:
-                log.update_high_watermark(hw)
             p = Partition(
                 tp, self.broker_id, log, self.config,
                 policy=policy_for(self.config), is_replica_eligible=self._is_replica_eligible,

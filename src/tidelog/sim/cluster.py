@@ -21,7 +21,12 @@ from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
 from tidelog.sim.client import Consumer, Producer
 from tidelog.sim.clock import Scheduler
 from tidelog.sim.controller import SimController
-from tidelog.sim.invariants import InvariantChecker, Violation, batch_signatures
+from tidelog.sim.invariants import (
+    InvariantChecker,
+    Violation,
+    batch_signatures,
+    check_replicas,
+)
 from tidelog.sim.messages import CLIENT_BASE, CONTROLLER_NODE, ZK_NODE, ZkRequest, ZkResponse
 from tidelog.sim.network import LinkConfig, Network
 from tidelog.sim.node import SimBroker
@@ -50,7 +55,6 @@ class SimConfig:
     topic_properties: dict[str, Any] = field(default_factory=dict)
     session_timeout_ms: int = 1500
     request_timeout_ms: int = 1000
-    fetcher_tick_ms: int = 50
     hw_checkpoint_ms: int = 500
     isr_propagation_tick_ms: int = 100
     os_flush_ms: int = 1000
@@ -137,6 +141,25 @@ class SimCluster:
         if not node.running or p is None or not p.is_leader or p.leader_epoch != s.leader_epoch:
             return None
         return node
+
+    # -- ClusterView (sim/invariants.py) ------------------------------------------------------
+    def partitions(self) -> list[TopicPartition]:
+        return self.tps
+
+    def assigned_replicas(self, tp: TopicPartition) -> tuple[int, ...]:
+        return self.assignments[tp]
+
+    def leader_high_watermark(self, tp: TopicPartition) -> int | None:
+        leader = self.acting_leader(tp)
+        p = leader.partition(tp) if leader is not None else None
+        return None if p is None else p.high_watermark
+
+    def running(self, broker_id: int) -> bool:
+        return self.nodes[broker_id].running
+
+    def replica(self, broker_id: int, tp: TopicPartition) -> LogReplica | None:
+        log = self.nodes[broker_id].log(tp)
+        return None if log is None else LogReplica(log)
 
     def trace_add(self, entry: tuple[Any, ...]) -> None:
         if self.trace.enabled:
@@ -278,6 +301,10 @@ class SimCluster:
         def fail(name: str, tp: TopicPartition | None, detail: str) -> None:
             out.append(Violation(now, name, tp, detail))
 
+        # The replica checks the real-process fault tests run too (one ClusterView each).
+        for name, tp, detail in check_replicas(
+                self, converged=True, exempt=lambda b, tp, epoch: self.nodes[b].is_dirty(tp, epoch)):
+            fail(name, tp, detail)
         for tp in self.tps:
             leader = self.acting_leader(tp)
             if leader is None and self.offline_by_kip966(tp):
@@ -297,22 +324,7 @@ class SimCluster:
             if leader is None:
                 fail("Converged", tp, "no leader after healing")
                 continue
-            ref = batch_signatures(leader.log(tp))
-            by_offset = {sig[0]: sig for sig in ref}
-            for r in self.assignments[tp]:
-                node = self.nodes[r]
-                if node is leader or not node.running:
-                    continue
-                log = node.log(tp)
-                if log is None:
-                    fail("Converged", tp, f"replica {r} has no log for the partition")
-                    continue
-                theirs = batch_signatures(log)
-                if theirs != ref:
-                    diff = next((i for i, (a, b) in enumerate(zip(ref, theirs, strict=False))
-                                 if a != b), min(len(ref), len(theirs)))
-                    fail("Converged", tp, f"replica {r} differs from leader {leader.broker_id} "
-                         f"at batch #{diff} ({len(theirs)} vs {len(ref)} batches)")
+            by_offset = {sig[0]: sig for sig in batch_signatures(leader.log(tp))}
             for prod in self.producers:
                 if prod.tp != tp or prod.acks != -1:
                     continue
@@ -389,3 +401,19 @@ class SimCluster:
         elif kind == "isr_change":
             zk.propagate_isr_changes(op[1], session_id=sid)
             self.network.send(ZK_NODE, src, ZkResponse(msg.corr_id, sid, op, "ok"))
+
+
+class LogReplica:
+    """A simulated replica's log as the replica checks read it."""
+
+    __slots__ = ("log",)
+
+    def __init__(self, log: Any) -> None:
+        self.log = log
+
+    @property
+    def log_end_offset(self) -> int:
+        return int(self.log.log_end_offset)
+
+    def batches(self, start: int = 0, end: int | None = None) -> list[tuple[int, int, int, int]]:
+        return batch_signatures(self.log, start, end)

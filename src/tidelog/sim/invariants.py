@@ -28,8 +28,9 @@ converged batch by batch.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tidelog.replication.types import TopicPartition
 
@@ -91,11 +92,11 @@ class InvariantChecker:
         leaders_by_epoch = self.leaders_by_epoch
         last_hw = self.last_hw
         for node in nodes:
-            rm = node.rm
-            if rm is None or not node.running or node.disk_failed:
+            core = node.core
+            if core is None or not node.running or node.disk_failed:
                 continue
             bid = node.broker_id
-            for tp, p in rm.partitions.items():
+            for tp, p in core.partitions.items():
                 # Plain attributes rather than the Partition properties: this runs per event.
                 if p.leader_id != bid:
                     continue
@@ -123,10 +124,10 @@ class InvariantChecker:
                     if m == bid or m >= n_nodes:
                         continue
                     peer = nodes[m]
-                    prm = peer.rm
-                    if prm is None or not peer.running or peer.disk_failed:
+                    pcore = peer.core
+                    if pcore is None or not peer.running or peer.disk_failed:
                         continue
-                    pp = prm.partitions.get(tp)
+                    pp = pcore.partitions.get(tp)
                     if pp is None:
                         continue
                     leo = pp.log.log_end_offset
@@ -193,6 +194,94 @@ class InvariantChecker:
             if sig != other:
                 self.fail("StrongIsr", tp, f"leader {leader.broker_id} and {m} differ at "
                           f"offset {hw - 1} (HW {hw}): {sig} vs {other}")
+
+
+class ReplicaView(Protocol):
+    """One replica's log as a checker reads it."""
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    def batches(self, start: int = 0, end: int | None = None) -> list[BatchSig]:
+        """(base offset, last offset, epoch, crc) of each batch overlapping [start, end)."""
+        ...
+
+
+class ClusterView(Protocol):
+    """What the replica checks read of a cluster: the simulator implements it over its nodes,
+    the real-process tests over ZooKeeper, the brokers' answers and their log files."""
+
+    def partitions(self) -> Sequence[TopicPartition]: ...
+
+    def assigned_replicas(self, tp: TopicPartition) -> Sequence[int]: ...
+
+    def zk_state(self, tp: TopicPartition) -> Any:
+        """The partition state in ZooKeeper (leader, leader_epoch, isr), or None."""
+        ...
+
+    def leader_high_watermark(self, tp: TopicPartition) -> int | None:
+        """The HW of the broker leading ``tp`` in ZooKeeper's epoch; None without one."""
+        ...
+
+    def running(self, broker_id: int) -> bool: ...
+
+    def replica(self, broker_id: int, tp: TopicPartition) -> ReplicaView | None:
+        """A running broker's replica of ``tp``; None when it has no log for it."""
+        ...
+
+
+def check_replicas(view: ClusterView, converged: bool,
+                   exempt: Callable[[int, TopicPartition, int], bool] | None = None
+                   ) -> list[tuple[str, TopicPartition, str]]:
+    """DESIGN's replica invariants over a whole cluster, batch by batch: LeaderInIsr; StrongIsr
+    (below the leader's HW every running member of ZooKeeper's ISR holds the leader's batches)
+    and ValidHighWatermark (it holds them all); with ``converged`` (after healing), every
+    running assigned replica holds exactly the leader's batches. ``exempt(broker, tp, leader
+    epoch)``: a member whose lost data that leader may still count on (a power loss)."""
+    out: list[tuple[str, TopicPartition, str]] = []
+    for tp in view.partitions():
+        s = view.zk_state(tp)
+        hw = view.leader_high_watermark(tp)
+        if s is None or s.leader < 0 or hw is None:
+            continue  # no acting leader: nothing is committed to compare against
+        leader = view.replica(s.leader, tp)
+        if leader is None:
+            continue
+        if s.leader not in s.isr:
+            out.append(("LeaderInIsr", tp, f"leader {s.leader} not in the ISR {sorted(s.isr)}"))
+        mine = leader.batches(0, hw)
+        for m in s.isr:
+            if m == s.leader or not view.running(m) or (exempt and exempt(m, tp, s.leader_epoch)):
+                continue
+            peer = view.replica(m, tp)
+            leo = -1 if peer is None else peer.log_end_offset
+            if peer is None or leo < hw:
+                out.append(("ValidHighWatermark", tp,
+                            f"leader {s.leader} HW {hw} > LEO {leo} of ISR member {m}"))
+                continue
+            theirs = peer.batches(0, hw)
+            if theirs != mine:
+                first = next((i for i, (a, b) in enumerate(zip(mine, theirs, strict=False))
+                              if a != b), min(len(mine), len(theirs)))
+                out.append(("StrongIsr", tp, f"leader {s.leader} and {m} differ below HW {hw} "
+                            f"at batch #{first}"))
+        if not converged:
+            continue
+        ref = leader.batches()
+        for r in view.assigned_replicas(tp):
+            if r == s.leader or not view.running(r):
+                continue
+            peer = view.replica(r, tp)
+            if peer is None:
+                out.append(("Converged", tp, f"replica {r} has no log for the partition"))
+                continue
+            theirs = peer.batches()
+            if theirs != ref:
+                diff = next((i for i, (a, b) in enumerate(zip(ref, theirs, strict=False))
+                             if a != b), min(len(ref), len(theirs)))
+                out.append(("Converged", tp, f"replica {r} differs from leader {s.leader} at "
+                            f"batch #{diff} ({len(theirs)} vs {len(ref)} batches)"))
+    return out
 
 
 def batch_signatures(log: Any, start: int = 0, end: int | None = None) -> list[BatchSig]:

@@ -1,27 +1,28 @@
-"""A simulated broker: the real `ReplicaManager` and `FetcherManager` over the real storage
-engine (`LogManager`) on a crash-able `MemoryFileIO`, driven by the simulator's clock and
-network instead of asyncio and sockets.
+"""A simulated broker: the shared shell (`shell.ReplicaManager` and its
+`ReplicaFetcherManager`, the broker that ships) over the real storage engine (`LogManager`) on a
+crash-able `MemoryFileIO`. The node supplies only what the shell asks of a driver: a clock and a
+scheduler (virtual time, frozen while the process is paused, gone with the process), ZooKeeper
+(the ISR writer: compare-and-sets and ISR-change notifications over the simulated network) and
+the transport to leaders (one `LeaderEndPoint` per fetcher).
 
-The node is only a shell, as `broker/` will be: it routes requests to the core, sends what the
-core returns (fetch requests, ISR proposals as ZooKeeper compare-and-sets, delayed responses) and
-runs seed 004's periodic tasks: `isr-expiration` (`maybe_shrink_isr` every
-`replica.lag.time.max.ms / 2`), `highwatermark-checkpoint` (the `replication-offset-checkpoint`
-file) and `isr-change-propagation` (seed 000's blackout rules, inside the core). A page-cache
-writeback task flushes the logs every `os_flush_ms`, which decides what a lossy crash loses.
+Besides, it routes requests to the shell and answers them, keeps its ZooKeeper session alive
+and runs the page cache's writeback (every `os_flush_ms`, which decides what a lossy crash
+loses).
 
-Process life: `start()` opens the logs (recovering them), connects to ZooKeeper and registers
-`/brokers/ids/<id>` as an ephemeral znode whose creation zxid is the broker epoch; only then are
-the ReplicaManager and the fetchers created. `stop(kind)` is a clean shutdown ("clean": logs
-flushed and closed, session closed), a process kill ("kill": unflushed writes stay in the page
-cache, the ZooKeeper session lingers until it expires) or a power loss ("lossy":
+Process life: `start()` opens the logs (recovering them; the LogManager reads the HW
+checkpoint), connects to ZooKeeper and registers `/brokers/ids/<id>` as an ephemeral znode whose
+creation zxid is the broker epoch. `stop(kind)` is a clean shutdown ("clean": logs flushed,
+checkpointed and closed, session closed), a process kill ("kill": unflushed writes stay in the
+page cache, the ZooKeeper session lingers until it expires) or a power loss ("lossy":
 `MemoryFileIO.crash` drops what was not flushed, optionally tearing the last write). `pause()`
 freezes the process (a long GC / SIGSTOP): it handles nothing and pings nobody, so its session
-may expire; on `resume()` it processes its backlog as a zombie until it learns better.
+may expire; on `resume()` it processes its backlog (messages and timers that came due) as a
+zombie until it learns better.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,18 +34,20 @@ from tidelog.controller.core import (
 from tidelog.protocol.records.batch import iter_batches
 from tidelog.replication.errors import Errors
 from tidelog.replication.fetcher import (
-    FetcherManager,
+    FetcherRequest,
     FetchRequest,
     ListOffsetsRequest,
     OffsetsForLeaderEpochRequest,
 )
-from tidelog.replication.replica_manager import ReplicaManager
+from tidelog.replication.replica_manager import ReplicaManager as ReplicaManagerCore
 from tidelog.replication.types import (
     CompleteFetch,
     CompleteProduce,
     ProposeIsr,
     TopicPartition,
 )
+from tidelog.shell.replica_manager import ReplicaManager
+from tidelog.sim.clock import Timer
 from tidelog.sim.disk import MemoryFileIO
 from tidelog.sim.messages import (
     ZK_NODE,
@@ -58,14 +61,11 @@ from tidelog.sim.messages import (
     ZkRequest,
     ZkResponse,
 )
-from tidelog.storage.checkpoint import OffsetCheckpointFile
 from tidelog.storage.errors import KafkaStorageError
 from tidelog.storage.log_manager import LogManager
 
 if TYPE_CHECKING:  # pragma: no cover
     from tidelog.sim.cluster import SimCluster
-
-HW_CHECKPOINT = "replication-offset-checkpoint"
 
 
 @dataclass(slots=True)
@@ -76,6 +76,103 @@ class BrokerStats:
     restarts: int = 0
     registrations: int = 0
     stale_requests_refused: int = 0
+
+
+class ProcessScheduler:
+    """The shell's `Time` and `Scheduler` for one process of a node: virtual time; a timer
+    that comes due while the process is paused waits in its backlog, a periodic run is skipped;
+    nothing of an earlier process ever runs."""
+
+    __slots__ = ("incarnation", "node")
+
+    def __init__(self, node: SimBroker) -> None:
+        self.node = node
+        self.incarnation = node.incarnation
+
+    def milliseconds(self) -> int:
+        return self.node.scheduler.now_ms
+
+    def schedule(self, name: str, fn: Callable[[], Any], delay_ms: int,
+                 period_ms: int = -1) -> Timer | _PeriodicTask:
+        node = self.node
+        if period_ms <= 0:
+            return node.scheduler.schedule(delay_ms, self._once, fn)
+        # Processes do not start on the same millisecond: spread each periodic task's first
+        # run over its period (from the run's seed), or every broker's tasks fire together.
+        first = max(delay_ms, node.cluster.rng.randint(1, period_ms))
+        task = _PeriodicTask()
+        task.timer = node.scheduler.schedule(first, self._periodic, fn, period_ms, task)
+        return task
+
+    def _alive(self) -> bool:
+        return self.node.running and self.node.incarnation == self.incarnation
+
+    def _once(self, fn: Callable[[], Any]) -> None:
+        if not self._alive():
+            return
+        if self.node.paused:
+            self.node._backlog.append((-1, _Deferred(fn)))
+            return
+        fn()
+
+    def _periodic(self, fn: Callable[[], Any], period_ms: int, task: _PeriodicTask) -> None:
+        if not self._alive() or task.cancelled:
+            return
+        if not self.node.paused:
+            fn()
+        task.timer = self.node.scheduler.schedule(period_ms, self._periodic, fn, period_ms, task)
+
+
+class _PeriodicTask:
+    __slots__ = ("cancelled", "timer")
+
+    def __init__(self) -> None:
+        self.timer: Timer | None = None
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.timer is not None:
+            self.timer.cancel()
+
+
+class SimLeaderEndPoint:
+    """A fetcher's requests to its leader over the simulated network; an answer not back within
+    `request_timeout_ms` fails the request."""
+
+    __slots__ = ("corr_ids", "node", "source_broker")
+
+    def __init__(self, node: SimBroker, source_broker: int) -> None:
+        self.node = node
+        self.source_broker = source_broker
+        self.corr_ids: set[int] = set()
+
+    def send(self, request: FetcherRequest, on_done: Callable[[Any | None], None]) -> None:
+        node = self.node
+        node._corr += 1
+        corr = node._corr
+        timer = node.process.schedule("replica-request-timeout", lambda: self._timeout(corr),
+                                      node.cluster.config.request_timeout_ms)
+        node._inflight[corr] = (self, on_done, timer)
+        self.corr_ids.add(corr)
+        node.network.send(node.broker_id, self.source_broker,
+                          ReplicaFetchRequest(corr, node.broker_epoch, request))
+
+    def _timeout(self, corr: int) -> None:
+        entry = self.node._inflight.pop(corr, None)
+        if entry is not None:
+            self.corr_ids.discard(corr)
+            entry[1](None)
+
+    def answered(self, corr: int) -> None:
+        self.corr_ids.discard(corr)
+
+    def close(self) -> None:
+        for corr in self.corr_ids:
+            entry = self.node._inflight.pop(corr, None)
+            if entry is not None:
+                entry[2].cancel()
+        self.corr_ids.clear()
 
 
 class SimBroker:
@@ -90,13 +187,13 @@ class SimBroker:
         self.running = False
         self.paused = False
         self.incarnation = 0
+        self.process = ProcessScheduler(self)
         self.log_manager: LogManager | None = None
         self.rm: ReplicaManager | None = None
-        self.fm: FetcherManager | None = None
+        self.core: ReplicaManagerCore | None = None
         self.session_id = 0
         self.broker_epoch = -1
         self.clean_shutdown = True  # how the previous process ended
-        self.live_brokers: dict[int, int] = {}
         # Partitions whose log this broker lost in a power loss -> the first leader epoch
         # written after the controller handled this broker's failure (None: not yet). Leaders of
         # older epochs may still count on data that is gone.
@@ -105,10 +202,10 @@ class SimBroker:
         self._backlog: list[tuple[int, Any]] = []
         self.disk_failed = False  # its log dir fails (a fault): its data cannot be read
         self._corr = 0
-        self._inflight: dict[int, tuple[Any, Any]] = {}  # corr -> (fetcher request, timer)
-        self._zk_inflight: dict[int, tuple[tuple[Any, ...], Any]] = {}
-        self._delayed: dict[Any, tuple[int, int, str, TopicPartition | None]] = {}
-        self._deadline_timer: Any = None
+        # corr -> (endpoint, on_done, timer) of a fetcher's request
+        self._inflight: dict[int, tuple[SimLeaderEndPoint, Callable[[Any | None], None], Any]] = {}
+        # corr -> (op, timer, on_result) of a ZooKeeper request
+        self._zk_inflight: dict[int, tuple[tuple[Any, ...], Any, Callable[[Any], None] | None]] = {}
         self.stats = BrokerStats()
         self.network.register(broker_id, self.receive)
         self.network.set_up(broker_id, False)
@@ -120,40 +217,33 @@ class SimBroker:
         self.running = True
         self.paused = False
         self.incarnation += 1
+        self.process = ProcessScheduler(self)
         self.stats.restarts += 1
         self.network.set_up(self.broker_id, True)
         now = self.scheduler.now_ms
+        cfg = self.cluster.config
         self.log_manager = LogManager(
             [self.log_dir], self.cluster.log_config, self.file_io, now_ms=now,
-            topic_configs={self.cluster.config.topic: self.cluster.topic_log_config})
-        # The replica manager serves before the broker is registered, as Kafka's does; the
-        # broker epoch is filled in when the registration's answer comes back.
-        hws: dict[TopicPartition, int] = {}
-        try:
-            hws = OffsetCheckpointFile.in_dir(self.file_io, self.log_dir, HW_CHECKPOINT).read()
-        except Exception as exc:  # a corrupt checkpoint: start from 0, as Kafka would (logged)
-            self.trace("hw_checkpoint_unreadable", str(exc))
-        self.rm = ReplicaManager(self.broker_id, self.log_manager, self.config, broker_epoch=-1,
-                                 initial_high_watermarks=hws, now_ms=now)
-        self.fm = FetcherManager(self.broker_id, self.rm.logs_for_fetcher, self.config,
-                                 broker_epoch=-1)
+            topic_configs={cfg.topic: self.cluster.topic_log_config})
         self._inflight.clear()
         self._zk_inflight.clear()
-        self._delayed.clear()
         self._backlog.clear()
-        self.live_brokers = {}
         self.broker_epoch = -1
         self.session_id = 0
+        # The replica manager serves before the broker is registered, as Kafka's does; the
+        # broker epoch is filled in when the registration's answer comes back.
+        self.rm = ReplicaManager(
+            self.broker_id, self.log_manager, self.config, time=self.process,
+            scheduler=self.process, alter_partition_manager=self,
+            leader_end_point=lambda source, _fetcher_id: SimLeaderEndPoint(self, source),
+            high_watermark_checkpoint_interval_ms=cfg.hw_checkpoint_ms,
+            isr_change_propagation_interval_ms=cfg.isr_propagation_tick_ms)
+        self.core = self.rm.core
         self.trace("start", ("clean", self.clean_shutdown))
-        self._zk_send(("connect", self.cluster.config.session_timeout_ms))
-        inc = self.incarnation
-        cfg = self.cluster.config
-        self._every(cfg.fetcher_tick_ms, self._pump_fetchers, inc)
-        self._every(max(1, self.config.replica_lag_time_max_ms // 2), self._isr_expiration, inc)
-        self._every(cfg.hw_checkpoint_ms, self._checkpoint_hw, inc)
-        self._every(cfg.isr_propagation_tick_ms, self._propagate_isr_changes, inc)
-        self._every(max(1, cfg.session_timeout_ms // 3), self._ping, inc)
-        self._every(cfg.os_flush_ms, self._os_flush, inc)
+        self._zk_send(("connect", cfg.session_timeout_ms))
+        self.rm.startup()
+        self.process.schedule("zookeeper-ping", self._ping, 0, max(1, cfg.session_timeout_ms // 3))
+        self.process.schedule("page-cache-writeback", self.flush_logs, 0, cfg.os_flush_ms)
 
     def stop(self, kind: str = "clean", tear: bool | None = None) -> None:
         """kind: "clean" (SIGTERM after controlled shutdown), "kill" (kill -9: the page cache
@@ -161,10 +251,10 @@ class SimBroker:
         if not self.running:
             return
         self.trace("stop", kind)
+        if self.rm is not None:
+            self.rm.shutdown()
         if kind == "clean" and self.log_manager is not None:
-            if self.rm is not None:
-                self._checkpoint_hw(self.incarnation)
-            self.log_manager.shutdown()
+            self.log_manager.shutdown()  # flushes, writes the checkpoints, then the marker
             if self.session_id:
                 self.cluster.zk.close_session(self.session_id)
         if kind == "lossy":
@@ -177,7 +267,7 @@ class SimBroker:
         self.network.set_up(self.broker_id, False)
         self.log_manager = None
         self.rm = None
-        self.fm = None
+        self.core = None
         if kind == "lossy":
             self.had_lossy_crash = True
             for tp in self.cluster.tps:
@@ -196,28 +286,16 @@ class SimBroker:
             for src, msg in backlog:
                 if self.running and not self.paused:
                     self._handle(src, msg)
-            if self.running and not self.paused:
-                self._after()  # delayed operations whose deadline passed while frozen
-
-    def _every(self, interval_ms: int, task: Callable[[int], None], inc: int) -> None:
-        def tick() -> None:
-            if not self.running or self.incarnation != inc:
-                return
-            if not self.paused:
-                task(inc)
-            self.scheduler.schedule(interval_ms, tick)
-        # Spread the first runs so that brokers' tasks do not all fire on the same tick.
-        self.scheduler.schedule(self.cluster.rng.randint(1, interval_ms), tick)
 
     def trace(self, kind: str, *details: Any) -> None:
         self.cluster.trace_add((kind, self.broker_id, *details))
 
     # ---------------------------------------------------------------- views (invariants)
     def leader_views(self) -> Iterator[tuple[TopicPartition, tuple[int, int, Any, Any]]]:
-        rm = self.rm
-        if rm is None:
+        core = self.core
+        if core is None:
             return
-        for tp, p in rm.partitions.items():
+        for tp, p in core.partitions.items():
             if p.is_leader:
                 yield tp, (p.leader_epoch, p.high_watermark, p.isr, p.maximal_isr)
 
@@ -260,7 +338,7 @@ class SimBroker:
         return False
 
     def partition(self, tp: TopicPartition) -> Any:
-        return None if self.rm is None else self.rm.partitions.get(tp)
+        return None if self.core is None else self.core.partitions.get(tp)
 
     # ---------------------------------------------------------------- messages
     def receive(self, src: int, msg: Any) -> None:
@@ -272,6 +350,9 @@ class SimBroker:
         self._handle(src, msg)
 
     def _handle(self, src: int, msg: Any) -> None:
+        if isinstance(msg, _Deferred):
+            msg.fn()
+            return
         if self.broker_epoch < 0 and not isinstance(msg, ZkResponse | _Retry):
             # Kafka processes requests only once the broker is registered (they wait in the
             # socket backlog); then a request meant for the previous process's registration is
@@ -290,55 +371,8 @@ class SimBroker:
             self._on_zk_response(msg)
         elif isinstance(msg, ControllerMessage):
             self._on_controller(msg.request)
-        elif isinstance(msg, _Failed):
-            if self.fm is not None:
-                self.fm.on_request_failed(msg.request, self.scheduler.now_ms)
         elif isinstance(msg, _Retry):
-            self._zk_send(msg.op)
-        self._after()
-
-    def _after(self) -> None:
-        """Send what the core completed and keep the fetchers busy."""
-        rm = self.rm
-        if rm is None:
-            return
-        now = self.scheduler.now_ms
-        for done in rm.poll_completed(now):
-            self._complete(done)
-        self._pump_fetchers(self.incarnation)
-        deadline = rm.next_deadline_ms()
-        if deadline is not None:
-            t = self._deadline_timer
-            if t is None or not t.active or t.due_ms > deadline:
-                if t is not None:
-                    t.cancel()
-                self._deadline_timer = self.scheduler.call_at(deadline, self._on_deadline,
-                                                              self.incarnation)
-
-    def _on_deadline(self, inc: int) -> None:
-        if self.running and self.incarnation == inc and not self.paused:
-            self._after()
-
-    def _complete(self, done: CompleteProduce | CompleteFetch) -> None:
-        entry = self._delayed.pop(done.request_key, None)
-        if entry is None:
-            return
-        src, corr, kind, tp = entry
-        if isinstance(done, CompleteProduce):
-            r = done.results[tp]
-            if r.error == Errors.NONE:  # only acks=all produces wait
-                self._check_min_isr_ack(tp)
-            self.network.send(self.broker_id, src, ProduceResponse(corr, tp, int(r.error),
-                                                                   r.base_offset))
-            return
-        for prop in done.isr_proposals:
-            self._propose_isr(prop)
-        if kind == "consumer":
-            self._reply_consumer(src, corr, tp, done.results[tp])
-        else:
-            req = entry[3]
-            self.network.send(self.broker_id, src, ReplicaFetchResponse(corr, req,
-                                                                        dict(done.results)))
+            self._zk_send(msg.op, msg.on_result)
 
     # -- produce / consume ---------------------------------------------------------------
     def _on_produce(self, src: int, msg: ProduceRequest) -> None:
@@ -347,18 +381,26 @@ class SimBroker:
             self.network.send(self.broker_id, src, ProduceResponse(
                 msg.corr_id, msg.tp, int(Errors.NOT_LEADER_OR_FOLLOWER), -1))
             return
-        key = ("p", src, msg.corr_id, self.incarnation)
-        out = rm.append_records(msg.acks, {msg.tp: msg.records}, msg.timeout_ms,
-                                self.scheduler.now_ms, request_key=key)
+        tp = msg.tp
+
+        def answer(done: CompleteProduce) -> None:
+            r = done.results[tp]
+            if r.error == Errors.NONE:  # only acks=all produces wait
+                self._check_min_isr_ack(tp)
+            self.network.send(self.broker_id, src, ProduceResponse(msg.corr_id, tp,
+                                                                   int(r.error), r.base_offset))
+
+        out = rm.append_records(msg.acks, {tp: msg.records}, msg.timeout_ms,
+                                ("p", src, msg.corr_id), answer)
         if out.delayed:
-            self._delayed[key] = (src, msg.corr_id, "produce", msg.tp)
             return
-        r = out.results[msg.tp]
+        assert out.results is not None
+        r = out.results[tp]
         if r.error == Errors.NONE:
-            self.trace("append", str(msg.tp), ("offset", r.base_offset), ("acks", msg.acks))
+            self.trace("append", str(tp), ("offset", r.base_offset), ("acks", msg.acks))
             if msg.acks == -1:
-                self._check_min_isr_ack(msg.tp)
-        self.network.send(self.broker_id, src, ProduceResponse(msg.corr_id, msg.tp,
+                self._check_min_isr_ack(tp)
+        self.network.send(self.broker_id, src, ProduceResponse(msg.corr_id, tp,
                                                                int(r.error), r.base_offset))
 
     def _check_min_isr_ack(self, tp: TopicPartition) -> None:
@@ -382,14 +424,15 @@ class SimBroker:
             self.network.send(self.broker_id, src, ConsumerFetchResponse(
                 msg.corr_id, msg.tp, int(Errors.NOT_LEADER_OR_FOLLOWER), -1, b""))
             return
-        key = ("c", src, msg.corr_id, self.incarnation)
-        out = rm.fetch_messages(-1, msg.max_wait_ms, 1, 1 << 20,
-                                {msg.tp: (msg.fetch_offset, msg.current_leader_epoch, -1, 1 << 20)},
-                                self.scheduler.now_ms, request_key=key)
-        if out.delayed:
-            self._delayed[key] = (src, msg.corr_id, "consumer", msg.tp)
-            return
-        self._reply_consumer(src, msg.corr_id, msg.tp, out.results[msg.tp])
+        tp = msg.tp
+        out = rm.fetch_messages(
+            -1, msg.max_wait_ms, 1, 1 << 20,
+            {tp: (msg.fetch_offset, msg.current_leader_epoch, -1, 1 << 20)},
+            ("c", src, msg.corr_id),
+            lambda done: self._reply_consumer(src, msg.corr_id, tp, done.results[tp]))
+        if not out.delayed:
+            assert out.results is not None
+            self._reply_consumer(src, msg.corr_id, tp, out.results[tp])
 
     def _reply_consumer(self, src: int, corr: int, tp: TopicPartition, data: Any) -> None:
         records = bytes(data.records) if data.records else b""
@@ -411,103 +454,109 @@ class SimBroker:
         if rm is None:
             return  # not serving yet: the follower's request times out
         req = msg.request
-        now = self.scheduler.now_ms
+        resp: Any
         if isinstance(req, FetchRequest):
-            key = ("f", src, msg.corr_id, self.incarnation)
-            out = rm.fetch_messages(req.replica_id, req.max_wait_ms, req.min_bytes, req.max_bytes,
-                                    req.fetch_args(), now, request_key=key,
-                                    broker_epoch=req.broker_epoch)
-            for prop in out.isr_proposals:
-                self._propose_isr(prop)
+            def answer(done: CompleteFetch) -> None:
+                self.network.send(self.broker_id, src,
+                                  ReplicaFetchResponse(msg.corr_id, req, dict(done.results)))
+
+            out = rm.fetch_messages(req.replica_id, req.max_wait_ms, req.min_bytes,
+                                    req.max_bytes, req.fetch_args(), ("f", src, msg.corr_id),
+                                    answer, broker_epoch=req.broker_epoch)
             if out.delayed:
-                self._delayed[key] = (src, msg.corr_id, "fetch", req)
                 return
-            resp: Any = dict(out.results)
+            assert out.results is not None
+            resp = dict(out.results)
         elif isinstance(req, OffsetsForLeaderEpochRequest):
-            resp = rm.last_offset_for_leader_epoch(req.replica_id, req.partitions)
+            resp = rm.core.last_offset_for_leader_epoch(req.replica_id, req.partitions)
         elif isinstance(req, ListOffsetsRequest):
-            resp = rm.list_offsets(req.replica_id, req.partitions)
+            resp = rm.core.list_offsets(req.replica_id, req.partitions)
         else:
             return
         self.network.send(self.broker_id, src, ReplicaFetchResponse(msg.corr_id, req, resp))
 
     # -- replication responses (follower side) ---------------------------------------------
-    def _pump_fetchers(self, inc: int) -> None:
-        fm = self.fm
-        if fm is None or self.paused:
-            return
-        now = self.scheduler.now_ms
-        timeout = self.cluster.config.request_timeout_ms
-        for req in fm.poll_requests(now):
-            self._corr += 1
-            corr = self._corr
-            timer = self.scheduler.schedule(timeout, self._on_request_timeout, corr, inc)
-            self._inflight[corr] = (req, timer)
-            self.network.send(self.broker_id, req.source_broker,
-                              ReplicaFetchRequest(corr, self.broker_epoch, req))
-
     def _on_replica_response(self, msg: ReplicaFetchResponse) -> None:
         entry = self._inflight.pop(msg.corr_id, None)
-        if entry is None or self.fm is None:
-            return  # a duplicate, or an answer to an earlier process
-        req, timer = entry
+        if entry is None:
+            return  # a duplicate, a late answer, or an answer to an earlier process
+        endpoint, on_done, timer = entry
         timer.cancel()
-        self.fm.handle_response(req, msg.response, self.scheduler.now_ms)
-
-    def _on_request_timeout(self, corr: int, inc: int) -> None:
-        if not self.running or self.incarnation != inc:
-            return
-        entry = self._inflight.pop(corr, None)
-        if entry is None or self.fm is None:
-            return
-        if self.paused:
-            # A frozen process notices nothing; the request fails when it wakes up.
-            self._backlog.append((-1, _Failed(entry[0])))
-            return
-        self.fm.on_request_failed(entry[0], self.scheduler.now_ms)
-        self._after()
+        endpoint.answered(msg.corr_id)
+        on_done(msg.response)
 
     # -- controller requests ------------------------------------------------------------
     def _on_controller(self, req: Any) -> None:
         rm = self.rm
         if rm is None:
             return
-        if req.broker_epoch < self.broker_epoch:
-            # KIP-380: a request meant for an earlier registration of this broker. (A newer
-            # epoch is fine: the controller may see the registration before the broker does.)
-            self.stats.stale_requests_refused += 1
-            self.trace("stale_broker_epoch", type(req).__name__, req.broker_epoch)
-            return
-        now = self.scheduler.now_ms
         if isinstance(req, LeaderAndIsrRequest):
             res = rm.become_leader_or_follower(req.controller_id, req.controller_epoch,
-                                               req.partition_states, req.live_leaders, now,
-                                               broker_epoch=req.broker_epoch)
-            if self.fm is not None:
-                self.fm.apply(res.fetcher_actions, now)
-            for s in req.partition_states:
-                err = res.partition_errors.get(s.tp, Errors.NONE) if res.partition_errors else 0
-                role = "leader" if s.leader == self.broker_id else "follower"
-                self.trace("leader_and_isr", str(s.tp), role, ("epoch", s.leader_epoch),
-                           ("isr", tuple(s.isr)), ("err", int(res.error or err)))
+                                               req.broker_epoch, req.partition_states,
+                                               req.live_leaders)
+            error = res.error
+            if error == Errors.NONE:
+                for s in req.partition_states:
+                    err = res.partition_errors.get(s.tp, Errors.NONE)
+                    role = "leader" if s.leader == self.broker_id else "follower"
+                    self.trace("leader_and_isr", str(s.tp), role, ("epoch", s.leader_epoch),
+                               ("isr", tuple(s.isr)), ("err", int(err)))
         elif isinstance(req, UpdateMetadataRequest):
-            self.live_brokers = dict(req.live_brokers)
-            if self.cluster.config.kip841_eligibility:
-                rm.set_eligible_brokers(self.live_brokers)
+            error = rm.update_metadata(
+                req.broker_epoch,
+                req.live_brokers if self.cluster.config.kip841_eligibility else None)
         elif isinstance(req, StopReplicaRequest):
-            res = rm.stop_replicas(req.controller_id, req.controller_epoch,
-                                   {tp: req.delete_partitions for tp in req.partitions}, now,
-                                   broker_epoch=req.broker_epoch)
-            if self.fm is not None:
-                self.fm.apply(res.fetcher_actions, now)
+            error = rm.stop_replicas(req.controller_id, req.controller_epoch, req.broker_epoch,
+                                     {tp: req.delete_partitions for tp in req.partitions}).error
+        else:
+            return
+        if error == Errors.STALE_BROKER_EPOCH:
+            self.stats.stale_requests_refused += 1
+            self.trace("stale_broker_epoch", type(req).__name__, req.broker_epoch)
 
-    # -- ZooKeeper ----------------------------------------------------------------------
-    def _zk_send(self, op: tuple[Any, ...]) -> None:
+    # -- ZooKeeper: the session, and the shell's AlterPartitionManager ----------------------
+    def submit(self, proposal: ProposeIsr, on_result: Callable[[bool, int], None]) -> None:
+        self.trace("propose_isr", str(proposal.tp), ("isr", tuple(proposal.new_isr)),
+                   ("zkv", proposal.zk_version))
+        self._zk_send(("update_isr", proposal),
+                      lambda response: self._isr_written(proposal, response, on_result))
+
+    def _isr_written(self, prop: ProposeIsr, msg: ZkResponse | None,
+                     on_result: Callable[[bool, int], None]) -> None:
+        ok = msg is not None and msg.code == "ok"
+        if ok:
+            assert msg is not None
+            p = self.partition(prop.tp)
+            old = set(p.isr) if p is not None else set()
+            new = set(prop.new_isr)
+            if new - old:
+                self.stats.isr_expands += 1
+            if old - new:
+                self.stats.isr_shrinks += 1
+            self.trace("isr_update", str(prop.tp), ("isr", tuple(prop.new_isr)),
+                       ("zkv", msg.result))
+        else:
+            self.stats.isr_update_failures += 1
+            self.trace("isr_update_failed", str(prop.tp), ("isr", tuple(prop.new_isr)),
+                       msg.code if msg is not None else "session_expired")
+        on_result(ok, msg.result if ok and msg is not None else -1)
+
+    def propagate_isr_changes(self, partitions: Collection[TopicPartition],
+                              on_result: Callable[[bool], None]) -> None:
+        if not self.session_id:
+            on_result(False)
+            return
+        self._zk_send(("isr_change", tuple(partitions)),
+                      lambda response: on_result(response is not None))
+
+    def _zk_send(self, op: tuple[Any, ...],
+                 on_result: Callable[[Any], None] | None = None) -> None:
         self._corr += 1
+        corr = self._corr
         timer = self.scheduler.schedule(self.cluster.config.request_timeout_ms,
-                                        self._on_zk_timeout, self._corr, self.incarnation)
-        self._zk_inflight[self._corr] = (op, timer)
-        self.network.send(self.broker_id, ZK_NODE, ZkRequest(self._corr, self.session_id, op))
+                                        self._on_zk_timeout, corr, self.incarnation)
+        self._zk_inflight[corr] = (op, timer, on_result)
+        self.network.send(self.broker_id, ZK_NODE, ZkRequest(corr, self.session_id, op))
 
     def _on_zk_timeout(self, corr: int, inc: int) -> None:
         if not self.running or self.incarnation != inc:
@@ -515,12 +564,12 @@ class SimBroker:
         entry = self._zk_inflight.pop(corr, None)
         if entry is None:
             return
-        op = entry[0]
+        op, _, on_result = entry
         if op[0] in ("connect", "register", "update_isr", "isr_change"):
             if self.paused:
-                self._backlog.append((-1, _Retry(op)))
+                self._backlog.append((-1, _Retry(op, on_result)))
             else:
-                self._zk_send(op)  # ZooKeeper clients retry on connection loss
+                self._zk_send(op, on_result)  # ZooKeeper clients retry on connection loss
 
     def _on_zk_response(self, msg: ZkResponse) -> None:
         if msg.op[0] == "ping":
@@ -530,15 +579,13 @@ class SimBroker:
         entry = self._zk_inflight.pop(msg.corr_id, None)
         if entry is None:
             return
-        entry[1].cancel()
+        _, timer, on_result = entry
+        timer.cancel()
         op = msg.op
         if msg.code == "session_expired" and op[0] != "connect":
             self._session_expired()
-            if op[0] == "update_isr" and self.rm is not None:
-                prop: ProposeIsr = op[1]
-                self.rm.on_isr_update_result(prop.tp, False, -1, prop.new_isr,
-                                             self.scheduler.now_ms, leader_epoch=prop.leader_epoch)
-                self.stats.isr_update_failures += 1
+            if on_result is not None:
+                on_result(None)
             return
         if op[0] == "connect":
             self.session_id = msg.result
@@ -550,32 +597,16 @@ class SimBroker:
                                         self._retry_register, self.incarnation, self.session_id)
                 return
             self._registered(msg.result)
-        elif op[0] == "update_isr" and self.rm is not None:
-            prop = op[1]
-            ok = msg.code == "ok"
-            if ok:
-                old = set(self.rm.partitions[prop.tp].isr) if prop.tp in self.rm.partitions else set()
-                new = set(prop.new_isr)
-                if new - old:
-                    self.stats.isr_expands += 1
-                if old - new:
-                    self.stats.isr_shrinks += 1
-                self.trace("isr_update", str(prop.tp), ("isr", tuple(prop.new_isr)),
-                           ("zkv", msg.result))
-            else:
-                self.stats.isr_update_failures += 1
-                self.trace("isr_update_failed", str(prop.tp), ("isr", tuple(prop.new_isr)),
-                           msg.code)
-            self.rm.on_isr_update_result(prop.tp, ok, msg.result if ok else -1, prop.new_isr,
-                                         self.scheduler.now_ms, leader_epoch=prop.leader_epoch)
+        elif on_result is not None:
+            on_result(msg)
 
     def _retry_register(self, inc: int, session_id: int) -> None:
         if self.running and self.incarnation == inc and self.session_id == session_id:
+            op = ("register", self.broker_id, {"clean_shutdown": self.clean_shutdown})
             if self.paused:
-                self._backlog.append((-1, _Retry(("register", self.broker_id,
-                                                  {"clean_shutdown": self.clean_shutdown}))))
+                self._backlog.append((-1, _Retry(op, None)))
                 return
-            self._zk_send(("register", self.broker_id, {"clean_shutdown": self.clean_shutdown}))
+            self._zk_send(op)
 
     def _session_expired(self) -> None:
         """Kafka's broker re-registers with a new session (a new broker epoch)."""
@@ -591,51 +622,15 @@ class SimBroker:
         self.stats.registrations += 1
         self.trace("registered", ("epoch", broker_epoch))
         if self.rm is not None:
-            self.rm.broker_epoch = broker_epoch
-        if self.fm is not None:
-            self.fm.broker_epoch = broker_epoch
-            for f in self.fm.fetchers.values():
-                f.broker_epoch = broker_epoch
+            self.rm.set_broker_epoch(broker_epoch)
         if first and self._backlog and not self.paused:
             backlog, self._backlog = self._backlog, []
             for src, msg in backlog:
                 self._handle(src, msg)
 
-    def _ping(self, inc: int) -> None:
+    def _ping(self) -> None:
         if self.session_id:
             self.network.send(self.broker_id, ZK_NODE, ZkRequest(0, self.session_id, ("ping",)))
-
-    def _propose_isr(self, prop: ProposeIsr) -> None:
-        self.trace("propose_isr", str(prop.tp), ("isr", tuple(prop.new_isr)),
-                   ("zkv", prop.zk_version))
-        self._zk_send(("update_isr", prop))
-
-    # -- periodic tasks -----------------------------------------------------------------
-    def _isr_expiration(self, inc: int) -> None:
-        if self.rm is None:
-            return
-        for prop in self.rm.maybe_shrink_isr(self.scheduler.now_ms):
-            self._propose_isr(prop)
-
-    def _checkpoint_hw(self, inc: int) -> None:
-        if self.rm is None:
-            return
-        try:
-            OffsetCheckpointFile.in_dir(self.file_io, self.log_dir, HW_CHECKPOINT).write(
-                dict(self.rm.high_watermarks()))
-        except KafkaStorageError as exc:
-            # Kafka logs it and marks the log dir offline; the old checkpoint stays valid.
-            self.trace("checkpoint_failed", str(exc).split(":")[0])
-
-    def _propagate_isr_changes(self, inc: int) -> None:
-        if self.rm is None or not self.session_id:
-            return
-        tps = self.rm.isr_changes_to_propagate(self.scheduler.now_ms)
-        if tps:
-            self._zk_send(("isr_change", tuple(sorted(tps))))
-
-    def _os_flush(self, inc: int) -> None:
-        self.flush_logs()
 
     def flush_logs(self) -> None:
         """The page cache written back: everything appended so far survives a power loss."""
@@ -649,10 +644,13 @@ class SimBroker:
 
 
 @dataclass(slots=True)
-class _Failed:
-    request: Any
+class _Deferred:
+    """A timer that came due while the process was paused."""
+
+    fn: Callable[[], Any]
 
 
 @dataclass(slots=True)
 class _Retry:
     op: tuple[Any, ...]
+    on_result: Callable[[Any], None] | None

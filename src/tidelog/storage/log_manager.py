@@ -265,11 +265,6 @@ class LogManager:
                 {tp: log.high_watermark for tp, log in logs.items()}
             )
 
-    def read_high_watermarks(self, log_dir: str) -> dict[TopicPartition, int]:
-        return OffsetCheckpointFile.in_dir(
-            self.file_io, log_dir, REPLICATION_OFFSET_CHECKPOINT
-        ).read()
-
     def shutdown(self) -> None:
         """Flush and close every log, write the checkpoints, then the clean-shutdown marker."""
         for tp, log in self.logs.items():

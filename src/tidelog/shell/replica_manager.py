@@ -1,0 +1,330 @@
+"""Kafka's `ReplicaManager` shell around the pure `replication.ReplicaManager` (seed 004), the
+one both drivers run.
+
+The core decides; this class performs and schedules, with everything outside injected
+(`shell.interfaces`):
+
+- **Controller requests** (LeaderAndIsr, UpdateMetadata, StopReplica) go to the core with the
+  broker epoch they were addressed to, so the core's KIP-380 rule refuses a request meant for
+  an earlier registration of this broker (-1: not sent, as by a controller older than 2.4).
+  The fetcher actions the core returns go to the one `ReplicaFetcherManager`.
+- **ISR changes**: every `ProposeIsr` the core returns (expand on a follower's fetch, shrink from
+  `isr-expiration`) goes to the `AlterPartitionManager`; its answer goes back to the core with
+  `on_isr_update_result`.
+- **Delayed operations**: an acks=all produce or a long-polling fetch the core cannot answer at
+  once keeps its callback; after every state change the shell asks the core which delayed
+  operations completed (`poll_completed`), calls theirs, and keeps one timer at the core's
+  `next_deadline_ms` for the ones that expire.
+- **Scheduled tasks** (Kafka's names, scheduled once in `startup`): `isr-expiration` every
+  `replica.lag.time.max.ms / 2`, `isr-change-propagation` (the core applies seed 000's blackout
+  and interval rules), `highwatermark-checkpoint` (`LogManager.checkpoint_high_watermarks`: the
+  `replication-offset-checkpoint` file the LogManager reads back when it loads the logs).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
+from typing import Any
+
+from tidelog.replication.config import ReplicationConfig
+from tidelog.replication.errors import Errors
+from tidelog.replication.fetcher import LogLookup
+from tidelog.replication.replica_manager import (
+    FetchOutcome,
+    LeaderAndIsrResult,
+    ProduceOutcome,
+    StopReplicaResult,
+)
+from tidelog.replication.replica_manager import ReplicaManager as ReplicaManagerCore
+from tidelog.replication.types import (
+    CompleteFetch,
+    CompleteProduce,
+    LeaderAndIsrPartitionState,
+    ProposeIsr,
+    TopicPartition,
+)
+from tidelog.shell.fetcher_manager import ReplicaFetcherManager
+from tidelog.shell.interfaces import (
+    AlterPartitionManager,
+    LeaderEndPointFactory,
+    ScheduledTask,
+    Scheduler,
+    Time,
+)
+from tidelog.storage.errors import StorageError
+from tidelog.storage.transactions import AppendOrigin
+
+__all__ = ["ISR_CHANGE_PROPAGATION_INTERVAL_MS", "UNKNOWN_BROKER_EPOCH", "ReplicaManager"]
+
+logger = logging.getLogger(__name__)
+
+# Kafka's ReplicaManager.IsrChangePropagationInterval (the task's period).
+ISR_CHANGE_PROPAGATION_INTERVAL_MS = 2500
+# AbstractControlRequest.UNKNOWN_BROKER_EPOCH: a control request without a broker epoch.
+UNKNOWN_BROKER_EPOCH = -1
+
+ProduceCallback = Callable[[CompleteProduce], None]
+FetchCallback = Callable[[CompleteFetch], None]
+
+
+def _epoch_or_none(broker_epoch: int) -> int | None:
+    return None if broker_epoch == UNKNOWN_BROKER_EPOCH else broker_epoch
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        broker_id: int,
+        log_manager: Any,
+        config: ReplicationConfig,
+        *,
+        time: Time,
+        scheduler: Scheduler,
+        alter_partition_manager: AlterPartitionManager,
+        leader_end_point: LeaderEndPointFactory,
+        num_replica_fetchers: int = 1,
+        high_watermark_checkpoint_interval_ms: int = 5000,
+        isr_change_propagation_interval_ms: int = ISR_CHANGE_PROPAGATION_INTERVAL_MS,
+        logs_for_fetcher: LogLookup | None = None,
+    ) -> None:
+        """``logs_for_fetcher``: how the fetchers see a follower's log (default: the core's
+        `logs_for_fetcher`)."""
+        self.broker_id = broker_id
+        self.log_manager = log_manager
+        self.config = config
+        self.time = time
+        self.scheduler = scheduler
+        self.alter_partition_manager = alter_partition_manager
+        self.core = ReplicaManagerCore(broker_id, log_manager, config, broker_epoch=-1,
+                                       now_ms=time.milliseconds())
+        self.fetcher_manager = ReplicaFetcherManager(
+            broker_id, logs_for_fetcher or self.core.logs_for_fetcher, config, time=time, scheduler=scheduler,
+            leader_end_point=leader_end_point, num_fetchers=num_replica_fetchers,
+            broker_epoch=-1, on_progress=self.complete_delayed,
+        )
+        self._hw_interval_ms = high_watermark_checkpoint_interval_ms
+        self._isr_propagation_ms = isr_change_propagation_interval_ms
+        self._waiting: dict[Hashable, Callable[[Any], None]] = {}
+        self._deadline: ScheduledTask | None = None
+        self._deadline_ms: int | None = None
+        self._tasks: list[ScheduledTask] = []
+        self._stopped = False
+        self._isr_changes_unwritten: set[TopicPartition] = set()
+        self._isr_changes_writing = False
+        self.isr_updates_ok = 0
+        self.isr_updates_failed = 0
+        self.isr_notifications_written = 0
+        self.stale_broker_epoch_refused = 0
+        # Observers a driver may set: after every completion round (a HW, ISR or leadership may
+        # have moved), and after each HW checkpoint.
+        self.on_state_change: Callable[[], None] | None = None
+        self.on_high_watermark_checkpoint: Callable[[], None] | None = None
+
+    # ------------------------------------------------------------------ life cycle
+    @property
+    def broker_epoch(self) -> int:
+        return self.core.broker_epoch
+
+    def set_broker_epoch(self, broker_epoch: int) -> None:
+        """This broker's registration (the czxid of /brokers/ids/<id>) changed."""
+        self.core.broker_epoch = broker_epoch
+        self.fetcher_manager.set_broker_epoch(broker_epoch)
+
+    def startup(self) -> None:
+        """Kafka's ReplicaManager.startup: the periodic tasks, scheduled once."""
+        s = self.scheduler
+        self._tasks = [
+            s.schedule("isr-expiration", self._isr_expiration, 0,
+                       max(1, self.config.replica_lag_time_max_ms // 2)),
+            s.schedule("isr-change-propagation", self._isr_change_propagation, 0,
+                       self._isr_propagation_ms),
+            s.schedule("highwatermark-checkpoint", self.checkpoint_high_watermarks, 0,
+                       self._hw_interval_ms),
+        ]
+
+    def shutdown(self) -> None:
+        """Stop the tasks and the fetchers; waiting requests are never answered (the caller's
+        connections close)."""
+        self._stopped = True
+        for t in self._tasks:
+            t.cancel()
+        self._tasks.clear()
+        self.fetcher_manager.shutdown()
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        self._waiting.clear()
+
+    # ------------------------------------------------------------------ scheduled tasks
+    def checkpoint_high_watermarks(self) -> None:
+        """`highwatermark-checkpoint`: the `replication-offset-checkpoint` file of each dir."""
+        try:
+            self.log_manager.checkpoint_high_watermarks()
+        except (StorageError, OSError) as e:
+            # Kafka logs it (and takes the dir offline); the previous checkpoint stays valid.
+            logger.error("broker %d: writing the high watermark checkpoint failed: %s",
+                         self.broker_id, e)
+            return
+        if self.on_high_watermark_checkpoint is not None:
+            self.on_high_watermark_checkpoint()
+
+    def _isr_expiration(self) -> None:
+        for prop in self.core.maybe_shrink_isr(self.time.milliseconds()):
+            self._propose_isr(prop)
+        self.complete_delayed()
+
+    def _isr_change_propagation(self) -> None:
+        self._isr_changes_unwritten |= self.core.isr_changes_to_propagate(
+            self.time.milliseconds())
+        if not self._isr_changes_unwritten or self._isr_changes_writing:
+            return
+        written = frozenset(self._isr_changes_unwritten)
+        self._isr_changes_writing = True
+
+        def done(ok: bool) -> None:
+            self._isr_changes_writing = False
+            if ok:
+                # Kept otherwise for the next run, as Kafka keeps its isrChangeSet.
+                self.isr_notifications_written += 1
+                self._isr_changes_unwritten -= written
+
+        self.alter_partition_manager.propagate_isr_changes(sorted(written), done)
+
+    # ------------------------------------------------------------------ ISR writes
+    def _propose_isr(self, prop: ProposeIsr) -> None:
+        self.alter_partition_manager.submit(
+            prop, lambda ok, version: self._on_isr_result(prop, ok, version))
+
+    def _on_isr_result(self, prop: ProposeIsr, ok: bool, version: int) -> None:
+        if ok:
+            self.isr_updates_ok += 1
+        else:
+            self.isr_updates_failed += 1
+        if self._stopped:
+            return
+        self.core.on_isr_update_result(prop.tp, ok, version if ok else -1, prop.new_isr,
+                                       self.time.milliseconds(), prop.leader_epoch)
+        self.complete_delayed()
+
+    # ------------------------------------------------------------------ completions
+    def complete_delayed(self) -> None:
+        """Answer the delayed operations the core completed; keep one timer at the next
+        deadline."""
+        if self._stopped:
+            return
+        core = self.core
+        for done in core.poll_completed(self.time.milliseconds()):
+            if isinstance(done, CompleteFetch):
+                for prop in done.isr_proposals:
+                    self._propose_isr(prop)
+            callback = self._waiting.pop(done.request_key, None)
+            if callback is not None:
+                callback(done)
+        if self.on_state_change is not None:
+            self.on_state_change()
+        deadline = core.next_deadline_ms()
+        if deadline is None:
+            return
+        if self._deadline is not None and self._deadline_ms is not None \
+                and self._deadline_ms <= deadline:
+            return
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline_ms = deadline
+        self._deadline = self.scheduler.schedule(
+            "delayed-operation-expiration", self._on_deadline,
+            max(0, deadline - self.time.milliseconds()))
+
+    def _on_deadline(self) -> None:
+        self._deadline = None
+        self._deadline_ms = None
+        self.complete_delayed()
+
+    # ------------------------------------------------------------------ controller requests
+    def is_stale_broker_epoch(self, broker_epoch: int) -> bool:
+        """KIP-380, as the core rules it: a control request for an earlier registration."""
+        return self.core.is_stale_broker_epoch(_epoch_or_none(broker_epoch))
+
+    def become_leader_or_follower(
+        self,
+        controller_id: int,
+        controller_epoch: int,
+        broker_epoch: int,
+        partition_states: Iterable[LeaderAndIsrPartitionState],
+        live_leaders: Collection[int],
+    ) -> LeaderAndIsrResult:
+        result = self.core.become_leader_or_follower(
+            controller_id, controller_epoch, list(partition_states), live_leaders,
+            self.time.milliseconds(), broker_epoch=_epoch_or_none(broker_epoch))
+        if result.error == Errors.STALE_BROKER_EPOCH:
+            self.stale_broker_epoch_refused += 1
+        self.fetcher_manager.apply(result.fetcher_actions)
+        # Kafka's replicaFetcherManager.shutdownIdleFetcherThreads after every LeaderAndIsr.
+        self.fetcher_manager.shutdown_idle_fetcher_threads()
+        self.complete_delayed()
+        return result
+
+    def update_metadata(self, broker_epoch: int,
+                        eligible_brokers: Mapping[int, int] | None) -> Errors:
+        """``eligible_brokers``: live brokers and their broker epochs (KIP-841/903), -1 for an
+        epoch the request does not carry; None: every replica may join an ISR."""
+        error = self.core.update_metadata(_epoch_or_none(broker_epoch), eligible_brokers)
+        if error == Errors.STALE_BROKER_EPOCH:
+            self.stale_broker_epoch_refused += 1
+        return error
+
+    def stop_replicas(
+        self, controller_id: int, controller_epoch: int, broker_epoch: int,
+        partitions: Mapping[TopicPartition, bool],
+    ) -> StopReplicaResult:
+        result = self.core.stop_replicas(controller_id, controller_epoch, partitions,
+                                         self.time.milliseconds(),
+                                         broker_epoch=_epoch_or_none(broker_epoch))
+        if result.error == Errors.STALE_BROKER_EPOCH:
+            self.stale_broker_epoch_refused += 1
+        self.fetcher_manager.apply(result.fetcher_actions)
+        self.complete_delayed()
+        return result
+
+    # ------------------------------------------------------------------ produce and fetch
+    def append_records(
+        self, acks: int, entries: Mapping[TopicPartition, Any], timeout_ms: int,
+        request_key: Hashable, on_complete: ProduceCallback,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> ProduceOutcome:
+        """Kafka's appendRecords: the outcome now; when it is delayed (acks=-1 waiting for the
+        ISR), ``on_complete`` gets the completion (replicated, failed or timed out)."""
+        outcome = self.core.append_records(acks, entries, timeout_ms, self.time.milliseconds(),
+                                           request_key=request_key, origin=origin)
+        if outcome.delayed:
+            self._waiting[request_key] = on_complete  # type: ignore[assignment]
+        # The append may complete followers' delayed fetches (and, with nobody else to wait
+        # for, this request): answer them in this same turn.
+        self.complete_delayed()
+        return outcome
+
+    def fetch_messages(
+        self,
+        replica_id: int,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        partitions: Mapping[TopicPartition, tuple[int, int, int, int]],
+        request_key: Hashable,
+        on_complete: FetchCallback,
+        broker_epoch: int | None = None,
+        isolation_level: int = 0,
+    ) -> FetchOutcome:
+        """Kafka's fetchMessages: ``partitions`` is ``{tp: (fetch offset, current leader epoch,
+        log start offset, max bytes)}``; a delayed fetch answers through ``on_complete``;
+        ``isolation_level`` READ_COMMITTED (1) reads consumers up to the LSO."""
+        outcome = self.core.fetch_messages(
+            replica_id, max_wait_ms, min_bytes, max_bytes, partitions, self.time.milliseconds(),
+            request_key=request_key, broker_epoch=broker_epoch, isolation_level=isolation_level)
+        for prop in outcome.isr_proposals:
+            self._propose_isr(prop)
+        if outcome.delayed:
+            self._waiting[request_key] = on_complete  # type: ignore[assignment]
+        self.complete_delayed()
+        return outcome
