@@ -18,6 +18,7 @@ from test_controller import (
     with_cluster,
 )
 
+from tidelog.controller.admin import AdminError, AdminZkClient
 from tidelog.controller.controller import KafkaController
 from tidelog.controller.reassignment import REASSIGN_PARTITIONS_PATH, ApiError
 from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch, topic_path
@@ -176,3 +177,14 @@ async def test_a_new_controller_resumes_the_move_from_zookeeper(cluster: Cluster
     s = cluster.state(TP.topic, 0)
     assert s is not None and (s.leader, tuple(s.isr)) == (2, (2, 3, 4))
     await wait_for(lambda: topic_znode(cluster)["partitions"]["0"] == [2, 3, 4], what="AR = TRS")
+
+
+@with_cluster
+async def test_adding_partitions_to_a_moving_topic_is_refused(cluster: Cluster) -> None:
+    ctl = await four_brokers(cluster)
+    await reassign(ctl, [2, 3, 4])
+    before = topic_znode(cluster)
+    with pytest.raises(AdminError) as e:
+        await asyncio.to_thread(AdminZkClient(cluster.admin_zk).create_partitions, TP.topic, 2)
+    assert e.value.error_code == ErrorCode.REASSIGNMENT_IN_PROGRESS
+    assert topic_znode(cluster) == before  # the move's adding/removing replicas kept

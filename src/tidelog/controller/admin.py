@@ -224,6 +224,11 @@ class AdminZkClient:
             raise AdminError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                              f"The topic '{topic}' does not exist.")
         existing, topic_id = znode
+        if any(self.zk_client.get_topic_reassignments(topic)):
+            # Kafka refuses it: the write would race the controller's reassignment (and drop
+            # the adding/removing replicas the move resumes from).
+            raise AdminError(ErrorCode.REASSIGNMENT_IN_PROGRESS,
+                             f"A partition reassignment is in progress for the topic '{topic}'.")
         old = len(existing)
         if count < old:
             raise AdminError(
