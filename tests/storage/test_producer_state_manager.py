@@ -131,8 +131,9 @@ def test_the_snapshot_file_is_kafkas_format() -> None:
     # coordinator_epoch, current_txn_first_offset
     assert struct.unpack_from(">qhiqiqiq", data, 10) == (7, 3, 9, 45, 2, 1234, 11, 40)
     (back,) = read_snapshot(data)
-    assert (back.producer_epoch, back.last_seq, back.last_data_offset, back.first_seq,
-            back.coordinator_epoch, back.current_txn_first_offset) == (3, 9, 45, 7, 11, 40)
+    assert (back.producer_epoch, back.last_seq, back.last_data_offset,
+            back.batch_metadata[-1].first_seq, back.coordinator_epoch,
+            back.current_txn_first_offset) == (3, 9, 45, 7, 11, 40)
     with pytest.raises(CorruptSnapshotError):
         read_snapshot(data[:-1] + bytes([data[-1] ^ 1]))
     with pytest.raises(CorruptSnapshotError):

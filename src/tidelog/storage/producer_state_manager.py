@@ -137,10 +137,6 @@ class ProducerStateEntry:
         return not self.batch_metadata
 
     @property
-    def first_seq(self) -> int:
-        return self.batch_metadata[0].first_seq if self.batch_metadata else NO_SEQUENCE
-
-    @property
     def last_seq(self) -> int:
         return self.batch_metadata[-1].last_seq if self.batch_metadata else NO_SEQUENCE
 
@@ -339,7 +335,6 @@ class ProducerStateManager:
         self._snapshots: list[int] = []  # offsets of the snapshot files, ascending
         self.last_map_offset = 0
         self.last_snap_offset = 0
-        self.snapshots_written = 0
         self.batches_loaded = 0  # batches replayed from the log to rebuild the state
 
     # -- state -----------------------------------------------------------------------------
@@ -350,9 +345,6 @@ class ProducerStateManager:
 
     def is_empty(self) -> bool:
         return not self.producers
-
-    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
-        return self.producers.get(producer_id)
 
     def prepare_update(self, producer_id: int, origin: AppendOrigin) -> ProducerAppendInfo:
         current = self.producers.get(producer_id)
@@ -414,7 +406,6 @@ class ProducerStateManager:
         if i == len(self._snapshots) or self._snapshots[i] != offset:
             self._snapshots.insert(i, offset)
         self.last_snap_offset = offset
-        self.snapshots_written += 1
         return True
 
     def delete_snapshot(self, offset: int) -> None:
