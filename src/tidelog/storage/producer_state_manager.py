@@ -1,5 +1,5 @@
 """Producer state of one partition log (Kafka's `ProducerStateManager`, `ProducerStateEntry`,
-`ProducerAppendInfo`, `BatchMetadata`, `TxnMetadata` and `CompletedTxn`).
+`ProducerAppendInfo` and `BatchMetadata`; the `Log` runs its analyzeAndValidateProducerState).
 
 For every producer id the log remembers its epoch, the coordinator epoch of its last
 transaction marker, the timestamp of its last write, the first offset of its ongoing
@@ -13,8 +13,8 @@ INVALID_PRODUCER_EPOCH; a new epoch must start at sequence 0; within an epoch th
 must follow the last one (wrapping at 2^31-1), except for a producer with no known epoch (never
 seen, expired, or removed with the log prefix), whose first batch is accepted at any sequence.
 A retried batch (same epoch and sequence range as one of the five) is a duplicate: the `Log`
-answers it with the original offsets and writes nothing. Replicated appends (origin
-REPLICATION) are not validated, only recorded.
+answers it with the original offsets and writes nothing. Replicated appends and the replay of
+the log at load (origin REPLICATION) are not validated, only recorded.
 
 Transactions: each entry also carries Kafka's transactional fields, kept as batches are
 recorded: a transactional data batch opens the producer's transaction (`current_txn_first_offset`)
@@ -25,11 +25,13 @@ they survive a restart as Kafka's do.
 
 Snapshots: `<offset>.snapshot` files (20-digit offset, Kafka's format: version 1, a CRC32C of
 the entries, and per producer: id, epoch, last sequence, last offset, offset delta, timestamp,
-coordinator epoch, current transaction first offset). The log takes one at every segment roll
-(at the new segment's base offset) and at a clean close, and loads the latest one not past its
-end at open, replaying only the batches after it. A snapshot that fails its CRC is deleted and
-the next older one is tried. Snapshots are removed with the segments they start and by
-truncation; a snapshot holds only each producer's last batch (as Kafka's).
+coordinator epoch, current transaction first offset), written atomically (temp file, rename).
+The log takes one at every segment roll (at the new segment's base offset), at a truncation
+(at the new end) and at a clean close, and loads the latest one not past its end at open,
+replaying only the batches after it; expired producers are not reloaded. A snapshot that fails
+its CRC is deleted and the next older one is tried. Snapshots past the end go with a
+truncation, those below the log start with deleted segments, strays at the next open; a
+snapshot holds only each producer's last batch (as Kafka's).
 """
 
 from __future__ import annotations
