@@ -46,14 +46,22 @@ def test_message_downconversion_enable_takes_both_values_true_by_default() -> No
 
 @pytest.mark.parametrize(("key", "value"), [
     ("preallocate", "true"),
-    ("leader.replication.throttled.replicas", "0:1"),
-    ("follower.replication.throttled.replicas", "*"),
 ])
 def test_settings_of_unimplemented_features_are_refused_naming_the_key(key: str, value: str) -> None:
     with pytest.raises(ValueError, match=f"for configuration {key}: .*not|never"):
         LogConfig.from_dict({key: value})
     default = LogConfig().to_dict()[key]
     assert LogConfig.from_dict({key: default}) == LogConfig()  # what tidelog does: accepted
+
+
+@pytest.mark.parametrize("key", ["leader.replication.throttled.replicas",
+                                 "follower.replication.throttled.replicas"])
+def test_throttled_replica_lists_take_kafkas_values(key: str) -> None:
+    for value in ("0:1,0:2", "*", "", " 1:3 , 2:4 "):
+        assert getattr(LogConfig.from_dict({key: value}), key.replace(".", "_")) == value
+    with pytest.raises(ValueError, match=f"Invalid value 0-1 for configuration {key}: {key} "
+                                         "must be the literal '\\*' or a list of replicas"):
+        LogConfig.from_dict({key: "0-1"})
 
 
 @pytest.mark.parametrize(
