@@ -20,11 +20,13 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
+T = TypeVar("T")
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
 OP_SET, OP_DELETE = 0, 1
 LEADER_RATE = "leader.replication.throttled.rate"
@@ -57,14 +59,6 @@ def _read_plan(path: str) -> dict[tuple[str, int], list[int]]:
 
 def _tp(key: tuple[str, int]) -> str:
     return f"{key[0]}-{key[1]}"
-
-
-async def _client(bootstrap: str) -> Any:
-    from tidelog.client.cluster import KafkaClient
-
-    client = KafkaClient(bootstrap, retries=3)
-    await client.start()
-    return client
 
 
 async def _current(client: Any, topics: set[str]) -> dict[tuple[str, int], list[int]]:
@@ -169,13 +163,25 @@ async def _alter(client: Any, targets: dict[tuple[str, int], list[int] | None]
             for t in response.responses for p in t.partitions}
 
 
-def _run(coro: Any) -> Any:
+def _with_client(bootstrap: str, body: Callable[[Any], Awaitable[T]]) -> T:
+    """Run `body(client)` with a client of the cluster, closed afterwards; a client error
+    ends the command with its message."""
+    from tidelog.client.cluster import KafkaClient
     from tidelog.client.errors import KafkaClientError
 
+    async def main() -> T:
+        client = KafkaClient(bootstrap, retries=3)
+        await client.start()
+        try:
+            return await body(client)
+        finally:
+            await client.close()
+
     try:
-        return asyncio.run(coro)
+        return asyncio.run(main())
     except KafkaClientError as e:
         _err(str(e))
+        raise AssertionError from e  # unreachable: _err exits
 
 
 _bootstrap = click.option("--bootstrap-server", "bootstrap", required=True,
@@ -201,14 +207,7 @@ def generate(bootstrap: str, topics_file: str, broker_list: str) -> None:
     topics = {str(t["topic"]) for t in json.loads(Path(topics_file).read_text())["topics"]}
     brokers = sorted({int(b) for b in broker_list.split(",") if b.strip()})
 
-    async def main() -> dict[tuple[str, int], list[int]]:
-        client = await _client(bootstrap)
-        try:
-            return await _current(client, topics)
-        finally:
-            await client.close()
-
-    current = _run(main())
+    current = _with_client(bootstrap, lambda client: _current(client, topics))
     proposed: dict[tuple[str, int], list[int]] = {}
     for t in sorted(topics):
         parts = sorted(p for (tt, p) in current if tt == t)
@@ -233,30 +232,26 @@ def execute(bootstrap: str, plan_file: str, throttle: int) -> None:
     """Start the reassignment in the file."""
     plan = _read_plan(plan_file)
 
-    async def main() -> None:
-        client = await _client(bootstrap)
-        try:
-            current = await _current(client, {t for t, _ in plan})
-            click.echo("Current partition replica assignment\n")
-            click.echo(_plan_json({k: current[k] for k in plan if k in current}))
-            click.echo("\nSave this to use as the --reassignment-json-file option during rollback")
-            if throttle >= 0:
-                click.echo("Warning: You must run --verify periodically, until the reassignment "
-                           "completes, to ensure the throttle is removed.")
-                await _set_throttles(client, current, plan, throttle)
-                click.echo(f"The inter-broker throttle limit was set to {throttle} B/s")
-            results = await _alter(client, dict(plan))
-            failed = {k: r for k, r in results.items() if r[0]}
-            if failed:
-                _err("Error reassigning partition(s):\n" + "\n".join(
-                    f"{_tp(k)}: {msg}" for k, (_, msg) in sorted(failed.items())))
-            click.echo("Successfully started partition reassignment"
-                       f"{'s' if len(plan) > 1 else ''} for "
-                       + ",".join(_tp(k) for k in sorted(plan)))
-        finally:
-            await client.close()
+    async def main(client: Any) -> None:
+        current = await _current(client, {t for t, _ in plan})
+        click.echo("Current partition replica assignment\n")
+        click.echo(_plan_json({k: current[k] for k in plan if k in current}))
+        click.echo("\nSave this to use as the --reassignment-json-file option during rollback")
+        if throttle >= 0:
+            click.echo("Warning: You must run --verify periodically, until the reassignment "
+                       "completes, to ensure the throttle is removed.")
+            await _set_throttles(client, current, plan, throttle)
+            click.echo(f"The inter-broker throttle limit was set to {throttle} B/s")
+        results = await _alter(client, dict(plan))
+        failed = {k: r for k, r in results.items() if r[0]}
+        if failed:
+            _err("Error reassigning partition(s):\n" + "\n".join(
+                f"{_tp(k)}: {msg}" for k, (_, msg) in sorted(failed.items())))
+        click.echo("Successfully started partition reassignment"
+                   f"{'s' if len(plan) > 1 else ''} for "
+                   + ",".join(_tp(k) for k in sorted(plan)))
 
-    _run(main())
+    _with_client(bootstrap, main)
 
 
 @reassign.command()
@@ -266,31 +261,27 @@ def verify(bootstrap: str, plan_file: str) -> None:
     """Report each partition's move; clear the throttles once every move completed."""
     plan = _read_plan(plan_file)
 
-    async def main() -> None:
-        client = await _client(bootstrap)
-        try:
-            ongoing = await _ongoing(client)
-            current = await _current(client, {t for t, _ in plan})
-            click.echo("Status of partition reassignment:")
-            done = True
-            for key, target in sorted(plan.items()):
-                if key in ongoing:
-                    done = False
-                    click.echo(f"Reassignment of partition {_tp(key)} is still in progress.")
-                elif current.get(key) == target:
-                    click.echo(f"Reassignment of partition {_tp(key)} is completed.")
-                else:
-                    done = False
-                    click.echo(f"There is no active reassignment of partition {_tp(key)}, but "
-                               f"replica set is {','.join(map(str, current.get(key, [])))} "
-                               f"rather than {','.join(map(str, target))}.")
-            click.echo("")
-            if done:
-                await _clear_throttles(client, {t for t, _ in plan})
-        finally:
-            await client.close()
+    async def main(client: Any) -> None:
+        ongoing = await _ongoing(client)
+        current = await _current(client, {t for t, _ in plan})
+        click.echo("Status of partition reassignment:")
+        done = True
+        for key, target in sorted(plan.items()):
+            if key in ongoing:
+                done = False
+                click.echo(f"Reassignment of partition {_tp(key)} is still in progress.")
+            elif current.get(key) == target:
+                click.echo(f"Reassignment of partition {_tp(key)} is completed.")
+            else:
+                done = False
+                click.echo(f"There is no active reassignment of partition {_tp(key)}, but "
+                           f"replica set is {','.join(map(str, current.get(key, [])))} "
+                           f"rather than {','.join(map(str, target))}.")
+        click.echo("")
+        if done:
+            await _clear_throttles(client, {t for t, _ in plan})
 
-    _run(main())
+    _with_client(bootstrap, main)
 
 
 @reassign.command()
@@ -300,21 +291,17 @@ def cancel(bootstrap: str, plan_file: str) -> None:
     """Cancel the reassignments in the file: back to the original replicas."""
     plan = _read_plan(plan_file)
 
-    async def main() -> None:
-        client = await _client(bootstrap)
-        try:
-            results = await _alter(client, {k: None for k in plan})
-            cancelled = sorted(k for k, (code, _) in results.items() if code == 0)
-            if cancelled:
-                click.echo("Successfully cancelled partition reassignment"
-                           f"{'s' if len(cancelled) > 1 else ''} for: "
-                           + ",".join(_tp(k) for k in cancelled))
-            else:
-                click.echo("None of the specified partition reassignments are active.")
-        finally:
-            await client.close()
+    async def main(client: Any) -> None:
+        results = await _alter(client, {k: None for k in plan})
+        cancelled = sorted(k for k, (code, _) in results.items() if code == 0)
+        if cancelled:
+            click.echo("Successfully cancelled partition reassignment"
+                       f"{'s' if len(cancelled) > 1 else ''} for: "
+                       + ",".join(_tp(k) for k in cancelled))
+        else:
+            click.echo("None of the specified partition reassignments are active.")
 
-    _run(main())
+    _with_client(bootstrap, main)
 
 
 @reassign.command(name="list")
@@ -322,12 +309,8 @@ def cancel(bootstrap: str, plan_file: str) -> None:
 def list_cmd(bootstrap: str) -> None:
     """The reassignments in progress."""
 
-    async def main() -> None:
-        client = await _client(bootstrap)
-        try:
-            ongoing = await _ongoing(client)
-        finally:
-            await client.close()
+    async def main(client: Any) -> None:
+        ongoing = await _ongoing(client)
         if not ongoing:
             click.echo("No partition reassignments found.")
             return
@@ -337,4 +320,4 @@ def list_cmd(bootstrap: str) -> None:
                        f"{','.join(map(str, p.adding_replicas))}. removing: "
                        f"{','.join(map(str, p.removing_replicas))}.")
 
-    _run(main())
+    _with_client(bootstrap, main)
