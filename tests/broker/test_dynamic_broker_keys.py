@@ -1,7 +1,7 @@
 """The dynamic broker keys of Kafka 3.9 beyond the log defaults (issue 11 leftover): applied
-live (connection limits, the log cleaner's keys, producer.id.expiration.ms), accepted with
-Kafka's thread-count checks (the thread pools tidelog does not have), or refused (listeners,
-num.replica.fetchers: per-broker only in Kafka, and not live in tidelog)."""
+live (connection limits, the log cleaner's keys, producer.id.expiration.ms,
+num.replica.fetchers), accepted with Kafka's thread-count checks (the thread pools tidelog does
+not have), or refused (the listener keys: per-broker only in Kafka, not live in tidelog)."""
 
 from __future__ import annotations
 
@@ -61,17 +61,26 @@ def test_thread_counts_change_within_half_and_double_as_kafka_checks(
                what="DYNAMIC_BROKER_CONFIG 16")
 
 
-def test_the_listener_keys_and_num_replica_fetchers_are_refused(
+def test_the_listener_keys_are_refused(
         one_broker: BrokerThread) -> None:
     cluster = alter(one_broker, "", [("listeners", SET, "PLAINTEXT://127.0.0.1:0")])
     assert cluster.error_code == ErrorCode.INVALID_REQUEST
     assert cluster.error_message == (  # Kafka's own refusal at the cluster level
         "Cannot update these configs at default cluster level, broker id must be specified: "
         "Set(listeners)")
-    for key, value in (("advertised.listeners", "PLAINTEXT://127.0.0.1:1"),
-                       ("num.replica.fetchers", "2")):
-        r = alter(one_broker, "1", [(key, SET, value)])
-        assert r.error_code == ErrorCode.INVALID_REQUEST and key in r.error_message, r
+    r = alter(one_broker, "1", [("advertised.listeners", SET, "PLAINTEXT://127.0.0.1:1")])
+    assert r.error_code == ErrorCode.INVALID_REQUEST and "advertised.listeners" in r.error_message
+
+
+def test_num_replica_fetchers_resizes_the_fetcher_pool(
+        one_broker: BrokerThread, dynamic: list[tuple[str, str]]) -> None:
+    fetchers = one_broker.server.replica_manager.fetcher_manager
+    assert fetchers.num_fetchers == 1
+    assert alter(one_broker, "", [("num.replica.fetchers", SET, "3")]).error_code == \
+        ErrorCode.INVALID_REQUEST  # more than double
+    dynamic.append(("", "num.replica.fetchers"))
+    assert alter(one_broker, "", [("num.replica.fetchers", SET, "2")]).error_code == 0
+    wait_until(lambda: fetchers.num_fetchers == 2, what="two fetchers per source broker")
 
 
 def test_connection_limits_apply_to_the_next_accept(

@@ -230,3 +230,26 @@ def test_idle_fetchers_are_shut_down_after_a_leader_and_isr() -> None:
     b.rm.become_leader_or_follower(0, 1, 100, [state(2, 1, (1, 2))], {1, 2})
     assert b.rm.fetcher_manager.fetchers == {}
     assert ep.closed
+
+
+def test_resizing_the_fetcher_pool_moves_every_partition_at_its_fetch_state() -> None:
+    """num.replica.fetchers changed live (Kafka's resizeThreadPool): each partition goes to the
+    fetcher its hash names under the new count, with the offset and leader epoch it had."""
+    b = Broker(2, fetchers=1)
+    tps = [TopicPartition("t", p) for p in range(6)]
+    b.rm.become_leader_or_follower(0, 1, 100, [state(1, 3, (1, 2), tp) for tp in tps], {1, 2})
+    fm = b.rm.fetcher_manager
+    assert sorted(fm.fetchers) == [(1, 0)]
+    before = {tp: fm.fetch_state(tp) for tp in tps}
+    b.sent[0][3](None)  # its request failed: nothing in flight, the fetcher can go idle
+    sent = len(b.sent)
+    fm.resize(3)
+    assert sorted(fm.fetchers) == sorted({(1, fetcher_id_for(tp, 3)) for tp in tps})
+    for tp in tps:
+        now, was = fm.fetch_state(tp), before[tp]
+        assert now is not None and was is not None and fm.source_of(tp) == 1
+        assert (now.fetch_offset, now.current_leader_epoch) == (was.fetch_offset, 3)
+    for _, _, _, on_done in b.sent[sent:]:
+        on_done(None)  # the new fetchers' first requests fail: nothing in flight
+    fm.resize(1)
+    assert sorted(fm.fetchers) == [(1, 0)]

@@ -8,7 +8,8 @@ defines: the `DynamicLogConfig` ones (the broker keys that give the topics their
 cleaner's (`log.cleaner.threads`, `.dedupe.buffer.size`, `.io.buffer.load.factor`,
 `.io.max.bytes.per.second`, `.backoff.ms`: the cleaner restarts with them, as Kafka's
 `LogCleaner.reconfigure`), the connection limits (`max.connections`, `max.connections.per.ip`:
-the next accept obeys them), `producer.id.expiration.ms` (every log's producer state), and the
+the next accept obeys them), `producer.id.expiration.ms` (every log's producer state),
+`num.replica.fetchers` (the fetchers are re-partitioned, as Kafka's resizeThreadPool), and the
 thread counts tidelog accepts but does not use (`num.io.threads`, `num.network.threads`,
 `background.threads`, `num.recovery.threads.per.data.dir`). A thread count may change to no less
 than half and no more than double its current value, as Kafka's `DynamicThreadPool` and
@@ -16,8 +17,7 @@ than half and no more than double its current value, as Kafka's `DynamicThreadPo
 
 Refused although Kafka changes them live: the listener keys (`listeners`, `advertised.listeners`,
 `listener.security.protocol.map`; at the cluster level with Kafka's own message, since Kafka
-takes them per broker only) and `num.replica.fetchers`: tidelog cannot apply them without a
-restart.
+takes them per broker only): tidelog cannot apply them without a restart.
 
 Precedence: a per-broker dynamic value, then the cluster-wide dynamic default, then
 server.properties, then Kafka's default. Other known keys cannot be changed dynamically; keys
@@ -69,13 +69,14 @@ CONNECTION_KEYS = frozenset({"max.connections", "max.connections.per.ip"})
 UNUSED_THREAD_KEYS = frozenset({
     "num.io.threads", "num.network.threads", "background.threads",
     "num.recovery.threads.per.data.dir"})
+THREAD_POOL_KEYS = UNUSED_THREAD_KEYS | {"num.replica.fetchers"}
 DYNAMIC_KEYS: frozenset[str] = frozenset(TOPIC_TO_BROKER_KEY.values()) | CLEANER_KEYS \
-    | CONNECTION_KEYS | UNUSED_THREAD_KEYS | {"producer.id.expiration.ms"}
+    | CONNECTION_KEYS | THREAD_POOL_KEYS | {"producer.id.expiration.ms"}
 # Kafka: per broker only (DynamicBrokerConfig.PerBrokerConfigs).
 PER_BROKER_KEYS = frozenset({"listeners", "advertised.listeners",
                              "listener.security.protocol.map"})
 # Dynamic in Kafka, but tidelog cannot apply them without a restart.
-NOT_LIVE_KEYS = PER_BROKER_KEYS | {"num.replica.fetchers"}
+NOT_LIVE_KEYS = PER_BROKER_KEYS
 # A broker key and the keys Kafka falls back on for it, in order (LogConfig's synonyms).
 _BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
     "log.retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
@@ -184,7 +185,7 @@ class DynamicBrokerConfig:
 def thread_count_refusal(old: KafkaConfig, new: KafkaConfig) -> str | None:
     """Kafka's checks of a thread count changed live: DynamicThreadPool (and the network
     processors) and LogCleaner.validateReconfiguration (halving as Scala's Int division)."""
-    for key in sorted(UNUSED_THREAD_KEYS):
+    for key in sorted(THREAD_POOL_KEYS):
         before, after = int(old.get(key)), int(new.get(key))
         if after == before:
             continue

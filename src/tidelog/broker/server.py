@@ -197,7 +197,7 @@ class BrokerServer:
                 leader_quota=self.replication_quotas.leader,
                 follower_quota=self.replication_quotas.follower),
             zk_client=zk, endpoint_of=self.endpoint_of,
-            num_replica_fetchers=cfg.get("num.replica.fetchers"),
+            num_replica_fetchers=self.dynamic_config.current.get("num.replica.fetchers"),
             high_watermark_checkpoint_interval_ms=cfg.get("replica.high.watermark.checkpoint.interval.ms"),
             log_retention_check_interval_ms=cfg.get("log.retention.check.interval.ms"),
             log_flush_scheduler_interval_ms=cfg.get("log.flush.scheduler.interval.ms"),
@@ -363,7 +363,8 @@ class BrokerServer:
     async def _reconfigure(self, old: KafkaConfig, new: KafkaConfig) -> None:
         """Kafka's BrokerReconfigurables, for the dynamic keys tidelog applies beyond the log
         defaults: the connection limits (the next accept), producer.id.expiration.ms (every
-        log's producer state) and the log cleaner's keys (the cleaner restarts with them)."""
+        log's producer state), num.replica.fetchers (the fetchers re-partitioned) and the log
+        cleaner's keys (the cleaner restarts with them)."""
         def changed(keys: Iterable[str]) -> bool:
             return any(old.get(k) != new.get(k) for k in keys)
 
@@ -371,6 +372,8 @@ class BrokerServer:
             for server in self.socket_servers.values():
                 server.max_connections = new.get("max.connections")
                 server.max_connections_per_ip = new.get("max.connections.per.ip")
+        if changed(["num.replica.fetchers"]):
+            self.replica_manager.fetcher_manager.resize(new.get("num.replica.fetchers"))
         expiration = "producer.id.expiration.ms"
         if changed([expiration]):
             self.log_manager.producer_id_expiration_ms = new.get(expiration)

@@ -217,6 +217,24 @@ class ReplicaFetcherManager:
             if key is not None and key in self.fetchers:
                 self.fetchers[key].fetcher.remove_partitions([tp])
 
+    def resize(self, num_fetchers: int) -> None:
+        """Kafka's resizeThreadPool (num.replica.fetchers changed live): every partition leaves
+        its fetcher and is added again under the new count (the hash placement, as Kafka does),
+        at the fetch offset and leader epoch it had; fetchers left idle stop."""
+        num_fetchers = max(1, num_fetchers)
+        if num_fetchers == self.num_fetchers:
+            return
+        moved: list[FetcherAction] = []
+        for tp, (source, _) in sorted(self._source_of.items()):
+            state = self.fetch_state(tp)
+            if state is not None:
+                moved.append(AddFetcher(tp, source, state.fetch_offset,
+                                        state.current_leader_epoch))
+        self.remove_fetcher_for_partitions([a.tp for a in moved if isinstance(a, AddFetcher)])
+        self.num_fetchers = num_fetchers
+        self.apply(moved)
+        self.shutdown_idle_fetcher_threads()
+
     def shutdown_idle_fetcher_threads(self) -> None:
         for key in [k for k, t in self.fetchers.items() if t.fetcher.is_idle]:
             self.fetchers.pop(key).stop()
