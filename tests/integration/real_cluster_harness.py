@@ -27,6 +27,9 @@ from tidelog.protocol.messages.list_offsets import (
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
+from tidelog.protocol.records.batch import iter_batches
+from tidelog.replication.types import TopicPartition
+from tidelog.sim.invariants import BatchSig, check_replicas
 
 TIDELOG = [sys.executable, "-m", "tidelog"]
 LAG_MS = 1500
@@ -120,6 +123,69 @@ def running_cluster(d: Path, overrides: dict[str, str] | None = None) -> Iterato
             for b in local.brokers.values():
                 if _pid_runs(b.pid, b.config):
                     os.kill(b.pid, signal.SIGKILL)  # type: ignore[arg-type]
+
+
+class FileReplica:
+    """A broker's replica of a partition, read from its segment files (the page cache that other
+    processes see: what the broker appended, flushed or not)."""
+
+    def __init__(self, partition_dir: Path) -> None:
+        self.sigs: list[BatchSig] = []
+        for segment in sorted(partition_dir.glob("*.log")):
+            for b in iter_batches(segment.read_bytes()):
+                self.sigs.append((b.base_offset, b.last_offset, b.partition_leader_epoch, b.crc))
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.sigs[-1][1] + 1 if self.sigs else 0
+
+    def batches(self, start: int = 0, end: int | None = None) -> list[BatchSig]:
+        return [s for s in self.sigs if s[1] >= start and (end is None or s[0] < end)]
+
+
+class RealClusterView:
+    """The invariant checker's ClusterView of a running RealCluster: partition states from
+    ZooKeeper, the leader's HW from the leader, each replica's batches from its log files."""
+
+    def __init__(self, cluster: RealCluster, topic: str, partitions: int = 1) -> None:
+        self.cluster = cluster
+        self.local = LocalCluster.load(cluster.dir)
+        self.tps = [TopicPartition(topic, p) for p in range(partitions)]
+
+    def partitions(self) -> list[TopicPartition]:
+        return self.tps
+
+    def assigned_replicas(self, tp: TopicPartition) -> list[int]:
+        return (self.cluster.zk.get_topic_assignment(tp.topic) or {}).get(tp.partition, [])
+
+    def zk_state(self, tp: TopicPartition) -> LeaderIsrAndControllerEpoch | None:
+        return self.cluster.state(tp.topic, tp.partition)
+
+    def leader_high_watermark(self, tp: TopicPartition) -> int | None:
+        s = self.zk_state(tp)
+        if s is None or s.leader < 0 or not self.running(s.leader):
+            return None
+        return high_watermark(self.local.brokers[s.leader].port, tp.topic, tp.partition)
+
+    def running(self, broker_id: int) -> bool:
+        return self.local.alive(broker_id)
+
+    def replica(self, broker_id: int, tp: TopicPartition) -> FileReplica | None:
+        d = self.cluster.dir / f"broker-{broker_id}" / "data" / f"{tp.topic}-{tp.partition}"
+        return FileReplica(d) if d.is_dir() else None
+
+
+def assert_replicas_agree(cluster: RealCluster, topic: str, partitions: int = 1) -> None:
+    """DESIGN's replica invariants (sim/invariants.check_replicas, as the simulator runs them at
+    the end of a run) on the real cluster: LeaderInIsr, StrongIsr, ValidHighWatermark at once,
+    then every replica identical batch by batch once the followers caught up (bounded)."""
+    view = RealClusterView(cluster, topic, partitions)
+    found = check_replicas(view, converged=False)
+    assert not found, found
+    deadline = time.monotonic() + 30
+    while (found := check_replicas(view, converged=True)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not found, found
 
 
 def producer(bootstrap: str, **extra: Any) -> Any:

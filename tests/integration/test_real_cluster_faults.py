@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from real_cluster_harness import (
     RealCluster,
+    assert_replicas_agree,
     consume_all,
     produce_acked,
     producer,
@@ -88,6 +89,7 @@ def test_follower_kill9_isr_shrinks_then_it_rejoins(real_cluster: RealCluster) -
         return "LEO: 150" in row and "Lag: 0" in row
 
     wait_for(lag_zero, 30, "the follower's LEO at 150")
+    assert_replicas_agree(real_cluster, topic)
 
 
 def test_leader_kill9_during_acks_all_stream_loses_no_acked_write(real_cluster: RealCluster) -> None:
@@ -157,3 +159,4 @@ def test_leader_kill9_during_acks_all_stream_loses_no_acked_write(real_cluster: 
     real_cluster.start(old_leader)
     wait_for(lambda: (s := real_cluster.state(topic)) and old_leader in s.isr, timeout_s=60,
              what="the old leader back in the ISR")
+    assert_replicas_agree(real_cluster, topic)

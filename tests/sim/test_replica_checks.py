@@ -87,6 +87,11 @@ def test_a_leader_outside_its_isr_and_a_replica_without_a_log() -> None:
     assert names(view) == ["LeaderInIsr", "ValidHighWatermark", "Converged"]
 
 
+def test_a_leader_whose_log_ends_below_its_hw_is_caught() -> None:
+    # (a view reading the wrong files would see empty logs and find nothing else)
+    assert names(View({1: [], 2: [], 3: []})) == ["ValidHighWatermark"]
+
+
 def test_stopped_brokers_and_exempt_members_are_not_judged() -> None:
     view = View({1: [A, B], 2: [A], 3: []}, down={3})
     assert names(view) == ["ValidHighWatermark", "Converged"]

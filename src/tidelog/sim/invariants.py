@@ -245,7 +245,9 @@ def check_replicas(view: ClusterView, converged: bool,
         if s is None or s.leader < 0 or hw is None:
             continue  # no acting leader: nothing is committed to compare against
         leader = view.replica(s.leader, tp)
-        if leader is None:
+        if leader is None or leader.log_end_offset < hw:
+            out.append(("ValidHighWatermark", tp, f"leader {s.leader} HW {hw} beyond its own log "
+                        f"({'none' if leader is None else leader.log_end_offset})"))
             continue
         if s.leader not in s.isr:
             out.append(("LeaderInIsr", tp, f"leader {s.leader} not in the ISR {sorted(s.isr)}"))
