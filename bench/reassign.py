@@ -80,7 +80,10 @@ def move_under_load(bs: str, d: Path, target: list[int], throttle: int | None,
     time.sleep(2)
     before = len(latencies)
     began = time.monotonic()
-    reassign(bs, d, target, throttle)
+    if target:
+        reassign(bs, d, target, throttle)
+    else:
+        time.sleep(15)  # the peer: the same producer with no move
     took = time.monotonic() - began
     during = latencies[before:]
     stop.set()
@@ -97,6 +100,7 @@ def main() -> None:
     ap.add_argument("--history-mb", type=int, default=20)
     ap.add_argument("--throttle", type=int, default=2_000_000, help="bytes/s")
     ap.add_argument("--rate", type=int, default=200, help="producer records/s during the move")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of (peer, move, throttled move)")
     ap.add_argument("--doc", action="store_true", help="append the run to docs/benchmarks.md")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -118,18 +122,20 @@ def main() -> None:
                 p.poll(0)
             p.flush(300)
             rows = []
-            for target, throttle in (([2, 3, 4], None), ([1, 2, 3], None),
-                                     ([2, 3, 4], args.throttle)):
-                took, lat = move_under_load(bs, d, target, throttle, args.rate)
-                if target == [1, 2, 3]:
-                    continue  # only brings the history back to broker 1 for the next move
-                rows.append((throttle, took, lat))
+            for _ in range(args.rounds):
+                for target, throttle in (([], None), ([2, 3, 4], None), ([1, 2, 3], None),
+                                         ([2, 3, 4], args.throttle), ([1, 2, 3], None)):
+                    took, lat = move_under_load(bs, d, target, throttle, args.rate)
+                    if target == [1, 2, 3]:
+                        continue  # only brings the history back to broker 1 for the next move
+                    rows.append((target, throttle, took, lat))
         finally:
             cluster.down(timeout_s=30)
-    lines = ["| throttle | move took | acks=all p50 | p99 | max | records acked during the move |",
+    lines = ["| throttle | took | acks=all p50 | p99 | max | records acked during the move |",
              "|---|---|---|---|---|---|"]
-    for throttle, took, lat in rows:
-        name = "none" if throttle is None else f"{throttle / 1e6:g} MB/s"
+    for target, throttle, took, lat in rows:
+        name = ("no move (peer)" if not target else "none" if throttle is None
+                else f"{throttle / 1e6:g} MB/s")
         lines.append(f"| {name} | {took:.1f} s | {statistics.median(lat) if lat else 0:.1f} ms"
                      f" | {pct(lat, 0.99):.1f} ms | {max(lat, default=0):.1f} ms | {len(lat)} |")
     table = "\n".join(lines)
