@@ -116,9 +116,7 @@ class ReplicaManager:
         self.isr_updates_failed = 0
         self.isr_notifications_written = 0
         self.stale_broker_epoch_refused = 0
-        # Observers a driver may set: after every completion round (a HW, ISR or leadership may
-        # have moved), and after each HW checkpoint.
-        self.on_state_change: Callable[[], None] | None = None
+        # A driver's observer of each HW checkpoint (the broker's telemetry).
         self.on_high_watermark_checkpoint: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ life cycle
@@ -221,8 +219,6 @@ class ReplicaManager:
             callback = self._waiting.pop(done.request_key, None)
             if callback is not None:
                 callback(done)
-        if self.on_state_change is not None:
-            self.on_state_change()
         deadline = core.next_deadline_ms()
         if deadline is None:
             return
