@@ -284,6 +284,13 @@ def _check_kafka_params(opts: dict[str, str]) -> None:
             raise TidelogOptionError(key, f"is not supported: {why}")
     # tidelog's client speaks PLAINTEXT only: a secured setting would otherwise be ignored and
     # the connection fail (or, worse, go out unencrypted) far from the cause.
+    # A transactional producer's aborted records are in the log: a reader asking for
+    # read_committed must get it or an error, never read_uncommitted silently.
+    isolation = opts.get("kafka.isolation.level")
+    if isolation is not None and isolation.strip().lower() != "read_uncommitted":
+        raise TidelogOptionError(
+            "kafka.isolation.level", f"the tidelog connector reads read_uncommitted only (Spark's "
+            f"own connector, format 'kafka', reads read_committed), got '{isolation}'")
     protocol = opts.get("kafka.security.protocol")
     if protocol is not None and protocol.strip().upper() != "PLAINTEXT":
         raise TidelogOptionError(
