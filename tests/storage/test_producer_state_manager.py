@@ -40,6 +40,15 @@ def new_log(fio: MemoryFileIO | None = None, **kw: object) -> Log:
     return Log(DIR, small_config(), fio or MemoryFileIO(), **kw)  # type: ignore[arg-type]
 
 
+def filled_log(fio: MemoryFileIO | None = None, count: int = 30) -> Log:
+    """One producer's batches 0..count-1 (sequence = offset = timestamp), over several
+    segments."""
+    log = new_log(fio)
+    for seq in range(count):
+        log.append_as_leader(batch(seq, ts=seq), 0, now_ms=seq)
+    return log
+
+
 def snapshots(log: Log) -> list[str]:
     return sorted(n for n in log.file_io.listdir(log.dir) if n.endswith(".snapshot"))
 
@@ -142,9 +151,7 @@ def test_the_snapshot_file_is_kafkas_format() -> None:
 
 def test_a_roll_and_a_clean_close_write_snapshots_and_a_clean_reopen_replays_nothing() -> None:
     fio = MemoryFileIO()
-    log = new_log(fio)
-    for seq in range(30):
-        log.append_as_leader(batch(seq, ts=seq), 0, now_ms=seq)
+    log = filled_log(fio)
     assert len(log.segments) > 2
     bases = [s.base_offset for s in log.segments[1:]]
     assert snapshots(log) == [snapshot_file_name(b) for b in bases]
@@ -159,9 +166,7 @@ def test_a_roll_and_a_clean_close_write_snapshots_and_a_clean_reopen_replays_not
 
 def test_after_a_crash_the_log_is_replayed_from_the_latest_snapshot_only() -> None:
     fio = MemoryFileIO()
-    log = new_log(fio)
-    for seq in range(30):
-        log.append_as_leader(batch(seq), 0, now_ms=0)
+    log = filled_log(fio)
     log.flush()
     latest = log.producer_state_manager.latest_snapshot_offset()
     assert latest is not None and 0 < latest < 30
@@ -173,9 +178,7 @@ def test_after_a_crash_the_log_is_replayed_from_the_latest_snapshot_only() -> No
 
 def test_a_corrupt_snapshot_is_deleted_and_an_older_one_used() -> None:
     fio = MemoryFileIO()
-    log = new_log(fio)
-    for seq in range(30):
-        log.append_as_leader(batch(seq), 0, now_ms=0)
+    log = filled_log(fio)
     log.flush()
     offsets = log.producer_state_manager.snapshot_offsets
     path = os.path.join(DIR, snapshot_file_name(offsets[-1]))
@@ -189,9 +192,7 @@ def test_a_corrupt_snapshot_is_deleted_and_an_older_one_used() -> None:
 
 
 def test_truncation_drops_later_snapshots_and_a_truncated_batch_is_new_again() -> None:
-    log = new_log()
-    for seq in range(30):
-        log.append_as_leader(batch(seq), 0, now_ms=0)
+    log = filled_log()
     log.truncate_to(12)
     assert all(int(n.split(".")[0]) <= 12 for n in snapshots(log))
     assert state(log) == {PID: (0, 11, 11)}
@@ -201,9 +202,7 @@ def test_truncation_drops_later_snapshots_and_a_truncated_batch_is_new_again() -
 
 
 def test_retention_and_delete_records_remove_the_snapshots_below_the_log_start() -> None:
-    log = new_log()
-    for seq in range(30):
-        log.append_as_leader(batch(seq), 0, now_ms=0)
+    log = filled_log()
     log.truncate_to(20)  # leaves a snapshot at 20, where no segment starts
     assert snapshot_file_name(20) in snapshots(log)
     for seq in range(20, 40):
