@@ -848,7 +848,7 @@ class KafkaApis:
             for ps in ts.partition_states:
                 ps.topic_name = ts.topic_name
                 wire_states.append(ps)
-        if self.rm.is_stale_broker_epoch(request.broker_epoch):
+        if self.rm.shell.is_stale_broker_epoch(request.broker_epoch):
             logger.info("refusing LeaderAndIsr with stale broker epoch %d (ours %d)",
                         request.broker_epoch, self.server.broker_epoch)
             return self._leader_and_isr_response(version, ErrorCode.STALE_BROKER_EPOCH,
@@ -900,7 +900,7 @@ class KafkaApis:
     async def handle_update_metadata(
         self, ctx: RequestContext, request: m_um.UpdateMetadataRequest
     ) -> m_um.UpdateMetadataResponse:
-        if self.rm.is_stale_broker_epoch(request.broker_epoch):
+        if self.rm.shell.is_stale_broker_epoch(request.broker_epoch):
             return m_um.UpdateMetadataResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
         wire_states = list(request.ungrouped_partition_states)
         for ts in request.topic_states:
@@ -931,7 +931,8 @@ class KafkaApis:
             return m_um.UpdateMetadataResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
         # KIP-841: only live brokers may join an ISR (their epochs are not on the wire here).
         return m_um.UpdateMetadataResponse(error_code=_code(
-            self.rm.update_metadata(request.broker_epoch, {b.broker_id: -1 for b in brokers})))
+            self.rm.shell.update_metadata(request.broker_epoch,
+                                          {b.broker_id: -1 for b in brokers})))
 
     async def handle_stop_replica(
         self, ctx: RequestContext, request: m_sr.StopReplicaRequest
@@ -949,7 +950,7 @@ class KafkaApis:
             for ts in request.topic_states:
                 for ps in ts.partition_states:
                     wanted[TopicPartition(ts.topic_name, ps.partition_index)] = ps.delete_partition
-        if self.rm.is_stale_broker_epoch(request.broker_epoch):
+        if self.rm.shell.is_stale_broker_epoch(request.broker_epoch):
             return m_sr.StopReplicaResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
         if request.controller_epoch < self.rm.core.controller_epoch:
             return m_sr.StopReplicaResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)

@@ -278,9 +278,6 @@ class BrokerReplicaManager:
             )
 
     # ------------------------------------------------------------------ controller requests
-    def is_stale_broker_epoch(self, broker_epoch: int) -> bool:
-        return self.shell.is_stale_broker_epoch(broker_epoch)
-
     def become_leader_or_follower(
         self,
         controller_id: int,
@@ -306,10 +303,6 @@ class BrokerReplicaManager:
                     self.events.leader_elected(s.tp.topic, s.tp.partition, p.leader_epoch,
                                                p.isr, p.log_end_offset, p.high_watermark)
         return result
-
-    def update_metadata(self, broker_epoch: int, eligible_brokers: Mapping[int, int] | None
-                        ) -> Errors:
-        return self.shell.update_metadata(broker_epoch, eligible_brokers)
 
     def stop_replicas(
         self, controller_id: int, controller_epoch: int, broker_epoch: int,
