@@ -169,7 +169,7 @@ def test_truncating_below_a_forgotten_marker_rebuilds_the_state_from_the_log() -
     log.append_as_leader(marker(1, commit=True), 0, 0, COORDINATOR)  # 1
     log.append_as_leader(batch(b"z"), 0, 0)  # 2
     log.update_high_watermark(3)  # the marker is below the HW: forgotten from memory
-    assert log.transactions.unreplicated == []
+    assert not log.transactions.unreplicated
     log.truncate_to(1)  # (an unclean election)
     log.update_high_watermark(1)
     assert log.last_stable_offset == 0

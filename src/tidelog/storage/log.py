@@ -675,7 +675,9 @@ class Log:
         stamp = _STAMP.pack_into
         crc = crc32c.crc32c
         ongoing = self.transactions.ongoing
-        txn_positions: list[tuple[int, int, int]] = []  # (position, end, base offset)
+        # TxnBatch of each transactional batch (or of a producer with a transaction open);
+        # control batches as (position, end, base offset), their marker read after the loop
+        txn_items: list[TxnBatch | tuple[int, int, int]] = []
         producer_batches: list[tuple[int, int, int, int, int, int, int]] = []
         while pos < n:
             if n - pos < HEADER_SIZE:
@@ -722,8 +724,12 @@ class Log:
                 )
                 batch_ts = log_append_time
             if producer_id >= 0:
-                if attributes & TXN_OR_CONTROL or producer_id in ongoing:
-                    txn_positions.append((pos, end, next_offset))
+                if attributes & CONTROL_FLAG_MASK:
+                    txn_items.append((pos, end, next_offset))
+                elif attributes & TRANSACTIONAL_FLAG_MASK or producer_id in ongoing:
+                    txn_items.append(TxnBatch(
+                        producer_id, producer_epoch, next_offset, next_offset + delta,
+                        bool(attributes & TRANSACTIONAL_FLAG_MASK)))
                 producer_batches.append((next_offset, producer_id, producer_epoch, base_sequence,
                                          delta, batch_ts, attributes))
             # baseOffset, batchLength (unchanged), partitionLeaderEpoch: one pack
@@ -738,9 +744,10 @@ class Log:
         if not batches:
             return LogAppendInfo(first_offset, first_offset - 1, -1, 0, 0)
         txn_batches: list[TxnBatch] = []
-        for start, end, base in txn_positions:
-            info = txn_batch_of(RecordBatch(src[start:end]), base)
-            if info is not None:
+        for item in txn_items:
+            if isinstance(item, TxnBatch):
+                txn_batches.append(item)
+            elif (info := txn_batch_of(RecordBatch(src[item[0]:item[1]]), item[2])) is not None:
                 txn_batches.append(info)
         appended_producers: list[ProducerAppendInfo] = []
         if producer_batches:

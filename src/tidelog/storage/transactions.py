@@ -29,6 +29,7 @@ transaction whose marker is not yet below the HW is then forgotten (as in Kafka)
 from __future__ import annotations
 
 import bisect
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -157,8 +158,12 @@ class TransactionTracker:
     def __init__(self) -> None:
         # producer id -> first offset of its open transaction
         self.ongoing: dict[int, int] = {}
-        # completed transactions whose marker is not yet below the HW, in marker order
-        self.unreplicated: list[CompletedTxn] = []
+        # completed transactions whose marker is not yet below the HW, in marker order (they
+        # leave from the front as the HW moves)
+        self.unreplicated: deque[CompletedTxn] = deque()
+        # the earliest first offset among them: a monotonic queue (each entry's first offset
+        # is smaller than every later one's), so appends and removals stay O(1) amortized
+        self._unreplicated_min: deque[CompletedTxn] = deque()
         # the largest marker offset of a completed transaction forgotten (HW passed it): a
         # truncation at or below it cannot be undone from memory
         self.forgotten_up_to = -1
@@ -170,8 +175,18 @@ class TransactionTracker:
         return self._first_unstable
 
     def _update_first_unstable(self) -> None:
-        firsts = list(self.ongoing.values()) + [t.first_offset for t in self.unreplicated]
-        self._first_unstable = min(firsts) if firsts else None
+        first = min(self.ongoing.values()) if self.ongoing else None
+        if self._unreplicated_min:
+            earliest = self._unreplicated_min[0].first_offset
+            first = earliest if first is None else min(first, earliest)
+        self._first_unstable = first
+
+    def _push_unreplicated(self, txn: CompletedTxn) -> None:
+        self.unreplicated.append(txn)
+        mins = self._unreplicated_min
+        while mins and mins[-1].first_offset >= txn.first_offset:
+            mins.pop()
+        mins.append(txn)
 
     def last_stable_offset_after(self, completed: CompletedTxn) -> int:
         """The LSO right after `completed` (Kafka's lastStableOffset(completedTxn)), for its
@@ -270,19 +285,21 @@ class TransactionTracker:
     def _complete(self, completed: CompletedTxn, high_watermark: int) -> None:
         """A completed transaction stays unstable until the HW passes its marker."""
         if completed.last_offset >= high_watermark:
-            self.unreplicated.append(completed)
+            self._push_unreplicated(completed)
         else:
             self.forgotten_up_to = max(self.forgotten_up_to, completed.last_offset)
 
     def on_high_watermark_updated(self, high_watermark: int) -> None:
         """Forget completed transactions whose marker is now below the HW (Kafka's
         ProducerStateManager.onHighWatermarkUpdated)."""
-        if not self.unreplicated or self.unreplicated[0].last_offset >= high_watermark:
+        unreplicated = self.unreplicated
+        if not unreplicated or unreplicated[0].last_offset >= high_watermark:
             return
-        for txn in self.unreplicated:
-            if txn.last_offset < high_watermark:
-                self.forgotten_up_to = max(self.forgotten_up_to, txn.last_offset)
-        self.unreplicated = [t for t in self.unreplicated if t.last_offset >= high_watermark]
+        while unreplicated and unreplicated[0].last_offset < high_watermark:
+            txn = unreplicated.popleft()
+            self.forgotten_up_to = max(self.forgotten_up_to, txn.last_offset)
+            if self._unreplicated_min and self._unreplicated_min[0] is txn:
+                self._unreplicated_min.popleft()
         self._update_first_unstable()
 
     # -- truncation --------------------------------------------------------------------------
@@ -295,7 +312,11 @@ class TransactionTracker:
             return False
         self.ongoing = {pid: first for pid, first in self.ongoing.items() if first < offset}
         reopened = [t for t in self.unreplicated if t.last_offset >= offset]
-        self.unreplicated = [t for t in self.unreplicated if t.last_offset < offset]
+        kept = [t for t in self.unreplicated if t.last_offset < offset]
+        self.unreplicated = deque()
+        self._unreplicated_min = deque()
+        for txn in kept:
+            self._push_unreplicated(txn)
         for txn in reopened:
             if txn.first_offset < offset:
                 self.ongoing[txn.producer_id] = txn.first_offset
@@ -304,7 +325,8 @@ class TransactionTracker:
 
     def clear(self) -> None:
         self.ongoing = {}
-        self.unreplicated = []
+        self.unreplicated = deque()
+        self._unreplicated_min = deque()
         self.forgotten_up_to = -1
         self._first_unstable = None
 
