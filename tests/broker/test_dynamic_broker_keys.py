@@ -72,6 +72,18 @@ def test_the_listener_keys_are_refused(
     assert r.error_code == ErrorCode.INVALID_REQUEST and "advertised.listeners" in r.error_message
 
 
+def test_kafkas_dynamic_keys_tidelog_does_not_implement_are_refused_custom_ones_stored(
+        one_broker: BrokerThread, controller: ActingController,
+        dynamic: list[tuple[str, str]]) -> None:
+    for key, value in (("compression.gzip.level", "5"), ("metric.reporters", "")):
+        r = alter(one_broker, "", [(key, SET, value)])
+        assert (r.error_code, r.error_message) == (
+            ErrorCode.INVALID_REQUEST, f"tidelog does not implement these configs: Set({key})")
+    dynamic.append(("", "my.own.setting"))
+    assert alter(one_broker, "", [("my.own.setting", SET, "x")]).error_code == 0
+    assert controller.zk.get_broker_config("<default>") == {"my.own.setting": "x"}
+
+
 def test_num_replica_fetchers_resizes_the_fetcher_pool(
         one_broker: BrokerThread, dynamic: list[tuple[str, str]]) -> None:
     fetchers = one_broker.server.replica_manager.fetcher_manager

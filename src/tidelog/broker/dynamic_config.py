@@ -17,7 +17,10 @@ than half and no more than double its current value, as Kafka's `DynamicThreadPo
 
 Refused although Kafka changes them live: the listener keys (`listeners`, `advertised.listeners`,
 `listener.security.protocol.map`; at the cluster level with Kafka's own message, since Kafka
-takes them per broker only): tidelog cannot apply them without a restart.
+takes them per broker only): tidelog cannot apply them without a restart. Also refused: the
+dynamic keys of Kafka 3.9 that tidelog does not implement at all (`NOT_IMPLEMENTED`: KIP-390's
+compression levels, tiered storage, connection-rate quotas, metric reporters, ...), which its
+server.properties refuses as unknown too; a key Kafka does not know either is a custom config.
 
 Precedence: a per-broker dynamic value, then the cluster-wide dynamic default, then
 server.properties, then Kafka's default. Other known keys cannot be changed dynamically; keys
@@ -77,6 +80,18 @@ PER_BROKER_KEYS = frozenset({"listeners", "advertised.listeners",
                              "listener.security.protocol.map"})
 # Dynamic in Kafka, but tidelog cannot apply them without a restart.
 NOT_LIVE_KEYS = PER_BROKER_KEYS
+# Dynamic in Kafka 3.9 (DynamicBrokerConfig.AllDynamicConfigs and DynamicConfig.Broker, the
+# security keys aside), not implemented by tidelog.
+NOT_IMPLEMENTED = frozenset({
+    "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
+    "log.cleaner.io.buffer.size", "log.local.retention.bytes", "log.local.retention.ms",
+    "log.message.timestamp.after.max.ms", "log.message.timestamp.before.max.ms",
+    "max.connection.creation.rate", "max.connections.per.ip.overrides", "metric.reporters",
+    "remote.fetch.max.wait.ms", "remote.log.index.file.cache.total.size.bytes",
+    "remote.log.manager.copy.max.bytes.per.second",
+    "remote.log.manager.fetch.max.bytes.per.second",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
+    "transaction.partition.verification.enable"})
 # A broker key and the keys Kafka falls back on for it, in order (LogConfig's synonyms).
 _BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
     "log.retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
@@ -136,6 +151,10 @@ class DynamicBrokerConfig:
         if not_live:
             raise ConfigError(None, "tidelog cannot update these configs without a restart: "
                               f"Set({', '.join(not_live)})")
+        missing = sorted(k for k in props if k in NOT_IMPLEMENTED)
+        if missing:
+            raise ConfigError(None, "tidelog does not implement these configs: "
+                              f"Set({', '.join(missing)})")
         for key in (LEADER_RATE, FOLLOWER_RATE):
             if key in props:
                 try:
