@@ -8,6 +8,7 @@ import time
 import pytest
 from confluent_kafka.admin import ConfigResource
 from differential import Pair, Target, create_ready, create_topic, outcome, topic_shape
+from known_differences import ABSENT_TOPIC_KEYS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -94,24 +95,9 @@ def test_delete_removes_the_topic_and_an_unknown_topic_is_refused(pair: Pair) ->
                                    "UNKNOWN_TOPIC_OR_PART")
 
 
-# Where tidelog's DescribeConfigs of a topic knowingly differs from Kafka 3.9's, and why (the
-# same list is in docs/compatibility.md). Each must still differ: a fixed one fails the test
-# until it is taken off the list.
-DOCUMENTED_CONFIG_DIFFERENCES = {
-    # Not in tidelog's LogConfig yet (newer Kafka keys: KIP-390 compression levels, KIP-937
-    # timestamp bounds, KIP-405 tiered storage, the deprecated message format version).
-    "compression.gzip.level": "not implemented",
-    "compression.lz4.level": "not implemented",
-    "compression.zstd.level": "not implemented",
-    "message.timestamp.after.max.ms": "not implemented",
-    "message.timestamp.before.max.ms": "not implemented",
-    "local.retention.bytes": "no tiered storage",
-    "local.retention.ms": "no tiered storage",
-    "remote.storage.enable": "no tiered storage",
-    "remote.log.copy.disable": "no tiered storage",
-    "remote.log.delete.on.disable": "no tiered storage",
-    "message.format.version": "only record batch v2 is written",
-}
+# Where tidelog's DescribeConfigs of a topic knowingly differs from Kafka 3.9's (known_differences.py):
+# each must still differ, so a fixed one fails the test until it is taken off the list.
+DOCUMENTED_CONFIG_DIFFERENCES = ABSENT_TOPIC_KEYS
 
 
 def test_a_topics_config_description_matches(pair: Pair) -> None:

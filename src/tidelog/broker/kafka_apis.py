@@ -110,6 +110,9 @@ DYNAMIC_TOPIC_CONFIG = 1
 DEFAULT_CONFIG = 5
 _CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6,
                  "list": 7, "password": 9}
+# The type of the topic keys that have no broker key to fall back to.
+_TOPIC_ONLY_KEY_TYPES = {"leader.replication.throttled.replicas": "list",
+                         "follower.replication.throttled.replicas": "list"}
 # Kafka's internal topics (Topic.INTERNAL_TOPICS).
 _INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 # What Metadata reports as authorized when asked, as Kafka does without an authorizer: every
@@ -611,9 +614,14 @@ class KafkaApis:
                 continue
             res.num_partitions = len(assigned)
             res.replication_factor = len(next(iter(assigned.values()))) if assigned else -1
-            res.configs = [m_ct.CreatableTopicConfigs(name=k, value=v, config_source=DYNAMIC_TOPIC_CONFIG)
-                           for k, v in sorted(configs.items())]
+            # v5+: every config of the new topic with its source, as DescribeConfigs shows them
+            # (Kafka's ZkAdminManager.createTopics); v7: the topic id it was created with.
+            res.configs = [m_ct.CreatableTopicConfigs(
+                name=e.name, value=e.value, read_only=e.read_only, config_source=e.config_source,
+                is_sensitive=e.is_sensitive) for e in self._topic_configs(configs, None)]
             if not request.validate_only:
+                res.topic_id = await asyncio.to_thread(
+                    self.server.zk_client.get_topic_id, t.name) or ZERO_UUID
                 created.append(res)
         if created and request.timeout_ms > 0:
             # Kafka's DelayedCreatePartitions: answer when the controller has elected leaders.
@@ -716,6 +724,7 @@ class KafkaApis:
     def _topic_configs(
         self, overrides: dict[str, str], keys: set[str] | None, synonyms: bool = False
     ) -> list[Any]:
+        from tidelog.broker.config import CONFIG_DEFS
         from tidelog.broker.dynamic_config import TOPIC_TO_BROKER_KEY
         from tidelog.storage.log_config import UNSUPPORTED, LogConfig
 
@@ -733,9 +742,12 @@ class KafkaApis:
             else:
                 value = _config_str(defaults[name])
                 source = broker_synonyms[0][2] if broker_synonyms else DEFAULT_CONFIG
+            # v3+: the key's type, as the broker key it falls back to is typed (Kafka's LogConfig).
+            type_ = (CONFIG_DEFS[broker_key].type if broker_key in CONFIG_DEFS
+                     else _TOPIC_ONLY_KEY_TYPES.get(name))
             entry = m_dc.DescribeConfigsResourceResult(
                 name=name, value=value, read_only=False, is_default=source == DEFAULT_CONFIG,
-                config_source=source, is_sensitive=False,
+                config_source=source, is_sensitive=False, config_type=_CONFIG_TYPES.get(type_, 0),
                 documentation=(f"tidelog accepts only the default: {UNSUPPORTED[name]}"
                                if name in UNSUPPORTED else None),
             )

@@ -1,0 +1,87 @@
+"""Where tidelog knowingly answers differently from Apache Kafka 3.9, and why: the one list that
+docs/compatibility.md's table of differences is generated from (tools/compat_matrix.py). Each
+entry names the test that asserts the difference still holds; a fix makes that test fail, and the
+entry then goes (the tool refuses an entry whose test does not exist)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Difference:
+    what: str
+    kafka: str
+    tidelog: str
+    why: str
+    test: str  # the node id (tests/compat/<file>::<test>) of the test asserting it
+
+
+# The topic keys of Kafka 3.9 that tidelog's LogConfig lacks: DescribeConfigs and CreateTopics
+# v5+ list them on Kafka only. test_topics.py and test_python_clients.py assert exactly these.
+ABSENT_TOPIC_KEYS = {
+    # KIP-390 per-codec compression levels
+    "compression.gzip.level": "not implemented",
+    "compression.lz4.level": "not implemented",
+    "compression.zstd.level": "not implemented",
+    # KIP-937 timestamp bounds (tidelog enforces message.timestamp.difference.max.ms)
+    "message.timestamp.after.max.ms": "not implemented",
+    "message.timestamp.before.max.ms": "not implemented",
+    # KIP-405 tiered storage
+    "local.retention.bytes": "no tiered storage",
+    "local.retention.ms": "no tiered storage",
+    "remote.storage.enable": "no tiered storage",
+    "remote.log.copy.disable": "no tiered storage",
+    "remote.log.delete.on.disable": "no tiered storage",
+    # deprecated since 3.0, ignored by Kafka 3.x brokers
+    "message.format.version": "only record batch v2 is written",
+}
+
+DIFFERENCES: dict[str, Difference] = {
+    "absent topic keys": Difference(
+        what="DescribeConfigs of a topic (and CreateTopics v5+'s configs): "
+             + ", ".join(f"`{k}`" for k in ABSENT_TOPIC_KEYS),
+        kafka="listed with their defaults",
+        tidelog="absent; setting one is refused as an unknown key",
+        why="KIP-390 compression levels and KIP-937 timestamp bounds are not implemented, "
+            "there is no tiered storage (KIP-405), and only record batch v2 is written "
+            "(message.format.version)",
+        test="tests/compat/test_topics.py::test_a_topics_config_description_matches",
+    ),
+    "describe configs documentation": Difference(
+        what="DescribeConfigs v3+ of a topic, documentation not asked for",
+        kafka="no documentation (null) for every key",
+        tidelog="a note on each key it accepts only at its default (`preallocate`: \"tidelog "
+                "accepts only the default: ...\"), null for the others",
+        why="tidelog tells why such a value is refused; Kafka, asked for documentation, would "
+            "send its own text for every key, which tidelog does not carry",
+        test="tests/compat/test_python_clients.py::test_kafka_python",
+    ),
+    "fetch v0-3": Difference(
+        what="a client's Fetch v0-3",
+        kafka="served: down-converted to the old record format "
+              "(`message.downconversion.enable=true`, the default) or UNSUPPORTED_VERSION per "
+              "partition (false)",
+        tidelog="not advertised (Fetch v4+)",
+        why="tidelog never down-converts; the config takes both values, since for Fetch v4+ "
+            "Kafka does not consult it",
+        test="tests/compat/test_api_versions_against_kafka.py::test_fetch_v0_to_v3_are_not_served",
+    ),
+    "consumer fetch at a follower": Difference(
+        what="a consumer's Fetch (v11+) at a follower",
+        kafka="served up to the follower's HW (KIP-392, even without a replica.selector.class)",
+        tidelog="NOT_LEADER_OR_FOLLOWER",
+        why="tidelog serves consumers from the leader only; clients fetch from a follower only "
+            "when a leader names it as preferred read replica, which neither cluster does "
+            "without a replica selector",
+        test="tests/compat/test_fetch_epochs.py::test_a_consumer_fetch_at_a_follower",
+    ),
+    "listeners and replica fetchers": Difference(
+        what="a per-broker change of the listener keys, or of `num.replica.fetchers`",
+        kafka="applied live",
+        tidelog="INVALID_REQUEST (read-only until a restart)",
+        why="tidelog's broker does not rebind listeners nor resize its fetcher pool live",
+        test="tests/compat/test_dynamic_broker_keys_against_kafka.py::"
+             "test_listeners_per_broker_and_num_replica_fetchers_differ_as_documented",
+    ),
+}
