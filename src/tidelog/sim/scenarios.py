@@ -620,6 +620,40 @@ def stale_controller(sc: ScenarioRun) -> None:
     sc.produce(5)
 
 
+def kip380(sc: ScenarioRun) -> None:
+    """KIP-380: the leader, broker 0, is killed and restarted (a new registration, a new broker
+    epoch). A LeaderAndIsr the controller had sent to its previous registration, naming it
+    leader, reaches the new process (a duplicated, long-delayed message) before the
+    controller's requests for the new one. It must be refused by its broker epoch: applied, the
+    restarted broker would lead that old leader epoch again, from the HW of its checkpoint,
+    below the HW it published in that epoch."""
+    from tidelog.controller.core import LeaderAndIsrRequest
+    from tidelog.sim.messages import ControllerMessage
+
+    sc.boot()
+    ctl = sc.cluster.controller
+    assert ctl is not None
+    old_epoch = sc.node(0).broker_epoch
+    stale = LeaderAndIsrRequest(ctl.controller_id, ctl.core.controller_epoch, old_epoch,
+                                (sc.zk(),), (0,))
+    sc.produce(5)
+    sc.snapshot("0 leads; HW 5 published, never checkpointed")
+    sc.stop(0, "kill")
+    sc.cluster.network.link(CONTROLLER_NODE, 0).extra_delay_ms = 300
+    sc.start(0)
+    sc.run_until(lambda: sc.node(0).broker_epoch not in (-1, old_epoch))
+    sc.node(0).receive(CONTROLLER_NODE, ControllerMessage(stale))
+    sc.run_for(10)
+    sc.snapshot("the previous registration's LeaderAndIsr delivered")
+    if sc.node(0).stats.stale_requests_refused == 0:
+        sc.cluster.checker.fail("StaleBrokerEpochObeyed", sc.tp, "broker 0 applied a request "
+                                f"meant for its previous registration (epoch {old_epoch})")
+    sc.cluster.network.link(CONTROLLER_NODE, 0).extra_delay_ms = 0
+    sc.run_until(lambda: sc.isr_is({0, 1, 2}))
+    sc.produce(5)
+    sc.snapshot("0 back as a follower")
+
+
 def out_of_range(sc: ScenarioRun) -> None:
     """A follower whose fetch offset is past the new leader's LEO gets OFFSET_OUT_OF_RANGE and
     must recover (truncate to the leader's end and go on), never stop (KAFKA-7414). Unclean
@@ -760,6 +794,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              stale_fetch_response, lambda naive: _cfg(3, (0, 1, 2), min_insync_replicas=1), None),
     Scenario("stale_controller", "a stale controller's LeaderAndIsr is refused", stale_controller,
              lambda naive: _cfg(3, (0, 1, 2)), None),
+    Scenario("kip380", "KIP-380: a request for a bounced broker's previous registration",
+             kip380, lambda naive: _cfg(3, (0, 1, 2), sim={"hw_checkpoint_ms": 10**9}), None),
     Scenario("topic_min_isr", "a topic's own min.insync.replicas overrides the brokers' default",
              topic_min_isr,
              lambda naive: _cfg(3, (0, 1, 2), min_insync_replicas=1, replica_lag_time_max_ms=500,
