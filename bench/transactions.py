@@ -142,12 +142,11 @@ def main() -> None:
     if not args.no_write_doc:
         intro = (
             "## transactions\n\n"
-            "`bench/transactions.py`: what KIP-98 costs the log (issue 17). Append CPU time per "
-            "batch for plain, idempotent and transactional batches (each transactional batch "
-            "followed by its COMMIT/ABORT marker, counted in its cost), and a 64 KiB fetch "
-            "read_uncommitted next to read_committed (to the LSO, with the aborted "
-            "transactions of the range from the `.txnindex`). CPU time, so that the shared "
-            "machine's other jobs disturb it least.\n"
+            "`bench/transactions.py`: what KIP-98 costs the log (issue 17). Append CPU time per\n"
+            "batch for plain, idempotent and transactional batches (a transaction's COMMIT/ABORT\n"
+            "marker counted in the cost of its batches), and a 64 KiB fetch read_uncommitted next\n"
+            "to read_committed (to the LSO, with the aborted transactions of the range from the\n"
+            "`.txnindex`). CPU time, so that the shared machine's other jobs disturb it least.\n"
         )
         append_run(DOC, "## transactions", intro, block)
 
