@@ -57,6 +57,7 @@ MODULE_CLIENTS = {
     "test_produce_fetch.py": "confluent-kafka, raw requests",
     "test_python_clients.py": "kafka-python, aiokafka",
     "test_reassign_partitions_tool.py": "Kafka's tools",
+    "test_reassignment_errors_against_kafka.py": "raw requests",
     "test_topic_config_changes.py": "confluent-kafka AdminClient, Kafka's tools",
     "test_topic_config_effects.py": "confluent-kafka, raw requests",
     "test_topic_ids_against_kafka.py": "confluent-kafka, raw Metadata",

@@ -76,12 +76,12 @@ DIFFERENCES: dict[str, Difference] = {
             "without a replica selector",
         test="tests/compat/test_fetch_epochs.py::test_a_consumer_fetch_at_a_follower",
     ),
-    "listeners and replica fetchers": Difference(
-        what="a per-broker change of the listener keys, or of `num.replica.fetchers`",
+    "listener keys per broker": Difference(
+        what="a per-broker change of the listener keys",
         kafka="applied live",
         tidelog="INVALID_REQUEST (read-only until a restart)",
-        why="tidelog's broker does not rebind listeners nor resize its fetcher pool live",
+        why="tidelog's broker does not rebind its listeners live",
         test="tests/compat/test_dynamic_broker_keys_against_kafka.py::"
-             "test_listeners_per_broker_and_num_replica_fetchers_differ_as_documented",
+             "test_the_listener_keys_per_broker_differ_as_documented",
     ),
 }
