@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
+
 from tidelog.broker.replica_manager import BrokerReplicaManager
 from tidelog.broker.txn_apis import write_txn_markers
 from tidelog.coordinator.transaction.coordinator import TransactionCoordinator
@@ -247,24 +249,31 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(
     run(go())
 
 
-def test_a_new_coordinator_completes_a_commit_found_prepared_in_the_log(tmp_path: Path) -> None:
-    """The old coordinator wrote PrepareCommit and died before any marker: the coordinator
-    that loads the partition (a new leader epoch) sends the markers and writes CompleteCommit."""
+@pytest.mark.parametrize(("prepared_state", "complete", "marker"), [
+    (S.PREPARE_COMMIT, S.COMPLETE_COMMIT, "COMMIT"),
+    (S.PREPARE_ABORT, S.COMPLETE_ABORT, "ABORT"),
+])
+def test_a_new_coordinator_completes_a_transaction_found_prepared_in_the_log(
+        tmp_path: Path, prepared_state: TransactionState, complete: TransactionState,
+        marker: str) -> None:
+    """The old coordinator wrote PrepareCommit (PrepareAbort) and died before any marker: the
+    coordinator that loads the partition (a new leader epoch) sends the markers and writes
+    CompleteCommit (CompleteAbort)."""
 
     async def go() -> None:
         b = Broker(tmp_path, leader_epoch=3)
         try:
             await produce_transactional(b, 77, 5)
-            prepared = TxnTransitMetadata(77, -1, 5, -1, 30_000, S.PREPARE_COMMIT,
+            prepared = TxnTransitMetadata(77, -1, 5, -1, 30_000, prepared_state,
                                           frozenset({DATA}), b.now - 10, b.now - 5)
             batch = build_batch([Record(key=encode_key("t"), value=encode_value(prepared))])
             assert (await b.rm.append_records(-1, {TXN_TP: batch}, 5000,
                                               origin=AppendOrigin.COORDINATOR))[TXN_TP].error == 0
             await b.start(leader_epoch=3)
             md = b.coordinator.state.transactions["t"]
-            await until(lambda: md.state == S.COMPLETE_COMMIT, "CompleteCommit")
-            assert b.markers() == [("COMMIT", 5, 3)]  # the new coordinator epoch
-            assert [s.txn_state for s in b.states() if s][-1] == S.COMPLETE_COMMIT
+            await until(lambda: md.state == complete, complete.kafka_name)
+            assert b.markers() == [(marker, 5, 3)]  # the new coordinator epoch
+            assert [s.txn_state for s in b.states() if s][-1] == complete
             # The log's last stable offset is past the transaction now.
             p = b.rm.core.partition(DATA)
             assert p.last_stable_offset == p.log_end_offset
