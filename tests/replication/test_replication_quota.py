@@ -79,6 +79,8 @@ def test_a_follower_over_its_rate_leaves_a_lagging_throttled_partition_out_of_it
     logs = {TP: new_log(io, 2, TP)}
     f = ReplicaFetcher(2, 1, logs.get, CONFIG.with_(follower_quota=quota))
     f.add_partitions({TP: (0, 0)}, now_ms=0)
+    quota.record(1000, now_ms=0)  # over the rate already
+    # lag unknown (a new leader): fetched anyway, its answer tells the lag
     req = next(r for r in f.poll_requests(0) if isinstance(r, FetchRequest))
     # the first answer carries 5 of the 10 records: still lagging the leader's HW of 10
     half = data(leader, 0, hw=10)

@@ -646,9 +646,12 @@ class ReplicaFetcher:
         for tp, state in self.partition_states.items():
             if not state.is_ready_for_fetch(now_ms) or tp in self._offset_resets:
                 continue
-            if should_throttle(self.config.follower_quota, tp, self._lag.get(tp, 1) <= 0,
+            # Kafka's shouldFollowerThrottle: left out, asked again after the back-off. Unlike
+            # Kafka, a partition whose lag is not known yet (just added: a new leader) is not
+            # held back: after a move completes, the new leader's HW waits for this replica,
+            # and holding it back stalled acks=all producers for seconds (bench/reassign.py).
+            if should_throttle(self.config.follower_quota, tp, self._lag.get(tp, 0) <= 0,
                                now_ms):
-                # Kafka's shouldFollowerThrottle: left out, asked again after the back-off.
                 self._delay_partitions([tp], now_ms)
                 continue
             log = self._logs(tp)

@@ -466,7 +466,9 @@ class ReplicaManager:
             if is_follower and quota is not None and quota.is_throttled(tp):
                 # Kafka's shouldLeaderThrottle: a replica out of the ISR gets no records of a
                 # throttled partition while the leader's replication rate is over its bound.
-                if should_throttle(quota, tp, params.replica_id in p.isr, now_ms):
+                # The ISR here is the maximal one (KIP-497): the HW, and so every acks=all
+                # producer, waits for a replica whose addition is pending.
+                if should_throttle(quota, tp, params.replica_id in p.maximal_isr, now_ms):
                     records = b""
                 quota.record(len(records), now_ms)
             size = len(records)
@@ -504,7 +506,7 @@ class ReplicaManager:
             if st.fetch_offset > p.log_end_offset or st.fetch_offset < p.log_start_offset:
                 return total, True  # the log was truncated or moved: answer now
             if is_follower and should_throttle(self.config.leader_quota, tp,
-                                               params.replica_id in p.isr, None):
+                                               params.replica_id in p.maximal_isr, None):
                 continue  # Kafka's DelayedFetch: a throttled partition's bytes do not count
             if st.fetch_offset < end:
                 try:
