@@ -32,14 +32,14 @@ def send(p: Any, values: list[bytes]) -> None:
     assert p.flush(30) == 0
 
 
-def read(t: Target, isolation: str) -> tuple[int, list[tuple[int, bytes]]]:
+def read(t: Target, isolation: str, topic: str = TOPIC) -> tuple[int, list[tuple[int, bytes]]]:
     """(high watermark as this consumer's ListOffsets sees it, every record it reads up to it).
     The watermark is the LSO for read_committed."""
     c = t.consumer(**{"isolation.level": isolation, "enable.partition.eof": True})
-    tp = TopicPartition(TOPIC, 0)
+    tp = TopicPartition(topic, 0)
     try:
         high = int(c.get_watermark_offsets(tp, timeout=10, cached=False)[1])
-        c.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         got: list[tuple[int, bytes]] = []
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -110,18 +110,7 @@ def test_a_fenced_producer_cannot_write_or_commit(pair: Pair) -> None:
             outcome = "committed"
         except KafkaException as e:
             outcome = error_name(e)
-        c = t.consumer(**{"isolation.level": "read_committed", "enable.partition.eof": True})
-        c.assign([TopicPartition("txn-fence", 0, OFFSET_BEGINNING)])
-        seen = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            msg = c.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                break
-            seen.append(msg.value())
-        c.close()
+        _, seen = read(t, "read_committed", "txn-fence")
         return late, outcome, seen
 
     _, outcome, seen = pair.same(scenario)

@@ -204,25 +204,26 @@ def test_recovery_rebuilds_the_lost_index_and_the_open_transactions() -> None:
     assert again.last_stable_offset == 1
 
 
-def test_a_clean_reopen_loads_the_index_file() -> None:
-    fio = MemoryFileIO()
+def aborted_and_closed(fio: MemoryFileIO) -> str:
+    """A log holding one aborted transaction (offsets 0-1), closed cleanly; its .txnindex."""
     log = new_log(fio)
     log.append_as_leader(txn(1), 0, 0)
     log.append_as_leader(marker(1, commit=False), 0, 0, COORDINATOR)
     log.flush()
     log.close()
+    return log.segments[0].txn_index.path
+
+
+def test_a_clean_reopen_loads_the_index_file() -> None:
+    fio = MemoryFileIO()
+    aborted_and_closed(fio)
     again = Log(DIR, small_config(), fio, recovery_point=2, had_clean_shutdown=True)
     assert all_aborted(again) == [AbortedTxn(1, 0, 1, 2)]
 
 
 def test_a_corrupt_index_file_is_rebuilt_by_recovering_its_segment() -> None:
     fio = MemoryFileIO()
-    log = new_log(fio)
-    log.append_as_leader(txn(1), 0, 0)
-    log.append_as_leader(marker(1, commit=False), 0, 0, COORDINATOR)
-    log.flush()
-    log.close()
-    fio.open(log.segments[0].txn_index.path).append(b"\x00" * 5)  # torn entry
+    fio.open(aborted_and_closed(fio)).append(b"\x00" * 5)  # torn entry
     again = Log(DIR, small_config(), fio, recovery_point=2, had_clean_shutdown=True)
     assert all_aborted(again) == [AbortedTxn(1, 0, 1, 2)]
 

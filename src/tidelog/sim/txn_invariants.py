@@ -32,8 +32,9 @@ from tidelog.protocol.records.decoder import (
     parse_control_record,
 )
 from tidelog.replication.types import TopicPartition
+from tidelog.sim.invariants import Violation
 
-__all__ = ["TxnKey", "TxnLedger", "TxnViolation", "parse_txn_value", "read_committed", "txn_value"]
+__all__ = ["TxnKey", "TxnLedger", "parse_txn_value", "read_committed", "txn_value"]
 
 TxnKey = tuple[str, int]  # (transactional id, the producer's transaction number)
 
@@ -78,17 +79,6 @@ def read_committed(
             yield from decode_records(batch)
 
 
-@dataclass(frozen=True, slots=True)
-class TxnViolation:
-    invariant: str
-    tp: TopicPartition | None
-    detail: str
-
-    def __str__(self) -> str:
-        where = f" {self.tp}" if self.tp is not None else ""
-        return f"{self.invariant}{where}: {self.detail}"
-
-
 @dataclass(slots=True)
 class TxnLedger:
     # what each transaction wrote per partition: {txn: {tp: record count}}
@@ -98,37 +88,40 @@ class TxnLedger:
     # {tp: {txn: {index: offsets seen}}}
     seen: dict[TopicPartition, dict[TxnKey, dict[int, set[int]]]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(set))))
-    violations: list[TxnViolation] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
 
     # -- the producers' side -----------------------------------------------------------------
     def wrote(self, txn: TxnKey, tp: TopicPartition, count: int) -> None:
         """A transaction sent `count` records to `tp` (values `txn_value(.., i, count)`)."""
         self.written.setdefault(txn, {})[tp] = count
 
-    def outcome(self, txn: TxnKey, committed: bool) -> None:
+    def outcome(self, txn: TxnKey, committed: bool, now_ms: int = 0) -> None:
         """The producer learnt its EndTxn's result (or the coordinator's abort)."""
         (self.committed if committed else self.aborted).add(txn)
         if committed and txn in self.aborted or not committed and txn in self.committed:
-            self.violations.append(TxnViolation("ConflictingOutcome", None, f"{txn}"))
+            self.violations.append(Violation(now_ms, "ConflictingOutcome", None, f"{txn}"))
 
     # -- the consumers' side -----------------------------------------------------------------
-    def consumed(self, tp: TopicPartition, records: Iterable[DecodedRecord]) -> None:
-        """Records a read_committed consumer returned from `tp`."""
+    def consumed(self, tp: TopicPartition, records: Iterable[DecodedRecord],
+                 now_ms: int = 0) -> None:
+        """Records a read_committed consumer returned from `tp` (at simulated time `now_ms`)."""
         for record in records:
             parsed = parse_txn_value(record.value)
             if parsed is None:
                 continue
             txn, index, _ = parsed
             if txn in self.aborted:
-                self.violations.append(TxnViolation(
-                    "NoAbortedRead", tp, f"record {index} of aborted {txn} at {record.offset}"))
+                self.violations.append(Violation(
+                    now_ms, "NoAbortedRead", tp,
+                    f"record {index} of aborted {txn} at {record.offset}"))
             self.seen[tp][txn][index].add(record.offset)
 
     # -- at the end --------------------------------------------------------------------------
-    def final_checks(self, read_to_end: Iterable[TopicPartition]) -> list[TxnViolation]:
+    def final_checks(self, read_to_end: Iterable[TopicPartition],
+                     now_ms: int = 0) -> list[Violation]:
         """After the consumers of `read_to_end` caught up with the partitions' LSOs (every
         transaction decided and its markers replicated)."""
-        out: list[TxnViolation] = []
+        out: list[Violation] = []
         for tp in read_to_end:
             seen = self.seen.get(tp, {})
             for txn, parts in self.written.items():
@@ -138,16 +131,16 @@ class TxnLedger:
                 got = seen.get(txn, {})
                 for index, offsets in got.items():
                     if len(offsets) > 1:
-                        out.append(TxnViolation("CommittedExactlyOnce", tp,
+                        out.append(Violation(now_ms, "CommittedExactlyOnce", tp,
                                                 f"{txn} record {index} at offsets {sorted(offsets)}"))
                 if txn in self.committed and len(got) != want:
-                    out.append(TxnViolation(
-                        "CommittedExactlyOnce", tp,
+                    out.append(Violation(
+                        now_ms, "CommittedExactlyOnce", tp,
                         f"committed {txn}: {len(got)} of {want} records read"))
                 elif txn not in self.committed and txn not in self.aborted and got and (
                         len(got) != want):
-                    out.append(TxnViolation(
-                        "AtomicVisibility", tp,
+                    out.append(Violation(
+                        now_ms, "AtomicVisibility", tp,
                         f"undecided {txn}: {len(got)} of {want} records read"))
         self.violations.extend(out)
         return out
