@@ -589,21 +589,27 @@ class GroupMetadata:
     # ------------------------------------------------------------------ OffsetCommit
     def validate_offset_commit(self, member_id: str, generation_id: int, now_ms: int,
                                group_instance_id: str | None = None) -> int:
-        """May this member commit? (Kafka's `doCommitOffsets` checks.) A negative generation
-        on an Empty group is a commit from outside group management (`assign()`)."""
+        """May this member commit? Kafka's `validateOffsetCommit` then `doCommitOffsets`: the
+        member and its generation first, the group's state after, so that a commit of an old
+        generation during a rebalance is ILLEGAL_GENERATION (the consumer rejoins), not
+        REBALANCE_IN_PROGRESS. A commit with no generation, member or instance id is one from
+        outside group management (`assign()`): only an Empty group takes it."""
         if self.state == GroupState.DEAD:
             return int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        if self.is_static_member_fenced(member_id, group_instance_id):
-            return int(ErrorCode.FENCED_INSTANCE_ID)
-        if generation_id < 0 and self.state == GroupState.EMPTY:
-            return NONE
+        if generation_id >= 0 or member_id or group_instance_id is not None:
+            if self.is_static_member_fenced(member_id, group_instance_id):
+                return int(ErrorCode.FENCED_INSTANCE_ID)
+            if member_id not in self.members:
+                return int(ErrorCode.UNKNOWN_MEMBER_ID)
+            if generation_id != self.generation_id:
+                return int(ErrorCode.ILLEGAL_GENERATION)
+        elif self.state != GroupState.EMPTY:
+            return int(ErrorCode.UNKNOWN_MEMBER_ID)
         if self.state == GroupState.COMPLETING_REBALANCE:
             return int(ErrorCode.REBALANCE_IN_PROGRESS)
-        if member_id not in self.members:
-            return int(ErrorCode.UNKNOWN_MEMBER_ID)
-        if generation_id != self.generation_id:
-            return int(ErrorCode.ILLEGAL_GENERATION)
-        self._heartbeat(self.members[member_id], now_ms)
+        member = self.members.get(member_id)
+        if member is not None:  # Stable or PreparingRebalance: the commit counts as a heartbeat
+            self._heartbeat(member, now_ms)
         return NONE
 
     # ------------------------------------------------------------------ time
