@@ -42,6 +42,27 @@ def _filesystem(path: str) -> str:
         return "?"
 
 
+def load_average() -> str:
+    """The 1, 5 and 15-minute load averages, e.g. "3.1 2.0 1.7"."""
+    try:
+        return " ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def cpu_seconds(*pids: int) -> float:
+    """User + system CPU seconds the processes (all their threads) used so far
+    (/proc/<pid>/stat); a process that is gone counts 0."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def machine_info(data_path: str | None = None) -> dict[str, str]:
     """nproc, CPU model, RAM, Python version, kernel, load average (and the filesystem of
     `data_path` when given)."""

@@ -54,7 +54,7 @@ from typing import Any
 import confluent_kafka
 from _baseline import baseline_source, tidelog_from
 from _doc import append_run
-from _machine import machine_description
+from _machine import cpu_seconds, load_average, machine_description
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tidelog.cluster.local import LocalCluster
@@ -338,13 +338,6 @@ def run_target(target: str, bootstrap: str, rf: int, args: argparse.Namespace,
     return out
 
 
-def load_average() -> str:
-    try:
-        return " ".join(f"{x:.1f}" for x in os.getloadavg())
-    except OSError:
-        return "?"
-
-
 def run_queue_wait_s(pids: list[int]) -> float:
     """Seconds the processes spent runnable but waiting for a CPU, summed over their threads
     (/proc/<pid>/task/<tid>/schedstat: a JVM broker works in threads other than its first)."""
@@ -368,19 +361,6 @@ class Target:
     pids: list[int]
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU seconds the processes used so far (/proc/<pid>/stat)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        except (OSError, IndexError, ValueError):
-            pass
-    return total / tick
-
-
 def run_fixed_rates(args: argparse.Namespace, targets: list[Target]) -> list[list[Result]]:
     """The fixed-rate rows (records/s x linger.ms): every round measures each row on each
     target in turn (a fresh topic each time), so that the targets share the machine's noise.
@@ -402,13 +382,13 @@ def run_fixed_rates(args: argparse.Namespace, targets: list[Target]) -> list[lis
                 for t in targets:
                     topic = f"bench-fr-{uuid.uuid4().hex[:6]}"
                     create_topic(t.bootstrap, topic, args.partitions, t.rf, t.config)
-                    wait0, cpu0, t0 = run_queue_wait_s(t.pids), cpu_seconds(t.pids), \
+                    wait0, cpu0, t0 = run_queue_wait_s(t.pids), cpu_seconds(*t.pids), \
                         time.monotonic()
                     d = produce_for(t.bootstrap, topic, size, args.seconds, rate_records_s=rate,
                                     linger_ms=linger)
                     wall = max(1e-9, time.monotonic() - t0)
                     waited = run_queue_wait_s(t.pids) - wait0
-                    used = cpu_seconds(t.pids) - cpu0
+                    used = cpu_seconds(*t.pids) - cpu0
                     elapsed = max(1e-9, (d.last_ns - d.start_ns) / 1e9)
                     r = Result(t.name, f"fixed {rate:,} records/s, linger.ms={linger}", size,
                                d.ok, elapsed, d.errors, sorted(d.latencies), note=d.first_error)

@@ -19,7 +19,6 @@ Appends a table to docs/benchmarks.md (section "## scale").
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import sys
@@ -31,7 +30,7 @@ from pathlib import Path
 
 from _baseline import baseline_source, tidelog_from
 from _doc import append_run
-from _machine import machine_description
+from _machine import cpu_seconds, load_average, machine_description
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tidelog.cluster.local import LocalCluster
@@ -40,7 +39,6 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## scale"
 TOPIC = "scale"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 OVERRIDES = {"auto.leader.rebalance.enable": "false"}
 
 
@@ -56,20 +54,11 @@ class Row:
     load_after: str
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
-
-
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def load_average() -> str:
-    return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def create(admin: AdminClient, partitions: int, timeout_s: float) -> float:
