@@ -1,5 +1,5 @@
 """Kafka Streams with processing.guarantee=exactly_once_v2 on real tidelog processes (issue 17
-item 4): interop/.../EosApp.java counts the records of each key and writes every new count; the
+item 4): interop/.../KTableApp.java counts the records of each key and writes every new count; the
 broker coordinating the application's transactions is killed with -9 while it runs and more
 input arrives. The table ends with every record counted once, and the output read with
 read_committed holds for each key the counts 1..n, each once and in order: no update lost or
@@ -27,7 +27,7 @@ from tidelog.testing.kafka_cluster import kafka_tool
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
-APP = "tidelog.interop.EosApp"
+APP = "tidelog.interop.KTableApp"
 APP_ID = "eos-counts"
 KEYS = 30
 PER_KEY = 100
@@ -113,7 +113,7 @@ def test_exactly_once_counts_survive_the_coordinator_killed(eos_cluster: RealClu
 
     def run_app() -> None:
         result["r"] = kafka_tool(APP, c.bootstrap, APP_ID, IN, OUT, tempfile.mkdtemp(),
-                                 str(total), timeout_s=400, heap_mb=512)
+                                 str(total), "exactly_once_v2", timeout_s=400, heap_mb=512)
 
     app = threading.Thread(target=run_app, daemon=True)
     app.start()

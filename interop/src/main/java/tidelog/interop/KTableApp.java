@@ -28,7 +28,11 @@ import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
  * gets small segments (1 KiB; the producer's batches stay below) and a low dirty ratio so that
  * the broker's cleaner compacts it soon.
  *
- * Usage: KTableApp BOOTSTRAP_SERVERS APP_ID INPUT OUTPUT STATE_DIR EXPECTED_TOTAL
+ * Usage: KTableApp BOOTSTRAP_SERVERS APP_ID INPUT OUTPUT STATE_DIR EXPECTED_TOTAL [GUARANTEE]
+ *
+ * GUARANTEE is processing.guarantee, at_least_once unless given; with exactly_once_v2 every
+ * update of a count and the input offsets are committed in one transaction (issue 17), so that
+ * OUTPUT read with read_committed holds for each key the counts 1..n once each.
  *
  * It runs until the counts add up to EXPECTED_TOTAL (every input record counted), or, started
  * again with an empty STATE_DIR after the input was consumed, until the table has been restored
@@ -45,6 +49,7 @@ public final class KTableApp {
         String output = args[3];
         String stateDir = args[4];
         long expectedTotal = Long.parseLong(args[5]);
+        String guarantee = args.length > 6 ? args[6] : StreamsConfig.AT_LEAST_ONCE;
 
         StreamsBuilder builder = new StreamsBuilder();
         builder.stream(input, Consumed.with(Serdes.String(), Serdes.String()))
@@ -65,7 +70,7 @@ public final class KTableApp {
         p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 100);
         // No record cache: every update of a count goes to the changelog (many per key).
         p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
-        p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.AT_LEAST_ONCE);
+        p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, guarantee);
         p.put(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
         // A batch larger than the changelog's segment.bytes is refused (RecordBatchTooLarge).
         p.put(StreamsConfig.producerPrefix("batch.size"), 512);
