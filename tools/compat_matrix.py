@@ -45,6 +45,7 @@ MODULE_CLIENTS = {
     "test_broker_config_changes.py": "confluent-kafka AdminClient, raw requests",
     "test_consumer_groups_against_kafka.py": "confluent-kafka",
     "test_dynamic_broker_keys_against_kafka.py": "raw requests",
+    "test_downconversion_against_kafka.py": "raw requests",
     "test_fetch_epochs.py": "raw requests",
     "test_group_offsets.py": "raw requests",
     "test_java_clients.py": "Kafka's Java clients",
