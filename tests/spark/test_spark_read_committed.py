@@ -1,20 +1,22 @@
-"""Spark reading a topic a transactional producer wrote (issue 17 item 4): Spark's own Kafka
-connector with kafka.isolation.level=read_committed reads the committed transactions only,
-read_uncommitted every record; the tidelog connector, which reads read_uncommitted only, refuses
-read_committed rather than ignore it."""
+"""Spark reading a topic a transactional producer wrote (issue 17 item 4), through both
+connectors: with kafka.isolation.level=read_committed Spark's own Kafka connector and the
+tidelog connector read the committed transactions only (the tidelog one to the LSO, dropping
+the aborted transactions the broker lists and the markers), with read_uncommitted every
+record."""
 
 from __future__ import annotations
 
 import confluent_kafka
 import pytest
 
-from tidelog.spark.options import TidelogOptionError, parse_source_options
+from tidelog.spark.options import TidelogOptionError, parse_sink_options, parse_source_options
 
 pytestmark = pytest.mark.spark
 
 
-def test_sparks_connector_reads_committed_transactions_only(spark, broker,
-                                                            kafka_format: str) -> None:
+@pytest.mark.parametrize("connector", ["kafka", "tidelog"])
+def test_read_committed_reads_committed_transactions_only(spark, broker, kafka_format: str,
+                                                          connector: str) -> None:
     topic = broker.new_topic(partitions=2)
     p = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap,
                                   "transactional.id": f"spark-{topic}"})
@@ -30,7 +32,7 @@ def test_sparks_connector_reads_committed_transactions_only(spark, broker,
             p.abort_transaction(60)
 
     def values(isolation: str) -> list[str]:
-        rows = (spark.read.format(kafka_format)
+        rows = (spark.read.format(kafka_format if connector == "kafka" else "tidelog")
                 .option("kafka.bootstrap.servers", broker.bootstrap)
                 .option("kafka.isolation.level", isolation)
                 .option("subscribe", topic).load().collect())
@@ -41,10 +43,14 @@ def test_sparks_connector_reads_committed_transactions_only(spark, broker,
     assert values("read_uncommitted") == sorted(committed + [f"a-{i}" for i in range(6)])
 
 
-def test_the_tidelog_connector_refuses_read_committed() -> None:
+def test_the_isolation_level_is_checked_and_the_sink_refuses_it() -> None:
     options = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "t"}
-    parse_source_options({**options, "kafka.isolation.level": "read_uncommitted"},
-                         streaming=False)
+    assert not parse_source_options(options, streaming=False).read_committed
+    assert parse_source_options({**options, "kafka.isolation.level": "READ_COMMITTED"},
+                                streaming=True).read_committed
     with pytest.raises(TidelogOptionError, match="kafka.isolation.level"):
-        parse_source_options({**options, "kafka.isolation.level": "read_committed"},
+        parse_source_options({**options, "kafka.isolation.level": "committed"},
                              streaming=False)
+    with pytest.raises(TidelogOptionError, match="kafka.isolation.level"):
+        parse_sink_options({"kafka.bootstrap.servers": "127.0.0.1:9092",
+                            "kafka.isolation.level": "read_committed"})

@@ -131,6 +131,9 @@ class FetchResult:
     records: bytes | memoryview = b""
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end_offset), Fetch v12+
     preferred_read_replica: int = -1
+    # READ_COMMITTED: (producer id, first offset) of the aborted transactions in the records
+    # (see client/read_committed.py); None otherwise
+    aborted_transactions: tuple[tuple[int, int], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -576,6 +579,8 @@ class KafkaClient:
                     p.records if p.records is not None else b"",
                     diverging,
                     p.preferred_read_replica,
+                    None if p.aborted_transactions is None else tuple(
+                        (a.producer_id, a.first_offset) for a in p.aborted_transactions),
                 )
         if response.error_code:
             for tp in partitions:

@@ -2,10 +2,7 @@
 the invariants of exactly-once delivery (KIP-98) over what it reads.
 
 `read_committed` is the consumer's filter (Kafka's Fetcher/CompletedFetch with
-isolation.level=read_committed): per fetched partition, the broker's aborted-transaction list
-(producer id, first offset) is consumed in first-offset order; a transactional batch of a
-producer whose aborted transaction began at or before the batch's last offset is skipped, that
-producer's ABORT marker ends the skipping, and control batches are never returned.
+isolation.level=read_committed, client/read_committed.py) over one fetched partition.
 
 `TxnLedger` checks, from what transactional producers wrote and learnt and what consumers read:
 - NoAbortedRead: a read_committed consumer never receives a record of an aborted transaction;
@@ -19,18 +16,13 @@ transaction and its place in it.
 
 from __future__ import annotations
 
-import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from tidelog.client.read_committed import AbortedTransactions
 from tidelog.protocol.records.batch import iter_batches
-from tidelog.protocol.records.decoder import (
-    ControlRecordType,
-    DecodedRecord,
-    decode_records,
-    parse_control_record,
-)
+from tidelog.protocol.records.decoder import DecodedRecord, decode_records
 from tidelog.replication.types import TopicPartition
 from tidelog.sim.invariants import Violation
 
@@ -52,30 +44,13 @@ def parse_txn_value(value: bytes | None) -> tuple[TxnKey, int, int] | None:
     return (tid, int(number)), int(index), int(count)
 
 
-def _is_abort_marker(records: list[DecodedRecord]) -> bool:
-    if not records:
-        return False
-    _, ctype = parse_control_record(records[0].key)
-    return ctype == ControlRecordType.ABORT
-
-
 def read_committed(
     records: bytes | memoryview, aborted_transactions: Sequence[tuple[int, int]] | None
 ) -> Iterator[DecodedRecord]:
     """The records a read_committed consumer returns from one partition's fetch answer."""
-    queue = sorted((first, pid) for pid, first in aborted_transactions or ())
-    heapq.heapify(queue)
-    aborted_producers: set[int] = set()
+    aborted = AbortedTransactions(aborted_transactions)
     for batch in iter_batches(records):
-        if batch.producer_id >= 0:
-            while queue and queue[0][0] <= batch.last_offset:
-                aborted_producers.add(heapq.heappop(queue)[1])
-            if batch.is_control_batch:
-                if _is_abort_marker(decode_records(batch)):
-                    aborted_producers.discard(batch.producer_id)
-            elif batch.is_transactional and batch.producer_id in aborted_producers:
-                continue
-        if not batch.is_control_batch:
+        if not aborted.skip(batch):
             yield from decode_records(batch)
 
 

@@ -43,8 +43,12 @@ class SyncKafka:
         client_id: str = "tidelog-spark",
         request_timeout_ms: int = 30000,
         offsets_timeout_ms: int = 60000,
+        read_committed: bool = False,
     ) -> None:
         self.offsets_timeout_ms = offsets_timeout_ms
+        # READ_COMMITTED (KIP-98): latest offsets are the LSO, fetches stop there and carry the
+        # aborted transactions to skip (client/read_committed.py).
+        self.isolation_level = 1 if read_committed else 0
         self._loop = asyncio.new_event_loop()
         self.client = KafkaClient(
             bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms
@@ -103,11 +107,12 @@ class SyncKafka:
     def latest_offsets(
         self, tps: Iterable[TopicPartition], *, retries: int = 3, retry_interval_ms: int = 10
     ) -> dict[TopicPartition, int]:
-        """Each partition's high watermark: the end of what is committed, exclusive.
+        """Each partition's high watermark (the last stable offset when reading committed):
+        the end of what is committed, exclusive.
 
-        ListOffsets(LATEST) answers the HW in Kafka. A zero-wait Fetch at that offset reports
-        the HW too, and the larger of the two is taken: some Kafka-compatible brokers (tansu
-        0.6) answer ListOffsets with the last batch's base offset + 1, short of the HW.
+        ListOffsets(LATEST) answers the HW (LSO) in Kafka. A zero-wait Fetch at that offset
+        reports it too, and the larger of the two is taken: some Kafka-compatible brokers
+        (tansu 0.6) answer ListOffsets with the last batch's base offset + 1, short of the HW.
         """
         tps = list(tps)
         listed = self._list_offsets(tps, LATEST_TIMESTAMP, retries, retry_interval_ms)
@@ -127,13 +132,15 @@ class SyncKafka:
                         max_wait_ms=1,
                         min_bytes=0,
                         partition_max_bytes=1,
+                        isolation_level=self.isolation_level,
                     )
                 )
             except KafkaClientError:
                 continue  # the ListOffsets answer stands
             for tp, result in results.items():
-                if result.error == ErrorCode.NONE and result.high_watermark > listed[tp]:
-                    listed[tp] = result.high_watermark
+                end = result.last_stable_offset if self.isolation_level else result.high_watermark
+                if result.error == ErrorCode.NONE and end > listed[tp]:
+                    listed[tp] = end
         return listed
 
     def offsets_for_times(
@@ -167,7 +174,8 @@ class SyncKafka:
         deadline = time.monotonic() + self.offsets_timeout_ms / 1000
         attempt = 0
         while True:
-            answers = self.run(self.client.list_offsets(wanted))
+            answers = self.run(self.client.list_offsets(
+                wanted, isolation_level=self.isolation_level))
             failed = {tp: a for tp, a in answers.items() if a.error != ErrorCode.NONE}
             if not failed:
                 if timestamp is None:
@@ -204,7 +212,8 @@ class SyncKafka:
         """One partition's records from its leader (the client follows leader moves)."""
         try:
             return self.run(
-                self.client.fetch(tp, offset, max_bytes=max_bytes, max_wait_ms=max_wait_ms)
+                self.client.fetch(tp, offset, max_bytes=max_bytes, max_wait_ms=max_wait_ms,
+                                  isolation_level=self.isolation_level)
             )
         except BrokerResponseError as exc:
             return FetchResult(exc.code_value)

@@ -103,6 +103,7 @@ class SourceOptions:
     poll_timeout_ms: int = 120_000
     fetch_max_bytes: int = 4 * 1024 * 1024
     client_id: str = "tidelog-spark"
+    read_committed: bool = False  # kafka.isolation.level=read_committed: up to the LSO
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,13 +285,6 @@ def _check_kafka_params(opts: dict[str, str]) -> None:
             raise TidelogOptionError(key, f"is not supported: {why}")
     # tidelog's client speaks PLAINTEXT only: a secured setting would otherwise be ignored and
     # the connection fail (or, worse, go out unencrypted) far from the cause.
-    # A transactional producer's aborted records are in the log: a reader asking for
-    # read_committed must get it or an error, never read_uncommitted silently.
-    isolation = opts.get("kafka.isolation.level")
-    if isolation is not None and isolation.strip().lower() != "read_uncommitted":
-        raise TidelogOptionError(
-            "kafka.isolation.level", f"the tidelog connector reads read_uncommitted only (Spark's "
-            f"own connector, format 'kafka', reads read_committed), got '{isolation}'")
     protocol = opts.get("kafka.security.protocol")
     if protocol is not None and protocol.strip().upper() != "PLAINTEXT":
         raise TidelogOptionError(
@@ -363,6 +357,12 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
                 "minOffsetsPerTrigger",
                 f"{min_per_trigger} is higher than maxOffsetsPerTrigger ({max_per_trigger})",
             )
+    # Spark's connector defaults to the consumer's read_uncommitted too.
+    isolation = opts.get("kafka.isolation.level", "read_uncommitted").strip().lower()
+    if isolation not in ("read_committed", "read_uncommitted"):
+        raise TidelogOptionError(
+            "kafka.isolation.level", f"expected read_committed or read_uncommitted, got "
+            f"'{isolation}'")
     retries = opts.get("fetchoffset.numretries", "3")
     if not retries.strip().isdigit():
         raise TidelogOptionError(
@@ -385,6 +385,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         poll_timeout_ms=_positive_int(opts, "kafkaConsumer.pollTimeoutMs") or 120_000,
         fetch_max_bytes=_positive_int(opts, "kafka.max.partition.fetch.bytes") or 4 * 1024 * 1024,
         client_id=opts.get("kafka.client.id", "tidelog-spark"),
+        read_committed=isolation == "read_committed",
     )
 
 
@@ -397,6 +398,9 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     ``kafka.batch.size``, ``kafka.allow.auto.create.topics``. acks is always ``all`` (the
     idempotent producer needs it)."""
     opts = _lower(options)
+    if "kafka.isolation.level" in opts:
+        raise TidelogOptionError(
+            "kafka.isolation.level", "is a consumer setting: the sink does not read")
     bootstrap = _bootstrap(opts)
     _check_kafka_params(opts)
     acks = opts.get("kafka.acks")

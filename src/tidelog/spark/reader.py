@@ -21,6 +21,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from tidelog.client.metadata import TopicPartition
+from tidelog.client.read_committed import AbortedTransactions
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.records import iter_batches
 from tidelog.spark.arrow import RowBuffer, arrow_schema
@@ -207,7 +208,8 @@ def read_offset_range(
         return
     own = kafka is None
     if kafka is None:
-        kafka = SyncKafka(options.bootstrap_servers, client_id=options.client_id)
+        kafka = SyncKafka(options.bootstrap_servers, client_id=options.client_id,
+                          read_committed=options.read_committed)
     try:
         yield from _read(kafka, options, schema, rng)
     finally:
@@ -253,15 +255,19 @@ def _read(
             time.sleep(idle_sleep)
             idle_sleep = min(1.0, idle_sleep * 2)
             continue
-        # Only committed records: nothing at or past the high watermark.
-        limit = min(until, result.high_watermark) if result.high_watermark >= 0 else until
+        # Only committed records: nothing at or past the high watermark (the last stable
+        # offset when reading committed, skipping aborted transactions and markers).
+        end = result.last_stable_offset if options.read_committed else result.high_watermark
+        limit = min(until, end) if end >= 0 else until
         advanced = False
+        aborted = AbortedTransactions(result.aborted_transactions)
         for batch in iter_batches(result.records):
             if batch.next_offset <= offset:
+                aborted.skip(batch)  # keeps the filter's state in step
                 continue  # wholly before the range (a fetch returns whole batches)
             if batch.base_offset >= limit:
                 break
-            if not batch.is_control_batch:
+            if not aborted.skip(batch):
                 buffer.add(batch, offset, limit)
             # Past the HW the rest of the batch is not committed yet: fetched again later.
             offset = min(batch.next_offset, limit)
@@ -274,7 +280,7 @@ def _read(
             deadline = time.monotonic() + options.poll_timeout_ms / 1000
             idle_sleep = 0.01
             continue
-        if len(result.records) >= max_bytes and result.high_watermark > offset:
+        if len(result.records) >= max_bytes and end > offset:
             if max_bytes >= MAX_FETCH_BYTES:
                 raise RuntimeError(
                     f"{tp} at offset {offset}: no complete record batch in {max_bytes} bytes"
@@ -304,7 +310,8 @@ class TidelogBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         options = self.options
-        with SyncKafka(options.bootstrap_servers, client_id=options.client_id) as kafka:
+        with SyncKafka(options.bootstrap_servers, client_id=options.client_id,
+                       read_committed=options.read_committed) as kafka:
             tps = kafka.topic_partitions(options.subscription)
             start = resolve_offsets(
                 kafka, options.starting_offsets, tps, options, "startingOffsets"

@@ -91,7 +91,8 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def kafka(self) -> SyncKafka:
         if self._kafka is None:
             self._kafka = SyncKafka(
-                self.options.bootstrap_servers, client_id=self.options.client_id
+                self.options.bootstrap_servers, client_id=self.options.client_id,
+                read_committed=self.options.read_committed,
             )
         return self._kafka
 
