@@ -65,6 +65,7 @@ MODULE_CLIENTS = {
     "test_topics.py": "confluent-kafka AdminClient",
     "test_transactions_against_kafka.py": "confluent-kafka",
     "test_txn_coordinator_against_kafka.py": "raw requests",
+    "test_txn_timeout_against_kafka.py": "confluent-kafka, raw requests",
 }
 
 

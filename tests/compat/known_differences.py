@@ -67,15 +67,6 @@ DIFFERENCES: dict[str, Difference] = {
             "Kafka does not consult it",
         test="tests/compat/test_api_versions_against_kafka.py::test_fetch_v0_to_v3_are_not_served",
     ),
-    "consumer fetch at a follower": Difference(
-        what="a consumer's Fetch (v11+) at a follower",
-        kafka="served up to the follower's HW (KIP-392, even without a replica.selector.class)",
-        tidelog="NOT_LEADER_OR_FOLLOWER",
-        why="tidelog serves consumers from the leader only; clients fetch from a follower only "
-            "when a leader names it as preferred read replica, which neither cluster does "
-            "without a replica selector",
-        test="tests/compat/test_fetch_epochs.py::test_a_consumer_fetch_at_a_follower",
-    ),
     "listener keys per broker": Difference(
         what="a per-broker change of the listener keys",
         kafka="applied live",

@@ -38,13 +38,13 @@ def _follower_address(t: Target, topic: str = TOPIC) -> str:
 
 
 def _fetch(address: str, current_leader_epoch: int, isolation_level: int = 0,
-           offset: int = 0, topic: str = TOPIC) -> object:
+           offset: int = 0, topic: str = TOPIC, version: int = 12, rack_id: str = "") -> object:
     request = m_fetch.FetchRequest(
-        max_wait_ms=0, min_bytes=1, isolation_level=isolation_level, topics=[m_fetch.FetchTopic(
-            topic, partitions=[m_fetch.FetchPartition(
-                0, current_leader_epoch=current_leader_epoch, fetch_offset=offset,
-                partition_max_bytes=1 << 20)])])
-    p = raw(address, request, 12).responses[0].partitions[0]
+        max_wait_ms=0, min_bytes=1, isolation_level=isolation_level, rack_id=rack_id,
+        topics=[m_fetch.FetchTopic(topic, partitions=[m_fetch.FetchPartition(
+            0, current_leader_epoch=current_leader_epoch, fetch_offset=offset,
+            partition_max_bytes=1 << 20)])])
+    p = raw(address, request, version).responses[0].partitions[0]
     return (ErrorCode(p.error_code).name, p.high_watermark, p.last_stable_offset,
             p.log_start_offset, bytes(p.records or b""))
 
@@ -118,15 +118,34 @@ def test_fetch_list_offsets_and_epoch_end_offsets_with_each_leader_epoch(pair: P
 
 
 def test_a_consumer_fetch_at_a_follower(pair: Pair) -> None:
-    """KIP-392: from Fetch v11 a consumer may read from a follower (up to the HW); Kafka serves
-    it even without a replica.selector.class. tidelog answers NOT_LEADER_OR_FOLLOWER
-    (docs/compatibility.md); the test asserts that difference until it is gone."""
-    def scenario(t: Target) -> object:
-        _setup(t, "from-follower")
-        return _fetch(_follower_address(t, "from-follower"), 0, topic="from-follower")[0]
+    """KIP-392: from Fetch v11 (client metadata) a consumer may read from a follower, up to the
+    follower's HW, even without a replica.selector.class (no preferred read replica is named);
+    before v11 only the leader answers. A rack id changes nothing without a selector."""
+    topic = "from-follower"
 
-    on_kafka, on_tidelog = pair.run(scenario)
-    assert (on_kafka, on_tidelog) == ("NONE", "NOT_LEADER_OR_FOLLOWER")
+    def scenario(t: Target) -> object:
+        leader = _setup(t, topic)
+        follower = _follower_address(t, topic)
+        deadline = time.monotonic() + 30
+        while _replica_hw(follower, topic) < 3:  # the follower learns the HW on its next fetch
+            assert time.monotonic() < deadline, "the follower's HW did not reach 3"
+            time.sleep(0.1)
+        return {
+            "follower, v12": _fetch(follower, 0, topic=topic),
+            "follower, v11": _fetch(follower, 0, topic=topic, version=11),
+            "follower, v10": _fetch(follower, 0, topic=topic, version=10),
+            "follower, read_committed": _fetch(follower, 0, isolation_level=1, topic=topic),
+            "follower, from offset 1": _fetch(follower, -1, offset=1, topic=topic),
+            "follower, past the end": _fetch(follower, 0, offset=10, topic=topic),
+            "follower, future epoch": _fetch(follower, 5, topic=topic),
+            "follower, rack id": _fetch(follower, 0, topic=topic, rack_id="rack-a"),
+            "leader, rack id": _fetch(leader, 0, topic=topic, rack_id="rack-a"),
+        }
+
+    got = pair.same(scenario)
+    assert got["follower, v12"][:2] == ("NONE", 3)
+    assert got["follower, v12"][4][16:] == BATCH[16:]
+    assert got["follower, v10"][0] == "NOT_LEADER_OR_FOLLOWER"
 
 
 def test_init_producer_id_for_an_idempotent_producer(pair: Pair) -> None:

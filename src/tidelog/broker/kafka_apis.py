@@ -417,6 +417,8 @@ class KafkaApis:
         results = await self.rm.fetch_messages(
             replica_id, request.max_wait_ms, min(request.min_bytes, max_bytes), max_bytes,
             partitions, isolation_level=request.isolation_level,
+            # KIP-392: from v11 (client metadata) a consumer may fetch from a follower.
+            fetch_only_leader=replica_id >= 0 or version < 11,
         ) if partitions else {}
         # Per partition: (error, HW, log start, records, LSO, aborted transactions); only the
         # answered ones become wire objects (an idle incremental fetch answers few of the

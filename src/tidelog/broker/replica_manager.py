@@ -351,6 +351,7 @@ class BrokerReplicaManager:
         partitions: Mapping[TopicPartition, tuple[int, int, int, int]],
         broker_epoch: int | None = None,
         isolation_level: int = 0,
+        fetch_only_leader: bool = True,
     ) -> dict[TopicPartition, FetchPartitionData]:
         fut: asyncio.Future[CompleteFetch] = asyncio.get_running_loop().create_future()
 
@@ -361,7 +362,8 @@ class BrokerReplicaManager:
         outcome = self.shell.fetch_messages(replica_id, max_wait_ms, min_bytes, max_bytes,
                                             partitions, next(self._keys), completed,
                                             broker_epoch=broker_epoch,
-                                            isolation_level=isolation_level)
+                                            isolation_level=isolation_level,
+                                            fetch_only_leader=fetch_only_leader)
         if outcome.delayed:
             self._waiters.add(fut)
             try:

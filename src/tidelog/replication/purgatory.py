@@ -127,6 +127,9 @@ class FetchParams:
     broker_epoch: int | None = None
     partitions: dict[TopicPartition, FetchPartitionStatus] = field(default_factory=dict)
     isolation_level: int = 0  # READ_COMMITTED (1): consumers read up to the LSO
+    # Kafka's FetchParams.fetchOnlyLeader: a follower's fetch, or a consumer's before Fetch v11
+    # (no client metadata). From v11 a consumer may read a follower, up to its HW (KIP-392).
+    fetch_only_leader: bool = True
 
 
 class DelayedFetch(DelayedOperation):

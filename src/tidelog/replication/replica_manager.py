@@ -357,13 +357,16 @@ class ReplicaManager:
         request_key: Hashable | None = None,
         broker_epoch: int | None = None,
         isolation_level: int = READ_UNCOMMITTED,
+        fetch_only_leader: bool = True,
     ) -> FetchOutcome:
         """``isolation_level`` READ_COMMITTED: a consumer reads up to the LSO and gets the
-        aborted transactions overlapping what it read (KIP-98)."""
+        aborted transactions overlapping what it read (KIP-98). ``fetch_only_leader`` False: a
+        consumer's Fetch v11+, which a follower answers too, up to its own HW (KIP-392); a
+        fetch held at a follower completes when its wait ends."""
         params = FetchParams(
             replica_id, fetch_max_wait_ms, fetch_min_bytes, fetch_max_bytes, broker_epoch,
             {tp: FetchPartitionStatus(*args) for tp, args in partitions.items()},
-            isolation_level,
+            isolation_level, fetch_only_leader,
         )
         results, proposals, read_bytes, any_error = self._read_from_local_log(params, now_ms)
         if (
@@ -398,14 +401,16 @@ class ReplicaManager:
             raise ReplicationError(self._missing_error(tp), str(tp))
         return p
 
-    def _leader_partition(self, tp: TopicPartition, current_leader_epoch: int) -> Partition:
+    def _leader_partition(self, tp: TopicPartition, current_leader_epoch: int,
+                          require_leader: bool = True) -> Partition:
+        """Kafka's localLogWithEpochOrThrow: the epoch checked, then (if required) the lead."""
         p = self.partitions.get(tp)
         if p is None:
             raise ReplicationError(self._missing_error(tp), str(tp))
         error = p.check_current_leader_epoch(current_leader_epoch)
         if error != Errors.NONE:
             raise ReplicationError(error, f"{tp}: request epoch {current_leader_epoch}, ours {p.leader_epoch}")
-        if not p.is_leader:
+        if require_leader and not p.is_leader:
             raise ReplicationError(Errors.NOT_LEADER_OR_FOLLOWER, str(tp))
         return p
 
@@ -429,11 +434,12 @@ class ReplicaManager:
         for tp, st in params.partitions.items():
             try:
                 p = (self._local_partition(tp) if debugging
-                     else self._leader_partition(tp, st.current_leader_epoch))
+                     else self._leader_partition(tp, st.current_leader_epoch,
+                                                 require_leader=params.fetch_only_leader))
                 if is_follower and params.replica_id not in p.remote_replicas:
                     raise ReplicationError(Errors.NOT_LEADER_OR_FOLLOWER, f"{params.replica_id} not a replica of {tp}")
                 if (not is_follower and not debugging and self.config.consumer_hw_guard
-                        and not p.high_watermark_caught_up):
+                        and p.is_leader and not p.high_watermark_caught_up):
                     # A consumer must never see the HW go back across a leader change.
                     raise ReplicationError(Errors.OFFSET_NOT_AVAILABLE, f"{tp}: HW not caught up yet")
                 # Kafka answers with the HW as of the read, before this fetch moves it.
@@ -496,7 +502,7 @@ class ReplicaManager:
         total = 0
         for tp, st in params.partitions.items():
             p = self.partitions.get(tp)
-            if p is None or not p.is_leader:
+            if p is None or (params.fetch_only_leader and not p.is_leader):
                 return total, True  # leadership moved: answer now (with the error)
             if p.check_current_leader_epoch(st.current_leader_epoch) != Errors.NONE:
                 return total, True

@@ -311,13 +311,16 @@ class ReplicaManager:
         on_complete: FetchCallback,
         broker_epoch: int | None = None,
         isolation_level: int = 0,
+        fetch_only_leader: bool = True,
     ) -> FetchOutcome:
         """Kafka's fetchMessages: ``partitions`` is ``{tp: (fetch offset, current leader epoch,
         log start offset, max bytes)}``; a delayed fetch answers through ``on_complete``;
-        ``isolation_level`` READ_COMMITTED (1) reads consumers up to the LSO."""
+        ``isolation_level`` READ_COMMITTED (1) reads consumers up to the LSO;
+        ``fetch_only_leader`` False lets a follower answer a consumer (Fetch v11+, KIP-392)."""
         outcome = self.core.fetch_messages(
             replica_id, max_wait_ms, min_bytes, max_bytes, partitions, self.time.milliseconds(),
-            request_key=request_key, broker_epoch=broker_epoch, isolation_level=isolation_level)
+            request_key=request_key, broker_epoch=broker_epoch, isolation_level=isolation_level,
+            fetch_only_leader=fetch_only_leader)
         for prop in outcome.isr_proposals:
             self._propose_isr(prop)
         if outcome.delayed:
