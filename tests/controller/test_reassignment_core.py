@@ -13,6 +13,8 @@ from tidelog.controller.core import (
 )
 from tidelog.controller.reassignment import (
     INVALID_REPLICA_ASSIGNMENT,
+    NO_REASSIGNMENT_IN_PROGRESS,
+    ApiError,
     ReplicaAssignment,
     build_reassignment,
     complete_decision,
@@ -62,7 +64,10 @@ def test_validation_refuses_kafkas_bad_replica_lists():
     live = {1, 2, 3, 4}
     assert validate_replicas(current, [], live).code == INVALID_REPLICA_ASSIGNMENT  # type: ignore[union-attr]
     dup = validate_replicas(current, [1, 1], live)
-    assert dup is not None and dup.message is not None and "Duplicate replica ids" in dup.message
+    assert dup is not None and dup.message == ("Duplicate replica ids in partition reassignment "
+                                               "replica list: ArrayBuffer(1, 1)")  # Kafka 3.9's
+    assert ApiError(NO_REASSIGNMENT_IN_PROGRESS).text == "No partition reassignment is in progress."
+    assert ApiError(0).text is None
     neg = validate_replicas(current, [1, -2], live)
     assert neg is not None and "Invalid broker id" in (neg.message or "")
     dead = validate_replicas(current, [2, 3, 9], live)

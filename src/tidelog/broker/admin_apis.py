@@ -336,7 +336,7 @@ class AdminApis:
             topics.setdefault(tp.topic, m_apr.ReassignableTopicResponse(name=tp.topic)) \
                 .partitions.append(m_apr.ReassignablePartitionResponse(
                     partition_index=tp.partition, error_code=error.code,
-                    error_message=error.message))
+                    error_message=error.text))
         return m_apr.AlterPartitionReassignmentsResponse(error_message=None,
                                                         responses=list(topics.values()))
 

@@ -65,8 +65,16 @@ class ReplicaAssignment:
 
 @dataclass(frozen=True, slots=True)
 class ApiError:
+    """Kafka's ApiError: a code and a message, by default the error's own (none for NONE)."""
+
     code: int
     message: str | None = None
+
+    @property
+    def text(self) -> str | None:
+        if self.message is not None or self.code == 0:
+            return self.message
+        return ErrorCode(self.code).message
 
 
 def validate_replicas(current: ReplicaAssignment, replicas: list[int],
@@ -179,7 +187,8 @@ def full_assignments(assignments: Mapping[TopicPartition, tuple[int, ...]],
 
 
 def _scala_list(xs: Iterable[int]) -> str:
-    return "List(" + ", ".join(str(x) for x in xs) + ")"
+    # Kafka's controller prints the request's replica Buffer (its toString).
+    return "ArrayBuffer(" + ", ".join(str(x) for x in xs) + ")"
 
 
 def _scala_set(xs: Iterable[int]) -> str:
