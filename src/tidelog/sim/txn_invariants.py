@@ -106,9 +106,13 @@ class TxnLedger:
                 got = seen.get(txn, {})
                 for index, offsets in got.items():
                     if len(offsets) > 1:
-                        out.append(Violation(now_ms, "CommittedExactlyOnce", tp,
-                                                f"{txn} record {index} at offsets {sorted(offsets)}"))
-                if txn in self.committed and len(got) != want:
+                        out.append(Violation(
+                            now_ms, "CommittedExactlyOnce", tp,
+                            f"{txn} record {index} at offsets {sorted(offsets)}"))
+                if txn in self.aborted and got:  # read before its outcome was learnt
+                    out.append(Violation(now_ms, "NoAbortedRead", tp,
+                                         f"aborted {txn}: {len(got)} records read"))
+                elif txn in self.committed and len(got) != want:
                     out.append(Violation(
                         now_ms, "CommittedExactlyOnce", tp,
                         f"committed {txn}: {len(got)} of {want} records read"))
