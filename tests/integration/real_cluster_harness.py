@@ -273,3 +273,39 @@ def _latest_offset(port: int, topic: str, partition: int, replica_id: int) -> in
             await conn.close()
 
     return asyncio.run(ask())
+
+
+def read_committed_to_the_end(bootstrap: str, topic: str, partitions: list[int],
+                              group: str) -> list[Any]:
+    """Every record a read_committed consumer reads from `partitions` of `topic`, from the start
+    to the end, once every transaction is decided and its markers are in (the read_committed end,
+    the LSO, equals the HW of each partition)."""
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed",
+        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+        "enable.partition.eof": True})
+    plain = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"{group}-hw"})
+    tps = [confluent_kafka.TopicPartition(topic, p, 0) for p in partitions]
+    got: list[Any] = []
+    try:
+        wait_for(lambda: all(
+            consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+            == plain.get_watermark_offsets(tp, timeout=10, cached=False)[1] for tp in tps),
+            what="every transaction decided and its markers replicated")
+        consumer.assign(tps)
+        at_end: set[int] = set()
+        deadline = time.monotonic() + 60
+        while len(at_end) < len(tps) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                assert msg.error().code() == confluent_kafka.KafkaError._PARTITION_EOF, msg.error()
+                at_end.add(msg.partition())
+                continue
+            got.append(msg)
+        assert len(at_end) == len(tps), "the read_committed reader did not reach the end"
+    finally:
+        consumer.close()
+        plain.close()
+    return got

@@ -15,7 +15,12 @@ from pathlib import Path
 
 import confluent_kafka
 import pytest
-from real_cluster_harness import RealCluster, running_cluster, wait_for
+from real_cluster_harness import (
+    RealCluster,
+    read_committed_to_the_end,
+    running_cluster,
+    wait_for,
+)
 
 from tidelog.protocol.records.decoder import DecodedRecord
 from tidelog.replication.types import TopicPartition
@@ -78,36 +83,6 @@ def consume(ledger: TxnLedger, msg: confluent_kafka.Message) -> None:
                     [DecodedRecord(msg.offset(), 0, msg.key(), msg.value(), ())])
 
 
-def read_to_the_end(c: RealCluster, ledger: TxnLedger) -> None:
-    """Once every transaction is decided and its markers are in (the read_committed end, the
-    LSO, equals the HW), read both partitions from the start to their end."""
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": c.bootstrap,
-                                         **reader_config("rc-final")})
-    plain = confluent_kafka.Consumer({"bootstrap.servers": c.bootstrap, "group.id": "rc-hw"})
-    parts = [confluent_kafka.TopicPartition(TOPIC, tp.partition, 0) for tp in TPS]
-    try:
-        wait_for(lambda: all(
-            consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1]
-            == plain.get_watermark_offsets(tp, timeout=10, cached=False)[1] for tp in parts),
-            what="every transaction decided and its markers replicated")
-        consumer.assign(parts)
-        at_end: set[int] = set()
-        deadline = time.monotonic() + 60
-        while len(at_end) < len(parts) and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                assert msg.error().code() == confluent_kafka.KafkaError._PARTITION_EOF, msg.error()
-                at_end.add(msg.partition())
-                continue
-            consume(ledger, msg)
-        assert len(at_end) == len(parts), "the final read did not reach the end"
-    finally:
-        consumer.close()
-        plain.close()
-
-
 def test_read_committed_through_leader_failures(rc_cluster: RealCluster) -> None:
     c = rc_cluster
     c.create_topic(TOPIC, partitions=2)
@@ -148,7 +123,9 @@ def test_read_committed_through_leader_failures(rc_cluster: RealCluster) -> None
         stop.set()
         reader.join(10)
         consumer.close()
-    read_to_the_end(c, ledger)
+    for msg in read_committed_to_the_end(c.bootstrap, TOPIC, [tp.partition for tp in TPS],
+                                         "rc-final"):
+        consume(ledger, msg)
     assert ledger.violations == [] and ledger.final_checks(TPS) == []
     assert len(ledger.committed) >= TRANSACTIONS * 4 // 5 - 3, (ledger.committed, ledger.aborted)
     assert killed >= 0 and stopped >= 0

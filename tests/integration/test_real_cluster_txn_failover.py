@@ -13,7 +13,12 @@ from pathlib import Path
 
 import confluent_kafka
 import pytest
-from real_cluster_harness import RealCluster, running_cluster, wait_for
+from real_cluster_harness import (
+    RealCluster,
+    read_committed_to_the_end,
+    running_cluster,
+    wait_for,
+)
 
 from tidelog.coordinator.offsets import partition_for
 
@@ -36,16 +41,6 @@ def coordinator_of(c: RealCluster) -> int:
     state = c.state("__transaction_state", partition_for(TXN_ID, 50))
     assert state is not None
     return state.leader
-
-
-def high_watermark(c: RealCluster, partition: int) -> int:
-    reader = confluent_kafka.Consumer({"bootstrap.servers": c.bootstrap, "group.id": "hw",
-                                       "isolation.level": "read_uncommitted"})
-    try:
-        return int(reader.get_watermark_offsets(
-            confluent_kafka.TopicPartition(TOPIC, partition), timeout=10, cached=False)[1])
-    finally:
-        reader.close()
 
 
 def run_transaction(p: confluent_kafka.Producer, n: int) -> bool:
@@ -88,33 +83,8 @@ def test_commits_survive_the_coordinator_killed(txn_cluster: RealCluster) -> Non
     p.flush(30)
 
     expected = sorted(f"t{n}-r{i}" for n in committed for i in range(PER_TXN))
-    consumer = confluent_kafka.Consumer({
-        "bootstrap.servers": c.bootstrap, "group.id": "failover-reader",
-        "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-        "enable.auto.commit": False, "enable.partition.eof": True})
-    tps = [confluent_kafka.TopicPartition(TOPIC, i, 0) for i in (0, 1)]
-    got: list[str] = []
-    try:
-        # Every transaction complete (its markers written): the read_committed end (the LSO)
-        # is the high watermark. Reading to the end of each partition then reads everything.
-        wait_for(lambda: all(
-            consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1] == hw
-            for tp, hw in ((tp, high_watermark(c, tp.partition)) for tp in tps)),
-            what="every transaction completed")
-        consumer.assign(tps)
-        at_end: set[int] = set()
-        deadline = time.monotonic() + 60
-        while len(at_end) < 2 and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                assert msg.error().code() == confluent_kafka.KafkaError._PARTITION_EOF, msg.error()
-                at_end.add(msg.partition())
-                continue
-            got.append(msg.value().decode())
-    finally:
-        consumer.close()
+    got = [m.value().decode() for m in read_committed_to_the_end(
+        c.bootstrap, TOPIC, [0, 1], "failover-reader")]
     assert len(committed) >= TRANSACTIONS - 3, (committed, aborted)
     assert sorted(got) == expected
     assert new_coordinator != killed

@@ -38,7 +38,7 @@ def test_the_first_unstable_offset_matches_a_naive_model(seed: int) -> None:
             if tracker.truncate(cut):
                 offset = cut
                 ongoing = {p: f for p, f in ongoing.items() if f < cut}
-                for p, first, marker in [c for c in completed if c[2] >= cut]:
+                for p, first, _ in [c for c in completed if c[2] >= cut]:
                     if first < cut:
                         ongoing[p] = first
                 completed = [c for c in completed if c[2] < cut]
