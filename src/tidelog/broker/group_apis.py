@@ -9,7 +9,7 @@ topic (`offsets.topic.num.partitions` partitions, `offsets.topic.replication.fac
 coordinator's load time after a failover do not grow with every commit). As Kafka does, the
 topic is not created while fewer brokers are alive than the replication factor: lookups answer
 COORDINATOR_NOT_AVAILABLE (clients retry) until enough brokers registered. Transaction
-coordinators (key type 1) are `broker/txn_apis.TxnApis`'s, which wraps FindCoordinator.
+coordinators (key type 1) are `broker/txn_apis.TxnApis`'s.
 
 Leadership of the offsets partitions drives the coordinator: LeaderAndIsr and StopReplica are
 wrapped so that, after the broker applied them, every offsets partition named in the request
@@ -250,8 +250,9 @@ class GroupApis:
                                             host=h, port=p)
 
     async def _find(self, key: str, key_type: int, listener: str) -> tuple[int, int, str, int]:
+        if key_type == COORDINATOR_KEY_TRANSACTION and self.server.txn_apis is not None:
+            return self.server.txn_apis.find_coordinator(key, listener)
         if key_type != COORDINATOR_KEY_GROUP:
-            # Transactions (key type 1) are answered by TxnApis when it is plugged in.
             return (int(E.INVALID_REQUEST), -1, "", -1)
         if not self.cache.contains_topic(GROUP_METADATA_TOPIC_NAME):
             self.offsets_topic.maybe_create()

@@ -28,10 +28,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.group_apis import (
-    COORDINATOR_KEY_TRANSACTION,
     InternalTopicCreator,
     coordinator_endpoint,
-    error_message,
     leader_and_isr_partitions,
     stop_replica_partitions,
 )
@@ -48,7 +46,6 @@ from tidelog.protocol.messages import add_offsets_to_txn as m_aot
 from tidelog.protocol.messages import add_partitions_to_txn as m_apt
 from tidelog.protocol.messages import describe_transactions as m_dtx
 from tidelog.protocol.messages import end_txn as m_et
-from tidelog.protocol.messages import find_coordinator as m_fc
 from tidelog.protocol.messages import init_producer_id as m_ipi
 from tidelog.protocol.messages import leader_and_isr as m_lai
 from tidelog.protocol.messages import list_transactions as m_ltx
@@ -107,13 +104,11 @@ class TxnApis:
 
     # ------------------------------------------------------------------ wiring
     def register(self, apis: KafkaApis) -> None:
-        """Plug the transaction APIs into `apis` (after the group APIs: FindCoordinator,
-        InitProducerId, LeaderAndIsr and StopReplica wrap the handlers there) and start."""
-        for key in (ApiKey.FIND_COORDINATOR, ApiKey.INIT_PRODUCER_ID, ApiKey.LEADER_AND_ISR,
-                    ApiKey.STOP_REPLICA):
+        """Plug the transaction APIs into `apis` (after the group APIs: InitProducerId,
+        LeaderAndIsr and StopReplica wrap the handlers there) and start."""
+        for key in (ApiKey.INIT_PRODUCER_ID, ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA):
             self._orig[key] = apis.handlers[key]
         for key, handler in {
-            ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
             ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
             ApiKey.LEADER_AND_ISR: self.handle_leader_and_isr,
             ApiKey.STOP_REPLICA: self.handle_stop_replica,
@@ -161,22 +156,10 @@ class TxnApis:
         return response
 
     # ------------------------------------------------------------------ FindCoordinator
-    async def handle_find_coordinator(self, ctx: RequestContext,
-                                      request: m_fc.FindCoordinatorRequest) -> Any:
-        if ctx.api_version < 1 or request.key_type != COORDINATOR_KEY_TRANSACTION:
-            return await self._orig[ApiKey.FIND_COORDINATOR](ctx, request)
-        if ctx.api_version >= 4:
-            out = []
-            for key in request.coordinator_keys:
-                e, n, h, p = self._find(key, ctx.listener_name)
-                out.append(m_fc.Coordinator(key=key, node_id=n, host=h, port=p, error_code=e,
-                                            error_message=error_message(e)))
-            return m_fc.FindCoordinatorResponse(coordinators=out)
-        e, n, h, p = self._find(request.key, ctx.listener_name)
-        return m_fc.FindCoordinatorResponse(error_code=e, error_message=error_message(e), node_id=n,
-                                            host=h, port=p)
-
-    def _find(self, transactional_id: str, listener: str) -> tuple[int, int, str, int]:
+    def find_coordinator(self, transactional_id: str, listener: str
+                         ) -> tuple[int, int, str, int]:
+        """FindCoordinator key type 1 (GroupApis answers the request): (error, node id, host,
+        port) of the transactional id's coordinator on the client's listener."""
         # An empty id is looked up like any other (Kafka 3.9 answers its coordinator too).
         if not self.cache.contains_topic(TRANSACTION_STATE_TOPIC_NAME):
             self.topic.maybe_create()
