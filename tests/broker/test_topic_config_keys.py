@@ -91,6 +91,14 @@ def an_hour_old_timestamp(broker: BrokerThread, topic: str) -> int:
 
 
 @_wire
+def an_hour_ahead_timestamp(broker: BrokerThread, topic: str) -> int:
+    import time
+
+    ahead = int(time.time() * 1000) + 3_600_000
+    return produce(broker.port, topic, 0, build_batch([Record(b"x", timestamp=ahead)]), acks=1)[0]
+
+
+@_wire
 def a_2kb_batch(broker: BrokerThread, topic: str) -> int:
     return produce(broker.port, topic, 0, build_values([b"x" * 2048]), acks=1)[0]
 
@@ -272,6 +280,8 @@ ENFORCED: dict[str, tuple[str, Any, dict[str, str]]] = {
     "compression.type": ("gzip", stored_codec, {}),
     "message.timestamp.type": ("LogAppendTime", stored_timestamp_type, {}),
     "message.timestamp.difference.max.ms": ("60000", an_hour_old_timestamp, {}),
+    "message.timestamp.before.max.ms": ("60000", an_hour_old_timestamp, {}),
+    "message.timestamp.after.max.ms": ("60000", an_hour_ahead_timestamp, {}),
     "max.message.bytes": ("1000", a_2kb_batch, {}),
     "min.insync.replicas": ("2", acks_all_on_one_replica, {}),
     "segment.bytes": ("1024", segments_after_20_batches, {}),
@@ -299,6 +309,8 @@ EXACT: dict[str, Any] = {
     "compression.type": GZIP,
     "message.timestamp.type": 1,  # LogAppendTime
     "message.timestamp.difference.max.ms": ErrorCode.INVALID_TIMESTAMP,
+    "message.timestamp.before.max.ms": ErrorCode.INVALID_TIMESTAMP,
+    "message.timestamp.after.max.ms": ErrorCode.INVALID_TIMESTAMP,
     "max.message.bytes": ErrorCode.MESSAGE_TOO_LARGE,
     "min.insync.replicas": ErrorCode.NOT_ENOUGH_REPLICAS,
     "unclean.leader.election.enable": 2,  # the out-of-sync replica is elected

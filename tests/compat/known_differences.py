@@ -24,9 +24,6 @@ ABSENT_TOPIC_KEYS = {
     "compression.gzip.level": "not implemented",
     "compression.lz4.level": "not implemented",
     "compression.zstd.level": "not implemented",
-    # KIP-937 timestamp bounds (tidelog enforces message.timestamp.difference.max.ms)
-    "message.timestamp.after.max.ms": "not implemented",
-    "message.timestamp.before.max.ms": "not implemented",
     # KIP-405 tiered storage
     "local.retention.bytes": "no tiered storage",
     "local.retention.ms": "no tiered storage",
@@ -43,8 +40,8 @@ DIFFERENCES: dict[str, Difference] = {
              + ", ".join(f"`{k}`" for k in ABSENT_TOPIC_KEYS),
         kafka="listed with their defaults",
         tidelog="absent; setting one is refused as an unknown key",
-        why="KIP-390 compression levels and KIP-937 timestamp bounds are not implemented, "
-            "there is no tiered storage (KIP-405), and only record batch v2 is written "
+        why="KIP-390 compression levels are not implemented, there is no tiered storage "
+            "(KIP-405), and only record batch v2 is written "
             "(message.format.version)",
         test="tests/compat/test_topics.py::test_a_topics_config_description_matches",
     ),

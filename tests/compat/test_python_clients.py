@@ -78,8 +78,13 @@ def kafka_python(t: Target) -> dict[str, Any]:
         out["create invalid config"] = attempt(
             lambda: create(f"{topic}-cfg", 1, 3, **{"cleanup.policy": "sideways"}))
         out["create invalid name"] = attempt(lambda: create("bad name", 1, 3))
-        out["describe_configs"] = plain(admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all"))
+        # A broker not yet told of the new topic answers it unknown (an empty list): ask again.
+        deadline = time.monotonic() + 30
+        while not (described := plain(admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all"))
+                ).get("topic", {}).get(topic) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        out["describe_configs"] = described
         out["create_partitions to 4"] = attempt(lambda: plain(
             admin.create_partitions({topic: NewPartitions(4)}, timeout_ms=30000)))
         out["create_partitions to 2"] = attempt(lambda: plain(

@@ -75,3 +75,31 @@ def test_timestamp_type_difference_and_size_limits(pair: Pair) -> None:
     append_types, diff, size = pair.same(scenario)
     assert append_types == [TIMESTAMP_LOG_APPEND_TIME] * 2
     assert diff[0][0] == "INVALID_TIMESTAMP" and diff[1][0] is None
+
+
+def test_timestamp_before_and_after_bounds(pair: Pair) -> None:
+    """KIP-937: message.timestamp.before.max.ms and .after.max.ms bound a CreateTime record's
+    timestamp on each side of the broker's clock; one left at its default falls back to
+    message.timestamp.difference.max.ms."""
+    topics = {
+        "ts-before": {"message.timestamp.before.max.ms": "60000"},
+        "ts-after": {"message.timestamp.after.max.ms": "60000"},
+        "ts-before-over-diff": {"message.timestamp.difference.max.ms": "60000",
+                                "message.timestamp.before.max.ms": "7200000"},
+    }
+
+    def scenario(t: Target) -> object:
+        out = {}
+        for topic, config in topics.items():
+            create_ready(t, topic, config=config)
+            now = int(time.time() * 1000)
+            out[topic] = [error for error, _ in produce(
+                t, topic, [b"an hour old", b"now", b"an hour ahead"],
+                timestamps=[now - 3_600_000, now, now + 3_600_000], acks="all", retries=0)]
+        return out
+
+    assert pair.same(scenario) == {
+        "ts-before": ["INVALID_TIMESTAMP", None, None],
+        "ts-after": [None, None, "INVALID_TIMESTAMP"],
+        "ts-before-over-diff": [None, None, "INVALID_TIMESTAMP"],
+    }

@@ -364,6 +364,8 @@ define("log.preallocate", "boolean", False,
        doc="false only: tidelog does not preallocate segment files")
 define("log.message.timestamp.type", "string", "CreateTime", one_of("CreateTime", "LogAppendTime"))
 define("log.message.timestamp.difference.max.ms", "long", LONG_MAX)
+define("log.message.timestamp.before.max.ms", "long", LONG_MAX, at_least(0))
+define("log.message.timestamp.after.max.ms", "long", LONG_MAX, at_least(0))
 define("log.message.downconversion.enable", "boolean", True,
        doc="Kafka consults it for a client's Fetch v0-3 only (down-convert, or refuse with "
            "UNSUPPORTED_VERSION); tidelog serves Fetch v4+, so either value answers every "
@@ -449,6 +451,8 @@ _LOG_CONFIG_SYNONYMS: dict[str, str] = {
     "preallocate": "log.preallocate",
     "message.timestamp.type": "log.message.timestamp.type",
     "message.timestamp.difference.max.ms": "log.message.timestamp.difference.max.ms",
+    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
     "message.downconversion.enable": "log.message.downconversion.enable",
 }
 

@@ -156,6 +156,8 @@ _PARSERS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
         lambda k, v: _parse_choice(k, v, _TIMESTAMP_TYPES),
     ),
     "message.timestamp.difference.max.ms": ("message_timestamp_difference_max_ms", _int(0)),
+    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", _int(0)),
+    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", _int(0)),
     "delete.retention.ms": ("delete_retention_ms", _int(0)),
     "min.compaction.lag.ms": ("min_compaction_lag_ms", _int(0)),
     "max.compaction.lag.ms": ("max_compaction_lag_ms", _int(1)),
@@ -193,6 +195,8 @@ class LogConfig:
     compression_type: str = "producer"
     message_timestamp_type: str = "CreateTime"
     message_timestamp_difference_max_ms: int = LONG_MAX
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = LONG_MAX
     delete_retention_ms: int = 24 * 60 * 60 * 1000
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX
@@ -202,6 +206,15 @@ class LogConfig:
     message_downconversion_enable: bool = True
     leader_replication_throttled_replicas: str = ""
     follower_replication_throttled_replicas: str = ""
+
+    @property
+    def timestamp_bounds_ms(self) -> tuple[int, int]:
+        """How far before and after the broker's clock a CreateTime record may be (KIP-937, as
+        Kafka 3.9's LogConfig: a bound left at its default falls back to the deprecated
+        message.timestamp.difference.max.ms)."""
+        before, after = self.message_timestamp_before_max_ms, self.message_timestamp_after_max_ms
+        diff = self.message_timestamp_difference_max_ms
+        return (before if before != LONG_MAX else diff, after if after != LONG_MAX else diff)
 
     @classmethod
     def from_dict(cls, props: Mapping[str, Any], base: LogConfig | None = None) -> LogConfig:

@@ -1,9 +1,10 @@
 """The topic configs a leader applies to a produced batch before it is appended (Kafka's
 LogValidator), for the two that need more than the 61-byte header:
 
-- ``message.timestamp.difference.max.ms`` (CreateTime topics): every record's timestamp must be
-  within that many ms of the broker's clock, else the whole append is refused with
-  INVALID_TIMESTAMP (32).
+- ``message.timestamp.before.max.ms`` / ``message.timestamp.after.max.ms`` (KIP-937; each falls
+  back to the deprecated ``message.timestamp.difference.max.ms``), CreateTime topics: every
+  record's timestamp must be at most that many ms before / after the broker's clock, else the
+  whole append is refused with INVALID_TIMESTAMP (32).
 - ``compression.type`` other than ``producer``: a batch whose codec differs from the topic's is
   recompressed with the topic's codec (``uncompressed`` = none). The records themselves are kept
   byte for byte (v2 offset and timestamp deltas are relative to the batch, so they do not
@@ -73,7 +74,7 @@ def needs_validation(config: LogConfig) -> bool:
     """Whether `validate_and_convert` has anything to do for this topic."""
     return config.compression_type != "producer" or _compacted(config) or (
         config.message_timestamp_type == "CreateTime"
-        and config.message_timestamp_difference_max_ms < LONG_MAX
+        and min(config.timestamp_bounds_ms) < LONG_MAX
     )
 
 
@@ -88,8 +89,8 @@ def validate_and_convert(records: bytes | bytearray | memoryview, config: LogCon
     recompression) and InvalidTimestampError. Incomplete trailing bytes are left for the log's
     own validation to refuse."""
     codec = target_codec(config.compression_type)
-    max_diff = (config.message_timestamp_difference_max_ms
-                if config.message_timestamp_type == "CreateTime" else LONG_MAX)
+    before, after = (config.timestamp_bounds_ms
+                     if config.message_timestamp_type == "CreateTime" else (LONG_MAX, LONG_MAX))
     compacted = _compacted(config)
     parts: list[bytes | memoryview] = []
     changed = False
@@ -98,8 +99,8 @@ def validate_and_convert(records: bytes | bytearray | memoryview, config: LogCon
     for batch in iter_batches(view):
         raw = view[end : end + batch.size_in_bytes]
         end += batch.size_in_bytes
-        if max_diff < LONG_MAX and not batch.attributes & TIMESTAMP_TYPE_MASK:
-            _check_timestamps(batch, now_ms, max_diff)
+        if min(before, after) < LONG_MAX and not batch.attributes & TIMESTAMP_TYPE_MASK:
+            _check_timestamps(batch, now_ms, before, after)
         if compacted and not batch.is_control_batch and None in decode_columns(batch).keys:
             raise InvalidRecordError(
                 "Compacted topic cannot accept message without key in topic partition")
@@ -114,12 +115,13 @@ def validate_and_convert(records: bytes | bytearray | memoryview, config: LogCon
     return b"".join(parts)
 
 
-def _check_timestamps(batch: RecordBatch, now_ms: int, max_diff: int) -> None:
+def _check_timestamps(batch: RecordBatch, now_ms: int, before: int, after: int) -> None:
     for ts in decode_columns(batch).timestamps:
-        if ts != NO_TIMESTAMP and abs(ts - now_ms) > max_diff:
+        if ts != NO_TIMESTAMP and not now_ms - before <= ts <= now_ms + after:
+            # Kafka's LogValidator.validateTimestamp message.
             raise InvalidTimestampError(
-                f"timestamp {ts} of a record is out of range: more than "
-                f"message.timestamp.difference.max.ms={max_diff} from the broker's time {now_ms}")
+                f"Timestamp {ts} of message is out of range. The timestamp should be within "
+                f"[{now_ms - before}, {now_ms + after}]")
 
 
 def _recompress(batch: RecordBatch, codec: int) -> bytes:
