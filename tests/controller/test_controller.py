@@ -662,6 +662,34 @@ async def test_unclean_restart_is_no_clean_leader_candidate_even_after_failover(
 
 
 @with_cluster
+async def test_a_broker_registered_uncleanly_just_before_a_failover_is_marked_by_the_new_controller(
+        cluster: Cluster) -> None:
+    await three_brokers(cluster)
+    await create_topic(cluster, "k966f", {0: [3, 2]})
+    zk = cluster.admin_zk
+    s = cluster.state("k966f", 0)
+    assert s is not None
+    ok, _ = zk.update_leader_and_isr(("k966f", 0), LeaderIsrAndControllerEpoch(3, 0, (3,), 1),
+                                     s.zk_version)  # 2 fell behind
+    assert ok
+    await asyncio.to_thread(zk.propagate_isr_changes, [("k966f", 0)])
+    await wait_for(lambda: zk.get_all_isr_change_notifications() == [], what="ISR [3] known")
+    b3 = cluster.brokers[3]
+    await b3.deregister()
+    await wait_for(lambda: (x := cluster.state("k966f", 0)) and x.leader == -1, what="offline")
+    # No controller sees 3 come back after a crash: only its registration says so.
+    await cluster.stop_controller(1)
+    await b3.register(clean_shutdown=False)
+    second = await cluster.start_controller(2)
+    await wait_for(lambda: second.is_active, what="broker 2 takes over")
+    await second.wait_idle()
+    assert second.core is not None
+    assert second.core.unclean_restarted.get(TopicPartition("k966f", 0)) == {3}
+    s = cluster.state("k966f", 0)
+    assert s is not None and s.leader == -1 and s.isr == (3,)  # 3 is no clean leader
+
+
+@with_cluster
 async def test_turning_unclean_election_on_for_a_topic_elects_its_offline_partitions(
         cluster: Cluster) -> None:
     ctl = await three_brokers(cluster)  # broker default: unclean.leader.election.enable=false

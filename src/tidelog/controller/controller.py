@@ -354,6 +354,10 @@ class KafkaController:
             leader_epochs=self._leader_epoch_of,
             topic_ids=self.topic_ids,
         )
+        # The broker-change path of every event (KIP-966 marks of unclean registrations
+        # included: a broker that re-registered just before this failover was not seen by the
+        # old controller); the failover then loads them as live instead of starting each.
+        executor.on_broker_registrations(brokers)
         for b, (info, epoch) in sorted(brokers.items()):
             core.live_brokers[b] = epoch
             self.channel.add_broker(b, info)
@@ -374,7 +378,7 @@ class KafkaController:
                        for b in (s.leader, *s.isr, *core.assignments[tp])
                        if b >= 0 and b not in core.live_brokers})
         for b in dead:
-            await self._execute(lambda b=b: core.on_broker_failure(b), self._partitions_of(b))
+            await self._carry_out(lambda ex, b=b: ex.broker_failure(b))
         await self._execute(core.initial_leaders)
         # Watches fire at once with the current children: changes since the load are events.
         self._watches = [
@@ -517,13 +521,6 @@ class KafkaController:
             self._send(requests)
         return done.decision
 
-    def _partitions_of(self, broker_id: int) -> list[TopicPartition]:
-        core = self.core
-        if core is None:
-            return []
-        return sorted(tp for tp, rs in core.assignments.items()
-                      if broker_id in rs and tp in core.partition_states)
-
     def _forget_topic_partitions(self, topic: str) -> dict[TopicPartition, tuple[int, ...]]:
         core = self.core
         removed: dict[TopicPartition, tuple[int, ...]] = {}
@@ -596,29 +593,25 @@ class KafkaController:
         core, channel = self.core, self.channel
         if core is None or channel is None:
             return
+        executor = self.executor
+        if executor is None:
+            return
         current = await self._zk(self.zk_client.get_all_brokers_and_epochs)
-        known = dict(core.live_brokers)
-        dead = sorted(set(known) - set(current))
-        started = sorted(b for b in current if b not in known)
-        bounced = sorted(b for b in current if b in known and known[b] != current[b][1])
-        if dead or started or bounced:
+        changes = executor.on_broker_registrations(current)
+        dead, started, bounced = changes.dead, changes.started, changes.bounced
+        if changes:
             log.info("controller %d: brokers joined %s, left %s, bounced %s", self.broker_id,
                      started, dead, bounced)
         for b in dead:
             await channel.remove_broker(b)
-            await self._execute(lambda b=b: core.on_broker_failure(b), self._partitions_of(b))
+            await self._carry_out(lambda ex, b=b: ex.broker_failure(b))
         for b in bounced + started:
             info, epoch = current[b]
-            if info.clean_shutdown is False:
-                # KIP-966: its logs may have lost an acknowledged tail; not a clean leader
-                # candidate until it is back in an ISR under another leader.
-                core.mark_unclean_restart(b)
             if b in bounced:
                 # Requests queued for the old incarnation carry its epoch: drop them.
                 await channel.remove_broker(b)
             channel.add_broker(b, info)
-            await self._execute(lambda b=b, e=epoch: core.on_broker_startup(b, e),
-                                self._partitions_of(b))
+            await self._carry_out(lambda ex, b=b, e=epoch: ex.broker_startup(b, e))
             await self.reassignments.on_broker_startup(b)
         if started or bounced:
             # Partitions that had no live replica when they were created get their first
@@ -817,8 +810,8 @@ class KafkaController:
         if broker_epoch >= 0 and broker_epoch < cached:
             return int(ErrorCode.STALE_BROKER_EPOCH), []
         log.info("controller %d: controlled shutdown of broker %d", self.broker_id, broker_id)
-        await self._execute(lambda: core.controlled_shutdown(broker_id),
-                            self._partitions_of(broker_id))
+        await self._carry_out(lambda ex: ex.execute(lambda: core.controlled_shutdown(broker_id),
+                                                    ex.partitions_of(broker_id)))
         remaining = sorted(
             tp for tp, s in core.partition_states.items()
             if s.leader == broker_id and len(core.assignments.get(tp, ())) > 1)

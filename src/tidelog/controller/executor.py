@@ -9,16 +9,21 @@ which answers with the LeaderAndIsr / UpdateMetadata / StopReplica requests per 
 compare-and-set (a leader changed the ISR meanwhile) re-reads the partition and replays the
 event, a bounded number of times. The KIP-966 marks the core keeps are then persisted when they
 changed. The caller sends the requests, in order.
+
+Broker changes take one path too: `on_broker_registrations` compares `/brokers/ids` with the
+live brokers the core knows (at a failover the core knows none, so every registered broker
+counts as started) and marks, KIP-966, every started or bounced broker whose registration says
+it did not shut down cleanly; the caller then runs `broker_failure` / `broker_startup` for each.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from tidelog.controller.core import ControllerCore, ControllerRequest, Decision
-from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch, TopicPartitionT
+from tidelog.controller.zk_data import BrokerInfo, LeaderIsrAndControllerEpoch, TopicPartitionT
 from tidelog.controller.zk_interface import (
     NoTopicError,
     ZooKeeperClient,
@@ -27,7 +32,7 @@ from tidelog.controller.zk_interface import (
 )
 from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
 
-__all__ = ["MAX_EVENT_ATTEMPTS", "DecisionExecutor", "Executed"]
+__all__ = ["MAX_EVENT_ATTEMPTS", "BrokerChanges", "DecisionExecutor", "Executed"]
 
 log = logging.getLogger(__name__)
 
@@ -44,17 +49,33 @@ class Executed:
     written: list[LeaderAndIsrPartitionState] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class BrokerChanges:
+    """Kafka's BrokerChange event: registrations gone, new, or new under another broker epoch
+    (a bounce: a failure, then a startup), each sorted by broker id."""
+
+    dead: tuple[int, ...]
+    started: tuple[int, ...]
+    bounced: tuple[int, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.dead or self.started or self.bounced)
+
+
 class DecisionExecutor:
     """Carries out one controller's decisions (one per controller epoch)."""
 
     def __init__(self, zk: ZooKeeperClient, core: ControllerCore, epoch_zk_version: int | None,
-                 *, on_topic_gone: Callable[[str], object] = lambda topic: None) -> None:
+                 *, on_topic_gone: Callable[[str], object] = lambda topic: None,
+                 kip966_unclean_restart_rule: bool = True) -> None:
         self.zk = zk
         self.core = core
         self.epoch_zk_version = epoch_zk_version
         # A topic deleted while a partition of it was being created: the caller forgets it.
         self.on_topic_gone = on_topic_gone
         self._persisted_marks: dict[TopicPartitionT, tuple[int, ...]] = {}
+        # Off only in the simulator's scenarios that show what goes wrong without the rule.
+        self.kip966_unclean_restart_rule = kip966_unclean_restart_rule
 
     # -- failover ----------------------------------------------------------------------------
     def load_unclean_marks(self) -> None:
@@ -77,6 +98,40 @@ class DecisionExecutor:
         for tp, s in self.zk.get_partition_states(wanted).items():
             key = TopicPartition(*tp)
             core.refresh_partition(key, from_zk_state(key, s, core.assignments[key]))
+
+    # -- broker changes ------------------------------------------------------------------------
+    def on_broker_registrations(
+            self, registered: Mapping[int, tuple[BrokerInfo, int]]) -> BrokerChanges:
+        """`registered` (broker id -> (registration, broker epoch), as read from /brokers/ids)
+        against the core's live brokers. A started or bounced broker whose registration says
+        it did not shut down cleanly is marked now (KIP-966: its log may have lost an
+        acknowledged tail; no clean leader candidate until back in an ISR under another
+        leader), before any decision or partition re-read that could clear the mark."""
+        known = self.core.live_brokers
+        changes = BrokerChanges(
+            dead=tuple(sorted(set(known) - set(registered))),
+            started=tuple(sorted(b for b in registered if b not in known)),
+            bounced=tuple(sorted(b for b, (_, epoch) in registered.items()
+                                 if b in known and known[b] != epoch)))
+        if self.kip966_unclean_restart_rule:
+            for b in (*changes.bounced, *changes.started):
+                if registered[b][0].clean_shutdown is False:
+                    self.core.mark_unclean_restart(b)
+        return changes
+
+    def partitions_of(self, broker_id: int) -> list[TopicPartition]:
+        """The partitions with a state that `broker_id` is a replica of."""
+        core = self.core
+        return sorted(tp for tp, rs in core.assignments.items()
+                      if broker_id in rs and tp in core.partition_states)
+
+    def broker_failure(self, broker_id: int) -> Executed:
+        return self.execute(lambda: self.core.on_broker_failure(broker_id),
+                            self.partitions_of(broker_id))
+
+    def broker_startup(self, broker_id: int, broker_epoch: int) -> Executed:
+        return self.execute(lambda: self.core.on_broker_startup(broker_id, broker_epoch),
+                            self.partitions_of(broker_id))
 
     # -- events ------------------------------------------------------------------------------
     def execute(self, event: Callable[[], Decision], refresh: Iterable[TopicPartition] = (),

@@ -328,14 +328,6 @@ class KafkaZkClient(KafkaZkReads):
         children = self._retry(self._zk.get_children, zk_data.BROKER_IDS_PATH)
         return sorted(int(c) for c in children if c.isdigit())
 
-    def get_all_brokers_and_epochs(self) -> dict[int, tuple[BrokerInfo, int]]:
-        out: dict[int, tuple[BrokerInfo, int]] = {}
-        for broker_id in self.get_all_broker_ids():
-            found = self.get_broker(broker_id)
-            if found is not None:  # it may have gone between the listing and the read
-                out[broker_id] = found
-        return out
-
     def generate_broker_id(self, reserved_broker_max_id: int = 1000) -> int:
         """A fresh broker id: /brokers/seqid's new version + reserved.broker.max.id."""
         self._retry(self._zk.ensure_path, zk_data.BROKER_SEQUENCE_ID_PATH)

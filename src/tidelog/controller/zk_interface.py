@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from tidelog.controller import zk_data
-from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch, TopicPartitionT
+from tidelog.controller.zk_data import BrokerInfo, LeaderIsrAndControllerEpoch, TopicPartitionT
 from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
 
 __all__ = [
@@ -49,6 +49,15 @@ class NoTopicError(ZkClientError):
 
 
 class ZooKeeperClient(Protocol):
+    # -- broker registrations (/brokers/ids/<id>, ephemeral, Kafka's JSON) ---------------------
+    def get_all_broker_ids(self) -> list[int]: ...
+
+    def get_broker(self, broker_id: int) -> tuple[BrokerInfo, int] | None:
+        """(registration, broker epoch = the znode's creation zxid), None if not registered."""
+        ...
+
+    def get_all_brokers_and_epochs(self) -> dict[int, tuple[BrokerInfo, int]]: ...
+
     # -- partition states (/brokers/topics/<t>/partitions/<p>/state) ----------------------------
     def get_partition_state(self, tp: TopicPartitionT) -> LeaderIsrAndControllerEpoch | None:
         """The state with `zk_version` set to the znode's version, or None."""
@@ -129,6 +138,14 @@ class ZooKeeperClient(Protocol):
 class KafkaZkReads(ZooKeeperClient):
     """The operations that follow from the primitives above, written once for both
     implementations (which subclass this)."""
+
+    def get_all_brokers_and_epochs(self) -> dict[int, tuple[BrokerInfo, int]]:
+        out: dict[int, tuple[BrokerInfo, int]] = {}
+        for broker_id in self.get_all_broker_ids():
+            found = self.get_broker(broker_id)
+            if found is not None:  # it may have gone between the listing and the read
+                out[broker_id] = found
+        return out
 
     def get_partition_states(
         self, tps: Iterable[TopicPartitionT]

@@ -47,8 +47,9 @@ class SimController:
         self.core = ControllerCore(
             controller_id, epoch,
             unclean_leader_election_enable=cluster.config.replication.unclean_leader_election_enable)
-        self.executor = DecisionExecutor(self.zk, self.core,
-                                         self.zk.get_data_and_version(path)[1])
+        self.executor = DecisionExecutor(
+            self.zk, self.core, self.zk.get_data_and_version(path)[1],
+            kip966_unclean_restart_rule=cluster.config.kip966_unclean_restart_rule)
         self.active = True
         self.sent_requests = 0
 
@@ -73,28 +74,19 @@ class SimController:
     def _on_brokers_change(self, event: str, path: str) -> None:
         if not self.active:
             return
-        zk = self.zk
-        current: dict[int, int] = {}
-        clean: dict[int, bool] = {}
-        for child in zk.get_children(BROKERS, watch=self._on_brokers_change):
-            got = zk.get(f"{BROKERS}/{child}")
-            if got is None:
-                continue
-            current[int(child)] = got[1].czxid
-            clean[int(child)] = bool((got[0] or {}).get("clean_shutdown", True))
-        known = dict(self.core.live_brokers)
-        for b in sorted(set(known) - set(current)):
+        zk, executor = self.zk, self.executor
+        zk.get_children(BROKERS, watch=self._on_brokers_change)
+        current = zk.get_all_brokers_and_epochs()
+        changes = executor.on_broker_registrations(current)
+        for b in changes.dead:
             self.cluster.trace_add(("broker_failure", None, ("broker", b)))
-            self._execute(lambda b=b: self.core.on_broker_failure(b))
+            self._carry_out(lambda b=b: executor.broker_failure(b))
             self.cluster.nodes[b].failure_handled()
-        for b, epoch in sorted(current.items()):
-            if known.get(b) == epoch:
-                continue
+        for b in sorted((*changes.started, *changes.bounced)):
+            epoch = current[b][1]
             self.cluster.trace_add(("broker_startup", None, ("broker", b), ("epoch", epoch)))
-            if not clean[b] and self.cluster.config.kip966_unclean_restart_rule:
-                self.core.mark_unclean_restart(b)
-            self._execute(lambda b=b, e=epoch: self.core.on_broker_startup(b, e))
-            if b in known:
+            self._carry_out(lambda b=b, e=epoch: executor.broker_startup(b, e))
+            if b in changes.bounced:
                 self.cluster.nodes[b].failure_handled()  # a bounce: failure, then startup
 
     def _on_isr_changes(self, event: str, path: str) -> None:

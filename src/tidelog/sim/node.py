@@ -26,6 +26,7 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tidelog.controller import zk_data
 from tidelog.controller.core import (
     LeaderAndIsrRequest,
     StopReplicaRequest,
@@ -589,7 +590,7 @@ class SimBroker:
             return
         if op[0] == "connect":
             self.session_id = msg.result
-            self._zk_send(("register", self.broker_id, {"clean_shutdown": self.clean_shutdown}))
+            self._zk_send(self._register_op())
         elif op[0] == "register":
             if msg.code == "node_exists":
                 # The previous process's session is still alive: wait for it to expire.
@@ -600,9 +601,19 @@ class SimBroker:
         elif on_result is not None:
             on_result(msg)
 
+    def _register_op(self) -> tuple[str, int, bytes]:
+        """/brokers/ids/<id> in Kafka's JSON (with tidelog's KIP-966 clean-shutdown flag), as
+        KafkaZkClient.register_broker writes it; the controller reads it through the same
+        ZooKeeper interface on both drivers."""
+        info = zk_data.BrokerInfo(
+            self.broker_id,
+            (zk_data.BrokerEndPoint("PLAINTEXT", f"broker{self.broker_id}.sim", 9092),),
+            clean_shutdown=self.clean_shutdown)
+        return "register", self.broker_id, info.encode(timestamp_ms=self.scheduler.now_ms)
+
     def _retry_register(self, inc: int, session_id: int) -> None:
         if self.running and self.incarnation == inc and self.session_id == session_id:
-            op = ("register", self.broker_id, {"clean_shutdown": self.clean_shutdown})
+            op = self._register_op()
             if self.paused:
                 self._backlog.append((-1, _Retry(op, None)))
                 return

@@ -229,6 +229,15 @@ class SimZooKeeper(KafkaZkReads):
                 f"{zk_data.CONTROLLER_EPOCH_PATH} version is no longer"
                 f" {expected_epoch_zk_version}: another controller was elected")
 
+    def get_all_broker_ids(self) -> list[int]:
+        return sorted(int(c) for c in self.get_children(zk_data.BROKER_IDS_PATH) if c.isdigit())
+
+    def get_broker(self, broker_id: int) -> tuple[zk_data.BrokerInfo, int] | None:
+        got = self.get(zk_data.broker_path(broker_id))
+        if got is None:
+            return None
+        return zk_data.BrokerInfo.decode(broker_id, got[0]), got[1].czxid
+
     def get_partition_state(self, tp: TopicPartitionT) -> LeaderIsrAndControllerEpoch | None:
         node = self.nodes.get(zk_data.partition_state_path(tp))
         if node is None:
