@@ -188,3 +188,16 @@ async def test_adding_partitions_to_a_moving_topic_is_refused(cluster: Cluster) 
         await asyncio.to_thread(AdminZkClient(cluster.admin_zk).create_partitions, TP.topic, 2)
     assert e.value.error_code == ErrorCode.REASSIGNMENT_IN_PROGRESS
     assert topic_znode(cluster) == before  # the move's adding/removing replicas kept
+
+
+@with_cluster
+async def test_a_topic_queued_for_deletion_cannot_be_moved(cluster: Cluster) -> None:
+    ctl = await four_brokers(cluster)
+    await cluster.brokers[3].deregister()  # the deletion waits for this replica's broker
+    await wait_for(lambda: ctl.core is not None and 3 not in ctl.core.live_brokers,
+                   what="broker 3 dead")
+    await asyncio.to_thread(AdminZkClient(cluster.admin_zk).delete_topic, TP.topic)
+    await wait_for(lambda: TP.topic in ctl.topics_to_be_deleted, what="deletion queued")
+    assert await reassign(ctl, [2, 4, 1]) == ApiError(
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+    assert await ctl.reassignments.list_partition_reassignments(None) == {}
