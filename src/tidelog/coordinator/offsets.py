@@ -28,6 +28,7 @@ from tidelog.protocol.records.decoder import (
     decode_records,
     parse_end_transaction_marker,
 )
+from tidelog.utils import java_string_hash
 
 __all__ = [
     "GROUP_METADATA_TOPIC_NAME",
@@ -58,15 +59,6 @@ _I64 = struct.Struct(">q")
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
 GROUP_METADATA_VALUE_VERSION = 3
-
-
-def java_string_hash(s: str) -> int:
-    """Java's `String.hashCode` (over UTF-16 code units), as a signed int32."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
 
 
 def partition_for(group_id: str, num_partitions: int) -> int:

@@ -38,19 +38,11 @@ from tidelog.shell.interfaces import (
     Scheduler,
     Time,
 )
+from tidelog.utils import java_string_hash
 
 __all__ = ["FetcherThread", "ReplicaFetcherManager", "fetcher_id_for", "java_string_hash"]
 
 logger = logging.getLogger(__name__)
-
-
-def java_string_hash(s: str) -> int:
-    """Java's `String.hashCode` (UTF-16 code units, 32-bit signed overflow)."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
 
 
 def fetcher_id_for(tp: TopicPartition, num_fetchers: int) -> int:
