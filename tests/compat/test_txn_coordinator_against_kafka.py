@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from differential import Pair, Target, coordinator, create_ready, raw
 
+from tidelog.coordinator.offsets import partition_for
 from tidelog.protocol.messages import add_offsets_to_txn as m_aot
 from tidelog.protocol.messages import add_partitions_to_txn as m_apt
 from tidelog.protocol.messages import describe_transactions as m_dtx
@@ -100,10 +101,13 @@ def scenario(t: Target) -> dict[str, Any]:
             transactional_id=txn, group_id=f"g-{txn}", producer_id=pid, producer_epoch=epoch,
             topics=[m_toc.TxnOffsetCommitRequestTopic(f"{topic}-missing", [
                 m_toc.TxnOffsetCommitRequestPartition(0, 5)])]), 3).topics for p in tp.partitions]
-    described = raw(at, m_dtx.DescribeTransactionsRequest(transactional_ids=[txn, f"{txn}-no"]), 0)
+    # An unknown id of the same __transaction_state partition: this coordinator's to answer.
+    unknown = next(f"{txn}-no{i}" for i in range(10_000)
+                   if partition_for(f"{txn}-no{i}", 50) == partition_for(txn, 50))
+    described = raw(at, m_dtx.DescribeTransactionsRequest(transactional_ids=[txn, unknown]), 0)
     out["DescribeTransactions"] = [
         (s.error_code, s.transaction_state, s.transaction_timeout_ms, s.producer_epoch,
-         sorted((d.topic, tuple(d.partitions)) for d in s.topics))
+         sorted((d.topic, tuple(sorted(d.partitions))) for d in s.topics))
         for s in described.transaction_states]
     listed = raw(at, m_ltx.ListTransactionsRequest(state_filters=["Ongoing", "Bogus"],
                                                    producer_id_filters=[pid]), 0)
