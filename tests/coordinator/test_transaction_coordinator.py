@@ -127,6 +127,20 @@ async def until(cond: Callable[[], object], what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def with_started_broker(tmp_path: Path, body: Callable[[Broker], Awaitable[None]]) -> None:
+    """Run `body` against a started Broker, stopped afterwards whatever happened."""
+
+    async def go() -> None:
+        b = Broker(tmp_path)
+        await b.start()
+        try:
+            await body(b)
+        finally:
+            await b.stop()
+
+    run(go())
+
+
 async def produce_transactional(b: Broker, pid: int, epoch: int, seq: int = 0) -> None:
     batch = build_values([b"v1", b"v2"], producer_id=pid, producer_epoch=epoch,
                          base_sequence=seq, transactional=True)
@@ -144,109 +158,89 @@ async def begin(b: Broker, timeout_ms: int = 30_000) -> tuple[int, int]:
 
 
 def test_a_commit_is_logged_marked_and_completed(tmp_path: Path) -> None:
-    async def go() -> None:
-        b = Broker(tmp_path)
-        await b.start()
-        try:
-            pid, epoch = await begin(b)
-            assert (pid, epoch) == (4001, 0)
-            assert await b.coordinator.handle_end_transaction("t", pid, epoch, True) == 0
-            md = b.coordinator.state.transactions["t"]
-            await until(lambda: md.state == S.COMPLETE_COMMIT, "CompleteCommit")
-            assert [s.txn_state for s in b.states() if s] == [
-                S.EMPTY, S.ONGOING, S.PREPARE_COMMIT, S.COMPLETE_COMMIT]
-            assert b.states()[2].topic_partitions == {DATA}  # type: ignore[union-attr]
-            assert b.markers() == [("COMMIT", 0, 0)]
-            # Committing again answers as the completed commit did; aborting it is refused.
-            assert await b.coordinator.handle_end_transaction("t", pid, epoch, True) == 0
-            assert await b.coordinator.handle_end_transaction(
-                "t", pid, epoch, False) == E.INVALID_TXN_STATE
-        finally:
-            await b.stop()
+    async def body(b: Broker) -> None:
+        pid, epoch = await begin(b)
+        assert (pid, epoch) == (4001, 0)
+        assert await b.coordinator.handle_end_transaction("t", pid, epoch, True) == 0
+        md = b.coordinator.state.transactions["t"]
+        await until(lambda: md.state == S.COMPLETE_COMMIT, "CompleteCommit")
+        assert [s.txn_state for s in b.states() if s] == [
+            S.EMPTY, S.ONGOING, S.PREPARE_COMMIT, S.COMPLETE_COMMIT]
+        assert b.states()[2].topic_partitions == {DATA}  # type: ignore[union-attr]
+        assert b.markers() == [("COMMIT", 0, 0)]
+        # Committing again answers as the completed commit did; aborting it is refused.
+        assert await b.coordinator.handle_end_transaction("t", pid, epoch, True) == 0
+        assert await b.coordinator.handle_end_transaction(
+            "t", pid, epoch, False) == E.INVALID_TXN_STATE
 
-    run(go())
+    with_started_broker(tmp_path, body)
 
 
 def test_kafkas_errors_for_bad_input(tmp_path: Path) -> None:
-    async def go() -> None:
-        b = Broker(tmp_path)
-        await b.start()
+    async def body(b: Broker) -> None:
         c = b.coordinator
-        try:
-            assert (await c.handle_init_producer_id("t", 60_001)).error == \
-                E.INVALID_TRANSACTION_TIMEOUT  # beyond transaction.max.timeout.ms
-            assert (await c.handle_init_producer_id("t", 0)).error == E.INVALID_TRANSACTION_TIMEOUT
-            assert (await c.handle_init_producer_id("", 1000)).error == E.INVALID_REQUEST
-            assert await c.handle_end_transaction("nobody", 1, 0, True) == \
-                E.INVALID_PRODUCER_ID_MAPPING
-            r = await c.handle_init_producer_id("t", 1000)
-            # EndTxn with no transaction begun.
-            assert await c.handle_end_transaction("t", r.producer_id, r.producer_epoch,
-                                                  True) == E.INVALID_TXN_STATE
-            assert await c.handle_add_partitions("t", r.producer_id + 1, r.producer_epoch,
-                                                 [DATA]) == E.INVALID_PRODUCER_ID_MAPPING
-            assert await c.handle_add_partitions("t", r.producer_id, r.producer_epoch + 1,
-                                                 [DATA]) == E.PRODUCER_FENCED
-        finally:
-            await b.stop()
+        assert (await c.handle_init_producer_id("t", 60_001)).error == \
+            E.INVALID_TRANSACTION_TIMEOUT  # beyond transaction.max.timeout.ms
+        assert (await c.handle_init_producer_id("t", 0)).error == E.INVALID_TRANSACTION_TIMEOUT
+        assert (await c.handle_init_producer_id("", 1000)).error == E.INVALID_REQUEST
+        assert await c.handle_end_transaction("nobody", 1, 0, True) == \
+            E.INVALID_PRODUCER_ID_MAPPING
+        r = await c.handle_init_producer_id("t", 1000)
+        # EndTxn with no transaction begun.
+        assert await c.handle_end_transaction("t", r.producer_id, r.producer_epoch,
+                                              True) == E.INVALID_TXN_STATE
+        assert await c.handle_add_partitions("t", r.producer_id + 1, r.producer_epoch,
+                                             [DATA]) == E.INVALID_PRODUCER_ID_MAPPING
+        assert await c.handle_add_partitions("t", r.producer_id, r.producer_epoch + 1,
+                                             [DATA]) == E.PRODUCER_FENCED
 
-    run(go())
+    with_started_broker(tmp_path, body)
 
 
 def test_a_new_producer_fences_the_old_one_and_aborts_its_transaction(tmp_path: Path) -> None:
-    async def go() -> None:
-        b = Broker(tmp_path)
-        await b.start()
+    async def body(b: Broker) -> None:
         c = b.coordinator
-        try:
-            pid, epoch = await begin(b)
-            # The new instance's InitProducerId aborts the open transaction under a bumped epoch
-            # and asks it to retry; the retry gets the epoch after that.
-            assert (await c.handle_init_producer_id("t", 30_000)).error == \
-                E.CONCURRENT_TRANSACTIONS
-            md = c.state.transactions["t"]
-            await until(lambda: md.state == S.COMPLETE_ABORT, "CompleteAbort")
-            assert b.markers() == [("ABORT", 1, 0)]
-            r = await c.handle_init_producer_id("t", 30_000)
-            assert (r.error, r.producer_id, r.producer_epoch) == (0, pid, 2)
-            # The zombie is refused everywhere.
-            assert await c.handle_add_partitions("t", pid, epoch, [DATA]) == E.PRODUCER_FENCED
-            assert await c.handle_end_transaction("t", pid, epoch, True) == E.PRODUCER_FENCED
-            zombie = build_values([b"z"], producer_id=pid, producer_epoch=epoch, base_sequence=1,
-                                  transactional=True)
-            assert (await b.rm.append_records(-1, {DATA: zombie}, 5000))[DATA].error == \
-                E.INVALID_PRODUCER_EPOCH
-            # KIP-360: the current producer bumps its own epoch; a stale one is fenced.
-            r2 = await c.handle_init_producer_id("t", 30_000, (pid, 2))
-            assert (r2.error, r2.producer_epoch) == (0, 3)
-            assert (await c.handle_init_producer_id("t", 30_000, (pid, 1))).error == \
-                E.PRODUCER_FENCED
-        finally:
-            await b.stop()
+        pid, epoch = await begin(b)
+        # The new instance's InitProducerId aborts the open transaction under a bumped epoch
+        # and asks it to retry; the retry gets the epoch after that.
+        assert (await c.handle_init_producer_id("t", 30_000)).error == \
+            E.CONCURRENT_TRANSACTIONS
+        md = c.state.transactions["t"]
+        await until(lambda: md.state == S.COMPLETE_ABORT, "CompleteAbort")
+        assert b.markers() == [("ABORT", 1, 0)]
+        r = await c.handle_init_producer_id("t", 30_000)
+        assert (r.error, r.producer_id, r.producer_epoch) == (0, pid, 2)
+        # The zombie is refused everywhere.
+        assert await c.handle_add_partitions("t", pid, epoch, [DATA]) == E.PRODUCER_FENCED
+        assert await c.handle_end_transaction("t", pid, epoch, True) == E.PRODUCER_FENCED
+        zombie = build_values([b"z"], producer_id=pid, producer_epoch=epoch, base_sequence=1,
+                              transactional=True)
+        assert (await b.rm.append_records(-1, {DATA: zombie}, 5000))[DATA].error == \
+            E.INVALID_PRODUCER_EPOCH
+        # KIP-360: the current producer bumps its own epoch; a stale one is fenced.
+        r2 = await c.handle_init_producer_id("t", 30_000, (pid, 2))
+        assert (r2.error, r2.producer_epoch) == (0, 3)
+        assert (await c.handle_init_producer_id("t", 30_000, (pid, 1))).error == \
+            E.PRODUCER_FENCED
 
-    run(go())
+    with_started_broker(tmp_path, body)
 
 
 def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(
         tmp_path: Path) -> None:
-    async def go() -> None:
-        b = Broker(tmp_path)
-        await b.start()
+    async def body(b: Broker) -> None:
         c = b.coordinator
-        try:
-            pid, epoch = await begin(b, timeout_ms=5000)
-            b.now += 5000
-            assert await c.abort_timed_out_transactions() == []  # not past it yet
-            b.now += 1
-            assert await c.abort_timed_out_transactions() == ["t"]
-            md = c.state.transactions["t"]
-            await until(lambda: md.state == S.COMPLETE_ABORT, "CompleteAbort")
-            assert (md.producer_epoch, b.markers()) == (1, [("ABORT", 1, 0)])
-            assert await c.handle_end_transaction("t", pid, epoch, True) == E.PRODUCER_FENCED
-        finally:
-            await b.stop()
+        pid, epoch = await begin(b, timeout_ms=5000)
+        b.now += 5000
+        assert await c.abort_timed_out_transactions() == []  # not past it yet
+        b.now += 1
+        assert await c.abort_timed_out_transactions() == ["t"]
+        md = c.state.transactions["t"]
+        await until(lambda: md.state == S.COMPLETE_ABORT, "CompleteAbort")
+        assert (md.producer_epoch, b.markers()) == (1, [("ABORT", 1, 0)])
+        assert await c.handle_end_transaction("t", pid, epoch, True) == E.PRODUCER_FENCED
 
-    run(go())
+    with_started_broker(tmp_path, body)
 
 
 @pytest.mark.parametrize(("prepared_state", "complete", "marker"), [
@@ -284,31 +278,26 @@ def test_a_new_coordinator_completes_a_transaction_found_prepared_in_the_log(
 
 
 def test_an_idle_transactional_id_expires_with_a_tombstone(tmp_path: Path) -> None:
-    async def go() -> None:
-        b = Broker(tmp_path)
-        await b.start()
+    async def body(b: Broker) -> None:
         c = b.coordinator
-        try:
-            pid, epoch = await begin(b)
-            expiration = c.config.transactional_id_expiration_ms
-            b.now += expiration + 1
-            assert await c.state.remove_expired() == []  # a transaction is open: kept
-            assert await c.handle_end_transaction("t", pid, epoch, False) == 0
-            md = c.state.transactions["t"]
-            await until(lambda: md.state == S.COMPLETE_ABORT, "CompleteAbort")
-            b.now += expiration - 1  # the abort updated it: not yet
-            assert await c.state.remove_expired() == []
-            b.now += 1  # Kafka's horizon: last update <= now - transactional.id.expiration.ms
-            assert await c.state.remove_expired() == ["t"]
-            assert c.state.get("t") == (0, 0, None) and b.states()[-1] is None  # the tombstone
-            # A reloaded partition does not know the id either; a new producer starts over.
-            c.state.on_resignation(0)
-            c.state.on_election(0, 0)
-            await until(lambda: not c.state.get("t")[0], "the partition reloaded")
-            assert c.state.get("t") == (0, 0, None)
-            r = await c.handle_init_producer_id("t", 1000)
-            assert (r.error, r.producer_epoch) == (0, 0) and r.producer_id != pid
-        finally:
-            await b.stop()
+        pid, epoch = await begin(b)
+        expiration = c.config.transactional_id_expiration_ms
+        b.now += expiration + 1
+        assert await c.state.remove_expired() == []  # a transaction is open: kept
+        assert await c.handle_end_transaction("t", pid, epoch, False) == 0
+        md = c.state.transactions["t"]
+        await until(lambda: md.state == S.COMPLETE_ABORT, "CompleteAbort")
+        b.now += expiration - 1  # the abort updated it: not yet
+        assert await c.state.remove_expired() == []
+        b.now += 1  # Kafka's horizon: last update <= now - transactional.id.expiration.ms
+        assert await c.state.remove_expired() == ["t"]
+        assert c.state.get("t") == (0, 0, None) and b.states()[-1] is None  # the tombstone
+        # A reloaded partition does not know the id either; a new producer starts over.
+        c.state.on_resignation(0)
+        c.state.on_election(0, 0)
+        await until(lambda: not c.state.get("t")[0], "the partition reloaded")
+        assert c.state.get("t") == (0, 0, None)
+        r = await c.handle_init_producer_id("t", 1000)
+        assert (r.error, r.producer_epoch) == (0, 0) and r.producer_id != pid
 
-    run(go())
+    with_started_broker(tmp_path, body)
