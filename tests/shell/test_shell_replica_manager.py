@@ -138,8 +138,10 @@ def test_a_control_request_for_an_earlier_registration_is_refused_by_the_cores_r
 def test_the_periodic_tasks_are_scheduled_once_with_kafkas_names() -> None:
     b = Broker(1)
     b.rm.startup()
+    # The log manager's too (the flusher only with a finite log.flush.scheduler.interval.ms).
     assert sorted(t.name for t in b.clock.tasks) == [
-        "highwatermark-checkpoint", "isr-change-propagation", "isr-expiration"]
+        "PeriodicProducerExpirationCheck", "highwatermark-checkpoint", "isr-change-propagation",
+        "isr-expiration", "kafka-log-retention", "kafka-recovery-point-checkpoint"]
     b.rm.shutdown()
     assert all(t.cancelled for t in b.clock.tasks)
 

@@ -4,12 +4,12 @@ The shell decides when and what; this module supplies what it asks of a driver a
 else: the wall clock and an asyncio `Scheduler`, the `AlterPartitionManager` (ZooKeeper through
 `KafkaZkClient`, in worker threads: the ISR compare-and-set on the partition state's zk version,
 and `/isr_change_notification` writes) and a `BrokerLeaderEndPoint` per fetcher. It turns the
-shell's callbacks into futures for `KafkaApis`, and runs the log manager's tasks
-(`kafka-log-retention`, `kafka-log-flusher`, `kafka-recovery-point-checkpoint`).
+shell's callbacks into futures for `KafkaApis`. The log manager's tasks (retention, flusher,
+recovery-point checkpoint, producer-id expiration) are the shell's (shell/log_tasks.py), given
+this broker's intervals.
 
 Idempotent producers: each partition's log keeps their state (storage/producer_state_manager.py)
-and answers a retried batch with its original offsets; the shell passes the answer back. This
-driver only runs the `PeriodicProducerExpirationCheck` (producer.id.expiration.ms).
+and answers a retried batch with its original offsets; the shell passes the answer back.
 
 Everything runs on the event loop thread; only ZooKeeper calls go to threads.
 """
@@ -39,6 +39,7 @@ from tidelog.replication.types import (
     TopicPartition,
 )
 from tidelog.shell.fetcher_manager import ReplicaFetcherManager
+from tidelog.shell.log_tasks import LogTaskIntervals
 from tidelog.shell.replica_manager import ReplicaManager
 from tidelog.storage.transactions import AppendOrigin
 
@@ -193,17 +194,17 @@ class BrokerReplicaManager:
                 broker_id, source, fetcher_id, config, endpoint_of),
             num_replica_fetchers=num_replica_fetchers,
             high_watermark_checkpoint_interval_ms=high_watermark_checkpoint_interval_ms,
+            log_task_intervals=LogTaskIntervals(
+                log_retention_check_interval_ms=log_retention_check_interval_ms,
+                log_flush_scheduler_interval_ms=log_flush_scheduler_interval_ms,
+                recovery_point_checkpoint_interval_ms=recovery_point_checkpoint_interval_ms),
         )
         self.core = self.shell.core
         self.alter_partition_manager.core = self.core
         self.shell.on_high_watermark_checkpoint = self._on_hw_checkpoint
         self.fetcher_manager: ReplicaFetcherManager = self.shell.fetcher_manager
-        self._retention_ms = log_retention_check_interval_ms
-        self._flush_ms = log_flush_scheduler_interval_ms
-        self._recovery_ckpt_ms = recovery_point_checkpoint_interval_ms
         self._keys = itertools.count(1)
         self._waiters: set[asyncio.Future[Any]] = set()
-        self._tasks: list[Any] = []
         # tidelog.replication.events.enable: the telemetry publisher (set by the server)
         self._events: ReplicationEventPublisher | None = None
 
@@ -237,28 +238,10 @@ class BrokerReplicaManager:
         return self.shell.isr_notifications_written
 
     def start(self) -> None:
-        """The shell's tasks, and the log manager's (Kafka's LogManager.startup)."""
+        """The shell's tasks, the log manager's among them."""
         self.shell.startup()
-        s = self.scheduler
-        lm = self.log_manager
-        self._tasks = [
-            s.schedule("kafka-log-retention", lambda: lm.cleanup_logs(now_ms()),
-                       self._retention_ms, self._retention_ms),
-            s.schedule("kafka-recovery-point-checkpoint", lm.checkpoint_logs,
-                       self._recovery_ckpt_ms, self._recovery_ckpt_ms),
-            # producer.id.expiration.check.interval.ms (Kafka's default, 10 minutes)
-            s.schedule("PeriodicProducerExpirationCheck",
-                       lambda: lm.remove_expired_producers(now_ms()), 600_000, 600_000),
-        ]
-        if self._flush_ms < 2**62:
-            self._tasks.append(s.schedule("kafka-log-flusher",
-                                          lambda: lm.flush_dirty_logs(now_ms()),
-                                          self._flush_ms, self._flush_ms))
 
     async def shutdown(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        self._tasks.clear()
         self.shell.shutdown()
         await self.alter_partition_manager.shutdown()
         for fut in self._waiters:

@@ -4,7 +4,9 @@
 ships and for the simulator: Kafka's `ReplicaManager` shell (`replica_manager.py`: delayed
 operations completed and expired, ISR writes through an `AlterPartitionManager`, the
 `isr-expiration`, `isr-change-propagation` and `highwatermark-checkpoint` tasks, the KIP-380
-broker-epoch rule applied to controller requests) and one `ReplicaFetcherManager`
+broker-epoch rule applied to controller requests, and the log manager's tasks of `log_tasks.py`:
+retention, flusher, recovery-point checkpoint, producer-id expiration) and one
+`ReplicaFetcherManager`
 (`fetcher_manager.py`: one `ReplicaFetcher` per (source broker, fetcher id), each talking to its
 leader through a `LeaderEndPoint`).
 

@@ -52,6 +52,7 @@ from tidelog.shell.interfaces import (
     Scheduler,
     Time,
 )
+from tidelog.shell.log_tasks import LogTaskIntervals, schedule_log_tasks
 from tidelog.storage.errors import StorageError
 from tidelog.storage.transactions import AppendOrigin
 
@@ -87,9 +88,11 @@ class ReplicaManager:
         high_watermark_checkpoint_interval_ms: int = 5000,
         isr_change_propagation_interval_ms: int = ISR_CHANGE_PROPAGATION_INTERVAL_MS,
         logs_for_fetcher: LogLookup | None = None,
+        log_task_intervals: LogTaskIntervals | None = None,
     ) -> None:
         """``logs_for_fetcher``: how the fetchers see a follower's log (default: the core's
-        `logs_for_fetcher`)."""
+        `logs_for_fetcher`); ``log_task_intervals``: the log manager's tasks (Kafka's defaults
+        when None)."""
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.config = config
@@ -105,6 +108,7 @@ class ReplicaManager:
         )
         self._hw_interval_ms = high_watermark_checkpoint_interval_ms
         self._isr_propagation_ms = isr_change_propagation_interval_ms
+        self._log_task_intervals = log_task_intervals or LogTaskIntervals()
         self._waiting: dict[Hashable, Callable[[Any], None]] = {}
         self._deadline: ScheduledTask | None = None
         self._deadline_ms: int | None = None
@@ -130,7 +134,8 @@ class ReplicaManager:
         self.fetcher_manager.set_broker_epoch(broker_epoch)
 
     def startup(self) -> None:
-        """Kafka's ReplicaManager.startup: the periodic tasks, scheduled once."""
+        """Kafka's ReplicaManager.startup (and LogManager.startup): the periodic tasks, scheduled
+        once."""
         s = self.scheduler
         self._tasks = [
             s.schedule("isr-expiration", self._isr_expiration, 0,
@@ -139,6 +144,8 @@ class ReplicaManager:
                        self._isr_propagation_ms),
             s.schedule("highwatermark-checkpoint", self.checkpoint_high_watermarks, 0,
                        self._hw_interval_ms),
+            # The log manager's (Kafka's LogManager.startup), on the same scheduler and clock.
+            *schedule_log_tasks(self.log_manager, s, self.time, self._log_task_intervals),
         ]
 
     def shutdown(self) -> None:

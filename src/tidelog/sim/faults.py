@@ -69,6 +69,8 @@ class FaultInjector:
         self.max_down = (cluster.config.brokers - 1) if max_down is None else max_down
         self.active = False
         self.stats = FaultStats()
+        # Brokers in a controlled shutdown (stopped 30 ms later): already down for the limits.
+        self._stopping: set[int] = set()
 
     def start(self, delay_ms: int = 300) -> None:
         if self.kinds and not self.active:
@@ -88,10 +90,12 @@ class FaultInjector:
 
     # -- helpers ----------------------------------------------------------------------------
     def _down_count(self) -> int:
-        return sum(1 for n in self.cluster.nodes if not n.running or n.paused)
+        return sum(1 for n in self.cluster.nodes
+                   if not n.running or n.paused or n.broker_id in self._stopping)
 
     def _pick_running(self) -> int | None:
-        running = [n.broker_id for n in self.cluster.nodes if n.running and not n.paused]
+        running = [n.broker_id for n in self.cluster.nodes
+                   if n.running and not n.paused and n.broker_id not in self._stopping]
         return self.rng.choice(running) if running else None
 
     def _later(self, lo: int, hi: int, fn: object, *args: object) -> None:
@@ -180,7 +184,12 @@ class FaultInjector:
         self._note("crash", ("broker", b), kind)
         if kind == "clean" and self.cluster.controller is not None:
             self.cluster.controller.controlled_shutdown(b)
-            self.cluster.scheduler.schedule(30, node.stop, "clean")
+            self._stopping.add(b)
+
+            def stop_cleanly() -> None:
+                self._stopping.discard(b)
+                node.stop("clean")
+            self.cluster.scheduler.schedule(30, stop_cleanly)
         else:
             node.stop(kind)
         self._later(300, 3000, self._restart, b)

@@ -47,6 +47,7 @@ from tidelog.replication.types import (
     ProposeIsr,
     TopicPartition,
 )
+from tidelog.shell.log_tasks import LogTaskIntervals
 from tidelog.shell.replica_manager import ReplicaManager
 from tidelog.sim.clock import Timer
 from tidelog.sim.disk import MemoryFileIO
@@ -225,7 +226,8 @@ class SimBroker:
         cfg = self.cluster.config
         self.log_manager = LogManager(
             [self.log_dir], self.cluster.log_config, self.file_io, now_ms=now,
-            topic_configs={cfg.topic: self.cluster.topic_log_config})
+            topic_configs={cfg.topic: self.cluster.topic_log_config},
+            producer_id_expiration_ms=cfg.producer_id_expiration_ms)
         self._inflight.clear()
         self._zk_inflight.clear()
         self._backlog.clear()
@@ -238,7 +240,12 @@ class SimBroker:
             scheduler=self.process, alter_partition_manager=self,
             leader_end_point=lambda source, _fetcher_id: SimLeaderEndPoint(self, source),
             high_watermark_checkpoint_interval_ms=cfg.hw_checkpoint_ms,
-            isr_change_propagation_interval_ms=cfg.isr_propagation_tick_ms)
+            isr_change_propagation_interval_ms=cfg.isr_propagation_tick_ms,
+            log_task_intervals=LogTaskIntervals(
+                log_retention_check_interval_ms=cfg.log_retention_check_ms,
+                log_flush_scheduler_interval_ms=cfg.log_flush_scheduler_ms,
+                recovery_point_checkpoint_interval_ms=cfg.recovery_point_checkpoint_ms,
+                producer_id_expiration_check_interval_ms=cfg.producer_id_expiration_check_ms))
         self.core = self.rm.core
         self.trace("start", ("clean", self.clean_shutdown))
         self._zk_send(("connect", cfg.session_timeout_ms))

@@ -1,0 +1,65 @@
+"""The log manager's periodic tasks (Kafka's `LogManager.startup` and each `UnifiedLog`'s
+`PeriodicProducerExpirationCheck`), on the shell's `Scheduler` and `Time`: the asyncio broker
+runs them on the wall clock over its disks, the simulator on virtual time over `MemoryFileIO`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tidelog.shell.interfaces import ScheduledTask, Scheduler, Time
+from tidelog.storage.errors import StorageError
+
+__all__ = ["NEVER_MS", "LogTaskIntervals", "schedule_log_tasks"]
+
+logger = logging.getLogger(__name__)
+
+# Kafka's default log.flush.scheduler.interval.ms (Long.MaxValue): the flusher is not scheduled.
+NEVER_MS = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class LogTaskIntervals:
+    """Kafka's config keys and defaults: log.retention.check.interval.ms,
+    log.flush.scheduler.interval.ms, log.flush.offset.checkpoint.interval.ms,
+    producer.id.expiration.check.interval.ms."""
+
+    log_retention_check_interval_ms: int = 300_000
+    log_flush_scheduler_interval_ms: int = NEVER_MS
+    recovery_point_checkpoint_interval_ms: int = 60_000
+    producer_id_expiration_check_interval_ms: int = 600_000
+
+
+def schedule_log_tasks(log_manager: Any, scheduler: Scheduler, time: Time,
+                       intervals: LogTaskIntervals) -> list[ScheduledTask]:
+    """Schedule retention, the recovery-point (and log-start-offset) checkpoint, producer-id
+    expiration and, when its interval is finite, the flusher; each first runs one period in."""
+    i = intervals
+
+    def task(name: str, fn: Callable[[], object], period_ms: int) -> ScheduledTask:
+        def run() -> None:
+            try:
+                fn()
+            except (StorageError, OSError) as e:
+                # As Kafka's LogManager ("Disk error while writing recovery offsets checkpoint"):
+                # logged, the files written before stay valid, the next run tries again.
+                logger.error("%s failed: %s", name, e)
+        return scheduler.schedule(name, run, period_ms, period_ms)
+
+    tasks = [
+        task("kafka-log-retention", lambda: log_manager.cleanup_logs(time.milliseconds()),
+             i.log_retention_check_interval_ms),
+        task("kafka-recovery-point-checkpoint", log_manager.checkpoint_logs,
+             i.recovery_point_checkpoint_interval_ms),
+        task("PeriodicProducerExpirationCheck",
+             lambda: log_manager.remove_expired_producers(time.milliseconds()),
+             i.producer_id_expiration_check_interval_ms),
+    ]
+    if i.log_flush_scheduler_interval_ms < 2**62:
+        tasks.append(task("kafka-log-flusher",
+                          lambda: log_manager.flush_dirty_logs(time.milliseconds()),
+                          i.log_flush_scheduler_interval_ms))
+    return tasks
