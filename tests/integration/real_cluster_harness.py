@@ -144,22 +144,25 @@ class FileReplica:
 
 
 class RealClusterView:
-    """The invariant checker's ClusterView of a running RealCluster: partition states from
-    ZooKeeper, the leader's HW from the leader, each replica's batches from its log files."""
+    """The invariant checker's ClusterView of a running local cluster (`tidelog cluster`, a
+    RealCluster's or a test's own LocalCluster in `directory`): partition states from ZooKeeper,
+    the leader's HW from the leader, each replica's batches from its log files."""
 
-    def __init__(self, cluster: RealCluster, topic: str, partitions: int = 1) -> None:
-        self.cluster = cluster
-        self.local = LocalCluster.load(cluster.dir)
+    def __init__(self, directory: Path, zk: KafkaZkClient, topic: str,
+                 partitions: int = 1) -> None:
+        self.dir = directory
+        self.zk = zk
+        self.local = LocalCluster.load(directory)
         self.tps = [TopicPartition(topic, p) for p in range(partitions)]
 
     def partitions(self) -> list[TopicPartition]:
         return self.tps
 
     def assigned_replicas(self, tp: TopicPartition) -> list[int]:
-        return (self.cluster.zk.get_topic_assignment(tp.topic) or {}).get(tp.partition, [])
+        return (self.zk.get_topic_assignment(tp.topic) or {}).get(tp.partition, [])
 
     def zk_state(self, tp: TopicPartition) -> LeaderIsrAndControllerEpoch | None:
-        return self.cluster.state(tp.topic, tp.partition)
+        return self.zk.get_partition_state((tp.topic, tp.partition))
 
     def leader_high_watermark(self, tp: TopicPartition) -> int | None:
         s = self.zk_state(tp)
@@ -171,15 +174,20 @@ class RealClusterView:
         return self.local.alive(broker_id)
 
     def replica(self, broker_id: int, tp: TopicPartition) -> FileReplica | None:
-        d = self.cluster.dir / f"broker-{broker_id}" / "data" / f"{tp.topic}-{tp.partition}"
+        d = Path(self.local.brokers[broker_id].log_dir) / f"{tp.topic}-{tp.partition}"
         return FileReplica(d) if d.is_dir() else None
 
 
-def assert_replicas_agree(cluster: RealCluster, topic: str, partitions: int = 1) -> None:
+def assert_replicas_agree(cluster: RealCluster | LocalCluster, topic: str, partitions: int = 1,
+                          zk: KafkaZkClient | None = None) -> None:
     """DESIGN's replica invariants (sim/invariants.check_replicas, as the simulator runs them at
     the end of a run) on the real cluster: LeaderInIsr, StrongIsr, ValidHighWatermark at once,
-    then every replica identical batch by batch once the followers caught up (bounded)."""
-    view = RealClusterView(cluster, topic, partitions)
+    then every replica identical batch by batch once the followers caught up (bounded). A
+    LocalCluster comes with the test's own ZooKeeper client `zk`."""
+    if isinstance(cluster, RealCluster):
+        zk = cluster.zk
+    assert zk is not None, "a LocalCluster's check needs a ZooKeeper client"
+    view = RealClusterView(cluster.dir, zk, topic, partitions)
     found = check_replicas(view, converged=False)
     assert not found, found
     deadline = time.monotonic() + 30

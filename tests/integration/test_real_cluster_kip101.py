@@ -19,7 +19,13 @@ from typing import Any
 
 import pytest
 from frame_proxy import FrameProxy, ProxiedRequest
-from real_cluster_harness import consume_all, producer, replica_leo, wait_for
+from real_cluster_harness import (
+    assert_replicas_agree,
+    consume_all,
+    producer,
+    replica_leo,
+    wait_for,
+)
 
 from tidelog.cluster.local import LocalCluster, _pid_runs
 from tidelog.cluster.zookeeper import pick_free_port
@@ -140,6 +146,8 @@ def test_follower_restart_does_not_truncate_to_a_stale_high_watermark(tmp_path: 
         a_only = f"127.0.0.1:{a_port}"
         got = consume_all(a_only, TOPIC, 1, 2, timeout_s=60)[0]
         assert [(o, v) for _k, v, o in got] == acked
+        # The simulator's end-of-run replica checks, on these processes' logs.
+        assert_replicas_agree(cluster, TOPIC, zk=zk)
     finally:
         if zk is not None:
             zk.close()

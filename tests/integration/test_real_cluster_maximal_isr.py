@@ -21,7 +21,14 @@ from typing import Any
 
 import pytest
 from frame_proxy import FrameProxy, HoldProxy, ProxiedRequest, replication_listener
-from real_cluster_harness import consume_all, high_watermark, producer, replica_leo, wait_for
+from real_cluster_harness import (
+    assert_replicas_agree,
+    consume_all,
+    high_watermark,
+    producer,
+    replica_leo,
+    wait_for,
+)
 
 from tidelog.cluster.local import LocalCluster, _pid_runs
 from tidelog.cluster.zookeeper import pick_free_port
@@ -169,6 +176,8 @@ def test_hw_waits_for_a_replica_being_added_to_the_isr(tmp_path: Path) -> None:
         by_offset = {o: v for _k, v, o in got}
         lost = [(o, v) for o, v in acked if by_offset.get(o) != v]
         assert not lost, f"acknowledged records lost: {lost[:5]}"
+        # The simulator's end-of-run replica checks, on these processes' logs.
+        assert_replicas_agree(cluster, TOPIC, zk=zk)
     finally:
         if zk is not None:
             zk.close()
