@@ -116,11 +116,16 @@ public final class Harness {
         pp.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
         pp.put(ProducerConfig.ACKS_CONFIG, "all");  // and idempotence, the Java producer's default
         List<String> acked = new ArrayList<>();
+        // Explicit CreateTimes a minute back, printed relative to that base: well inside the
+        // default retention.ms (7 days). Times in 1970 breach it, and Kafka's first retention
+        // check (30 s after startup) deletes the whole log: the consumer then finds nothing,
+        // or everything, depending on when that check runs.
+        long timestampBase = System.currentTimeMillis() - 60_000;
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(pp)) {
             for (int i = 0; i < 10; i++) {
-                RecordMetadata m = producer.send(new ProducerRecord<>("java-c", i % 2, 1000L + i, "k" + i, "v" + i))
+                RecordMetadata m = producer.send(new ProducerRecord<>("java-c", i % 2, timestampBase + i, "k" + i, "v" + i))
                     .get(60, TimeUnit.SECONDS);
-                acked.add(m.partition() + "@" + m.offset() + " t=" + m.timestamp());
+                acked.add(m.partition() + "@" + m.offset() + " t=+" + (m.timestamp() - timestampBase));
             }
         }
         out("acked", acked);
@@ -137,7 +142,7 @@ public final class Harness {
             long deadline = System.currentTimeMillis() + 60_000;
             while (seen.size() < 10 && System.currentTimeMillis() < deadline) {
                 for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(500))) {
-                    seen.put(r.partition() + "@" + r.offset(), r.key() + "=" + r.value() + " t=" + r.timestamp());
+                    seen.put(r.partition() + "@" + r.offset(), r.key() + "=" + r.value() + " t=+" + (r.timestamp() - timestampBase));
                 }
             }
             out("consumed", seen);
