@@ -10,6 +10,7 @@ returns the end-of-run violations (NoAckedLoss, consumed data stable, convergenc
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ from tidelog.sim.controller import SimController
 from tidelog.sim.invariants import (
     InvariantChecker,
     Violation,
+    batch_at,
     batch_signatures,
     check_replicas,
 )
@@ -107,7 +109,9 @@ class SimCluster:
         self.controller: SimController | None = None
         self.producers: list[Producer] = []
         self.consumers: list[Consumer] = []
-        self.checker = InvariantChecker(self)
+        self.checker = InvariantChecker(
+            self, lambda: self.scheduler.now_ms,
+            lambda v: self.trace_add(("VIOLATION", None, v.invariant, str(v.tp), v.detail)))
         self.checker.enabled = config.check_invariants
         if config.check_invariants:
             self.scheduler.after_event = self.checker.check
@@ -167,8 +171,38 @@ class SimCluster:
         return self.nodes[broker_id].running
 
     def replica(self, broker_id: int, tp: TopicPartition) -> LogReplica | None:
-        log = self.nodes[broker_id].log(tp)
+        node = self.node(broker_id)
+        log = None if node is None else node.log(tp)
         return None if log is None else LogReplica(log)
+
+    # -- LiveClusterView: what the per-event checks read -----------------------------------
+    def acting_leaders(self) -> Iterator[tuple[int, TopicPartition, int, int, Any, Any]]:
+        for node in self.nodes:
+            core = node.core
+            if core is None or not node.running or node.disk_failed:
+                continue
+            bid = node.broker_id
+            for tp, p in core.partitions.items():
+                # Plain attributes rather than the Partition properties: this runs per event.
+                if p.leader_id == bid:
+                    yield bid, tp, p.leader_epoch, p.log.high_watermark, p.isr, p.pending_isr
+
+    def working(self, broker_id: int) -> bool:
+        node = self.node(broker_id)
+        return node is not None and node.running and not node.disk_failed
+
+    def member_log_end_offset(self, broker_id: int, tp: TopicPartition) -> int | None:
+        if not 0 <= broker_id < len(self.nodes):
+            return None
+        node = self.nodes[broker_id]
+        core = node.core
+        if core is None or not node.running or node.disk_failed:
+            return None
+        p = core.partitions.get(tp)
+        return None if p is None else p.log.log_end_offset
+
+    def exempt(self, broker_id: int, tp: TopicPartition, leader_epoch: int) -> bool:
+        return self.nodes[broker_id].is_dirty(tp, leader_epoch)
 
     def trace_add(self, entry: tuple[Any, ...]) -> None:
         if self.trace.enabled:
@@ -312,7 +346,7 @@ class SimCluster:
 
         # The replica checks the real-process fault tests run too (one ClusterView each).
         for name, tp, detail in check_replicas(
-                self, converged=True, exempt=lambda b, tp, epoch: self.nodes[b].is_dirty(tp, epoch)):
+                self, converged=True, exempt=self.exempt):
             fail(name, tp, detail)
         for tp in self.tps:
             leader = self.acting_leader(tp)
@@ -432,3 +466,6 @@ class LogReplica:
 
     def batches(self, start: int = 0, end: int | None = None) -> list[tuple[int, int, int, int]]:
         return batch_signatures(self.log, start, end)
+
+    def batch_at(self, offset: int) -> tuple[int, int, int, int] | None:
+        return batch_at(self.log, offset)

@@ -28,14 +28,12 @@ converged batch by batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from tidelog.replication.types import TopicPartition
-
-if TYPE_CHECKING:  # pragma: no cover
-    from tidelog.sim.cluster import SimCluster
 
 BatchSig = tuple[int, int, int, int]  # (base offset, last offset, partition leader epoch, crc)
 
@@ -54,7 +52,12 @@ class Violation:
 
 @dataclass(slots=True)
 class InvariantChecker:
-    cluster: SimCluster
+    """The per-event checks, over a `LiveClusterView` (the simulator's; `now_ms` stamps a
+    violation, `on_violation` traces it)."""
+
+    view: LiveClusterView
+    now_ms: Callable[[], int]
+    on_violation: Callable[[Violation], None] | None = None
     full_check_every: int = 500
     violations: list[Violation] = field(default_factory=list)
     leaders_by_epoch: dict[tuple[TopicPartition, int], int] = field(default_factory=dict)
@@ -77,9 +80,10 @@ class InvariantChecker:
             return  # the same broken state seen again on the next event
         self._seen.add(key)
         if len(self.violations) < self.max_violations:
-            v = Violation(self.cluster.scheduler.now_ms, invariant, tp, detail)
+            v = Violation(self.now_ms(), invariant, tp, detail)
             self.violations.append(v)
-            self.cluster.trace_add(("VIOLATION", None, invariant, str(tp), detail))
+            if self.on_violation is not None:
+                self.on_violation(v)
 
     # -- after every event ---------------------------------------------------------------
     def check(self) -> None:
@@ -87,61 +91,44 @@ class InvariantChecker:
             return
         self._checks += 1
         full = self._checks % self.full_check_every == 0
-        nodes = self.cluster.nodes
-        n_nodes = len(nodes)
+        view = self.view
+        member_leo = view.member_log_end_offset
+        exempt = view.exempt
         leaders_by_epoch = self.leaders_by_epoch
         last_hw = self.last_hw
-        for node in nodes:
-            core = node.core
-            if core is None or not node.running or node.disk_failed:
-                continue
-            bid = node.broker_id
-            for tp, p in core.partitions.items():
-                # Plain attributes rather than the Partition properties: this runs per event.
-                if p.leader_id != bid:
+        for bid, tp, epoch, hw, isr, pending in view.acting_leaders():
+            if bid not in isr:
+                self.fail("LeaderInIsr", tp, f"leader {bid} not in its ISR {sorted(isr)}")
+            key = (tp, epoch)
+            other = leaders_by_epoch.get(key)
+            if other is None:
+                leaders_by_epoch[key] = bid
+            elif other != bid:
+                self.fail("OneLeaderPerEpoch", tp,
+                          f"brokers {other} and {bid} both lead epoch {epoch}")
+            hkey = (tp, bid, epoch)
+            prev = last_hw.get(hkey)
+            if prev != hw:
+                if prev is not None and hw < prev:
+                    self.fail("MonotonicHighWatermark", tp,
+                              f"leader {bid} epoch {epoch} HW {prev} -> {hw}")
+                last_hw[hkey] = hw
+            for m in (isr if pending is None else isr | pending):
+                if m == bid:
                     continue
-                epoch = p.leader_epoch
-                hw = p.log.high_watermark
-                isr = p.isr
-                if bid not in isr:
-                    self.fail("LeaderInIsr", tp, f"leader {bid} not in its ISR {sorted(isr)}")
-                key = (tp, epoch)
-                other = leaders_by_epoch.get(key)
-                if other is None:
-                    leaders_by_epoch[key] = bid
-                elif other != bid:
-                    self.fail("OneLeaderPerEpoch", tp,
-                              f"brokers {other} and {bid} both lead epoch {epoch}")
-                hkey = (tp, bid, epoch)
-                prev = last_hw.get(hkey)
-                if prev != hw:
-                    if prev is not None and hw < prev:
-                        self.fail("MonotonicHighWatermark", tp,
-                                  f"leader {bid} epoch {epoch} HW {prev} -> {hw}")
-                    last_hw[hkey] = hw
-                pending = p.pending_isr
-                for m in (isr if pending is None else isr | pending):
-                    if m == bid or m >= n_nodes:
-                        continue
-                    peer = nodes[m]
-                    pcore = peer.core
-                    if pcore is None or not peer.running or peer.disk_failed:
-                        continue
-                    pp = pcore.partitions.get(tp)
-                    if pp is None:
-                        continue
-                    leo = pp.log.log_end_offset
-                    if leo < hw and not peer.is_dirty(tp, epoch):
-                        self.fail("ValidHighWatermark", tp,
-                                  f"leader {bid} HW {hw} > LEO {leo} of ISR member {m}")
-                self._strong_isr(node, tp, epoch, hw, full)
+                leo = member_leo(m, tp)
+                if leo is not None and leo < hw and not exempt(m, tp, epoch):
+                    self.fail("ValidHighWatermark", tp,
+                              f"leader {bid} HW {hw} > LEO {leo} of ISR member {m}")
+            self._strong_isr(bid, tp, epoch, hw, full)
 
-    def _strong_isr(self, leader: Any, tp: TopicPartition, epoch: int, hw: int,
+    def _strong_isr(self, bid: int, tp: TopicPartition, epoch: int, hw: int,
                     full: bool) -> None:
-        zk = self.cluster.zk_state(tp)
-        if zk is None or zk.leader != leader.broker_id or zk.leader_epoch != epoch or hw <= 0:
+        view = self.view
+        zk = view.zk_state(tp)
+        if zk is None or zk.leader != bid or zk.leader_epoch != epoch or hw <= 0:
             return
-        key = (leader.broker_id, epoch, hw, zk.isr)
+        key = (bid, epoch, hw, zk.isr)
         if not full:
             if self._strong_keys.get(tp) == key:
                 return
@@ -155,44 +142,42 @@ class InvariantChecker:
         self._quick_at[tp] = self._checks
         members = []
         for m in zk.isr:
-            if m == leader.broker_id:
+            if m == bid or not view.working(m) or view.exempt(m, tp, epoch):
                 continue
-            peer = self.cluster.node(m)
-            if (peer is None or not peer.running or peer.disk_failed
-                    or peer.is_dirty(tp, epoch)):
+            peer = view.replica(m, tp)
+            if peer is None:
                 continue
-            leo = peer.log_end_offset(tp)
-            if leo is None:
-                continue
-            members.append((m, peer, leo))
+            members.append((m, peer, peer.log_end_offset))
         if not members:
+            return
+        leader = view.replica(bid, tp)
+        if leader is None:
             return
         # A member's batch at HW-1 can only change by a truncation below the HW, which
         # ValidHighWatermark sees; so re-check when the leader, its epoch, its HW or the ISR
         # change, and compare the whole new committed range every `full_check_every` checks.
-        log = leader.log(tp)
         if full:
-            vkey = (tp, leader.broker_id, epoch)
+            vkey = (tp, bid, epoch)
             start = self._verified.get(vkey, 0)
-            mine = batch_signatures(log, start, hw)
+            mine = leader.batches(start, hw)
             for m, peer, leo in members:
-                theirs = batch_signatures(peer.log(tp), start, min(hw, leo))
+                theirs = peer.batches(start, min(hw, leo))
                 upto = min(len(mine), len(theirs))
                 if mine[:upto] != theirs[:upto]:
                     first = next(i for i in range(upto) if mine[i] != theirs[i])
-                    self.fail("StrongIsr", tp, f"leader {leader.broker_id} and {m} differ below "
+                    self.fail("StrongIsr", tp, f"leader {bid} and {m} differ below "
                               f"HW {hw}: {mine[first]} vs {theirs[first]}")
                     return
             if mine:
                 self._verified[vkey] = mine[-1][0]
             return
-        sig = batch_at(log, hw - 1)
+        sig = leader.batch_at(hw - 1)
         for m, peer, leo in members:
             if leo < hw:
                 continue
-            other = batch_at(peer.log(tp), hw - 1)
+            other = peer.batch_at(hw - 1)
             if sig != other:
-                self.fail("StrongIsr", tp, f"leader {leader.broker_id} and {m} differ at "
+                self.fail("StrongIsr", tp, f"leader {bid} and {m} differ at "
                           f"offset {hw - 1} (HW {hw}): {sig} vs {other}")
 
 
@@ -204,6 +189,10 @@ class ReplicaView(Protocol):
 
     def batches(self, start: int = 0, end: int | None = None) -> list[BatchSig]:
         """(base offset, last offset, epoch, crc) of each batch overlapping [start, end)."""
+        ...
+
+    def batch_at(self, offset: int) -> BatchSig | None:
+        """The batch holding ``offset``, or None."""
         ...
 
 
@@ -227,6 +216,30 @@ class ClusterView(Protocol):
 
     def replica(self, broker_id: int, tp: TopicPartition) -> ReplicaView | None:
         """A running broker's replica of ``tp``; None when it has no log for it."""
+        ...
+
+
+class LiveClusterView(ClusterView, Protocol):
+    """What the per-event checks read besides: each broker's own belief, as it acts now (the
+    simulator implements it; a real cluster can only be sampled)."""
+
+    def acting_leaders(self) -> Iterable[tuple[int, TopicPartition, int, int, AbstractSet[int],
+                                               AbstractSet[int] | None]]:
+        """(broker, partition, leader epoch, HW, ISR, pending ISR additions or None) for every
+        partition a working broker (running, disk usable) acts as the leader of."""
+        ...
+
+    def working(self, broker_id: int) -> bool:
+        """Running, not frozen out by a failed disk."""
+        ...
+
+    def member_log_end_offset(self, broker_id: int, tp: TopicPartition) -> int | None:
+        """The LEO of the partition a working broker hosts now; None otherwise."""
+        ...
+
+    def exempt(self, broker_id: int, tp: TopicPartition, leader_epoch: int) -> bool:
+        """The broker lost data in a power loss that a leader of ``leader_epoch`` may still
+        count on (exempt from ValidHighWatermark/StrongIsr)."""
         ...
 
 
