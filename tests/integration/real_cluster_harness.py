@@ -142,6 +142,9 @@ class FileReplica:
     def batches(self, start: int = 0, end: int | None = None) -> list[BatchSig]:
         return [s for s in self.sigs if s[1] >= start and (end is None or s[0] < end)]
 
+    def batch_at(self, offset: int) -> BatchSig | None:
+        return next((s for s in self.sigs if s[0] <= offset <= s[1]), None)
+
 
 class RealClusterView:
     """The invariant checker's ClusterView of a running local cluster (`tidelog cluster`, a
