@@ -27,4 +27,9 @@ def test_java_admin_client(pair: Pair) -> None:
 
 def test_java_producer_and_group_consumer(pair: Pair) -> None:
     got = pair.same(lambda t: harness("clients", t))
+    # Every record the producer had acked, with its own CreateTime (ms past the harness's base),
+    # read by the group consumer: the same loss on both clusters must fail too.
+    consumed = ", ".join(f"{p}@{o}=k{2 * o + p}=v{2 * o + p} t=+{2 * o + p}"
+                         for p in (0, 1) for o in range(5))
+    assert f"consumed: {{{consumed}}}" in got
     assert "group state after close: Empty" in got
