@@ -616,6 +616,23 @@ async def test_decisions_use_the_state_in_zookeeper_not_a_stale_cache(cluster: C
     assert after is not None and after.isr == (1, 2) and after.leader == 1
 
 
+async def offline_with_only_3_in_the_isr(cluster: Cluster, topic: str) -> FakeBroker:
+    """`topic`-0 on [3, 2]: 2 falls behind (ISR [3]), then 3 dies; the partition is offline."""
+    await create_topic(cluster, topic, {0: [3, 2]})
+    zk = cluster.admin_zk
+    s = cluster.state(topic, 0)
+    assert s is not None
+    ok, _ = zk.update_leader_and_isr((topic, 0), LeaderIsrAndControllerEpoch(3, 0, (3,), 1),
+                                     s.zk_version)
+    assert ok
+    await asyncio.to_thread(zk.propagate_isr_changes, [(topic, 0)])
+    await wait_for(lambda: zk.get_all_isr_change_notifications() == [], what="ISR [3] known")
+    b3 = cluster.brokers[3]
+    await b3.deregister()
+    await wait_for(lambda: (x := cluster.state(topic, 0)) and x.leader == -1, what="offline")
+    return b3
+
+
 @with_cluster
 async def test_unclean_restart_is_no_clean_leader_candidate_even_after_failover(
         cluster: Cluster) -> None:
@@ -625,18 +642,8 @@ async def test_unclean_restart_is_no_clean_leader_candidate_even_after_failover(
 
     await three_brokers(cluster)
     standby = await cluster.start_controller(2)
-    await create_topic(cluster, "k966", {0: [3, 2]})
+    b3 = await offline_with_only_3_in_the_isr(cluster, "k966")
     zk = cluster.admin_zk
-    s = cluster.state("k966", 0)
-    assert s is not None
-    ok, _ = zk.update_leader_and_isr(("k966", 0), LeaderIsrAndControllerEpoch(3, 0, (3,), 1),
-                                     s.zk_version)  # 2 fell behind
-    assert ok
-    await asyncio.to_thread(zk.propagate_isr_changes, [("k966", 0)])
-    await wait_for(lambda: zk.get_all_isr_change_notifications() == [], what="ISR [3] known")
-    b3 = cluster.brokers[3]
-    await b3.deregister()
-    await wait_for(lambda: (x := cluster.state("k966", 0)) and x.leader == -1, what="offline")
     # 3 comes back after a crash: its log may have lost acknowledged records.
     await b3.register(clean_shutdown=False)
     marks = await wait_for(lambda: zk.kazoo.exists(UNCLEAN_REPLICAS_PATH)
@@ -665,18 +672,7 @@ async def test_unclean_restart_is_no_clean_leader_candidate_even_after_failover(
 async def test_a_broker_registered_uncleanly_just_before_a_failover_is_marked_by_the_new_controller(
         cluster: Cluster) -> None:
     await three_brokers(cluster)
-    await create_topic(cluster, "k966f", {0: [3, 2]})
-    zk = cluster.admin_zk
-    s = cluster.state("k966f", 0)
-    assert s is not None
-    ok, _ = zk.update_leader_and_isr(("k966f", 0), LeaderIsrAndControllerEpoch(3, 0, (3,), 1),
-                                     s.zk_version)  # 2 fell behind
-    assert ok
-    await asyncio.to_thread(zk.propagate_isr_changes, [("k966f", 0)])
-    await wait_for(lambda: zk.get_all_isr_change_notifications() == [], what="ISR [3] known")
-    b3 = cluster.brokers[3]
-    await b3.deregister()
-    await wait_for(lambda: (x := cluster.state("k966f", 0)) and x.leader == -1, what="offline")
+    b3 = await offline_with_only_3_in_the_isr(cluster, "k966f")
     # No controller sees 3 come back after a crash: only its registration says so.
     await cluster.stop_controller(1)
     await b3.register(clean_shutdown=False)
