@@ -14,14 +14,13 @@ def booted(**kw: object) -> SimCluster:
 
 
 def test_retention_deletes_old_segments_on_every_replica_in_the_simulator() -> None:
-    c = booted(topic_properties={"segment.ms": 500, "retention.ms": 1000},
-               log_retention_check_ms=1000)
+    c = booted(topic_properties={"segment.ms": 500, "retention.ms": 1000})
     tp = c.tps[0]
     p = c.add_producer(tp, -1)
     for _ in range(40):
         p.produce(1)
         c.run_for(100)
-    c.run_for(3000)
+    c.run_for(7000)  # two retention checks at least (every 3 s of virtual time)
     assert len(p.acked) == 40
     # Segments rolled every 500 ms of virtual time and older than 1 s went: with no task
     # running retention, every log would still start at 0.
@@ -30,11 +29,11 @@ def test_retention_deletes_old_segments_on_every_replica_in_the_simulator() -> N
 
 
 def test_recovery_points_are_checkpointed_while_the_broker_runs() -> None:
-    c = booted(recovery_point_checkpoint_ms=500)
+    c = booted()
     tp = c.tps[0]
     p = c.add_producer(tp, -1)
     p.produce(5)
-    c.run_for(2000)
+    c.run_for(4500)  # every 2 s of virtual time, the first within 2 s
     for n in c.nodes:
         data = n.file_io.read_file(f"{n.log_dir}/recovery-point-offset-checkpoint").decode()
         # version, count, then "<topic> <partition> <recovery point>"
