@@ -538,16 +538,25 @@ class GroupMetadata:
         return d
 
     # ------------------------------------------------------------------ Heartbeat / Leave
-    def heartbeat(self, member_id: str, generation_id: int, now_ms: int,
-                  group_instance_id: str | None = None) -> int:
-        if self.state == GroupState.DEAD:
-            return int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    def _current_member_error(self, member_id: str, generation_id: int,
+                              group_instance_id: str | None) -> int:
+        """Kafka's validateCurrentMember (a static member's id, then membership), then the
+        generation: what Heartbeat and OffsetCommit check before the group's state."""
         if self.is_static_member_fenced(member_id, group_instance_id):
             return int(ErrorCode.FENCED_INSTANCE_ID)
         if member_id not in self.members:
             return int(ErrorCode.UNKNOWN_MEMBER_ID)
         if generation_id != self.generation_id:
             return int(ErrorCode.ILLEGAL_GENERATION)
+        return NONE
+
+    def heartbeat(self, member_id: str, generation_id: int, now_ms: int,
+                  group_instance_id: str | None = None) -> int:
+        if self.state == GroupState.DEAD:
+            return int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        error = self._current_member_error(member_id, generation_id, group_instance_id)
+        if error:
+            return error
         self._heartbeat(self.members[member_id], now_ms)
         if self.state == GroupState.PREPARING_REBALANCE:
             return int(ErrorCode.REBALANCE_IN_PROGRESS)
@@ -597,12 +606,9 @@ class GroupMetadata:
         if self.state == GroupState.DEAD:
             return int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         if generation_id >= 0 or member_id or group_instance_id is not None:
-            if self.is_static_member_fenced(member_id, group_instance_id):
-                return int(ErrorCode.FENCED_INSTANCE_ID)
-            if member_id not in self.members:
-                return int(ErrorCode.UNKNOWN_MEMBER_ID)
-            if generation_id != self.generation_id:
-                return int(ErrorCode.ILLEGAL_GENERATION)
+            error = self._current_member_error(member_id, generation_id, group_instance_id)
+            if error:
+                return error
         elif self.state != GroupState.EMPTY:
             return int(ErrorCode.UNKNOWN_MEMBER_ID)
         if self.state == GroupState.COMPLETING_REBALANCE:
