@@ -77,6 +77,15 @@ def stored_codec(broker: BrokerThread, topic: str) -> int:
 
 
 @_wire
+def stored_batch_size(broker: BrokerThread, topic: str) -> int:
+    """The size of an uncompressed batch of text as the leader stores it, recompressed under
+    the topic's compression.type (and level)."""
+    words = [b"tide%d log%d" % (i * 7919 % 1000, i * 104729 % 977) for i in range(2000)]
+    assert produce(broker.port, topic, 0, build_values(words), acks=1)[0] == 0
+    return next(iter_batches(fetch(broker.port, topic, 0, 0).records)).size_in_bytes
+
+
+@_wire
 def stored_timestamp_type(broker: BrokerThread, topic: str) -> int:
     assert produce(broker.port, topic, 0, build_values([b"x"]), acks=1)[0] == 0
     return next(iter_batches(fetch(broker.port, topic, 0, 0).records)).timestamp_type
@@ -278,6 +287,8 @@ def leader_after_the_isr_dies(broker: BrokerThread, controller: ActingController
 # key -> (a value other than the default, observation, base overrides for both runs)
 ENFORCED: dict[str, tuple[str, Any, dict[str, str]]] = {
     "compression.type": ("gzip", stored_codec, {}),
+    "compression.gzip.level": ("1", stored_batch_size, {"compression.type": "gzip"}),
+    "compression.zstd.level": ("19", stored_batch_size, {"compression.type": "zstd"}),
     "message.timestamp.type": ("LogAppendTime", stored_timestamp_type, {}),
     "message.timestamp.difference.max.ms": ("60000", an_hour_old_timestamp, {}),
     "message.timestamp.before.max.ms": ("60000", an_hour_old_timestamp, {}),
@@ -319,6 +330,7 @@ EXACT: dict[str, Any] = {
 # key -> a value asking for a feature tidelog does not implement
 REFUSED: dict[str, str] = {
     "preallocate": "true",
+    "compression.lz4.level": "17",
 }
 
 

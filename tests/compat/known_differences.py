@@ -20,10 +20,6 @@ class Difference:
 # The topic keys of Kafka 3.9 that tidelog's LogConfig lacks: DescribeConfigs and CreateTopics
 # v5+ list them on Kafka only. test_topics.py and test_python_clients.py assert exactly these.
 ABSENT_TOPIC_KEYS = {
-    # KIP-390 per-codec compression levels
-    "compression.gzip.level": "not implemented",
-    "compression.lz4.level": "not implemented",
-    "compression.zstd.level": "not implemented",
     # KIP-405 tiered storage
     "local.retention.bytes": "no tiered storage",
     "local.retention.ms": "no tiered storage",
@@ -40,8 +36,7 @@ DIFFERENCES: dict[str, Difference] = {
              + ", ".join(f"`{k}`" for k in ABSENT_TOPIC_KEYS),
         kafka="listed with their defaults",
         tidelog="absent; setting one is refused as an unknown key",
-        why="KIP-390 compression levels are not implemented, there is no tiered storage "
-            "(KIP-405), and only record batch v2 is written "
+        why="there is no tiered storage (KIP-405), and only record batch v2 is written "
             "(message.format.version)",
         test="tests/compat/test_topics.py::test_a_topics_config_description_matches",
     ),

@@ -49,6 +49,9 @@ def test_an_existing_topic_is_refused(pair: Pair) -> None:
     {"min.insync.replicas": "0"},
     {"max.message.bytes": "-1"},
     {"compression.type": "brotli"},
+    {"compression.gzip.level": "0"},
+    {"compression.lz4.level": "18"},
+    {"compression.zstd.level": "23"},
 ])
 def test_an_invalid_topic_config_is_refused(pair: Pair, config: dict[str, str]) -> None:
     topic = "config-" + next(iter(config)).replace(".", "_")

@@ -375,6 +375,11 @@ define("auto.create.topics.enable", "boolean", True)
 define("min.insync.replicas", "int", 1, at_least(1))
 define("compression.type", "string", "producer",
        one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"))
+define("compression.gzip.level", "int", -1,
+       lambda v: None if v in (None, -1) or 1 <= v <= 9 else f"value {v} must be -1 or in [1, 9]")
+define("compression.lz4.level", "int", 9, between(9, 9),
+       doc="9 only: lz4 batches are written with LZ4's fast compressor (Kafka's level 9)")
+define("compression.zstd.level", "int", 3, between(-131072, 22))
 define("delete.topic.enable", "boolean", True)
 # --- Replication
 define("controller.socket.timeout.ms", "int", 30000)
@@ -447,6 +452,9 @@ _LOG_CONFIG_SYNONYMS: dict[str, str] = {
     "cleanup.policy": "log.cleanup.policy",
     "min.insync.replicas": "min.insync.replicas",
     "compression.type": "compression.type",
+    "compression.gzip.level": "compression.gzip.level",
+    "compression.lz4.level": "compression.lz4.level",
+    "compression.zstd.level": "compression.zstd.level",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
     "preallocate": "log.preallocate",
     "message.timestamp.type": "log.message.timestamp.type",

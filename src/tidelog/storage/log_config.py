@@ -6,6 +6,8 @@ accepted; any other is refused (INVALID_CONFIG, the message naming the key and w
 accepted and ignored:
 
 - ``preallocate``: ``false`` (segment files are not preallocated);
+- ``compression.lz4.level``: ``9`` (the fast compressor Kafka uses at 9; cramjam's block API
+  offers no high-compression mode);
 
 ``leader.replication.throttled.replicas`` / ``follower.replication.throttled.replicas`` take
 Kafka's values ('*' or `partition:broker` pairs, ThrottledReplicaListValidator) and are enforced
@@ -40,6 +42,7 @@ _CLEANUP_POLICIES = {"delete", "compact"}
 # Kafka key -> why only the default value is accepted (see the module docstring).
 UNSUPPORTED: dict[str, str] = {
     "preallocate": "segment files are not preallocated",
+    "compression.lz4.level": "lz4 batches are written with LZ4's fast compressor, Kafka's level 9",
 }
 _COMPRESSION_TYPES = {"uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"}
 _TIMESTAMP_TYPES = {"CreateTime", "LogAppendTime"}
@@ -127,6 +130,15 @@ def _parse_str(key: str, value: Any) -> str:
     return value
 
 
+def _parse_gzip_level(key: str, value: Any) -> int:
+    """Kafka's GzipCompression.LevelValidator: -1 (the default) or 1-9."""
+    level = _parse_int(key, value, -1, 9)
+    if level == 0:
+        raise ValueError(f"invalid value {value!r} for configuration {key}: "
+                         "must be -1 or in [1, 9]")
+    return level
+
+
 def _int(minimum: int, maximum: int = LONG_MAX) -> Callable[[str, Any], int]:
     return lambda key, value: _parse_int(key, value, minimum, maximum)
 
@@ -156,6 +168,9 @@ _PARSERS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
         lambda k, v: _parse_choice(k, v, _TIMESTAMP_TYPES),
     ),
     "message.timestamp.difference.max.ms": ("message_timestamp_difference_max_ms", _int(0)),
+    "compression.gzip.level": ("compression_gzip_level", lambda k, v: _parse_gzip_level(k, v)),
+    "compression.lz4.level": ("compression_lz4_level", _int(1, 17)),
+    "compression.zstd.level": ("compression_zstd_level", _int(-131072, 22)),
     "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", _int(0)),
     "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", _int(0)),
     "delete.retention.ms": ("delete_retention_ms", _int(0)),
@@ -193,6 +208,10 @@ class LogConfig:
     unclean_leader_election_enable: bool = False
     cleanup_policy: str = "delete"
     compression_type: str = "producer"
+    # KIP-390: the level the leader recompresses with when compression.type names the codec.
+    compression_gzip_level: int = -1  # zlib's default
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
     message_timestamp_type: str = "CreateTime"
     message_timestamp_difference_max_ms: int = LONG_MAX
     message_timestamp_before_max_ms: int = LONG_MAX

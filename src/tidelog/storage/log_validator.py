@@ -35,7 +35,7 @@ from tidelog.protocol.records.batch import (
     RecordBatch,
     iter_batches,
 )
-from tidelog.protocol.records.compression import CODECS_BY_NAME, NONE, compress
+from tidelog.protocol.records.compression import CODECS_BY_NAME, GZIP, NONE, ZSTD, compress
 from tidelog.protocol.records.decoder import decode_columns, open_records
 from tidelog.storage.errors import StorageError
 from tidelog.storage.log_config import LONG_MAX, LogConfig
@@ -107,7 +107,7 @@ def validate_and_convert(records: bytes | bytearray | memoryview, config: LogCon
         if codec is None or batch.compression_type == codec:
             parts.append(raw)
             continue
-        parts.append(_recompress(batch, codec))
+        parts.append(_recompress(batch, codec, _level(config, codec)))
         changed = True
     if not changed:
         return records
@@ -124,11 +124,21 @@ def _check_timestamps(batch: RecordBatch, now_ms: int, before: int, after: int) 
                 f"[{now_ms - before}, {now_ms + after}]")
 
 
-def _recompress(batch: RecordBatch, codec: int) -> bytes:
+def _level(config: LogConfig, codec: int) -> int | None:
+    """The topic's level for `codec` (KIP-390); None: the codec's default (gzip -1 is zlib's;
+    lz4 takes only 9, Kafka's fast compressor: log_config.UNSUPPORTED)."""
+    if codec == GZIP:
+        return None if config.compression_gzip_level == -1 else config.compression_gzip_level
+    if codec == ZSTD:
+        return config.compression_zstd_level
+    return None
+
+
+def _recompress(batch: RecordBatch, codec: int, level: int | None) -> bytes:
     if batch.is_control_batch:
         raise CorruptRecordError("a producer may not send control batches")
     section = open_records(batch)  # checks the CRC first
-    body = compress(codec, section.data)
+    body = compress(codec, section.data, level)
     (base_offset, _length, epoch, magic, _crc, attributes, last_delta, base_ts, max_ts, pid,
      pepoch, seq, count) = batch.header()
     attributes = (attributes & ~COMPRESSION_CODEC_MASK) | codec
