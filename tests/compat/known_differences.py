@@ -49,6 +49,14 @@ DIFFERENCES: dict[str, Difference] = {
             "send its own text for every key, which tidelog does not carry",
         test="tests/compat/test_python_clients.py::test_kafka_python",
     ),
+    "lz4 level": Difference(
+        what="`compression.lz4.level` other than 9 (CreateTopics, AlterConfigs)",
+        kafka="accepted (1-17): LZ4's high-compression mode at that level",
+        tidelog="INVALID_CONFIG: only 9, LZ4's fast compressor (Kafka's default)",
+        why="cramjam's LZ4 block API has no high-compression mode, and a config tidelog "
+            "accepts is one it enforces",
+        test="tests/compat/test_topics.py::test_a_non_default_lz4_level_is_refused_by_tidelog_only",
+    ),
     "fetch v0-3": Difference(
         what="a client's Fetch v0-3",
         kafka="served: down-converted to the old record format "

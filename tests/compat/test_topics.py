@@ -8,7 +8,7 @@ import time
 import pytest
 from confluent_kafka.admin import ConfigResource
 from differential import Pair, Target, create_ready, create_topic, outcome, topic_shape
-from known_differences import ABSENT_TOPIC_KEYS
+from known_differences import ABSENT_TOPIC_KEYS, DIFFERENCES
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -123,3 +123,10 @@ def test_a_topics_config_description_matches(pair: Pair) -> None:
         on_kafka.pop(k, None)
         on_tidelog.pop(k, None)
     assert on_tidelog == on_kafka
+
+
+def test_a_non_default_lz4_level_is_refused_by_tidelog_only(pair: Pair) -> None:
+    assert "lz4 level" in DIFFERENCES
+    on_kafka, on_tidelog = pair.run(
+        lambda t: create_topic(t, "lz4-level", 1, 1, {"compression.lz4.level": "17"}))
+    assert (on_kafka, on_tidelog) == (None, "INVALID_CONFIG")
