@@ -22,6 +22,8 @@ Workloads (confluent-kafka Producer, acks=all, no compression, keyless records):
   Kafka's Java producer before 4.0 and of kafka-python, KafkaJS never lingers), the rf3, rf1 and
   kafka targets taking turns, `--fixed-runs` rounds (default 3), medians reported, so that each
   row is compared with its peers measured in the same minutes of a noisy machine;
+- before/after: `--baseline REV` (repeatable; `"REV without C1,C2"` reverts those commits) adds
+  tidelog at that git revision as its own 3-broker cluster to the fixed-rate and throughput rows;
 - unavailability (tidelog RF=3 only): a steady acks=all stream to a one-partition RF=3 topic,
   the partition's leader killed with SIGKILL; the time from the kill until a record sent after
   the kill is acknowledged (ZooKeeper session timeout + election + the client's recovery).
