@@ -126,7 +126,9 @@ class ReplicaManager:
         self.produce_purgatory = DelayedOperationPurgatory("Produce")
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch")
         self._completed: list[Completion] = []
-        self._dirty: set[TopicPartition] = set()
+        # An ordered set: the order partitions are re-checked in decides the order delayed
+        # requests complete, which must not depend on string hashing (the simulator replays).
+        self._dirty: dict[TopicPartition, None] = {}
         # tp -> the partition state in which every delayed produce watched on it was last tried
         self._produce_checked: dict[TopicPartition, tuple[Any, ...]] = {}
         self._draining = False
@@ -234,7 +236,7 @@ class ReplicaManager:
                 errors[tp] = Errors.STALE_CONTROLLER_EPOCH
                 continue
             errors[tp] = Errors.NONE
-            self._dirty.add(tp)
+            self._dirty[tp] = None
             try:
                 if state.leader_epoch == p.leader_epoch:
                     p.update_assignment(state)  # same epoch, newer zk version: AR/ISR only
@@ -284,7 +286,7 @@ class ReplicaManager:
                     self.log_manager.delete_log(tp.topic, tp.partition)
                 except StorageError as e:
                     errors[tp] = _error_of(e)
-            self._dirty.add(tp)
+            self._dirty[tp] = None
         self._drain(now_ms)
         return StopReplicaResult(Errors.NONE, errors, actions)
 
@@ -321,7 +323,7 @@ class ReplicaManager:
                 Errors.NONE, info.first_offset, p.log_start_offset, info.log_append_time
             )
             required[tp] = info.last_offset + 1
-            self._dirty.add(tp)
+            self._dirty[tp] = None
         outcome = ProduceOutcome(results)
         if acks == -1 and required:
             if request_key is None:
@@ -493,7 +495,7 @@ class ReplicaManager:
                 if proposal is not None:
                     proposals.append(proposal)
                 if p.high_watermark != before:
-                    self._dirty.add(tp)
+                    self._dirty[tp] = None
         return results, proposals, total, any_error
 
     def _readable_bytes(self, params: FetchParams) -> tuple[int, bool]:
@@ -622,7 +624,7 @@ class ReplicaManager:
         if p.isr != before:
             self._isr_change_set.add(tp)  # seed 000's recordIsrChange
             self._last_isr_change_ms = now_ms
-        self._dirty.add(tp)
+        self._dirty[tp] = None
         self._drain(now_ms)
 
     def isr_changes_to_propagate(self, now_ms: int) -> set[TopicPartition]:
@@ -651,7 +653,8 @@ class ReplicaManager:
         self._draining = True
         try:
             while self._dirty:
-                tp = self._dirty.pop()
+                tp = next(iter(self._dirty))
+                del self._dirty[tp]
                 self._check_delayed_produce(tp, now_ms)
                 self._completed.extend(self.fetch_purgatory.check_and_complete(tp, now_ms))
         finally:
