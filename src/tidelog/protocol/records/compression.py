@@ -63,8 +63,9 @@ def codec_name(codec: int) -> str:
 
 
 def compress(codec: int, data: bytes | bytearray | memoryview, level: int | None = None) -> bytes:
-    """Compress a records section with `codec`'s Kafka framing. `level` is the codec's own level
-    (Kafka's compression.gzip.level / compression.zstd.level / compression.lz4.level)."""
+    """Compress a records section with `codec`'s Kafka framing. `level` is gzip's or zstd's own
+    level (Kafka's compression.gzip.level / compression.zstd.level); lz4 is always written with
+    LZ4's fast compressor, Kafka's level 9, the only compression.lz4.level tidelog accepts."""
     if codec == NONE:
         return bytes(data)
     if codec == GZIP:
@@ -72,7 +73,7 @@ def compress(codec: int, data: bytes | bytearray | memoryview, level: int | None
     if codec == SNAPPY:
         return _xerial_snappy_compress(data)
     if codec == LZ4:
-        return _lz4_frame_compress(data, level)
+        return _lz4_frame_compress(data)
     if codec == ZSTD:
         return bytes(cramjam.zstd.compress(data, level=level))
     raise UnsupportedCompressionTypeError(f"unsupported compression type {codec}")
@@ -127,15 +128,12 @@ def _xerial_snappy_decompress(data: bytes | bytearray | memoryview) -> bytes:
     return bytes(out)
 
 
-def _lz4_frame_compress(data: bytes | bytearray | memoryview, level: int | None) -> bytes:
+def _lz4_frame_compress(data: bytes | bytearray | memoryview) -> bytes:
     view = memoryview(data)
     out = bytearray(LZ4_FRAME_HEADER)
-    kwargs: dict[str, object] = {"store_size": False}
-    if level is not None:
-        kwargs.update(mode="high_compression", compression=level)
     for start in range(0, len(view), LZ4_BLOCK_SIZE):
         chunk = view[start : start + LZ4_BLOCK_SIZE]
-        block = cramjam.lz4.compress_block(chunk, **kwargs)
+        block = cramjam.lz4.compress_block(chunk, store_size=False)
         if len(block) >= len(chunk):  # incompressible: store it raw, as LZ4 frames allow
             out += _U32_LE.pack(len(chunk) | LZ4_UNCOMPRESSED_BLOCK_FLAG)
             out += chunk
