@@ -185,9 +185,13 @@ def _with_client(bootstrap: str, body: Callable[[Any], Awaitable[T]]) -> T:
 
 
 _bootstrap = click.option("--bootstrap-server", "bootstrap", required=True,
-                          envvar="TIDELOG_BOOTSTRAP_SERVERS")
+                          envvar="TIDELOG_BOOTSTRAP_SERVERS",
+                          help="host:port[,host:port...] of any brokers (or "
+                               "$TIDELOG_BOOTSTRAP_SERVERS).")
 _plan = click.option("--reassignment-json-file", "plan_file", required=True,
-                     type=click.Path(exists=True, dir_okay=False))
+                     type=click.Path(exists=True, dir_okay=False),
+                     help='The plan, as kafka-reassign-partitions writes it: {"version":1,'
+                          '"partitions":[{"topic":..,"partition":..,"replicas":[..]}]}.')
 
 
 @click.group()
@@ -198,7 +202,8 @@ def reassign() -> None:
 @reassign.command()
 @_bootstrap
 @click.option("--topics-to-move-json-file", "topics_file", required=True,
-              type=click.Path(exists=True, dir_okay=False))
+              type=click.Path(exists=True, dir_okay=False),
+              help='The topics to spread: {"version":1,"topics":[{"topic":"t"}]}.')
 @click.option("--broker-list", required=True, help="The brokers to move the topics to: 2,3,4")
 def generate(bootstrap: str, topics_file: str, broker_list: str) -> None:
     """Propose an assignment of the topics over the brokers."""
@@ -227,7 +232,8 @@ def generate(bootstrap: str, topics_file: str, broker_list: str) -> None:
 @_bootstrap
 @_plan
 @click.option("--throttle", type=int, default=-1,
-              help="Bytes per second each moving replica may replicate at (both sides).")
+              help="Bytes per second each moving replica may replicate at, leader and follower "
+                   "side (leader/follower.replication.throttled.rate). Default: -1, unthrottled.")
 def execute(bootstrap: str, plan_file: str, throttle: int) -> None:
     """Start the reassignment in the file."""
     plan = _read_plan(plan_file)
