@@ -29,7 +29,11 @@ from tidelog.protocol.records.builder import Record, build_batch
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TOPIC = "epochs"
-BATCH = bytes(build_batch([Record(b"a", b"k"), Record(b"b"), Record(b"c")], base_timestamp=1000))
+# A minute ago, fixed for the module: the same bytes go to both clusters, and retention
+# (7 days from the newest timestamp) never deletes them mid-test, as it would a 1970 batch.
+BASE_TIMESTAMP = int(time.time() * 1000) - 60_000
+BATCH = bytes(build_batch([Record(b"a", b"k"), Record(b"b"), Record(b"c")],
+                          base_timestamp=BASE_TIMESTAMP))
 
 
 def _follower_address(t: Target, topic: str = TOPIC) -> str:

@@ -164,8 +164,9 @@ def _raw_produce(t: Target, topic: str, records: bytes | bytearray, acks: int = 
 
 
 def test_produce_answers_for_a_good_an_oversized_and_a_corrupt_batch(pair: Pair) -> None:
-    good = build_batch([Record(b"v" * 10)], base_timestamp=1000)
-    big = build_batch([Record(b"v" * 2000)], base_timestamp=1000)
+    now = int(time.time() * 1000)  # recent: retention must not delete the batches mid-test
+    good = build_batch([Record(b"v" * 10)], base_timestamp=now)
+    big = build_batch([Record(b"v" * 2000)], base_timestamp=now)
     corrupt = bytearray(good)
     corrupt[-1] ^= 0xFF  # the last value byte: the CRC no longer matches
 
