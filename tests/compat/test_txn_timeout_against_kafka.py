@@ -18,7 +18,7 @@ from tidelog.protocol.messages import describe_transactions as m_dtx
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-TOPIC = "txn-out"
+TOPIC = "txn-timeout-out"  # its own: the compat clusters live for the whole session
 
 
 def scenario(t: Target) -> object:
@@ -32,7 +32,7 @@ def scenario(t: Target) -> object:
     assert p.flush(30) == 0
     deadline = time.monotonic() + 60
     while True:  # the coordinator's abort writes the marker: the LSO reaches the HW
-        committed, uncommitted = read(t, "read_committed"), read(t, "read_uncommitted")
+        committed, uncommitted = read(t, "read_committed", TOPIC), read(t, "read_uncommitted", TOPIC)
         if committed[0] == uncommitted[0] or time.monotonic() > deadline:
             break
         time.sleep(0.5)
