@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from harness import ActingController, BrokerThread
+from harness import ActingController, BrokerThread, wait_until
 from zk_chroot import new_chroot
 
 pytestmark = pytest.mark.integration
@@ -204,6 +204,11 @@ def test_confluent_admin_client_with_the_real_controller(
     b = BrokerThread(broker_props(1, zk, tmp_path_factory.mktemp("admin")),
                      controller_factory=controller_mod.KafkaController).start()
     try:
+        # librdkafka looks the controller up in the first metadata answers only: one that
+        # names none (controller -1, as Kafka's broker answers until the controller's first
+        # UpdateMetadata) leaves create_topics waiting for a controller past its timeout.
+        wait_until(lambda: b.call(lambda: b.server.metadata_cache.controller_id) == b.broker_id,
+                   timeout_s=60, what="the broker's metadata to name its controller")
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
         futures = admin.create_topics([NewTopic("adm", 3, 1, config={"retention.ms": "60000"})],
                                       operation_timeout=15)
