@@ -114,6 +114,7 @@ def test_key_without_value_is_empty_string() -> None:
         ("log.flush.interval.messages", 2**63 - 1),
         ("message.max.bytes", 1048588),
         ("log.index.interval.bytes", 4096),
+        ("log.initial.task.delay.ms", 30000),
     ],
 )
 def test_kafka_defaults(key: str, default: object) -> None:
@@ -288,6 +289,7 @@ group.initial.rebalance.delay.ms=0
         ("no.such.key=1", "no.such.key", "unknown configuration key"),
         ("num.partitions=abc", "num.partitions", "not a valid int"),
         ("num.partitions=0", "num.partitions", "at least 1"),
+        ("log.initial.task.delay.ms=-1", "log.initial.task.delay.ms", "at least 0"),
         ("broker.id=99999999999", "broker.id", "out of range"),
         ("auto.create.topics.enable=yes", "auto.create.topics.enable", "not a valid boolean"),
         ("log.cleaner.min.cleanable.ratio=half", "log.cleaner.min.cleanable.ratio", "double"),

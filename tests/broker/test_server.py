@@ -295,7 +295,8 @@ def test_log_retention_task_deletes_old_segments(zookeeper: ZooKeeperServer, tmp
 
     zk = new_chroot(zookeeper)
     b = BrokerThread(broker_props(1, zk, tmp_path / "ret",
-                                  **{"log.retention.check.interval.ms": 100})).start()
+                                  **{"log.retention.check.interval.ms": 100,
+                                     "log.initial.task.delay.ms": 0})).start()
     ctl = ActingController(zk, [b])
     try:
         ctl.create_topic("ret", {0: [1]}, config={"segment.bytes": "1000", "retention.ms": "60000"})

@@ -1,9 +1,17 @@
 """The log manager's periodic tasks run on the shell's scheduler: the simulator (virtual time,
-`MemoryFileIO`) runs retention and the recovery-point checkpoint of the broker that ships."""
+`MemoryFileIO`) runs retention and the recovery-point checkpoint of the broker that ships; the
+first runs come after log.initial.task.delay.ms, as Kafka's."""
 
 from __future__ import annotations
 
+from test_shell_replica_manager import Clock
+
+from tidelog.protocol.records.builder import build_values
+from tidelog.shell.log_tasks import LogTaskIntervals, schedule_log_tasks
 from tidelog.sim.cluster import SimCluster, SimConfig
+from tidelog.sim.disk import MemoryFileIO
+from tidelog.storage.log_config import LogConfig
+from tidelog.storage.log_manager import LogManager
 
 
 def booted(**kw: object) -> SimCluster:
@@ -33,8 +41,35 @@ def test_recovery_points_are_checkpointed_while_the_broker_runs() -> None:
     tp = c.tps[0]
     p = c.add_producer(tp, -1)
     p.produce(5)
-    c.run_for(4500)  # every 2 s of virtual time, the first within 2 s
+    c.run_for(4500)  # first after the initial task delay (3 s of virtual time), then every 2 s
     for n in c.nodes:
         data = n.file_io.read_file(f"{n.log_dir}/recovery-point-offset-checkpoint").decode()
         # version, count, then "<topic> <partition> <recovery point>"
         assert f"{tp.topic} {tp.partition} " in data
+
+
+def test_retention_first_runs_at_the_initial_task_delay_then_every_period() -> None:
+    """Kafka 3.9's LogManager.startup: the retention check first runs after
+    log.initial.task.delay.ms (30 s by default), not one log.retention.check.interval.ms in
+    (5 min), so records stamped 1970 are gone 30 s after start."""
+    clock = Clock()
+    lm = LogManager(["/b1"], LogConfig(retention_ms=1000), MemoryFileIO())
+    log = lm.get_or_create_log("t", 0)
+    for _ in range(3):
+        log.append_as_leader(build_values([b"old"], base_timestamp=1), 0, clock.now)
+        log.roll(clock.now)
+    log.update_high_watermark(log.log_end_offset)
+    schedule_log_tasks(lm, clock, clock, LogTaskIntervals())
+
+    clock.advance(29_999)
+    assert log.log_start_offset == 0  # the first check has not run yet
+    clock.advance(1)
+    assert log.log_start_offset == 3  # at 30 s, not at 300 s
+
+    log.append_as_leader(build_values([b"old"], base_timestamp=1), 0, clock.now)
+    log.roll(clock.now)
+    log.update_high_watermark(log.log_end_offset)
+    clock.advance(299_999)
+    assert log.log_start_offset == 3  # the next check is one period after the first
+    clock.advance(1)
+    assert log.log_start_offset == 4

@@ -336,6 +336,9 @@ define("log.retention.minutes", "int", None)
 define("log.retention.hours", "int", 24 * 7)
 define("log.retention.bytes", "long", -1)
 define("log.retention.check.interval.ms", "long", 5 * 60 * 1000, at_least(1))
+define("log.initial.task.delay.ms", "long", 30 * 1000, at_least(0),
+       doc="when the log manager's tasks (retention, flusher, recovery-point checkpoint) first "
+           "run after start; Kafka's internal key, for tests")
 define("log.cleanup.policy", "list", ["delete"], one_of("compact", "delete"))
 define("log.cleaner.enable", "boolean", True,
        doc="run the log cleaner, which compacts the logs of cleanup.policy=compact topics")

@@ -181,6 +181,7 @@ class BrokerReplicaManager:
         log_retention_check_interval_ms: int = 300_000,
         log_flush_scheduler_interval_ms: int = 2**63 - 1,
         recovery_point_checkpoint_interval_ms: int = 60_000,
+        log_initial_task_delay_ms: int = 30_000,
     ) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
@@ -197,7 +198,8 @@ class BrokerReplicaManager:
             log_task_intervals=LogTaskIntervals(
                 log_retention_check_interval_ms=log_retention_check_interval_ms,
                 log_flush_scheduler_interval_ms=log_flush_scheduler_interval_ms,
-                recovery_point_checkpoint_interval_ms=recovery_point_checkpoint_interval_ms),
+                recovery_point_checkpoint_interval_ms=recovery_point_checkpoint_interval_ms,
+                log_initial_task_delay_ms=log_initial_task_delay_ms),
         )
         self.core = self.shell.core
         self.alter_partition_manager.core = self.core

@@ -202,6 +202,7 @@ class BrokerServer:
             log_retention_check_interval_ms=cfg.get("log.retention.check.interval.ms"),
             log_flush_scheduler_interval_ms=cfg.get("log.flush.scheduler.interval.ms"),
             recovery_point_checkpoint_interval_ms=cfg.get("log.flush.offset.checkpoint.interval.ms") or 60_000,
+            log_initial_task_delay_ms=cfg.get("log.initial.task.delay.ms"),
         )
         self.apis = KafkaApis(self)
         self.group_apis = GroupApis(self)  # the group coordinator's APIs (register_handler)

@@ -25,21 +25,27 @@ NEVER_MS = 2**63 - 1
 class LogTaskIntervals:
     """Kafka's config keys and defaults: log.retention.check.interval.ms,
     log.flush.scheduler.interval.ms, log.flush.offset.checkpoint.interval.ms,
-    producer.id.expiration.check.interval.ms."""
+    producer.id.expiration.check.interval.ms and log.initial.task.delay.ms (Kafka's internal key:
+    when the log manager's own tasks first run)."""
 
     log_retention_check_interval_ms: int = 300_000
     log_flush_scheduler_interval_ms: int = NEVER_MS
     recovery_point_checkpoint_interval_ms: int = 60_000
     producer_id_expiration_check_interval_ms: int = 600_000
+    log_initial_task_delay_ms: int = 30_000
 
 
 def schedule_log_tasks(log_manager: Any, scheduler: Scheduler, time: Time,
                        intervals: LogTaskIntervals) -> list[ScheduledTask]:
     """Schedule retention, the recovery-point (and log-start-offset) checkpoint, producer-id
-    expiration and, when its interval is finite, the flusher; each first runs one period in."""
+    expiration and, when its interval is finite, the flusher. As in Kafka 3.9, the log manager's
+    tasks first run after log.initial.task.delay.ms (so a broker deletes expired segments 30 s
+    after start, not one retention period later); producer-id expiration, which Kafka schedules
+    per log (`UnifiedLog`), first runs one period in."""
     i = intervals
 
-    def task(name: str, fn: Callable[[], object], period_ms: int) -> ScheduledTask:
+    def task(name: str, fn: Callable[[], object], period_ms: int,
+             delay_ms: int = i.log_initial_task_delay_ms) -> ScheduledTask:
         def run() -> None:
             try:
                 fn()
@@ -47,7 +53,7 @@ def schedule_log_tasks(log_manager: Any, scheduler: Scheduler, time: Time,
                 # As Kafka's LogManager ("Disk error while writing recovery offsets checkpoint"):
                 # logged, the files written before stay valid, the next run tries again.
                 logger.error("%s failed: %s", name, e)
-        return scheduler.schedule(name, run, period_ms, period_ms)
+        return scheduler.schedule(name, run, delay_ms, period_ms)
 
     tasks = [
         task("kafka-log-retention", lambda: log_manager.cleanup_logs(time.milliseconds()),
@@ -56,6 +62,7 @@ def schedule_log_tasks(log_manager: Any, scheduler: Scheduler, time: Time,
              i.recovery_point_checkpoint_interval_ms),
         task("PeriodicProducerExpirationCheck",
              lambda: log_manager.remove_expired_producers(time.milliseconds()),
+             i.producer_id_expiration_check_interval_ms,
              i.producer_id_expiration_check_interval_ms),
     ]
     if i.log_flush_scheduler_interval_ms < 2**62:

@@ -63,7 +63,11 @@ class SimConfig:
     # The log manager's tasks (shell/log_tasks.py), short enough to run many times in a run:
     # log.retention.check.interval.ms, log.flush.scheduler.interval.ms (flush.ms is the topic's),
     # log.flush.offset.checkpoint.interval.ms, producer.id.expiration.check.interval.ms; and
-    # producer.id.expiration.ms (Kafka's default: a day).
+    # producer.id.expiration.ms (Kafka's default: a day); log.initial.task.delay.ms, when the
+    # first three first run: no shorter than their periods, so every broker's first retention
+    # check runs one period after its start, not at a point spread over the period by
+    # ProcessScheduler (replicas would then delete their old segments at different times).
+    log_initial_task_delay_ms: int = 3000
     log_retention_check_ms: int = 3000
     log_flush_scheduler_ms: int = 1000
     recovery_point_checkpoint_ms: int = 2000

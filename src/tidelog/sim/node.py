@@ -245,7 +245,8 @@ class SimBroker:
                 log_retention_check_interval_ms=cfg.log_retention_check_ms,
                 log_flush_scheduler_interval_ms=cfg.log_flush_scheduler_ms,
                 recovery_point_checkpoint_interval_ms=cfg.recovery_point_checkpoint_ms,
-                producer_id_expiration_check_interval_ms=cfg.producer_id_expiration_check_ms))
+                producer_id_expiration_check_interval_ms=cfg.producer_id_expiration_check_ms,
+                log_initial_task_delay_ms=cfg.log_initial_task_delay_ms))
         self.core = self.rm.core
         self.trace("start", ("clean", self.clean_shutdown))
         self._zk_send(("connect", cfg.session_timeout_ms))
