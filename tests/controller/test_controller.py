@@ -346,8 +346,10 @@ async def test_topic_deletion_stops_and_deletes_replicas_then_removes_znodes(
     await three_brokers(cluster)
     await create_topic(cluster, "gone", {0: [1, 2], 1: [2, 3]})
     await asyncio.to_thread(AdminZkClient(cluster.admin_zk).delete_topic, "gone")
-    await wait_for(lambda: not cluster.admin_zk.topic_exists("gone"), what="znodes removed")
-    assert cluster.admin_zk.get_topic_deletions() == set()
+    # The deletion marker goes last, after the topic's znodes (Kafka's completeDeleteTopic).
+    await wait_for(lambda: not cluster.admin_zk.topic_exists("gone")
+                   and cluster.admin_zk.get_topic_deletions() == set(),
+                   what="znodes and the deletion marker removed")
     stops = {bid: [tuple((t.topic_name, p.partition_index, p.delete_partition)
                          for t in r.topic_states for p in t.partition_states)
                    for r in b.of(ApiKey.STOP_REPLICA)]
