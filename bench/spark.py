@@ -28,7 +28,9 @@ Goal (Step 4 issue): >= 1,000,000 rows/s, and >= half the Parquet rate. Spark ru
 a warm-up query per connector runs first so that JVM start-up, class loading and Python worker
 start-up are not measured; then ``--rounds`` rounds run every read path in turn (the two
 connectors' rows next to each other), and the table gives medians, with tidelog's connector's
-rate over Spark's connector's for the same query.
+rate over Spark's connector's for the same query, and the CPU seconds each read cost the
+brokers (the ones this script started; "?" for --bootstrap) and Spark (driver, JVM, Python
+workers): on 2 shared cores the rate follows the CPU a row costs.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import shutil
 import statistics
@@ -50,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from _doc import append_run  # noqa: E402
-from _machine import load_average, machine_description  # noqa: E402
+from _machine import cpu_seconds, load_average, machine_description  # noqa: E402
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 PARTITIONS = 6
@@ -207,7 +210,11 @@ def main() -> None:
         produce_s = asyncio.run(produce(bootstrap, topic, records))
         print(f"produced {records:,} records in {produce_s:.1f} s")
         load_before = load_average()
-        rows = run_spark(bootstrap, topic, records, workdir, args.rounds, connectors, jars)
+        broker_pids = [b.pid for b in cluster.brokers.values() if b.pid] if cluster else []
+        broker_pids += [proc.pid] if proc is not None else []
+        rows, cpu = run_spark(
+            bootstrap, topic, records, workdir, args.rounds, connectors, jars, broker_pids
+        )
     finally:
         if cluster is not None:
             cluster.down()
@@ -215,7 +222,7 @@ def main() -> None:
             proc.terminate()
             proc.wait(timeout=10)
         shutil.rmtree(workdir, ignore_errors=True)
-    table = render(rows, records)
+    table = render(rows, cpu, records)
     print(table)
     print(f"load average: {load_before} before the reads, {load_average()} after")
     if not args.no_doc:
@@ -309,6 +316,24 @@ def connector_paths(connector: str) -> tuple[str, str, str]:
     )
 
 
+def descendants(pid: int) -> list[int]:
+    """`pid` and every process under it (/proc), e.g. Spark's JVM and its Python workers."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo.extend(children.get(found[-1], []))
+    return found
+
+
 def run_spark(
     bootstrap: str,
     topic: str,
@@ -317,7 +342,9 @@ def run_spark(
     rounds: int,
     connectors: list[str],
     jars: list[str],
-) -> dict[str, list[float]]:
+    broker_pids: list[int],
+) -> tuple[dict[str, list[float]], dict[str, list[tuple[float, float]]]]:
+    """Seconds of each read path per round, and the CPU seconds (brokers, Spark) each used."""
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -336,6 +363,7 @@ def run_spark(
     spark.sparkContext.setLogLevel("ERROR")
     tidelog.spark.register(spark)
     spark.dataSource.register(_ceiling_source(records))
+    jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
 
     def aggregate(df) -> list:
         return (
@@ -370,10 +398,23 @@ def run_spark(
         name: [] for name in [*names, PARQUET, CEILING, CEILING_PRUNED]
     }
 
+    cpu: dict[str, list[tuple[float, float]]] = {name: [] for name in results}
+
     def timed(name: str, run) -> None:
+        # Spark's CPU: this driver, its JVM and the JVM's Python workers (a worker that starts
+        # during the read counts whole, one that ends during it is missed).
+        spark_pids = [os.getpid(), *descendants(jvm_pid)]
+        cpu_start = cpu_seconds(*broker_pids), cpu_seconds(*spark_pids)
         start = time.perf_counter()
         run()
         results[name].append(time.perf_counter() - start)
+        new_pids = [p for p in descendants(jvm_pid) if p not in spark_pids]
+        cpu[name].append(
+            (
+                cpu_seconds(*broker_pids) - cpu_start[0] if broker_pids else math.nan,
+                cpu_seconds(*spark_pids) - cpu_start[1] + cpu_seconds(*new_pids),
+            )
+        )
         print(f"  {name}: {records / results[name][-1]:,.0f} rows/s", flush=True)
 
     def streaming(connector: str, round_: int) -> None:
@@ -423,10 +464,12 @@ def run_spark(
             CEILING_PRUNED, lambda: check(aggregate(ceiling().option("columns", "pruned").load()))
         )
     spark.stop()
-    return results
+    return results, cpu
 
 
-def render(results: dict[str, list[float]], records: int) -> str:
+def render(
+    results: dict[str, list[float]], cpu: dict[str, list[tuple[float, float]]], records: int
+) -> str:
     def rate(name: str) -> float:
         return records / statistics.median(results[name])
 
@@ -437,16 +480,24 @@ def render(results: dict[str, list[float]], records: int) -> str:
     if all(connector_paths(c)[0] in results for c in CONNECTORS):
         for mine, spark_s in zip(*(connector_paths(c) for c in CONNECTORS), strict=True):
             ratios[mine] = f"{rate(mine) / rate(spark_s):.2f}"
+
+    def cpu_cell(name: str) -> str:
+        if not cpu.get(name):  # the micro-batch rows are a part of their query's
+            return ""
+        brokers = statistics.median(c[0] for c in cpu[name])
+        spark_s = statistics.median(c[1] for c in cpu[name])
+        return f"{'?' if math.isnan(brokers) else f'{brokers:.2f}'}, {spark_s:.2f}"
+
     lines = [
         f"| read path | median s ({rounds} rounds) | median rows/s | slowest-fastest rows/s "
-        "| vs Parquet | tidelog / Spark's connector |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| vs Parquet | tidelog / Spark's connector | median CPU s: brokers, Spark |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, seconds in results.items():
         lines.append(
             f"| {name} | {statistics.median(seconds):.2f} | {rate(name):,.0f} | "
             f"{records / max(seconds):,.0f}-{records / min(seconds):,.0f} | "
-            f"{rate(name) / parquet_rate:.2f} | {ratios.get(name, '')} |"
+            f"{rate(name) / parquet_rate:.2f} | {ratios.get(name, '')} | {cpu_cell(name)} |"
         )
     return "\n".join(lines)
 
