@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 
+import kazoo.protocol.connection
 import pytest
 from zk_chroot import new_chroot
 
 from tidelog.cluster.zookeeper import ZooKeeperServer
+
+# kazoo's connection thread draws its ping jitter from the global `random` on every turn of its
+# loop. A ZooKeeper client that lives through the session (the integration tests' real_cluster)
+# thus changes the global state while Hypothesis draws in later tests, which Hypothesis reports
+# as "Do not use the `random` module inside strategies". Its own generator: same jitter.
+kazoo.protocol.connection.random = random.Random()  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="session")
