@@ -4,6 +4,7 @@ real tidelog broker and consume back, byte for byte."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from harness import ActingController, BrokerThread, wait_until
@@ -207,6 +208,7 @@ def test_confluent_admin_client_with_the_real_controller(
     zk = new_chroot(zookeeper)  # type: ignore[arg-type]
     b = BrokerThread(broker_props(1, zk, tmp_path_factory.mktemp("admin")),
                      controller_factory=controller_mod.KafkaController).start()
+    admin: Any = None
     try:
         # librdkafka looks the controller up in the first metadata answers only: one that
         # names none (controller -1, as Kafka's broker answers until the controller's first
@@ -232,6 +234,8 @@ def test_confluent_admin_client_with_the_real_controller(
                 break
             time.sleep(0.1)
         assert "adm" not in admin.list_topics(timeout=10).topics
-        del admin  # close librdkafka's connections before the broker goes
     finally:
+        # Drop librdkafka's handle before the broker goes, also when the test failed (pytest
+        # keeps a failed test's frames: a live handle would retry the stopped broker all session).
+        admin = None
         b.stop()
