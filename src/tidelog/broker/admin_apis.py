@@ -330,7 +330,7 @@ class AdminApis:
         if results is None:
             return m_apr.AlterPartitionReassignmentsResponse(
                 error_code=int(ErrorCode.NOT_CONTROLLER),
-                error_message="This is not the correct controller for this cluster.")
+                error_message=ErrorCode.NOT_CONTROLLER.message)
         topics: dict[str, m_apr.ReassignableTopicResponse] = {}
         for tp, error in results.items():
             topics.setdefault(tp.topic, m_apr.ReassignableTopicResponse(name=tp.topic)) \
@@ -351,7 +351,7 @@ class AdminApis:
         if ongoing is None:
             return m_lpr.ListPartitionReassignmentsResponse(
                 error_code=int(ErrorCode.NOT_CONTROLLER),
-                error_message="This is not the correct controller for this cluster.")
+                error_message=ErrorCode.NOT_CONTROLLER.message)
         topics: dict[str, m_lpr.OngoingTopicReassignment] = {}
         for tp, a in ongoing.items():
             topics.setdefault(tp.topic, m_lpr.OngoingTopicReassignment(name=tp.topic)) \
