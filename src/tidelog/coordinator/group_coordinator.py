@@ -49,6 +49,7 @@ from tidelog.coordinator.offsets import (
     expired_offsets,
     partition_for,
 )
+from tidelog.coordinator.partition_load import LoadScan, scan_partition
 from tidelog.coordinator.txn_offsets import PendingTxnOffsets
 from tidelog.protocol.errors import ErrorCode, error_name
 from tidelog.protocol.messages import consumer_protocol_subscription as m_cps
@@ -63,8 +64,6 @@ logger = logging.getLogger(__name__)
 E = ErrorCode
 # The longest a ticker sleep lasts with nothing due (new deadlines wake it earlier).
 _MAX_TICK_S = 0.5
-# Loading an offsets partition yields to the event loop after this many batches.
-_LOAD_BATCHES_PER_YIELD = 200
 _LOAD_ATTEMPTS = 5
 _LOAD_RETRY_S = 1.0
 
@@ -243,25 +242,12 @@ class GroupCoordinator:
         logger.info("unloaded offsets partition %d", partition)
 
     async def _load(self, partition: int, leader_epoch: int, token: int, attempt: int = 1) -> None:
-        await asyncio.sleep(0)  # after the LeaderAndIsr that elected us has been answered
-        if self.loading.get(partition) != (leader_epoch, token):
-            return
         tp = TopicPartition(GROUP_METADATA_TOPIC_NAME, partition)
-        p = self.rm.core.partition(tp)
-        if p is None or not p.is_leader:
-            self.loading.pop(partition, None)
-            return
         loaded = LoadedPartition({}, {})
-        end_offset = p.log_end_offset
         try:
-            for i, batch in enumerate(p.log.batches(p.log.log_start_offset)):
-                if not loaded.add_batch(batch, end_offset):
-                    break
-                if i % _LOAD_BATCHES_PER_YIELD == _LOAD_BATCHES_PER_YIELD - 1:
-                    # Let the broker serve meanwhile; give up if the partition moved on.
-                    await asyncio.sleep(0)
-                    if self.loading.get(partition) != (leader_epoch, token):
-                        return
+            scan = await scan_partition(
+                self.rm.core, tp, lambda: self.loading.get(partition) == (leader_epoch, token),
+                loaded.add_batch)
         except Exception as e:
             # Never serve a partition half read (committed offsets would go back): the groups
             # stay COORDINATOR_LOAD_IN_PROGRESS; the load is retried a few times.
@@ -270,6 +256,10 @@ class GroupCoordinator:
             if attempt < _LOAD_ATTEMPTS:
                 await asyncio.sleep(_LOAD_RETRY_S * attempt)
                 await self._load(partition, leader_epoch, token, attempt + 1)
+            return
+        if scan is LoadScan.NOT_LEADER:
+            self.loading.pop(partition, None)
+        if scan is not LoadScan.DONE:
             return
         if loaded.skipped:
             logger.warning("offsets partition %d: %d unreadable records skipped", partition,

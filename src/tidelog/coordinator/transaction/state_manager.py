@@ -25,6 +25,7 @@ from typing import Any
 
 from tidelog.coordinator.group_coordinator import int_config, store_error
 from tidelog.coordinator.offsets import partition_for
+from tidelog.coordinator.partition_load import LoadScan, scan_partition
 from tidelog.coordinator.transaction.log import (
     TRANSACTION_STATE_TOPIC_NAME,
     decode_key,
@@ -48,7 +49,6 @@ __all__ = ["TransactionConfig", "TransactionStateManager"]
 logger = logging.getLogger(__name__)
 
 E = ErrorCode
-_LOAD_BATCHES_PER_YIELD = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,27 +178,21 @@ class TransactionStateManager:
             t.cancel()
 
     async def _load(self, partition: int, leader_epoch: int, token: int) -> None:
-        await asyncio.sleep(0)  # after the LeaderAndIsr that elected us has been answered
-        if self.loading.get(partition) != (leader_epoch, token):
-            return
         tp = TopicPartition(TRANSACTION_STATE_TOPIC_NAME, partition)
-        p = self.rm.core.partition(tp)
-        if p is None or not p.is_leader:
-            self.loading.pop(partition, None)
-            return
         found: dict[str, TxnTransitMetadata] = {}
-        end_offset = p.log_end_offset
         skipped = 0
-        for i, batch in enumerate(p.log.batches(p.log.log_start_offset)):
+
+        def add_batch(batch: Any, end_offset: int) -> bool:
+            nonlocal skipped
             if batch.base_offset >= end_offset:
-                break
+                return False
             if batch.is_control_batch:
-                continue
+                return True
             try:
                 records = decode_records(batch)
             except ValueError:
                 skipped += 1
-                continue
+                return True
             for rec in records:
                 if rec.offset >= end_offset or rec.key is None:
                     continue
@@ -212,10 +206,15 @@ class TransactionStateManager:
                     found.pop(txn_id, None)
                 else:
                     found[txn_id] = value
-            if i % _LOAD_BATCHES_PER_YIELD == _LOAD_BATCHES_PER_YIELD - 1:
-                await asyncio.sleep(0)
-                if self.loading.get(partition) != (leader_epoch, token):
-                    return
+            return True
+
+        scan = await scan_partition(
+            self.rm.core, tp, lambda: self.loading.get(partition) == (leader_epoch, token),
+            add_batch)
+        if scan is LoadScan.NOT_LEADER:
+            self.loading.pop(partition, None)
+        if scan is not LoadScan.DONE:
+            return
         if skipped:
             logger.warning("transaction state partition %d: %d unreadable records skipped",
                            partition, skipped)
