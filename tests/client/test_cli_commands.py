@@ -9,10 +9,10 @@ import asyncio
 import json
 
 from click.testing import CliRunner
-from kafka_peer import free_port
 
 from tidelog.cli.main import cli
 from tidelog.client.cluster import KafkaClient, NewTopic
+from tidelog.cluster.zookeeper import pick_free_port
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
@@ -141,7 +141,7 @@ def test_stdin_lines_with_a_key_to_one_partition(tansu: str, topic_name: str) ->
 
 
 def test_bad_input_is_one_line_and_exit_status_one(tansu: str, topic_name: str) -> None:
-    dead = f"127.0.0.1:{free_port()}"
+    dead = f"127.0.0.1:{pick_free_port()}"
     cases = [
         (["consume", "--bootstrap-server", tansu, "--topic", topic_name], "does not exist"),
         (

@@ -12,7 +12,7 @@ import struct
 import time
 
 import pytest
-from kafka_peer import CLOSE, NO_ANSWER, ScriptedBroker, free_port
+from kafka_peer import CLOSE, NO_ANSWER, ScriptedBroker
 
 from tidelog.client.connection import BrokerConnection
 from tidelog.client.errors import (
@@ -20,6 +20,7 @@ from tidelog.client.errors import (
     RequestTimedOutError,
     UnsupportedVersionError,
 )
+from tidelog.cluster.zookeeper import pick_free_port
 from tidelog.protocol.api_keys import ApiKey, api_spec
 from tidelog.protocol.messages.metadata import (
     MetadataRequest,
@@ -208,7 +209,7 @@ def test_acks_zero_produce_expects_no_answer_and_keeps_the_stream_in_step() -> N
 
 def test_unreachable_server_is_a_connection_error() -> None:
     async def main() -> None:
-        conn = BrokerConnection("127.0.0.1", free_port())
+        conn = BrokerConnection("127.0.0.1", pick_free_port())
         with pytest.raises(KafkaConnectionError, match="cannot connect"):
             await conn.connect(timeout_s=5)
         assert conn.closed

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from kafka_peer import ScriptedBroker, free_port, metadata_answer
+from kafka_peer import ScriptedBroker, metadata_answer
 
 from tidelog.client.cluster import (
     EARLIEST_TIMESTAMP,
@@ -21,6 +21,7 @@ from tidelog.client.cluster import (
 )
 from tidelog.client.errors import BrokerResponseError, NoBrokersAvailableError
 from tidelog.client.metadata import TopicPartition
+from tidelog.cluster.zookeeper import pick_free_port
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages.fetch import FetchableTopicResponse, FetchResponse, PartitionData
@@ -66,7 +67,7 @@ def test_bootstrap_server_lists_parse_and_bad_ones_are_clear_errors() -> None:
 
 def test_bootstrap_fails_over_to_the_next_server(tansu: str) -> None:
     async def main() -> None:
-        dead = f"127.0.0.1:{free_port()}"
+        dead = f"127.0.0.1:{pick_free_port()}"
         async with KafkaClient(f"{dead},{tansu}") as client:
             (broker,) = client.metadata.brokers.values()
             assert f"{broker.host}:{broker.port}" == tansu
@@ -84,7 +85,7 @@ def test_bootstrap_fails_over_to_the_next_server(tansu: str) -> None:
 
 def test_no_reachable_server_is_a_clear_error() -> None:
     async def main() -> None:
-        client = KafkaClient([f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"], retries=1)
+        client = KafkaClient([f"127.0.0.1:{pick_free_port()}", f"127.0.0.1:{pick_free_port()}"], retries=1)
         with pytest.raises(NoBrokersAvailableError, match="cannot connect"):
             await client.start()
         await client.close()

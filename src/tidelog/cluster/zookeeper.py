@@ -19,6 +19,7 @@ import contextlib
 import ctypes
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -46,11 +47,44 @@ class ZooKeeperError(RuntimeError):
     """The ZooKeeper process could not be found, started or stopped."""
 
 
+def _ephemeral_port_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+# Ports this process handed out: a server spawned later binds them, so a second pick must not
+# return one of them even though nothing is listening on it yet.
+_handed_out: set[int] = set()
+_PORT_FLOOR = 10000
+
+
 def pick_free_port(host: str = HOST) -> int:
-    """A port that was free on `host` a moment ago (the kernel's pick for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A port that is free on `host` and stays free until the caller's server binds it.
+
+    The kernel's pick for port 0 comes from the ephemeral range, which every outgoing connection
+    also draws from: between releasing the probe and the server binding (a broker or ZooKeeper
+    started as a separate process, seconds later), a client's connect could take it
+    (EADDRINUSE at startup, seen in CI). So pick below the ephemeral range, where only explicit
+    binds land, and never hand out the same port twice in one process.
+    """
+    low, high = _ephemeral_port_range()
+    candidates = range(_PORT_FLOOR, low) if low - _PORT_FLOOR >= 1000 else range(high + 1, 65536)
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.choice(candidates)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise OSError(f"no free port on {host} outside the ephemeral range after 200 tries")
 
 
 def find_zookeeper_classpath() -> str:
