@@ -49,7 +49,7 @@ from tidelog.coordinator.offsets import (
     expired_offsets,
     partition_for,
 )
-from tidelog.coordinator.partition_load import LoadScan, scan_partition
+from tidelog.coordinator.partition_load import DEFAULT_LOAD_RETRY, LoadScan, load_partition
 from tidelog.coordinator.txn_offsets import PendingTxnOffsets
 from tidelog.protocol.errors import ErrorCode, error_name
 from tidelog.protocol.messages import consumer_protocol_subscription as m_cps
@@ -64,8 +64,6 @@ logger = logging.getLogger(__name__)
 E = ErrorCode
 # The longest a ticker sleep lasts with nothing due (new deadlines wake it earlier).
 _MAX_TICK_S = 0.5
-_LOAD_ATTEMPTS = 5
-_LOAD_RETRY_S = 1.0
 
 
 def _wall_ms() -> int:
@@ -171,6 +169,7 @@ class GroupCoordinator:
         # finds another token there was superseded and stops.
         self.loading: dict[int, tuple[int, int]] = {}
         self._load_tokens = itertools.count()
+        self.load_retry = DEFAULT_LOAD_RETRY
         self._waiters: dict[tuple[str, str, str], asyncio.Future[Any]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._ticker: asyncio.Task[None] | None = None
@@ -241,23 +240,12 @@ class GroupCoordinator:
         self.pending_txn.drop_groups(lambda g: self.partition_for(g) == partition)
         logger.info("unloaded offsets partition %d", partition)
 
-    async def _load(self, partition: int, leader_epoch: int, token: int, attempt: int = 1) -> None:
+    async def _load(self, partition: int, leader_epoch: int, token: int) -> None:
         tp = TopicPartition(GROUP_METADATA_TOPIC_NAME, partition)
-        loaded = LoadedPartition({}, {})
-        try:
-            scan = await scan_partition(
-                self.rm.core, tp, lambda: self.loading.get(partition) == (leader_epoch, token),
-                loaded.add_batch)
-        except Exception as e:
-            # Never serve a partition half read (committed offsets would go back): the groups
-            # stay COORDINATOR_LOAD_IN_PROGRESS; the load is retried a few times.
-            logger.error("loading offsets partition %d failed (attempt %d): %s", partition,
-                         attempt, e)
-            if attempt < _LOAD_ATTEMPTS:
-                await asyncio.sleep(_LOAD_RETRY_S * attempt)
-                await self._load(partition, leader_epoch, token, attempt + 1)
-            return
-        if scan is LoadScan.NOT_LEADER:
+        scan, loaded = await load_partition(
+            self.rm.core, tp, lambda: self.loading.get(partition) == (leader_epoch, token),
+            lambda: LoadedPartition({}, {}), self.load_retry)
+        if scan in (LoadScan.NOT_LEADER, LoadScan.FAILED):
             self.loading.pop(partition, None)
         if scan is not LoadScan.DONE:
             return

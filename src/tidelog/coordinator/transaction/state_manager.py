@@ -25,7 +25,7 @@ from typing import Any
 
 from tidelog.coordinator.group_coordinator import int_config, store_error
 from tidelog.coordinator.offsets import partition_for
-from tidelog.coordinator.partition_load import LoadScan, scan_partition
+from tidelog.coordinator.partition_load import DEFAULT_LOAD_RETRY, LoadScan, load_partition
 from tidelog.coordinator.transaction.log import (
     TRANSACTION_STATE_TOPIC_NAME,
     decode_key,
@@ -93,6 +93,40 @@ class TransactionConfig:
 LoadedCallback = Callable[[int, int, list[TransactionMetadata]], None]
 
 
+class _LoadedTransactions:
+    """The latest transit of each transactional id read from a `__transaction_state` partition
+    up to the log end at the load's start (a tombstone removes the id)."""
+
+    def __init__(self) -> None:
+        self.found: dict[str, TxnTransitMetadata] = {}
+        self.skipped = 0  # records that could not be read (logged, never fatal)
+
+    def add_batch(self, batch: Any, end_offset: int) -> bool:
+        if batch.base_offset >= end_offset:
+            return False
+        if batch.is_control_batch:
+            return True
+        try:
+            records = decode_records(batch)
+        except ValueError:
+            self.skipped += 1
+            return True
+        for rec in records:
+            if rec.offset >= end_offset or rec.key is None:
+                continue
+            try:
+                txn_id = decode_key(bytes(rec.key))
+                value = decode_value(None if rec.value is None else bytes(rec.value))
+            except ValueError:
+                self.skipped += 1
+                continue
+            if value is None:
+                self.found.pop(txn_id, None)
+            else:
+                self.found[txn_id] = value
+        return True
+
+
 class TransactionStateManager:
     def __init__(self, broker_id: int, replica_manager: Any, config: TransactionConfig,
                  clock: Callable[[], int]) -> None:
@@ -105,6 +139,7 @@ class TransactionStateManager:
         self.owned: dict[int, int] = {}  # partition -> coordinator epoch
         self.loading: dict[int, tuple[int, int]] = {}  # partition -> (epoch, load token)
         self._tokens = itertools.count()
+        self.load_retry = DEFAULT_LOAD_RETRY
         self._tasks: set[asyncio.Task[Any]] = set()
         self.on_loaded: LoadedCallback | None = None
         self.active = False
@@ -179,45 +214,17 @@ class TransactionStateManager:
 
     async def _load(self, partition: int, leader_epoch: int, token: int) -> None:
         tp = TopicPartition(TRANSACTION_STATE_TOPIC_NAME, partition)
-        found: dict[str, TxnTransitMetadata] = {}
-        skipped = 0
-
-        def add_batch(batch: Any, end_offset: int) -> bool:
-            nonlocal skipped
-            if batch.base_offset >= end_offset:
-                return False
-            if batch.is_control_batch:
-                return True
-            try:
-                records = decode_records(batch)
-            except ValueError:
-                skipped += 1
-                return True
-            for rec in records:
-                if rec.offset >= end_offset or rec.key is None:
-                    continue
-                try:
-                    txn_id = decode_key(bytes(rec.key))
-                    value = decode_value(None if rec.value is None else bytes(rec.value))
-                except ValueError:
-                    skipped += 1
-                    continue
-                if value is None:
-                    found.pop(txn_id, None)
-                else:
-                    found[txn_id] = value
-            return True
-
-        scan = await scan_partition(
+        scan, loaded = await load_partition(
             self.rm.core, tp, lambda: self.loading.get(partition) == (leader_epoch, token),
-            add_batch)
-        if scan is LoadScan.NOT_LEADER:
+            _LoadedTransactions, self.load_retry)
+        if scan in (LoadScan.NOT_LEADER, LoadScan.FAILED):
             self.loading.pop(partition, None)
         if scan is not LoadScan.DONE:
             return
-        if skipped:
+        found = loaded.found
+        if loaded.skipped:
             logger.warning("transaction state partition %d: %d unreadable records skipped",
-                           partition, skipped)
+                           partition, loaded.skipped)
         pending: list[TransactionMetadata] = []
         for txn_id, transit in found.items():
             if self.partition_for(txn_id) != partition:
