@@ -46,7 +46,7 @@ from tidelog.controller.core import (
     UpdateMetadataRequest,
 )
 from tidelog.controller.executor import DecisionExecutor, Executed
-from tidelog.controller.reassignment_manager import ReassignmentManager
+from tidelog.controller.reassignment_manager import ControllerReassignments
 from tidelog.controller.zk_client import KafkaZkClient, WatchHandle
 from tidelog.controller.zk_data import BrokerInfo, LeaderIsrAndControllerEpoch
 from tidelog.controller.zk_interface import ControllerMovedError, from_zk_state
@@ -142,7 +142,7 @@ class KafkaController:
         # observable history, for tools and tests: (controller epoch) of each time we won
         self.elections_won: list[int] = []
         # KIP-455 reassignments: the phases around controller/reassignment.py's decisions.
-        self.reassignments = ReassignmentManager(self)
+        self.reassignments = ControllerReassignments(self)
 
     # -- configuration ---------------------------------------------------------------------
     def _cfg(self, key: str, default: Any) -> Any:
@@ -688,7 +688,7 @@ class KafkaController:
         await self._carry_out(DecisionExecutor.on_isr_change_notifications)
         # A moving partition whose ISR now holds its target replicas completes (Kafka's
         # PartitionReassignmentIsrChange).
-        await self.reassignments.on_isr_change(list(self.reassignments.reassigning))
+        await self.reassignments.on_isr_change()
 
     # -- topic deletion (Kafka's TopicDeletionManager, simplified) ---------------------------------
     async def _on_topic_deletion(self) -> None:

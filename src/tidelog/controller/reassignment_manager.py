@@ -1,11 +1,15 @@
-"""The controller's side of partition reassignment (KIP-455): the I/O around the pure phases of
-`reassignment.py`, in Kafka's order (`KafkaController.onPartitionReassignment`).
+"""The controller's side of partition reassignment (KIP-455): the phases around the pure
+decisions of `reassignment.py`, in Kafka's order (`KafkaController.onPartitionReassignment`),
+carried out through the shared `DecisionExecutor` over the ZooKeeper interface.
 
-Every method runs inside the controller's event queue (one event at a time), so the state here
-— the partitions being reassigned with their full assignment, and the ones that came from the
-legacy znode — changes only between ZooKeeper writes the controller awaits. The full assignment
-lives in ZooKeeper (the topic znode's partitions/adding_replicas/removing_replicas), so a new
-controller resumes every move (`resume`).
+`ReassignmentManager` is the one implementation both controllers run: the real one
+(controller.py, through `ControllerReassignments` below, in a worker thread inside its event
+queue) and the simulator's (sim/controller.py, directly). Every method is synchronous, takes
+the executor of the current controller epoch and returns an `Executed` with the requests to
+send, in order; it runs one event at a time, so the state here — the partitions being
+reassigned with their full assignment, and the ones that came from the legacy znode — changes
+only inside an event. The full assignment lives in ZooKeeper (the topic znode's
+partitions/adding_replicas/removing_replicas), so a new controller resumes every move (`resume`).
 
 Sources of reassignments: AlterPartitionReassignments (`alter`), the legacy
 /admin/reassign_partitions znode (`on_zk_reassignment`, on its creation); the latest one of a
@@ -18,10 +22,12 @@ removed replica whose broker was down gets its StopReplica(delete=true) now).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import TYPE_CHECKING, Protocol
+from uuid import UUID
 
 from tidelog.controller.core import Decision
+from tidelog.controller.executor import DecisionExecutor, Executed
 from tidelog.controller.reassignment import (
     NO_REASSIGNMENT_IN_PROGRESS,
     UNKNOWN_TOPIC_OR_PARTITION,
@@ -47,46 +53,63 @@ NONE = ApiError(0)
 _PARTITION_DOES_NOT_EXIST = ApiError(UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
 
 
+class ReassignmentHost(Protocol):
+    """What the manager reads of the controller that runs it."""
+
+    @property
+    def controller_label(self) -> int: ...
+
+    def topic_id(self, topic: str) -> UUID | None: ...
+
+    def topic_being_deleted(self, topic: str) -> bool: ...
+
+
 class ReassignmentManager:
-    def __init__(self, controller: KafkaController) -> None:
-        self.c = controller
+    def __init__(self, host: ReassignmentHost) -> None:
+        self.host = host
         self.reassigning: dict[TopicPartition, ReplicaAssignment] = {}
         self.from_zk_znode: set[TopicPartition] = set()
         # Removed replicas on brokers that were down: deleted when the broker starts (in
         # memory only; Kafka's ZooKeeper-mode controller never deletes them at all).
         self.pending_deletes: dict[int, set[TopicPartition]] = {}
+        # Topics whose last move completed in the latest call (a deletion may resume).
+        self.completed_topics: set[str] = set()
         self._znode_existed = False
 
     def reset(self) -> None:
         self.reassigning.clear()
         self.from_zk_znode.clear()
         self.pending_deletes.clear()
+        self.completed_topics.clear()
         self._znode_existed = False
 
-    def current(self, tp: TopicPartition) -> ReplicaAssignment:
+    def current(self, ex: DecisionExecutor, tp: TopicPartition) -> ReplicaAssignment:
         a = self.reassigning.get(tp)
         if a is not None:
             return a
-        core = self.c.core
-        replicas = core.assignments.get(tp, ()) if core is not None else ()
-        return ReplicaAssignment(tuple(replicas))
+        return ReplicaAssignment(tuple(ex.core.assignments.get(tp, ())))
 
     def topic_is_moving(self, topic: str) -> bool:
         return any(tp.topic == topic for tp in self.reassigning)
 
+    def list(self, partitions: Iterable[TopicPartition] | None
+             ) -> dict[TopicPartition, ReplicaAssignment]:
+        if partitions is None:
+            return dict(sorted(self.reassigning.items()))
+        return {tp: self.reassigning[tp] for tp in partitions if tp in self.reassigning}
+
     # -- requests --------------------------------------------------------------------------
-    async def alter(self, targets: Mapping[TopicPartition, list[int] | None]
-                    ) -> dict[TopicPartition, ApiError]:
+    def alter(self, ex: DecisionExecutor, targets: Mapping[TopicPartition, list[int] | None]
+              ) -> tuple[dict[TopicPartition, ApiError], Executed]:
         """Kafka's processApiPartitionReassignment: validate, build, take the partitions out of
         the legacy znode, trigger."""
-        core = self.c.core
-        assert core is not None
+        out = _Out()
         results: dict[TopicPartition, ApiError] = {}
         to_trigger: dict[TopicPartition, ReplicaAssignment] = {}
         for tp, target in targets.items():
-            current = self.current(tp)
+            current = self.current(ex, tp)
             error = None if target is None else validate_replicas(current, target,
-                                                                   core.live_brokers)
+                                                                   ex.core.live_brokers)
             if error is not None:
                 results[tp] = error
                 continue
@@ -95,187 +118,242 @@ class ReassignmentManager:
                 results[tp] = ApiError(NO_REASSIGNMENT_IN_PROGRESS)
             else:
                 to_trigger[tp] = built
-        await self._remove_from_zk_znode(set(to_trigger))
-        results.update(await self._trigger(to_trigger))
-        return results
-
-    def list(self, partitions: Iterable[TopicPartition] | None
-             ) -> dict[TopicPartition, ReplicaAssignment]:
-        if partitions is None:
-            return dict(sorted(self.reassigning.items()))
-        return {tp: self.reassigning[tp] for tp in partitions if tp in self.reassigning}
+        self._remove_from_zk_znode(ex, set(to_trigger))
+        results.update(self._trigger(ex, to_trigger, out))
+        return results, out.done
 
     # -- triggers ----------------------------------------------------------------------------
-    async def _trigger(self, reassignments: Mapping[TopicPartition, ReplicaAssignment]
-                       ) -> dict[TopicPartition, ApiError]:
+    def _trigger(self, ex: DecisionExecutor,
+                 reassignments: Mapping[TopicPartition, ReplicaAssignment], out: _Out
+                 ) -> dict[TopicPartition, ApiError]:
         """Kafka's maybeTriggerPartitionReassignment."""
-        c = self.c
-        out: dict[TopicPartition, ApiError] = {}
+        results: dict[TopicPartition, ApiError] = {}
         for tp, assignment in reassignments.items():
-            core = c.core
-            if core is None:
-                out[tp] = ApiError(int(ErrorCode.NOT_CONTROLLER))
-            elif tp.topic in c.topics_to_be_deleted or tp not in core.assignments:
-                out[tp] = _PARTITION_DOES_NOT_EXIST
+            if self.host.topic_being_deleted(tp.topic) or tp not in ex.core.assignments:
+                results[tp] = _PARTITION_DOES_NOT_EXIST
             else:
-                await self.on_partition_reassignment(tp, assignment)
-                out[tp] = NONE
-        return out
+                self._on_partition_reassignment(ex, tp, assignment, out)
+                results[tp] = NONE
+        return results
 
-    async def on_partition_reassignment(self, tp: TopicPartition,
-                                        assignment: ReplicaAssignment) -> None:
-        c, core = self.c, self.c.core
-        if core is None:
-            return
-        old = self.current(tp)
+    def _on_partition_reassignment(self, ex: DecisionExecutor, tp: TopicPartition,
+                                   assignment: ReplicaAssignment, out: _Out) -> None:
+        core = ex.core
+        old = self.current(ex, tp)
         unneeded: tuple[int, ...] = ()
         if old != assignment:
             # U1/U2: the full assignment in ZooKeeper first, then in memory.
             self.reassigning[tp] = assignment
             core.assignments[tp] = assignment.replicas
-            await self._write_topic(tp.topic)
+            self._write_topic(ex, tp.topic)
             unneeded = tuple(r for r in old.replicas if r not in assignment.replicas)
         else:
             self.reassigning[tp] = assignment
-        log.info("controller %d: reassigning %s: %s", c.broker_id, tp, assignment)
-        state = (await c._zk(c.zk_client.get_partition_states, [tp])).get(tp)
+        log.info("controller %d: reassigning %s: %s", self.host.controller_label, tp, assignment)
+        state = ex.zk.get_partition_states([tp]).get(tp)
         isr = state.isr if state is not None else ()
         if not is_reassignment_complete(assignment, isr):
             # A1/A2: RS (with a bumped leader epoch) to every replica; the adding ones start
             # as followers. Replicas of an earlier reassignment not in RS leave and are deleted.
-            self._note_dead(tp, unneeded)
-            await c._execute(lambda: start_decision(core, tp, assignment, unneeded), [tp])
+            self._note_dead(ex, tp, unneeded)
+            out.add(ex.execute(lambda: start_decision(core, tp, assignment, unneeded), [tp]))
             return
-        await self._complete(tp, assignment, unneeded)
+        self._complete(ex, tp, assignment, unneeded, out)
 
-    async def _complete(self, tp: TopicPartition, assignment: ReplicaAssignment,
-                        unneeded: tuple[int, ...]) -> None:
-        c, core = self.c, self.c.core
-        if core is None:
-            return
+    def _complete(self, ex: DecisionExecutor, tp: TopicPartition, assignment: ReplicaAssignment,
+                  unneeded: tuple[int, ...], out: _Out) -> None:
+        core = ex.core
         # B2-B5: AR = TRS in memory, the leader moved into TRS if need be, the removing
         # replicas out of the ISR and deleted (after their successors joined the ISR).
         done = ReplicaAssignment(assignment.target_replicas, (), tuple(dict.fromkeys(
             assignment.removing_replicas + unneeded)))
         core.assignments[tp] = done.replicas
-        self._note_dead(tp, done.removing_replicas)
-        await c._execute(lambda: complete_decision(core, tp, done), [tp])
+        self._note_dead(ex, tp, done.removing_replicas)
+        out.add(ex.execute(lambda: complete_decision(core, tp, done), [tp]))
         # B6/B7: AR = TRS in ZooKeeper, then out of the legacy znode.
         del self.reassigning[tp]
-        await self._write_topic(tp.topic)
+        self._write_topic(ex, tp.topic)
         if tp in self.from_zk_znode:
-            await self._remove_from_zk_znode({tp})
-        log.info("controller %d: reassignment of %s completed: %s", c.broker_id, tp,
-                 list(done.replicas))
-        if tp.topic in c.topics_to_be_deleted and not self.topic_is_moving(tp.topic):
-            await c._resume_deletions()
+            self._remove_from_zk_znode(ex, {tp})
+        log.info("controller %d: reassignment of %s completed: %s", self.host.controller_label,
+                 tp, list(done.replicas))
+        if not self.topic_is_moving(tp.topic):
+            self.completed_topics.add(tp.topic)
 
-    def _note_dead(self, tp: TopicPartition, removed: Iterable[int]) -> None:
-        core = self.c.core
+    def _note_dead(self, ex: DecisionExecutor, tp: TopicPartition, removed: Iterable[int]) -> None:
         for r in removed:
-            if core is not None and r not in core.live_brokers:
+            if r not in ex.core.live_brokers:
                 self.pending_deletes.setdefault(r, set()).add(tp)
 
-    async def on_isr_change(self, tps: Iterable[TopicPartition]) -> None:
-        """Kafka's processPartitionReassignmentIsrChange."""
-        core = self.c.core
-        for tp in sorted(set(tps)):
+    def on_isr_change(self, ex: DecisionExecutor,
+                      tps: Iterable[TopicPartition] | None = None) -> Executed:
+        """Kafka's processPartitionReassignmentIsrChange (every moving partition by default)."""
+        out = _Out()
+        for tp in sorted(set(self.reassigning if tps is None else tps)):
             assignment = self.reassigning.get(tp)
-            state = core.partition_states.get(tp) if core is not None else None
+            state = ex.core.partition_states.get(tp)
             if assignment is None or state is None:
                 continue
             if is_reassignment_complete(assignment, state.isr):
-                await self.on_partition_reassignment(tp, assignment)
+                self._on_partition_reassignment(ex, tp, assignment, out)
+        return out.done
 
-    async def on_broker_startup(self, broker_id: int) -> None:
-        c, core = self.c, self.c.core
-        if core is None:
-            return
+    def on_broker_startup(self, ex: DecisionExecutor, broker_id: int) -> Executed:
+        core = ex.core
+        out = _Out()
         stale = self.pending_deletes.pop(broker_id, set())
         stale = {tp for tp in stale if broker_id not in core.assignments.get(tp, ())}
         if stale:
             d = Decision()
             d.delete_replicas[broker_id] = stale
-            await c._execute(lambda: d)
+            out.add(ex.execute(lambda: d))
         for tp, assignment in sorted(self.reassigning.items()):
             if broker_id in assignment.replicas:
-                await self.on_partition_reassignment(tp, assignment)
+                self._on_partition_reassignment(ex, tp, assignment, out)
+        return out.done
 
-    async def resume(self) -> None:
+    def resume(self, ex: DecisionExecutor, topics: Iterable[str]) -> Executed:
         """After a failover: every reassignment in the topic znodes, then the legacy znode's
         (Kafka's initializePartitionReassignments and the resumption that follows)."""
-        c, core = self.c, self.c.core
-        if core is None:
-            return
-        stored = await c._zk(self._read_stored, sorted(c.topics))
+        out = _Out()
+        stored = self._read_stored(ex, sorted(topics))
         for tp, assignment in sorted(stored.items()):
-            if tp in core.assignments:
+            if tp in ex.core.assignments:
                 self.reassigning[tp] = assignment
         for tp, assignment in sorted(stored.items()):
             if tp in self.reassigning:
-                await self.on_partition_reassignment(tp, assignment)
-        await self.on_zk_reassignment(True)
+                self._on_partition_reassignment(ex, tp, assignment, out)
+        out.add(self.on_zk_reassignment(ex, True))
+        return out.done
 
-    def _read_stored(self, topics: list[str]) -> dict[TopicPartition, ReplicaAssignment]:
-        zk, core = self.c.zk_client, self.c.core
+    @staticmethod
+    def _read_stored(ex: DecisionExecutor, topics: list[str]
+                     ) -> dict[TopicPartition, ReplicaAssignment]:
         out: dict[TopicPartition, ReplicaAssignment] = {}
-        if core is None:
-            return out
         for topic in topics:
-            adding, removing = zk.get_topic_reassignments(topic)
+            adding, removing = ex.zk.get_topic_reassignments(topic)
             for p in sorted(set(adding) | set(removing)):
                 tp = TopicPartition(topic, p)
-                replicas = core.assignments.get(tp)
+                replicas = ex.core.assignments.get(tp)
                 if replicas:
                     out[tp] = ReplicaAssignment(tuple(replicas), tuple(adding.get(p, ())),
                                                 tuple(removing.get(p, ())))
         return out
 
-    async def on_zk_reassignment(self, exists: bool) -> None:
+    def on_zk_reassignment(self, ex: DecisionExecutor, exists: bool) -> Executed:
         """Kafka's processZkPartitionReassignment, when /admin/reassign_partitions appears
         (its later rewrites are the controller's own removals, or ignored as in Kafka)."""
+        out = _Out()
         created = exists and not self._znode_existed
         self._znode_existed = exists
-        if not created or self.c.core is None:
-            return
-        c = self.c
-        targets = await c._zk(c.zk_client.get_partition_reassignment) or {}
+        if not created:
+            return out.done
+        targets = ex.zk.get_partition_reassignment() or {}
         to_trigger: dict[TopicPartition, ReplicaAssignment] = {}
         failed: dict[TopicPartition, ApiError] = {}
         for key, replicas in targets.items():
             tp = TopicPartition(*key)
-            built = build_reassignment(self.current(tp), replicas)
+            built = build_reassignment(self.current(ex, tp), replicas)
             if built is None:
                 failed[tp] = ApiError(NO_REASSIGNMENT_IN_PROGRESS)
             else:
                 to_trigger[tp] = built
         self.from_zk_znode |= set(to_trigger)
-        results = await self._trigger(to_trigger)
+        results = self._trigger(ex, to_trigger, out)
         failed.update({tp: e for tp, e in results.items() if e.code})
         if failed:
-            log.warning("controller %d: failed reassignment through zk: %s", c.broker_id, failed)
-            await self._remove_from_zk_znode(set(failed))
+            log.warning("controller %d: failed reassignment through zk: %s",
+                        self.host.controller_label, failed)
+            self._remove_from_zk_znode(ex, set(failed))
+        return out.done
 
-    async def _remove_from_zk_znode(self, tps: set[TopicPartition]) -> None:
+    def _remove_from_zk_znode(self, ex: DecisionExecutor, tps: set[TopicPartition]) -> None:
         """Kafka's maybeRemoveFromZkReassignment."""
-        c = self.c
         self.from_zk_znode -= tps
-        current = await c._zk(c.zk_client.get_partition_reassignment)
+        current = ex.zk.get_partition_reassignment()
         if not current:
             return
         remaining = {tp: rs for tp, rs in current.items() if TopicPartition(*tp) not in tps}
         if len(remaining) != len(current):
             self._znode_existed = bool(remaining)
-            await c._zk(c.zk_client.set_partition_reassignment, remaining, c.epoch_zk_version)
+            ex.zk.set_partition_reassignment(remaining, ex.epoch_zk_version)
 
-    async def _write_topic(self, topic: str) -> None:
-        c, core = self.c, self.c.core
-        if core is None:
-            return
-        parts, adding, removing = full_assignments(core.assignments, self.reassigning, topic)
-        await c._zk(c.zk_client.set_topic_assignment, topic, parts,
-                    expected_epoch_zk_version=c.epoch_zk_version,
-                    topic_id=c.topic_ids.get(topic), adding=adding, removing=removing)
+    def _write_topic(self, ex: DecisionExecutor, topic: str) -> None:
+        parts, adding, removing = full_assignments(ex.core.assignments, self.reassigning, topic)
+        ex.zk.set_topic_assignment(topic, parts, expected_epoch_zk_version=ex.epoch_zk_version,
+                                   topic_id=self.host.topic_id(topic), adding=adding,
+                                   removing=removing)
+
+
+class _Out:
+    """The requests of every execution of one manager call, in order."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = Executed(Decision())
+
+    def add(self, e: Executed) -> None:
+        self.done.decision = e.decision
+        self.done.requests.extend(e.requests)
+        self.done.written.extend(e.written)
+
+
+class ControllerReassignments:
+    """The real controller's side: each manager call as (part of) an event of its queue, run in
+    a worker thread through `KafkaController._carry_out` (which sends the requests)."""
+
+    def __init__(self, controller: KafkaController) -> None:
+        self.c = controller
+        self.manager = ReassignmentManager(self)
+
+    # -- ReassignmentHost ----------------------------------------------------------------------
+    @property
+    def controller_label(self) -> int:
+        return self.c.broker_id
+
+    def topic_id(self, topic: str) -> UUID | None:
+        return self.c.topic_ids.get(topic)
+
+    def topic_being_deleted(self, topic: str) -> bool:
+        return topic in self.c.topics_to_be_deleted
+
+    # -- the controller's calls ----------------------------------------------------------------
+    @property
+    def reassigning(self) -> dict[TopicPartition, ReplicaAssignment]:
+        return self.manager.reassigning
+
+    def reset(self) -> None:
+        self.manager.reset()
+
+    def topic_is_moving(self, topic: str) -> bool:
+        return self.manager.topic_is_moving(topic)
+
+    def list(self, partitions: Iterable[TopicPartition] | None
+             ) -> dict[TopicPartition, ReplicaAssignment]:
+        return self.manager.list(partitions)
+
+    async def _run(self, call: Callable[[DecisionExecutor], Executed]) -> None:
+        m = self.manager
+        m.completed_topics.clear()
+        await self.c._carry_out(call)
+        deletable: Collection[str] = m.completed_topics & self.c.topics_to_be_deleted
+        m.completed_topics.clear()
+        if deletable:
+            await self.c._resume_deletions()
+
+    async def resume(self) -> None:
+        topics = sorted(self.c.topics)
+        await self._run(lambda ex: self.manager.resume(ex, topics))
+
+    async def on_zk_reassignment(self, exists: bool) -> None:
+        await self._run(lambda ex: self.manager.on_zk_reassignment(ex, exists))
+
+    async def on_isr_change(self) -> None:
+        await self._run(lambda ex: self.manager.on_isr_change(ex))
+
+    async def on_broker_startup(self, broker_id: int) -> None:
+        await self._run(lambda ex: self.manager.on_broker_startup(ex, broker_id))
 
     # -- the admin requests, as events of the controller's queue -----------------------------
     async def alter_partition_reassignments(
@@ -292,7 +370,20 @@ class ReassignmentManager:
 
     async def _alter_event(self, targets: Mapping[TopicPartition, list[int] | None]
                            ) -> dict[TopicPartition, ApiError] | None:
-        return None if self.c.core is None else await self.alter(targets)
+        if self.c.core is None:
+            return None
+        results: dict[TopicPartition, ApiError] = {}
+
+        def call(ex: DecisionExecutor) -> Executed:
+            answer, done = self.manager.alter(ex, targets)
+            results.update(answer)
+            return done
+
+        await self._run(call)
+        if len(results) < len(targets):  # the controller resigned meanwhile
+            return {tp: results.get(tp, ApiError(int(ErrorCode.NOT_CONTROLLER)))
+                    for tp in targets}
+        return results
 
     async def list_partition_reassignments(
             self, partitions: list[TopicPartition] | None
@@ -303,7 +394,7 @@ class ReassignmentManager:
             return None
 
         async def event() -> dict[TopicPartition, ReplicaAssignment] | None:
-            return None if c.core is None else self.list(partitions)
+            return None if c.core is None else self.manager.list(partitions)
 
         try:
             return await c.enqueue("ListPartitionReassignments", event)

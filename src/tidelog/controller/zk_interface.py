@@ -15,8 +15,9 @@ raises `ControllerMovedError` once another controller was elected (Kafka's
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
+from uuid import UUID
 
 from tidelog.controller import zk_data
 from tidelog.controller.zk_data import BrokerInfo, LeaderIsrAndControllerEpoch, TopicPartitionT
@@ -120,6 +121,40 @@ class ZooKeeperClient(Protocol):
         marks: Mapping[TopicPartitionT, Iterable[int]],
         expected_epoch_zk_version: int | None = None,
     ) -> None: ...
+
+    # -- topic assignments (/brokers/topics/<t>) and /admin/reassign_partitions -----------------
+    def get_topic_assignment(self, topic: str) -> dict[int, list[int]] | None: ...
+
+    def get_topic_reassignments(
+        self, topic: str
+    ) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+        """The topic znode's (adding_replicas, removing_replicas); empty when no topic."""
+        ...
+
+    def set_topic_assignment(
+        self,
+        topic: str,
+        assignment: Mapping[int, Sequence[int]],
+        expected_version: int = -1,
+        expected_epoch_zk_version: int | None = None,
+        topic_id: UUID | None = None,
+        adding: Mapping[int, Sequence[int]] | None = None,
+        removing: Mapping[int, Sequence[int]] | None = None,
+    ) -> int:
+        """Overwrite a topic's assignment (with the moving partitions' adding/removing
+        replicas); returns the znode's new version."""
+        ...
+
+    def get_partition_reassignment(self) -> dict[TopicPartitionT, list[int]] | None:
+        """The legacy znode's targets; None when absent."""
+        ...
+
+    def set_partition_reassignment(
+        self, targets: Mapping[TopicPartitionT, Sequence[int]],
+        expected_epoch_zk_version: int | None = None,
+    ) -> None:
+        """Rewrite the legacy znode, deleting it when empty."""
+        ...
 
     # -- plain znodes (Kafka's getDataAndVersion / conditionalUpdatePath) ---------------------------
     def get_data_and_version(self, path: str) -> tuple[bytes | None, int]:

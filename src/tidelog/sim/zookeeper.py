@@ -18,12 +18,18 @@ The session clock is the scheduler's: a session expires when no request or ping 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+from uuid import UUID
 
 from tidelog.controller import zk_data
+from tidelog.controller.reassignment import (
+    REASSIGN_PARTITIONS_PATH,
+    decode_reassign_partitions,
+    encode_reassign_partitions,
+)
 from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch, TopicPartitionT
 from tidelog.controller.zk_interface import (
     ControllerMovedError,
@@ -322,6 +328,54 @@ class SimZooKeeper(KafkaZkReads):
         data = zk_data.encode_unclean_replicas(marks)
         if self.set_data(zk_data.UNCLEAN_REPLICAS_PATH, data)[0] is ZkCode.NO_NODE:
             self.create(zk_data.UNCLEAN_REPLICAS_PATH, data)
+
+    def get_topic_assignment(self, topic: str) -> dict[int, list[int]] | None:
+        node = self.nodes.get(zk_data.topic_path(topic))
+        return None if node is None else zk_data.decode_topic_znode(topic, node.data)[0]
+
+    def get_topic_reassignments(
+        self, topic: str
+    ) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+        node = self.nodes.get(zk_data.topic_path(topic))
+        return ({}, {}) if node is None else zk_data.decode_topic_reassignments(topic, node.data)
+
+    def set_topic_assignment(
+        self,
+        topic: str,
+        assignment: Mapping[int, Sequence[int]],
+        expected_version: int = -1,
+        expected_epoch_zk_version: int | None = None,
+        topic_id: UUID | None = None,
+        adding: Mapping[int, Sequence[int]] | None = None,
+        removing: Mapping[int, Sequence[int]] | None = None,
+    ) -> int:
+        self._check_controller_epoch(expected_epoch_zk_version)
+        data = zk_data.encode_topic_assignment(assignment, topic_id, adding, removing)
+        code, stat = self.set_data(zk_data.topic_path(topic), data, expected_version)
+        if code is not ZkCode.OK or stat is None:
+            raise ZkClientError(f"{zk_data.topic_path(topic)}: {code.value}")
+        return stat.version
+
+    def get_partition_reassignment(self) -> dict[TopicPartitionT, list[int]] | None:
+        node = self.nodes.get(REASSIGN_PARTITIONS_PATH)
+        if node is None:
+            return None
+        try:
+            return {(tp.topic, tp.partition): rs
+                    for tp, rs in decode_reassign_partitions(node.data).items()}
+        except ValueError:
+            return {}
+
+    def set_partition_reassignment(
+        self, targets: Mapping[TopicPartitionT, Sequence[int]],
+        expected_epoch_zk_version: int | None = None,
+    ) -> None:
+        self._check_controller_epoch(expected_epoch_zk_version)
+        if not targets:
+            self.delete(REASSIGN_PARTITIONS_PATH)
+        elif self.set_data(REASSIGN_PARTITIONS_PATH, encode_reassign_partitions(targets)
+                           )[0] is ZkCode.NO_NODE:
+            self.create(REASSIGN_PARTITIONS_PATH, encode_reassign_partitions(targets))
 
     def get_data_and_version(self, path: str) -> tuple[bytes | None, int]:
         node = self.nodes.get(path)
