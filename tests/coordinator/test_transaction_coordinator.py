@@ -13,8 +13,13 @@ from typing import TypeVar
 
 import pytest
 
-from tidelog.broker.replica_manager import BrokerReplicaManager
+from tidelog.broker.replica_manager import AsyncioScheduler, BrokerReplicaManager
 from tidelog.broker.txn_apis import write_txn_markers
+from tidelog.coordinator.transaction.asyncio_driver import (
+    AsyncioTasks,
+    ConnectionMarkerTransport,
+    ReplicaManagerAppender,
+)
 from tidelog.coordinator.transaction.coordinator import TransactionCoordinator
 from tidelog.coordinator.transaction.log import (
     TRANSACTION_STATE_TOPIC_NAME,
@@ -65,11 +70,13 @@ class Broker:
             self.next_pid += 1
             return self.next_pid
 
+        self.tasks = AsyncioTasks()
         self.coordinator = TransactionCoordinator(
-            1, self.rm, None, generate,
-            lambda req: write_txn_markers(self.rm, req, 5000, None), CONFIG,
-            clock=lambda: self.now)
-        self.coordinator.markers.cache = _LocalLeader()
+            1, ReplicaManagerAppender(self.rm), _LocalLeader(),
+            ConnectionMarkerTransport(1, None, lambda req: write_txn_markers(
+                self.rm, req, 5000, None)),
+            generate, CONFIG, time=_TestClock(self), scheduler=AsyncioScheduler(),
+            tasks=self.tasks)
 
     async def start(self, leader_epoch: int = 0) -> None:
         self.coordinator.startup()
@@ -78,6 +85,7 @@ class Broker:
 
     async def stop(self) -> None:
         await self.coordinator.shutdown()
+        await self.tasks.cancel_all()
         await self.rm.shutdown()
         self.log_manager.shutdown()
 
@@ -104,6 +112,16 @@ class Broker:
                     m = parse_end_transaction_marker(r)
                     out.append((m.control_type.name, b.producer_epoch, m.coordinator_epoch))
         return out
+
+
+class _TestClock:
+    """The coordinator's time: the test's `Broker.now`."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def milliseconds(self) -> int:
+        return self.broker.now
 
 
 class _LocalLeader:

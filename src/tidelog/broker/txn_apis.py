@@ -33,10 +33,17 @@ from tidelog.broker.group_apis import (
     leader_and_isr_partitions,
     stop_replica_partitions,
 )
+from tidelog.broker.replica_manager import AsyncioScheduler
 from tidelog.broker.socket_server import RequestContext
 from tidelog.coordinator.offsets import GROUP_METADATA_TOPIC_NAME, OffsetAndMetadata
+from tidelog.coordinator.transaction.asyncio_driver import (
+    AsyncioTasks,
+    ConnectionMarkerTransport,
+    ReplicaManagerAppender,
+)
 from tidelog.coordinator.transaction.coordinator import TransactionCoordinator
 from tidelog.coordinator.transaction.log import TRANSACTION_STATE_TOPIC_NAME
+from tidelog.coordinator.transaction.marker_channel import write_markers
 from tidelog.coordinator.transaction.metadata import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from tidelog.coordinator.transaction.metadata import TransactionState as TxnState
 from tidelog.coordinator.transaction.state_manager import TransactionConfig
@@ -52,9 +59,7 @@ from tidelog.protocol.messages import list_transactions as m_ltx
 from tidelog.protocol.messages import stop_replica as m_sr
 from tidelog.protocol.messages import txn_offset_commit as m_toc
 from tidelog.protocol.messages import write_txn_markers as m_wtm
-from tidelog.protocol.records.builder import build_end_transaction_marker
 from tidelog.replication.types import TopicPartition
-from tidelog.storage.transactions import AppendOrigin
 
 if TYPE_CHECKING:  # pragma: no cover
     from tidelog.broker.kafka_apis import KafkaApis
@@ -84,9 +89,16 @@ class TxnApis:
     def __init__(self, server: BrokerServer) -> None:
         self.server = server
         self.config = TransactionConfig.from_kafka_config(server.config)
+        self.tasks = AsyncioTasks()
+        clock = AsyncioScheduler()
         self.coordinator = TransactionCoordinator(
-            server.broker_id, server.replica_manager, server.metadata_cache,
-            self._generate_producer_id, self.write_markers, self.config)
+            server.broker_id, ReplicaManagerAppender(server.replica_manager),
+            server.metadata_cache,
+            ConnectionMarkerTransport(server.broker_id, server.metadata_cache,
+                                      self.write_markers,
+                                      request_timeout_ms=self.config.request_timeout_ms),
+            self._generate_producer_id, self.config, time=clock, scheduler=clock,
+            tasks=self.tasks)
         self._orig: dict[int, Any] = {}
         cfg = self.config
         self.topic = InternalTopicCreator(
@@ -126,6 +138,7 @@ class TxnApis:
     async def shutdown(self) -> None:
         self.topic.cancel()
         await self.coordinator.shutdown()
+        await self.tasks.cancel_all()
 
     @property
     def cache(self) -> Any:
@@ -326,43 +339,10 @@ async def write_txn_markers(
     rm: Any, request: m_wtm.WriteTxnMarkersRequest, timeout_ms: int,
     on_offsets_completed: Callable[[int, set[int], bool], None] | None,
 ) -> m_wtm.WriteTxnMarkersResponse:
-    """The partition leader's side of WriteTxnMarkers: each marker appended (acks=all, as the
-    coordinator's) to every partition it names, all markers at once; `on_offsets_completed`
-    (producer id, offsets partitions, commit) for markers that landed on `__consumer_offsets`."""
-    answers = [_write_marker(rm, marker, timeout_ms, on_offsets_completed)
-               for marker in request.markers]
-    return m_wtm.WriteTxnMarkersResponse(markers=list(await asyncio.gather(*answers)))
+    """The partition leader's side of WriteTxnMarkers on this broker's replica manager
+    (marker_channel.write_markers)."""
+    return await write_markers(ReplicaManagerAppender(rm), _GATHER, request, timeout_ms,
+                               int(time.time() * 1000), on_offsets_completed)
 
 
-async def _write_marker(rm: Any, marker: m_wtm.WritableTxnMarker, timeout_ms: int,
-                        on_offsets_completed: Callable[[int, set[int], bool], None] | None,
-                        ) -> m_wtm.WritableTxnMarkerResult:
-    errors: dict[TopicPartition, int] = {}
-    entries: dict[TopicPartition, Any] = {}
-    now = int(time.time() * 1000)
-    for topic in marker.topics:
-        for index in topic.partition_indexes:
-            tp = TopicPartition(topic.name, index)
-            if rm.core.partition(tp) is None:
-                errors[tp] = int(E.UNKNOWN_TOPIC_OR_PARTITION)
-                continue
-            entries[tp] = build_end_transaction_marker(
-                commit=marker.transaction_result, producer_id=marker.producer_id,
-                producer_epoch=marker.producer_epoch,
-                coordinator_epoch=marker.coordinator_epoch, timestamp=now)
-    if entries:
-        results = await rm.append_records(-1, entries, timeout_ms,
-                                          origin=AppendOrigin.COORDINATOR)
-        for tp in entries:
-            r = results.get(tp)
-            errors[tp] = int(r.error) if r is not None else int(E.UNKNOWN_SERVER_ERROR)
-    offsets_partitions = {tp.partition for tp, e in errors.items()
-                          if not e and tp.topic == GROUP_METADATA_TOPIC_NAME}
-    if offsets_partitions and on_offsets_completed is not None:
-        on_offsets_completed(marker.producer_id, offsets_partitions, marker.transaction_result)
-    by_topic: dict[str, list[m_wtm.WritableTxnMarkerPartitionResult]] = defaultdict(list)
-    for tp, error in errors.items():
-        by_topic[tp.topic].append(m_wtm.WritableTxnMarkerPartitionResult(
-            partition_index=tp.partition, error_code=error))
-    return m_wtm.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=[
-        m_wtm.WritableTxnMarkerTopicResult(name=t, partitions=ps) for t, ps in by_topic.items()])
+_GATHER = AsyncioTasks()  # write_markers only gathers with it: no task outlives a request

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -63,17 +63,23 @@ class BatchSink(Protocol):
 S = TypeVar("S", bound=BatchSink)
 
 
+async def _asyncio_sleep_ms(ms: int) -> None:
+    await asyncio.sleep(ms / 1000)
+
+
 async def scan_partition(
     core: Any,
     tp: TopicPartition,
     still_loading: Callable[[], bool],
     on_batch: Callable[[Any, int], bool],
+    sleep_ms: Callable[[int], Awaitable[None]] = _asyncio_sleep_ms,
 ) -> LoadScan:
     """Feed ``on_batch(batch, end_offset)`` the batches of ``tp``'s log from its start, with
     ``end_offset`` the log end when the scan began; ``on_batch`` returning False ends the scan.
     The first yield lets the LeaderAndIsr that elected this broker be answered first; after
-    every yield the scan gives up once ``still_loading()`` is False. A read error propagates."""
-    await asyncio.sleep(0)
+    every yield the scan gives up once ``still_loading()`` is False. A read error propagates.
+    ``sleep_ms``: the driver's sleep (asyncio's, or the simulator's virtual time)."""
+    await sleep_ms(0)
     if not still_loading():
         return LoadScan.SUPERSEDED
     p = core.partition(tp)
@@ -84,7 +90,7 @@ async def scan_partition(
         if not on_batch(batch, end_offset):
             break
         if i % LOAD_BATCHES_PER_YIELD == LOAD_BATCHES_PER_YIELD - 1:
-            await asyncio.sleep(0)
+            await sleep_ms(0)
             if not still_loading():
                 return LoadScan.SUPERSEDED
     return LoadScan.DONE
@@ -96,6 +102,7 @@ async def load_partition(
     still_loading: Callable[[], bool],
     new_sink: Callable[[], S],
     retry: LoadRetry = DEFAULT_LOAD_RETRY,
+    sleep_ms: Callable[[int], Awaitable[None]] = _asyncio_sleep_ms,
 ) -> tuple[LoadScan, S]:
     """Scan ``tp`` into a sink from ``new_sink()``, again into a fresh one after a read error
     (``retry``'s attempts and waits). Returns how it ended and the last attempt's sink, whole
@@ -104,14 +111,14 @@ async def load_partition(
     while True:
         sink = new_sink()
         try:
-            return await scan_partition(core, tp, still_loading, sink.add_batch), sink
+            return await scan_partition(core, tp, still_loading, sink.add_batch, sleep_ms), sink
         except Exception as e:
             delay_ms = retry.delay_ms(attempt)
             logger.error("loading %s failed (attempt %d of %d): %s", tp, attempt, retry.attempts,
                          e)
             if delay_ms is None:
                 return LoadScan.FAILED, sink
-        await asyncio.sleep(delay_ms / 1000)
+        await sleep_ms(delay_ms)
         if not still_loading():
             return LoadScan.SUPERSEDED, sink
         attempt += 1

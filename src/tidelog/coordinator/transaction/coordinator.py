@@ -12,18 +12,26 @@ partition completes the prepared transactions it finds there; Ongoing ones past 
 
 Errors below their API's PRODUCER_FENCED version become INVALID_PRODUCER_EPOCH in the handlers
 (`broker/txn_apis.py`), as Kafka's KafkaApis does.
+
+The coordinator is driver-independent (driver.py): a `Time`, a `Scheduler` for its periodic
+jobs, a `TaskRunner` for its coroutines, a `CoordinatorAppender`, a `MarkerTransport` and the
+partition leaders. The asyncio broker and the simulator (sim/txn_node.py) each supply them.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from tidelog.coordinator.transaction.driver import (
+    CoordinatorAppender,
+    MarkerTransport,
+    PartitionLeaders,
+    TaskHandle,
+    TaskRunner,
+)
 from tidelog.coordinator.transaction.marker_channel import TransactionMarkerChannel
 from tidelog.coordinator.transaction.metadata import (
     NO_PRODUCER_EPOCH,
@@ -40,6 +48,7 @@ from tidelog.coordinator.transaction.state_manager import (
 )
 from tidelog.protocol.errors import ErrorCode
 from tidelog.replication.types import TopicPartition
+from tidelog.shell.interfaces import Scheduler, Time
 
 __all__ = ["InitProducerIdResult", "TransactionCoordinator"]
 
@@ -47,11 +56,7 @@ logger = logging.getLogger(__name__)
 
 E = ErrorCode
 S = TransactionState
-_COMPLETE_RETRY_S = 0.5
-
-
-def _wall_ms() -> int:
-    return int(time.time() * 1000)
+_COMPLETE_RETRY_MS = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,53 +70,71 @@ class TransactionCoordinator:
     def __init__(
         self,
         broker_id: int,
-        replica_manager: Any,
-        metadata_cache: Any,
-        generate_producer_id: Callable[[], Any],
-        write_markers_locally: Any,
+        appender: CoordinatorAppender,
+        metadata_cache: PartitionLeaders,
+        transport: MarkerTransport,
+        generate_producer_id: Callable[[], Awaitable[int]],
         config: TransactionConfig | None = None,
         *,
-        clock: Callable[[], int] = _wall_ms,
+        time: Time,
+        scheduler: Scheduler,
+        tasks: TaskRunner,
     ) -> None:
-        """`generate_producer_id`: an async callable returning a new producer id;
-        `write_markers_locally`: this broker's WriteTxnMarkers logic (for its own partitions)."""
+        """`generate_producer_id`: an async callable returning a new producer id."""
         self.broker_id = broker_id
         self.config = config or TransactionConfig()
-        self.clock = clock
-        self.state = TransactionStateManager(broker_id, replica_manager, self.config, clock)
+        self.time = time
+        self.scheduler = scheduler
+        self.tasks = tasks
+        self.state = TransactionStateManager(broker_id, appender, self.config, time, tasks)
         self.state.on_loaded = self._on_loaded
-        self.markers = TransactionMarkerChannel(broker_id, metadata_cache, write_markers_locally,
-                                                request_timeout_ms=self.config.request_timeout_ms)
+        self.markers = TransactionMarkerChannel(broker_id, metadata_cache, transport, tasks)
         self.cache = metadata_cache
         self._generate_producer_id = generate_producer_id
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._periodic: list[asyncio.Task[None]] = []
+        self._periodic: list[Any] = []
+        self._running_jobs: set[str] = set()
+
+    def clock(self) -> int:
+        return self.time.milliseconds()
 
     # ------------------------------------------------------------------ life cycle
     def startup(self) -> None:
         self.state.active = True
-        loop = asyncio.get_running_loop()
         self._periodic = [
-            loop.create_task(self._every(self.config.abort_timed_out_interval_ms,
-                                         self.abort_timed_out_transactions)),
-            loop.create_task(self._every(self.config.remove_expired_interval_ms,
-                                         self.state.remove_expired)),
+            self.scheduler.schedule(
+                "transaction-abort", lambda: self._run_job(self.abort_timed_out_transactions),
+                self.config.abort_timed_out_interval_ms, self.config.abort_timed_out_interval_ms),
+            self.scheduler.schedule(
+                "transactionalId-expiration", lambda: self._run_job(self.state.remove_expired),
+                self.config.remove_expired_interval_ms, self.config.remove_expired_interval_ms),
         ]
 
     async def shutdown(self) -> None:
+        for periodic in self._periodic:
+            periodic.cancel()
         await self.state.shutdown()
-        tasks = [*self._periodic, *self._tasks]
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(BaseException):
-                await t
         await self.markers.close()
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _spawn(self, coro: Any) -> TaskHandle:
+        return self.tasks.spawn(coro)
+
+    def _run_job(self, job: Callable[[], Any]) -> None:
+        """A periodic job, skipped while its previous run is still going (appends can take up
+        to request.timeout.ms, longer than the period)."""
+        name = job.__name__
+        if name in self._running_jobs:
+            return
+        self._running_jobs.add(name)
+
+        async def run() -> None:
+            try:
+                await job()
+            except Exception:
+                logger.exception("transaction coordinator task %s failed", name)
+            finally:
+                self._running_jobs.discard(name)
+
+        self._spawn(run())
 
     # ------------------------------------------------------------------ InitProducerId
     def validate_timeout(self, timeout_ms: int) -> bool:
@@ -299,7 +322,7 @@ class TransactionCoordinator:
                 return
             # Kafka retries the complete write on any other error: it must land eventually.
             md.pending_state = complete.txn_state
-            await asyncio.sleep(_COMPLETE_RETRY_S)
+            await self.tasks.sleep(_COMPLETE_RETRY_MS)
 
     def _on_loaded(self, partition: int, coordinator_epoch: int,
                    pending: list[TransactionMetadata]) -> None:
@@ -312,14 +335,6 @@ class TransactionCoordinator:
             self._start_completion(coordinator_epoch, md)
 
     # ------------------------------------------------------------------ timeouts
-    async def _every(self, interval_ms: int, job: Callable[[], Any]) -> None:
-        while True:
-            await asyncio.sleep(interval_ms / 1000)
-            try:
-                await job()
-            except Exception:
-                logger.exception("transaction coordinator task %s failed", job.__name__)
-
     async def abort_timed_out_transactions(self) -> list[str]:
         """Abort every Ongoing transaction past its timeout under a bumped epoch (Kafka's
         `abortTimedOutTransactions`); returns the ids whose abort was written."""

@@ -7,29 +7,36 @@ leader or a not-yet-enough ISR is retried after a back-off against the leader th
 cache names then. TRANSACTION_COORDINATOR_FENCED (a newer coordinator epoch wrote to the
 partition) or losing the coordinatorship stops the delivery: the new coordinator completes the
 transaction from the log. `deliver` returns True once every partition has its marker.
+
+`write_markers` is the partition leader's side of WriteTxnMarkers, the same on every driver.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
-from tidelog.client.connection import BrokerConnection
+from tidelog.coordinator.offsets import GROUP_METADATA_TOPIC_NAME
+from tidelog.coordinator.transaction.driver import (
+    CoordinatorAppender,
+    MarkerTransport,
+    PartitionLeaders,
+    TaskRunner,
+)
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import write_txn_markers as m_wtm
+from tidelog.protocol.records.builder import build_end_transaction_marker
 from tidelog.replication.types import TopicPartition
 
-__all__ = ["LocalMarkerWriter", "TransactionMarkerChannel"]
+__all__ = ["TransactionMarkerChannel", "write_markers"]
 
 logger = logging.getLogger(__name__)
 
 E = ErrorCode
-_RETRY_BACKOFF_S = 0.1
-_MAX_RETRY_BACKOFF_S = 1.0
+_RETRY_BACKOFF_MS = 100
+_MAX_RETRY_BACKOFF_MS = 1000
 # Partition-level answers meaning "ask again, maybe elsewhere".
 _RETRIABLE = frozenset({
     E.NOT_LEADER_OR_FOLLOWER, E.NOT_ENOUGH_REPLICAS, E.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
@@ -38,55 +45,40 @@ _RETRIABLE = frozenset({
     E.LEADER_NOT_AVAILABLE,
 })
 
-# This broker's own WriteTxnMarkers logic, called without a socket.
-LocalMarkerWriter = Callable[[m_wtm.WriteTxnMarkersRequest], Awaitable[m_wtm.WriteTxnMarkersResponse]]
-
 
 class TransactionMarkerChannel:
-    def __init__(
-        self,
-        broker_id: int,
-        metadata_cache: Any,
-        write_locally: LocalMarkerWriter,
-        *,
-        request_timeout_ms: int = 30_000,
-    ) -> None:
+    def __init__(self, broker_id: int, metadata_cache: PartitionLeaders,
+                 transport: MarkerTransport, tasks: TaskRunner) -> None:
         self.broker_id = broker_id
         self.cache = metadata_cache
-        self.write_locally = write_locally
-        self.request_timeout_ms = request_timeout_ms
-        self._connections: dict[int, BrokerConnection] = {}
-        # One connection per broker even when several transactions complete at once.
-        self._connecting: dict[int, asyncio.Lock] = {}
+        self.transport = transport
+        self.tasks = tasks
         self.markers_sent = 0
 
     async def close(self) -> None:
-        for conn in self._connections.values():
-            with contextlib.suppress(Exception):
-                await conn.close()
-        self._connections.clear()
+        await self.transport.close()
 
     async def deliver(self, producer_id: int, producer_epoch: int, commit: bool,
                       coordinator_epoch: int, partitions: set[TopicPartition],
                       still_coordinator: Callable[[], bool]) -> bool:
         """Write the marker to every partition in `partitions` (removing each as it is done).
         False when stopped: deposed, or fenced by a newer coordinator."""
-        backoff = _RETRY_BACKOFF_S
+        backoff = _RETRY_BACKOFF_MS
         while partitions:
             if not still_coordinator():
                 return False
             by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
-            for tp in partitions:
+            for tp in sorted(partitions):
                 if self.cache.partition(tp) is None and not self.cache.contains_topic(tp.topic):
                     partitions.discard(tp)  # the topic was deleted: nothing to mark
                     continue
                 leader = self.cache.leader_of(tp)
-                if leader is not None:
+                if leader is not None and leader >= 0:
                     by_leader[leader].append(tp)
             sends = [self._send(leader, producer_id, producer_epoch, commit, coordinator_epoch,
                                 tps) for leader, tps in by_leader.items()]
             fenced = False
-            for answer in await asyncio.gather(*sends):
+            for answer in await self.tasks.gather(sends):
                 for tp, error in answer.items():
                     if error in (0, E.UNKNOWN_TOPIC_OR_PARTITION):
                         partitions.discard(tp)
@@ -101,8 +93,8 @@ class TransactionMarkerChannel:
                             coordinator_epoch)
                 return False
             if partitions:
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, _MAX_RETRY_BACKOFF_S)
+                await self.tasks.sleep(backoff)
+                backoff = min(backoff * 2, _MAX_RETRY_BACKOFF_MS)
         return True
 
     async def _send(self, leader: int, producer_id: int, producer_epoch: int, commit: bool,
@@ -116,17 +108,9 @@ class TransactionMarkerChannel:
                     for t, ps in sorted(by_topic.items())],
             coordinator_epoch=coordinator_epoch)])
         try:
-            if leader == self.broker_id:
-                response = await self.write_locally(request)
-            else:
-                conn = await self._connection(leader)
-                response = await conn.send(request)
+            response = await self.transport.send(leader, request)
         except Exception as e:
             logger.info("markers to broker %d failed (%s); retrying", leader, e)
-            conn_ = self._connections.pop(leader, None)
-            if conn_ is not None:
-                with contextlib.suppress(Exception):
-                    await conn_.close()
             return {tp: int(E.NOT_LEADER_OR_FOLLOWER) for tp in tps}
         self.markers_sent += 1
         out = {tp: int(E.UNKNOWN_SERVER_ERROR) for tp in tps}
@@ -136,20 +120,48 @@ class TransactionMarkerChannel:
                     out[TopicPartition(topic.name, p.partition_index)] = p.error_code
         return out
 
-    async def _connection(self, broker_id: int) -> BrokerConnection:
-        async with self._connecting.setdefault(broker_id, asyncio.Lock()):
-            return await self._connect(broker_id)
 
-    async def _connect(self, broker_id: int) -> BrokerConnection:
-        conn = self._connections.get(broker_id)
-        if conn is not None and not conn.closed:
-            return conn
-        endpoint = self.cache.endpoint(broker_id)
-        if endpoint is None:
-            raise ConnectionError(f"broker {broker_id} has no known endpoint")
-        conn = BrokerConnection(endpoint.host, endpoint.port,
-                                client_id=f"broker-{self.broker_id}-txn-marker-sender",
-                                request_timeout_ms=self.request_timeout_ms)
-        await conn.connect(timeout_s=self.request_timeout_ms / 1000)
-        self._connections[broker_id] = conn
-        return conn
+async def write_markers(
+    appender: CoordinatorAppender, tasks: TaskRunner, request: m_wtm.WriteTxnMarkersRequest,
+    timeout_ms: int, now_ms: int,
+    on_offsets_completed: Callable[[int, set[int], bool], None] | None = None,
+) -> m_wtm.WriteTxnMarkersResponse:
+    """The partition leader's side of WriteTxnMarkers: each marker appended (acks=all, as the
+    coordinator's) to every partition it names, all markers at once; `on_offsets_completed`
+    (producer id, offsets partitions, commit) for markers that landed on `__consumer_offsets`."""
+    answers = [_write_marker(appender, marker, timeout_ms, now_ms, on_offsets_completed)
+               for marker in request.markers]
+    return m_wtm.WriteTxnMarkersResponse(markers=list(await tasks.gather(answers)))
+
+
+async def _write_marker(appender: CoordinatorAppender, marker: m_wtm.WritableTxnMarker,
+                        timeout_ms: int, now_ms: int,
+                        on_offsets_completed: Callable[[int, set[int], bool], None] | None,
+                        ) -> m_wtm.WritableTxnMarkerResult:
+    errors: dict[TopicPartition, int] = {}
+    entries: dict[TopicPartition, Any] = {}
+    for topic in marker.topics:
+        for index in topic.partition_indexes:
+            tp = TopicPartition(topic.name, index)
+            if appender.core.partition(tp) is None:
+                errors[tp] = int(E.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            entries[tp] = build_end_transaction_marker(
+                commit=marker.transaction_result, producer_id=marker.producer_id,
+                producer_epoch=marker.producer_epoch,
+                coordinator_epoch=marker.coordinator_epoch, timestamp=now_ms)
+    if entries:
+        results = await appender.append(entries, timeout_ms)
+        for tp in entries:
+            r = results.get(tp)
+            errors[tp] = int(r.error) if r is not None else int(E.UNKNOWN_SERVER_ERROR)
+    offsets_partitions = {tp.partition for tp, e in errors.items()
+                          if not e and tp.topic == GROUP_METADATA_TOPIC_NAME}
+    if offsets_partitions and on_offsets_completed is not None:
+        on_offsets_completed(marker.producer_id, offsets_partitions, marker.transaction_result)
+    by_topic: dict[str, list[m_wtm.WritableTxnMarkerPartitionResult]] = defaultdict(list)
+    for tp, error in errors.items():
+        by_topic[tp.topic].append(m_wtm.WritableTxnMarkerPartitionResult(
+            partition_index=tp.partition, error_code=error))
+    return m_wtm.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=[
+        m_wtm.WritableTxnMarkerTopicResult(name=t, partitions=ps) for t, ps in by_topic.items()])

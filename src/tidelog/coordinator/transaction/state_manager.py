@@ -16,7 +16,6 @@ coordinator at the same epoch when the write is acknowledged (Kafka's
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 from collections.abc import Callable, Iterator
@@ -26,6 +25,7 @@ from typing import Any
 from tidelog.coordinator.group_coordinator import int_config, store_error
 from tidelog.coordinator.offsets import partition_for
 from tidelog.coordinator.partition_load import DEFAULT_LOAD_RETRY, LoadScan, load_partition
+from tidelog.coordinator.transaction.driver import CoordinatorAppender, TaskHandle, TaskRunner
 from tidelog.coordinator.transaction.log import (
     TRANSACTION_STATE_TOPIC_NAME,
     decode_key,
@@ -42,7 +42,7 @@ from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.records.builder import Record, build_batch
 from tidelog.protocol.records.decoder import decode_records
 from tidelog.replication.types import TopicPartition
-from tidelog.storage.transactions import AppendOrigin
+from tidelog.shell.interfaces import Time
 
 __all__ = ["TransactionConfig", "TransactionStateManager"]
 
@@ -128,19 +128,20 @@ class _LoadedTransactions:
 
 
 class TransactionStateManager:
-    def __init__(self, broker_id: int, replica_manager: Any, config: TransactionConfig,
-                 clock: Callable[[], int]) -> None:
-        """`replica_manager`: the broker's (its `core.partition(tp)` and `append_records`)."""
+    def __init__(self, broker_id: int, appender: CoordinatorAppender, config: TransactionConfig,
+                 time: Time, tasks: TaskRunner) -> None:
+        """`appender`: this broker's appends as the coordinator, and the core loads read."""
         self.broker_id = broker_id
-        self.rm = replica_manager
+        self.appender = appender
         self.config = config
-        self.clock = clock
+        self.time = time
+        self.tasks = tasks
         self.transactions: dict[str, TransactionMetadata] = {}
         self.owned: dict[int, int] = {}  # partition -> coordinator epoch
         self.loading: dict[int, tuple[int, int]] = {}  # partition -> (epoch, load token)
         self._tokens = itertools.count()
         self.load_retry = DEFAULT_LOAD_RETRY
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._loads: dict[int, TaskHandle] = {}  # partition -> its latest load
         self.on_loaded: LoadedCallback | None = None
         self.active = False
 
@@ -193,9 +194,7 @@ class TransactionStateManager:
             return
         token = next(self._tokens)
         self.loading[partition] = (leader_epoch, token)
-        task = asyncio.get_running_loop().create_task(self._load(partition, leader_epoch, token))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._loads[partition] = self.tasks.spawn(self._load(partition, leader_epoch, token))
 
     def on_resignation(self, partition: int) -> None:
         self.loading.pop(partition, None)
@@ -209,14 +208,15 @@ class TransactionStateManager:
         self.active = False
         for partition in list(self.owned) + list(self.loading):
             self.on_resignation(partition)
-        for t in list(self._tasks):
+        for t in list(self._loads.values()):
             t.cancel()
+        self._loads.clear()
 
     async def _load(self, partition: int, leader_epoch: int, token: int) -> None:
         tp = TopicPartition(TRANSACTION_STATE_TOPIC_NAME, partition)
         scan, loaded = await load_partition(
-            self.rm.core, tp, lambda: self.loading.get(partition) == (leader_epoch, token),
-            _LoadedTransactions, self.load_retry)
+            self.appender.core, tp, lambda: self.loading.get(partition) == (leader_epoch, token),
+            _LoadedTransactions, self.load_retry, self.tasks.sleep)
         if scan in (LoadScan.NOT_LEADER, LoadScan.FAILED):
             self.loading.pop(partition, None)
         if scan is not LoadScan.DONE:
@@ -258,7 +258,7 @@ class TransactionStateManager:
         """Remove the ids with no transaction whose last update is older than
         `transactional.id.expiration.ms`: a tombstone each, then gone from memory (Kafka's
         `removeExpiredTransactionalIds`). Returns the ids removed."""
-        horizon = self.clock() - self.config.transactional_id_expiration_ms
+        horizon = self.time.milliseconds() - self.config.transactional_id_expiration_ms
         removed = []
         for epoch, md in list(self.owned_transactions()):
             if (md.state not in (TransactionState.EMPTY, TransactionState.COMPLETE_COMMIT,
@@ -279,11 +279,9 @@ class TransactionStateManager:
         change). A failed write drops the pending state."""
         tp = TopicPartition(TRANSACTION_STATE_TOPIC_NAME, self.partition_for(transactional_id))
         batch = build_batch([Record(key=encode_key(transactional_id), value=value)],
-                            now_ms=self.clock())
+                            now_ms=self.time.milliseconds())
         try:
-            results = await self.rm.append_records(-1, {tp: batch},
-                                                   self.config.request_timeout_ms,
-                                                   origin=AppendOrigin.COORDINATOR)
+            results = await self.appender.append({tp: batch}, self.config.request_timeout_ms)
             r = results.get(tp)
             error = store_error(int(r.error)) if r is not None else int(E.UNKNOWN_SERVER_ERROR)
         except Exception as e:
