@@ -675,14 +675,7 @@ class KafkaController:
         assignment = await self._zk(self.zk_client.get_topic_assignment, topic)
         if self.core is not core or not assignment:
             return
-        added = {p: r for p, r in assignment.items()
-                 if TopicPartition(topic, p) not in core.assignments}
-        if not added:
-            return
-        for p, replicas in sorted(added.items()):
-            core.add_partition(TopicPartition(topic, p), replicas)
-        log.info("controller %d: new partitions of %s: %s", self.broker_id, topic, added)
-        await self._execute(core.initial_leaders)
+        await self._carry_out(lambda ex: ex.add_partitions(topic, assignment))
 
     async def _on_isr_change(self) -> None:
         await self._carry_out(DecisionExecutor.on_isr_change_notifications)
@@ -857,24 +850,13 @@ class KafkaController:
                 known.append(tp)
         outcome: dict[TopicPartition, tuple[int, str | None, int]] = {}
 
-        def event() -> Decision:
-            decision, results = core.elect_leaders(known, election_type)
-            for tp, result in results.items():
-                # A replay after a lost compare-and-set sees the partitions already elected
-                # by the first attempt as not needing an election: they keep their result.
-                previous = outcome.get(tp)
-                if previous is None or previous[0] != 0 or result[0] == 0:
-                    outcome[tp] = result
-            return decision
+        def run(ex: DecisionExecutor) -> Executed:
+            done, results = ex.elect_leaders(known, election_type)
+            outcome.update(results)
+            return done
 
-        # The states are re-read first: a leader may have changed an ISR meanwhile.
-        await self._execute(event, [tp for tp in known if tp in core.partition_states])
-        for tp, (code, message, leader) in outcome.items():
-            state = core.partition_states.get(tp)
-            if code == 0 and (state is None or state.leader != leader):
-                # The write lost every compare-and-set: nothing was elected.
-                code, message, leader = int(ErrorCode.UNKNOWN_SERVER_ERROR), None, -1
-            out[tp] = (code, message, leader)
+        await self._carry_out(run)
+        out.update(outcome)
         if self.core is not core:
             return {tp: (int(ErrorCode.NOT_CONTROLLER), None, -1) for tp in partitions}
         return out

@@ -30,6 +30,7 @@ from tidelog.controller.zk_interface import (
     from_zk_state,
     to_zk_state,
 )
+from tidelog.protocol.errors import ErrorCode
 from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
 
 __all__ = ["MAX_EVENT_ATTEMPTS", "BrokerChanges", "DecisionExecutor", "Executed"]
@@ -160,6 +161,48 @@ class DecisionExecutor:
         self.persist_unclean_marks()
         assert done is not None
         return done
+
+    def elect_leaders(self, partitions: Iterable[TopicPartition], election_type: int
+                      ) -> tuple[Executed, dict[TopicPartition, tuple[int, str | None, int]]]:
+        """An admin's ElectLeaders (Kafka's processReplicaLeaderElection): the partitions'
+        states re-read (a leader may have changed an ISR meanwhile), the core's elections
+        written; per partition (error code, message, leader elected)."""
+        core = self.core
+        partitions = list(partitions)
+        outcome: dict[TopicPartition, tuple[int, str | None, int]] = {}
+
+        def event() -> Decision:
+            decision, results = core.elect_leaders(partitions, election_type)
+            for tp, result in results.items():
+                # A replay after a lost compare-and-set sees the partitions already elected
+                # by the first attempt as not needing an election: they keep their result.
+                previous = outcome.get(tp)
+                if previous is None or previous[0] != 0 or result[0] == 0:
+                    outcome[tp] = result
+            return decision
+
+        done = self.execute(event, [tp for tp in partitions if tp in core.partition_states])
+        for tp, (code, _, leader) in list(outcome.items()):
+            state = core.partition_states.get(tp)
+            if code == 0 and (state is None or state.leader != leader):
+                # The write lost every compare-and-set: nothing was elected.
+                outcome[tp] = (int(ErrorCode.UNKNOWN_SERVER_ERROR), None, -1)
+        return done, outcome
+
+    def add_partitions(self, topic: str, assignment: Mapping[int, Iterable[int]]
+                       ) -> Executed | None:
+        """Kafka's processPartitionModifications: the partitions of the topic znode the core
+        does not know yet are new, created like a new topic's (leader = first live replica,
+        ISR = the live replicas). None when there is none."""
+        core = self.core
+        added = {p: tuple(r) for p, r in assignment.items()
+                 if TopicPartition(topic, p) not in core.assignments}
+        if not added:
+            return None
+        for p, replicas in sorted(added.items()):
+            core.add_partition(TopicPartition(topic, p), replicas)
+        log.info("controller %d: new partitions of %s: %s", core.controller_id, topic, added)
+        return self.execute(core.initial_leaders)
 
     def on_isr_change_notifications(self) -> Executed | None:
         """Kafka's IsrChangeNotification event: read and delete the pending notifications,
