@@ -13,7 +13,7 @@ from tidelog.storage.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
-from tidelog.storage.file_io import FileSlice, OsFileIO
+from tidelog.storage.file_io import OsFileIO
 from tidelog.storage.log import Log, parse_topic_partition
 from tidelog.storage.log_config import LogConfig
 
@@ -180,18 +180,6 @@ def test_reads_cross_segments_and_use_the_index(fio: MemoryFileIO) -> None:
         got = offsets(log.read(target, 1).records)
         assert got == [(target, target)]
     assert [b.base_offset for b in log.batches(55)] == [55, 56, 57, 58, 59]
-
-
-def test_read_slice_describes_the_same_bytes_for_sendfile(tmp_path: object) -> None:
-    log = Log(f"{tmp_path}/t-0", small_config(segment_bytes=100_000), OsFileIO())
-    for _ in range(10):
-        log.append_as_leader(batch(b"abc"), 0, 0)
-    view = log.read(3, 10_000, max_offset=8).records
-    info = log.read_slice(3, 10_000, max_offset=8)
-    assert isinstance(info.records, FileSlice)
-    with open(info.records.path, "rb") as f:
-        f.seek(info.records.position)
-        assert f.read(info.records.length) == bytes(view)
 
 
 def test_roll_by_segment_bytes(fio: MemoryFileIO) -> None:
@@ -389,17 +377,6 @@ def test_large_appends_take_the_writev_path_with_the_same_result(
         assert [bytes(b.records_data) for b in stored] == [
             bytes(b.records_data) for b in iter_batches(big)
         ]
-
-
-def test_read_slice_stops_at_max_bytes_and_at_the_log_end(tmp_path: object) -> None:
-    log = Log(f"{tmp_path}/s-0", small_config(segment_bytes=100_000), OsFileIO())
-    for _ in range(5):
-        log.append_as_leader(batch(b"abc"), 0, 0)
-    size = len(batch(b"abc"))
-    info = log.read_slice(0, 2 * size + 5)
-    assert isinstance(info.records, FileSlice) and info.records.length == 2 * size + 5
-    assert log.read_slice(5, 1000).records.length == 0
-    assert log.read_slice(2, 10**6).records.length == 3 * size
 
 
 def test_segment_jitter_rolls_earlier_by_a_per_segment_amount(fio: MemoryFileIO) -> None:

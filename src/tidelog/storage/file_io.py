@@ -8,7 +8,6 @@ its size in memory so that an append never needs a `stat`.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 try:
@@ -68,16 +67,49 @@ class FileIO(Protocol):
     def fsync_dir(self, path: str) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
 class FileSlice:
-    """A byte range of a segment file, for `os.sendfile` on the broker's fetch path."""
+    """Whole batches of a segment file, sent with `os.sendfile` on the broker's fetch path
+    (Kafka's FileRecords slice written by transferTo).
 
-    path: str
-    position: int
-    length: int
+    It owns a duplicate of the segment's descriptor, so retention, the cleaner or a roll may
+    delete or close the segment while the slice waits to be sent: the bytes it names stay
+    readable until the slice is closed (Kafka keeps its FileChannel open the same way).
+    `next_offset` is the offset after its last batch (the upper bound for aborted
+    transactions). Closed by the sender, or when dropped unsent."""
+
+    __slots__ = ("_fd", "position", "length", "next_offset")
+
+    def __init__(self, fd: int, position: int, length: int, next_offset: int) -> None:
+        self._fd = -1  # (for __del__ when dup fails)
+        self._fd = os.dup(fd)
+        self.position = position
+        self.length = length
+        self.next_offset = next_offset
 
     def __len__(self) -> int:
         return self.length
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def read(self) -> bytes:
+        """The bytes themselves (a copy: for a connection that cannot sendfile, and checks)."""
+        data = os.pread(self._fd, self.length, self.position)
+        if len(data) != self.length:
+            raise OSError(f"segment file shrank below a slice being sent ({len(data)} of "
+                          f"{self.length} bytes)")
+        return data
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"FileSlice(position={self.position}, length={self.length})"
 
 
 class OsFileHandle:

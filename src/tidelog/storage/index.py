@@ -95,6 +95,11 @@ class OffsetIndex:
             return self.base_offset, 0
         return self.base_offset + self._relative[i], self._positions[i]
 
+    def position_below(self, position: int) -> int:
+        """The largest entry position < `position` (a batch start), or 0 when there is none."""
+        i = bisect.bisect_left(self._positions, position) - 1
+        return self._positions[i] if i >= 0 else 0
+
     def truncate_to(self, offset: int) -> None:
         """Remove entries for offsets >= `offset`."""
         i = bisect.bisect_left(self._relative, offset - self.base_offset)

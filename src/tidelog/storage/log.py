@@ -597,12 +597,14 @@ class Log:
     def aborted_transactions_for_read(self, info: FetchDataInfo) -> list[AbortedTxn]:
         """The aborted transactions a READ_COMMITTED reader of `info` needs: those overlapping
         the batches read, i.e. [info.first_offset, the offset after the last batch) (Kafka's
-        addAbortedTransactions; a FileSlice is bounded by the LEO)."""
+        addAbortedTransactions)."""
         records = info.records
         if not len(records):
             return []
-        upper = self.log_end_offset
-        if not isinstance(records, FileSlice):
+        if isinstance(records, FileSlice):
+            upper = records.next_offset
+        else:
+            upper = self.log_end_offset
             position, n = 0, len(records)
             while position + PREFIX_SIZE <= n:
                 base, length, _, _, _, _, delta = PREFIX.unpack_from(records, position)
@@ -1004,31 +1006,32 @@ class Log:
         return FetchDataInfo(memoryview(b""), start_offset)
 
     def read_slice(
-        self, start_offset: int, max_bytes: int, max_offset: int | None = None
+        self,
+        start_offset: int,
+        max_bytes: int,
+        max_offset: int | None = None,
+        min_one_message: bool = True,
+        *,
+        min_slice_bytes: int,
     ) -> FetchDataInfo:
-        """Like `read`, but a FileSlice for sendfile. The slice ends at a batch boundary when
-        it stops at `max_offset`; when `max_bytes` cuts it, the last batch may be partial, as
-        Kafka's FileRecords.slice (clients drop a partial trailing batch)."""
+        """What `read` returns with the same arguments (the same whole batches), as a FileSlice
+        for sendfile when at least `min_slice_bytes` long; else as bytes (a copy is cheaper
+        than a sendfile for a small range, and the simulator's files have no descriptor)."""
         self._check_open()
         self._check_range(start_offset)
-        empty = FetchDataInfo(FileSlice(self.active_segment.log_path, 0, 0), start_offset)
         if start_offset == self.log_end_offset or (
             max_offset is not None and start_offset >= max_offset
         ):
-            return empty
+            return FetchDataInfo(memoryview(b""), start_offset)
         with self._io("read"):
             i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
             while i < len(self.segments):
-                segment = self.segments[i]
-                found = segment.position_range(start_offset, max_offset)
+                found = self.segments[i].read_slice(
+                    start_offset, max_bytes, max_offset, min_one_message, min_slice_bytes)
                 if found is not None:
-                    start, end = found
-                    return FetchDataInfo(
-                        FileSlice(segment.log_path, start, min(end - start, max(max_bytes, 0))),
-                        start_offset,
-                    )
+                    return FetchDataInfo(found, start_offset)
                 i += 1
-        return empty
+        return FetchDataInfo(memoryview(b""), start_offset)
 
     def batches(self, start_offset: int = 0) -> Iterator[RecordBatch]:
         """Every batch whose last offset >= `start_offset`, in order (tools, tests, checks)."""

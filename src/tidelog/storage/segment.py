@@ -17,7 +17,7 @@ from tidelog.protocol.records.batch import (
     RecordBatch,
 )
 from tidelog.storage.errors import CorruptIndexError
-from tidelog.storage.file_io import FileHandle, FileIO
+from tidelog.storage.file_io import FileHandle, FileIO, FileSlice
 from tidelog.storage.index import OffsetIndex, TimeIndex
 from tidelog.storage.transaction_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex
 
@@ -196,6 +196,12 @@ class LogSegment:
         found = self.translate_offset(start_offset)
         if found is None:
             return None
+        return self._read_at(found, max_size, max_offset, min_one_message)
+
+    def _read_at(
+        self, found: tuple[int, int, int], max_size: int, max_offset: int | None,
+        min_one_message: bool,
+    ) -> tuple[memoryview, int]:
         start, first_base, first_last = found
         if max_offset is not None and first_last >= max_offset:
             return memoryview(b""), first_base
@@ -220,18 +226,66 @@ class LogSegment:
             return memoryview(self.log.read(start, max(0, min(size, available)))), first_base
         return view[:pos], first_base
 
-    def position_range(self, start_offset: int, max_offset: int | None) -> tuple[int, int] | None:
-        """(start position, end position) of the whole batches from `start_offset` up to (not
-        including) the batch holding `max_offset`: the byte range of a zero-copy read."""
+    def read_slice(
+        self, start_offset: int, max_size: int, max_offset: int | None, min_one_message: bool,
+        min_slice_bytes: int,
+    ) -> memoryview | FileSlice | None:
+        """The batches `read` returns with the same arguments: a FileSlice for sendfile when
+        they are at least `min_slice_bytes` (and the file is a real one), else their bytes.
+        The range is found from batch headers alone: the records are never read."""
         found = self.translate_offset(start_offset)
         if found is None:
             return None
-        end = self.size
+        fileno = getattr(self.log, "fileno", None)
+        start, _, first_last = found
+        available = self.size - start
+        bound = start + min(max(max_size, 0), available, MAX_READ_BYTES)
+        if (fileno is None or (max_offset is not None and first_last >= max_offset)
+                or bound - start < min_slice_bytes):
+            return self._read_at(found, max_size, max_offset, min_one_message)[0]
         if max_offset is not None:
             stop = self.translate_offset(max_offset)
             if stop is not None:
-                end = stop[0]
-        return found[0], max(found[0], end)
+                bound = min(bound, stop[0])
+        end, last = self._batches_end(start, bound)
+        if end == start and min_one_message:
+            # Kafka's minOneMessage: the first batch whole, however large.
+            header = self.log.read(start, PREFIX_SIZE)
+            end = start + max(0, min(PREFIX.unpack_from(header, 0)[1] + LOG_OVERHEAD, available))
+            last = first_last
+        if end - start < max(min_slice_bytes, 1):
+            return memoryview(self.log.read(start, end - start) if end > start else b"")
+        return FileSlice(fileno(), start, end - start, last + 1)
+
+    def _batches_end(self, start: int, bound: int) -> tuple[int, int]:
+        """(end, last offset): the furthest batch boundary <= `bound` walking whole batches
+        from the batch at `start`, and the last offset of the batch ending there (-1 when
+        end == start). The walk starts at the nearest index entry, not at `start`."""
+        end, last = self._walk_headers(max(start, self.offset_index.position_below(bound)), bound)
+        if last < 0 and end > start:
+            # The batch at that entry does not fit: the one before it ends the range; walk up
+            # to the entry from the entry before it for its last offset.
+            end, last = self._walk_headers(max(start, self.offset_index.position_below(end)), end)
+        return end, last
+
+    def _walk_headers(self, position: int, bound: int) -> tuple[int, int]:
+        last = -1
+        log = self.log
+        while position + PREFIX_SIZE <= bound:
+            chunk = log.read(position, min(_SCAN_CHUNK, bound - position))
+            n = len(chunk)
+            pos = 0
+            while pos + PREFIX_SIZE <= n:
+                base, length, _, _, _, _, delta = PREFIX.unpack_from(chunk, pos)
+                size = length + LOG_OVERHEAD
+                if size < _MIN_BATCH_SIZE or position + pos + size > bound:
+                    return position + pos, last
+                last = base + delta
+                pos += size
+            if pos == 0:
+                break  # fewer bytes than a header left in the file
+            position += pos
+        return position, last
 
     def iter_batches(self, start_position: int = 0) -> Iterator[RecordBatch]:
         """Every batch from `start_position` (read in large chunks)."""
