@@ -29,6 +29,7 @@ from tidelog.sim.invariants import (
     batch_signatures,
     check_replicas,
 )
+from tidelog.sim.lifecycle_invariants import LifecycleChecker
 from tidelog.sim.messages import CLIENT_BASE, CONTROLLER_NODE, ZK_NODE, ZkRequest, ZkResponse
 from tidelog.sim.network import LinkConfig, Network
 from tidelog.sim.node import SimBroker
@@ -117,17 +118,53 @@ class SimCluster:
             self, lambda: self.scheduler.now_ms,
             lambda v: self.trace_add(("VIOLATION", None, v.invariant, str(v.tp), v.detail)))
         self.checker.enabled = config.check_invariants
+        # Reassignment's own invariants (sim/lifecycle_invariants.py), reported as the others.
+        self.lifecycle = LifecycleChecker(self, self.checker.fail)
+        self.lifecycle.enabled = config.check_invariants
         if config.check_invariants:
-            self.scheduler.after_event = self.checker.check
+            self.scheduler.after_event = self._after_event
         self._state_cache: dict[TopicPartition, tuple[Any, Any]] = {}
         self._paths: dict[TopicPartition, str] = {}
+        # The topic znode as last read: `assignments` and `tps` follow it (reassignments,
+        # partition additions); `moving` holds each moving partition's (adding, removing).
+        self._topic_path = zk_data.topic_path(config.topic)
+        self._topic_stat: Any = None
+        self.moving: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        self.sync_topic()
+
+    def _after_event(self) -> None:
+        self.checker.check()
+        self.lifecycle.check()
 
     # -- lookups ----------------------------------------------------------------------------
+    def sync_topic(self) -> bool:
+        """Re-read the topic znode if it changed since the last look; True if it did."""
+        node = self.zk.nodes.get(self._topic_path)
+        if node is None or node.stat is self._topic_stat:
+            return False
+        self._topic_stat = node.stat
+        topic = self.config.topic
+        parts, _ = zk_data.decode_topic_znode(topic, node.data)
+        adding, removing = zk_data.decode_topic_reassignments(topic, node.data)
+        for p, replicas in sorted(parts.items()):
+            tp = TopicPartition(topic, p)
+            if tp not in self.assignments:
+                self.tps.append(tp)
+            self.assignments[tp] = tuple(replicas)
+        self.moving = {TopicPartition(topic, p): (tuple(adding.get(p, ())),
+                                                  tuple(removing.get(p, ())))
+                       for p in sorted(set(adding) | set(removing))}
+        self._state_cache.clear()  # the states carry the replicas
+        return True
+
     def node(self, broker_id: int) -> SimBroker | None:
         return self.nodes[broker_id] if 0 <= broker_id < len(self.nodes) else None
 
     def zk_state(self, tp: TopicPartition) -> LeaderAndIsrPartitionState | None:
         """The partition's state znode, cached until the znode changes (checked per event)."""
+        topic = self.zk.nodes.get(self._topic_path)
+        if topic is not None and topic.stat is not self._topic_stat:
+            self.sync_topic()
         path = self._paths.get(tp)
         if path is None:
             path = self._paths[tp] = zk_data.partition_state_path(tp)
@@ -161,6 +198,7 @@ class SimCluster:
 
     # -- ClusterView (sim/invariants.py) ------------------------------------------------------
     def partitions(self) -> list[TopicPartition]:
+        self.sync_topic()
         return self.tps
 
     def assigned_replicas(self, tp: TopicPartition) -> tuple[int, ...]:
@@ -224,6 +262,7 @@ class SimCluster:
         if old is not None:
             old.resign()
         self.controller = SimController(self)
+        self.controller.on_delete_sent = self.lifecycle.on_delete_sent
         if old is not None:
             self.controller.core.stats = old.core.stats  # counters for the whole run
         self.trace_add(("controller", None, ("epoch", self.controller.core.controller_epoch)))
@@ -278,6 +317,7 @@ class SimCluster:
         return bool(s.isr) and all(r in dirty for r in s.isr)
 
     def converged(self) -> bool:
+        self.sync_topic()
         for tp in self.tps:
             if self.offline_by_kip966(tp):
                 continue
@@ -285,7 +325,7 @@ class SimCluster:
                 return False  # retries still to land: the logs will change again
             s = self.zk_state(tp)
             leader = self.acting_leader(tp)
-            if s is None or leader is None:
+            if s is None or leader is None or tp in self.moving:
                 return False
             lp = leader.partition(tp)
             replicas = self.assignments[tp]

@@ -15,12 +15,15 @@ after that fails with `ControllerMovedError` and it resigns.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from tidelog.controller import zk_data
-from tidelog.controller.core import ControllerCore, Decision
+from tidelog.controller.core import ControllerCore, Decision, StopReplicaRequest
 from tidelog.controller.executor import DecisionExecutor, Executed
+from tidelog.controller.reassignment import ApiError
+from tidelog.controller.reassignment_manager import ReassignmentManager
 from tidelog.controller.zk_interface import ControllerMovedError
 from tidelog.replication.types import TopicPartition
 from tidelog.sim.messages import CONTROLLER_NODE, ControllerMessage
@@ -52,20 +55,41 @@ class SimController:
             kip966_unclean_restart_rule=cluster.config.kip966_unclean_restart_rule)
         self.active = True
         self.sent_requests = 0
+        # KIP-455 moves: the real controller's phases (controller/reassignment_manager.py).
+        self.reassignments = ReassignmentManager(self)
+        # StopReplica(delete=true) sent: (broker, partition) -> ZooKeeper's state then, for
+        # the RemovedReplicaDeletedLate check (sim/invariants.py).
+        self.on_delete_sent: Callable[[int, TopicPartition], None] | None = None
 
     @property
     def stats(self) -> Any:
         return self.core.stats
 
+    # -- ReassignmentHost ------------------------------------------------------------------
+    @property
+    def controller_label(self) -> int:
+        return self.controller_id
+
+    def topic_id(self, topic: str) -> UUID | None:
+        return None  # the simulated topic znode carries no id
+
+    def topic_being_deleted(self, topic: str) -> bool:
+        return False
+
     def start(self) -> None:
         core = self.core
-        for tp, replicas in sorted(self.cluster.assignments.items()):
-            core.add_partition(tp, replicas)
+        topic = self.cluster.config.topic
+        # The assignment as ZooKeeper holds it: a move in progress has its full replica set.
+        for p, replicas in sorted((self.zk.get_topic_assignment(topic) or {}).items()):
+            core.add_partition(TopicPartition(topic, p), replicas)
         self.executor.load_unclean_marks()
         self.executor.refresh(core.assignments)
         self._on_brokers_change("init", BROKERS)
         self._execute(core.initial_leaders)
         self._on_isr_changes("init", zk_data.ISR_CHANGE_NOTIFICATION_PATH)
+        self._on_topic_change("init", zk_data.topic_path(topic))
+        # Moves in progress resume from the topic znode (Kafka's failover).
+        self._carry_out(lambda: self.reassignments.resume(self.executor, [topic]))
 
     def resign(self) -> None:
         self.active = False
@@ -88,12 +112,59 @@ class SimController:
             self._carry_out(lambda b=b, e=epoch: executor.broker_startup(b, e))
             if b in changes.bounced:
                 self.cluster.nodes[b].failure_handled()  # a bounce: failure, then startup
+            if event != "init":
+                self._carry_out(lambda b=b: self.reassignments.on_broker_startup(executor, b))
 
     def _on_isr_changes(self, event: str, path: str) -> None:
         if not self.active:
             return
         self.zk.get_children(zk_data.ISR_CHANGE_NOTIFICATION_PATH, watch=self._on_isr_changes)
         self._carry_out(self.executor.on_isr_change_notifications)
+        # A moving partition whose ISR now holds its target replicas completes.
+        self._carry_out(lambda: self.reassignments.on_isr_change(self.executor))
+
+    def _on_topic_change(self, event: str, path: str) -> None:
+        """The topic znode changed: partitions it names that the controller does not know are
+        new (CreatePartitions); the controller's own reassignment writes add none."""
+        if not self.active:
+            return
+        self.zk.get(path, watch=self._on_topic_change)
+        topic = self.cluster.config.topic
+        assignment = self.zk.get_topic_assignment(topic) or {}
+        self._carry_out(lambda: self.executor.add_partitions(topic, assignment))
+
+    # -- admin requests (the fault injector's) ----------------------------------------------
+    def reassign(self, targets: Mapping[TopicPartition, list[int] | None]
+                 ) -> dict[TopicPartition, ApiError] | None:
+        """AlterPartitionReassignments (a None target cancels); None: not the controller."""
+        if not self.active:
+            return None
+        results: dict[TopicPartition, ApiError] = {}
+
+        def run() -> Executed:
+            answer, done = self.reassignments.alter(self.executor, targets)
+            results.update(answer)
+            return done
+
+        self.cluster.trace_add(("reassign", None, tuple(
+            (str(tp), None if t is None else tuple(t)) for tp, t in sorted(targets.items()))))
+        self._carry_out(run)
+        return results if self.active else None
+
+    def elect_leaders(self, partitions: Iterable[TopicPartition], election_type: int
+                      ) -> dict[TopicPartition, tuple[int, str | None, int]] | None:
+        """ElectLeaders (preferred or unclean); None: not the controller."""
+        if not self.active:
+            return None
+        outcome: dict[TopicPartition, tuple[int, str | None, int]] = {}
+
+        def run() -> Executed:
+            done, results = self.executor.elect_leaders(list(partitions), election_type)
+            outcome.update(results)
+            return done
+
+        self._carry_out(run)
+        return outcome if self.active else None
 
     def controlled_shutdown(self, broker_id: int) -> None:
         if self.active:
@@ -129,4 +200,8 @@ class SimController:
             for broker, reqs in sorted(requests.items()):
                 for r in reqs:
                     self.sent_requests += 1
+                    if self.on_delete_sent is not None and isinstance(r, StopReplicaRequest) \
+                            and r.delete_partitions:
+                        for tp in r.partitions:
+                            self.on_delete_sent(broker, tp)
                     net.send(CONTROLLER_NODE, broker, ControllerMessage(r))

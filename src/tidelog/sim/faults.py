@@ -14,6 +14,13 @@
   must be refused);
 - `disk`: one broker's log dir fails (dead disk, full disk or read-only) for a while; the broker
   is then restarted on the repaired disk (Kafka takes a failed log dir offline until restart).
+- `reassign`: AlterPartitionReassignments of a random partition (add, remove or replace a
+  replica, or reorder), or the cancellation of a move in progress; a move that starts is
+  followed by a fault aimed at it: a crash of an old or a new replica, a controller failover or
+  a cancellation. One move is forced in every run (at 0.3-1.8 s).
+- `add_partitions`: CreatePartitions (one more partition in the topic znode, at most
+  `max_added_partitions` per run; refused while a move is in progress, as Kafka does);
+- `elect`: ElectLeaders, preferred; unclean only where the run enables unclean election.
 
 Limits keep a run inside the precondition of NoAckedLoss ("one ISR member's disk stays
 intact"): at most `max_down` brokers are stopped or frozen at once and at most one broker is
@@ -28,13 +35,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tidelog.controller.core import ELECTION_PREFERRED, ELECTION_UNCLEAN
+from tidelog.replication.types import TopicPartition
 from tidelog.sim.messages import ZK_NODE
 
 if TYPE_CHECKING:  # pragma: no cover
     from tidelog.sim.cluster import SimCluster
 
 ALL_FAULTS = ("drop", "duplicate", "reorder", "delay", "partition", "crash", "pause", "slow",
-              "burst", "controller", "disk")
+              "burst", "controller", "disk", "reassign", "add_partitions", "elect")
 # Every fault kind is in the default random runs (`disk` was left out while the replication core
 # mishandled a storage error inside make_leader; fixed in commit 0c9b301).
 DEFAULT_FAULTS = ALL_FAULTS
@@ -71,11 +80,15 @@ class FaultInjector:
         self.stats = FaultStats()
         # Brokers in a controlled shutdown (stopped 30 ms later): already down for the limits.
         self._stopping: set[int] = set()
+        self.max_added_partitions = 2
+        self._added_partitions = 0
 
     def start(self, delay_ms: int = 300) -> None:
         if self.kinds and not self.active:
             self.active = True
             self.cluster.scheduler.schedule(delay_ms, self._tick)
+            if "reassign" in self.kinds:
+                self._later(300, 1800, self._forced_reassign)
 
     def stop(self) -> None:
         self.active = False
@@ -177,6 +190,9 @@ class FaultInjector:
         b = self._pick_running()
         if b is None:
             return
+        self._crash_broker(b)
+
+    def _crash_broker(self, b: int) -> None:
         node = self.cluster.nodes[b]
         lossy_ok = not any(n.recovering() for n in self.cluster.nodes)
         kinds = ["clean", "kill"] + (["lossy"] if lossy_ok else [])
@@ -242,6 +258,97 @@ class FaultInjector:
     def _controller(self) -> None:
         self._note("controller")
         self.cluster.failover_controller()
+
+    # -- the partition lifecycle -----------------------------------------------------------
+    def _forced_reassign(self) -> None:
+        if self.active:
+            self._reassign(forced=True)
+
+    def _reassign(self, forced: bool = False) -> None:
+        c = self.cluster
+        ctl = c.controller
+        if ctl is None or not ctl.active:
+            return
+        tp = self.rng.choice(c.tps)
+        if tp in c.moving and self.rng.random() < 0.3:
+            self._cancel(tp)
+            return
+        adding, _ = c.moving.get(tp, ((), ()))
+        origin = [r for r in c.assignments[tp] if r not in adding]
+        n = c.config.brokers
+        spare = [b for b in range(n) if b not in origin]
+        shapes = ["reorder"] + (["add"] if spare else []) + (
+            ["remove"] if len(origin) > 2 else []) + (["replace"] if spare else [])
+        shape = self.rng.choice(shapes)
+        target = list(origin)
+        if shape == "add":
+            target.append(self.rng.choice(spare))
+        elif shape == "remove":
+            target.remove(self.rng.choice(target))
+        elif shape == "replace":
+            target[self.rng.randrange(len(target))] = self.rng.choice(spare)
+        else:
+            self.rng.shuffle(target)
+        result = ctl.reassign({tp: target})
+        error = None if result is None else result[tp].code
+        self._note("reassign", str(tp), shape, tuple(target), ("error", error))
+        if tp in c.moving and (forced or self.rng.random() < 0.7):
+            self._later(20, 800, self._mid_move, tp)
+
+    def _mid_move(self, tp: TopicPartition) -> None:
+        """A fault aimed at a move in progress."""
+        c = self.cluster
+        if not self.active or tp not in c.moving:
+            return
+        adding, removing = c.moving[tp]
+        aim = self.rng.choice(("new", "old", "controller", "cancel"))
+        if aim == "controller":
+            self._controller()
+        elif aim == "cancel":
+            self._cancel(tp)
+        else:
+            pool = [b for b in (adding if aim == "new" else removing)
+                    if c.nodes[b].running and not c.nodes[b].paused and b not in self._stopping]
+            if pool and self._down_count() < self.max_down:
+                self._crash_broker(self.rng.choice(pool))
+
+    def _cancel(self, tp: TopicPartition) -> None:
+        ctl = self.cluster.controller
+        if ctl is not None:
+            result = ctl.reassign({tp: None})
+            self._note("reassign", str(tp), "cancel",
+                       ("error", None if result is None else result[tp].code))
+
+    def _add_partitions(self) -> None:
+        c = self.cluster
+        if self._added_partitions >= self.max_added_partitions:
+            return
+        topic = c.config.topic
+        zk = c.zk
+        if c.moving:
+            self._note("add_partitions", "refused: a move is in progress")
+            return
+        parts = zk.get_topic_assignment(topic) or {}
+        p = max(parts) + 1 if parts else 0
+        n = c.config.brokers
+        rf = min(c.config.replication_factor, n)
+        parts[p] = [(p + i) % n for i in range(rf)]
+        # An admin's write (AdminZkClient.createPartitions): no controller epoch.
+        zk.set_topic_assignment(topic, parts)
+        self._added_partitions += 1
+        self._note("add_partitions", ("partition", p), tuple(parts[p]))
+
+    def _elect(self) -> None:
+        c = self.cluster
+        ctl = c.controller
+        if ctl is None or not ctl.active:
+            return
+        unclean = (c.config.replication.unclean_leader_election_enable
+                   and self.rng.random() < 0.5)
+        tps = [self.rng.choice(c.tps)] if unclean else list(c.tps)
+        result = ctl.elect_leaders(tps, ELECTION_UNCLEAN if unclean else ELECTION_PREFERRED)
+        self._note("elect", "unclean" if unclean else "preferred",
+                   tuple(sorted((str(tp), r[0], r[2]) for tp, r in (result or {}).items())))
 
     def _burst(self) -> None:
         producers = [p for p in self.cluster.producers]

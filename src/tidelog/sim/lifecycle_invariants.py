@@ -1,0 +1,87 @@
+"""The partition-lifecycle invariants (reassignment, KIP-455), checked after every simulated
+event and when the controller sends StopReplica(delete=true):
+
+- IsrWithinAssigned: the ISR in ZooKeeper is within the partition's assigned replicas as the
+  topic znode holds them (RS = ORS + TRS while it moves, AR otherwise).
+- SuccessorsInIsr: when a move completes (the topic znode's assignment settles on TRS with no
+  adding/removing replicas left), every replica of the new assignment is in the ISR.
+- RemovedReplicaDeletedEarly: StopReplica(delete=true) goes only to a replica that is not
+  assigned any more and, if it held the settled assignment's data (an original replica), only
+  after the move completed — so a removed replica's log is deleted only once its successors
+  are in the ISR. (A replica added by a move that was then cancelled or replaced may be
+  deleted at once, as Kafka's controller does.)
+
+NoAckedLoss, MonotonicHighWatermark and OneLeaderPerEpoch are the general checks
+(sim/invariants.py, `SimCluster.final_checks`), which run through every move as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tidelog.controller import zk_data
+from tidelog.replication.types import TopicPartition
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tidelog.sim.cluster import SimCluster
+
+
+class LifecycleChecker:
+    def __init__(self, cluster: SimCluster,
+                 fail: Callable[[str, TopicPartition | None, str], None]) -> None:
+        self.cluster = cluster
+        self.fail = fail
+        # Each partition's settled assignment (the replicas holding its data as full members).
+        self.settled: dict[TopicPartition, frozenset[int]] = {}
+        self._seen: dict[TopicPartition, tuple[Any, Any]] = {}
+        self._paths: dict[TopicPartition, str] = {}
+        self.enabled = True
+
+    def check(self) -> None:
+        if not self.enabled:
+            return
+        c = self.cluster
+        c.sync_topic()
+        topic_stat = c._topic_stat
+        nodes = c.zk.nodes
+        for tp in c.tps:
+            path = self._paths.get(tp)
+            if path is None:
+                path = self._paths[tp] = zk_data.partition_state_path(tp)
+            node = nodes.get(path)
+            key = (topic_stat, None if node is None else node.stat)
+            if self._seen.get(tp) != key:
+                self._seen[tp] = key
+                self._check_partition(tp)
+
+    def _check_partition(self, tp: TopicPartition) -> None:
+        c = self.cluster
+        assigned = c.assignments.get(tp, ())
+        s = c.zk_state(tp)
+        isr = set(s.isr) if s is not None else set()
+        if not isr <= set(assigned):
+            self.fail("IsrWithinAssigned", tp, f"ISR {sorted(isr)} not within the assigned "
+                      f"replicas {list(assigned)}")
+        if tp in c.moving:
+            return
+        now = frozenset(assigned)
+        before = self.settled.get(tp)
+        if before is not None and before - now and not now <= isr:
+            self.fail("SuccessorsInIsr", tp, f"replicas {sorted(before - now)} removed with "
+                      f"ISR {sorted(isr)} lacking the new replicas {sorted(now - isr)}")
+        self.settled[tp] = now
+
+    def on_delete_sent(self, broker: int, tp: TopicPartition) -> None:
+        """The controller sends `broker` StopReplica(delete=true) for `tp` now."""
+        if not self.enabled:
+            return
+        self.check()  # the settled assignment as of now
+        c = self.cluster
+        assigned = c.assignments.get(tp, ())
+        if broker in assigned:
+            self.fail("RemovedReplicaDeletedEarly", tp, f"StopReplica(delete) to {broker}, "
+                      f"still assigned {list(assigned)}")
+        elif broker in self.settled.get(tp, ()):
+            self.fail("RemovedReplicaDeletedEarly", tp, f"StopReplica(delete) to {broker} "
+                      "before its successors were in the ISR (the move is not complete)")
