@@ -715,6 +715,93 @@ def topic_min_isr(sc: ScenarioRun) -> None:
     sc.snapshot("1, 2 back")
 
 
+def reassign(sc: ScenarioRun) -> None:
+    """KIP-455 under faults, RF 3 on 4 brokers, min.isr=2, acks=all throughout. (1) [0,1,2] ->
+    [1,2,3] while 3 cannot fetch: RS = [1,2,3,0], nothing deleted while 3 is out of the ISR;
+    3 is killed and restarted and the controller fails over mid-move (the new one resumes from
+    the topic znode); once 3 catches up the leader moves off 0, 0 leaves the ISR and its log
+    is deleted, AR = [1,2,3]. (2) [1,2,3] -> [1,2,0] with the old replica 3 killed mid-move:
+    the move completes without it and 3's log is deleted when it returns. (3) [1,2,0] ->
+    [2,0,3], cancelled before 3 caught up: back to [1,2,0], 3's new log deleted. (4) a new
+    partition and a preferred election. The lifecycle checks (sim/lifecycle_invariants.py)
+    run after every event."""
+    from tidelog.controller.core import ELECTION_PREFERRED
+
+    c = sc.cluster
+    tp = sc.tp
+
+    def ctl() -> Any:
+        assert c.controller is not None
+        return c.controller
+
+    def settled(replicas: list[int]) -> bool:
+        s = sc.zk()
+        return (tp not in c.moving and list(c.assignments[tp]) == replicas and s is not None
+                and set(s.isr) == set(replicas) and sc.leader_is(s.leader))
+
+    def expect(ok: bool, what: str) -> None:
+        if not ok:
+            c.checker.fail("ReassignmentScript", tp, what)
+
+    sc.boot()
+    sc.produce(10)
+    cut = sc.rule(fetch_requests(3, 0))
+    ctl().reassign({tp: [1, 2, 3]})
+    sc.run_for(300)
+    sc.snapshot("moving to [1,2,3]: 3 cannot fetch")
+    expect(list(c.assignments[tp]) == [1, 2, 3, 0] and tp in c.moving, "RS [1,2,3,0] written")
+    expect(sc.node(0).log(tp) is not None, "0's log kept while 3 is out of the ISR")
+    sc.produce(5)
+    sc.stop(3, "kill")
+    sc.run_for(100)
+    sc.start(3)
+    sc.wait_registered(3)
+    c.failover_controller()
+    sc.run_for(100)
+    sc.snapshot("new replica bounced, controller failed over")
+    sc.unrule(cut)
+    sc.produce(5)
+    expect(sc.run_until(lambda: settled([1, 2, 3])), "move 1 completed")
+    expect(sc.run_until(lambda: sc.node(0).log(tp) is None, 2000), "0's log deleted")
+    sc.snapshot("moved to [1,2,3]")
+    sc.produce(5)
+    cut = sc.rule(fetch_requests(0, 1))
+    ctl().reassign({tp: [1, 2, 0]})
+    sc.run_for(5)
+    sc.stop(3, "kill")
+    sc.produce(5)
+    # The controller must know 3 is gone when the move completes (a StopReplica sent to a
+    # broker it still thinks alive is lost with the process, as in Kafka).
+    sc.wait_gone(3)
+    sc.unrule(cut)
+    expect(sc.run_until(lambda: settled([1, 2, 0])), "move 2 completed without 3")
+    sc.snapshot("moved to [1,2,0], 3 down")
+    sc.start(3)
+    expect(sc.run_until(lambda: sc.node(3).log(tp) is None, 3000),
+           "3's log deleted when it returned")
+    cut = sc.rule(fetch_requests(3, sc.zk().leader))
+    ctl().reassign({tp: [2, 0, 3]})
+    sc.produce(5)
+    sc.run_for(200)
+    sc.snapshot("moving to [2,0,3]")
+    ctl().reassign({tp: None})
+    # Back to the original replicas, in the full replica set's order (Kafka's originReplicas).
+    expect(sc.run_until(lambda: settled([2, 0, 1])), "cancelled back to [2,0,1]")
+    expect(sc.run_until(lambda: sc.node(3).log(tp) is None, 3000), "3's new log deleted")
+    sc.unrule(cut)
+    sc.snapshot("cancelled")
+    parts = c.zk.get_topic_assignment(tp.topic) or {}
+    c.zk.set_topic_assignment(tp.topic, {**parts, 1: [3, 0, 1]})
+    expect(sc.run_until(lambda: len(c.tps) == 2 and c.acting_leader(c.tps[1]) is not None),
+           "partition 1 created")
+    expect(sc.leader_is(1), "1 still leads: 2, first of [2,0,1], is not the leader")
+    result = ctl().elect_leaders([tp], ELECTION_PREFERRED)
+    expect(result is not None and result[tp][0] == 0 and sc.run_until(lambda: sc.leader_is(2)),
+           f"preferred leader 2 elected: {result}")
+    sc.produce(5)
+    sc.snapshot("partition added, preferred leader")
+
+
 def _expect_refused(sc: ScenarioRun, codes: list[int], n: int, code: int, name: str) -> None:
     wrong = [c for c in codes if c != code]
     if len(codes) != n or wrong:
@@ -801,6 +888,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              lambda naive: _cfg(3, (0, 1, 2), min_insync_replicas=1, replica_lag_time_max_ms=500,
                                 sim={"topic_properties": {"min.insync.replicas": 2}}),
              None),
+    Scenario("reassign", "KIP-455: moves under crashes, a controller failover, a cancellation",
+             reassign, lambda naive: _cfg(4, (0, 1, 2)), None),
     Scenario("out_of_range", "KAFKA-7414: out-of-range is never fatal for a follower",
              out_of_range,
              lambda naive: _cfg(3, (0, 1, 2), min_insync_replicas=1,
