@@ -94,3 +94,59 @@ def test_a_follower_over_its_rate_leaves_a_lagging_throttled_partition_out_of_it
     later = [r for r in f.poll_requests(2 + CONFIG.replica_fetch_backoff_ms)
              if isinstance(r, FetchRequest)]
     assert later and later[0].partitions[TP].fetch_offset == 5
+
+
+def exceeded_after_a_burst(num_windows: int, window_size_ms: int, bound: int,
+                           at_ms: int) -> bool:
+    """1,000 bytes at t=0 against `bound` B/s, asked at `at_ms`."""
+    q = ReplicationQuotaManager(num_windows, window_size_ms, bound)
+    q.record(1000, now_ms=0)
+    return q.is_quota_exceeded(at_ms)
+
+
+def test_the_number_of_windows_sets_how_much_a_burst_is_diluted_and_how_long_it_is_held() -> None:
+    # 11 windows: 1,000 B over 10 s = 100 B/s; 2 windows: over 1 s = 1,000 B/s
+    assert not exceeded_after_a_burst(11, 1000, 200, at_ms=0)
+    assert exceeded_after_a_burst(2, 1000, 200, at_ms=0)
+    # held for 11 windows with 11 of them, 2 with 2 (Kafka's purgeObsoleteSamples)
+    assert exceeded_after_a_burst(11, 1000, 50, at_ms=10_999)
+    assert not exceeded_after_a_burst(2, 1000, 50, at_ms=2_000)
+    assert exceeded_after_a_burst(2, 1000, 50, at_ms=1_999)
+
+
+def test_the_window_size_sets_how_much_a_burst_is_diluted_and_how_long_it_is_held() -> None:
+    # 11 windows of 1 s: 1,000 B over 10 s = 100 B/s; of 2 s: over 20 s = 50 B/s
+    assert exceeded_after_a_burst(11, 1000, 60, at_ms=0)
+    assert not exceeded_after_a_burst(11, 2000, 60, at_ms=0)
+    assert not exceeded_after_a_burst(11, 1000, 1, at_ms=11_000)
+    assert exceeded_after_a_burst(11, 2000, 1, at_ms=11_000)
+    assert not exceeded_after_a_burst(11, 2000, 1, at_ms=22_000)
+
+
+def test_samples_are_reused_in_a_ring_of_one_more_than_the_windows() -> None:
+    """Kafka's SampledStat.advance: 3 windows keep 4 samples; a record once the current
+    sample has lasted a window goes into the next, the oldest one started over."""
+    q = ReplicationQuotaManager(num_windows=3, window_size_ms=1000, bound=1)
+    for t in range(5):  # 100 B in each of 5 consecutive windows
+        q.record(100, now_ms=t * 1000)
+    # the samples of t = 1..4 s are kept (t = 0 was reused): 400 B since the oldest began
+    assert q.rate(3999) == pytest.approx(400 / 2.999)
+    # at 4 s the sample of t = 1 s has had no event for 3 windows: it starts over, empty
+    assert q.rate(4000) == pytest.approx(300 / 2)
+
+
+def test_the_broker_builds_its_quotas_from_the_window_configs() -> None:
+    from tidelog.broker.config import ConfigError, KafkaConfig
+    from tidelog.broker.server import BrokerServer
+
+    base = "broker.id=1\nzookeeper.connect=127.0.0.1:2181\nlog.dirs=/nonexistent\n"
+    default = BrokerServer(KafkaConfig.from_text(base)).replication_quotas
+    assert (default.leader.num_windows, default.leader.window_size_ms) == (11, 1000)
+    quotas = BrokerServer(KafkaConfig.from_text(
+        base + "replication.quota.window.num=3\nreplication.quota.window.size.seconds=2\n"
+    )).replication_quotas
+    for q in (quotas.leader, quotas.follower):
+        assert (q.num_windows, q.window_size_ms) == (3, 2000)
+    for key in ("replication.quota.window.num", "replication.quota.window.size.seconds"):
+        with pytest.raises(ConfigError, match=f"^{key}: value 0 must be at least 1"):
+            KafkaConfig.from_text(base + f"{key}=0\n")

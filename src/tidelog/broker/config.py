@@ -412,6 +412,10 @@ define("leader.imbalance.check.interval.seconds", "long", 300)
 define("unclean.leader.election.enable", "boolean", False)
 define("fetch.max.bytes", "int", 55 * 1024 * 1024, at_least(1024))
 define("max.incremental.fetch.session.cache.slots", "int", 1000, at_least(0))
+define("replication.quota.window.num", "int", 11, at_least(1),
+       doc="samples of the replication throttles' rate (leader and follower)")
+define("replication.quota.window.size.seconds", "int", 1, at_least(1),
+       doc="the time span of each sample of the replication throttles' rate")
 # --- Controlled shutdown
 define("controlled.shutdown.enable", "boolean", True)
 define("controlled.shutdown.max.retries", "int", 3)

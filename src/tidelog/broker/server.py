@@ -110,7 +110,9 @@ class BrokerServer:
         # /config/brokers: the dynamic log defaults in force over server.properties
         self.dynamic_config = DynamicBrokerConfig(config)
         # Replication throttles, from the dynamic broker configs and the topics' overrides.
-        self.replication_quotas = ReplicationQuotas(self.broker_id)
+        self.replication_quotas = ReplicationQuotas(
+            self.broker_id, config.get("replication.quota.window.num"),
+            config.get("replication.quota.window.size.seconds") * 1000)
         self._topic_overrides: dict[str, dict[str, str]] = {}  # /config/topics, as read
         self._config_changes = ConfigChangeNotifications()
         self._config_watch: Any = None

@@ -13,14 +13,15 @@ rate while the in-sync followers, and so the producers' acks=all, are never slow
 the measured rate is above the bound, the leader answers a throttled partition with no records
 and the follower leaves it out of its fetch; every byte of a throttled partition is recorded.
 
-The rate is Kafka's `Rate` over `replication.quota.window.num` (11) samples of
-`replication.quota.window.size.seconds` (1 s): the bytes of the samples kept, over the time
-they span (at least the full windows but the current one).
+The rate is Kafka's `Rate` over a `SampledStat` (kafka-clients 3.9.1) of
+`replication.quota.window.num` (11) samples of `replication.quota.window.size.seconds` (1 s),
+broker configs read at start: the bytes of the samples kept, over the time since the oldest
+one began, counted as at least the full windows but the current one. More windows remember a
+burst longer and dilute it more; longer windows do both too.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Mapping
 
 from tidelog.replication.types import TopicPartition
@@ -63,13 +64,35 @@ def parse_rate(key: str, value: str | None) -> int:
     return rate
 
 
+REPLICATION_QUOTA_WINDOW_NUM = "replication.quota.window.num"
+REPLICATION_QUOTA_WINDOW_SIZE_SECONDS = "replication.quota.window.size.seconds"
+
+
+class _Sample:
+    """One window of Kafka's SampledStat.Sample (a WindowedSum's value)."""
+
+    __slots__ = ("last_event_ms", "start_ms", "value")
+
+    def __init__(self, now_ms: int) -> None:
+        self.reset(now_ms)
+
+    def reset(self, now_ms: int) -> None:
+        self.start_ms = now_ms
+        self.last_event_ms = now_ms
+        self.value = 0
+
+
 class ReplicationQuotaManager:
     def __init__(self, num_windows: int = 11, window_size_ms: int = 1000,
                  bound: int = QUOTA_BYTES_PER_SECOND_DEFAULT) -> None:
+        if num_windows < 1 or window_size_ms < 1:
+            raise ValueError("a quota needs at least one window of at least 1 ms")
         self.num_windows = num_windows
         self.window_size_ms = window_size_ms
         self.bound = bound
-        self._samples: deque[list[int]] = deque()  # [window start ms, bytes]
+        # Kafka keeps one sample more than the windows, reused in a ring (SampledStat.advance).
+        self._samples: list[_Sample] = []
+        self._current = 0
         self.last_now_ms = 0  # the time of the last measure or record
         # topic -> throttled partitions (None: all of them)
         self._throttled: dict[str, set[int] | None] = {}
@@ -105,33 +128,45 @@ class ReplicationQuotaManager:
         self.bound = bound
 
     def record(self, nbytes: int, now_ms: int) -> None:
-        if nbytes <= 0:
-            return
-        self._expire(now_ms)
-        self.last_now_ms = max(self.last_now_ms, now_ms)
-        if not self._samples or now_ms >= self._samples[-1][0] + self.window_size_ms:
-            self._samples.append([now_ms, 0])
-        self._samples[-1][1] += nbytes
-
-    def rate(self, now_ms: int) -> float:
-        """Bytes per second over the samples kept (Kafka's Rate.measure)."""
-        self._expire(now_ms)
+        """Kafka's SampledStat.record: into the current sample, or the next one once the
+        current has lasted a window."""
         self.last_now_ms = max(self.last_now_ms, now_ms)
         if not self._samples:
-            return 0.0
-        elapsed = now_ms - self._samples[0][0]
+            self._samples.append(_Sample(now_ms))
+        sample = self._samples[self._current]
+        if now_ms - sample.start_ms >= self.window_size_ms:
+            self._current = (self._current + 1) % (self.num_windows + 1)
+            if self._current >= len(self._samples):
+                self._samples.append(_Sample(now_ms))
+            else:
+                self._samples[self._current].reset(now_ms)
+            sample = self._samples[self._current]
+        sample.value += nbytes
+        sample.last_event_ms = now_ms
+
+    def rate(self, now_ms: int) -> float:
+        """Bytes per second (Kafka's Rate.measure and Rate.windowSize)."""
+        self.last_now_ms = max(self.last_now_ms, now_ms)
+        self._purge(now_ms)
+        if not self._samples:
+            self._samples.append(_Sample(now_ms))
+        total = sum(s.value for s in self._samples)
+        elapsed = now_ms - min(s.start_ms for s in self._samples)
         full = elapsed // self.window_size_ms
         if full < self.num_windows - 1:
             elapsed += (self.num_windows - 1 - full) * self.window_size_ms
-        return sum(s[1] for s in self._samples) * 1000.0 / max(elapsed, 1)
+        return total * 1000.0 / max(elapsed, 1)
 
     def is_quota_exceeded(self, now_ms: int) -> bool:
         return self.bound < QUOTA_BYTES_PER_SECOND_DEFAULT and self.rate(now_ms) > self.bound
 
-    def _expire(self, now_ms: int) -> None:
-        horizon = now_ms - self.num_windows * self.window_size_ms
-        while self._samples and self._samples[0][0] + self.window_size_ms <= horizon:
-            self._samples.popleft()
+    def _purge(self, now_ms: int) -> None:
+        """Kafka's purgeObsoleteSamples: a sample with no event in the last `num_windows`
+        windows starts over, empty, now."""
+        expire_age = self.num_windows * self.window_size_ms
+        for sample in self._samples:
+            if now_ms - sample.last_event_ms >= expire_age:
+                sample.reset(now_ms)
 
 
 def should_throttle(quota: ReplicationQuotaManager | None, tp: TopicPartition, in_sync: bool,
@@ -148,10 +183,12 @@ class ReplicationQuotas:
     """A broker's two quotas, kept up to date from its dynamic broker configs and its topics'
     overrides (Kafka's BrokerConfigHandler / TopicConfigHandler for the throttle keys)."""
 
-    def __init__(self, broker_id: int) -> None:
+    def __init__(self, broker_id: int, num_windows: int = 11, window_size_ms: int = 1000) -> None:
+        """`num_windows`, `window_size_ms`: `replication.quota.window.num` and
+        `replication.quota.window.size.seconds` (in ms), static as in Kafka."""
         self.broker_id = broker_id
-        self.leader = ReplicationQuotaManager()
-        self.follower = ReplicationQuotaManager()
+        self.leader = ReplicationQuotaManager(num_windows, window_size_ms)
+        self.follower = ReplicationQuotaManager(num_windows, window_size_ms)
 
     def update_rates(self, cluster_default: Mapping[str, str],
                      per_broker: Mapping[str, str]) -> None:
