@@ -129,6 +129,7 @@ class SimCluster:
         # partition additions); `moving` holds each moving partition's (adding, removing).
         self._topic_path = zk_data.topic_path(config.topic)
         self._topic_stat: Any = None
+        self._synced_zxid = -1
         self.moving: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self.sync_topic()
 
@@ -139,6 +140,7 @@ class SimCluster:
     # -- lookups ----------------------------------------------------------------------------
     def sync_topic(self) -> bool:
         """Re-read the topic znode if it changed since the last look; True if it did."""
+        self._synced_zxid = self.zk.zxid
         node = self.zk.nodes.get(self._topic_path)
         if node is None or node.stat is self._topic_stat:
             return False
@@ -162,8 +164,7 @@ class SimCluster:
 
     def zk_state(self, tp: TopicPartition) -> LeaderAndIsrPartitionState | None:
         """The partition's state znode, cached until the znode changes (checked per event)."""
-        topic = self.zk.nodes.get(self._topic_path)
-        if topic is not None and topic.stat is not self._topic_stat:
+        if self.zk.zxid != self._synced_zxid:  # a znode changed: maybe the topic's
             self.sync_topic()
         path = self._paths.get(tp)
         if path is None:

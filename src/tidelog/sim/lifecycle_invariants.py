@@ -36,12 +36,15 @@ class LifecycleChecker:
         self.settled: dict[TopicPartition, frozenset[int]] = {}
         self._seen: dict[TopicPartition, tuple[Any, Any]] = {}
         self._paths: dict[TopicPartition, str] = {}
+        self._zxid = -1
         self.enabled = True
 
     def check(self) -> None:
-        if not self.enabled:
-            return
         c = self.cluster
+        zxid = c.zk.zxid
+        if zxid == self._zxid or not self.enabled:
+            return  # no znode changed since the last look (most events)
+        self._zxid = zxid
         c.sync_topic()
         topic_stat = c._topic_stat
         nodes = c.zk.nodes

@@ -1,0 +1,127 @@
+"""The simulated controller runs the real controller's reassignment phases (KIP-455), partition
+additions and ElectLeaders through the shared executor; the lifecycle checks see a broken
+move when one is forced."""
+
+from __future__ import annotations
+
+from tidelog.controller.core import ELECTION_UNCLEAN
+from tidelog.controller.reassignment import ApiError
+from tidelog.controller.reassignment_manager import ReassignmentManager
+from tidelog.sim.cluster import SimCluster, SimConfig
+from tidelog.sim.messages import ReplicaFetchRequest
+
+
+def booted(**kw: object) -> SimCluster:
+    c = SimCluster(SimConfig(**kw))  # type: ignore[arg-type]
+    c.start()
+    c.run_for(300)
+    return c
+
+
+def cut_fetches(c: SimCluster, follower: int) -> None:
+    c.network.rules.append(
+        lambda s, d, m: s == follower and isinstance(m, ReplicaFetchRequest))
+
+
+def kinds(c: SimCluster) -> set[str]:
+    return {v.invariant for v in c.checker.violations}
+
+
+def test_a_move_goes_through_the_full_replica_set_and_deletes_the_old_replica() -> None:
+    c = booted(brokers=4)
+    tp = c.tps[0]
+    p = c.add_producer(tp, -1)
+    p.produce(5)
+    c.run_for(200)
+    assert c.controller is not None
+    assert isinstance(c.controller.reassignments, ReassignmentManager)
+    cut_fetches(c, 3)
+    assert c.controller.reassign({tp: [1, 2, 3]}) == {tp: ApiError(0)}
+    c.run_for(500)
+    # RS = TRS + ORS while 3 cannot catch up; nothing deleted yet.
+    assert c.assignments[tp] == (1, 2, 3, 0) and c.moving[tp] == ((3,), (0,))
+    assert c.nodes[0].log(tp) is not None
+    c.network.rules.clear()
+    p.produce(5)
+    assert c.settle(10_000)
+    s = c.zk_state(tp)
+    assert s is not None and c.assignments[tp] == (1, 2, 3) and set(s.isr) == {1, 2, 3}
+    assert s.leader in (1, 2, 3) and tp not in c.moving
+    c.run_for(200)
+    assert c.nodes[0].log(tp) is None
+    assert c.final_checks() == [] and c.checker.violations == []
+
+
+def test_a_new_controller_resumes_the_move_from_the_topic_znode() -> None:
+    c = booted(brokers=4)
+    tp = c.tps[0]
+    cut_fetches(c, 3)
+    assert c.controller is not None
+    c.controller.reassign({tp: [1, 2, 3]})
+    c.run_for(200)
+    c.failover_controller()
+    c.run_for(100)
+    assert c.controller.reassignments.list(None)[tp].removing_replicas == (0,)
+    c.network.rules.clear()
+    assert c.settle(10_000)
+    assert c.assignments[tp] == (1, 2, 3)
+    assert c.final_checks() == [] and c.checker.violations == []
+
+
+def test_cancelling_reverts_to_the_original_replicas() -> None:
+    c = booted(brokers=4)
+    tp = c.tps[0]
+    cut_fetches(c, 3)
+    assert c.controller is not None
+    c.controller.reassign({tp: [1, 2, 3]})
+    c.run_for(200)
+    assert c.controller.reassign({tp: None}) == {tp: ApiError(0)}
+    c.run_for(300)
+    assert set(c.assignments[tp]) == {0, 1, 2} and tp not in c.moving
+    assert c.nodes[3].log(tp) is None
+    assert c.checker.violations == []
+
+
+def test_a_partition_added_to_the_topic_znode_is_created_by_the_controller() -> None:
+    c = booted()
+    parts = c.zk.get_topic_assignment("t") or {}
+    c.zk.set_topic_assignment("t", {**parts, 1: [1, 2, 0]})
+    c.run_for(300)
+    assert len(c.tps) == 2
+    s = c.zk_state(c.tps[1])
+    assert s is not None and s.leader == 1 and set(s.isr) == {0, 1, 2}
+    assert c.acting_leader(c.tps[1]) is c.nodes[1]
+
+
+def test_an_unclean_election_elects_a_replica_out_of_the_isr() -> None:
+    # unclean.leader.election.enable is off: an admin's UNCLEAN election goes ahead anyway.
+    c = booted()
+    tp = c.tps[0]
+    cut_fetches(c, 2)
+    c.run_for(3000)  # 2 drops out of the ISR
+    c.nodes[0].stop("kill")
+    c.nodes[1].stop("kill")
+    c.run_for(3000)
+    s = c.zk_state(tp)
+    assert s is not None and s.leader == -1  # no clean candidate: offline
+    assert c.controller is not None
+    result = c.controller.elect_leaders([tp], ELECTION_UNCLEAN)
+    assert result is not None and result[tp] == (0, None, 2)
+    c.network.rules.clear()
+    c.run_for(200)
+    assert c.acting_leader(tp) is c.nodes[2]
+
+
+def test_the_lifecycle_checks_catch_an_early_delete_and_an_isr_outside_the_assignment() -> None:
+    c = booted(brokers=4)
+    tp = c.tps[0]
+    cut_fetches(c, 3)
+    assert c.controller is not None
+    c.controller.reassign({tp: [1, 2, 3]})
+    c.run_for(200)
+    c.lifecycle.on_delete_sent(0, tp)  # as if StopReplica(delete) went out now
+    assert "RemovedReplicaDeletedEarly" in kinds(c)
+    # AR = TRS written while the old replica is still in the ISR.
+    c.zk.set_topic_assignment("t", {0: [1, 2, 3]})
+    c.run_for(5)
+    assert {"IsrWithinAssigned", "SuccessorsInIsr"} <= kinds(c)
