@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from tidelog.protocol.records.batch import iter_batches
 from tidelog.protocol.records.builder import build_values
@@ -40,6 +41,8 @@ from tidelog.sim.messages import (
     ProduceResponse,
 )
 from tidelog.sim.network import Network
+from tidelog.sim.txn_invariants import read_committed
+from tidelog.sim.txn_node import TxnFetchRequest, TxnFetchResponse, TxnRequest, TxnResponse
 
 LeaderLookup = Callable[[TopicPartition], tuple[int, int]]  # -> (leader, leader epoch)
 
@@ -342,3 +345,337 @@ class Consumer:
 class ClientSet:
     producers: list[Producer] = field(default_factory=list)
     consumers: list[Consumer] = field(default_factory=list)
+
+
+# -- transactions ------------------------------------------------------------------------------
+# Coordinator answers a transactional producer retries after a back-off (Kafka's
+# TransactionManager: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR,
+# CONCURRENT_TRANSACTIONS, REQUEST_TIMED_OUT).
+TXN_RETRIABLE = frozenset({7, 14, 15, 16, 51})
+INVALID_PRODUCER_EPOCH = 47
+PRODUCER_FENCED = 90
+_FENCED = frozenset({INVALID_PRODUCER_EPOCH, PRODUCER_FENCED})
+
+
+@dataclass(slots=True)
+class TxnStats:
+    transactions: int = 0
+    committed: int = 0
+    aborted: int = 0
+    undecided: int = 0  # fenced, timed out or failed before the outcome was learnt
+    retries: int = 0
+    fenced: int = 0
+    epoch_bumps: int = 0
+
+
+class TxnProducer:
+    """A transactional producer as Kafka's (`transactional.id`): InitProducerId, then
+    transactions of AddPartitionsToTxn, one batch per partition (its records named by
+    `txn_value`), and EndTxn commit or abort. Coordinator requests are retried on retriable
+    answers; a produce error aborts the transaction and bumps the epoch (KIP-360); a fenced
+    producer (a newer instance of its id, or the coordinator's timeout abort) stops, and
+    `on_fenced` may start the next instance. With probability `stall_share` a transaction stays
+    open past `transaction.timeout.ms` before its EndTxn (the coordinator aborts it).
+
+    What it wrote and learnt goes to the `ledger` (sim/txn_invariants.TxnLedger); a success
+    answered to a request sent after a newer instance of the id got its epoch is a violation
+    (FencedProducerRefused)."""
+
+    def __init__(self, node_id: int, transactional_id: str, tps: list[TopicPartition],
+                 scheduler: Scheduler, network: Network, leader_of: LeaderLookup,
+                 coordinator_of: Callable[[str], int], ledger: Any, rng: Any, *,
+                 transaction_timeout_ms: int = 3000, request_timeout_ms: int = 1500,
+                 retry_backoff_ms: int = 100, abort_share: float = 0.25,
+                 stall_share: float = 0.03,
+                 on_fenced: Callable[[TxnProducer], None] | None = None) -> None:
+        self.node_id = node_id
+        self.transactional_id = transactional_id
+        self.tps = tps
+        self.scheduler = scheduler
+        self.network = network
+        self.leader_of = leader_of
+        self.coordinator_of = coordinator_of
+        self.ledger = ledger
+        self.rng = rng
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.abort_share = abort_share
+        self.stall_share = stall_share
+        self.on_fenced = on_fenced
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.running = False  # begins new transactions
+        self.phase = "new"  # new, init, add, produce, end, idle, fenced
+        self.txn: tuple[str, int] | None = None
+        self._seqs: dict[TopicPartition, int] = {}
+        self._batches: dict[TopicPartition, tuple[bytes, int]] = {}  # unacked: (data, count)
+        self._pending: dict[int, tuple[str, Any, int, Timer]] = {}  # corr -> (what, arg, sent)
+        self._corr = 0
+        self._commit = True
+        self.stats = TxnStats()
+        network.register(node_id, self.receive)
+
+    @property
+    def busy(self) -> bool:
+        """In a transaction (or initializing): its outcome is still to come."""
+        return self.phase in ("init", "add", "produce", "end")
+
+    def start(self) -> None:
+        self.running = True
+        self._init(None)
+
+    def stop(self) -> None:
+        """No new transactions; the one in progress runs to its end."""
+        self.running = False
+
+    # -- requests ------------------------------------------------------------------------
+    def _request(self, dest: int, what: str, msg_args: tuple[Any, ...] | None,
+                 arg: Any = None) -> None:
+        """Track a request (its answer or its timeout); a coordinator request (`msg_args`) is
+        sent here, a produce by the caller."""
+        self._corr += 1
+        corr = self._corr
+        timer = self.scheduler.schedule(self.request_timeout_ms, self._timed_out, corr)
+        self._pending[corr] = (what, arg, self.scheduler.now_ms, timer)
+        if dest >= 0 and msg_args is not None:
+            self.network.send(self.node_id, dest, TxnRequest(corr, what, msg_args))
+
+    def _to_coordinator(self, what: str, args: tuple[Any, ...], arg: Any = None) -> None:
+        self._request(self.coordinator_of(self.transactional_id), what, args, arg)
+
+    def _timed_out(self, corr: int) -> None:
+        entry = self._pending.pop(corr, None)
+        if entry is not None:
+            self._answer(entry[0], entry[1], entry[2], 7, None)  # REQUEST_TIMED_OUT
+
+    def receive(self, src: int, msg: object) -> None:
+        if isinstance(msg, TxnResponse):
+            entry = self._pending.pop(msg.corr_id, None)
+            if entry is not None:
+                entry[3].cancel()
+                self._answer(entry[0], entry[1], entry[2], msg.error, msg)
+        elif isinstance(msg, ProduceResponse):
+            entry = self._pending.pop(msg.corr_id, None)
+            if entry is not None:
+                entry[3].cancel()
+                self._answer(entry[0], entry[1], entry[2], msg.error, msg)
+
+    def _later(self, fn: Callable[..., None], *args: Any) -> None:
+        self.stats.retries += 1
+        self.scheduler.schedule(self.retry_backoff_ms, fn, *args)
+
+    def _answer(self, what: str, arg: Any, sent_ms: int, error: int, msg: Any) -> None:
+        if self.phase == "fenced":
+            return
+        if error == 0 and what in ("add", "end"):
+            self.ledger.check_not_fenced(self.transactional_id, self.producer_epoch, sent_ms,
+                                         what, self.scheduler.now_ms)
+        if what == "init":
+            self._on_init(arg, error, msg)
+        elif what == "add":
+            self._on_add(error)
+        elif what == "produce":
+            self._on_produce(arg, error)
+        elif what == "end":
+            self._on_end(error)
+
+    # -- InitProducerId --------------------------------------------------------------------
+    def _init(self, expected: tuple[int, int] | None) -> None:
+        self.phase = "init"
+        self.txn = None
+        self._to_coordinator("init", (self.transactional_id, self.transaction_timeout_ms,
+                                      expected), expected)
+
+    def _on_init(self, expected: tuple[int, int] | None, error: int, msg: Any) -> None:
+        if error == 0:
+            self.producer_id, self.producer_epoch = msg.producer_id, msg.producer_epoch
+            self._seqs.clear()
+            self.ledger.granted(self.transactional_id, self.producer_epoch,
+                                self.scheduler.now_ms)
+            self.phase = "idle"
+            self.scheduler.schedule(self.rng.randint(1, 50), self._begin)
+        elif error in TXN_RETRIABLE:
+            self._later(self._init, expected)
+        else:
+            self._fenced()
+
+    def _fenced(self) -> None:
+        self.phase = "fenced"
+        self.running = False
+        self.stats.fenced += 1
+        if self.txn is not None:
+            self.stats.undecided += 1
+        for _, _, _, timer in self._pending.values():
+            timer.cancel()
+        self._pending.clear()
+        if self.on_fenced is not None:
+            self.on_fenced(self)
+
+    def _bump(self) -> None:
+        """KIP-360: after an abortable error, a new epoch under the same producer id."""
+        self.stats.epoch_bumps += 1
+        self._init((self.producer_id, self.producer_epoch))
+
+    # -- a transaction ---------------------------------------------------------------------
+    def _begin(self) -> None:
+        if not self.running or self.phase != "idle":
+            return
+        self.txn = (self.transactional_id, self.ledger.next_number(self.transactional_id))
+        self.stats.transactions += 1
+        chosen = self.rng.sample(self.tps, self.rng.randint(1, min(2, len(self.tps))))
+        now = self.scheduler.now_ms
+        self._batches = {}
+        for tp in sorted(chosen):
+            count = self.rng.randint(1, 3)
+            values = [self.ledger.value(self.txn, i, count) for i in range(count)]
+            self._batches[tp] = (bytes(build_values(
+                values, now_ms=now, producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch, base_sequence=self._seqs.get(tp, 0),
+                transactional=True)), count)
+        self._commit = self.rng.random() >= self.abort_share
+        self._add()
+
+    def _add(self) -> None:
+        self.phase = "add"
+        self._to_coordinator("add", (self.transactional_id, self.producer_id,
+                                     self.producer_epoch, sorted(self._batches)))
+
+    def _on_add(self, error: int) -> None:
+        if error == 0:
+            self.phase = "produce"
+            assert self.txn is not None
+            for tp, (_, count) in self._batches.items():
+                self.ledger.wrote(self.txn, tp, count)
+            for tp in list(self._batches):
+                self._produce(tp)
+        elif error in TXN_RETRIABLE:
+            self._later(self._add)
+        elif error in _FENCED:
+            self._fenced()
+        else:
+            self.stats.undecided += 1
+            self._bump()
+
+    def _produce(self, tp: TopicPartition) -> None:
+        if self.phase != "produce" or tp not in self._batches:
+            return
+        leader, _ = self.leader_of(tp)
+        self._request(leader, "produce", None, tp)
+        if leader >= 0:
+            self.network.send(self.node_id, leader, ProduceRequest(
+                self._corr, -1, self.request_timeout_ms, tp, self._batches[tp][0]))
+
+    def _on_produce(self, tp: TopicPartition, error: int) -> None:
+        if self.phase != "produce":
+            return
+        if error == 0:
+            data, count = self._batches.pop(tp)
+            self._seqs[tp] = self._seqs.get(tp, 0) + count
+            if not self._batches:
+                self._ready()
+        elif error in RETRIABLE_ERRORS:
+            self._later(self._produce, tp)
+        elif error in _FENCED:
+            self._fenced()
+        else:
+            # An abortable error (e.g. OUT_OF_ORDER_SEQUENCE_NUMBER): abort, then a new epoch.
+            self._commit = False
+            self._batches.clear()
+            self._end()
+
+    def _ready(self) -> None:
+        if self.rng.random() < self.stall_share:
+            # A stalled application: the coordinator's timeout aborts the transaction.
+            self.scheduler.schedule(2 * self.transaction_timeout_ms, self._end)
+        else:
+            self.scheduler.schedule(self.rng.randint(0, 20), self._end)
+
+    def _end(self) -> None:
+        if self.phase not in ("produce", "end"):
+            return
+        self.phase = "end"
+        self._to_coordinator("end", (self.transactional_id, self.producer_id,
+                                     self.producer_epoch, self._commit))
+
+    def _on_end(self, error: int) -> None:
+        if error == 0:
+            assert self.txn is not None
+            self.ledger.outcome(self.txn, self._commit, self.scheduler.now_ms)
+            if self._commit:
+                self.stats.committed += 1
+            else:
+                self.stats.aborted += 1
+            self.txn = None
+            self.phase = "idle"
+            self.scheduler.schedule(self.rng.randint(1, 50), self._begin)
+        elif error in TXN_RETRIABLE:
+            self._later(self._end)
+        elif error in _FENCED:
+            self._fenced()
+        else:
+            self.stats.undecided += 1
+            self._bump()
+
+
+class TxnConsumer:
+    """A read_committed consumer of one partition: fetches up to the LSO with the aborted
+    transactions, filters as Kafka's client (sim/txn_invariants.read_committed) and hands what
+    it returns to the ledger."""
+
+    def __init__(self, node_id: int, tp: TopicPartition, scheduler: Scheduler,
+                 network: Network, leader_of: LeaderLookup, ledger: Any, *,
+                 poll_interval_ms: int = 20, max_wait_ms: int = 50) -> None:
+        self.node_id = node_id
+        self.tp = tp
+        self.scheduler = scheduler
+        self.network = network
+        self.leader_of = leader_of
+        self.ledger = ledger
+        self.poll_interval_ms = poll_interval_ms
+        self.max_wait_ms = max_wait_ms
+        self.position = 0
+        self.last_stable_offset = 0
+        self.records_read = 0
+        self._corr = 0
+        self._waiting: int | None = None
+        self.running = False
+        network.register(node_id, self.receive)
+
+    def start(self) -> None:
+        if not self.running:
+            self.running = True
+            self.scheduler.schedule(self.poll_interval_ms, self._poll)
+
+    def _poll(self) -> None:
+        if not self.running:
+            return
+        leader, epoch = self.leader_of(self.tp)
+        self._corr += 1
+        self._waiting = self._corr
+        if leader >= 0:
+            self.network.send(self.node_id, leader, TxnFetchRequest(
+                self._corr, self.tp, self.position, epoch, self.max_wait_ms))
+        self.scheduler.schedule(self.max_wait_ms + 100, self._expire, self._corr)
+
+    def _expire(self, corr: int) -> None:
+        if self._waiting == corr:
+            self._waiting = None
+            self._poll()
+
+    def receive(self, src: int, msg: object) -> None:
+        if not isinstance(msg, TxnFetchResponse) or msg.corr_id != self._waiting:
+            return
+        self._waiting = None
+        if msg.error == 0:
+            self.last_stable_offset = msg.last_stable_offset
+            last = -1
+            for batch in iter_batches(msg.records):
+                last = batch.last_offset
+            if last >= self.position:
+                got = [r for r in read_committed(msg.records, msg.aborted_transactions)
+                       if r.offset >= self.position]
+                self.records_read += len(got)
+                self.ledger.consumed(self.tp, got, self.scheduler.now_ms)
+                self.position = last + 1
+        self.scheduler.schedule(self.poll_interval_ms if msg.error else 1, self._poll)

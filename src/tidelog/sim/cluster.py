@@ -17,6 +17,7 @@ from typing import Any
 from tidelog.controller import zk_data
 from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch
 from tidelog.controller.zk_interface import from_zk_state
+from tidelog.coordinator.transaction.log import TRANSACTION_STATE_TOPIC_NAME
 from tidelog.replication.config import ReplicationConfig
 from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
 from tidelog.sim.client import Consumer, Producer
@@ -35,6 +36,7 @@ from tidelog.sim.network import LinkConfig, Network
 from tidelog.sim.node import SimBroker
 from tidelog.sim.producer_invariants import check_producers
 from tidelog.sim.trace import Trace
+from tidelog.sim.txn_workload import TxnWorkload
 from tidelog.sim.zookeeper import SimZooKeeper, ZkCode
 from tidelog.storage.log_config import LogConfig
 
@@ -82,6 +84,9 @@ class SimConfig:
     kip841_eligibility: bool = True
     # partition -> replicas (first = preferred leader); default: round robin from the partition
     assignments: dict[int, tuple[int, ...]] | None = None
+    # Transactional producers, read_committed consumers and the transaction coordinator
+    # (sim/txn_workload.py): the `__transaction_state` topic exists from the start.
+    transactions: bool = False
     trace: bool = True
     trace_limit: int | None = 5000
     check_invariants: bool = True
@@ -108,6 +113,15 @@ class SimCluster:
         # states only under an existing topic).
         self.zk.create_path(zk_data.topic_path(config.topic), zk_data.encode_topic_assignment(
             {tp.partition: rs for tp, rs in self.assignments.items()}))
+        self.txn: TxnWorkload | None = None
+        if config.transactions:
+            self.txn = TxnWorkload(self)
+            # Its partitions are never moved: `sync_topic` follows the data topic only.
+            txn_assignments = self.txn.assignments()
+            self.assignments.update(txn_assignments)
+            self.zk.create_path(zk_data.topic_path(TRANSACTION_STATE_TOPIC_NAME),
+                                zk_data.encode_topic_assignment(
+                                    {tp.partition: rs for tp, rs in txn_assignments.items()}))
         self.network.register(ZK_NODE, self._zk_receive)
         self.network.register(CONTROLLER_NODE, lambda src, msg: None)
         self.nodes = [SimBroker(self, b) for b in range(n)]

@@ -25,6 +25,7 @@ from tidelog.controller.executor import DecisionExecutor, Executed
 from tidelog.controller.reassignment import ApiError
 from tidelog.controller.reassignment_manager import ReassignmentManager
 from tidelog.controller.zk_interface import ControllerMovedError
+from tidelog.coordinator.transaction.log import TRANSACTION_STATE_TOPIC_NAME
 from tidelog.replication.types import TopicPartition
 from tidelog.sim.messages import CONTROLLER_NODE, ControllerMessage
 
@@ -80,8 +81,10 @@ class SimController:
         core = self.core
         topic = self.cluster.config.topic
         # The assignment as ZooKeeper holds it: a move in progress has its full replica set.
-        for p, replicas in sorted((self.zk.get_topic_assignment(topic) or {}).items()):
-            core.add_partition(TopicPartition(topic, p), replicas)
+        # `__transaction_state` too when the run has transactions (it is never moved).
+        for t in (topic, TRANSACTION_STATE_TOPIC_NAME):
+            for p, replicas in sorted((self.zk.get_topic_assignment(t) or {}).items()):
+                core.add_partition(TopicPartition(t, p), replicas)
         self.executor.load_unclean_marks()
         self.executor.refresh(core.assignments)
         self._on_brokers_change("init", BROKERS)

@@ -63,6 +63,7 @@ from tidelog.sim.messages import (
     ZkRequest,
     ZkResponse,
 )
+from tidelog.sim.txn_node import SimTxnHost
 from tidelog.storage.errors import KafkaStorageError
 from tidelog.storage.log_manager import LogManager
 
@@ -209,6 +210,7 @@ class SimBroker:
         # corr -> (op, timer, on_result) of a ZooKeeper request
         self._zk_inflight: dict[int, tuple[tuple[Any, ...], Any, Callable[[Any], None] | None]] = {}
         self.stats = BrokerStats()
+        self.txn: SimTxnHost | None = None  # the transaction coordinator (runs with txns)
         self.network.register(broker_id, self.receive)
         self.network.set_up(broker_id, False)
 
@@ -251,6 +253,8 @@ class SimBroker:
         self.trace("start", ("clean", self.clean_shutdown))
         self._zk_send(("connect", cfg.session_timeout_ms))
         self.rm.startup()
+        if self.cluster.txn is not None:
+            self.txn = SimTxnHost(self)
         self.process.schedule("zookeeper-ping", self._ping, 0, max(1, cfg.session_timeout_ms // 3))
         self.process.schedule("page-cache-writeback", self.flush_logs, 0, cfg.os_flush_ms)
 
@@ -260,6 +264,9 @@ class SimBroker:
         if not self.running:
             return
         self.trace("stop", kind)
+        if self.txn is not None:
+            self.txn.shutdown()
+            self.txn = None
         if self.rm is not None:
             self.rm.shutdown()
         if kind == "clean" and self.log_manager is not None:
@@ -382,6 +389,8 @@ class SimBroker:
             self._on_controller(msg.request)
         elif isinstance(msg, _Retry):
             self._zk_send(msg.op, msg.on_result)
+        elif self.txn is not None:
+            self.txn.receive(src, msg)
 
     # -- produce / consume ---------------------------------------------------------------
     def _on_produce(self, src: int, msg: ProduceRequest) -> None:
@@ -519,6 +528,8 @@ class SimBroker:
                                      {tp: req.delete_partitions for tp in req.partitions}).error
         else:
             return
+        if self.txn is not None and not isinstance(req, UpdateMetadataRequest):
+            self.txn.sync()  # leadership of `__transaction_state` partitions may have changed
         if error == Errors.STALE_BROKER_EPOCH:
             self.stats.stale_requests_refused += 1
             self.trace("stale_broker_epoch", type(req).__name__, req.broker_epoch)

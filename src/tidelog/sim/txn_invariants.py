@@ -9,7 +9,9 @@ isolation.level=read_committed, client/read_committed.py) over one fetched parti
 - CommittedExactlyOnce: at the end, a consumer that read a partition to its end holds every
   record a committed transaction wrote there, once (never at two offsets);
 - AtomicVisibility: a transaction whose outcome a producer never learnt (a crash, a timeout)
-  is seen whole or not at all, in each partition, whichever way the coordinator decided.
+  is seen whole or not at all, in each partition, whichever way the coordinator decided;
+- FencedProducerRefused: once an instance of a transactional id got its epoch from
+  InitProducerId, a request an older instance (a lower epoch) sends is refused.
 Records of transactions carry values made by `txn_value`, so a read record names its
 transaction and its place in it.
 """
@@ -17,7 +19,7 @@ transaction and its place in it.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from tidelog.client.read_committed import AbortedTransactions
@@ -64,8 +66,44 @@ class TxnLedger:
     seen: dict[TopicPartition, dict[TxnKey, dict[int, set[int]]]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(set))))
     violations: list[Violation] = field(default_factory=list)
+    # transactional id -> (the latest epoch InitProducerId granted, when its answer arrived)
+    granted_epochs: dict[str, tuple[int, int]] = field(default_factory=dict)
+    numbers: dict[str, int] = field(default_factory=dict)
+    # told of each violation as it is found (the simulator's per-event checker)
+    report: Callable[[Violation], None] | None = None
+
+    def _violate(self, v: Violation) -> None:
+        self.violations.append(v)
+        if self.report is not None:
+            self.report(v)
 
     # -- the producers' side -----------------------------------------------------------------
+    def next_number(self, transactional_id: str) -> int:
+        """The next transaction number of the id (across the id's producer instances)."""
+        n = self.numbers.get(transactional_id, 0) + 1
+        self.numbers[transactional_id] = n
+        return n
+
+    @staticmethod
+    def value(txn: TxnKey, index: int, count: int) -> bytes:
+        return txn_value(txn[0], txn[1], index, count)
+
+    def granted(self, transactional_id: str, epoch: int, now_ms: int) -> None:
+        """An instance of the id got `epoch` from InitProducerId (its answer arrived now)."""
+        old = self.granted_epochs.get(transactional_id)
+        if old is None or epoch > old[0]:
+            self.granted_epochs[transactional_id] = (epoch, now_ms)
+
+    def check_not_fenced(self, transactional_id: str, epoch: int, sent_ms: int, what: str,
+                         now_ms: int) -> None:
+        """A coordinator accepted `what` from an instance at `epoch`, sent at `sent_ms`."""
+        newest = self.granted_epochs.get(transactional_id)
+        if newest is not None and epoch < newest[0] and sent_ms > newest[1]:
+            self._violate(Violation(
+                now_ms, "FencedProducerRefused", None,
+                f"{transactional_id}: {what} at epoch {epoch} accepted, sent at {sent_ms} after "
+                f"epoch {newest[0]} was granted at {newest[1]}"))
+
     def wrote(self, txn: TxnKey, tp: TopicPartition, count: int) -> None:
         """A transaction sent `count` records to `tp` (values `txn_value(.., i, count)`)."""
         self.written.setdefault(txn, {})[tp] = count
@@ -74,7 +112,7 @@ class TxnLedger:
         """The producer learnt its EndTxn's result (or the coordinator's abort)."""
         (self.committed if committed else self.aborted).add(txn)
         if committed and txn in self.aborted or not committed and txn in self.committed:
-            self.violations.append(Violation(now_ms, "ConflictingOutcome", None, f"{txn}"))
+            self._violate(Violation(now_ms, "ConflictingOutcome", None, f"{txn}"))
 
     # -- the consumers' side -----------------------------------------------------------------
     def consumed(self, tp: TopicPartition, records: Iterable[DecodedRecord],
@@ -86,7 +124,7 @@ class TxnLedger:
                 continue
             txn, index, _ = parsed
             if txn in self.aborted:
-                self.violations.append(Violation(
+                self._violate(Violation(
                     now_ms, "NoAbortedRead", tp,
                     f"record {index} of aborted {txn} at {record.offset}"))
             self.seen[tp][txn][index].add(record.offset)

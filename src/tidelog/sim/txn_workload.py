@@ -1,0 +1,192 @@
+"""Transactions in a simulated cluster (`SimConfig.transactions`): the `__transaction_state`
+topic, transactional producers and read_committed consumers, the ledger that checks them
+(sim/txn_invariants.py) and the end of a run.
+
+The topic is created with the cluster (Kafka creates it at the first FindCoordinator) with
+`transaction.state.log.num.partitions` partitions, replication factor 3 and
+min.insync.replicas 2, and is never moved. Each broker process hosts the coordinator of the
+partitions it leads (sim/txn_node.py). Producer ids come from one counter for the cluster, as
+ZooKeeper's producer-id blocks hand out ids no other broker hands out.
+
+Workload: `producers_per_run` transactional ids, each writing transactions over the data
+partitions (commit or abort at random, some left open past their timeout), a read_committed
+consumer per data partition; `restart` starts a new instance of an id while the old one runs
+on as a zombie (fenced by the new instance's InitProducerId). At the end, `finish` lets every
+transaction be decided (the producers stop beginning new ones; the coordinators complete or
+time out the rest) and the consumers read to the last stable offset, then the ledger's end
+checks run.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from tidelog.coordinator.offsets import partition_for
+from tidelog.coordinator.transaction.log import TRANSACTION_STATE_TOPIC_NAME
+from tidelog.coordinator.transaction.state_manager import TransactionConfig
+from tidelog.replication.types import TopicPartition
+from tidelog.sim.client import TxnConsumer, TxnProducer
+from tidelog.sim.invariants import Violation
+from tidelog.sim.messages import CLIENT_BASE
+from tidelog.sim.tasks import SimFuture
+from tidelog.sim.txn_invariants import TxnLedger
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tidelog.sim.cluster import SimCluster
+
+__all__ = ["TxnWorkload"]
+
+_NODE_BASE = CLIENT_BASE + 5000
+_FIRST_PRODUCER_ID = 100_000
+
+
+class TxnWorkload:
+    def __init__(self, cluster: SimCluster, num_partitions: int = 2,
+                 transaction_timeout_ms: int = 3000) -> None:
+        self.cluster = cluster
+        cfg = cluster.config
+        self.config = TransactionConfig(
+            num_partitions=num_partitions, replication_factor=min(3, cfg.brokers),
+            min_isr=min(2, cfg.brokers), max_timeout_ms=60_000,
+            abort_timed_out_interval_ms=1000, request_timeout_ms=cfg.request_timeout_ms)
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.state_tps = [TopicPartition(TRANSACTION_STATE_TOPIC_NAME, p)
+                          for p in range(num_partitions)]
+        self.rng = random.Random(cluster.rng.getrandbits(64))
+        self.ledger = TxnLedger()
+        self.ledger.report = self._report
+        self.producers: list[TxnProducer] = []
+        self.current: dict[str, TxnProducer] = {}  # transactional id -> its newest instance
+        self.consumers: list[TxnConsumer] = []
+        self._next_pid = _FIRST_PRODUCER_ID
+        self._nodes = 0
+        self.running = False
+
+    def assignments(self) -> dict[TopicPartition, tuple[int, ...]]:
+        n = self.cluster.config.brokers
+        rf = self.config.replication_factor
+        return {tp: tuple((tp.partition + 1 + i) % n for i in range(rf))
+                for tp in self.state_tps}
+
+    def _report(self, v: Violation) -> None:
+        self.cluster.checker.fail(v.invariant, v.tp, v.detail)
+
+    # -- what the brokers ask --------------------------------------------------------------
+    def generate_producer_id(self) -> SimFuture:
+        self._next_pid += 1
+        fut = SimFuture()
+        fut.set_result(self._next_pid)
+        return fut
+
+    def coordinator_of(self, transactional_id: str) -> int:
+        """FindCoordinator: the leader of the id's `__transaction_state` partition."""
+        tp = TopicPartition(TRANSACTION_STATE_TOPIC_NAME,
+                            partition_for(transactional_id, self.config.num_partitions))
+        return self.cluster.leader_of(tp)[0]
+
+    # -- clients -----------------------------------------------------------------------------
+    def _node_id(self) -> int:
+        self._nodes += 1
+        return _NODE_BASE + self._nodes
+
+    def add_producer(self, transactional_id: str) -> TxnProducer:
+        c = self.cluster
+        # `c.tps` itself: partitions added during the run (CreatePartitions) are written too.
+        p = TxnProducer(self._node_id(), transactional_id, c.tps, c.scheduler, c.network,
+                        c.leader_of, self.coordinator_of, self.ledger,
+                        random.Random(self.rng.getrandbits(64)),
+                        transaction_timeout_ms=self.transaction_timeout_ms,
+                        request_timeout_ms=c.config.request_timeout_ms,
+                        on_fenced=self._on_fenced)
+        self.producers.append(p)
+        self.current[transactional_id] = p
+        if self.running:
+            p.start()
+        return p
+
+    def add_consumer(self, tp: TopicPartition) -> TxnConsumer:
+        c = self.cluster
+        cons = TxnConsumer(self._node_id(), tp, c.scheduler, c.network, c.leader_of,
+                           self.ledger)
+        self.consumers.append(cons)
+        cons.start()
+        return cons
+
+    def start(self, producers: int = 2) -> None:
+        self.running = True
+        self._cover_partitions()
+        for i in range(producers):
+            self.add_producer(f"txn-{i}")
+
+    def _cover_partitions(self) -> None:
+        """A read_committed consumer for every data partition, also those added later."""
+        covered = {c.tp for c in self.consumers}
+        for tp in self.cluster.tps:
+            if tp not in covered:
+                self.add_consumer(tp)
+        self.cluster.scheduler.schedule(500, self._cover_partitions)
+
+    def restart(self) -> TxnProducer | None:
+        """A new instance of a random id; the old one runs on until it is fenced."""
+        if not self.running or not self.current:
+            return None
+        txn_id = self.rng.choice(sorted(self.current))
+        self.cluster.trace_add(("txn_producer_restart", None, txn_id))
+        return self.add_producer(txn_id)
+
+    def _on_fenced(self, p: TxnProducer) -> None:
+        # The application restarts a fenced producer that is still the id's newest instance
+        # (fenced by the coordinator's timeout abort); a zombie just ends.
+        if self.running and self.current.get(p.transactional_id) is p:
+            self.add_producer(p.transactional_id)
+
+    # -- end of run --------------------------------------------------------------------------
+    def stop(self) -> None:
+        self.running = False
+        for p in self.producers:
+            p.stop()
+
+    def read_to_end(self, tp: TopicPartition) -> bool:
+        """`tp`'s LSO is at its HW (every transaction there decided and its marker
+        replicated) and its consumers read up to it."""
+        leader = self.cluster.acting_leader(tp)
+        if leader is None:
+            return False
+        part = leader.partition(tp)
+        lso = part.last_stable_offset
+        consumers = [c for c in self.consumers if c.tp == tp]
+        return lso == part.high_watermark and bool(consumers) and all(
+            c.position >= lso for c in consumers)
+
+    def decided(self) -> bool:
+        """No producer mid-transaction, every data partition read to its end."""
+        return not any(p.busy for p in self.producers) and all(
+            self.read_to_end(tp) for tp in self.cluster.tps)
+
+    def unavailable(self) -> bool:
+        """A partition (data or `__transaction_state`) left offline by KIP-966's rule: the
+        transactions it holds or coordinates may stay open (unavailable, not unsafe)."""
+        return any(self.cluster.offline_by_kip966(tp) for tp in (*self.state_tps,
+                                                                  *self.cluster.tps))
+
+    def finish(self, max_ms: int = 30_000, step_ms: int = 200) -> list[Violation]:
+        """Stop the producers, wait (bounded) until every transaction is decided and read, then
+        the ledger's end checks over the partitions read to their end. Transactions still open
+        are a violation unless a partition is offline by KIP-966's rule."""
+        self.stop()
+        waited = 0
+        while not self.decided() and waited < max_ms and not (
+                waited >= 5000 and self.unavailable()):
+            self.cluster.run_for(step_ms)
+            waited += step_ms
+        now = self.cluster.scheduler.now_ms
+        out: list[Violation] = []
+        if not self.decided() and not self.unavailable():
+            open_ = [p.transactional_id for p in self.producers if p.busy]
+            unread = [str(tp) for tp in self.cluster.tps if not self.read_to_end(tp)]
+            out.append(Violation(now, "TransactionsDecided", None,
+                                 f"after {waited} ms: producers mid-transaction {open_}, "
+                                 f"partitions not read to their end {unread}"))
+        ends = [tp for tp in self.cluster.tps if self.read_to_end(tp)]
+        return out + self.ledger.final_checks(ends, now)
