@@ -50,7 +50,7 @@ from tidelog.broker.metadata_cache import MetadataCache
 from tidelog.broker.producer_id_manager import ProducerIdManager
 from tidelog.broker.replica_manager import BrokerReplicaManager, now_ms
 from tidelog.broker.replication_events import EVENTS_TOPIC, ReplicationEventPublisher
-from tidelog.broker.socket_server import RequestContext, SocketServer
+from tidelog.broker.socket_server import SENDFILE_MIN_BYTES, RequestContext, SocketServer
 from tidelog.broker.txn_apis import TxnApis
 from tidelog.controller.admin import AdminZkClient
 from tidelog.controller.zk_client import KafkaZkClient
@@ -197,7 +197,8 @@ class BrokerServer:
         self.replica_manager = BrokerReplicaManager(
             self.broker_id, self.log_manager, replication_config_from(cfg).with_(
                 leader_quota=self.replication_quotas.leader,
-                follower_quota=self.replication_quotas.follower),
+                follower_quota=self.replication_quotas.follower,
+                zero_copy_min_bytes=SENDFILE_MIN_BYTES),
             zk_client=zk, endpoint_of=self.endpoint_of,
             num_replica_fetchers=self.dynamic_config.current.get("num.replica.fetchers"),
             high_watermark_checkpoint_interval_ms=cfg.get("replica.high.watermark.checkpoint.interval.ms"),

@@ -222,9 +222,14 @@ def write_tags(append: Callable[[bytes], object], tags: Sequence[tuple[int, byte
 
 
 def records_size(records: object) -> int:
-    """Byte size of a records value: one buffer, or a list/tuple of buffers (kept uncopied)."""
+    """Byte size of a records value: one buffer, a list/tuple of buffers (kept uncopied), or
+    a file slice the broker sends with sendfile (anything with `fileno` and a length)."""
+    if type(records) is memoryview:
+        return records.nbytes
     if type(records) in (list, tuple):
-        return sum(memoryview(part).nbytes for part in records)  # type: ignore[union-attr]
+        return sum(records_size(part) for part in records)  # type: ignore[union-attr]
+    if hasattr(records, "fileno"):
+        return len(records)  # type: ignore[arg-type]
     return memoryview(records).nbytes  # type: ignore[arg-type]
 
 
@@ -237,7 +242,7 @@ def coalesce(parts: Iterable[bytes | memoryview]) -> list[bytes | memoryview]:
     out: list[bytes | memoryview] = []
     run: list[bytes | memoryview] = []
     for part in parts:
-        if len(part) >= COALESCE_THRESHOLD:
+        if len(part) >= COALESCE_THRESHOLD or hasattr(part, "fileno"):  # a file slice: its own
             if run:
                 out.append(b"".join(run) if len(run) > 1 else run[0])
                 run = []

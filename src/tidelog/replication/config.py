@@ -64,6 +64,9 @@ class ReplicationConfig:
     leader_quota: ReplicationQuotaManager | None = field(default=None, compare=False, repr=False)
     follower_quota: ReplicationQuotaManager | None = field(default=None, compare=False,
                                                            repr=False)
+    # Fetch reads of at least this many bytes are FileSlices the broker sends with sendfile
+    # (Log.read_slice); None: always bytes (the simulator, whose disk has no descriptors).
+    zero_copy_min_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.replica_lag_time_max_ms <= 0:

@@ -429,6 +429,7 @@ class ReplicaManager:
                           and not debugging)
         results: dict[TopicPartition, FetchPartitionData] = {}
         proposals: list[ProposeIsr] = []
+        zero_copy = self.config.zero_copy_min_bytes
         limit = params.max_bytes
         min_one_message = True
         total = 0
@@ -449,13 +450,11 @@ class ReplicaManager:
                 lso = p.last_stable_offset
                 leo = p.log_end_offset
                 log_start = p.log_start_offset
-                info = p.log.read(
-                    st.fetch_offset,
-                    max(0, min(st.max_bytes, limit)),
-                    max_offset=(None if is_follower or debugging
-                                else lso if read_committed else hw),
-                    min_one_message=min_one_message,
-                )
+                read_args = (st.fetch_offset, max(0, min(st.max_bytes, limit)),
+                             None if is_follower or debugging else lso if read_committed else hw,
+                             min_one_message)
+                info = (p.log.read(*read_args) if zero_copy is None
+                        else p.log.read_slice(*read_args, min_slice_bytes=zero_copy))
                 aborted = (
                     tuple((t.producer_id, t.first_offset)
                           for t in p.log.aborted_transactions_for_read(info))

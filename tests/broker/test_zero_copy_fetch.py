@@ -1,0 +1,247 @@
+"""Fetched records sent with sendfile from the segment files (FileSlice): the bytes on the wire
+are those of the in-memory path, partial sends resume, answers keep request order around an
+in-flight sendfile, retention deleting the segment mid-send changes nothing, and a segment
+truncated under a slice closes the connection instead of sending other bytes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from harness import fetch_request
+
+from tidelog.broker.socket_server import DeferredResponse, RequestContext, SocketServer
+from tidelog.cluster.zookeeper import pick_free_port
+from tidelog.protocol.api_keys import ApiKey
+from tidelog.protocol.codec import encode_request, encode_response
+from tidelog.protocol.messages import fetch as m_fetch
+from tidelog.protocol.records.builder import build_values
+from tidelog.storage.file_io import FileSlice, OsFileIO
+from tidelog.storage.log import Log
+from tidelog.storage.log_config import LogConfig
+
+pytestmark = pytest.mark.integration
+
+VERSION = 12
+
+
+def _log(path: str, **props: object) -> Log:
+    config = {"segment.bytes": 400_000, "index.interval.bytes": 4096, **props}
+    log = Log(path, LogConfig.from_dict(config), OsFileIO())
+    for i in range(60):  # ~1.2 MB: 20 KiB batches of five 4 KiB records
+        log.append_as_leader(build_values([bytes([i % 251]) * 4096] * 5), 0, 0)
+    log.high_watermark = log.log_end_offset
+    return log
+
+
+def _response(records: Any) -> m_fetch.FetchResponse:
+    return m_fetch.FetchResponse(error_code=0, session_id=0, responses=[
+        m_fetch.FetchableTopicResponse(topic="t", partitions=[m_fetch.PartitionData(
+            partition_index=0, error_code=0, high_watermark=60, last_stable_offset=60,
+            log_start_offset=0, aborted_transactions=None, records=records)])])
+
+
+def _expected_frame(corr: int, records: bytes) -> bytes:
+    parts = encode_response(1, corr, _response(records), VERSION)
+    return b"".join(bytes(p) for p in parts)
+
+
+def _request(corr: int) -> bytes:
+    req = fetch_request("t", 0, 0)
+    return b"".join(bytes(b) for b in encode_request(req, VERSION, corr))
+
+
+class _SliceFetches:
+    """Answers every Fetch with a slice of `log` from the offset `reads[corr]` (the boundary
+    that stands in for KafkaApis); correlation ids in `deferred` are answered through a
+    DeferredResponse, resolved when the next request arrives."""
+
+    def __init__(self, log: Log, reads: dict[int, tuple[int, int]],
+                 deferred: frozenset[int] = frozenset(),
+                 wait_for: dict[int, Callable[[], bool]] | None = None) -> None:
+        self.log = log
+        self.reads = reads
+        self.deferred = deferred
+        self.wait_for = wait_for or {}
+        self.pending: asyncio.Future[Any] | None = None
+
+    def expected(self, corr: int) -> bytes:
+        offset, max_bytes = self.reads[corr]
+        return _expected_frame(corr, bytes(self.log.read(offset, max_bytes).records))
+
+    async def __call__(self, ctx: RequestContext, request: Any) -> Any:
+        assert ctx.header.request_api_key == ApiKey.FETCH
+        corr = ctx.header.correlation_id
+        offset, max_bytes = self.reads[corr]
+        records = self.log.read_slice(offset, max_bytes, min_slice_bytes=1).records
+        assert isinstance(records, FileSlice)
+        if self.pending is not None:
+            self.pending.set_result(None)
+            self.pending = None
+        condition = self.wait_for.get(corr)
+        for _ in range(10_000):  # at most ~10 s
+            if condition is None or condition():
+                break
+            await asyncio.sleep(0.001)
+        if corr in self.deferred:
+            self.pending = asyncio.get_running_loop().create_future()
+            return DeferredResponse(self.pending, lambda _: _response(records))
+        return _response(records)
+
+
+class _SendfileSpy:
+    """Counts the real os.sendfile calls asyncio makes and the bytes each sent."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.sent: list[int] = []
+        real = os.sendfile
+
+        def spy(out_fd: int, in_fd: int, offset: int | None, count: int) -> int:
+            n = real(out_fd, in_fd, offset, count)
+            self.sent.append(n)
+            return n
+
+        monkeypatch.setattr(os, "sendfile", spy)
+
+
+async def _slow_client(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
+    s.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(s, ("127.0.0.1", port))
+    return await asyncio.open_connection(sock=s, limit=4096)
+
+
+async def _read_frame(r: asyncio.StreamReader, pause: Callable[[int], Any] | None = None) -> bytes:
+    """One response frame (with its size prefix), read 2 KiB at a time with a pause."""
+    head = await asyncio.wait_for(r.readexactly(4), 10)
+    size = struct.unpack(">i", head)[0]
+    data = bytearray(head)
+    while len(data) < size + 4:
+        chunk = await asyncio.wait_for(r.read(min(2048, size + 4 - len(data))), 10)
+        if not chunk:
+            raise ConnectionError(f"closed after {len(data)} of {size + 4} bytes")
+        data += chunk
+        if pause is not None:
+            await pause(len(data))
+    return bytes(data)
+
+
+def _server(handler: Any) -> SocketServer:
+    return SocketServer("127.0.0.1", pick_free_port(), handler, send_buffer_bytes=4096)
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_sliced_answers_are_the_in_memory_bytes_in_request_order_across_partial_sends(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four pipelined fetches in one read: an immediate one, a deferred one, one queued behind
+    it, and one answered while the queue's sendfile of those two is still in flight (it must
+    queue behind them, not write into the middle). Every frame equals the in-memory
+    encoding, and sendfile sent in many pieces."""
+    spy = _SendfileSpy(monkeypatch)
+    log = _log(f"{tmp_path}/t-0")
+    fds = _open_fds()
+    reads = {1: (0, 300_000), 2: (7, 500_000), 3: (20, 1 << 20), 4: (33, 200_000)}
+
+    def queue_mid_send() -> bool:  # the deferred answer's slice is partly sent
+        return sum(spy.sent) >= 300_000 + 100_000
+
+    async def scenario() -> list[tuple[bytes, bytes]]:
+        handler = _SliceFetches(log, reads, deferred=frozenset({2}), wait_for={4: queue_mid_send})
+        server = _server(handler)
+        port = await server.start()
+        try:
+            r, w = await _slow_client(port)
+            w.write(_request(1) + _request(2) + _request(3) + _request(4))
+            await w.drain()
+            got = [await _read_frame(r, lambda _: asyncio.sleep(0.0005)) for _ in reads]
+            w.close()
+            return [(frame, handler.expected(corr)) for corr, frame in zip(reads, got, strict=True)]
+        finally:
+            await server.shutdown()
+
+    for frame, expected in asyncio.run(scenario()):
+        assert frame == expected
+    assert sum(spy.sent) >= 4 * 200_000 and len(spy.sent) > 20  # partial sends happened
+    assert _open_fds() == fds  # every slice's descriptor closed
+    log.close()
+
+
+def test_retention_deleting_the_segment_mid_send_leaves_the_answer_whole(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spy = _SendfileSpy(monkeypatch)
+    log = _log(f"{tmp_path}/r-0", **{"retention.bytes": 400_000, "file.delete.delay.ms": 0})
+    first_segment = os.path.basename(log.segments[0].log_path)
+
+    async def scenario() -> tuple[bytes, bytes]:
+        handler = _SliceFetches(log, {1: (0, 350_000)})
+        server = _server(handler)
+        port = await server.start()
+        try:
+            r, w = await _slow_client(port)
+            w.write(_request(1))
+            await w.drain()
+            deleted: list[int] = []
+
+            async def delete_once(received: int) -> None:
+                if received > 20_000 and not deleted:
+                    deleted.append(log.delete_old_segments(now_ms=0))
+                    assert first_segment not in os.listdir(log.dir)
+                await asyncio.sleep(0.0005)
+
+            frame = await _read_frame(r, delete_once)
+            assert deleted and deleted[0] >= 1 and log.log_start_offset > 0
+            w.close()
+            return frame, _expected_frame(1, bytes(expected))
+        finally:
+            await server.shutdown()
+
+    expected = log.read(0, 350_000).records.tobytes()
+    frame, want = asyncio.run(scenario())
+    assert frame == want and len(spy.sent) > 1
+    log.close()
+
+
+def test_a_segment_truncated_under_a_slice_closes_the_connection(tmp_path: object) -> None:
+    """The slice was validated as whole batches; once the file is shorter than it, the rest
+    of the frame cannot be sent: the connection closes (Kafka's "truncated during write")
+    instead of hanging or sending bytes that were never validated."""
+    log = _log(f"{tmp_path}/c-0")
+
+    async def scenario() -> str:
+        handler = _SliceFetches(log, {1: (0, 1 << 20)})
+        server = _server(handler)
+        port = await server.start()
+        try:
+            r, w = await _slow_client(port)
+            w.write(_request(1))
+            await w.drain()
+
+            async def truncate_once(received: int) -> None:
+                if received > 20_000 and log.log_end_offset > 10:
+                    assert log.truncate_to(10)
+                await asyncio.sleep(0.0005)
+
+            try:
+                await _read_frame(r, truncate_once)
+            except ConnectionError as e:
+                return str(e)
+            finally:
+                w.close()
+            return "whole frame received"
+        finally:
+            await server.shutdown()
+
+    outcome = asyncio.run(scenario())
+    assert outcome.startswith("closed after"), outcome
+    log.close()
