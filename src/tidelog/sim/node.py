@@ -286,7 +286,7 @@ class SimBroker:
         self.core = None
         if kind == "lossy":
             self.had_lossy_crash = True
-            for tp in self.cluster.tps:
+            for tp in self.cluster.assignments:  # `__transaction_state` too, when there
                 self.dirty[tp] = None
 
     def pause(self) -> None:

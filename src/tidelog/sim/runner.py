@@ -2,7 +2,9 @@
 
 `run_seed(seed, steps)` builds a cluster from the seed, runs producers (acks=all and acks=1) and
 a consumer per partition while the seed's faults play, for `steps` scheduler events; then it
-heals everything, lets the cluster settle and runs the end-of-run checks. The invariants are
+heals everything, lets the cluster settle and runs the end-of-run checks. One seed in
+`TXN_SEED_EVERY` also runs transactions (sim/txn_workload.py): two transactional ids, a
+read_committed consumer per partition, restarted producer instances fencing their zombies. The invariants are
 checked after every event throughout. Same seed, same run: `RunSummary.trace_digest` is the hash
 of the whole trace.
 """
@@ -30,6 +32,8 @@ class RunSummary:
     isr_shrinks: int = 0
     isr_expands: int = 0
     acked: int = 0  # acks=all
+    committed: int = 0  # transactions whose commit was answered
+    aborted: int = 0  # transactions whose abort was answered
     acked_leader_only: int = 0  # acks=1
     consumed: int = 0
     lost: int = 0  # acks=all writes missing at the end
@@ -135,12 +139,28 @@ def build_cluster(seed: int, *, brokers: int = 3, partitions: int = 1,
     return SimCluster(cfg)
 
 
+# Seeds with seed % TXN_SEED_EVERY == TXN_SEED_EVERY - 1 run transactions too.
+TXN_SEED_EVERY = 4
+
+
+def runs_transactions(seed: int, config: SimConfig | None) -> bool:
+    """The default share of seeds with transactions; never under unclean election, which may
+    lose acknowledged `__transaction_state` records by design."""
+    unclean = config is not None and config.replication.unclean_leader_election_enable
+    return seed % TXN_SEED_EVERY == TXN_SEED_EVERY - 1 and not unclean
+
+
 def run_seed(seed: int, steps: int = 2000, *, brokers: int = 3, partitions: int = 1,
              faults: Iterable[str] = DEFAULT_FAULTS, produce_interval_ms: int = 25,
              settle_ms: int = 60_000, config: SimConfig | None = None, trace: bool = True,
              tail: int = 60, full_trace: bool = False,
-             allowed: tuple[str, ...] = ()) -> RunSummary:
+             allowed: tuple[str, ...] = (), transactions: bool | None = None) -> RunSummary:
+    """`transactions`: None for the seed's default (`runs_transactions`)."""
     t0 = time.perf_counter()
+    if transactions is None:
+        transactions = runs_transactions(seed, config)
+    if transactions:
+        config = replace(config or SimConfig(), transactions=True)
     if full_trace:
         config = replace(config or SimConfig(), trace_limit=None)
     cluster = build_cluster(seed, brokers=brokers, partitions=partitions, config=config,
@@ -162,6 +182,10 @@ def run_seed(seed: int, steps: int = 2000, *, brokers: int = 3, partitions: int 
 
     for p in cluster.producers:
         cluster.scheduler.schedule(200 + rng.randint(0, produce_interval_ms), produce_loop, p)
+    txn = cluster.txn
+    if txn is not None:
+        txn.start()
+        txn.restart_every(4000)
     injector = FaultInjector(cluster, faults)
     injector.start(500)
     cluster.run_events(steps)
@@ -169,9 +193,14 @@ def run_seed(seed: int, steps: int = 2000, *, brokers: int = 3, partitions: int 
     producing[0] = False
     cluster.heal()
     converged = cluster.settle(settle_ms)
+    txn_final: list[Violation] = []
+    if txn is not None:
+        # Every transaction decided and read; the markers written meanwhile replicated.
+        txn_final = txn.finish()
+        converged = cluster.settle(settle_ms)
     # Let consumers read up to the final HW before comparing (bounded).
     cluster.drain_consumers()
-    final = cluster.final_checks()
+    final = cluster.final_checks() + txn_final
     summary = RunSummary(seed=seed, allowed=allowed)
     summary.events = cluster.scheduler.events_run
     summary.virtual_ms = cluster.scheduler.now_ms
@@ -183,6 +212,9 @@ def run_seed(seed: int, steps: int = 2000, *, brokers: int = 3, partitions: int 
     summary.isr_expands = sum(n.stats.isr_expands for n in cluster.nodes)
     summary.acked = sum(len(p.acked) for p in cluster.producers if p.acks == -1)
     summary.acked_leader_only = sum(len(p.acked) for p in cluster.producers if p.acks == 1)
+    if txn is not None:
+        summary.committed = len(txn.ledger.committed)
+        summary.aborted = len(txn.ledger.aborted)
     summary.consumed = sum(len(c.consumed) for c in cluster.consumers)
     summary.lost = sum(1 for v in final if v.invariant == "NoAckedLoss")
     summary.faults = dict(injector.stats.injected)

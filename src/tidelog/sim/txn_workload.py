@@ -135,6 +135,20 @@ class TxnWorkload:
         self.cluster.trace_add(("txn_producer_restart", None, txn_id))
         return self.add_producer(txn_id)
 
+    def restart_every(self, mean_ms: int) -> None:
+        """Restart a random id's producer at exponential intervals of mean `mean_ms` while
+        the workload runs."""
+        def tick() -> None:
+            if self.running:
+                self.restart()
+                schedule()
+
+        def schedule() -> None:
+            self.cluster.scheduler.schedule(max(1, int(self.rng.expovariate(1 / mean_ms))),
+                                            tick)
+
+        schedule()
+
     def _on_fenced(self, p: TxnProducer) -> None:
         # The application restarts a fenced producer that is still the id's newest instance
         # (fenced by the coordinator's timeout abort); a zombie just ends.
