@@ -40,6 +40,7 @@ import os
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -320,20 +321,60 @@ def elect_preferred(target: Target, observer: str, partitions: int, timeout_s: f
 
 
 def restart(target: Target, zk: KafkaZkClient, observer: str, victim: int, partitions: int,
-            timeout_s: float) -> tuple[float | None, float | None]:
+            timeout_s: float, prof: Profiler, step: str) -> tuple[float | None, float | None]:
     t0 = time.monotonic()
     target.spawn(victim)
+    prof.start(f"restart-{step}", victim)
     registered = wait_registered(zk, victim, t0, timeout_s, target)
     isr = wait_metadata(observer, full_isr(partitions), timeout_s, t0)
+    prof.stop()
     return registered, isr
 
 
+class Profiler:
+    """py-spy on broker processes over one step (--profile DIR): collapsed stacks, one file per
+    step and broker, for finding what a step spends its time on. Off: does nothing."""
+
+    def __init__(self, out: Path | None, target: Target, partitions: int) -> None:
+        self.out = out if isinstance(target, Tidelog) else None  # Python brokers only
+        self.target = target
+        self.partitions = partitions
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, step: str, *broker_ids: int) -> None:
+        if self.out is None:
+            return
+        self.out.mkdir(parents=True, exist_ok=True)
+        for b in broker_ids:
+            self.procs.append(subprocess.Popen(
+                ["py-spy", "record", "--pid", str(self.target.pid(b)), "--format", "raw",
+                 "--rate", "50", "--duration", "600", "--nonblocking",
+                 "-o", str(self.out / f"{self.partitions}-{step}-broker{b}.txt")],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL))
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)  # py-spy writes what it has and exits
+        for p in self.procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs = []
+
+
 def cycle(target: Target, victim: int, observer: str, partitions: int,
-          timeout_s: float) -> Cycle:
+          timeout_s: float, profile: Path | None = None) -> Cycle:
     c = Cycle(victim, led_by(observer, victim))
+    prof = Profiler(profile, target, partitions)
+    controller = next(b for b in target.broker_ids() if target.address(b) == observer)
     with zookeeper(target.zookeeper) as zk:
         # controlled shutdown
         exit_at: list[float | None] = [None]
+        prof.start("controlled-shutdown", controller, victim)
         t0 = time.monotonic()
         target.signal(victim, signal.SIGTERM)
         waiter = threading.Thread(
@@ -343,6 +384,7 @@ def cycle(target: Target, victim: int, observer: str, partitions: int,
             leader != victim for leader, _, _ in ps.values()), timeout_s, t0)
         waiter.join()
         c.shutdown_exit_s = exit_at[0]
+        prof.stop()
         if c.shutdown_exit_s is None:
             target.signal(victim, signal.SIGKILL)
             wait_exit(target, victim, time.monotonic(), 30)
@@ -352,16 +394,18 @@ def cycle(target: Target, victim: int, observer: str, partitions: int,
         while victim in zk.get_all_broker_ids():
             time.sleep(0.1)
         c.clean_registered_s, c.clean_full_isr_s = restart(target, zk, observer, victim,
-                                                           partitions, timeout_s)
+                                                           partitions, timeout_s, prof, "clean")
         print(f"  restart (clean): registered {c.clean_registered_s} s, full ISR "
               f"{c.clean_full_isr_s} s", flush=True)
         elect_preferred(target, observer, partitions, timeout_s)
         # kill -9
         c.killed_leaderships = led_by(observer, victim)
+        prof.start("failover", controller)
         t0 = time.monotonic()
         target.signal(victim, signal.SIGKILL)
         c.failover_s = wait_metadata(observer, lambda ps: len(ps) == partitions and all(
             leader >= 0 and leader != victim for leader, _, _ in ps.values()), timeout_s, t0)
+        prof.stop()
         wait_exit(target, victim, time.monotonic(), 30)
         print(f"  kill -9 of broker {victim} ({c.killed_leaderships} leaderships): every partition led again after "
               f"{c.failover_s} s", flush=True)
@@ -369,8 +413,8 @@ def cycle(target: Target, victim: int, observer: str, partitions: int,
             if time.monotonic() - t0 > timeout_s:
                 raise RuntimeError(f"broker {victim}'s registration outlived {timeout_s:.0f} s")
             time.sleep(0.1)
-        c.unclean_registered_s, c.unclean_full_isr_s = restart(target, zk, observer, victim,
-                                                               partitions, timeout_s)
+        c.unclean_registered_s, c.unclean_full_isr_s = restart(
+            target, zk, observer, victim, partitions, timeout_s, prof, "unclean")
         print(f"  restart (after kill -9): registered {c.unclean_registered_s} s, full ISR "
               f"{c.unclean_full_isr_s} s", flush=True)
         elect_preferred(target, observer, partitions, timeout_s)
@@ -415,7 +459,7 @@ def measure(kind: str, partitions: int, args: argparse.Namespace, label: str = "
             victims = [b for b in target.broker_ids() if b != controller]
             for n in range(args.cycles):
                 row.cycles.append(cycle(target, victims[n % len(victims)], observer, partitions,
-                                        args.step_timeout))
+                                        args.step_timeout, args.profile if n == 0 else None))
             row.load_after = load_average()
             return row
     finally:
@@ -522,6 +566,9 @@ def main() -> int:
                     help="also measure tidelog at git revision REV ('REV without C1,C2': with "
                          "those commits' changes to src reverted), after the working tree at "
                          "each partition count: before/after in the same run")
+    ap.add_argument("--profile", type=Path, metavar="DIR",
+                    help="py-spy the tidelog brokers through the first cycle's steps (the "
+                         "controller and the stopped broker), collapsed stacks into DIR")
     ap.add_argument("--no-write-doc", action="store_true")
     args = ap.parse_args()
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
