@@ -445,17 +445,23 @@ def measure(kind: str, partitions: int, args: argparse.Namespace, label: str = "
             time.sleep(args.settle_seconds)  # let the first fetch rounds and checkpoints pass
             pids = [target.pid(b) for b in target.broker_ids()]
             load_before = load_average()
-            before = {pid: cpu_seconds(pid) for pid in pids}
-            t0 = time.monotonic()
-            time.sleep(args.idle_seconds)
-            elapsed = time.monotonic() - t0
-            used = [cpu_seconds(pid) - before[pid] for pid in pids]
+            # --idle-windows back-to-back windows; per broker the median window (noise on a
+            # shared machine comes in bursts).
+            windows: list[list[float]] = []
+            for _ in range(args.idle_windows):
+                before = {pid: cpu_seconds(pid) for pid in pids}
+                t0 = time.monotonic()
+                time.sleep(args.idle_seconds)
+                elapsed = time.monotonic() - t0
+                windows.append([100 * (cpu_seconds(pid) - before[pid]) / elapsed for pid in pids])
+                print(f"  idle window: {', '.join(f'{c:.2f}%' for c in windows[-1])}", flush=True)
             rss = [rss_mib(pid) for pid in pids]
             if wait_metadata(observer, full_isr(partitions), 0.001) is None:
                 # idle followers must stay in the ISR: a cheap idle that drops them is no win
                 print("  WARNING: partitions left full ISR during the idle window", flush=True)
             row = Row(label, partitions, create_s, full_isr_s,
-                      [100 * u / elapsed for u in used], rss, load_before, load_average())
+                      [statistics.median(w[i] for w in windows) for i in range(len(pids))], rss,
+                      load_before, load_average())
             print(f"  idle CPU per broker: {', '.join(f'{c:.2f}%' for c in row.idle_cpu_pct)}; "
                   f"RSS {', '.join(f'{r:.0f}' for r in row.rss_mib)} MiB; load "
                   f"{row.load_before} -> {row.load_after}", flush=True)
@@ -546,8 +552,8 @@ def write_doc(command: str, machine: str, body: str) -> None:
     block = f"### run {stamp}\n\nMachine: {machine}.\nCommand: `{command}`\n\n{body}\n"
     intro = (f"{SECTION}\n\n`bench/scale.py`. A fresh 3-broker cluster per row, one topic at "
              "RF=3; after full ISR and a settling pause, each broker's CPU time "
-             "(/proc/<pid>/stat utime+stime) over an idle window with no client traffic, "
-             "as a share of one core. Goal (issue 12 item 2): <= 2% per broker at 5,000 "
+             "(/proc/<pid>/stat utime+stime) over idle windows with no client traffic "
+             "(per broker the median of --idle-windows), as a share of one core. Goal (issue 12 item 2): <= 2% per broker at 5,000 "
              "partitions, <= 3% at 10,000.\n")
     append_run(DOC, SECTION, intro, block)
 
@@ -562,6 +568,8 @@ def main() -> int:
                     help="controlled shutdown / restart / kill -9 / restart cycles per cluster "
                          "(0: the idle measurement only)")
     ap.add_argument("--idle-seconds", type=float, default=20.0)
+    ap.add_argument("--idle-windows", type=int, default=3,
+                    help="idle windows of --idle-seconds each; per broker the median")
     ap.add_argument("--settle-seconds", type=float, default=5.0)
     ap.add_argument("--step-timeout", "--isr-timeout", type=float, default=600.0,
                     help="bound on each wait: topic creation, full ISR, each fault step")
