@@ -85,3 +85,65 @@ def test_chunk_ending_exactly_after_a_size_prefix() -> None:
     data = framed(b"abc", b"z")
     assert [bytes(f) for f in reader.feed(data[:11])] == [b"abc"]  # + the 4-byte prefix of "z"
     assert [bytes(f) for f in reader.feed(data[11:])] == [b"z"]
+
+
+def test_a_frame_spanning_chunks_is_assembled_once_in_a_buffer_of_its_size() -> None:
+    reader = FrameReader()
+    data = framed(b"x" * 1000, b"tail")
+    assert reader.feed(data[:300]) == []
+    assert reader.buffered == 296
+    frames = reader.feed(data[300:])
+    assert [bytes(f) for f in frames] == [b"x" * 1000, b"tail"]
+    # handed out as the assembly buffer itself (no copy of the whole frame), read-only
+    assert isinstance(frames[0].obj, bytearray) and len(frames[0].obj) == 1000
+    assert frames[0].readonly
+
+
+def _read_through_buffers(reader: FrameReader, data: bytes, cuts: list[int]) -> list[bytes]:
+    """What a BufferedProtocol's socket would do: read at most `cut` bytes into get_buffer()."""
+    frames: list[bytes] = []
+    pos = 0
+    i = 0
+    while pos < len(data):
+        buf = reader.get_buffer()
+        n = min(len(buf), len(data) - pos, max(1, cuts[i % len(cuts)] if cuts else len(data)))
+        i += 1
+        buf[:n] = data[pos : pos + n]
+        pos += n
+        frames += [bytes(f) for f in reader.buffer_updated(n)]
+    return frames
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    payloads=st.lists(st.binary(max_size=300_000), max_size=4),
+    cuts=st.lists(st.integers(1, 400_000), max_size=6),
+)
+def test_buffered_protocol_reads_yield_the_same_frames(payloads: list[bytes],
+                                                       cuts: list[int]) -> None:
+    reader = FrameReader()
+    assert _read_through_buffers(reader, framed(*payloads), cuts) == payloads
+    assert reader.buffered == 0
+
+
+def test_buffered_reads_go_straight_into_the_frame_being_assembled() -> None:
+    reader = FrameReader()
+    data = framed(b"y" * 1_000_000)
+    first = reader.get_buffer()
+    first[:1000] = data[:1000]
+    assert reader.buffer_updated(1000) == []
+    rest = reader.get_buffer()
+    assert len(rest) == 1_000_000 - 996  # exactly what the frame still needs
+    rest[:] = data[1000:]
+    (frame,) = reader.buffer_updated(len(rest))
+    assert frame.obj is rest.obj and bytes(frame) == b"y" * 1_000_000
+
+
+def test_a_bad_size_prefix_fails_buffered_reads_too() -> None:
+    reader = FrameReader(max_frame_bytes=10)
+    buf = reader.get_buffer()
+    buf[:4] = frame_size_prefix(11)
+    with pytest.raises(FrameError):
+        reader.buffer_updated(4)
+    with pytest.raises(FrameError):
+        reader.get_buffer()

@@ -54,16 +54,24 @@ class _Pending:
         self.future = future
 
 
-class _Protocol(asyncio.Protocol):
-    """Feeds bytes to the connection; tracks write flow control for ``drain``."""
+class _Protocol(asyncio.BufferedProtocol):
+    """Feeds the connection's frames; tracks write flow control for ``drain``. Reads go
+    straight into the frame being assembled (a follower's fetch responses run to megabytes:
+    no copy of them between the socket and the decoder)."""
 
     def __init__(self, conn: BrokerConnection) -> None:
         self._conn = conn
         self.paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
 
-    def data_received(self, data: bytes) -> None:
-        self._conn._on_data(data)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        try:
+            return self._conn._frames.get_buffer()
+        except DecodeError:  # failed before (the connection is being aborted): discard
+            return memoryview(bytearray(65536))
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._conn._on_read(nbytes)
 
     def eof_received(self) -> bool:
         return False  # close the transport; connection_lost follows
@@ -302,9 +310,9 @@ class BrokerConnection:
 
     # -- incoming -------------------------------------------------------------------------
 
-    def _on_data(self, data: bytes) -> None:
+    def _on_read(self, nbytes: int) -> None:
         try:
-            frames = self._frames.feed(data)
+            frames = self._frames.buffer_updated(nbytes)
         except DecodeError as exc:
             self._abort(f"bad frame from {self.host}:{self.port}: {exc}")
             return
