@@ -82,7 +82,9 @@ def build_leader_and_isr(
         return lai.LeaderAndIsrPartitionState(
             topic_name=s.topic, partition_index=s.partition, controller_epoch=s.controller_epoch,
             leader=s.leader, leader_epoch=s.leader_epoch, isr=list(s.isr),
-            partition_epoch=s.zk_version, replicas=list(s.replicas), is_new=s.is_new)
+            partition_epoch=s.zk_version, replicas=list(s.replicas),
+            adding_replicas=list(s.adding_replicas), removing_replicas=list(s.removing_replicas),
+            is_new=s.is_new)
 
     live_leaders = []
     for b in request.live_leaders:

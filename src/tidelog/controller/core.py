@@ -110,6 +110,9 @@ class ControllerCore:
         self.live_brokers: dict[int, int] = {}  # broker id -> broker epoch
         self.shutting_down: set[int] = set()
         self.assignments: dict[TopicPartition, tuple[int, ...]] = {}
+        # A partition being reassigned: (adding, removing) beside its RS in `assignments`
+        # (Kafka's partitionFullReplicaAssignment), carried by every LeaderAndIsr sent for it.
+        self.reassigning: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self.partition_states: dict[TopicPartition, LeaderAndIsrPartitionState] = {}
         # Brokers that came back after an unclean shutdown and have not caught up yet: not clean
         # leader candidates (KIP-966's lesson). The shell reports them.
@@ -349,7 +352,7 @@ class ControllerCore:
             leaders = tuple(sorted({s.leader for s in states if s.leader in self.live_brokers}))
             out.setdefault(broker, []).append(LeaderAndIsrRequest(
                 self.controller_id, self.controller_epoch, self.live_brokers[broker],
-                tuple(states), leaders))
+                tuple(self._with_reassignment(s) for s in states), leaders))
         for stops, delete in ((decision.stop_replicas, False), (decision.delete_replicas, True)):
             for broker, tps in sorted(stops.items()):
                 if broker in self.live_brokers:
@@ -363,6 +366,13 @@ class ControllerCore:
                 out.setdefault(broker, []).append(UpdateMetadataRequest(
                     self.controller_id, self.controller_epoch, epoch, states, live))
         return out
+
+    def _with_reassignment(self, state: LeaderAndIsrPartitionState) -> LeaderAndIsrPartitionState:
+        """Kafka's addLeaderAndIsrRequestForBrokers: the full replica assignment."""
+        moving = self.reassigning.get(state.tp)
+        if moving is None:
+            return state
+        return replace(state, adding_replicas=moving[0], removing_replicas=moving[1])
 
     # -- rules -----------------------------------------------------------------------------
     def _current(self, tp: TopicPartition, d: Decision) -> LeaderAndIsrPartitionState | None:

@@ -143,12 +143,12 @@ class ReassignmentManager:
         unneeded: tuple[int, ...] = ()
         if old != assignment:
             # U1/U2: the full assignment in ZooKeeper first, then in memory.
-            self.reassigning[tp] = assignment
+            self._track(ex, tp, assignment)
             core.assignments[tp] = assignment.replicas
             self._write_topic(ex, tp.topic)
             unneeded = tuple(r for r in old.replicas if r not in assignment.replicas)
         else:
-            self.reassigning[tp] = assignment
+            self._track(ex, tp, assignment)
         log.info("controller %d: reassigning %s: %s", self.host.controller_label, tp, assignment)
         state = ex.zk.get_partition_states([tp]).get(tp)
         isr = state.isr if state is not None else ()
@@ -168,10 +168,11 @@ class ReassignmentManager:
         done = ReplicaAssignment(assignment.target_replicas, (), tuple(dict.fromkeys(
             assignment.removing_replicas + unneeded)))
         core.assignments[tp] = done.replicas
+        # B2: no adding/removing replicas in memory, so B3's LeaderAndIsr carries TRS alone.
+        self._track(ex, tp, None)
         self._note_dead(ex, tp, done.removing_replicas)
         out.add(ex.execute(lambda: complete_decision(core, tp, done), [tp]))
         # B6/B7: AR = TRS in ZooKeeper, then out of the legacy znode.
-        del self.reassigning[tp]
         self._write_topic(ex, tp.topic)
         if tp in self.from_zk_znode:
             self._remove_from_zk_znode(ex, {tp})
@@ -179,6 +180,17 @@ class ReassignmentManager:
                  tp, list(done.replicas))
         if not self.topic_is_moving(tp.topic):
             self.completed_topics.add(tp.topic)
+
+    def _track(self, ex: DecisionExecutor, tp: TopicPartition,
+               assignment: ReplicaAssignment | None) -> None:
+        """A partition starts or stops moving: here and in the core, whose LeaderAndIsr
+        requests carry its adding/removing replicas."""
+        if assignment is None:
+            del self.reassigning[tp]
+            ex.core.reassigning.pop(tp, None)
+        else:
+            self.reassigning[tp] = assignment
+            ex.core.reassigning[tp] = (assignment.adding_replicas, assignment.removing_replicas)
 
     def _note_dead(self, ex: DecisionExecutor, tp: TopicPartition, removed: Iterable[int]) -> None:
         for r in removed:
@@ -219,7 +231,7 @@ class ReassignmentManager:
         stored = self._read_stored(ex, sorted(topics))
         for tp, assignment in sorted(stored.items()):
             if tp in ex.core.assignments:
-                self.reassigning[tp] = assignment
+                self._track(ex, tp, assignment)
         for tp, assignment in sorted(stored.items()):
             if tp in self.reassigning:
                 self._on_partition_reassignment(ex, tp, assignment, out)

@@ -43,6 +43,10 @@ class LeaderAndIsrPartitionState:
     zk_version: int  # the partition epoch: version of /brokers/topics/t/partitions/p/state
     replicas: tuple[int, ...]
     is_new: bool = False
+    # During a reassignment (LeaderAndIsr v3+, KIP-455): the replicas joining and leaving
+    # `replicas` (Kafka's ReplicaAssignment beyond RS); empty otherwise.
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
 
     @property
     def tp(self) -> TopicPartition:
