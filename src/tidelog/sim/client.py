@@ -42,7 +42,7 @@ from tidelog.sim.messages import (
 )
 from tidelog.sim.network import Network
 from tidelog.sim.txn_invariants import read_committed
-from tidelog.sim.txn_node import TxnFetchRequest, TxnFetchResponse, TxnRequest, TxnResponse
+from tidelog.sim.txn_node import TxnRequest, TxnResponse
 
 LeaderLookup = Callable[[TopicPartition], tuple[int, int]]  # -> (leader, leader epoch)
 
@@ -304,10 +304,12 @@ class Consumer:
         self._corr += 1
         self._waiting = self._corr
         if leader >= 0:
-            self.network.send(self.node_id, leader, ConsumerFetchRequest(
-                self._corr, self.tp, self.position, epoch, self.max_wait_ms))
+            self.network.send(self.node_id, leader, self._fetch_request(self._corr, epoch))
         # Whatever happens to the request, poll again after a bounded wait.
         self._deadline = self.scheduler.schedule(self.max_wait_ms + 100, self._expire, self._corr)
+
+    def _fetch_request(self, corr: int, leader_epoch: int) -> object:
+        return ConsumerFetchRequest(corr, self.tp, self.position, leader_epoch, self.max_wait_ms)
 
     def _expire(self, corr: int) -> None:
         if self._waiting == corr:
@@ -355,6 +357,7 @@ TXN_RETRIABLE = frozenset({7, 14, 15, 16, 51})
 INVALID_PRODUCER_EPOCH = 47
 PRODUCER_FENCED = 90
 _FENCED = frozenset({INVALID_PRODUCER_EPOCH, PRODUCER_FENCED})
+READ_COMMITTED = 1
 
 
 @dataclass(slots=True)
@@ -618,7 +621,7 @@ class TxnProducer:
             self._bump()
 
 
-class TxnConsumer:
+class TxnConsumer(Consumer):
     """A read_committed consumer of one partition: fetches up to the LSO with the aborted
     transactions, filters as Kafka's client (sim/txn_invariants.read_committed) and hands what
     it returns to the ledger."""
@@ -626,47 +629,22 @@ class TxnConsumer:
     def __init__(self, node_id: int, tp: TopicPartition, scheduler: Scheduler,
                  network: Network, leader_of: LeaderLookup, ledger: Any, *,
                  poll_interval_ms: int = 20, max_wait_ms: int = 50) -> None:
-        self.node_id = node_id
-        self.tp = tp
-        self.scheduler = scheduler
-        self.network = network
-        self.leader_of = leader_of
+        super().__init__(node_id, tp, scheduler, network, leader_of,
+                         poll_interval_ms=poll_interval_ms, max_wait_ms=max_wait_ms)
         self.ledger = ledger
-        self.poll_interval_ms = poll_interval_ms
-        self.max_wait_ms = max_wait_ms
-        self.position = 0
         self.last_stable_offset = 0
         self.records_read = 0
-        self._corr = 0
-        self._waiting: int | None = None
-        self.running = False
-        network.register(node_id, self.receive)
 
-    def start(self) -> None:
-        if not self.running:
-            self.running = True
-            self.scheduler.schedule(self.poll_interval_ms, self._poll)
-
-    def _poll(self) -> None:
-        if not self.running:
-            return
-        leader, epoch = self.leader_of(self.tp)
-        self._corr += 1
-        self._waiting = self._corr
-        if leader >= 0:
-            self.network.send(self.node_id, leader, TxnFetchRequest(
-                self._corr, self.tp, self.position, epoch, self.max_wait_ms))
-        self.scheduler.schedule(self.max_wait_ms + 100, self._expire, self._corr)
-
-    def _expire(self, corr: int) -> None:
-        if self._waiting == corr:
-            self._waiting = None
-            self._poll()
+    def _fetch_request(self, corr: int, leader_epoch: int) -> object:
+        return ConsumerFetchRequest(corr, self.tp, self.position, leader_epoch,
+                                    self.max_wait_ms, READ_COMMITTED)
 
     def receive(self, src: int, msg: object) -> None:
-        if not isinstance(msg, TxnFetchResponse) or msg.corr_id != self._waiting:
+        if not isinstance(msg, ConsumerFetchResponse) or msg.corr_id != self._waiting:
             return
         self._waiting = None
+        if self._deadline is not None:
+            self._deadline.cancel()
         if msg.error == 0:
             self.last_stable_offset = msg.last_stable_offset
             last = -1

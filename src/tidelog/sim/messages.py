@@ -41,6 +41,7 @@ class ConsumerFetchRequest:
     fetch_offset: int
     current_leader_epoch: int
     max_wait_ms: int
+    isolation_level: int = 0  # 1: READ_COMMITTED (up to the LSO, with the aborted list)
 
 
 @dataclass(slots=True)
@@ -50,6 +51,8 @@ class ConsumerFetchResponse:
     error: int
     high_watermark: int
     records: bytes
+    last_stable_offset: int = -1
+    aborted_transactions: tuple[tuple[int, int], ...] | None = None  # READ_COMMITTED only
 
 
 @dataclass(slots=True)

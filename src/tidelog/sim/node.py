@@ -447,7 +447,8 @@ class SimBroker:
             -1, msg.max_wait_ms, 1, 1 << 20,
             {tp: (msg.fetch_offset, msg.current_leader_epoch, -1, 1 << 20)},
             ("c", src, msg.corr_id),
-            lambda done: self._reply_consumer(src, msg.corr_id, tp, done.results[tp]))
+            lambda done: self._reply_consumer(src, msg.corr_id, tp, done.results[tp]),
+            isolation_level=msg.isolation_level)
         if not out.delayed:
             assert out.results is not None
             self._reply_consumer(src, msg.corr_id, tp, out.results[tp])
@@ -464,7 +465,8 @@ class SimBroker:
                         f"broker {self.broker_id} served offset {b.last_offset} at HW {hw}")
                     break
         self.network.send(self.broker_id, src, ConsumerFetchResponse(
-            corr, tp, int(data.error), data.high_watermark, records))
+            corr, tp, int(data.error), data.high_watermark, records, data.last_stable_offset,
+            data.aborted_transactions))
 
     # -- replication requests (leader side) ------------------------------------------------
     def _on_replica_request(self, src: int, msg: ReplicaFetchRequest) -> None:

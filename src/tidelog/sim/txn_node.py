@@ -11,8 +11,8 @@
 `SimTxnHost.sync` follows the node's leadership of `__transaction_state` partitions after every
 LeaderAndIsr / StopReplica (loading a partition from its log on election, as the broker does,
 so a new coordinator completes the commits and aborts it finds prepared). The host also serves
-the transactional clients' requests (InitProducerId, AddPartitionsToTxn, EndTxn) and
-read_committed fetches.
+the transactional clients' requests (InitProducerId, AddPartitionsToTxn, EndTxn);
+read_committed fetches are the node's consumer fetches with isolation level 1.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from tidelog.coordinator.transaction.coordinator import TransactionCoordinator
 from tidelog.coordinator.transaction.log import TRANSACTION_STATE_TOPIC_NAME
 from tidelog.coordinator.transaction.marker_channel import write_markers
 from tidelog.protocol.messages import write_txn_markers as m_wtm
-from tidelog.replication.errors import Errors
 from tidelog.replication.types import TopicPartition
 from tidelog.sim.tasks import SimFuture, SimTasks
 from tidelog.storage.transactions import AppendOrigin
@@ -34,10 +33,7 @@ from tidelog.storage.transactions import AppendOrigin
 if TYPE_CHECKING:  # pragma: no cover
     from tidelog.sim.node import SimBroker
 
-__all__ = ["MarkerRequest", "MarkerResponse", "SimTxnHost", "TxnFetchRequest",
-           "TxnFetchResponse", "TxnRequest", "TxnResponse"]
-
-READ_COMMITTED = 1
+__all__ = ["MarkerRequest", "MarkerResponse", "SimTxnHost", "TxnRequest", "TxnResponse"]
 
 
 @dataclass(slots=True)
@@ -69,28 +65,6 @@ class MarkerRequest:
 class MarkerResponse:
     corr_id: int
     response: m_wtm.WriteTxnMarkersResponse
-
-
-@dataclass(slots=True)
-class TxnFetchRequest:
-    """A read_committed consumer's fetch of one partition."""
-
-    corr_id: int
-    tp: TopicPartition
-    fetch_offset: int
-    current_leader_epoch: int
-    max_wait_ms: int
-
-
-@dataclass(slots=True)
-class TxnFetchResponse:
-    corr_id: int
-    tp: TopicPartition
-    error: int
-    high_watermark: int
-    last_stable_offset: int
-    records: bytes
-    aborted_transactions: tuple[tuple[int, int], ...] | None
 
 
 class _Appender:
@@ -212,8 +186,6 @@ class SimTxnHost:
             if entry is not None:
                 entry[1].cancel()
                 entry[0].set_result(msg.response)
-        elif isinstance(msg, TxnFetchRequest):
-            self._fetch(src, msg)
         else:
             return False
         return True
@@ -237,24 +209,3 @@ class SimTxnHost:
     async def _serve_markers(self, src: int, msg: MarkerRequest) -> None:
         response = await self._write_markers(msg.request)
         self.node.network.send(self.node.broker_id, src, MarkerResponse(msg.corr_id, response))
-
-    def _fetch(self, src: int, msg: TxnFetchRequest) -> None:
-        rm = self.node.rm
-        tp = msg.tp
-
-        def reply(data: Any) -> None:
-            self.node.network.send(self.node.broker_id, src, TxnFetchResponse(
-                msg.corr_id, tp, int(data.error), data.high_watermark, data.last_stable_offset,
-                bytes(data.records) if data.records else b"", data.aborted_transactions))
-
-        if rm is None:
-            self.node.network.send(self.node.broker_id, src, TxnFetchResponse(
-                msg.corr_id, tp, int(Errors.NOT_LEADER_OR_FOLLOWER), -1, -1, b"", None))
-            return
-        out = rm.fetch_messages(
-            -1, msg.max_wait_ms, 1, 1 << 20,
-            {tp: (msg.fetch_offset, msg.current_leader_epoch, -1, 1 << 20)},
-            ("rc", src, msg.corr_id), lambda done: reply(done.results[tp]),
-            isolation_level=READ_COMMITTED)
-        if not out.delayed:
-            reply(out.results[tp])
