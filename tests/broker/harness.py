@@ -175,6 +175,8 @@ class ActingController:
                     topic_name=topic, partition_index=p, controller_epoch=self.controller_epoch,
                     leader=s["leader"], leader_epoch=s["leader_epoch"], isr=list(s["isr"]),
                     partition_epoch=s["zk_version"], replicas=list(s["replicas"]), is_new=True,
+                    adding_replicas=list(s.get("adding_replicas", ())),
+                    removing_replicas=list(s.get("removing_replicas", ())),
                 ))
             if not states:
                 continue

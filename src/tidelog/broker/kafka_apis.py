@@ -874,6 +874,7 @@ class KafkaApis:
             LeaderAndIsrPartitionState(
                 s.topic_name, s.partition_index, s.controller_epoch, s.leader, s.leader_epoch,
                 tuple(s.isr), s.partition_epoch, tuple(s.replicas), s.is_new,
+                tuple(s.adding_replicas), tuple(s.removing_replicas),
             )
             for s in wire_states
         ]

@@ -65,6 +65,10 @@ class Partition:
         self.policy = policy or policy_for(self.config)
         self.is_replica_eligible: EligibilityCheck = is_replica_eligible or _always_eligible
         self.assigned_replicas: tuple[int, ...] = ()
+        # Kafka's assignmentState: during a reassignment (LeaderAndIsr v3+) the replicas of
+        # `assigned_replicas` joining and leaving it (OngoingReassignmentState); else empty.
+        self.adding_replicas: tuple[int, ...] = ()
+        self.removing_replicas: tuple[int, ...] = ()
         self.isr: frozenset[int] = frozenset()
         self.pending_isr: frozenset[int] | None = None
         self.leader_id: int | None = None
@@ -122,19 +126,27 @@ class Partition:
             f"Partition({self.tp} on {self.local_broker_id}: {role}, epoch {self.leader_epoch}, "
             f"isr {sorted(self.isr)}"
             + (f" pending {sorted(self.pending_isr)}" if self.pending_isr is not None else "")
+            + (f", adding {list(self.adding_replicas)} removing {list(self.removing_replicas)}"
+               if self.is_reassigning else "")
             + f", LEO {self.log_end_offset}, HW {self.high_watermark})"
         )
 
+    @property
+    def is_reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
     # ------------------------------------------------------------------ role changes
-    def _update_assignment_and_isr(self, replicas: Iterable[int], isr: Iterable[int]) -> None:
-        self.assigned_replicas = tuple(replicas)
+    def _update_assignment_and_isr(self, state: LeaderAndIsrPartitionState) -> None:
+        self.assigned_replicas = tuple(state.replicas)
+        self.adding_replicas = tuple(state.adding_replicas)
+        self.removing_replicas = tuple(state.removing_replicas)
         for rid in list(self.remote_replicas):
             if rid not in self.assigned_replicas:
                 del self.remote_replicas[rid]
         for rid in self.assigned_replicas:
             if rid != self.local_broker_id and rid not in self.remote_replicas:
                 self.remote_replicas[rid] = Replica(rid)
-        self.isr = frozenset(isr)
+        self.isr = frozenset(state.isr)
         self.pending_isr = None
 
     def make_leader(self, state: LeaderAndIsrPartitionState, now_ms: int) -> bool:
@@ -150,7 +162,7 @@ class Partition:
             # compare-and-set with the new version (found by the simulator, seed 9207).
             self.log.assign_epoch_start_offset(state.leader_epoch, leo)
         self.controller_epoch = state.controller_epoch
-        self._update_assignment_and_isr(state.replicas, state.isr)
+        self._update_assignment_and_isr(state)
         self.zk_version = state.zk_version
         self.leader_id = self.local_broker_id
         if is_new_epoch:
@@ -175,7 +187,7 @@ class Partition:
         also when the leader is the same broker in a new epoch)."""
         changed = state.leader_epoch > self.leader_epoch or state.leader != self.leader_id
         self.controller_epoch = state.controller_epoch
-        self._update_assignment_and_isr(state.replicas, state.isr)
+        self._update_assignment_and_isr(state)
         self.remote_replicas.clear()  # only a leader tracks followers
         self.zk_version = state.zk_version
         self.leader_id = state.leader
@@ -187,7 +199,7 @@ class Partition:
     def update_assignment(self, state: LeaderAndIsrPartitionState) -> None:
         """Same leader epoch, newer zk version: the controller changed AR/ISR only."""
         self.controller_epoch = state.controller_epoch
-        self._update_assignment_and_isr(state.replicas, state.isr)
+        self._update_assignment_and_isr(state)
         if not self.is_leader:
             self.remote_replicas.clear()
         self.zk_version = state.zk_version
