@@ -47,6 +47,12 @@ def open_session(fm: FetchManager, parts: dict, now: int = 0, follower: bool = T
     return sid
 
 
+def read_order(fm: FetchManager, sid: int) -> list[TopicPartition]:
+    session = fm.cache.get(sid)
+    assert session is not None
+    return sorted(session.partitions, key=lambda tp: session.partitions[tp].seq)
+
+
 def test_next_epoch_wraps_to_one_and_stays_final() -> None:
     assert next_epoch(0) == 1 and next_epoch(41) == 42
     assert next_epoch(2**31 - 1) == 1
@@ -57,18 +63,23 @@ def test_a_full_fetch_creates_a_session_and_incremental_ones_answer_only_changes
     fm = manager()
     sid = open_session(fm, {A: req(0), B: req(0)})
     assert sid != INVALID_SESSION_ID and fm.cache.size == 1 and fm.cache.num_partitions == 2
-    # Epoch 1, nothing listed: every session partition is read, nothing changed, none answered.
+    # Epoch 1, nothing listed: a new session reads every partition once; nothing changed.
     ctx = fm.new_context(sid, 1, {}, [], True, 10)
     assert isinstance(ctx, IncrementalFetchContext)
     assert ctx.partitions() == {A: req(0), B: req(0)}
     assert ctx.update_and_generate_response({A: resp(5), B: resp(5)}, 10) == (0, sid, [])
-    # Epoch 2: B has records, A's HW moved; both answered, and they go to the back in that order.
+    # Epoch 2: both changed; B has records, answered, and goes to the back.
+    fm.mark_changed(A)
+    fm.mark_changed(B)
     ctx = fm.new_context(sid, 2, {}, [], True, 20)
+    assert ctx.partitions() == {A: req(0), B: req(0)}
     assert ctx.update_and_generate_response({A: resp(5), B: resp(5, records=100)}, 20) == (
         0, sid, [B])
+    # Records were read: everything read is read again (max_bytes may have cut one short).
     ctx = fm.new_context(sid, 3, {}, [], True, 30)
+    assert ctx.partitions() == {A: req(0), B: req(0)}
     assert ctx.update_and_generate_response({A: resp(6), B: resp(5)}, 30) == (0, sid, [A])
-    assert list(fm.cache.get(sid).partitions) == [B, A]
+    assert read_order(fm, sid) == [B, A]
     # A listed partition updates the cached request parameters; a new one joins the session.
     ctx = fm.new_context(sid, 4, {B: req(9), C: req(3)}, [], True, 40)
     assert ctx.partitions() == {B: req(9), A: req(0), C: req(3)}
@@ -196,3 +207,73 @@ def test_a_follower_session_is_evicted_by_a_bigger_follower_only_when_not_new() 
     assert open_session(fm, {A: req(0), B: req(0)}, now=now + 1, follower=True) != (
         INVALID_SESSION_ID)
     assert fm.cache.get(old) is None
+
+
+# ---------------------------------------------------------------- change tracking
+
+
+def settled_session(fm: FetchManager, parts: dict) -> int:
+    """A session whose first incremental fetch read every partition and found nothing new."""
+    sid = open_session(fm, parts)
+    ctx = fm.new_context(sid, 1, {}, [], True, 1)
+    assert ctx.partitions() == parts
+    assert ctx.update_and_generate_response({tp: resp(5) for tp in parts}, 1) == (0, sid, [])
+    return sid
+
+
+def test_an_idle_incremental_fetch_reads_only_listed_and_changed_partitions() -> None:
+    fm = manager()
+    sid = settled_session(fm, {A: req(0), B: req(0), C: req(0)})
+    ctx = fm.new_context(sid, 2, {}, [], True, 2)
+    assert ctx.partitions() == {}  # nothing changed: nothing read
+    ctx.update_and_generate_response({}, 2)
+    fm.mark_changed(B)
+    ctx = fm.new_context(sid, 3, {A: req(4)}, [], True, 3)
+    assert ctx.partitions() == {A: req(4), B: req(0)}
+    assert ctx.update_and_generate_response({A: resp(5), B: resp(6)}, 3)[2] == [B]
+    # B was answered: read once more; then the session is quiet again.
+    ctx = fm.new_context(sid, 4, {}, [], True, 4)
+    assert ctx.partitions() == {B: req(0)}
+    ctx.update_and_generate_response({B: resp(6)}, 4)
+    assert fm.new_context(sid, 5, {}, [], True, 5).partitions() == {}
+
+
+def test_a_change_wakes_only_the_sessions_holding_the_partition() -> None:
+    fm = manager()
+    one = settled_session(fm, {A: req(0), B: req(0)})
+    other = settled_session(fm, {C: req(0)})
+    woken: list[int] = []
+    for sid in (one, other):
+        session = fm.cache.get(sid)
+        assert session is not None
+        session.waker = lambda sid=sid: woken.append(sid)
+    fm.mark_changed(A)
+    fm.mark_changed(A)  # already dirty: no second wake-up
+    assert woken == [one]
+    # A forgotten partition, or a closed session, is no longer marked.
+    fm.new_context(one, 2, {}, [B], True, 2).update_and_generate_response({}, 2)
+    fm.mark_changed(B)
+    assert woken == [one] and B not in fm.cache.holders
+    fm.new_context(other, INITIAL_EPOCH, {C: req(0)}, [], True, 3)  # a full fetch closes it
+    fm.mark_changed(C)
+    assert woken == [one] and C not in fm.cache.holders
+
+
+def test_unsettled_partitions_and_a_duplicate_fetch_keep_what_was_to_be_read() -> None:
+    fm = manager()
+    sid = settled_session(fm, {A: req(0), B: req(0)})
+    fm.mark_changed(A)
+    fm.mark_changed(B)
+    ctx = fm.new_context(sid, 2, {}, [], True, 2)
+    assert isinstance(ctx, IncrementalFetchContext) and ctx.partitions() == {A: req(0), B: req(0)}
+    ctx.unsettled = [B]  # e.g. not led here: read again even though nothing changed
+    assert ctx.update_and_generate_response({A: resp(5), B: resp(5)}, 2)[2] == []
+    ctx = fm.new_context(sid, 3, {}, [], True, 3)
+    assert ctx.partitions() == {B: req(0)}
+    # Another fetch of the session went through meanwhile: this one's reads are kept dirty.
+    session = fm.cache.get(sid)
+    assert session is not None
+    session.epoch = next_epoch(session.epoch)
+    assert ctx.update_and_generate_response({B: resp(5)}, 3)[0] == (
+        ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+    assert B in session.dirty

@@ -158,3 +158,27 @@ def test_an_unchanged_partition_is_sent_once_and_then_reused_as_is() -> None:
     assert f.partition_states.truncating == 1
     f.remove_partitions([TP])
     assert f.partition_states.truncating == 0
+
+
+def test_an_idle_round_trip_looks_only_at_the_partitions_that_changed() -> None:
+    _, f, _ = started()
+    full = only(f.poll_requests(0), FetchRequest)
+    f.handle_response(full, answer(a=idle(), b=idle()), 1)
+    inc = only(f.poll_requests(1), FetchRequest)
+    looked_up: list[TopicPartition] = []
+    logs_of = f._logs
+    f._logs = lambda tp: (looked_up.append(tp), logs_of(tp))[1]
+    # An empty answer, nothing changed: building the next fetch reads no partition's state.
+    f.handle_response(inc, answer(), 2)
+    nxt = only(f.poll_requests(2), FetchRequest)
+    assert dict(nxt.listed) == {} and set(nxt.partitions) == {TP, TP2} and looked_up == []
+    # What an answer named is looked at again (its HW or log start may have moved).
+    f.handle_response(nxt, answer(a=idle(hw=0)), 3)
+    looked_up.clear()  # handling the answer used TP's log
+    nxt = only(f.poll_requests(3), FetchRequest)
+    assert looked_up == [TP] and nxt.session_epoch == 3
+    # A build from every partition still comes now and then (FULL_BUILD_INTERVAL_MS).
+    f.handle_response(nxt, answer(), 4)
+    looked_up.clear()
+    only(f.poll_requests(4 + f.FULL_BUILD_INTERVAL_MS), FetchRequest)
+    assert sorted(looked_up) == sorted([TP, TP2])

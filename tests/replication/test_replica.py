@@ -44,3 +44,19 @@ def test_reset_on_a_new_leader_forgets_the_leo_and_starts_the_clock_for_isr_memb
     out = Replica(3, log_end_offset=7, last_caught_up_time_ms=3)
     out.reset_replica_state(1_000, 7, is_new_leader=True, is_follower_in_sync=False)
     assert out.last_caught_up_time_ms == 0
+
+
+def test_replaying_an_unchanged_fetch_is_the_same_fetch_recorded_again() -> None:
+    # A fetch session skips partitions that did not change; their fetches are replayed later
+    # with the last recorded offsets (ReplicaManager.replay_follower_fetches).
+    for offset, leo in ((10, 10), (5, 10)):
+        replayed, recorded = Replica(2), Replica(2)
+        for r in (replayed, recorded):
+            r.update_fetch_state(offset, 0, 100, leader_end_offset=leo)
+        replayed.replay_fetch(300)
+        recorded.update_fetch_state(offset, 0, 300, leader_end_offset=leo)
+        assert replayed == recorded
+    caught_up = Replica(2)
+    caught_up.update_fetch_state(10, 0, 300, leader_end_offset=10)
+    caught_up.replay_fetch(200)  # older than what is recorded: nothing
+    assert (caught_up.last_caught_up_time_ms, caught_up.last_fetch_time_ms) == (300, 300)

@@ -226,6 +226,9 @@ class AdminApis:
             p.log.maybe_increment_log_start_offset(converted)
         except OffsetOutOfRangeError:
             return ErrorCode.OFFSET_OUT_OF_RANGE, converted, -1
+        # Fetch sessions read only changed partitions: the followers must see the new start.
+        rm = self.server.replica_manager
+        rm.core.mark_changed(tp, rm.shell.time.milliseconds())
         return ErrorCode.NONE, converted, self.low_watermark_if_leader(tp)
 
     def low_watermark_if_leader(self, tp: TopicPartition) -> int:

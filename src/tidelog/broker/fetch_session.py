@@ -3,9 +3,19 @@
 A fetch with session epoch 0 (``INITIAL_EPOCH``) is full: it lists every partition and, when the
 cache has a slot (or can evict one), the response carries a new session id. The fetcher then sends
 incremental fetches (epoch 1, 2, ...) listing only the partitions whose fetch parameters changed
-plus ``forgotten_topics_data``; the broker reads every partition of the session and answers only
-those with something new (records, a HW or log start offset change, an error). Epoch -1
-(``FINAL_EPOCH``) is a sessionless full fetch; a full fetch naming a session closes it.
+plus ``forgotten_topics_data``; the broker answers only the partitions with something new
+(records, a HW or log start offset change, an error). Epoch -1 (``FINAL_EPOCH``) is a
+sessionless full fetch; a full fetch naming a session closes it.
+
+Change tracking (beyond Kafka, which reads every session partition per fetch): an incremental
+fetch reads only the partitions it lists and the session's *dirty* ones. ``FetchManager.
+mark_changed(tp)`` (the broker calls it whenever the replica manager reports a change of a
+partition: append, HW, leadership, ISR, log start) marks ``tp`` dirty in every session holding
+it and wakes a fetch of that session held for ``min_bytes``. A read partition becomes clean
+again only when its read settled: nothing to answer, no records read in the whole fetch (so no
+``max_bytes`` cut-off can hide data), and the broker did not name it unsettled (not led here,
+throttled). A new session starts with every partition dirty. So an idle incremental fetch costs
+O(changed partitions), not O(session).
 
 Errors as Kafka: an unknown session id -> FETCH_SESSION_ID_NOT_FOUND (70), an epoch other than
 the session's -> INVALID_FETCH_SESSION_EPOCH (71), both with no partitions.
@@ -22,7 +32,7 @@ The cache never reads a clock: every call takes ``now_ms``.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,9 +92,10 @@ class PartitionResponse:
 
 class CachedPartition:
     __slots__ = ("fetch_offset", "fetcher_log_start_offset", "high_watermark", "leader_epoch",
-                 "local_log_start_offset", "max_bytes", "req_data")
+                 "local_log_start_offset", "max_bytes", "req_data", "seq")
 
     def __init__(self, req: PartitionRequest, resp: PartitionResponse | None = None) -> None:
+        self.seq = 0  # place in the session's read order (set by the session)
         self.update_request_params(req)
         self.high_watermark = -1 if resp is None else resp.high_watermark
         self.local_log_start_offset = -1 if resp is None else resp.log_start_offset
@@ -115,13 +126,25 @@ class CachedPartition:
 
 class FetchSession:
     def __init__(self, session_id: int, privileged: bool,
-                 partitions: dict[TopicPartition, CachedPartition], now_ms: int) -> None:
+                 partitions: dict[TopicPartition, CachedPartition], now_ms: int,
+                 replica_id: int = -1) -> None:
         self.id = session_id
         self.privileged = privileged
-        # Insertion order is the read order; a partition that answered moves to the end.
+        self.replica_id = replica_id
+        # The read order is by ``seq``; a partition that answered moves to the end.
         self.partitions = partitions
+        self._seq = 0
+        for cached in partitions.values():
+            self._move_to_end(cached)
+        # Partitions to read at the next fetch (every one at first: see the module docstring).
+        self.dirty: dict[TopicPartition, None] = dict.fromkeys(partitions)
+        # Called when a partition turns dirty (a held fetch of this session waits on it).
+        self.waker: Callable[[], None] | None = None
         self.creation_ms = now_ms
         self.last_used_ms = now_ms
+        # The arrival of the fetch before the last one: when the partitions read now were last
+        # known unchanged (ReplicaManager.replay_follower_fetches).
+        self.previous_used_ms = now_ms
         self.epoch = next_epoch(INITIAL_EPOCH)
         self.cached_size = -1  # the size the cache last accounted for; -1: not in the cache
         self.evictable_by_all = False
@@ -134,19 +157,46 @@ class FetchSession:
     def evictable_key(self) -> tuple[bool, int, int]:
         return (self.privileged, self.cached_size, self.id)
 
+    def _move_to_end(self, cached: CachedPartition) -> None:
+        self._seq += 1
+        cached.seq = self._seq
+
+    def mark_dirty(self, tp: TopicPartition) -> None:
+        if tp not in self.dirty:
+            self.dirty[tp] = None
+            if self.waker is not None:
+                self.waker()
+
+    def take_dirty(self) -> dict[TopicPartition, PartitionRequest]:
+        """The dirty partitions' request data in read order; they count as clean from now on
+        (a change during the read marks them again)."""
+        partitions = self.partitions
+        tps = sorted((tp for tp in self.dirty if tp in partitions),
+                     key=lambda tp: partitions[tp].seq)
+        self.dirty.clear()
+        return {tp: partitions[tp].req_data for tp in tps}
+
+    def clean_partitions(self) -> list[TopicPartition]:
+        """The partitions not dirty (O(session): for the periodic ISR check only)."""
+        dirty = self.dirty
+        return [tp for tp in self.partitions if tp not in dirty]
+
     def update(self, fetch_data: Mapping[TopicPartition, PartitionRequest],
                to_forget: Iterable[TopicPartition]) -> tuple[list[TopicPartition], ...]:
         added, updated, removed = [], [], []
         for tp, req in fetch_data.items():
             cached = self.partitions.get(tp)
             if cached is None:
-                self.partitions[tp] = CachedPartition(req)
+                cached = self.partitions[tp] = CachedPartition(req)
+                self._move_to_end(cached)
                 added.append(tp)
             else:
                 cached.update_request_params(req)
                 updated.append(tp)
+            self.dirty[tp] = None  # a listed partition is read
         for tp in to_forget:
             if self.partitions.pop(tp, None) is not None:
+                self.dirty.pop(tp, None)
                 removed.append(tp)
         return added, updated, removed
 
@@ -161,6 +211,21 @@ class FetchSessionCache:
         self.sessions: dict[int, FetchSession] = {}
         self.num_partitions = 0
         self.evictions = 0
+        # Which sessions hold a partition (FetchManager.mark_changed).
+        self.holders: dict[TopicPartition, dict[FetchSession, None]] = {}
+
+    def hold(self, session: FetchSession, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            self.holders.setdefault(tp, {})[session] = None
+
+    def release(self, session: FetchSession, tps: Iterable[TopicPartition]) -> None:
+        holders = self.holders
+        for tp in tps:
+            held = holders.get(tp)
+            if held is not None:
+                held.pop(session, None)
+                if not held:
+                    del holders[tp]
 
     def get(self, session_id: int) -> FetchSession | None:
         return self.sessions.get(session_id)
@@ -176,12 +241,15 @@ class FetchSessionCache:
                 return sid
 
     def maybe_create_session(self, now_ms: int, privileged: bool,
-                             partitions: dict[TopicPartition, CachedPartition]) -> int:
+                             partitions: dict[TopicPartition, CachedPartition],
+                             replica_id: int = -1) -> int:
         """The new session's id, or INVALID_SESSION_ID when there is no slot for it."""
         if len(self.sessions) < self.max_entries or self.try_evict(
                 privileged, (privileged, len(partitions), 0), now_ms):
-            session = FetchSession(self.new_session_id(), privileged, partitions, now_ms)
+            session = FetchSession(self.new_session_id(), privileged, partitions, now_ms,
+                                   replica_id)
             self.sessions[session.id] = session
+            self.hold(session, partitions)
             self.touch(session, now_ms)
             return session.id
         return INVALID_SESSION_ID
@@ -212,6 +280,7 @@ class FetchSessionCache:
         if session is not None:
             self.num_partitions -= session.cached_size
             session.cached_size = -1
+            self.release(session, session.partitions)
         return session
 
     def touch(self, session: FetchSession, now_ms: int) -> None:
@@ -274,10 +343,12 @@ class SessionlessFetchContext(FetchContext):
 
 class FullFetchContext(FetchContext):
     def __init__(self, cache: FetchSessionCache,
-                 fetch_data: Mapping[TopicPartition, PartitionRequest], is_from_follower: bool) -> None:
+                 fetch_data: Mapping[TopicPartition, PartitionRequest], is_from_follower: bool,
+                 replica_id: int = -1) -> None:
         self.cache = cache
         self.fetch_data = fetch_data
         self.is_from_follower = is_from_follower
+        self.replica_id = replica_id
 
     def partitions(self) -> dict[TopicPartition, PartitionRequest]:
         return dict(self.fetch_data)
@@ -286,17 +357,35 @@ class FullFetchContext(FetchContext):
         self, updates: Mapping[TopicPartition, PartitionResponse], now_ms: int
     ) -> tuple[int, int, list[TopicPartition]]:
         cached = {tp: CachedPartition(self.fetch_data[tp], resp) for tp, resp in updates.items()}
-        session_id = self.cache.maybe_create_session(now_ms, self.is_from_follower, cached)
+        session_id = self.cache.maybe_create_session(now_ms, self.is_from_follower, cached,
+                                                     self.replica_id)
         return ErrorCode.NONE, session_id, list(updates)
 
 
 class IncrementalFetchContext(FetchContext):
+    """Reads the listed and the dirty partitions of the session (``partitions``; a fetch held
+    for ``min_bytes`` reads those turning dirty meanwhile with ``more_partitions``)."""
+
     def __init__(self, session: FetchSession, request_epoch: int) -> None:
         self.session = session
         self.request_epoch = request_epoch
+        self.read: dict[TopicPartition, PartitionRequest] = {}
+        # Read partitions to read again next time even when nothing changed (set by the broker).
+        self.unsettled: Collection[TopicPartition] = ()
 
     def partitions(self) -> dict[TopicPartition, PartitionRequest]:
-        return {tp: cp.req_data for tp, cp in self.session.partitions.items()}
+        self.read = self.session.take_dirty()
+        return dict(self.read)
+
+    def more_partitions(self) -> dict[TopicPartition, PartitionRequest]:
+        """The partitions that turned dirty since the last call (read them again)."""
+        more = self.session.take_dirty()
+        self.read.update(more)
+        return more
+
+    def abandon(self) -> None:
+        """The fetch was not answered: what it read stays to be read."""
+        self.session.dirty.update(dict.fromkeys(self.read))
 
     def update_and_generate_response(
         self, updates: Mapping[TopicPartition, PartitionResponse], now_ms: int
@@ -304,13 +393,17 @@ class IncrementalFetchContext(FetchContext):
         session = self.session
         if session.epoch != next_epoch(self.request_epoch):
             # Another request of this session went through meanwhile (a duplicate).
+            self.abandon()
             return ErrorCode.INVALID_FETCH_SESSION_EPOCH, session.id, []
         out: list[TopicPartition] = []
         cached_partitions = session.partitions
+        any_records = False
         for tp, resp in updates.items():
             cached = cached_partitions.get(tp)
             if cached is None:  # forgotten while this request waited
                 continue
+            if resp.records_size:
+                any_records = True
             if (not resp.records_size and resp.error == ErrorCode.NONE
                     and cached.high_watermark == resp.high_watermark
                     and cached.local_log_start_offset == resp.log_start_offset):
@@ -318,7 +411,14 @@ class IncrementalFetchContext(FetchContext):
             if cached.maybe_update_response_data(resp, True):
                 out.append(tp)
                 # Answered partitions go to the back of the read order (fairness, as Kafka).
-                session.partitions[tp] = session.partitions.pop(tp)
+                session._move_to_end(cached)
+        # What was answered is read again (a fetcher that took it lists it anyway); with records
+        # in the response everything read is, as max_bytes may have cut some partition short.
+        again = updates if any_records else [*out, *self.unsettled]
+        dirty = session.dirty
+        for tp in again:
+            if tp in cached_partitions:
+                dirty[tp] = None
         return ErrorCode.NONE, session.id, out
 
 
@@ -334,25 +434,40 @@ class FetchManager:
         to_forget: Iterable[TopicPartition],
         is_follower: bool,
         now_ms: int,
+        replica_id: int = -1,
     ) -> FetchContext:
         if is_full(epoch):
             if session_id != INVALID_SESSION_ID:
                 self.cache.remove(session_id)  # a full fetch closes the session it names
             if epoch == FINAL_EPOCH:
                 return SessionlessFetchContext(fetch_data)
-            return FullFetchContext(self.cache, fetch_data, is_follower)
+            return FullFetchContext(self.cache, fetch_data, is_follower, replica_id)
         session = self.cache.get(session_id)
         if session is None:
             return SessionErrorContext(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
         if session.epoch != epoch:
             return SessionErrorContext(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
-        session.update(fetch_data, to_forget)
+        added, _, removed = session.update(fetch_data, to_forget)
+        self.cache.hold(session, added)
+        self.cache.release(session, removed)
         if session.size == 0:
             self.cache.remove(session.id)
             return SessionlessFetchContext(fetch_data)
+        session.previous_used_ms = session.last_used_ms
         self.cache.touch(session, now_ms)
         session.epoch = next_epoch(session.epoch)
         return IncrementalFetchContext(session, epoch)
+
+    def mark_changed(self, tp: TopicPartition) -> None:
+        """``tp`` changed (records, HW, log start, leadership): the sessions holding it read it
+        at their next fetch, and a held fetch of theirs wakes."""
+        held = self.cache.holders.get(tp)
+        if held:
+            for session in held:
+                session.mark_dirty(tp)
+
+    def follower_sessions(self) -> list[FetchSession]:
+        return [s for s in self.cache.sessions.values() if s.replica_id >= 0]
 
 
 def partition_response(error: int, high_watermark: int, log_start_offset: int,

@@ -18,7 +18,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from tidelog.broker.fetch_session import FetchManager, FetchSessionCache, PartitionResponse
+from tidelog.broker.fetch_session import (
+    FetchManager,
+    FetchSessionCache,
+    IncrementalFetchContext,
+    PartitionResponse,
+)
 from tidelog.broker.metadata_cache import BrokerEndpoint, PartitionMetadata
 from tidelog.broker.replica_manager import now_ms
 from tidelog.broker.socket_server import CloseConnection, DeferredResponse, RequestContext
@@ -194,6 +199,10 @@ class KafkaApis:
         # KIP-227 fetch sessions (consumers and followers), max.incremental.fetch.session.cache.slots.
         self.fetch_manager = FetchManager(FetchSessionCache(
             self.config.get("max.incremental.fetch.session.cache.slots")))
+        # Sessions read only changed partitions: the replica manager says which changed, and
+        # the ISR check first records the follower fetches that skipped the unchanged ones.
+        server.replica_manager.core.on_partition_changed = self.fetch_manager.mark_changed
+        server.replica_manager.shell.before_isr_expiration = self._replay_idle_follower_fetches
         # api key -> (min, max) served: the advertised table (Produce v0-2 handled above).
         self._served = advertised(include_controller_apis=True)
 
@@ -409,17 +418,27 @@ class KafkaApis:
         # Before v7 there are no sessions: the decoder leaves session 0, epoch -1 (sessionless).
         context = self.fetch_manager.new_context(
             request.session_id, request.session_epoch, fetch_data, to_forget,
-            replica_id >= 0, now_ms(),
+            replica_id >= 0, now_ms(), replica_id,
         )
-        partitions = context.partitions()
         # Kafka's KafkaApis: the response is capped by the broker's fetch.max.bytes.
         max_bytes = min(request.max_bytes, self.config.get("fetch.max.bytes"))
-        results = await self.rm.fetch_messages(
+        if isinstance(context, IncrementalFetchContext):
+            session_results = await self._session_fetch(
+                context, replica_id, None, request.max_wait_ms,
+                min(request.min_bytes, max_bytes), max_bytes, request.isolation_level,
+                replica_id >= 0 or version < 11)
+            partitions = {}
+        else:
+            partitions = context.partitions()
+        results = session_results if isinstance(context, IncrementalFetchContext) \
+            else await self.rm.fetch_messages(
             replica_id, request.max_wait_ms, min(request.min_bytes, max_bytes), max_bytes,
             partitions, isolation_level=request.isolation_level,
             # KIP-392: from v11 (client metadata) a consumer may fetch from a follower.
             fetch_only_leader=replica_id >= 0 or version < 11,
         ) if partitions else {}
+        if isinstance(context, IncrementalFetchContext):
+            partitions = context.read
         # Per partition: (error, HW, log start, records, LSO, aborted transactions); only the
         # answered ones become wire objects (an idle incremental fetch answers few of the
         # session's partitions).
@@ -459,6 +478,76 @@ class KafkaApis:
             ))
         return m_fetch.FetchResponse(
             error_code=error, session_id=session_id if version >= 7 else 0, responses=responses)
+
+    async def _session_fetch(
+        self, context: IncrementalFetchContext, replica_id: int, broker_epoch: int | None,
+        max_wait_ms: int, min_bytes: int, max_bytes: int, isolation_level: int,
+        fetch_only_leader: bool,
+    ) -> dict[TopicPartition, Any]:
+        """An incremental fetch reads the partitions it lists and those changed since the last
+        (broker/fetch_session.py), not every partition of its session. Held for ``min_bytes``,
+        it waits for a partition of the session to change and reads just that one: the wait
+        of Kafka's DelayedFetch, without its re-reads of every partition."""
+        session = context.session
+        core = self.rm.core
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_ms / 1000
+        wake = asyncio.Event()
+        session.waker = wake.set
+        results: dict[TopicPartition, Any] = {}
+        read_bytes = 0
+        any_error = False
+        # The partitions read first were unchanged up to the previous fetch of the session,
+        # those turning dirty while this one waits up to this one's arrival.
+        replay_ms = session.previous_used_ms
+        try:
+            more = context.partitions()
+            while True:
+                if more:
+                    if replica_id >= 0:
+                        core.replay_follower_fetches(replica_id, more, replay_ms)
+                    got = await self.rm.fetch_messages(
+                        replica_id, 0, 0, max(0, max_bytes - read_bytes), more,
+                        broker_epoch=broker_epoch, isolation_level=isolation_level,
+                        fetch_only_leader=fetch_only_leader)
+                    for tp, r in got.items():
+                        old = results.get(tp)
+                        if old is not None and old.records is not None:
+                            read_bytes -= len(old.records)
+                        results[tp] = r
+                        read_bytes += len(r.records) if r.records is not None else 0
+                        any_error = any_error or r.error != Errors.NONE
+                replay_ms = session.last_used_ms
+                remaining = deadline - loop.time()
+                if read_bytes >= min_bytes or any_error or remaining <= 0:
+                    break
+                wake.clear()
+                if not session.dirty:
+                    try:
+                        await asyncio.wait_for(wake.wait(), remaining)
+                    except TimeoutError:
+                        break
+                more = context.more_partitions()
+        except BaseException:
+            context.abandon()
+            raise
+        finally:
+            session.waker = None
+        # Not led here (KIP-392 follower reads, moved leadership) or throttled: read again.
+        quota = core.config.leader_quota
+        context.unsettled = [
+            tp for tp in results
+            if (p := core.partitions.get(tp)) is None or not p.is_leader
+            or (quota is not None and replica_id >= 0 and quota.is_throttled(tp))]
+        return results
+
+    def _replay_idle_follower_fetches(self) -> None:
+        """Before the ISR check: each follower session's last fetch, for the partitions it did
+        not read because they had not changed."""
+        core = self.rm.core
+        for session in self.fetch_manager.follower_sessions():
+            core.replay_follower_fetches(session.replica_id, session.clean_partitions(),
+                                         session.last_used_ms)
 
     # ------------------------------------------------------------------ ListOffsets
     async def handle_list_offsets(
@@ -1006,4 +1095,3 @@ class KafkaApis:
         return m_cs.ControlledShutdownResponse(error_code=int(error), remaining_partitions=[
             m_cs.RemainingPartition(topic, partition) for topic, partition in remaining
         ])
-

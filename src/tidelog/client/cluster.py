@@ -43,7 +43,12 @@ from tidelog.protocol.messages.describe_configs import (
     DescribeConfigsRequest,
     DescribeConfigsResource,
 )
-from tidelog.protocol.messages.fetch import FetchPartition, FetchRequest, FetchTopic
+from tidelog.protocol.messages.fetch import (
+    FetchPartition,
+    FetchRequest,
+    FetchTopic,
+    ForgottenTopic,
+)
 from tidelog.protocol.messages.list_offsets import (
     ListOffsetsPartition,
     ListOffsetsRequest,
@@ -538,6 +543,34 @@ class KafkaClient:
         leader epoch, last fetched epoch). Raises connection errors; per-partition errors are in
         the results. A top-level error is copied into every partition's result.
         """
+        error, _, out = await self.fetch_in_session(
+            broker_id, partitions, max_bytes=max_bytes, partition_max_bytes=partition_max_bytes,
+            max_wait_ms=max_wait_ms, min_bytes=min_bytes, isolation_level=isolation_level,
+            replica_id=replica_id)
+        if error:
+            for tp in partitions:
+                out.setdefault(tp, FetchResult(_code(error)))
+        return out
+
+    async def fetch_in_session(
+        self,
+        broker_id: int,
+        partitions: Mapping[TopicPartition, tuple[int, int, int] | int],
+        *,
+        session_id: int = 0,
+        session_epoch: int = -1,
+        forgotten: Iterable[TopicPartition] = (),
+        max_bytes: int = 52428800,
+        partition_max_bytes: int = 1048576,
+        max_wait_ms: int = 500,
+        min_bytes: int = 1,
+        isolation_level: int = 0,
+        replica_id: int = -1,
+    ) -> tuple[int, int, dict[TopicPartition, FetchResult]]:
+        """``fetch_from`` within a fetch session (KIP-227): ``session_epoch`` -1 (none), 0 (a
+        full fetch opening one) or the session's next epoch, listing ``partitions`` and
+        forgetting ``forgotten``. Returns (top-level error, the response's session id, the
+        partitions answered)."""
         topics: dict[str, list[FetchPartition]] = {}
         for tp, spec in partitions.items():
             offset, epoch, last_epoch = (spec, -1, -1) if isinstance(spec, int) else spec
@@ -557,9 +590,13 @@ class KafkaClient:
             min_bytes=min_bytes,
             max_bytes=max_bytes,
             isolation_level=isolation_level,
-            session_id=0,
-            session_epoch=-1,  # no fetch session: every request is a full fetch
+            session_id=session_id,
+            session_epoch=session_epoch,
             topics=[FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
+            forgotten_topics_data=[
+                ForgottenTopic(topic=t, partitions=[tp.partition for tp in forgotten
+                                                    if tp.topic == t])
+                for t in dict.fromkeys(tp.topic for tp in forgotten)],
         )
         response = await self.send(
             broker_id, request, timeout_ms=max_wait_ms + self.request_timeout_ms
@@ -582,10 +619,7 @@ class KafkaClient:
                     None if p.aborted_transactions is None else tuple(
                         (a.producer_id, a.first_offset) for a in p.aborted_transactions),
                 )
-        if response.error_code:
-            for tp in partitions:
-                out.setdefault(tp, FetchResult(_code(response.error_code)))
-        return out
+        return response.error_code, response.session_id, out
 
     async def list_offsets(
         self,

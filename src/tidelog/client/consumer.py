@@ -7,6 +7,15 @@ under ``auto.offset.reset``) are resolved with ListOffsets first. Leader changes
 (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, broken connections) refresh the metadata and the
 next fetch goes to the new leader.
 
+Fetch sessions (KIP-227), as Kafka's Java consumer: one session per leader
+(``FetchSessionHandler``, shared with the replica fetchers). The first fetch to a leader is full
+(epoch 0) and opens a session; the next ones are incremental, listing only partitions whose fetch
+position changed or that were added, and forgetting those no longer fetched (a partition with
+records still buffered is not fetched, as in Kafka). FETCH_SESSION_ID_NOT_FOUND starts over with
+a new session; INVALID_FETCH_SESSION_EPOCH, a response that does not fit the session, or a lost
+request make the next fetch full again (closing the session); the partitions of such a response
+are not used. ``close`` closes the sessions (epoch -1).
+
 Consumer groups can be layered on later: they only decide ``assign`` and commit ``position``.
 """
 
@@ -33,6 +42,8 @@ from tidelog.client.errors import (
 from tidelog.client.metadata import TopicPartition
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.records import CorruptRecordError, decode_records, iter_batches
+from tidelog.replication.errors import Errors
+from tidelog.replication.fetcher import FetchPartition, FetchResponseData, FetchSessionHandler
 
 __all__ = [
     "OFFSET_BEGINNING",
@@ -111,6 +122,8 @@ class Consumer:
         self._buffer: dict[TopicPartition, deque[ConsumerRecord]] = {}
         self._high_watermark: dict[TopicPartition, int] = {}
         self._closed = False
+        # KIP-227: the fetch session with each leader (broker id -> its handler)
+        self._sessions: dict[int, FetchSessionHandler] = {}
 
     # -- assignment and positions ---------------------------------------------------------
 
@@ -179,6 +192,13 @@ class Consumer:
     async def close(self) -> None:
         self._closed = True
         self.assign([])
+        # As Kafka's consumer: tell each leader its session is over (epoch -1), best effort.
+        sessions, self._sessions = self._sessions, {}
+        await asyncio.gather(
+            *(self.client.fetch_in_session(leader, {}, session_id=s.session_id, max_wait_ms=0,
+                                           min_bytes=0)
+              for leader, s in sessions.items() if s.session_id),
+            return_exceptions=True)
 
     # -- polling --------------------------------------------------------------------------
 
@@ -222,7 +242,7 @@ class Consumer:
                 raise BrokerResponseError(result.error, f"ListOffsets for {tp}")
 
     async def _fetch_once(self, max_wait_ms: int) -> None:
-        by_leader: dict[int, dict[TopicPartition, tuple[int, int, int]]] = {}
+        by_leader: dict[int, dict[TopicPartition, FetchPartition]] = {}
         missing: list[str] = []
         for tp, offset in self._position.items():
             if self._buffer.get(tp):
@@ -231,7 +251,8 @@ class Consumer:
             if part is None or part.leader < 0:
                 missing.append(tp.topic)
                 continue
-            by_leader.setdefault(part.leader, {})[tp] = (offset, part.leader_epoch, -1)
+            by_leader.setdefault(part.leader, {})[tp] = FetchPartition(
+                offset, part.leader_epoch, -1, self.max_partition_fetch_bytes)
         if self.client.metadata_stale:
             missing += [tp.topic for tp in self._position]
         if missing:
@@ -242,17 +263,7 @@ class Consumer:
             return
         leaders = list(by_leader)
         answers = await asyncio.gather(
-            *(
-                self.client.fetch_from(
-                    leader,
-                    by_leader[leader],
-                    max_bytes=self.fetch_max_bytes,
-                    partition_max_bytes=self.max_partition_fetch_bytes,
-                    max_wait_ms=max_wait_ms,
-                    min_bytes=self.fetch_min_bytes,
-                )
-                for leader in leaders
-            ),
+            *(self._fetch_from(leader, by_leader[leader], max_wait_ms) for leader in leaders),
             return_exceptions=True,
         )
         stale: set[str] = set()
@@ -264,9 +275,38 @@ class Consumer:
                 raise answer
             for tp, result in answer.items():
                 if tp in by_leader[leader]:
-                    self._handle(tp, by_leader[leader][tp][0], result, stale)
+                    self._handle(tp, by_leader[leader][tp].fetch_offset, result, stale)
         if stale:
             await self._refresh(sorted(stale))
+
+    async def _fetch_from(self, leader: int, wanted: dict[TopicPartition, FetchPartition],
+                          max_wait_ms: int) -> dict[TopicPartition, FetchResult]:
+        """One fetch in the leader's session; the partitions answered (none when the session
+        failed: the next fetch is then a full one)."""
+        session = self._sessions.setdefault(leader, FetchSessionHandler())
+        session_id, epoch, to_send, to_forget = session.build(wanted)
+        try:
+            error, response_session_id, results = await self.client.fetch_in_session(
+                leader,
+                {tp: (p.fetch_offset, p.current_leader_epoch, -1) for tp, p in to_send.items()},
+                session_id=session_id,
+                session_epoch=epoch,
+                forgotten=to_forget,
+                max_bytes=self.fetch_max_bytes,
+                partition_max_bytes=self.max_partition_fetch_bytes,
+                max_wait_ms=max_wait_ms,
+                min_bytes=self.fetch_min_bytes,
+            )
+        except BaseException:
+            session.handle_error()  # the request may or may not have moved the session on
+            raise
+        try:
+            code = Errors(error)
+        except ValueError:
+            code = Errors.UNKNOWN_SERVER_ERROR
+        if not session.handle_response(FetchResponseData(code, response_session_id, results)):
+            return {}
+        return results
 
     def _handle(
         self, tp: TopicPartition, fetch_offset: int, result: FetchResult, stale: set[str]

@@ -96,6 +96,8 @@ class PartitionStates:
         self._map: OrderedDict[TopicPartition, PartitionFetchState] = OrderedDict()
         # How many are Truncating: with none, the truncation pass skips the scan of them all.
         self.truncating = 0
+        # Partitions whose state changed since the fetcher last built a fetch from them.
+        self.changed: set[TopicPartition] = set()
 
     def _count(self, old: PartitionFetchState | None, new: PartitionFetchState | None) -> None:
         if old is not None and old.state is ReplicaState.TRUNCATING:
@@ -106,14 +108,17 @@ class PartitionStates:
     def update_and_move_to_end(self, tp: TopicPartition, state: PartitionFetchState) -> None:
         self._count(self._map.pop(tp, None), state)
         self._map[tp] = state
+        self.changed.add(tp)
 
     def update(self, tp: TopicPartition, state: PartitionFetchState) -> None:
         """Replace the state, keeping the partition's place in the order."""
         self._count(self._map.get(tp), state)
         self._map[tp] = state
+        self.changed.add(tp)
 
     def remove(self, tp: TopicPartition) -> None:
         self._count(self._map.pop(tp, None), None)
+        self.changed.add(tp)
 
     def state_value(self, tp: TopicPartition) -> PartitionFetchState | None:
         return self._map.get(tp)
@@ -248,6 +253,25 @@ class FetchSessionHandler:
         self.session_partitions = dict(wanted)
         return self.session_id, self.epoch, to_send, to_forget
 
+    def build_changed(self, wanted: Mapping[TopicPartition, FetchPartition],
+                      touched: Iterable[TopicPartition]) -> tuple[
+            int, int, Mapping[TopicPartition, FetchPartition], tuple[TopicPartition, ...]]:
+        """``build`` of an incremental fetch when only ``touched`` partitions can differ from
+        the last request: O(touched), not O(session)."""
+        last = self.session_partitions
+        to_send: dict[TopicPartition, FetchPartition] = {}
+        to_forget: list[TopicPartition] = []
+        for tp in touched:
+            data = wanted.get(tp)
+            old = last.get(tp)
+            if data is None:
+                if old is not None:
+                    to_forget.append(tp)
+            elif old is not data and old != data:
+                to_send[tp] = data
+        self.session_partitions = dict(wanted)
+        return self.session_id, self.epoch, to_send, tuple(to_forget)
+
     def handle_response(self, response: FetchResponseData) -> bool:
         """Move the session on; False when the response's partitions must not be used."""
         if response.error != Errors.NONE:
@@ -265,7 +289,8 @@ class FetchSessionHandler:
             else:
                 self.session_id, self.epoch = response.session_id, 1
             return True
-        if not set(response.partitions) <= set(self.session_partitions):
+        session_partitions = self.session_partitions
+        if not all(tp in session_partitions for tp in response.partitions):
             self._close_existing()
             return False
         if response.session_id == INVALID_SESSION_ID:
@@ -329,6 +354,12 @@ class ReplicaFetcher:
         # Per partition: the leader's HW minus our next offset at the last answer (Kafka's
         # PartitionFetchState.lag); 0 = in sync, which a follower throttle never holds back.
         self._lag: dict[TopicPartition, int] = {}
+        # The partitions of the last fetch built, and when to build one from every partition
+        # again (between, only the partitions that changed are looked at: build_fetch).
+        self._wanted: dict[TopicPartition, FetchPartition] | None = None
+        self._next_full_build_ms = 0
+        # Partitions backed off, until when (next_wakeup_ms, build_fetch).
+        self._delayed: dict[TopicPartition, int] = {}
 
     # ------------------------------------------------------------------ partitions
     def add_partitions(
@@ -400,8 +431,7 @@ class ReplicaFetcher:
 
     def next_wakeup_ms(self, now_ms: int) -> int | None:
         """When something may change without a response: a back-off ending or a timeout."""
-        times = [st.delay_until_ms for _, st in self.partition_states.items()
-                 if st.delay_until_ms > now_ms]
+        times = [until for until in self._delayed.values() if until > now_ms]
         times += [sent + self.config.replica_socket_timeout_ms for _, sent in self._in_flight.values()]
         return min(times) if times else None
 
@@ -425,6 +455,7 @@ class ReplicaFetcher:
         for tp in tps:
             state = self.partition_states.state_value(tp)
             if state is not None:
+                self._delayed[tp] = until
                 self.partition_states.update_and_move_to_end(tp, replace(state, delay_until_ms=until))
 
     def _on_partition_fenced(self, tp: TopicPartition, request_epoch: int) -> bool:
@@ -570,6 +601,7 @@ class ReplicaFetcher:
         """seed 002's ``fetchOffsetAndTruncate``, one ListOffsets round at a time."""
         if not self._take_in_flight(request):
             return
+        self.partition_states.changed.update(request.partitions)  # resets taken or moved on
         with_error: set[TopicPartition] = set()
         for tp, (request_epoch, timestamp) in request.partitions.items():
             state = self.partition_states.state_value(tp)
@@ -640,6 +672,77 @@ class ReplicaFetcher:
     def build_fetch(self, now_ms: int) -> FetchRequest | None:
         if FetchRequest in self._in_flight:
             return None
+        if (self._wanted is None or self.session.is_full or now_ms >= self._next_full_build_ms
+                or self.config.follower_quota is not None):
+            parts = self._wanted_from_all(now_ms)
+            session_id, epoch, to_send, to_forget = self.session.build(parts)
+        else:
+            parts, touched = self._wanted_from_changes(self._wanted, now_ms)
+            session_id, epoch, to_send, to_forget = self.session.build_changed(parts, touched)
+        self._wanted = parts
+        if not parts:
+            return None
+        request = FetchRequest(
+            self._new_request_id(),
+            self.source_broker,
+            self.broker_id,
+            self.broker_epoch,
+            self.config.replica_fetch_wait_max_ms,
+            self.config.replica_fetch_min_bytes,
+            self.config.replica_fetch_response_max_bytes,
+            parts,
+            session_id,
+            epoch,
+            to_send,
+            to_forget,
+        )
+        return self._send(request, now_ms)  # type: ignore[return-value]
+
+    # A build from every partition at least this often: it also sees what changes without a
+    # state change (the local log start moved by retention).
+    FULL_BUILD_INTERVAL_MS = 10_000
+
+    def _wanted_from_changes(self, last: dict[TopicPartition, FetchPartition], now_ms: int
+                             ) -> tuple[dict[TopicPartition, FetchPartition], set[TopicPartition]]:
+        """The partitions to fetch, from the last ones and the partitions that changed state
+        or whose back-off ended: an idle round trip costs O(changed), not O(partitions)."""
+        touched = self.partition_states.changed
+        self.partition_states.changed = set()
+        for tp, until in list(self._delayed.items()):
+            if until <= now_ms:
+                del self._delayed[tp]
+                touched.add(tp)
+        parts = dict(last)
+        for tp in touched:
+            state = self.partition_states.state_value(tp)
+            data = None if state is None else self._fetch_partition(tp, state, now_ms, last.get(tp))
+            if data is None:
+                parts.pop(tp, None)
+            else:
+                parts[tp] = data
+        return parts, touched
+
+    def _fetch_partition(self, tp: TopicPartition, state: PartitionFetchState, now_ms: int,
+                         prev: FetchPartition | None) -> FetchPartition | None:
+        if not state.is_ready_for_fetch(now_ms) or tp in self._offset_resets:
+            return None
+        log = self._logs(tp)
+        if log is None:
+            return None
+        log_start = log.log_start_offset
+        max_bytes = self.config.replica_fetch_max_bytes
+        # The same object when nothing changed: the session's diff then compares by identity.
+        if (prev is not None and prev.fetch_offset == state.fetch_offset
+                and prev.current_leader_epoch == state.current_leader_epoch
+                and prev.log_start_offset == log_start and prev.max_bytes == max_bytes):
+            return prev
+        return FetchPartition(state.fetch_offset, state.current_leader_epoch, log_start, max_bytes)
+
+    def _wanted_from_all(self, now_ms: int) -> dict[TopicPartition, FetchPartition]:
+        self.partition_states.changed = set()
+        self._next_full_build_ms = now_ms + self.FULL_BUILD_INTERVAL_MS
+        self._delayed = {tp: st.delay_until_ms for tp, st in self.partition_states.items()
+                         if st.delay_until_ms > now_ms}
         parts: dict[TopicPartition, FetchPartition] = {}
         last = self.session.session_partitions
         max_bytes = self.config.replica_fetch_max_bytes
@@ -667,24 +770,7 @@ class ReplicaFetcher:
             else:
                 parts[tp] = FetchPartition(
                     state.fetch_offset, state.current_leader_epoch, log_start, max_bytes)
-        if not parts:
-            return None
-        session_id, epoch, to_send, to_forget = self.session.build(parts)
-        request = FetchRequest(
-            self._new_request_id(),
-            self.source_broker,
-            self.broker_id,
-            self.broker_epoch,
-            self.config.replica_fetch_wait_max_ms,
-            self.config.replica_fetch_min_bytes,
-            self.config.replica_fetch_response_max_bytes,
-            parts,
-            session_id,
-            epoch,
-            to_send,
-            to_forget,
-        )
-        return self._send(request, now_ms)  # type: ignore[return-value]
+        return parts
 
     def process_fetch_response(
         self,
@@ -705,6 +791,8 @@ class ReplicaFetcher:
         else:
             self.session.handle_sessionless_response()
         response = partitions
+        # Whatever happens to them here (log start, offset reset), look at them next build.
+        self.partition_states.changed.update(response)
         with_error: set[TopicPartition] = set()
         for tp, data in response.items():
             sent = request.partitions.get(tp)

@@ -48,6 +48,16 @@ class Replica:
         self.last_fetch_time_ms = fetch_time_ms
         self.broker_epoch = broker_epoch
 
+    def replay_fetch(self, fetch_time_ms: int) -> None:
+        """A fetch at ``fetch_time_ms`` with the fetch offset, log start and leader LEO of the
+        last recorded one (an unchanged partition of a fetch session): `update_fetch_state`
+        with those values."""
+        if fetch_time_ms <= self.last_fetch_time_ms:
+            return
+        if self.log_end_offset >= self.last_fetch_leader_log_end_offset:
+            self.last_caught_up_time_ms = max(self.last_caught_up_time_ms, fetch_time_ms)
+        self.last_fetch_time_ms = fetch_time_ms
+
     def reset_replica_state(
         self,
         now_ms: int,

@@ -15,7 +15,7 @@ together with the requests that timed out.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,6 +129,9 @@ class ReplicaManager:
         # An ordered set: the order partitions are re-checked in decides the order delayed
         # requests complete, which must not depend on string hashing (the simulator replays).
         self._dirty: dict[TopicPartition, None] = {}
+        # Told of every partition that changed (records, HW, leadership, ISR, log start): the
+        # broker's fetch sessions read only those (broker/fetch_session.py).
+        self.on_partition_changed: Callable[[TopicPartition], None] | None = None
         # tp -> the partition state in which every delayed produce watched on it was last tried
         self._produce_checked: dict[TopicPartition, tuple[Any, ...]] = {}
         self._draining = False
@@ -639,6 +642,23 @@ class ReplicaManager:
             return out
         return set()
 
+    def mark_changed(self, tp: TopicPartition, now_ms: int) -> None:
+        """Something of ``tp`` changed outside the core (DeleteRecords moved its log start)."""
+        self._dirty[tp] = None
+        self._drain(now_ms)
+
+    def replay_follower_fetches(self, replica_id: int, partitions: Iterable[TopicPartition],
+                                fetch_time_ms: int) -> None:
+        """``replica_id`` fetched at ``fetch_time_ms`` without these partitions changing since
+        its fetch last recorded them (same fetch offset, same leader LEO): record that fetch's
+        time as `update_follower_fetch_state` would have (a fetch session does not read them)."""
+        for tp in partitions:
+            p = self.partitions.get(tp)
+            if p is not None and p.is_leader:
+                replica = p.remote_replicas.get(replica_id)
+                if replica is not None:
+                    replica.replay_fetch(fetch_time_ms)
+
     def high_watermarks(self) -> dict[TopicPartition, int]:
         """For the ``highwatermark-checkpoint`` task (``replication-offset-checkpoint``)."""
         return {tp: p.high_watermark for tp, p in self.partitions.items()}
@@ -654,6 +674,8 @@ class ReplicaManager:
             while self._dirty:
                 tp = next(iter(self._dirty))
                 del self._dirty[tp]
+                if self.on_partition_changed is not None:
+                    self.on_partition_changed(tp)
                 self._check_delayed_produce(tp, now_ms)
                 self._completed.extend(self.fetch_purgatory.check_and_complete(tp, now_ms))
         finally:

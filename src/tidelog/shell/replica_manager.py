@@ -122,6 +122,9 @@ class ReplicaManager:
         self.stale_broker_epoch_refused = 0
         # A driver's observer of each HW checkpoint (the broker's telemetry).
         self.on_high_watermark_checkpoint: Callable[[], None] | None = None
+        # Run before each ISR check: a driver whose fetch sessions skip unchanged partitions
+        # records those fetches' times here (ReplicaManager.replay_follower_fetches).
+        self.before_isr_expiration: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ life cycle
     @property
@@ -175,6 +178,8 @@ class ReplicaManager:
             self.on_high_watermark_checkpoint()
 
     def _isr_expiration(self) -> None:
+        if self.before_isr_expiration is not None:
+            self.before_isr_expiration()
         for prop in self.core.maybe_shrink_isr(self.time.milliseconds()):
             self._propose_isr(prop)
         self.complete_delayed()
