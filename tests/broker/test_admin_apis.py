@@ -62,7 +62,23 @@ class Cluster:
             for b in self.brokers.values()), what=f"broker {broker_id} known to all")
         # Clients bootstrapped from the brokers running now (a restarted one has a new port).
         self.bootstrap = ",".join(b.bootstrap for b in self.brokers.values())
+        self.wait_for_controller_known()
         self.admin = AdminClient({"bootstrap.servers": self.bootstrap})
+
+    def wait_for_controller_known(self) -> None:
+        """A barrier before a new AdminClient: librdkafka looks the controller up in its first
+        metadata answers only, and one naming none (controller -1 until the controller's first
+        UpdateMetadata reached that broker) or an old one leaves its controller requests
+        waiting past their timeout (test_real_clients.py); so every broker it may ask first
+        must name the active controller."""
+        def known() -> bool:
+            active = next((b.broker_id for b in self.brokers.values()
+                           if b.server.controller.is_active), None)
+            return active is not None and all(
+                b.call(lambda b=b: b.server.metadata_cache.controller_id) == active
+                for b in self.brokers.values())
+
+        wait_until(known, timeout_s=60, what="every broker's metadata to name the controller")
 
     def state(self, topic: str, partition: int = 0) -> Any:
         return self.zk.get_partition_state((topic, partition))
@@ -499,7 +515,9 @@ def test_offset_delete_group_errors(cluster: Cluster) -> None:
 # ---------------------------------------------------------------------- ElectLeaders
 def _elect(cluster: Cluster, election_type: Any, partitions: list[tuple[str, int]]
            ) -> dict[tuple[str, int], int]:
-    # Bootstrapped from the brokers running now (a stopped one may be the only one known).
+    # Bootstrapped from the brokers running now (a stopped one may be the only one known),
+    # once each of them names the controller (leadership may just have moved).
+    cluster.wait_for_controller_known()
     admin = AdminClient({"bootstrap.servers": ",".join(
         b.bootstrap for b in cluster.brokers.values())})
     future = admin.elect_leaders(
