@@ -22,6 +22,7 @@ from tidelog.coordinator.offsets import (
     encode_offset_commit_value,
 )
 from tidelog.coordinator.partition_load import LoadRetry
+from tidelog.coordinator.transaction.asyncio_driver import AsyncioTasks, ReplicaManagerAppender
 from tidelog.coordinator.transaction.log import (
     TRANSACTION_STATE_TOPIC_NAME,
     encode_key,
@@ -107,13 +108,23 @@ async def settled(error: Callable[[], int]) -> int:
 
 # -- the transaction state manager ------------------------------------------------------------
 
+class _FixedTime:
+    def milliseconds(self) -> int:
+        return 2000
+
+
+def txn_state_manager(b: Broker, tasks: AsyncioTasks | None = None) -> TransactionStateManager:
+    return TransactionStateManager(1, ReplicaManagerAppender(b.rm),
+                                   TransactionConfig(num_partitions=1), _FixedTime(),
+                                   tasks or AsyncioTasks())
+
+
 async def txn_state_after_load(read_failures: int) -> tuple[TransactionStateManager, Broker]:
     b = Broker(TXN_TP)
     transit = TxnTransitMetadata(77, -1, 5, -1, 30_000, TransactionState.ONGOING,
                                  frozenset({TopicPartition("orders", 0)}), 1000, 1005)
     await b.append(encode_key("t"), encode_value(transit))
-    state = TransactionStateManager(1, b.rm, TransactionConfig(num_partitions=1),
-                                    clock=lambda: 2000)
+    state = txn_state_manager(b)
     state.active = True
     state.load_retry = FAST_RETRY
     b.fail_reads(read_failures)
@@ -210,8 +221,8 @@ def test_a_load_superseded_while_waiting_to_retry_stops() -> None:
         b = Broker(TXN_TP)
         await b.append(encode_key("t"), encode_value(TxnTransitMetadata(
             77, -1, 5, -1, 30_000, TransactionState.EMPTY, frozenset(), 1000, 1005)))
-        state = TransactionStateManager(1, b.rm, TransactionConfig(num_partitions=1),
-                                        clock=lambda: 2000)
+        tasks = AsyncioTasks()
+        state = txn_state_manager(b, tasks)
         state.active = True
         state.load_retry = LoadRetry(attempts=3, backoff_ms=50)
         b.fail_reads(1)
@@ -222,7 +233,7 @@ def test_a_load_superseded_while_waiting_to_retry_stops() -> None:
                     break
                 await asyncio.sleep(0.001)
             state.on_resignation(0)
-            await asyncio.gather(*state._tasks)
+            await tasks.join()
             assert state.get("t")[0] == E.NOT_COORDINATOR and state.transactions == {}
             assert b.disk.failed_reads == 1
         finally:

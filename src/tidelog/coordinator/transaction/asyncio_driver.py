@@ -50,6 +50,10 @@ class AsyncioTasks:
     async def gather(self, aws: list[Awaitable[T]]) -> list[T]:
         return list(await asyncio.gather(*aws))
 
+    async def join(self) -> None:
+        """Wait until the tasks running now have ended."""
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
     async def cancel_all(self) -> None:
         tasks = list(self._tasks)
         for t in tasks:
