@@ -8,6 +8,7 @@ from tidelog.controller.core import ELECTION_UNCLEAN
 from tidelog.controller.reassignment import ApiError
 from tidelog.controller.reassignment_manager import ReassignmentManager
 from tidelog.sim.cluster import SimCluster, SimConfig
+from tidelog.sim.controller import SimController
 from tidelog.sim.messages import ReplicaFetchRequest
 
 
@@ -23,21 +24,27 @@ def cut_fetches(c: SimCluster, follower: int) -> None:
         lambda s, d, m: s == follower and isinstance(m, ReplicaFetchRequest))
 
 
+def moving_to_3() -> tuple[SimCluster, SimController]:
+    """4 brokers, t-0 on [0,1,2] moving to [1,2,3] while 3 cannot fetch (stuck in phase A)."""
+    c = booted(brokers=4)
+    cut_fetches(c, 3)
+    assert c.controller is not None
+    assert c.controller.reassign({c.tps[0]: [1, 2, 3]}) == {c.tps[0]: ApiError(0)}
+    c.run_for(200)
+    return c, c.controller
+
+
 def kinds(c: SimCluster) -> set[str]:
     return {v.invariant for v in c.checker.violations}
 
 
 def test_a_move_goes_through_the_full_replica_set_and_deletes_the_old_replica() -> None:
-    c = booted(brokers=4)
+    c, ctl = moving_to_3()
     tp = c.tps[0]
+    assert isinstance(ctl.reassignments, ReassignmentManager)  # the real controller's
     p = c.add_producer(tp, -1)
     p.produce(5)
-    c.run_for(200)
-    assert c.controller is not None
-    assert isinstance(c.controller.reassignments, ReassignmentManager)
-    cut_fetches(c, 3)
-    assert c.controller.reassign({tp: [1, 2, 3]}) == {tp: ApiError(0)}
-    c.run_for(500)
+    c.run_for(300)
     # RS = TRS + ORS while 3 cannot catch up; nothing deleted yet.
     assert c.assignments[tp] == (1, 2, 3, 0) and c.moving[tp] == ((3,), (0,))
     assert c.nodes[0].log(tp) is not None
@@ -53,12 +60,8 @@ def test_a_move_goes_through_the_full_replica_set_and_deletes_the_old_replica() 
 
 
 def test_a_new_controller_resumes_the_move_from_the_topic_znode() -> None:
-    c = booted(brokers=4)
+    c, _ = moving_to_3()
     tp = c.tps[0]
-    cut_fetches(c, 3)
-    assert c.controller is not None
-    c.controller.reassign({tp: [1, 2, 3]})
-    c.run_for(200)
     c.failover_controller()
     c.run_for(100)
     assert c.controller.reassignments.list(None)[tp].removing_replicas == (0,)
@@ -69,13 +72,9 @@ def test_a_new_controller_resumes_the_move_from_the_topic_znode() -> None:
 
 
 def test_cancelling_reverts_to_the_original_replicas() -> None:
-    c = booted(brokers=4)
+    c, ctl = moving_to_3()
     tp = c.tps[0]
-    cut_fetches(c, 3)
-    assert c.controller is not None
-    c.controller.reassign({tp: [1, 2, 3]})
-    c.run_for(200)
-    assert c.controller.reassign({tp: None}) == {tp: ApiError(0)}
+    assert ctl.reassign({tp: None}) == {tp: ApiError(0)}
     c.run_for(300)
     assert set(c.assignments[tp]) == {0, 1, 2} and tp not in c.moving
     assert c.nodes[3].log(tp) is None
@@ -113,12 +112,8 @@ def test_an_unclean_election_elects_a_replica_out_of_the_isr() -> None:
 
 
 def test_the_lifecycle_checks_catch_an_early_delete_and_an_isr_outside_the_assignment() -> None:
-    c = booted(brokers=4)
+    c, _ = moving_to_3()
     tp = c.tps[0]
-    cut_fetches(c, 3)
-    assert c.controller is not None
-    c.controller.reassign({tp: [1, 2, 3]})
-    c.run_for(200)
     c.lifecycle.on_delete_sent(0, tp)  # as if StopReplica(delete) went out now
     assert "RemovedReplicaDeletedEarly" in kinds(c)
     # AR = TRS written while the old replica is still in the ISR.
