@@ -13,6 +13,11 @@ kafka-reassign-partitions, the same JSON files and the same messages).
 - cancel: `--reassignment-json-file F`: AlterPartitionReassignments with no target (the
   partitions go back to their original replicas).
 - list: the reassignments in progress (ListPartitionReassignments).
+
+A plan's `log_dirs` must match its `replicas` in length (Kafka's check and message) and name
+no directory but `any`: tidelog brokers do not serve AlterReplicaLogDirs (34), so a plan that
+chooses a replica's log dir is refused before anything changes (Kafka's tool, against brokers
+without it, moves the replicas and then fails with "Failed to alter dir for ...").
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ LEADER_RATE = "leader.replication.throttled.rate"
 FOLLOWER_RATE = "follower.replication.throttled.rate"
 LEADER_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
+ANY_LOG_DIR = "any"  # Kafka's AnyLogDir: the broker picks the directory
 
 
 def _err(msg: str) -> None:
@@ -42,16 +48,33 @@ def _err(msg: str) -> None:
 
 def _plan_json(assignment: dict[tuple[str, int], list[int]]) -> str:
     """Kafka's formatAsReassignmentJson."""
-    parts = [{"topic": t, "partition": p, "replicas": rs, "log_dirs": ["any"] * len(rs)}
+    parts = [{"topic": t, "partition": p, "replicas": rs, "log_dirs": [ANY_LOG_DIR] * len(rs)}
              for (t, p), rs in sorted(assignment.items())]
     return json.dumps({"version": 1, "partitions": parts}, separators=(",", ":"))
+
+
+def _java_list(items: list[Any]) -> str:
+    return "[" + ", ".join(map(str, items)) + "]"
 
 
 def _read_plan(path: str) -> dict[tuple[str, int], list[int]]:
     try:
         obj = json.loads(Path(path).read_text())
-        return {(str(p["topic"]), int(p["partition"])): [int(r) for r in p["replicas"]]
-                for p in obj["partitions"]}
+        plan: dict[tuple[str, int], list[int]] = {}
+        for p in obj["partitions"]:
+            key = (str(p["topic"]), int(p["partition"]))
+            replicas = [int(r) for r in p["replicas"]]
+            log_dirs = [str(d) for d in p.get("log_dirs", [ANY_LOG_DIR] * len(replicas))]
+            plan[key] = replicas
+            if len(log_dirs) != len(replicas):
+                _err(f"Size of replicas list {_java_list(replicas)} is different from size of "
+                     f"log dirs list {_java_list(log_dirs)} for partition {_tp(key)}")
+            chosen = [r for r, d in zip(replicas, log_dirs, strict=True) if d != ANY_LOG_DIR]
+            if chosen:
+                _err(f"Failed to alter dir for {_tp(key)}-{chosen[0]}: tidelog brokers do not "
+                     "serve AlterReplicaLogDirs, so a replica's log dir cannot be chosen "
+                     f'(use "{ANY_LOG_DIR}")')
+        return plan
     except (OSError, ValueError, KeyError, TypeError) as e:
         _err(f"cannot read the reassignment {path}: {e}")
         raise AssertionError from e  # unreachable: _err exits
