@@ -129,7 +129,10 @@ def reassignment_write(core: ControllerCore, tp: TopicPartition, replicas: tuple
         isr = list(isr)
     live = set(core.live_brokers) - core.shutting_down
     if leader == NO_LEADER or leader not in replicas or leader not in live:
-        leader = next((r for r in replicas if r in live and r in isr), NO_LEADER)
+        # Never a replica back from an unclean shutdown (KIP-966's rule, as every election).
+        dirty = core.unclean_restarted.get(tp, ())
+        leader = next((r for r in replicas if r in live and r in isr and r not in dirty),
+                      NO_LEADER)
     new = replace(state, leader=leader, leader_epoch=state.leader_epoch + 1, isr=tuple(isr),
                   controller_epoch=core.controller_epoch, replicas=replicas, is_new=False)
     return PartitionWrite(tp, new, state.zk_version)

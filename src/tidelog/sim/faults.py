@@ -17,7 +17,8 @@
 - `reassign`: AlterPartitionReassignments of a random partition (add, remove or replace a
   replica, or reorder), or the cancellation of a move in progress; a move that starts is
   followed by a fault aimed at it: a crash of an old or a new replica, a controller failover or
-  a cancellation. One move is forced in every run (at 0.3-1.8 s).
+  a cancellation. One move that copies data is forced in every run (at 0.3-1.8 s; with no
+  spare broker a replica is removed first and one added 0.3-1.5 s later).
 - `add_partitions`: CreatePartitions (one more partition in the topic znode, at most
   `max_added_partitions` per run; refused while a move is in progress, as Kafka does);
 - `elect`: ElectLeaders, preferred; unclean only where the run enables unclean election.
@@ -279,6 +280,11 @@ class FaultInjector:
         spare = [b for b in range(n) if b not in origin]
         shapes = ["reorder"] + (["add"] if spare else []) + (
             ["remove"] if len(origin) > 2 else []) + (["replace"] if spare else [])
+        if forced:
+            # A move that copies data: onto a spare broker, or (none spare) make one first.
+            shapes = [k for k in shapes if k in ("add", "replace")] or ["remove"]
+            if shapes == ["remove"]:
+                self._later(300, 1500, self._forced_reassign)
         shape = self.rng.choice(shapes)
         target = list(origin)
         if shape == "add":
