@@ -114,6 +114,12 @@ class TxnLedger:
         if committed and txn in self.aborted or not committed and txn in self.committed:
             self._violate(Violation(now_ms, "ConflictingOutcome", None, f"{txn}"))
 
+    def fresh_reader(self) -> TxnLedger:
+        """A ledger for another reader: the same transactions and outcomes, nothing read yet
+        (e.g. one reading the final logs from their start)."""
+        return TxnLedger(written=self.written, committed=self.committed, aborted=self.aborted,
+                         report=self.report)
+
     # -- the consumers' side -----------------------------------------------------------------
     def consumed(self, tp: TopicPartition, records: Iterable[DecodedRecord],
                  now_ms: int = 0) -> None:

@@ -105,11 +105,12 @@ class TxnWorkload:
             p.start()
         return p
 
-    def add_consumer(self, tp: TopicPartition) -> TxnConsumer:
+    def add_consumer(self, tp: TopicPartition, ledger: TxnLedger | None = None) -> TxnConsumer:
         c = self.cluster
         cons = TxnConsumer(self._node_id(), tp, c.scheduler, c.network, c.leader_of,
-                           self.ledger)
-        self.consumers.append(cons)
+                           ledger or self.ledger)
+        if ledger is None:
+            self.consumers.append(cons)
         cons.start()
         return cons
 
@@ -161,7 +162,8 @@ class TxnWorkload:
         for p in self.producers:
             p.stop()
 
-    def read_to_end(self, tp: TopicPartition) -> bool:
+    def read_to_end(self, tp: TopicPartition, consumers: list[TxnConsumer] | None = None
+                    ) -> bool:
         """`tp`'s LSO is at its HW (every transaction there decided and its marker
         replicated) and its consumers read up to it."""
         leader = self.cluster.acting_leader(tp)
@@ -169,9 +171,10 @@ class TxnWorkload:
             return False
         part = leader.partition(tp)
         lso = part.last_stable_offset
-        consumers = [c for c in self.consumers if c.tp == tp]
-        return lso == part.high_watermark and bool(consumers) and all(
-            c.position >= lso for c in consumers)
+        readers = [c for c in (self.consumers if consumers is None else consumers)
+                   if c.tp == tp]
+        return lso == part.high_watermark and bool(readers) and all(
+            c.position >= lso for c in readers)
 
     def decided(self) -> bool:
         """No producer mid-transaction, every data partition read to its end."""
@@ -203,4 +206,24 @@ class TxnWorkload:
                                  f"after {waited} ms: producers mid-transaction {open_}, "
                                  f"partitions not read to their end {unread}"))
         ends = [tp for tp in self.cluster.tps if self.read_to_end(tp)]
-        return out + self.ledger.final_checks(ends, now)
+        out += self.ledger.final_checks(ends, now)
+        return out + self._read_final_logs(ends, max_ms)
+
+    def _read_final_logs(self, tps: list[TopicPartition], max_ms: int,
+                         step_ms: int = 100) -> list[Violation]:
+        """The same checks for new read_committed readers of the final logs, from offset 0:
+        what the logs hold after every crash, truncation and leader change (a reader during
+        the run may have read records a truncation later took back)."""
+        ledger = self.ledger.fresh_reader()
+        readers = [self.add_consumer(tp, ledger) for tp in tps]
+        waited = 0
+        while not all(self.read_to_end(tp, readers) for tp in tps) and waited < max_ms:
+            self.cluster.run_for(step_ms)
+            waited += step_ms
+        for r in readers:
+            r.running = False
+        now = self.cluster.scheduler.now_ms
+        done = [tp for tp in tps if self.read_to_end(tp, readers)]
+        out = [Violation(now, "TransactionsDecided", tp, "a reader of the final log did not "
+                         "reach its LSO") for tp in tps if tp not in done]
+        return out + ledger.final_checks(done, now)
