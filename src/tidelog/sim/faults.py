@@ -270,6 +270,7 @@ class FaultInjector:
         ctl = c.controller
         if ctl is None or not ctl.active:
             return
+        c.sync_topic()  # the topic znode as it is now
         tp = self.rng.choice(c.tps)
         if tp in c.moving and self.rng.random() < 0.3:
             self._cancel(tp)
@@ -304,6 +305,7 @@ class FaultInjector:
     def _mid_move(self, tp: TopicPartition) -> None:
         """A fault aimed at a move in progress."""
         c = self.cluster
+        c.sync_topic()
         if not self.active or tp not in c.moving:
             return
         adding, removing = c.moving[tp]
@@ -331,6 +333,7 @@ class FaultInjector:
             return
         topic = c.config.topic
         zk = c.zk
+        c.sync_topic()
         if c.moving:
             self._note("add_partitions", "refused: a move is in progress")
             return
