@@ -504,3 +504,24 @@ def test_batched_partition_state_writes(make_client: Callable[..., KafkaZkClient
         client.update_leader_and_isr_many([(("big", 0), shrunk, 1)], epoch_version + 1)
     with pytest.raises(ControllerMovedError):
         client.create_partition_states({("big", 0): shrunk}, epoch_version + 1)
+
+
+def test_batched_writes_read_back_the_lost_compare_and_sets(
+        make_client: Callable[..., KafkaZkClient]) -> None:
+    # A write whose version is stale but whose znode already holds exactly that state is our
+    # own earlier write (Kafka's checkLeaderAndIsrZkData); any other lost one failed.
+    client = make_client()
+    _, _, epoch_version = client.try_elect_controller(1)
+    client.create_topic("cas", {p: [1, 2] for p in range(4)})
+    states = {("cas", p): LeaderIsrAndControllerEpoch(1, 0, (1, 2), 1) for p in range(4)}
+    client.create_partition_states(states, epoch_version)
+    shrunk = LeaderIsrAndControllerEpoch(1, 1, (1,), 1)
+    assert client.update_leader_and_isr_many([(("cas", 0), shrunk, 0)], epoch_version) == {
+        ("cas", 0): (True, 1)}
+    other = LeaderIsrAndControllerEpoch(2, 1, (2,), 1)
+    results = client.update_leader_and_isr_many(
+        [(("cas", 0), shrunk, 0), (("cas", 1), other, 5), (("cas", 2), shrunk, 0)], epoch_version)
+    assert results == {("cas", 0): (True, 1), ("cas", 1): (False, -1), ("cas", 2): (True, 1)}
+    read = client.get_partition_states([("cas", 0), ("cas", 3), ("cas", 9)])
+    assert sorted(read) == [("cas", 0), ("cas", 3)]  # no znode for partition 9
+    assert read[("cas", 0)] == LeaderIsrAndControllerEpoch(1, 1, (1,), 1, 1)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 from uuid import UUID
@@ -94,13 +95,19 @@ async def _nothing() -> None:
 
 
 class _Event:
-    __slots__ = ("name", "handler", "future")
+    __slots__ = ("name", "handler", "future", "queued_at")
 
     def __init__(self, name: str, handler: Callable[[], Awaitable[Any]],
                  future: asyncio.Future[Any] | None) -> None:
         self.name = name
         self.handler = handler
         self.future = future
+        self.queued_at = time.monotonic()
+
+
+# An event that takes longer is logged with its time in the queue (Kafka's controller keeps
+# both as metrics: EventQueueTimeMs and the per-state rate and time).
+SLOW_EVENT_S = 1.0
 
 
 class KafkaController:
@@ -218,6 +225,7 @@ class KafkaController:
     async def _process_events(self) -> None:
         while True:
             ev = await self._queue.get()
+            started = time.monotonic()
             try:
                 result = await ev.handler()
             except ControllerMovedError as e:
@@ -233,6 +241,10 @@ class KafkaController:
                 log.exception("controller %d: event %s failed", self.broker_id, ev.name)
                 self._set(ev, exc=e)
                 continue
+            took = time.monotonic() - started
+            if took >= SLOW_EVENT_S:
+                log.info("controller %d: %s took %.1f s (queued %.1f s before)", self.broker_id,
+                         ev.name, took, started - ev.queued_at)
             self._set(ev, result=result)
 
     @staticmethod
