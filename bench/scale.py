@@ -230,8 +230,13 @@ def wait_metadata(address: str, done: Callable[[Partitions], bool], timeout_s: f
                 if conn is None:
                     conn = BrokerConnection(host, int(port), request_timeout_ms=30_000)
                     await conn.connect(timeout_s=10)
+                asked = time.monotonic()
                 if done(await _metadata(conn)):
                     return time.monotonic() - start
+                # at most half the observed broker's time on answering the poll: a Metadata
+                # of 10,000 partitions is not free, and the broker is the one being timed
+                await asyncio.sleep(max(POLL_S, time.monotonic() - asked))
+                continue
             except Exception:  # noqa: BLE001 - a busy or restarting broker: reconnect and retry
                 if conn is not None:
                     await conn.close()
