@@ -279,3 +279,27 @@ def test_reads_over_bytes_damaged_after_loading_stay_bounded() -> None:
     got = log.read(0, 100)  # min_one_message: bounded by the segment, no huge allocation
     assert len(got.records) <= len(data)
     assert list(log.batches()) == []  # the walk stops at the damaged length
+
+
+def test_the_load_truncates_the_epoch_cache_and_writes_it_before_the_next_append() -> None:
+    # A leader records its epoch at its log end at once (KIP-279); an empty log reloaded holds
+    # that entry past its end. The load drops it in memory only (Kafka's
+    # truncateFromEndAsyncFlush: one fsync'd rewrite per log was most of a 10,000-partition
+    # broker's start); the file is rewritten before data lands past the entry's offset, and a
+    # load before that drops the entry again.
+    fio = MemoryFileIO()
+    checkpoint = f"{DIR}/leader-epoch-checkpoint"
+    log = Log(DIR, small_config(), fio)
+    log.append_as_leader(batch(b"a"), 0, now_ms=0)
+    log.assign_epoch_start_offset(1, 1)
+    log.flush()
+    log.close()
+    assert fio.read_file(checkpoint) == b"0\n2\n0 0\n1 1\n"
+    again = reopen(fio, recovery_point=1, had_clean_shutdown=True)
+    assert again.leader_epoch_cache.entries == [(0, 0)]  # epoch 1 starts at the log end
+    assert fio.read_file(checkpoint) == b"0\n2\n0 0\n1 1\n"  # not rewritten by the load
+    again.close()
+    third = reopen(fio, recovery_point=1, had_clean_shutdown=True)
+    assert third.leader_epoch_cache.entries == [(0, 0)]
+    third.append_as_follower(batch(b"b", base_offset=1, epoch=0), now_ms=0)  # no new epoch
+    assert fio.read_file(checkpoint) == b"0\n1\n0 0\n"

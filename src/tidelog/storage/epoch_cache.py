@@ -56,6 +56,9 @@ class LeaderEpochFileCache:
         self._log_end_offset = log_end_offset
         self._epochs: list[int] = []
         self._starts: list[int] = []
+        # A truncation not written yet (`truncate_from_end(..., flush=False)`): the file may
+        # still hold entries past the log end, which the next load drops again.
+        self.flush_pending = False
         for epoch, start in entries or []:
             self._epochs.append(epoch)
             self._starts.append(start)
@@ -81,6 +84,7 @@ class LeaderEpochFileCache:
     def flush(self) -> None:
         if self._file is not None:
             self._file.write(list(zip(self._epochs, self._starts, strict=True)))
+        self.flush_pending = False
 
     # -- queries ---------------------------------------------------------------------------
     @property
@@ -142,14 +146,19 @@ class LeaderEpochFileCache:
         self.flush()
         return True
 
-    def truncate_from_end(self, end_offset: int) -> None:
-        """Drop the entries starting at or after `end_offset` (the log was truncated there)."""
+    def truncate_from_end(self, end_offset: int, flush: bool = True) -> None:
+        """Drop the entries starting at or after `end_offset` (the log was truncated there).
+        `flush=False` leaves the file as it is (`flush_pending`): the log's load, as Kafka's
+        truncateFromEndAsyncFlush there, whose next load truncates the same entries again."""
         if end_offset < 0 or not self._starts or self._starts[-1] < end_offset:
             return
         cut = bisect.bisect_left(self._starts, end_offset)
         del self._epochs[cut:]
         del self._starts[cut:]
-        self.flush()
+        if flush:
+            self.flush()
+        else:
+            self.flush_pending = True
 
     def truncate_from_start(self, start_offset: int) -> None:
         """The log now starts at `start_offset`: drop the epochs wholly before it and move the

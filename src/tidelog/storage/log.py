@@ -333,12 +333,17 @@ class Log:
         else:
             # Entries past the surviving data go first; then epochs found by recovery that the
             # checkpoint lacks (only newer ones, as Kafka's LogSegment.recover).
-            self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+            self.leader_epoch_cache.truncate_from_end(self.log_end_offset, flush=False)
             for epoch, start in recovered_epochs:
                 latest = self.leader_epoch_cache.latest_epoch
                 if latest is None or epoch > latest:
                     self.leader_epoch_cache.assign(epoch, start)
-        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        # Written before the log's next append (`_write`), not here: every empty log a leader
+        # once had holds an entry at its end (the epoch assigned at becoming leader), and an
+        # fsync'd rewrite per log was most of a 10,000-partition broker's start (Kafka's
+        # LogLoader truncates with truncateFromEndAsyncFlush). Until then the file may list
+        # entries past the log end, which the next load drops the same way.
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset, flush=False)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self.recovery_point = (
             self.log_end_offset
@@ -895,6 +900,9 @@ class Log:
         max_timestamp: int,
         now_ms: int,
     ) -> None:
+        if self.leader_epoch_cache.flush_pending:
+            # the load's truncation, on disk before data lands past those entries' offsets
+            self.leader_epoch_cache.flush()
         segment = self.segments[-1]
         config = self.config
         used = segment.size
