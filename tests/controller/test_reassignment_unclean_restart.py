@@ -1,10 +1,11 @@
-"""A reassignment's leader choice obeys KIP-966 like every election: a replica back from an
-unclean shutdown is no leader candidate (simulator seed 7 with the lifecycle faults lost acked
-records when a move's phase A elected such a replica, the last member of the ISR)."""
+"""The lifecycle's leader choices obey KIP-966 like the offline election: a replica back from an
+unclean shutdown is no leader candidate. Found by the simulator's lifecycle faults: seed 7 lost
+acked records when a move's phase A elected such a replica (the last member of the ISR), seed
+38 when a preferred election (ElectLeaders) did."""
 
 from __future__ import annotations
 
-from tidelog.controller.core import NO_LEADER, ControllerCore
+from tidelog.controller.core import ELECTION_PREFERRED, NO_LEADER, ControllerCore
 from tidelog.controller.reassignment import ReplicaAssignment, complete_decision, start_decision
 from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
 
@@ -36,3 +37,11 @@ def test_phase_b_does_not_move_the_leader_onto_one_either() -> None:
     core.assignments[TP] = (1, 2)
     d = complete_decision(core, TP, ReplicaAssignment((1, 2), (), (0,)))
     assert [w.state.leader for w in d.writes] == [NO_LEADER]
+
+
+def test_a_preferred_election_does_not_elect_one() -> None:
+    core = offline_with_dirty_last_member()
+    core.assignments[TP] = (1, 2, 0)
+    d, results = core.elect_leaders([TP], ELECTION_PREFERRED)
+    assert d.writes == [] and results[TP][0] != 0
+    assert core.elect_preferred_leaders().writes == []

@@ -352,7 +352,7 @@ class ControllerCore:
             leaders = tuple(sorted({s.leader for s in states if s.leader in self.live_brokers}))
             out.setdefault(broker, []).append(LeaderAndIsrRequest(
                 self.controller_id, self.controller_epoch, self.live_brokers[broker],
-                tuple(self._with_reassignment(s) for s in states), leaders))
+                tuple(self._with_reassignment(s, broker) for s in states), leaders))
         for stops, delete in ((decision.stop_replicas, False), (decision.delete_replicas, True)):
             for broker, tps in sorted(stops.items()):
                 if broker in self.live_brokers:
@@ -367,12 +367,17 @@ class ControllerCore:
                     self.controller_id, self.controller_epoch, epoch, states, live))
         return out
 
-    def _with_reassignment(self, state: LeaderAndIsrPartitionState) -> LeaderAndIsrPartitionState:
-        """Kafka's addLeaderAndIsrRequestForBrokers: the full replica assignment."""
+    def _with_reassignment(self, state: LeaderAndIsrPartitionState,
+                           broker: int) -> LeaderAndIsrPartitionState:
+        """Kafka's addLeaderAndIsrRequestForBrokers: the full replica assignment; to a joining
+        replica the partition is new (Kafka's NewReplica transition), so its broker creates
+        the log even while one of its log dirs is offline."""
         moving = self.reassigning.get(state.tp)
         if moving is None:
             return state
-        return replace(state, adding_replicas=moving[0], removing_replicas=moving[1])
+        adding, removing = moving
+        return replace(state, adding_replicas=adding, removing_replicas=removing,
+                       is_new=state.is_new or broker in adding)
 
     # -- rules -----------------------------------------------------------------------------
     def _current(self, tp: TopicPartition, d: Decision) -> LeaderAndIsrPartitionState | None:
@@ -389,7 +394,9 @@ class ControllerCore:
             result = election.controlled_shutdown_leader_election(
                 replicas, state.isr, set(self.live_brokers), self.shutting_down)
         elif reason == "preferred":
-            result = election.preferred_replica_leader_election(replicas, state.isr, live)
+            # Not onto a replica back from an unclean shutdown (KIP-966), as offline elections.
+            result = election.preferred_replica_leader_election(
+                replicas, state.isr, live - self.unclean_restarted.get(tp, set()))
         else:
             # "unclean": an admin's UNCLEAN election allows an out-of-sync leader whatever
             # unclean.leader.election.enable says.
