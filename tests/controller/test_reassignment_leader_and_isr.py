@@ -5,6 +5,8 @@ set RS = TRS. Real controller, real ZooKeeper, brokers played by listeners decod
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from test_controller import Cluster, lai_states, wait_for, with_cluster
 from test_reassignment_controller import TP, four_brokers, leader_adds_to_isr, reassign
@@ -25,6 +27,11 @@ def received(cluster: Cluster, broker: int) -> list[tuple[list[int], list[int], 
     return out
 
 
+def states(cluster: Cluster, broker: int) -> list[Any]:
+    return [lai_states(body)[TP] for body in cluster.brokers[broker].of(ApiKey.LEADER_AND_ISR)
+            if TP in lai_states(body)]
+
+
 @with_cluster
 async def test_a_move_sends_its_adding_and_removing_replicas_until_it_completes(
         cluster: Cluster) -> None:
@@ -36,6 +43,10 @@ async def test_a_move_sends_its_adding_and_removing_replicas_until_it_completes(
     for b in (1, 2, 3, 4):
         await wait_for(lambda b=b: moving in received(cluster, b), what=f"RS to broker {b}")
     await ctl.wait_idle()
+    # To the joining broker the partition is new (Kafka's NewReplica): it may create the log
+    # even with a log dir offline; to the others it is not.
+    assert [s.is_new for s in states(cluster, 4)] == [True]
+    assert not states(cluster, 2)[-1].is_new
     # Broker 3 fails and comes back while moving: the ISR shrink and the resend to the
     # restarted broker carry the full assignment too.
     others = (1, 2, 4)

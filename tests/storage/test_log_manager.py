@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from storage_helpers import batch
 
 from tidelog.sim.disk import MemoryFileIO
 from tidelog.storage.checkpoint import OffsetCheckpointFile
+from tidelog.storage.errors import KafkaStorageError
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
 
@@ -99,11 +101,20 @@ def test_a_failing_partition_is_skipped_and_a_failing_dir_goes_offline() -> None
     fio.fail_io("/disk1/t-0")
     again = LogManager(DIRS, LogConfig(), fio)
     assert list(again.logs) == [("t", 1)] and again.skipped == ["/disk1/t-0"]
+    # The replica whose log could not be loaded is not created afresh (unless it is new).
+    with pytest.raises(KafkaStorageError, match="its log /disk1/t-0 could not be loaded"):
+        again.get_or_create_log("t", 0)
     fio.heal()
     fio.fail_io("/disk2")
     third = LogManager(DIRS, LogConfig(), fio)
     assert third.offline_dirs == {"/disk2"}
-    assert third.get_or_create_log("new", 0).dir == "/disk1/new-0"
+    # Kafka's getOrCreateLog: while a dir is offline only a new replica gets a log, since an
+    # existing one's data may be in that dir (t-1 is).
+    with pytest.raises(KafkaStorageError, match="^Can not create log for t-1 because log "
+                                                "directories /disk2 are offline$"):
+        third.get_or_create_log("t", 1)
+    assert "t-1" not in fio.listdir("/disk1")
+    assert third.get_or_create_log("new", 0, is_new=True).dir == "/disk1/new-0"
 
 
 def test_delete_log_removes_its_dir_and_checkpoint_entries() -> None:

@@ -189,11 +189,11 @@ class ReplicaManager:
             return False
         return broker_epoch is None or broker_epoch == epoch
 
-    def _get_or_create_partition(self, tp: TopicPartition) -> Partition:
+    def _get_or_create_partition(self, tp: TopicPartition, is_new: bool) -> Partition:
         p = self.partitions.get(tp)
         if p is None:
             # Its HW is the checkpointed one the LogManager loaded with it.
-            log = self.log_manager.get_or_create_log(tp.topic, tp.partition)
+            log = self.log_manager.get_or_create_log(tp.topic, tp.partition, is_new=is_new)
             p = Partition(
                 tp, self.broker_id, log, self.config,
                 policy=policy_for(self.config), is_replica_eligible=self._is_replica_eligible,
@@ -229,7 +229,7 @@ class ReplicaManager:
                 errors[tp] = Errors.KAFKA_STORAGE_ERROR
                 continue
             try:
-                p = self._get_or_create_partition(tp)
+                p = self._get_or_create_partition(tp, state.is_new)
             except StorageError as e:
                 errors[tp] = _error_of(e)
                 continue

@@ -165,13 +165,28 @@ class LogManager:
         return list(self.logs.values())
 
     def get_or_create_log(
-        self, topic: str, partition: int, config: LogConfig | None = None, now_ms: int = 0
+        self, topic: str, partition: int, config: LogConfig | None = None, now_ms: int = 0,
+        is_new: bool = False,
     ) -> Log:
-        """The partition's log, created (in the log dir holding the fewest logs) if missing."""
+        """The partition's log, created (in the log dir holding the fewest logs) if missing.
+        A replica that is not new (LeaderAndIsr's is_new) is not created while a log dir is
+        offline, as in Kafka's getOrCreateLog: its data may be in that dir, and an empty log
+        in another one could lead (and followers truncate to it)."""
         tp = (topic, partition)
         log = self.logs.get(tp)
         if log is not None:
             return log
+        if not is_new and self.offline_dirs:
+            raise KafkaStorageError(
+                f"Can not create log for {topic}-{partition} because log directories "
+                f"{','.join(d for d in self.log_dirs if d in self.offline_dirs)} are offline")
+        unloaded = [p for p in self.skipped if os.path.basename(p) == f"{topic}-{partition}"]
+        if not is_new and unloaded:
+            # Kafka takes the whole dir offline when a log fails to load; here only that log
+            # is left out, so the same rule applies to it alone.
+            raise KafkaStorageError(
+                f"Can not create log for {topic}-{partition} because its log {unloaded[0]} "
+                "could not be loaded")
         if not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", "..") or partition < 0:
             raise ValueError(
                 f"invalid topic partition {topic!r}-{partition}: topics are 1-249 characters of "
