@@ -259,7 +259,8 @@ class SimCluster:
         return None if p is None else p.log.log_end_offset
 
     def exempt(self, broker_id: int, tp: TopicPartition, leader_epoch: int) -> bool:
-        return self.nodes[broker_id].is_dirty(tp, leader_epoch)
+        return self.nodes[broker_id].is_dirty(tp, leader_epoch) or (
+            self.lifecycle.deleted_for(broker_id, tp, leader_epoch))
 
     def trace_add(self, entry: tuple[Any, ...]) -> None:
         if self.trace.enabled:

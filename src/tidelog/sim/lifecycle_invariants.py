@@ -12,7 +12,10 @@ event and when the controller sends StopReplica(delete=true):
   deleted at once, as Kafka's controller does.)
 
 NoAckedLoss, MonotonicHighWatermark and OneLeaderPerEpoch are the general checks
-(sim/invariants.py, `SimCluster.final_checks`), which run through every move as well.
+(sim/invariants.py, `SimCluster.final_checks`), which run through every move as well. A replica
+deleted by a move is exempt from ValidHighWatermark/StrongIsr for leaders of epochs older than
+its removal from the ISR (`deleted_for`): a frozen leader may still count the ISR it had then,
+as it may after a power loss (a fetch of the new replica is fenced by the newer epoch).
 """
 
 from __future__ import annotations
@@ -37,7 +40,16 @@ class LifecycleChecker:
         self._seen: dict[TopicPartition, tuple[Any, Any]] = {}
         self._paths: dict[TopicPartition, str] = {}
         self._zxid = -1
+        # (broker, partition) -> the leader epoch of the state in which the controller had
+        # taken the replica out of the ISR when it sent StopReplica(delete=true).
+        self.deleted_in: dict[tuple[int, TopicPartition], int] = {}
         self.enabled = True
+
+    def deleted_for(self, broker: int, tp: TopicPartition, leader_epoch: int) -> bool:
+        """True if `broker`'s replica of `tp` was deleted by a move that a leader of
+        `leader_epoch` (older than the removal) cannot know of."""
+        removed_in = self.deleted_in.get((broker, tp))
+        return removed_in is not None and leader_epoch < removed_in
 
     def check(self) -> None:
         c = self.cluster
@@ -77,10 +89,13 @@ class LifecycleChecker:
 
     def on_delete_sent(self, broker: int, tp: TopicPartition) -> None:
         """The controller sends `broker` StopReplica(delete=true) for `tp` now."""
+        c = self.cluster
+        s = c.zk_state(tp)
+        if s is not None:
+            self.deleted_in[(broker, tp)] = s.leader_epoch
         if not self.enabled:
             return
         self.check()  # the settled assignment as of now
-        c = self.cluster
         assigned = c.assignments.get(tp, ())
         if broker in assigned:
             self.fail("RemovedReplicaDeletedEarly", tp, f"StopReplica(delete) to {broker}, "
