@@ -416,6 +416,7 @@ class TxnProducer:
         self._pending: dict[int, tuple[str, Any, int, Timer]] = {}  # corr -> (what, arg, sent)
         self._corr = 0
         self._commit = True
+        self._bump_after_end = False
         self.stats = TxnStats()
         network.register(node_id, self.receive)
 
@@ -518,6 +519,7 @@ class TxnProducer:
     def _bump(self) -> None:
         """KIP-360: after an abortable error, a new epoch under the same producer id."""
         self.stats.epoch_bumps += 1
+        self._bump_after_end = False
         self._init((self.producer_id, self.producer_epoch))
 
     # -- a transaction ---------------------------------------------------------------------
@@ -552,8 +554,14 @@ class TxnProducer:
                 self.ledger.wrote(self.txn, tp, count)
             for tp in list(self._batches):
                 self._produce(tp)
-        elif error in TXN_RETRIABLE:
-            self._later(self._add)
+        else:
+            self._coordinator_error(error, self._add)
+
+    def _coordinator_error(self, error: int, retry: Callable[[], None]) -> None:
+        """Retry after a back-off; stop when fenced; after any other error (the transaction's
+        fate unknown to this producer) a new epoch."""
+        if error in TXN_RETRIABLE:
+            self._later(retry)
         elif error in _FENCED:
             self._fenced()
         else:
@@ -573,7 +581,7 @@ class TxnProducer:
         if self.phase != "produce":
             return
         if error == 0:
-            data, count = self._batches.pop(tp)
+            _, count = self._batches.pop(tp)
             self._seqs[tp] = self._seqs.get(tp, 0) + count
             if not self._batches:
                 self._ready()
@@ -582,8 +590,10 @@ class TxnProducer:
         elif error in _FENCED:
             self._fenced()
         else:
-            # An abortable error (e.g. OUT_OF_ORDER_SEQUENCE_NUMBER): abort, then a new epoch.
+            # An abortable error (e.g. OUT_OF_ORDER_SEQUENCE_NUMBER): abort, then a new epoch
+            # (KIP-360), which restarts the sequences.
             self._commit = False
+            self._bump_after_end = True
             self._batches.clear()
             self._end()
 
@@ -610,15 +620,13 @@ class TxnProducer:
             else:
                 self.stats.aborted += 1
             self.txn = None
+            if self._bump_after_end:
+                self._bump()
+                return
             self.phase = "idle"
             self.scheduler.schedule(self.rng.randint(1, 50), self._begin)
-        elif error in TXN_RETRIABLE:
-            self._later(self._end)
-        elif error in _FENCED:
-            self._fenced()
         else:
-            self.stats.undecided += 1
-            self._bump()
+            self._coordinator_error(error, self._end)
 
 
 class TxnConsumer(Consumer):
