@@ -6,6 +6,7 @@ truncated under a slice closes the connection instead of sending other bytes."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import socket
 import struct
@@ -39,15 +40,16 @@ def _log(path: str, **props: object) -> Log:
     return log
 
 
-def _response(records: Any) -> m_fetch.FetchResponse:
+def _response(*records: Any) -> m_fetch.FetchResponse:
     return m_fetch.FetchResponse(error_code=0, session_id=0, responses=[
         m_fetch.FetchableTopicResponse(topic="t", partitions=[m_fetch.PartitionData(
-            partition_index=0, error_code=0, high_watermark=60, last_stable_offset=60,
-            log_start_offset=0, aborted_transactions=None, records=records)])])
+            partition_index=i, error_code=0, high_watermark=60, last_stable_offset=60,
+            log_start_offset=0, aborted_transactions=None, records=r)
+            for i, r in enumerate(records)])])
 
 
-def _expected_frame(corr: int, records: bytes) -> bytes:
-    parts = encode_response(1, corr, _response(records), VERSION)
+def _expected_frame(corr: int, *records: bytes) -> bytes:
+    parts = encode_response(1, corr, _response(*records), VERSION)
     return b"".join(bytes(p) for p in parts)
 
 
@@ -63,8 +65,11 @@ class _SliceFetches:
 
     def __init__(self, log: Log, reads: dict[int, tuple[int, int]],
                  deferred: frozenset[int] = frozenset(),
-                 wait_for: dict[int, Callable[[], bool]] | None = None) -> None:
+                 wait_for: dict[int, Callable[[], bool]] | None = None,
+                 copied_first: frozenset[int] = frozenset()) -> None:
         self.log = log
+        # these answers carry the same records twice: in memory first, then as the slice
+        self.copied_first = copied_first
         self.reads = reads
         self.deferred = deferred
         self.wait_for = wait_for or {}
@@ -72,7 +77,8 @@ class _SliceFetches:
 
     def expected(self, corr: int) -> bytes:
         offset, max_bytes = self.reads[corr]
-        return _expected_frame(corr, bytes(self.log.read(offset, max_bytes).records))
+        records = bytes(self.log.read(offset, max_bytes).records)
+        return _expected_frame(corr, *([records] * (2 if corr in self.copied_first else 1)))
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         assert ctx.header.request_api_key == ApiKey.FETCH
@@ -88,20 +94,28 @@ class _SliceFetches:
             if condition is None or condition():
                 break
             await asyncio.sleep(0.001)
+        answer = ((self.log.read(offset, max_bytes).records.tobytes(), records)
+                  if corr in self.copied_first else (records,))
         if corr in self.deferred:
             self.pending = asyncio.get_running_loop().create_future()
-            return DeferredResponse(self.pending, lambda _: _response(records))
-        return _response(records)
+            return DeferredResponse(self.pending, lambda _: _response(*answer))
+        return _response(*answer)
 
 
 class _SendfileSpy:
-    """Counts the real os.sendfile calls asyncio makes and the bytes each sent."""
+    """Counts the real os.sendfile calls and the bytes each sent; notes a call made while a
+    connection's transport still buffers earlier bytes (they would come after the slice's)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.sent: list[int] = []
+        self.server: SocketServer | None = None
+        self.behind_buffered_bytes = 0
         real = os.sendfile
 
         def spy(out_fd: int, in_fd: int, offset: int | None, count: int) -> int:
+            if self.server is not None and any(
+                    w.transport.get_write_buffer_size() for w in self.server._writers.values()):
+                self.behind_buffered_bytes += 1
             n = real(out_fd, in_fd, offset, count)
             self.sent.append(n)
             return n
@@ -132,36 +146,48 @@ async def _read_frame(r: asyncio.StreamReader, pause: Callable[[int], Any] | Non
     return bytes(data)
 
 
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run(request: pytest.FixtureRequest) -> Callable[[Any], Any]:
+    """Each scenario on asyncio's loop and on uvloop (the broker's loop when installed)."""
+    if request.param == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        return uvloop.run  # type: ignore[no-any-return]
+    return asyncio.run
+
+
 def _server(handler: Any) -> SocketServer:
     return SocketServer("127.0.0.1", pick_free_port(), handler, send_buffer_bytes=4096)
 
 
-def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def _open_slices() -> list[FileSlice]:
+    gc.collect()
+    return [o for o in gc.get_objects() if type(o) is FileSlice and o.fileno() >= 0]
 
 
 def test_sliced_answers_are_the_in_memory_bytes_in_request_order_across_partial_sends(
-    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch, run: Callable[[Any], Any]
 ) -> None:
-    """Four pipelined fetches in one read: an immediate one, a deferred one, one queued behind
-    it, and one answered while the queue's sendfile of those two is still in flight (it must
-    queue behind them, not write into the middle). Every frame equals the in-memory
-    encoding, and sendfile sent in many pieces."""
+    """Pipelined fetches in one read: an immediate one, a deferred one, one queued behind it,
+    one answered while the queue's sendfile of those two is still in flight (it must queue
+    behind them, not write into the middle), and one whose slice follows 400 KB of records
+    in memory (still in the transport's buffer: the slice must wait for them). Every frame
+    equals the in-memory encoding, and sendfile sent in many pieces."""
     spy = _SendfileSpy(monkeypatch)
     log = _log(f"{tmp_path}/t-0")
-    fds = _open_fds()
-    reads = {1: (0, 300_000), 2: (7, 500_000), 3: (20, 1 << 20), 4: (33, 200_000)}
+    reads = {1: (0, 300_000), 2: (7, 500_000), 3: (20, 1 << 20), 4: (33, 200_000),
+             5: (3, 400_000)}
 
     def queue_mid_send() -> bool:  # the deferred answer's slice is partly sent
         return sum(spy.sent) >= 300_000 + 100_000
 
     async def scenario() -> list[tuple[bytes, bytes]]:
-        handler = _SliceFetches(log, reads, deferred=frozenset({2}), wait_for={4: queue_mid_send})
-        server = _server(handler)
+        handler = _SliceFetches(log, reads, deferred=frozenset({2}), wait_for={4: queue_mid_send},
+                                copied_first=frozenset({5}))
+        server = spy.server = _server(handler)
         port = await server.start()
         try:
             r, w = await _slow_client(port)
-            w.write(_request(1) + _request(2) + _request(3) + _request(4))
+            w.write(b"".join(_request(corr) for corr in reads))
             await w.drain()
             got = [await _read_frame(r, lambda _: asyncio.sleep(0.0005)) for _ in reads]
             w.close()
@@ -169,15 +195,16 @@ def test_sliced_answers_are_the_in_memory_bytes_in_request_order_across_partial_
         finally:
             await server.shutdown()
 
-    for frame, expected in asyncio.run(scenario()):
+    for frame, expected in run(scenario()):
         assert frame == expected
     assert sum(spy.sent) >= 4 * 200_000 and len(spy.sent) > 20  # partial sends happened
-    assert _open_fds() == fds  # every slice's descriptor closed
+    assert spy.behind_buffered_bytes == 0
+    assert _open_slices() == []  # every slice's descriptor closed
     log.close()
 
 
 def test_retention_deleting_the_segment_mid_send_leaves_the_answer_whole(
-    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch, run: Callable[[Any], Any]
 ) -> None:
     spy = _SendfileSpy(monkeypatch)
     log = _log(f"{tmp_path}/r-0", **{"retention.bytes": 400_000, "file.delete.delay.ms": 0})
@@ -207,12 +234,14 @@ def test_retention_deleting_the_segment_mid_send_leaves_the_answer_whole(
             await server.shutdown()
 
     expected = log.read(0, 350_000).records.tobytes()
-    frame, want = asyncio.run(scenario())
+    frame, want = run(scenario())
     assert frame == want and len(spy.sent) > 1
     log.close()
 
 
-def test_a_segment_truncated_under_a_slice_closes_the_connection(tmp_path: object) -> None:
+def test_a_segment_truncated_under_a_slice_closes_the_connection(
+    tmp_path: object, run: Callable[[Any], Any]
+) -> None:
     """The slice was validated as whole batches; once the file is shorter than it, the rest
     of the frame cannot be sent: the connection closes (Kafka's "truncated during write")
     instead of hanging or sending bytes that were never validated."""
@@ -242,6 +271,6 @@ def test_a_segment_truncated_under_a_slice_closes_the_connection(tmp_path: objec
         finally:
             await server.shutdown()
 
-    outcome = asyncio.run(scenario())
+    outcome = run(scenario())
     assert outcome.startswith("closed after"), outcome
     log.close()

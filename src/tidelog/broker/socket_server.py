@@ -30,6 +30,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -512,10 +513,11 @@ class SocketServer:
 
 async def _write_with_slices(writer: asyncio.StreamWriter, buffers: list[Any]) -> None:
     """Write a response holding file slices (fetched records): the buffers before a slice go
-    through the transport, then the slice leaves by sendfile once the transport's buffer is
-    empty (asyncio's loop.sendfile waits for that, and pauses reading meanwhile), so the
-    bytes keep their order; partial sends resume when the socket is writable again. Kafka's
-    network layer does the same with FileRecords.writeTo / FileChannel.transferTo."""
+    through the transport, which is then flushed empty, and the slice follows with sendfile on
+    the socket, so the bytes keep their order (nothing else writes to the connection
+    meanwhile: the server writes one response at a time). Kafka's network layer does the same
+    with FileRecords.writeTo / FileChannel.transferTo. asyncio's loop.sendfile is not used: the
+    broker runs on uvloop, which does not implement it."""
     run: list[Any] = []
     try:
         for buffer in buffers:
@@ -537,16 +539,58 @@ async def _write_with_slices(writer: asyncio.StreamWriter, buffers: list[Any]) -
 
 async def _send_slice(writer: asyncio.StreamWriter, piece: FileSlice) -> None:
     transport = writer.transport
-    if transport.is_closing():
-        raise ConnectionResetError("connection closed while sending a response")
-    if (transport.get_extra_info("sslcontext") is not None
-            or transport.get_extra_info("socket") is None):
+    sock = transport.get_extra_info("socket")
+    if sock is None or transport.get_extra_info("sslcontext") is not None:
         writer.write(piece.read())  # no sendfile through TLS or a non-socket transport: a copy
         return
-    sent = await asyncio.get_running_loop().sendfile(
-        transport, piece, piece.position, piece.length, fallback=False)  # type: ignore[arg-type]
-    if sent != piece.length:
-        # The segment file was truncated under the slice (Kafka's "Size of FileRecords has
-        # been truncated during write"): the frame is cut short, so the connection must go.
-        raise ConnectionResetError(
-            f"segment file truncated while sending a response ({sent} of {piece.length} bytes)")
+    await _flush(writer)
+    fd = sock.fileno()
+    position, end = piece.position, piece.position + piece.length
+    poll_fd = -1
+    try:
+        while position < end:
+            if transport.is_closing():
+                raise ConnectionResetError("connection closed while sending a response")
+            try:
+                sent = os.sendfile(fd, piece.fileno(), position, end - position)
+            except (BlockingIOError, InterruptedError):
+                # A partial send: wait until the socket is writable. The loop refuses a
+                # writer callback on the transport's own descriptor, so poll a duplicate.
+                if poll_fd < 0:
+                    poll_fd = os.dup(fd)
+                await _writable(poll_fd)
+                continue
+            if sent == 0:
+                # The segment file was truncated under the slice (Kafka's "Size of
+                # FileRecords has been truncated during write"): the frame is cut short and
+                # no other bytes may take its place, so the connection must go.
+                raise ConnectionResetError(
+                    f"segment file truncated while sending a response "
+                    f"({position - piece.position} of {piece.length} bytes)")
+            position += sent
+    finally:
+        if poll_fd >= 0:
+            os.close(poll_fd)
+
+
+async def _flush(writer: asyncio.StreamWriter) -> None:
+    """Until the transport's buffer is empty (drain alone stops at the low-water mark)."""
+    transport = writer.transport
+    if not transport.get_write_buffer_size():
+        return
+    low, high = transport.get_write_buffer_limits()
+    transport.set_write_buffer_limits(high=0, low=0)
+    try:
+        await writer.drain()
+    finally:
+        transport.set_write_buffer_limits(high=high, low=low)
+
+
+async def _writable(fd: int) -> None:
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+    loop.add_writer(fd, lambda: ready.done() or ready.set_result(None))
+    try:
+        await ready
+    finally:
+        loop.remove_writer(fd)
