@@ -24,8 +24,9 @@
 - `elect`: ElectLeaders, preferred; unclean only where the run enables unclean election.
 
 Limits keep a run inside the precondition of NoAckedLoss ("one ISR member's disk stays
-intact"): at most `max_down` brokers are stopped or frozen at once and at most one broker is
-recovering from a lossy crash at a time. Every choice uses the injector's own `random.Random`
+intact"): at most `max_down` brokers — less what a move shrank a partition's original or target
+replica set by, below the run's replication factor — are stopped or frozen at once, and at most
+one broker is recovering from a lossy crash at a time. Every choice uses the injector's own `random.Random`
 seeded from the run's seed.
 """
 
@@ -103,6 +104,18 @@ class FaultInjector:
             max(1, int(self.rng.expovariate(1 / self.mean_interval_ms))), self._tick)
 
     # -- helpers ----------------------------------------------------------------------------
+    def _down_limit(self) -> int:
+        """`max_down`, less what a move shrank the smallest replica set by (a partition's
+        original or target replicas below the replication factor the run started with)."""
+        c = self.cluster
+        rf = min(c.config.replication_factor, c.config.brokers)
+        smallest = rf
+        for tp in c.tps:
+            rs = c.assignments[tp]
+            adding, removing = c.moving.get(tp, ((), ()))
+            smallest = min(smallest, len(rs) - len(adding), len(rs) - len(removing))
+        return self.max_down - (rf - smallest)
+
     def _down_count(self) -> int:
         return sum(1 for n in self.cluster.nodes
                    if not n.running or n.paused or n.broker_id in self._stopping)
@@ -186,7 +199,7 @@ class FaultInjector:
         self._later(300, 3 * self.cluster.config.session_timeout_ms, heal)
 
     def _crash(self) -> None:
-        if self._down_count() >= self.max_down:
+        if self._down_count() >= self._down_limit():
             return
         b = self._pick_running()
         if b is None:
@@ -218,7 +231,7 @@ class FaultInjector:
             node.start()
 
     def _pause(self) -> None:
-        if self._down_count() >= self.max_down:
+        if self._down_count() >= self._down_limit():
             return
         b = self._pick_running()
         if b is None:
@@ -230,7 +243,7 @@ class FaultInjector:
         self.cluster.scheduler.schedule(duration, self.cluster.nodes[b].resume)
 
     def _disk(self) -> None:
-        if self._down_count() >= self.max_down:
+        if self._down_count() >= self._down_limit():
             return
         b = self._pick_running()
         if b is None:
@@ -317,7 +330,7 @@ class FaultInjector:
         else:
             pool = [b for b in (adding if aim == "new" else removing)
                     if c.nodes[b].running and not c.nodes[b].paused and b not in self._stopping]
-            if pool and self._down_count() < self.max_down:
+            if pool and self._down_count() < self._down_limit():
                 self._crash_broker(self.rng.choice(pool))
 
     def _cancel(self, tp: TopicPartition) -> None:
