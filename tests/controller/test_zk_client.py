@@ -522,6 +522,15 @@ def test_batched_writes_read_back_the_lost_compare_and_sets(
     results = client.update_leader_and_isr_many(
         [(("cas", 0), shrunk, 0), (("cas", 1), other, 5), (("cas", 2), shrunk, 0)], epoch_version)
     assert results == {("cas", 0): (True, 1), ("cas", 1): (False, -1), ("cas", 2): (True, 1)}
+
+    # more builds than one multi holds: each chunk commits whole, or is replayed one by one
+    client.create_topic("wide", {p: [1, 2] for p in range(250)})
+    wide = {("wide", p): LeaderIsrAndControllerEpoch(1, 0, (1, 2), 1) for p in range(250)}
+    assert client.create_partition_states(wide, epoch_version) == {tp: True for tp in wide}
+    updates = [(tp, shrunk, 0 if tp != ("wide", 150) else 9) for tp in wide]
+    results = client.update_leader_and_isr_many(updates, epoch_version)
+    assert results.pop(("wide", 150)) == (False, -1)
+    assert set(results.values()) == {(True, 1)} and len(results) == 249
     read = client.get_partition_states([("cas", 0), ("cas", 3), ("cas", 9)])
     assert sorted(read) == [("cas", 0), ("cas", 3)]  # no znode for partition 9
     assert read[("cas", 0)] == LeaderIsrAndControllerEpoch(1, 1, (1,), 1, 1)
