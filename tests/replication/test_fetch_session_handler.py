@@ -4,11 +4,13 @@ a session error, an inconsistent response or a lost request."""
 
 from __future__ import annotations
 
+import pytest
 from replication_helpers import TP
 from test_fetcher import CONFIG, follower, leader_log, only
 
 from tidelog.replication import Errors, FetchPartitionData, FetchRequest, TopicPartition
 from tidelog.replication.fetcher import FetchPartition, FetchResponseData, FetchSessionHandler
+from tidelog.replication.replication_quota import ReplicationQuotaManager
 from tidelog.sim.disk import MemoryFileIO
 
 TP2 = TopicPartition("orders", 1)
@@ -160,8 +162,11 @@ def test_an_unchanged_partition_is_sent_once_and_then_reused_as_is() -> None:
     assert f.partition_states.truncating == 0
 
 
-def test_an_idle_round_trip_looks_only_at_the_partitions_that_changed() -> None:
+@pytest.mark.parametrize("quota", [None, ReplicationQuotaManager()], ids=["no quota", "unthrottled"])
+def test_an_idle_round_trip_looks_only_at_the_partitions_that_changed(
+        quota: ReplicationQuotaManager | None) -> None:
     _, f, _ = started()
+    f.config = f.config.with_(follower_quota=quota)  # a broker always has one, throttling nothing
     full = only(f.poll_requests(0), FetchRequest)
     f.handle_response(full, answer(a=idle(), b=idle()), 1)
     inc = only(f.poll_requests(1), FetchRequest)

@@ -672,8 +672,9 @@ class ReplicaFetcher:
     def build_fetch(self, now_ms: int) -> FetchRequest | None:
         if FetchRequest in self._in_flight:
             return None
+        quota = self.config.follower_quota
         if (self._wanted is None or self.session.is_full or now_ms >= self._next_full_build_ms
-                or self.config.follower_quota is not None):
+                or (quota is not None and quota.throttles_any)):
             parts = self._wanted_from_all(now_ms)
             session_id, epoch, to_send, to_forget = self.session.build(parts)
         else:

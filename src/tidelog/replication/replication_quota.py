@@ -117,6 +117,11 @@ class ReplicationQuotaManager:
         else:
             self.remove_throttle(topic)
 
+    @property
+    def throttles_any(self) -> bool:
+        """Some partition is throttled (a replica fetcher then looks at every partition)."""
+        return bool(self._throttled)
+
     def is_throttled(self, tp: TopicPartition) -> bool:
         if tp.topic not in self._throttled:
             return False
