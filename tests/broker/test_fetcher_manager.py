@@ -180,7 +180,9 @@ def test_an_idle_follower_sends_incremental_fetches_listing_only_changed_partiti
         handle = apis.handlers[ApiKey.FETCH]
 
         async def recording(ctx, request):  # type: ignore[no-untyped-def]
-            if request.replica_id == 2:
+            # A follower names itself in the ReplicaState from Fetch v15 on.
+            state = request.replica_state
+            if (state.replica_id if state is not None else request.replica_id) == 2:
                 seen.append((request.session_id, request.session_epoch,
                              sorted(p.partition for t in request.topics for p in t.partitions),
                              sorted(p for t in request.forgotten_topics_data for p in t.partitions)))

@@ -13,14 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+from uuid import UUID
 
 from tidelog.client.connection import BrokerConnection
 from tidelog.client.errors import KafkaClientError, RequestTimedOutError
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.messages.fetch import FetchPartition as WireFetchPartition
 from tidelog.protocol.messages.fetch import FetchRequest as WireFetchRequest
-from tidelog.protocol.messages.fetch import FetchTopic, ForgottenTopic
+from tidelog.protocol.messages.fetch import FetchTopic, ForgottenTopic, ReplicaState
 from tidelog.protocol.messages.list_offsets import (
     ListOffsetsPartition,
     ListOffsetsTopic,
@@ -31,6 +33,7 @@ from tidelog.protocol.messages.offset_for_leader_epoch import (
     OffsetForLeaderPartition,
     OffsetForLeaderTopic,
 )
+from tidelog.protocol.primitives import ZERO_UUID
 from tidelog.replication.config import ReplicationConfig
 from tidelog.replication.errors import Errors
 from tidelog.replication.fetcher import (
@@ -52,6 +55,14 @@ logger = logging.getLogger(__name__)
 
 # Endpoint lookup: broker id -> (host, port), or None while unknown.
 EndpointLookup = Callable[[int], tuple[str, int] | None]
+# Topic id lookup (the metadata cache's): the zero id while unknown.
+TopicIdLookup = Callable[[str], UUID]
+# The last Fetch version that names topics (v13+ name them by id only, KIP-516).
+_FETCH_BY_NAME_MAX_VERSION = 12
+
+
+def _no_topic_id(_topic: str) -> UUID:
+    return ZERO_UUID
 
 
 def _error(code: int) -> Errors:
@@ -71,12 +82,15 @@ def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[TopicParti
 # ---------------------------------------------------------------- wire translation
 
 
-def to_wire(request: FetcherRequest) -> Any:
-    """The core's request dataclass -> the generated protocol request."""
+def to_wire(request: FetcherRequest, topic_id_of: TopicIdLookup = _no_topic_id) -> Any:
+    """The core's request dataclass -> the generated protocol request. A fetch names its topics
+    by id too when ``topic_id_of`` knows them all (then it goes as v13+, and from v15 carries this
+    broker's epoch in its ReplicaState, as Kafka's ReplicaFetcherThread sends it)."""
     if isinstance(request, FetchRequest):
         listed = request.listed
         return WireFetchRequest(
             replica_id=request.replica_id,
+            replica_state=ReplicaState(request.replica_id, request.broker_epoch),
             max_wait_ms=request.max_wait_ms,
             min_bytes=request.min_bytes,
             max_bytes=request.max_bytes,
@@ -86,6 +100,7 @@ def to_wire(request: FetcherRequest) -> Any:
             topics=[
                 FetchTopic(
                     topic=topic,
+                    topic_id=topic_id_of(topic),
                     partitions=[
                         WireFetchPartition(
                             partition=tp.partition,
@@ -100,7 +115,8 @@ def to_wire(request: FetcherRequest) -> Any:
                 for topic, tps in _by_topic(listed).items()
             ],
             forgotten_topics_data=[
-                ForgottenTopic(topic=topic, partitions=[tp.partition for tp in tps])
+                ForgottenTopic(topic=topic, topic_id=topic_id_of(topic),
+                               partitions=[tp.partition for tp in tps])
                 for topic, tps in _by_topic(request.to_forget).items()
             ],
         )
@@ -141,14 +157,19 @@ def to_wire(request: FetcherRequest) -> Any:
     )
 
 
-def from_wire(request: FetcherRequest, response: Any) -> Any:
+def from_wire(request: FetcherRequest, response: Any,
+              topic_names: Mapping[UUID, str] | None = None) -> Any:
     """The generated protocol response -> the core's ``{tp: result}`` (for a fetch, with the
-    session fields: ``FetchResponseData``)."""
+    session fields: ``FetchResponseData``). ``topic_names``: the topic ids this fetcher named (a
+    v13+ answer names topics by id only)."""
     out: dict[TopicPartition, Any] = {}
     if isinstance(request, FetchRequest):
         for t in response.responses:
+            topic = t.topic or (topic_names or {}).get(t.topic_id)
+            if topic is None:
+                continue  # an id this fetch did not name
             for p in t.partitions:
-                out[TopicPartition(t.topic, p.partition_index)] = FetchPartitionData(
+                out[TopicPartition(topic, p.partition_index)] = FetchPartitionData(
                     _error(p.error_code), p.high_watermark, p.log_start_offset,
                     p.records if p.records is not None else b"", p.last_stable_offset,
                 )
@@ -175,8 +196,11 @@ class BrokerLeaderEndPoint:
     """One fetcher's connection to its leader (Kafka's `RemoteLeaderEndPoint`)."""
 
     def __init__(self, broker_id: int, source_broker: int, fetcher_id: int,
-                 config: ReplicationConfig, endpoint_of: EndpointLookup) -> None:
+                 config: ReplicationConfig, endpoint_of: EndpointLookup,
+                 topic_id_of: TopicIdLookup | None = None) -> None:
         self.broker_id = broker_id
+        self._topic_id_of = topic_id_of or _no_topic_id
+        self._topic_names: dict[UUID, str] = {}
         self.source_broker = source_broker
         self.fetcher_id = fetcher_id
         self.config = config
@@ -237,8 +261,21 @@ class BrokerLeaderEndPoint:
             on_done(None)
             return
         try:
-            response = await conn.send(to_wire(request), timeout_ms=timeout_ms)
-            translated = from_wire(request, response)
+            version: int | None = None
+            if isinstance(request, FetchRequest):
+                # Kafka's RemoteLeaderEndPoint: v13+ (topic ids; v15+ this broker's epoch) when
+                # every partition of the fetch has a topic id, else v12 (by name).
+                ids = {tp.topic: self._topic_id_of(tp.topic)
+                       for tp in (*request.partitions, *request.to_forget)}
+                by_id = all(i != ZERO_UUID for i in ids.values())
+                version = conn.pick_version(ApiKey.FETCH,
+                                            None if by_id else _FETCH_BY_NAME_MAX_VERSION)
+                # An incremental fetch's answer names the session's topics by id, also those
+                # this request did not list.
+                self._topic_names.update((i, t) for t, i in ids.items() if i != ZERO_UUID)
+            wire = to_wire(request, self._topic_id_of)
+            response = await conn.send(wire, version, timeout_ms=timeout_ms)
+            translated = from_wire(request, response, self._topic_names)
         except asyncio.CancelledError:
             raise
         except Exception as e:

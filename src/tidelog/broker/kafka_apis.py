@@ -203,6 +203,11 @@ class KafkaApis:
         # the ISR check first records the follower fetches that skipped the unchanged ones.
         server.replica_manager.core.on_partition_changed = self.fetch_manager.mark_changed
         server.replica_manager.shell.before_isr_expiration = self._replay_idle_follower_fetches
+        self._names_by_id: dict[Any, str] = {}
+        self._names_by_id_at = -1
+        self._update_metadata_seq = 0
+        self._hosted_topic_names: dict[Any, str] = {}
+        self._ids_by_name: dict[str, Any] = {}
         # api key -> (min, max) served: the advertised table (Produce v0-2 handled above).
         self._served = advertised(include_controller_apis=True)
 
@@ -405,16 +410,33 @@ class KafkaApis:
     # ------------------------------------------------------------------ Fetch
     async def handle_fetch(self, ctx: RequestContext, request: m_fetch.FetchRequest) -> Any:
         version = ctx.api_version
-        replica_id = request.replica_id
+        replica_id, broker_epoch = request.replica_id, None
+        if version >= 15:
+            # KIP-903: a follower names itself and its broker epoch (its registration's czxid);
+            # the leader records the epoch with the fetch, -1 meaning none.
+            state = request.replica_state
+            replica_id = state.replica_id if state is not None else -1
+            if state is not None and state.replica_epoch >= 0:
+                broker_epoch = state.replica_epoch
+        # v13+ name topics by id (KIP-516): resolved through the metadata cache, an id it does
+        # not know answered UNKNOWN_TOPIC_ID (Kafka's KafkaApis with topicIdsToNames).
+        names = self._topic_names_by_id() if version >= 13 else None
+        unknown_ids: list[tuple[Any, int]] = []
         fetch_data: dict[TopicPartition, tuple[int, int, int, int]] = {}
         for t in request.topics:
+            topic = t.topic if names is None else names.get(t.topic_id)
+            if topic is None:
+                unknown_ids.extend((t.topic_id, p.partition) for p in t.partitions)
+                continue
             for p in t.partitions:
-                fetch_data[TopicPartition(t.topic, p.partition)] = (
+                fetch_data[TopicPartition(topic, p.partition)] = (
                     p.fetch_offset, p.current_leader_epoch, p.log_start_offset,
                     p.partition_max_bytes,
                 )
-        to_forget = [TopicPartition(t.topic, index)
-                     for t in request.forgotten_topics_data for index in t.partitions]
+        to_forget = [TopicPartition(topic, index)
+                     for t in request.forgotten_topics_data
+                     if (topic := t.topic if names is None else names.get(t.topic_id)) is not None
+                     for index in t.partitions]
         # Before v7 there are no sessions: the decoder leaves session 0, epoch -1 (sessionless).
         context = self.fetch_manager.new_context(
             request.session_id, request.session_epoch, fetch_data, to_forget,
@@ -424,7 +446,7 @@ class KafkaApis:
         max_bytes = min(request.max_bytes, self.config.get("fetch.max.bytes"))
         if isinstance(context, IncrementalFetchContext):
             session_results = await self._session_fetch(
-                context, replica_id, None, request.max_wait_ms,
+                context, replica_id, broker_epoch, request.max_wait_ms,
                 min(request.min_bytes, max_bytes), max_bytes, request.isolation_level,
                 replica_id >= 0 or version < 11)
             partitions = {}
@@ -433,7 +455,7 @@ class KafkaApis:
         results = session_results if isinstance(context, IncrementalFetchContext) \
             else await self.rm.fetch_messages(
             replica_id, request.max_wait_ms, min(request.min_bytes, max_bytes), max_bytes,
-            partitions, isolation_level=request.isolation_level,
+            partitions, broker_epoch=broker_epoch, isolation_level=request.isolation_level,
             # KIP-392: from v11 (client metadata) a consumer may fetch from a follower.
             fetch_only_leader=replica_id >= 0 or version < 11,
         ) if partitions else {}
@@ -470,14 +492,32 @@ class KafkaApis:
         for tp in answered:
             code, hw, log_start, records, lso, aborted = read[tp]
             if not responses or responses[-1].topic != tp.topic:
-                responses.append(m_fetch.FetchableTopicResponse(topic=tp.topic, partitions=[]))
+                responses.append(m_fetch.FetchableTopicResponse(
+                    topic=tp.topic, topic_id=self._ids_by_name.get(tp.topic, ZERO_UUID)
+                    if names is not None else ZERO_UUID, partitions=[]))
             responses[-1].partitions.append(m_fetch.PartitionData(
                 partition_index=tp.partition, error_code=code, high_watermark=hw,
                 last_stable_offset=lso, log_start_offset=log_start,
                 aborted_transactions=aborted, records=records,
             ))
+        for topic_id, index in unknown_ids:
+            if not responses or responses[-1].topic_id != topic_id:
+                responses.append(m_fetch.FetchableTopicResponse(topic_id=topic_id, partitions=[]))
+            responses[-1].partitions.append(m_fetch.PartitionData(
+                partition_index=index, error_code=ErrorCode.UNKNOWN_TOPIC_ID, high_watermark=-1,
+                log_start_offset=-1, records=b""))
         return m_fetch.FetchResponse(
             error_code=error, session_id=session_id if version >= 7 else 0, responses=responses)
+
+    def _topic_names_by_id(self) -> dict[Any, str]:
+        """Topic id -> name from the metadata cache and the LeaderAndIsr requests, rebuilt only
+        when either told us of a new one."""
+        if self._names_by_id_at != self.cache.updates:
+            self._names_by_id = {**self._hosted_topic_names,
+                                 **{i: t for t, i in self.cache.topic_ids.items()}}
+            self._ids_by_name = {t: i for i, t in self._names_by_id.items()}
+            self._names_by_id_at = self.cache.updates
+        return self._names_by_id
 
     async def _session_fetch(
         self, context: IncrementalFetchContext, replica_id: int, broker_epoch: int | None,
@@ -958,6 +998,12 @@ class KafkaApis:
                                                  wire_states, {}, topic_ids)
         for leader in request.live_leaders:
             self.cache.remember_endpoint(BrokerEndpoint(leader.broker_id, leader.host_name, leader.port))
+        # The ids of the topics this broker hosts (a follower's v13+ fetch may come before the
+        # UpdateMetadata that names them, e.g. just after this broker restarted).
+        hosted = {i: name for name, i in topic_ids.items() if i != ZERO_UUID}
+        if hosted.items() - self._hosted_topic_names.items():
+            self._hosted_topic_names.update(hosted)
+            self._names_by_id_at = -1
         await self.server.ensure_topic_configs({s.topic_name for s in wire_states})
         states = [
             LeaderAndIsrPartitionState(
@@ -1033,10 +1079,31 @@ class KafkaApis:
         if not self.cache.update(request.controller_id, request.controller_epoch, brokers, states,
                                  topic_ids):
             return m_um.UpdateMetadataResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
-        # KIP-841: only live brokers may join an ISR (their epochs are not on the wire here).
+        # KIP-841/903: only live brokers may join an ISR, each from its current registration.
+        # UpdateMetadata carries no other broker's epoch: read them from /brokers/ids (the
+        # czxid), where the simulator's controller takes those it sends.
+        self._update_metadata_seq += 1
+        seq = self._update_metadata_seq
+        eligible = await self._registered_broker_epochs([b.broker_id for b in brokers])
+        if seq != self._update_metadata_seq:
+            return m_um.UpdateMetadataResponse()  # a newer one came while reading: it applies
         return m_um.UpdateMetadataResponse(error_code=_code(
-            self.rm.shell.update_metadata(request.broker_epoch,
-                                          {b.broker_id: -1 for b in brokers})))
+            self.rm.shell.update_metadata(request.broker_epoch, eligible)))
+
+    async def _registered_broker_epochs(self, broker_ids: list[int]) -> dict[int, int]:
+        """The live brokers still registered, with their broker epochs; -1 (liveness only)
+        for all when ZooKeeper cannot be read."""
+        zk = self.server.zk_client
+
+        def read() -> dict[int, int]:
+            return {b: r[1] for b in broker_ids if (r := zk.get_broker(b)) is not None}
+
+        if zk is not None:
+            try:
+                return await asyncio.to_thread(read)
+            except Exception as e:
+                logger.warning("reading the broker registrations failed: %s", e)
+        return dict.fromkeys(broker_ids, -1)
 
     async def handle_stop_replica(
         self, ctx: RequestContext, request: m_sr.StopReplicaRequest
@@ -1095,3 +1162,4 @@ class KafkaApis:
         return m_cs.ControlledShutdownResponse(error_code=int(error), remaining_partitions=[
             m_cs.RemainingPartition(topic, partition) for topic, partition in remaining
         ])
+

@@ -23,11 +23,12 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from tidelog.broker.fetcher_manager import BrokerLeaderEndPoint, EndpointLookup
+from tidelog.broker.fetcher_manager import BrokerLeaderEndPoint, EndpointLookup, TopicIdLookup
 from tidelog.broker.replication_events import ReplicationEventPublisher
 from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch
 from tidelog.replication.config import ReplicationConfig
 from tidelog.replication.errors import Errors
+from tidelog.replication.isr_eligibility import IneligibleReplica, ineligible_replicas_for_isr
 from tidelog.replication.replica_manager import LeaderAndIsrResult, StopReplicaResult
 from tidelog.replication.types import (
     CompleteFetch,
@@ -106,6 +107,7 @@ class ZkAlterPartitionManager:
         self.zk_client = zk_client
         self.events: ReplicationEventPublisher | None = None
         self.core: Any = None  # the shell's core, for the telemetry's before/after view
+        self.ineligible_refused = 0  # ISR writes refused for an ineligible member (KIP-841/903)
         self._background: set[asyncio.Task[Any]] = set()
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
@@ -116,19 +118,37 @@ class ZkAlterPartitionManager:
     def submit(self, proposal: ProposeIsr, on_result: Callable[[bool, int], None]) -> None:
         self._spawn(self._write_isr(proposal, on_result))
 
+    def _check_and_write(self, prop: ProposeIsr) -> tuple[bool, int, list[IneligibleReplica]]:
+        """In a worker thread: the ISR writer's KIP-841/903 check against the registrations in
+        /brokers/ids, then the compare-and-set (the simulator's ZooKeeper runs the same)."""
+        zk = self.zk_client
+        ineligible = ineligible_replicas_for_isr(
+            prop.isr_with_broker_epochs,
+            lambda b: None if (r := zk.get_broker(b)) is None else r[1])
+        if ineligible:
+            return False, -1, ineligible
+        state = LeaderIsrAndControllerEpoch(
+            prop.leader, prop.leader_epoch, tuple(prop.new_isr), prop.controller_epoch
+        )
+        ok, version = zk.update_leader_and_isr(
+            (prop.tp.topic, prop.tp.partition), state, prop.zk_version)
+        return ok, version, []
+
     async def _write_isr(self, prop: ProposeIsr, on_result: Callable[[bool, int], None]) -> None:
         ok, version = False, -1
+        ineligible: list[IneligibleReplica] = []
         if self.zk_client is not None:
-            state = LeaderIsrAndControllerEpoch(
-                prop.leader, prop.leader_epoch, tuple(prop.new_isr), prop.controller_epoch
-            )
             try:
-                ok, version = await asyncio.to_thread(
-                    self.zk_client.update_leader_and_isr,
-                    (prop.tp.topic, prop.tp.partition), state, prop.zk_version,
-                )
+                ok, version, ineligible = await asyncio.to_thread(self._check_and_write, prop)
             except Exception as e:
                 logger.warning("ISR update of %s to %s failed: %s", prop.tp, prop.new_isr, e)
+        if ineligible:
+            # Kafka's INELIGIBLE_REPLICA: not attempted; the committed ISR stays.
+            self.ineligible_refused += 1
+            logger.info("%s: ISR update to %s refused (INELIGIBLE_REPLICA): ineligible replicas "
+                        "%s", prop.tp, list(prop.new_isr), ", ".join(map(str, ineligible)))
+            on_result(False, -1)
+            return
         if ok:
             logger.info("%s: ISR is now %s (zk version %d)", prop.tp, list(prop.new_isr), version)
             p = self.core.partition(prop.tp) if self.core is not None else None
@@ -176,6 +196,7 @@ class BrokerReplicaManager:
         *,
         zk_client: Any | None,
         endpoint_of: EndpointLookup,
+        topic_id_of: TopicIdLookup | None = None,
         num_replica_fetchers: int = 1,
         high_watermark_checkpoint_interval_ms: int = 5000,
         log_retention_check_interval_ms: int = 300_000,
@@ -192,7 +213,7 @@ class BrokerReplicaManager:
             broker_id, log_manager, config, time=self.scheduler, scheduler=self.scheduler,
             alter_partition_manager=self.alter_partition_manager,
             leader_end_point=lambda source, fetcher_id: BrokerLeaderEndPoint(
-                broker_id, source, fetcher_id, config, endpoint_of),
+                broker_id, source, fetcher_id, config, endpoint_of, topic_id_of),
             num_replica_fetchers=num_replica_fetchers,
             high_watermark_checkpoint_interval_ms=high_watermark_checkpoint_interval_ms,
             log_task_intervals=LogTaskIntervals(

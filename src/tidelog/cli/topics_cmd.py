@@ -276,8 +276,7 @@ async def _replica_hw(conn: Any, topic: str, partition: int, leo: int) -> int | 
         topics=[FetchTopic(topic=topic, partitions=[FetchPartition(
             partition=partition, fetch_offset=leo, partition_max_bytes=1)])])
     try:
-        version = conn.pick_version(request.API_KEY)
-        response = await conn.send(request, version, timeout_ms=5000)
+        response = await conn.send(request, timeout_ms=5000)  # by topic name: v12 at most
     except (KafkaClientError, TimeoutError, OSError):
         return None
     data = response.responses[0].partitions[0]

@@ -28,12 +28,22 @@ from tidelog.protocol.codec import decode_response, encode_request
 from tidelog.protocol.errors import DecodeError, ErrorCode
 from tidelog.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameReader
 from tidelog.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from tidelog.protocol.primitives import ZERO_UUID
 
 __all__ = ["DEFAULT_MAX_FRAME_BYTES", "BrokerConnection"]
 
 _CORRELATION = Struct(">i")
 _SOFTWARE_NAME = "tidelog"
 _MAX_NO_ANSWER_IDS = 4096
+# The last Fetch version that names topics (v13+ carry topic ids only, KIP-516).
+_FETCH_BY_NAME_MAX_VERSION = 12
+
+
+def _fetch_uses_topic_ids(request: Any) -> bool:
+    """The Fetch names (or forgets) topics and every one has an id: Kafka's canUseTopicIds. An
+    empty one cannot tell: it goes by name (a session's fetcher picks its version itself)."""
+    topics = (*request.topics, *request.forgotten_topics_data)
+    return bool(topics) and all(t.topic_id != ZERO_UUID for t in topics)
 
 
 def _software_version() -> str:
@@ -257,6 +267,11 @@ class BrokerConnection:
         if self.closed or self._transport is None:
             raise KafkaConnectionError(self._close_reason)
         version = self.pick_version(request.API_KEY, api_version)
+        if api_version is None and version > _FETCH_BY_NAME_MAX_VERSION \
+                and request.API_KEY == ApiKey.FETCH and not _fetch_uses_topic_ids(request):
+            # Fetch v13+ names topics by id only: a request without ids goes as v12, as Kafka's
+            # clients and ReplicaFetcherThread do when they cannot use topic ids.
+            version = self.pick_version(request.API_KEY, _FETCH_BY_NAME_MAX_VERSION)
         return await self._send(request, version, timeout_ms, False)
 
     async def send_no_response(self, request: Any, api_version: int | None = None) -> None:

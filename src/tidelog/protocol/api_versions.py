@@ -32,9 +32,11 @@ PRODUCE_MIN_ACCEPTED_VERSION = 3
 # api key -> (min, max) served to clients. The broker must implement all of these.
 BROKER_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (0, 9),  # 3+ accepted; v9 flexible
-    ApiKey.FETCH: (4, 12),  # v4+: record batch v2 and isolation_level; v7+ fetch sessions
+    ApiKey.FETCH: (4, 17),  # v4+: record batch v2 and isolation_level; v7+ fetch sessions
     # (may always answer session_id 0); v9+ current_leader_epoch fencing (KIP-320);
-    # v11 rack id; v12 flexible + diverging_epoch. v13+ need topic ids: not served.
+    # v11 rack id; v12 flexible + diverging_epoch; v13+ topic ids (unknown: UNKNOWN_TOPIC_ID);
+    # v15+ ReplicaState: a follower's broker epoch reaches the core (KIP-903); v16 node
+    # endpoints (none sent); v17 replica directory id (KIP-853, KRaft voters: not used here).
     ApiKey.LIST_OFFSETS: (0, 7),  # v0 old_style_offsets list; v4+ leader epoch; v6 flexible;
     # v7 max timestamp (-3)
     ApiKey.METADATA: (0, 12),  # v1 controller/rack/internal; v4 allow_auto_topic_creation;

@@ -43,6 +43,10 @@ from tidelog.storage.transactions import AppendOrigin
 EligibilityCheck = Callable[[int, "int | None"], bool]
 
 
+def _unknown_broker_epoch() -> int:
+    return -1
+
+
 def _always_eligible(_broker_id: int, _broker_epoch: int | None) -> bool:
     return True
 
@@ -57,13 +61,16 @@ class Partition:
         *,
         policy: IsrLagPolicy | None = None,
         is_replica_eligible: EligibilityCheck | None = None,
+        local_broker_epoch: Callable[[], int] | None = None,
     ) -> None:
+        """``local_broker_epoch``: this broker's current registration (-1 while unknown)."""
         self.tp = tp
         self.local_broker_id = local_broker_id
         self.log = log  # storage.log.Log
         self.config = config or ReplicationConfig()
         self.policy = policy or policy_for(self.config)
         self.is_replica_eligible: EligibilityCheck = is_replica_eligible or _always_eligible
+        self.local_broker_epoch: Callable[[], int] = local_broker_epoch or _unknown_broker_epoch
         self.assigned_replicas: tuple[int, ...] = ()
         # Kafka's assignmentState: during a reassignment (LeaderAndIsr v3+) the replicas of
         # `assigned_replicas` joining and leaving it (OngoingReassignmentState); else empty.
@@ -323,14 +330,25 @@ class Partition:
 
     def _propose(self, new_isr: frozenset[int]) -> ProposeIsr:
         self.pending_isr = frozenset(new_isr)
+        members = tuple(sorted(new_isr))
         return ProposeIsr(
             tp=self.tp,
             leader=self.local_broker_id,
             leader_epoch=self.leader_epoch,
-            new_isr=tuple(sorted(new_isr)),
+            new_isr=members,
             zk_version=self.zk_version,
             controller_epoch=self.controller_epoch,
+            isr_with_broker_epochs=tuple((m, self._broker_epoch_of(m)) for m in members),
         )
+
+    def _broker_epoch_of(self, broker_id: int) -> int:
+        """Kafka's addBrokerEpochToIsr: the local broker's epoch, a follower's from its last
+        fetch in this leadership, else -1 (not checked by the ISR writer)."""
+        if broker_id == self.local_broker_id:
+            return self.local_broker_epoch()
+        replica = self.remote_replicas.get(broker_id)
+        epoch = replica.broker_epoch if replica is not None else None
+        return -1 if epoch is None else epoch
 
     def on_isr_update_result(
         self,

@@ -182,12 +182,14 @@ class ReplicaManager:
         return Errors.NONE
 
     def _is_replica_eligible(self, broker_id: int, broker_epoch: int | None) -> bool:
+        """KIP-841: a live broker; KIP-903 (Kafka's isBrokerEpochIsrEligible): its last fetch
+        came from its current registration, when both epochs are known."""
         if self._eligible is None:
             return True
         epoch = self._eligible.get(broker_id)
         if epoch is None:
             return False
-        return broker_epoch is None or broker_epoch == epoch
+        return broker_epoch is None or epoch < 0 or broker_epoch == epoch
 
     def _get_or_create_partition(self, tp: TopicPartition, is_new: bool) -> Partition:
         p = self.partitions.get(tp)
@@ -197,6 +199,7 @@ class ReplicaManager:
             p = Partition(
                 tp, self.broker_id, log, self.config,
                 policy=policy_for(self.config), is_replica_eligible=self._is_replica_eligible,
+                local_broker_epoch=lambda: self.broker_epoch,
             )
             self.partitions[tp] = p
         return p

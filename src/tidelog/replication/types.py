@@ -58,7 +58,10 @@ class LeaderAndIsrPartitionState:
 
 @dataclass(frozen=True, slots=True)
 class ProposeIsr:
-    """Write ``new_isr`` for ``tp`` iff the stored state still has ``zk_version`` (a CAS)."""
+    """Write ``new_isr`` for ``tp`` iff the stored state still has ``zk_version`` (a CAS).
+    ``isr_with_broker_epochs``: each member with the broker epoch the leader knows it by (its
+    last fetch's; the leader's own; -1 unknown), AlterPartition v3's NewIsrWithEpochs: the ISR
+    writer refuses a member whose registration has another epoch (KIP-903)."""
 
     tp: TopicPartition
     leader: int
@@ -66,6 +69,8 @@ class ProposeIsr:
     new_isr: tuple[int, ...]
     zk_version: int
     controller_epoch: int
+    # What the leader knows of the members, not part of the proposal's identity.
+    isr_with_broker_epochs: tuple[tuple[int, int], ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -275,8 +275,8 @@ class ReplicaManager:
 
     def update_metadata(self, broker_epoch: int,
                         eligible_brokers: Mapping[int, int] | None) -> Errors:
-        """``eligible_brokers``: live brokers and their broker epochs (KIP-841/903), -1 for an
-        epoch the request does not carry; None: every replica may join an ISR."""
+        """``eligible_brokers``: live brokers and the broker epochs of their registrations
+        (KIP-841/903), -1 for one not known; None: every replica may join an ISR."""
         error = self.core.update_metadata(_epoch_or_none(broker_epoch), eligible_brokers)
         if error == Errors.STALE_BROKER_EPOCH:
             self.stale_broker_epoch_refused += 1
@@ -328,11 +328,13 @@ class ReplicaManager:
         """Kafka's fetchMessages: ``partitions`` is ``{tp: (fetch offset, current leader epoch,
         log start offset, max bytes)}``; a delayed fetch answers through ``on_complete``;
         ``isolation_level`` READ_COMMITTED (1) reads consumers up to the LSO;
-        ``fetch_only_leader`` False lets a follower answer a consumer (Fetch v11+, KIP-392)."""
+        ``fetch_only_leader`` False lets a follower answer a consumer (Fetch v11+, KIP-392);
+        ``broker_epoch``: the fetching follower's (Fetch v15+ ReplicaState), -1 or None: none."""
         outcome = self.core.fetch_messages(
             replica_id, max_wait_ms, min_bytes, max_bytes, partitions, self.time.milliseconds(),
-            request_key=request_key, broker_epoch=broker_epoch, isolation_level=isolation_level,
-            fetch_only_leader=fetch_only_leader)
+            request_key=request_key,
+            broker_epoch=None if broker_epoch is None else _epoch_or_none(broker_epoch),
+            isolation_level=isolation_level, fetch_only_leader=fetch_only_leader)
         for prop in outcome.isr_proposals:
             self._propose_isr(prop)
         if outcome.delayed:

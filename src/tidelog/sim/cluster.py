@@ -19,6 +19,7 @@ from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch
 from tidelog.controller.zk_interface import from_zk_state
 from tidelog.coordinator.transaction.log import TRANSACTION_STATE_TOPIC_NAME
 from tidelog.replication.config import ReplicationConfig
+from tidelog.replication.isr_eligibility import ineligible_replicas_for_isr
 from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
 from tidelog.sim.client import Consumer, Producer
 from tidelog.sim.clock import Scheduler
@@ -500,6 +501,14 @@ class SimCluster:
             prop = op[1]
             if zk.get_partition_state(prop.tp) is None:
                 self.network.send(ZK_NODE, src, ZkResponse(msg.corr_id, sid, op, "no_node"))
+                return
+            # KIP-841/903: the ISR writer's check against /brokers/ids, as the broker's.
+            if self.config.kip841_eligibility and ineligible_replicas_for_isr(
+                    prop.isr_with_broker_epochs,
+                    lambda b: None if (st := zk.exists(zk_data.broker_path(b))) is None
+                    else st.czxid):
+                self.network.send(ZK_NODE, src, ZkResponse(msg.corr_id, sid, op,
+                                                           "ineligible_replica"))
                 return
             new = LeaderIsrAndControllerEpoch(prop.leader, prop.leader_epoch,
                                               tuple(prop.new_isr), prop.controller_epoch)
