@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from harness import fetch_request
+from harness import ActingController, BrokerThread, fetch_request, produce
 
 from tidelog.broker.socket_server import DeferredResponse, RequestContext, SocketServer
 from tidelog.cluster.zookeeper import pick_free_port
@@ -274,3 +274,62 @@ def test_a_segment_truncated_under_a_slice_closes_the_connection(
     outcome = run(scenario())
     assert outcome.startswith("closed after"), outcome
     log.close()
+
+
+# ---------------------------------------------------------------- a real broker
+
+
+def _raw_fetch(port: int, topic: str, corr: int) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        req = fetch_request(topic, 0, 0, max_bytes=4 << 20)
+        s.sendall(b"".join(bytes(b) for b in encode_request(req, VERSION, corr)))
+        data = bytearray()
+        while len(data) < 4 or len(data) < 4 + struct.unpack_from(">i", data)[0]:
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                raise ConnectionError("closed")
+            data += chunk
+        return bytes(data)
+
+
+def test_a_broker_answers_the_same_bytes_with_and_without_sendfile(
+    one_broker: BrokerThread, controller: ActingController, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker's own fetch path (KafkaApis, the replica manager, Log.read_slice, the
+    socket server) on large batches: the frame is byte for byte the in-memory path's, and a
+    librdkafka consumer reads every record."""
+    spy = _SendfileSpy(monkeypatch)  # the broker runs in this process (its own thread)
+    controller.create_topic("zc", {0: [1]})
+    values = [bytes([65 + i % 26]) * 20_000 + str(i).encode() for i in range(50)]
+    for i in range(0, 50, 5):
+        assert produce(one_broker.port, "zc", 0, build_values(values[i:i + 5]), acks=1)[0] == 0
+    core = one_broker.server.replica_manager.core
+    assert core.config.zero_copy_min_bytes is not None
+    with_sendfile = _raw_fetch(one_broker.port, "zc", 7)
+    assert sum(spy.sent) >= 50 * 20_000
+    zero_copy = core.config
+    one_broker.call(lambda: setattr(core, "config", zero_copy.with_(zero_copy_min_bytes=None)))
+    try:
+        sent = len(spy.sent)
+        in_memory = _raw_fetch(one_broker.port, "zc", 7)
+        assert len(spy.sent) == sent
+    finally:
+        one_broker.call(lambda: setattr(core, "config", zero_copy))
+    assert with_sendfile == in_memory
+
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": one_broker.bootstrap,
+                                         "group.id": "zc", "enable.auto.commit": False})
+    consumer.assign([confluent_kafka.TopicPartition("zc", 0, 0)])
+    got: list[bytes] = []
+    try:
+        for _ in range(200):  # bounded: ~40 s at most
+            if len(got) == len(values):
+                break
+            msg = consumer.poll(0.2)
+            if msg is not None:
+                assert msg.error() is None, msg.error()
+                got.append(msg.value())
+    finally:
+        consumer.close()
+    assert got == values
