@@ -2,9 +2,10 @@
 leader of each of its partitions (Kafka's `TransactionMarkerChannelManager`).
 
 Each partition leader answers per partition. A partition is done when its leader wrote the
-marker, or when its topic is gone (UNKNOWN_TOPIC_OR_PARTITION); a leader change, an unreachable
-leader or a not-yet-enough ISR is retried after a back-off against the leader the metadata
-cache names then. TRANSACTION_COORDINATOR_FENCED (a newer coordinator epoch wrote to the
+marker, or when the metadata cache no longer knows its topic (deleted); a leader change, an
+unreachable leader, a leader not hosting the partition yet (UNKNOWN_TOPIC_OR_PARTITION) or a
+not-yet-enough ISR is retried after a back-off against the leader the metadata cache names
+then. TRANSACTION_COORDINATOR_FENCED (a newer coordinator epoch wrote to the
 partition) or losing the coordinatorship stops the delivery: the new coordinator completes the
 transaction from the log. `deliver` returns True once every partition has its marker.
 
@@ -43,6 +44,10 @@ _RETRIABLE = frozenset({
     E.REQUEST_TIMED_OUT, E.KAFKA_STORAGE_ERROR, E.UNKNOWN_SERVER_ERROR,
     E.COORDINATOR_LOAD_IN_PROGRESS, E.COORDINATOR_NOT_AVAILABLE, E.NOT_COORDINATOR,
     E.LEADER_NOT_AVAILABLE,
+    # The broker the metadata names does not host the partition yet (a restart, a new replica
+    # before its LeaderAndIsr): retried as Kafka's TransactionMarkerRequestCompletionHandler
+    # does. A deleted topic is noticed in the metadata, not in this answer.
+    E.UNKNOWN_TOPIC_OR_PARTITION,
 })
 
 
@@ -80,7 +85,7 @@ class TransactionMarkerChannel:
             fenced = False
             for answer in await self.tasks.gather(sends):
                 for tp, error in answer.items():
-                    if error in (0, E.UNKNOWN_TOPIC_OR_PARTITION):
+                    if error == 0:
                         partitions.discard(tp)
                     elif error == E.TRANSACTION_COORDINATOR_FENCED:
                         fenced = True
