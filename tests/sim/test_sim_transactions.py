@@ -184,3 +184,13 @@ def test_random_transactional_seeds_keep_every_invariant(first: int) -> None:
             failures.append(s.report())
     assert not failures, "\n\n".join(failures)
     assert committed > 100
+
+
+def test_regression_a_marker_refused_by_a_leader_not_hosting_the_partition_yet_is_retried() -> None:
+    # Seed 131: a crash aimed at a coordinator; the COMMIT marker for t-0 went to a broker that
+    # did not host t-0 yet, whose UNKNOWN_TOPIC_OR_PARTITION the marker channel took for a
+    # deleted topic: CompleteCommit was written without the marker, and the producer's next
+    # epoch bump aborted the committed records (CommittedExactlyOnce: 0 of 2 records read).
+    s = run_seed(131, 2000)
+    assert s.ok, s.report()
+    assert s.committed > 0

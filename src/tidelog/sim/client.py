@@ -390,7 +390,8 @@ class TxnProducer:
                  transaction_timeout_ms: int = 3000, request_timeout_ms: int = 1500,
                  retry_backoff_ms: int = 100, abort_share: float = 0.25,
                  stall_share: float = 0.03,
-                 on_fenced: Callable[[TxnProducer], None] | None = None) -> None:
+                 on_fenced: Callable[[TxnProducer], None] | None = None,
+                 on_end: Callable[[TxnProducer], None] | None = None) -> None:
         self.node_id = node_id
         self.transactional_id = transactional_id
         self.tps = tps
@@ -406,6 +407,7 @@ class TxnProducer:
         self.abort_share = abort_share
         self.stall_share = stall_share
         self.on_fenced = on_fenced
+        self.on_end = on_end  # told when an EndTxn is first sent
         self.producer_id = -1
         self.producer_epoch = -1
         self.running = False  # begins new transactions
@@ -607,6 +609,8 @@ class TxnProducer:
     def _end(self) -> None:
         if self.phase not in ("produce", "end"):
             return
+        if self.phase != "end" and self.on_end is not None:
+            self.on_end(self)
         self.phase = "end"
         self._to_coordinator("end", (self.transactional_id, self.producer_id,
                                      self.producer_epoch, self._commit))

@@ -206,6 +206,15 @@ class FaultInjector:
             return
         self._crash_broker(b)
 
+    def crash_aimed(self, b: int, aim: str) -> None:
+        """A crash of broker `b` aimed at something the caller watches (e.g. a transaction
+        coordinator between PrepareCommit and CompleteCommit), within the same limits."""
+        node = self.cluster.nodes[b]
+        if (self.active and node.running and not node.paused and b not in self._stopping
+                and self._down_count() < self._down_limit()):
+            self.cluster.trace_add(("fault", None, "aimed", aim))  # counted as its crash
+            self._crash_broker(b)
+
     def _crash_broker(self, b: int) -> None:
         node = self.cluster.nodes[b]
         lossy_ok = not any(n.recovering() for n in self.cluster.nodes)

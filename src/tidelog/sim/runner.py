@@ -188,6 +188,8 @@ def run_seed(seed: int, steps: int = 2000, *, brokers: int = 3, partitions: int 
         txn.restart_every(4000)
     injector = FaultInjector(cluster, faults)
     injector.start(500)
+    if txn is not None:
+        txn.injector = injector
     cluster.run_events(steps)
     injector.stop()
     producing[0] = False

@@ -34,6 +34,7 @@ from tidelog.sim.txn_invariants import TxnLedger
 
 if TYPE_CHECKING:  # pragma: no cover
     from tidelog.sim.cluster import SimCluster
+    from tidelog.sim.faults import FaultInjector
 
 __all__ = ["TxnWorkload"]
 
@@ -62,6 +63,9 @@ class TxnWorkload:
         self._next_pid = _FIRST_PRODUCER_ID
         self._nodes = 0
         self.running = False
+        # Crashes aimed at a coordinator completing a transaction (the run's fault injector).
+        self.injector: FaultInjector | None = None
+        self.aim_share = 0.1
 
     def assignments(self) -> dict[TopicPartition, tuple[int, ...]]:
         n = self.cluster.config.brokers
@@ -98,7 +102,7 @@ class TxnWorkload:
                         random.Random(self.rng.getrandbits(64)),
                         transaction_timeout_ms=self.transaction_timeout_ms,
                         request_timeout_ms=c.config.request_timeout_ms,
-                        on_fenced=self._on_fenced)
+                        on_fenced=self._on_fenced, on_end=self._on_end)
         self.producers.append(p)
         self.current[transactional_id] = p
         if self.running:
@@ -149,6 +153,15 @@ class TxnWorkload:
                                             tick)
 
         schedule()
+
+    def _on_end(self, p: TxnProducer) -> None:
+        """EndTxn sent: now and then the coordinator crashes a few ms later, often between
+        its PrepareCommit/PrepareAbort and the markers (the successor completes it)."""
+        if self.injector is not None and self.rng.random() < self.aim_share:
+            coordinator = self.coordinator_of(p.transactional_id)
+            if coordinator >= 0:
+                self.cluster.scheduler.schedule(self.rng.randint(1, 8), self.injector.crash_aimed,
+                                                coordinator, "txn_coordinator")
 
     def _on_fenced(self, p: TxnProducer) -> None:
         # The application restarts a fenced producer that is still the id's newest instance
