@@ -203,39 +203,45 @@ def test_sliced_answers_are_the_in_memory_bytes_in_request_order_across_partial_
     log.close()
 
 
+async def _one_slow_fetch(log: Log, read: tuple[int, int],
+                          during: Callable[[int], None]) -> bytes:
+    """One sliced fetch answer read slowly; `during(bytes received so far)` after each piece."""
+    server = _server(_SliceFetches(log, {1: read}))
+    port = await server.start()
+    try:
+        r, w = await _slow_client(port)
+        w.write(_request(1))
+        await w.drain()
+
+        async def pause(received: int) -> None:
+            during(received)
+            await asyncio.sleep(0.0005)
+
+        try:
+            return await _read_frame(r, pause)
+        finally:
+            w.close()
+    finally:
+        await server.shutdown()
+
+
 def test_retention_deleting_the_segment_mid_send_leaves_the_answer_whole(
     tmp_path: object, monkeypatch: pytest.MonkeyPatch, run: Callable[[Any], Any]
 ) -> None:
     spy = _SendfileSpy(monkeypatch)
     log = _log(f"{tmp_path}/r-0", **{"retention.bytes": 400_000, "file.delete.delay.ms": 0})
     first_segment = os.path.basename(log.segments[0].log_path)
+    expected = _expected_frame(1, log.read(0, 350_000).records.tobytes())
+    deleted: list[int] = []
 
-    async def scenario() -> tuple[bytes, bytes]:
-        handler = _SliceFetches(log, {1: (0, 350_000)})
-        server = _server(handler)
-        port = await server.start()
-        try:
-            r, w = await _slow_client(port)
-            w.write(_request(1))
-            await w.drain()
-            deleted: list[int] = []
+    def delete_once(received: int) -> None:
+        if received > 20_000 and not deleted:
+            deleted.append(log.delete_old_segments(now_ms=0))
+            assert first_segment not in os.listdir(log.dir)
 
-            async def delete_once(received: int) -> None:
-                if received > 20_000 and not deleted:
-                    deleted.append(log.delete_old_segments(now_ms=0))
-                    assert first_segment not in os.listdir(log.dir)
-                await asyncio.sleep(0.0005)
-
-            frame = await _read_frame(r, delete_once)
-            assert deleted and deleted[0] >= 1 and log.log_start_offset > 0
-            w.close()
-            return frame, _expected_frame(1, bytes(expected))
-        finally:
-            await server.shutdown()
-
-    expected = log.read(0, 350_000).records.tobytes()
-    frame, want = run(scenario())
-    assert frame == want and len(spy.sent) > 1
+    frame = run(_one_slow_fetch(log, (0, 350_000), delete_once))
+    assert deleted and deleted[0] >= 1 and log.log_start_offset > 0
+    assert frame == expected and len(spy.sent) > 1
     log.close()
 
 
@@ -247,32 +253,12 @@ def test_a_segment_truncated_under_a_slice_closes_the_connection(
     instead of hanging or sending bytes that were never validated."""
     log = _log(f"{tmp_path}/c-0")
 
-    async def scenario() -> str:
-        handler = _SliceFetches(log, {1: (0, 1 << 20)})
-        server = _server(handler)
-        port = await server.start()
-        try:
-            r, w = await _slow_client(port)
-            w.write(_request(1))
-            await w.drain()
+    def truncate_once(received: int) -> None:
+        if received > 20_000 and log.log_end_offset > 10:
+            assert log.truncate_to(10)
 
-            async def truncate_once(received: int) -> None:
-                if received > 20_000 and log.log_end_offset > 10:
-                    assert log.truncate_to(10)
-                await asyncio.sleep(0.0005)
-
-            try:
-                await _read_frame(r, truncate_once)
-            except ConnectionError as e:
-                return str(e)
-            finally:
-                w.close()
-            return "whole frame received"
-        finally:
-            await server.shutdown()
-
-    outcome = run(scenario())
-    assert outcome.startswith("closed after"), outcome
+    with pytest.raises(ConnectionError, match="closed after"):
+        run(_one_slow_fetch(log, (0, 1 << 20), truncate_once))
     log.close()
 
 
