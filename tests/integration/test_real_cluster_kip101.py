@@ -48,11 +48,12 @@ SETTINGS = {
 }
 
 
-def fetch_at_or_past(offset: int) -> Any:
+def fetch_at_or_past(offset: int, topic_id: Any) -> Any:
+    """A replica Fetch of TOPIC at ``offset`` or later (v13+ name it by ``topic_id``)."""
     def rule(req: ProxiedRequest) -> bool:
         if req.api_key != ApiKey.FETCH or req.body is None:
             return False
-        return any(t.topic == TOPIC and p.fetch_offset >= offset
+        return any((t.topic == TOPIC or t.topic_id == topic_id) and p.fetch_offset >= offset
                    for t in req.body.topics for p in t.partitions)
     return rule
 
@@ -108,7 +109,7 @@ def test_follower_restart_does_not_truncate_to_a_stale_high_watermark(tmp_path: 
         wait_for(lambda: replica_leo(a_port, TOPIC, 0) == 1, 30, "A has m1")
 
         # From now on B's answers to A's fetches at offset >= 2 are lost on the way.
-        to_b.drop_responses = fetch_at_or_past(2)
+        to_b.drop_responses = fetch_at_or_past(2, zk.get_topic_id(TOPIC))
         p.produce(TOPIC, value=b"m2", partition=0, on_delivery=on_delivery)
         assert p.flush(30) == 0 and acked == [(0, b"m1"), (1, b"m2")]  # m2 is acknowledged
         assert replica_leo(a_port, TOPIC, 0) == 2  # A has m2, but believes HW = 1
