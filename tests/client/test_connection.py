@@ -114,6 +114,27 @@ def test_pipelined_requests_get_their_own_answers_even_out_of_order() -> None:
     asyncio.run(main())
 
 
+def test_answers_of_megabytes_pipelined_with_small_ones_arrive_whole() -> None:
+    """The connection reads into the frame being assembled (a BufferedProtocol): answers that
+    span many reads, and small ones sharing a read with the end of a large one, come out whole
+    and matched to their requests."""
+    def wide(i: int) -> MetadataRequest:  # an ask whose answer is ~2 MB
+        return MetadataRequest(topics=[MetadataRequestTopic(name=f"{i}-{j:04d}-" + "x" * 990)
+                                       for j in range(2000)])
+
+    async def main() -> None:
+        async with ScriptedBroker(echo_metadata) as broker:
+            conn = BrokerConnection("127.0.0.1", broker.port)
+            await conn.connect()
+            asks = [wide(i) if i % 3 == 1 else ask(f"small-{i}") for i in range(9)]
+            responses = await asyncio.gather(*(conn.send(a) for a in asks))
+            for a, r in zip(asks, responses, strict=True):
+                assert [t.name for t in r.topics] == [t.name for t in a.topics or []]
+            await conn.close()
+
+    asyncio.run(main())
+
+
 def test_a_timed_out_request_fails_alone_and_its_late_answer_is_dropped() -> None:
     async def handler(header, request):  # type: ignore[no-untyped-def]
         if header.request_api_key == ApiKey.METADATA and request.topics[0].name == "slow":
