@@ -35,7 +35,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from tidelog.protocol.api_keys import ApiKey, api_spec
 from tidelog.protocol.api_versions import unsupported_api_versions_response
@@ -223,6 +223,102 @@ class _ResponseQueue:
             self._task.cancel()
 
 
+class _Connection(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
+    """One client connection's protocol. Reads go straight into the frame being assembled
+    (`FrameReader.get_buffer`: a 1 MB produce request is copied once, by the kernel, where
+    asyncio's StreamReader copied it three times more; on uvloop, which hands over bytes,
+    twice); complete frames wait for the
+    connection's serving task, and reading pauses while more than twice `_READ_CHUNK` of them
+    wait (the StreamReader limit this replaces). Writes go through a `StreamWriter` on it."""
+
+    def __init__(self, server: SocketServer, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self._server = server
+        self._frames = FrameReader(server.max_request_bytes)
+        self._ready: list[memoryview] = []
+        self._ready_bytes = 0
+        self._eof = False
+        self._error: FrameError | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._transport: asyncio.Transport | None = None
+        self._reading_paused = False
+        self._closed: asyncio.Future[None] = loop.create_future()
+        self._task: asyncio.Task[None] | None = None  # the serving task (_on_connection)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # (uvloop's transports are not asyncio.Transport subclasses: no isinstance check)
+        self._transport = cast(asyncio.Transport, transport)
+        writer = asyncio.StreamWriter(self._transport, self, None, self._loop)
+        self._task = self._loop.create_task(self._server._on_connection(self, writer))
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._error is not None:  # the stream position is lost: discard until closed
+            return memoryview(bytearray(65536))
+        return self._frames.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._error is None:
+            self._take(self._frames.buffer_updated, nbytes)
+
+    def data_received(self, data: bytes) -> None:
+        # uvloop takes this class for a plain Protocol (FlowControlMixin is one) and hands
+        # over bytes: whole frames are slices of them, a frame spanning reads one copy.
+        if self._error is None:
+            self._take(self._frames.feed, data)
+
+    def _take(self, parse: Callable[[Any], list[memoryview]], arg: Any) -> None:
+        try:
+            frames = parse(arg)
+        except FrameError as e:
+            self._error = e
+            self._wake()
+            return
+        if frames:
+            self._ready += frames
+            self._ready_bytes += sum(len(f) for f in frames)
+            if self._ready_bytes > 2 * _READ_CHUNK and not self._reading_paused:
+                assert self._transport is not None
+                self._reading_paused = True
+                self._transport.pause_reading()
+            self._wake()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._wake()
+        return True  # keep the transport open: the client is still owed its answers
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._eof = True
+        self._wake()
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    def _get_close_waiter(self, stream: asyncio.StreamWriter) -> asyncio.Future[None]:
+        return self._closed  # StreamWriter.wait_closed
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def read_frames(self) -> list[memoryview]:
+        """The frames received since the last call, waiting for one; [] at the end of the
+        stream; raises `FrameError` (after the frames before the bad one)."""
+        while not self._ready and not self._eof and self._error is None:
+            self._waiter = self._loop.create_future()
+            await self._waiter
+        if self._ready:
+            frames, self._ready, self._ready_bytes = self._ready, [], 0
+            if self._reading_paused and self._transport is not None:
+                self._reading_paused = False
+                self._transport.resume_reading()
+            return frames
+        if self._error is not None:
+            raise self._error
+        return []
+
+
 def _encode(header: RequestHeader, response: Any) -> list[Any]:
     version = header.request_api_version
     spec = api_spec(header.request_api_key)
@@ -271,10 +367,9 @@ class SocketServer:
     # ------------------------------------------------------------------ life cycle
     async def start(self) -> int:
         """Bind and start accepting; returns the bound port (useful with port 0)."""
-        self._server = await asyncio.start_server(
-            self._on_connection, self.host or None, self.port, reuse_address=True,
-            limit=_READ_CHUNK,
-        )
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _Connection(self, loop), self.host or None, self.port, reuse_address=True)
         sockets = self._server.sockets or []
         if not sockets:
             raise OSError(f"could not bind {self.host}:{self.port}")
@@ -332,9 +427,7 @@ class SocketServer:
         return len(self._connections)
 
     # ------------------------------------------------------------------ connections
-    async def _on_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def _on_connection(self, reader: _Connection, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("?", 0)
         ip = str(peer[0])
         if (len(self._connections) >= self.max_connections
@@ -382,12 +475,11 @@ class SocketServer:
     async def _serve(
         self,
         conn_id: int,
-        reader: asyncio.StreamReader,
+        reader: _Connection,
         writer: asyncio.StreamWriter,
         host: str,
         port: int,
     ) -> None:
-        frames = FrameReader(self.max_request_bytes)
         handling = [False]  # a request is being handled (its handler may be awaiting)
 
         def idle() -> None:
@@ -407,16 +499,15 @@ class SocketServer:
 
         try:
             while True:
-                data = await reader.read(_READ_CHUNK)
-                if not data or owed.failed:
-                    # The client sent all it will: answer what it is still owed, then close.
-                    await owed.finish()
-                    return
                 try:
-                    batch = frames.feed(data)
+                    batch = await reader.read_frames()
                 except FrameError as e:
                     self.closed_by_error += 1
                     logger.warning("closing connection from %s:%d: %s", host, port, e)
+                    return
+                if not batch or owed.failed:
+                    # The client sent all it will: answer what it is still owed, then close.
+                    await owed.finish()
                     return
                 turn_start = time.perf_counter()
                 for frame in batch:
