@@ -19,6 +19,7 @@ from tidelog.broker.socket_server import (
     RequestContext,
     SocketServer,
 )
+from tidelog.cluster.zookeeper import pick_free_port
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import decode_response, encode_request
 from tidelog.protocol.errors import ErrorCode
@@ -467,3 +468,52 @@ def test_answers_to_consecutive_produce_requests_of_one_read_leave_in_one_write(
 
     assert _run_server(scenario) == [1, 2, 3, 4]
     assert writes == [2, 1, 1]
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_large_requests_dribbled_in_pieces_are_read_whole_in_order(loop: str) -> None:
+    """A connection feeds its frames straight to the server (BufferedProtocol reads on asyncio,
+    bytes on uvloop): 2 MB produce requests sent in pieces of odd sizes, with small requests
+    sharing their pieces, reach the handler whole and in order, and every one is answered."""
+    records = build_values([bytes([65 + i % 26]) * 1000 for i in range(2000)])
+    produce = produce_request("t", 0, records, acks=1)
+    frames = [_frame(produce if i % 2 else ApiVersionsRequest(), 3 if i % 2 else 0, i)
+              for i in range(6)]
+    stream = b"".join(frames)
+    got: list[tuple[int, int]] = []
+
+    async def handler(ctx: RequestContext, body: Any) -> Any:
+        size = sum(len(p.records or b"") for t in getattr(body, "topic_data", [])
+                   for p in t.partition_data)
+        got.append((ctx.header.correlation_id, size))
+        return ApiVersionsResponse(error_code=0)
+
+    async def scenario() -> list[int]:
+        server = SocketServer("127.0.0.1", pick_free_port(), handler)
+        port = await server.start()
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            pos, step = 0, 1
+            while pos < len(stream):
+                step = step * 7 % 300_007 + 1  # 8, 57, 400, ... up to ~300 KB
+                w.write(stream[pos:pos + step])
+                await w.drain()
+                pos += step
+            answered = []
+            for _ in frames:
+                head = await asyncio.wait_for(r.readexactly(8), 10)
+                answered.append(struct.unpack(">ii", head)[1])
+                await r.readexactly(struct.unpack(">i", head[:4])[0] - 4)
+            w.close()
+            return answered
+        finally:
+            await server.shutdown()
+
+    if loop == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        answered = uvloop.run(scenario())
+    else:
+        answered = asyncio.run(scenario())
+    assert answered == list(range(6))
+    assert [c for c, _ in got] == list(range(6))
+    assert all(size == len(records) for c, size in got if c % 2)
