@@ -21,6 +21,7 @@ of every record.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import socket
@@ -28,11 +29,13 @@ import statistics
 import struct
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka
 from _baseline import baseline_source, tidelog_from
@@ -49,7 +52,7 @@ from tidelog.protocol.records.batch import iter_batches
 MIB = 1024 * 1024
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 # The commits that added the sendfile path: the baseline is HEAD without them.
-DEFAULT_BASELINE = "HEAD without 5b8171f,4ece585,1261f86"
+DEFAULT_BASELINE = "HEAD without 5b8171f,4ece585,1261f86,793a867"
 CONSUMER_TOPICS = {"zc-1k": 1024, "zc-100k": 100 * 1024}
 FOLLOWER_TOPIC = "zc-f"
 # Fetches of the zc-100k topic by a raw client at these partition sizes (a consumer's default
@@ -133,6 +136,85 @@ def raw_fetch_all(address: str, topic: str, partition_max_bytes: int) -> tuple[i
             total += len(records)
             for batch in iter_batches(records):
                 offset = batch.last_offset + 1
+
+
+def threshold_table(rounds: int) -> str:
+    """The socket server alone (its loop in a thread, uvloop when installed), answering one
+    fetch at a time with N bytes of whole batches as a FileSlice or as a copy (the in-memory
+    path: pread, then the replica manager's bytes()): the server thread's CPU per answer."""
+    from tidelog.broker.socket_server import SocketServer
+    from tidelog.cluster.zookeeper import pick_free_port
+    from tidelog.protocol.messages import fetch as m_fetch
+    from tidelog.protocol.records.builder import build_values
+    from tidelog.storage.file_io import OsFileIO
+    from tidelog.storage.log import Log
+    from tidelog.storage.log_config import LogConfig
+
+    work = Path(tempfile.mkdtemp(prefix="zc-threshold-"))
+    log = Log(str(work / "t-0"), LogConfig.from_dict({}), OsFileIO())
+    batch = build_values([os.urandom(4000)])  # ~4 KiB batches: any size in whole batches
+    for _ in range(600):
+        log.append_as_leader(batch, 0, 0)
+    mode = {"slice": True, "size": 0}
+
+    async def handler(ctx: object, request: object) -> object:
+        if mode["slice"]:
+            records = log.read_slice(0, mode["size"], min_slice_bytes=1).records
+        else:
+            records = bytes(log.read(0, mode["size"]).records)
+        return m_fetch.FetchResponse(error_code=0, session_id=0, responses=[
+            m_fetch.FetchableTopicResponse(topic="t", partitions=[m_fetch.PartitionData(
+                partition_index=0, high_watermark=600, last_stable_offset=600,
+                log_start_offset=0, records=records)])])
+
+    try:
+        import uvloop
+        loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    except ImportError:
+        loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def on_loop(coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(60)
+
+    async def thread_cpu() -> float:
+        return time.thread_time()
+
+    server = SocketServer("127.0.0.1", pick_free_port(), handler)
+    port = on_loop(server.start())
+    sizes = [4, 8, 16, 32, 64, 128, 256, 1024]
+    per_answer: dict[tuple[int, bool], list[float]] = {}
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            frame = b"".join(bytes(b) for b in encode_request(FetchRequest(topics=[]), 12, 1))
+            buffer = bytearray(8 << 20)
+            for _ in range(rounds):
+                for kib in sizes:
+                    for as_slice in (True, False):
+                        mode.update(slice=as_slice, size=kib * 1024)
+                        n = max(200, 40_000 // kib)
+                        before = on_loop(thread_cpu())
+                        for _ in range(n):
+                            s.sendall(frame)
+                            size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+                            view = memoryview(buffer)[:size]
+                            while len(view):
+                                view = view[s.recv_into(view):]
+                        cpu = on_loop(thread_cpu()) - before
+                        per_answer.setdefault((kib, as_slice), []).append(1e6 * cpu / n)
+    finally:
+        on_loop(server.shutdown(grace_s=0.2))
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        log.close()
+        shutil.rmtree(work, ignore_errors=True)
+    rows = ["| records per answer | sendfile: server CPU µs per answer | copy | sendfile / copy |",
+            "|---:|---:|---:|---:|"]
+    for kib in sizes:
+        a, b = med(per_answer[(kib, True)]), med(per_answer[(kib, False)])
+        rows.append(f"| {kib} KiB | {a:.0f} | {b:.0f} | {a / b:.2f} |")
+    return "\n".join(rows)
 
 
 def isr(bootstrap: str, topic: str) -> list[int]:
@@ -247,7 +329,14 @@ def main() -> int:
                     help="the revision with the sendfile path (exported: other work in the "
                          "tree stays out of the comparison)")
     ap.add_argument("--no-write-doc", action="store_true")
+    ap.add_argument("--threshold-only", action="store_true",
+                    help="only the in-process sendfile-or-copy threshold table")
     args = ap.parse_args()
+    if args.threshold_only:
+        print(f"load {load_average()}")
+        print(threshold_table(max(3, args.rounds)))
+        print(f"load {load_average()}")
+        return 0
 
     work = Path(tempfile.mkdtemp(prefix="zc-bench-"))
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
