@@ -82,7 +82,7 @@ class FaultInjector:
         self.stats = FaultStats()
         # Brokers in a controlled shutdown (stopped 30 ms later): already down for the limits.
         self._stopping: set[int] = set()
-        self.max_added_partitions = 2
+        self.max_added_partitions = 1  # each one adds to every later event's work
         self._added_partitions = 0
 
     def start(self, delay_ms: int = 300) -> None:
