@@ -68,3 +68,9 @@ def test_the_isr_writer_refuses_unregistered_members_and_stale_epochs() -> None:
         IneligibleReplica(4, "not registered")]
     # -1: the leader did not know the epoch; only the registration is checked.
     assert ineligible_replicas_for_isr(((1, -1), (2, -1)), registered) == []
+
+
+def test_a_fetch_from_a_registration_newer_than_the_metadata_counts() -> None:
+    # 3 re-registered (epoch 905) after the last UpdateMetadata (901): its current process.
+    p = _leader(eligible={1: 500, 2: 700, 3: 901})
+    assert p.update_follower_fetch_state(3, 2, 0, 1, 2, broker_epoch=905) is not None

@@ -183,13 +183,16 @@ class ReplicaManager:
 
     def _is_replica_eligible(self, broker_id: int, broker_epoch: int | None) -> bool:
         """KIP-841: a live broker; KIP-903 (Kafka's isBrokerEpochIsrEligible): its last fetch
-        came from its current registration, when both epochs are known."""
+        came from its current registration, when both epochs are known. A fetch from a newer
+        registration than the metadata names counts too (broker epochs, czxids, only grow: it
+        re-registered since, and this fetch is its current process's); the ISR writer checks
+        the member's epoch against the registration itself."""
         if self._eligible is None:
             return True
         epoch = self._eligible.get(broker_id)
         if epoch is None:
             return False
-        return broker_epoch is None or epoch < 0 or broker_epoch == epoch
+        return broker_epoch is None or epoch < 0 or broker_epoch >= epoch
 
     def _get_or_create_partition(self, tp: TopicPartition, is_new: bool) -> Partition:
         p = self.partitions.get(tp)
