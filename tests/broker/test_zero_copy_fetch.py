@@ -19,12 +19,20 @@ from harness import ActingController, BrokerThread, fetch_request, produce
 from tidelog.broker.socket_server import DeferredResponse, RequestContext, SocketServer
 from tidelog.cluster.zookeeper import pick_free_port
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.codec import encode_request, encode_response
+from tidelog.protocol.codec import decode_response, encode_request, encode_response
 from tidelog.protocol.messages import fetch as m_fetch
-from tidelog.protocol.records.builder import build_values
+from tidelog.protocol.records.batch import iter_batches
+from tidelog.protocol.records.builder import (
+    Record,
+    build_batch,
+    build_end_transaction_marker,
+    build_values,
+)
+from tidelog.replication.types import TopicPartition
 from tidelog.storage.file_io import FileSlice, OsFileIO
 from tidelog.storage.log import Log
 from tidelog.storage.log_config import LogConfig
+from tidelog.storage.transactions import AppendOrigin
 
 pytestmark = pytest.mark.integration
 
@@ -265,9 +273,11 @@ def test_a_segment_truncated_under_a_slice_closes_the_connection(
 # ---------------------------------------------------------------- a real broker
 
 
-def _raw_fetch(port: int, topic: str, corr: int) -> bytes:
+def _raw_fetch(port: int, topic: str, corr: int, offset: int = 0,
+               isolation_level: int = 0) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        req = fetch_request(topic, 0, 0, max_bytes=4 << 20)
+        req = fetch_request(topic, 0, offset, max_bytes=4 << 20)
+        req.isolation_level = isolation_level
         s.sendall(b"".join(bytes(b) for b in encode_request(req, VERSION, corr)))
         data = bytearray()
         while len(data) < 4 or len(data) < 4 + struct.unpack_from(">i", data)[0]:
@@ -291,16 +301,8 @@ def test_a_broker_answers_the_same_bytes_with_and_without_sendfile(
         assert produce(one_broker.port, "zc", 0, build_values(values[i:i + 5]), acks=1)[0] == 0
     core = one_broker.server.replica_manager.core
     assert core.config.zero_copy_min_bytes is not None
-    with_sendfile = _raw_fetch(one_broker.port, "zc", 7)
-    assert sum(spy.sent) >= 50 * 20_000
-    zero_copy = core.config
-    one_broker.call(lambda: setattr(core, "config", zero_copy.with_(zero_copy_min_bytes=None)))
-    try:
-        sent = len(spy.sent)
-        in_memory = _raw_fetch(one_broker.port, "zc", 7)
-        assert len(spy.sent) == sent
-    finally:
-        one_broker.call(lambda: setattr(core, "config", zero_copy))
+    with_sendfile, in_memory = _both_ways(one_broker, spy, lambda: _raw_fetch(
+        one_broker.port, "zc", 7))
     assert with_sendfile == in_memory
 
     confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -319,3 +321,66 @@ def test_a_broker_answers_the_same_bytes_with_and_without_sendfile(
     finally:
         consumer.close()
     assert got == values
+
+
+def _both_ways(broker: BrokerThread, spy: _SendfileSpy,
+               fetch: Callable[[], bytes]) -> tuple[bytes, bytes]:
+    """`fetch()`'s frame with the broker's sendfile path (which must send by sendfile), then
+    with the core's zero-copy reads turned off (which must not)."""
+    core = broker.server.replica_manager.core
+    zero_copy = core.config
+    assert zero_copy.zero_copy_min_bytes is not None
+    sent = sum(spy.sent)
+    with_sendfile = fetch()
+    assert sum(spy.sent) - sent >= zero_copy.zero_copy_min_bytes
+    broker.call(lambda: setattr(core, "config", zero_copy.with_(zero_copy_min_bytes=None)))
+    try:
+        calls = len(spy.sent)
+        in_memory = fetch()
+        assert len(spy.sent) == calls
+    finally:
+        broker.call(lambda: setattr(core, "config", zero_copy))
+    return with_sendfile, in_memory
+
+
+def _txn(pid: int, value: bytes, seq: int) -> bytearray:
+    return build_batch([Record(value=value)], producer_id=pid, producer_epoch=0,
+                       base_sequence=seq, transactional=True)
+
+
+def test_read_committed_slices_stop_at_the_lso_with_the_same_aborted_transactions(
+    one_broker: BrokerThread, controller: ActingController, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """READ_COMMITTED: the slice ends at the last stable offset (a batch boundary) and lists
+    the aborted transactions the in-memory path lists, from every start offset."""
+    spy = _SendfileSpy(monkeypatch)
+    controller.create_topic("zc-rc", {0: [1]})
+    port = one_broker.port
+
+    def marker(pid: int, commit: bool) -> None:
+        def append() -> None:
+            p = one_broker.server.replica_manager.core.partition(TopicPartition("zc-rc", 0))
+            p.log.append_as_leader(build_end_transaction_marker(
+                commit=commit, producer_id=pid, producer_epoch=0, coordinator_epoch=0),
+                p.leader_epoch, 0, AppendOrigin.COORDINATOR)
+            p.maybe_increment_leader_hw()
+        one_broker.call(append)
+
+    big = [bytes([97 + i]) * 150_000 for i in range(10)]
+    for pid, value, seq in [(21, big[0], 0), (22, big[1], 0), (21, big[2], 1),
+                            (22, big[3], 1)]:  # 0-3
+        assert produce(port, "zc-rc", 0, _txn(pid, value, seq))[0] == 0
+    marker(21, commit=False)  # 4
+    marker(22, commit=True)  # 5
+    assert produce(port, "zc-rc", 0, _txn(23, big[4], 0))[0] == 0  # 6: open, so the LSO is 6
+    assert produce(port, "zc-rc", 0, _txn(24, big[5], 0))[0] == 0  # 7
+    marker(24, commit=False)  # 8: aborted, but after the LSO: no reader up to it lists it
+    for offset in (0, 1, 2):  # (from 2: 300 KB, the smallest read over the threshold)
+        with_sendfile, in_memory = _both_ways(one_broker, spy, lambda o=offset: _raw_fetch(
+            port, "zc-rc", 9, o, isolation_level=1))
+        assert with_sendfile == in_memory
+    _, answer = decode_response(ApiKey.FETCH, VERSION, with_sendfile[4:])
+    data = answer.responses[0].partitions[0]
+    assert (data.high_watermark, data.last_stable_offset) == (9, 6)
+    assert [(a.producer_id, a.first_offset) for a in data.aborted_transactions] == [(21, 0)]
+    assert [b.last_offset for b in iter_batches(data.records)] == [2, 3, 4, 5]  # (from 2)
