@@ -2,20 +2,23 @@
 the in-memory path (pread, copies, writelines), in the same run on the same data.
 
     .venv/bin/python bench/zero_copy.py [--mib 1024] [--follower-mib 512] [--rounds 3]
-                                        [--baseline "HEAD without C1,C2"] [--no-write-doc]
+                                        [--new HEAD] [--baseline "HEAD without C1,C2"]
+                                        [--no-write-doc] [--threshold-only]
 
 A 2-broker local cluster holds three topics written once: `zc-1k` and `zc-100k` (1 KiB and
 100 KiB records, `--mib` each, one partition on broker 1) and `zc-f` (`--follower-mib`, one
-partition on [1, 2]). Each round restarts both brokers on one code (this tree, or the baseline
-revision built by _baseline.py), alternating, then:
+partition on [1, 2]). Each round restarts both brokers on one code (the `--new` revision or
+the baseline revision, both exported and built by _baseline.py), alternating, then:
 
 - a catch-up consumer (confluent-kafka, default fetch sizes) reads each consumer topic from
   offset 0 to the end: MB/s and broker 1's CPU seconds per MB read;
+- a raw client fetches zc-100k at 64 KiB, 1 MiB and 8 MiB per fetch (batch headers only);
 - follower catch-up: broker 2 stops, loses its copy of zc-f, starts again and fetches it all
   from broker 1: seconds until it is back in the ISR, and the leader's CPU over that time.
 
 Medians over `--rounds` rounds of each code. The machine is shared: the load average is part
-of every record.
+of every record. `--threshold-only`: the socket server alone, a slice against a copy per
+answer size (where SENDFILE_MIN_BYTES comes from).
 """
 
 from __future__ import annotations
