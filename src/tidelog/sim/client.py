@@ -324,23 +324,26 @@ class Consumer:
         if self._deadline is not None:
             self._deadline.cancel()
         if msg.error == 0:
-            if msg.high_watermark < self.max_hw_seen:
-                self.hw_regressions += 1
-            self.max_hw_seen = max(self.max_hw_seen, msg.high_watermark)
-            for batch in iter_batches(msg.records):
-                off = batch.base_offset
-                if off < self.position and batch.last_offset < self.position:
-                    continue  # the batch we asked from the middle of is delivered whole
-                if off < self.position:
-                    pass
-                elif off != self.position:
-                    self.offset_violations.append((self.position, off))
-                self.consumed[off] = batch.crc
-                self.position = batch.last_offset + 1
-                self.stats.fetched_batches += 1
+            self._take(msg)
         else:
             self.stats.errors += 1
         self.scheduler.schedule(self.poll_interval_ms if msg.error else 1, self._poll)
+
+    def _take(self, msg: ConsumerFetchResponse) -> None:
+        if msg.high_watermark < self.max_hw_seen:
+            self.hw_regressions += 1
+        self.max_hw_seen = max(self.max_hw_seen, msg.high_watermark)
+        for batch in iter_batches(msg.records):
+            off = batch.base_offset
+            if off < self.position and batch.last_offset < self.position:
+                continue  # the batch we asked from the middle of is delivered whole
+            if off < self.position:
+                pass
+            elif off != self.position:
+                self.offset_violations.append((self.position, off))
+            self.consumed[off] = batch.crc
+            self.position = batch.last_offset + 1
+            self.stats.fetched_batches += 1
 
 
 @dataclass(slots=True)
@@ -651,21 +654,14 @@ class TxnConsumer(Consumer):
         return ConsumerFetchRequest(corr, self.tp, self.position, leader_epoch,
                                     self.max_wait_ms, READ_COMMITTED)
 
-    def receive(self, src: int, msg: object) -> None:
-        if not isinstance(msg, ConsumerFetchResponse) or msg.corr_id != self._waiting:
-            return
-        self._waiting = None
-        if self._deadline is not None:
-            self._deadline.cancel()
-        if msg.error == 0:
-            self.last_stable_offset = msg.last_stable_offset
-            last = -1
-            for batch in iter_batches(msg.records):
-                last = batch.last_offset
-            if last >= self.position:
-                got = [r for r in read_committed(msg.records, msg.aborted_transactions)
-                       if r.offset >= self.position]
-                self.records_read += len(got)
-                self.ledger.consumed(self.tp, got, self.scheduler.now_ms)
-                self.position = last + 1
-        self.scheduler.schedule(self.poll_interval_ms if msg.error else 1, self._poll)
+    def _take(self, msg: ConsumerFetchResponse) -> None:
+        self.last_stable_offset = msg.last_stable_offset
+        last = -1
+        for batch in iter_batches(msg.records):
+            last = batch.last_offset
+        if last >= self.position:
+            got = [r for r in read_committed(msg.records, msg.aborted_transactions)
+                   if r.offset >= self.position]
+            self.records_read += len(got)
+            self.ledger.consumed(self.tp, got, self.scheduler.now_ms)
+            self.position = last + 1
