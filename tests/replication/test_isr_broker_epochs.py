@@ -15,15 +15,18 @@ from tidelog.storage.log_config import LogConfig
 from tidelog.storage.log_manager import LogManager
 
 
-def _leader(eligible: dict[int, int] | None = None, own_epoch: int = 500) -> Partition:
+def _leading(eligible: dict[int, int] | None = None, own_epoch: int = 500) -> ReplicaManager:
     """Broker 1 leads TP (replicas 1, 2, 3; ISR 1, 2) with broker epoch ``own_epoch``."""
     rm = ReplicaManager(1, LogManager(["/data"], LogConfig(), MemoryFileIO()),
                         ReplicationConfig(), broker_epoch=own_epoch)
     rm.set_eligible_brokers(eligible)
     rm.become_leader_or_follower(0, 1, [replace(state(1, 0, (1, 2)), is_new=True)], (1,), 0)
-    p = rm.partitions[TP]
-    p.append_records_to_leader(records(2), acks=1, now_ms=0)
-    return p
+    rm.partitions[TP].append_records_to_leader(records(2), acks=1, now_ms=0)
+    return rm
+
+
+def _leader(eligible: dict[int, int] | None = None, own_epoch: int = 500) -> Partition:
+    return _leading(eligible, own_epoch).partitions[TP]
 
 
 def test_a_proposal_carries_each_member_s_broker_epoch_as_the_leader_knows_it() -> None:
@@ -74,3 +77,14 @@ def test_a_fetch_from_a_registration_newer_than_the_metadata_counts() -> None:
     # 3 re-registered (epoch 905) after the last UpdateMetadata (901): its current process.
     p = _leader(eligible={1: 500, 2: 700, 3: 901})
     assert p.update_follower_fetch_state(3, 2, 0, 1, 2, broker_epoch=905) is not None
+
+
+def test_a_caught_up_follower_joins_when_an_update_metadata_makes_it_eligible() -> None:
+    rm = _leading(eligible={1: 500, 2: 700})  # 3 not reported live yet
+    p = rm.partitions[TP]
+    assert p.update_follower_fetch_state(3, 2, 0, 1, 2, broker_epoch=900) is None
+    assert rm.maybe_expand_isrs(2) == []
+    assert rm.update_metadata(None, {1: 500, 2: 700, 3: 900}).name == "NONE"
+    # Its next fetches change nothing (a fetch session does not read the partition again).
+    [proposal] = rm.maybe_expand_isrs(3)
+    assert proposal.new_isr == (1, 2, 3) and p.pending_isr == {1, 2, 3}
