@@ -78,13 +78,3 @@ def test_a_fetch_from_a_registration_newer_than_the_metadata_counts() -> None:
     p = _leader(eligible={1: 500, 2: 700, 3: 901})
     assert p.update_follower_fetch_state(3, 2, 0, 1, 2, broker_epoch=905) is not None
 
-
-def test_a_caught_up_follower_joins_when_an_update_metadata_makes_it_eligible() -> None:
-    rm = _leading(eligible={1: 500, 2: 700})  # 3 not reported live yet
-    p = rm.partitions[TP]
-    assert p.update_follower_fetch_state(3, 2, 0, 1, 2, broker_epoch=900) is None
-    assert rm.maybe_expand_isrs(2) == []
-    assert rm.update_metadata(None, {1: 500, 2: 700, 3: 900}).name == "NONE"
-    # Its next fetches change nothing (a fetch session does not read the partition again).
-    [proposal] = rm.maybe_expand_isrs(3)
-    assert proposal.new_isr == (1, 2, 3) and p.pending_isr == {1, 2, 3}

@@ -1082,13 +1082,18 @@ class KafkaApis:
         # KIP-841/903: only live brokers may join an ISR, each from its current registration.
         # UpdateMetadata carries no other broker's epoch: read them from /brokers/ids (the
         # czxid), where the simulator's controller takes those it sends.
+        # Liveness applies at once, the registration epochs once read: a follower catching up
+        # meanwhile is not kept out (the ISR writer checks its epoch against /brokers/ids).
+        live = [b.broker_id for b in brokers]
+        error = self.rm.shell.update_metadata(request.broker_epoch, dict.fromkeys(live, -1))
+        if error != Errors.NONE:
+            return m_um.UpdateMetadataResponse(error_code=_code(error))
         self._update_metadata_seq += 1
         seq = self._update_metadata_seq
-        eligible = await self._registered_broker_epochs([b.broker_id for b in brokers])
-        if seq != self._update_metadata_seq:
-            return m_um.UpdateMetadataResponse()  # a newer one came while reading: it applies
-        return m_um.UpdateMetadataResponse(error_code=_code(
-            self.rm.shell.update_metadata(request.broker_epoch, eligible)))
+        eligible = await self._registered_broker_epochs(live)
+        if seq == self._update_metadata_seq:  # else a newer one came while reading: it applies
+            self.rm.shell.update_metadata(request.broker_epoch, eligible)
+        return m_um.UpdateMetadataResponse()
 
     async def _registered_broker_epochs(self, broker_ids: list[int]) -> dict[int, int]:
         """The live brokers still registered, with their broker epochs; -1 (liveness only)

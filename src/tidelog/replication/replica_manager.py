@@ -181,22 +181,6 @@ class ReplicaManager:
         self.set_eligible_brokers(eligible_brokers)
         return Errors.NONE
 
-    def maybe_expand_isrs(self, now_ms: int) -> list[ProposeIsr]:
-        """Each led partition's followers checked for ISR expansion with what their last fetch
-        told (Kafka re-checks on every fetch; an idle follower's unchanged partitions are not
-        read again, so a follower caught up before it became eligible would wait for new
-        records): for after the eligible brokers changed."""
-        out: list[ProposeIsr] = []
-        for p in self.partitions.values():
-            if not p.is_leader:
-                continue
-            for rid in p.remote_replicas:
-                proposal = p.maybe_expand_isr(rid, now_ms)
-                if proposal is not None:
-                    out.append(proposal)
-                    break  # one proposal in flight per partition
-        return out
-
     def _is_replica_eligible(self, broker_id: int, broker_epoch: int | None) -> bool:
         """KIP-841: a live broker; KIP-903 (Kafka's isBrokerEpochIsrEligible): its last fetch
         came from its current registration, when both epochs are known. A fetch from a newer

@@ -280,10 +280,6 @@ class ReplicaManager:
         error = self.core.update_metadata(_epoch_or_none(broker_epoch), eligible_brokers)
         if error == Errors.STALE_BROKER_EPOCH:
             self.stale_broker_epoch_refused += 1
-        elif error == Errors.NONE:
-            for prop in self.core.maybe_expand_isrs(self.time.milliseconds()):
-                self._propose_isr(prop)
-            self.complete_delayed()
         return error
 
     def stop_replicas(
