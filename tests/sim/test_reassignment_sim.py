@@ -92,6 +92,22 @@ def test_a_partition_added_to_the_topic_znode_is_created_by_the_controller() -> 
     assert c.acting_leader(c.tps[1]) is c.nodes[1]
 
 
+def test_a_move_started_before_the_controller_reads_an_added_partition_keeps_it() -> None:
+    # Seed 256 (2000 steps): CreatePartitions wrote partition 1, and a reassignment of t-0
+    # rewrote the topic znode from the controller's partitions before its watch read the
+    # addition; partition 1 was gone for good and never got a leader.
+    c = booted()
+    assert c.controller is not None
+    parts = c.zk.get_topic_assignment("t") or {}
+    c.zk.set_topic_assignment("t", {**parts, 1: [1, 2, 0]})
+    assert c.controller.reassign({c.tps[0]: [0, 2]}) == {c.tps[0]: ApiError(0)}
+    c.run_for(300)
+    assert (c.zk.get_topic_assignment("t") or {}).get(1) == [1, 2, 0]
+    assert len(c.tps) == 2
+    s = c.zk_state(c.tps[1])
+    assert s is not None and s.leader == 1 and set(s.isr) == {0, 1, 2}
+
+
 def test_an_unclean_election_elects_a_replica_out_of_the_isr() -> None:
     # unclean.leader.election.enable is off: an admin's UNCLEAN election goes ahead anyway.
     c = booted()

@@ -292,6 +292,11 @@ class ReassignmentManager:
 
     def _write_topic(self, ex: DecisionExecutor, topic: str) -> None:
         parts, adding, removing = full_assignments(ex.core.assignments, self.reassigning, topic)
+        # Partitions an admin's CreatePartitions wrote that the controller has not read yet (its
+        # PartitionModifications watch is pending) are kept: Kafka's ZK controller writes its
+        # context alone and so drops an acknowledged partition addition made just before.
+        for p, replicas in (ex.zk.get_topic_assignment(topic) or {}).items():
+            parts.setdefault(p, replicas)
         ex.zk.set_topic_assignment(topic, parts, expected_epoch_zk_version=ex.epoch_zk_version,
                                    topic_id=self.host.topic_id(topic), adding=adding,
                                    removing=removing)
