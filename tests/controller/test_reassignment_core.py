@@ -49,8 +49,20 @@ def test_reassign_to_puts_the_targets_first_and_names_the_adding_and_removing_re
     assert a == ReplicaAssignment((2, 3, 4, 1), (4,), (1,))
     assert a.origin_replicas == (2, 3, 1) and a.target_replicas == (2, 3, 4)
     assert a.is_being_reassigned
-    # a second reassignment starts from the original replicas, not from RS
+    # Kafka's arithmetic from the original replicas (a cancellation's revert uses it)
     assert a.reassign_to([3, 5]) == ReplicaAssignment((3, 5, 2, 1), (5,), (2, 1))
+
+
+def test_a_new_target_for_a_moving_partition_keeps_the_replaced_moves_adding_replicas():
+    # (0, 1) moving to (0, 1, 2), then to (1, 0): 2, added by the first move, may be the leader
+    # and the only ISR member (sim seed 487); it leaves only when the new target is in the ISR.
+    moving = ReplicaAssignment((0, 1)).reassign_to([0, 1, 2])
+    assert build_reassignment(moving, [1, 0]) == ReplicaAssignment((1, 0, 2), (), (2,))
+    assert build_reassignment(moving, [3, 5]) == ReplicaAssignment((3, 5, 0, 1, 2), (3, 5),
+                                                                   (0, 1, 2))
+    # from a settled assignment, the same as Kafka's
+    assert build_reassignment(ReplicaAssignment((1, 2, 3)), [2, 3, 4]) == \
+        ReplicaAssignment((2, 3, 4, 1), (4,), (1,))
 
 
 def test_cancelling_reverts_to_the_original_replicas_and_needs_a_reassignment():

@@ -99,10 +99,14 @@ def test_random_runs_find_the_naive_truncation_rule_unscripted() -> None:
 # (lossy-crash exemption judged against the wrong leader), 9 (exemption ended too early),
 # 13 with 2 brokers (KIP-966 marks forgotten by a controller failover), 8151 (a broker whose
 # registration answer was lost never knew its new broker epoch: own-session NODE_EXISTS).
+# Controller bugs found by the lifecycle faults: 256 (a reassignment's topic znode write dropped
+# a partition just added), 487 at 5000 steps (a replaced move deleted its adding replica, the
+# leader and only ISR member; re-added, it was elected with an empty log).
 _NINE = ALL_FAULTS[:9]  # before the controller-failover and disk faults existed
 REGRESSIONS = [(244, 3000, 3, 1, _NINE), (170, 3000, 3, 1, _NINE), (1086, 3000, 5, 3, _NINE),
                (9, 2000, 3, 1, _NINE), (13, 2000, 2, 1, ALL_FAULTS[:10]),
-               (8151, 3000, 3, 1, ALL_FAULTS[:11])]
+               (8151, 3000, 3, 1, ALL_FAULTS[:11]), (256, 2000, 3, 1, ALL_FAULTS[:14]),
+               (487, 5000, 3, 1, ALL_FAULTS[:14])]
 
 
 @pytest.mark.parametrize(("seed", "steps", "brokers", "partitions", "faults"), REGRESSIONS)

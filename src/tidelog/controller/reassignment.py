@@ -13,8 +13,9 @@ adding = RS - ORS and removing = RS - TRS:
    replicas leave the ISR (one write, leader epoch bumped), they get StopReplica(delete=true),
    and the topic znode gets AR = TRS without adding/removing.
 
-A new reassignment of a partition already moving replaces the old one (its adding replicas not
-in the new RS are stopped and deleted); cancelling reverts to ORS the same way. This module
+A new reassignment of a partition already moving replaces the old one, from the whole current
+RS (KRaft's rule, see `build_reassignment`); cancelling reverts to ORS, its adding replicas
+stopped and deleted at once. This module
 holds the assignment arithmetic, the request validation and the partition-state writes; the
 shell (`controller.py`) does the ZooKeeper and channel I/O in Kafka's order.
 """
@@ -90,7 +91,7 @@ def validate_replicas(current: ReplicaAssignment, replicas: list[int],
     if any(r < 0 for r in replicas):
         return ApiError(INVALID_REPLICA_ASSIGNMENT,
                         f"Invalid broker id in replica list: {_scala_list(replicas)}")
-    adding = current.reassign_to(replicas).adding_replicas
+    adding = ReplicaAssignment(current.replicas).reassign_to(replicas).adding_replicas
     if not set(adding) <= set(live_brokers):
         return ApiError(INVALID_REPLICA_ASSIGNMENT,
                         "Replica assignment has brokers that are not alive. Replica list: "
@@ -102,10 +103,19 @@ def validate_replicas(current: ReplicaAssignment, replicas: list[int],
 def build_reassignment(current: ReplicaAssignment,
                        target: list[int] | None) -> ReplicaAssignment | None:
     """Kafka's `maybeBuildReassignment`: the new full assignment; a cancellation (target None)
-    reverts to the original replicas; None when there is nothing to cancel."""
-    if current.is_being_reassigned:
-        return current.reassign_to(target if target is not None else current.origin_replicas)
-    return None if target is None else current.reassign_to(target)
+    reverts to the original replicas; None when there is nothing to cancel.
+
+    A new target for a partition already moving starts from its whole replica set, as KRaft's
+    controller does (`PartitionReassignmentReplicas(part.replicas, target)`): the adding
+    replicas of the replaced move that the new target drops stay as removing replicas until
+    the new target is in the ISR. Kafka's ZooKeeper controller starts from the original
+    replicas and deletes those at once, even when one is the leader and the only ISR member
+    (sim seed 487: the partition's only copy was deleted, the replica re-added, and elected
+    from the ISR it had never left with an empty log)."""
+    if target is None:
+        return current.reassign_to(current.origin_replicas) if current.is_being_reassigned \
+            else None
+    return ReplicaAssignment(current.replicas).reassign_to(target)
 
 
 def is_reassignment_complete(assignment: ReplicaAssignment, isr: Iterable[int]) -> bool:

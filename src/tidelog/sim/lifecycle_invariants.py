@@ -8,8 +8,8 @@ event and when the controller sends StopReplica(delete=true):
 - RemovedReplicaDeletedEarly: StopReplica(delete=true) goes only to a replica that is not
   assigned any more and, if it held the settled assignment's data (an original replica), only
   after the move completed — so a removed replica's log is deleted only once its successors
-  are in the ISR. (A replica added by a move that was then cancelled or replaced may be
-  deleted at once, as Kafka's controller does.)
+  are in the ISR. (A replica added by a move that was then cancelled may be deleted at once,
+  as Kafka's controller does; a replaced move keeps it until the new target is in the ISR.)
 
 NoAckedLoss, MonotonicHighWatermark and OneLeaderPerEpoch are the general checks
 (sim/invariants.py, `SimCluster.final_checks`), which run through every move as well. A replica
