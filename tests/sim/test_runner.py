@@ -116,6 +116,18 @@ def test_regression_seeds(seed: int, steps: int, brokers: int, partitions: int,
     assert s.ok, s.report()
 
 
+def test_varied_timing_keeps_the_fetch_wait_within_the_lag_time() -> None:
+    # As the broker's config requires: seed 70 drew a 500 ms fetch wait with a 300 ms lag time,
+    # and after the heal the idle followers left and rejoined the ISR forever (never converged).
+    from tidelog.sim.runner import varied_config
+
+    for seed in range(400):
+        rep = varied_config(seed).replication
+        assert rep.replica_fetch_wait_max_ms <= rep.replica_lag_time_max_ms, seed
+    s = run_seed(70, 3000, config=varied_config(70), brokers=4, partitions=1)
+    assert s.ok, s.report()
+
+
 @pytest.mark.parametrize("first", range(0, 30, 10))
 def test_random_seeds_with_varied_timing_and_cluster_shapes(first: int) -> None:
     # Lag time, session timeout, fetch wait, link latency, checkpoint and page-cache intervals

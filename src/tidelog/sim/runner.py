@@ -117,9 +117,12 @@ def varied_config(seed: int, base: SimConfig | None = None) -> SimConfig:
 
     rng = random.Random(seed * 7919 + 17)
     base = base or SimConfig()
+    lag_ms = rng.choice((300, 1000, 3000))
     rep = base.replication.with_(
-        replica_lag_time_max_ms=rng.choice((300, 1000, 3000)),
-        replica_fetch_wait_max_ms=rng.choice((10, 100, 500)),
+        replica_lag_time_max_ms=lag_ms,
+        # At most the lag time, as the broker's config requires (KafkaConfig): a caught-up
+        # follower's fetch waiting longer drops it from an idle partition's ISR, again and again.
+        replica_fetch_wait_max_ms=min(rng.choice((10, 100, 500)), lag_ms),
         replica_fetch_backoff_ms=rng.choice((20, 100, 500)))
     link = replace(base.link, min_delay_ms=1, max_delay_ms=rng.choice((1, 3, 10, 30)))
     return replace(base, replication=rep, link=link,
