@@ -128,6 +128,17 @@ def test_varied_timing_keeps_the_fetch_wait_within_the_lag_time() -> None:
     assert s.ok, s.report()
 
 
+def test_regression_a_cancelled_move_that_deleted_an_in_sync_replica_counts_as_a_lost_copy(
+        ) -> None:
+    # Seed 108 (varied, 3000 steps): record 82 was acked with ISR [1, 2], 2 being added by a
+    # move; the cancellation deleted 2 (as Kafka's controllers do), and the injector then let
+    # broker 1, the last copy, lose power: outside NoAckedLoss's precondition.
+    from tidelog.sim.runner import varied_config
+
+    s = run_seed(108, 3000, config=varied_config(108), brokers=3, partitions=1)
+    assert s.ok, s.report()
+
+
 @pytest.mark.parametrize("first", range(0, 30, 10))
 def test_random_seeds_with_varied_timing_and_cluster_shapes(first: int) -> None:
     # Lag time, session timeout, fetch wait, link latency, checkpoint and page-cache intervals

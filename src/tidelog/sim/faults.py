@@ -25,7 +25,8 @@
 
 Limits keep a run inside the precondition of NoAckedLoss ("one ISR member's disk stays
 intact"): at most `max_down` brokers — less what a move shrank a partition's original or target
-replica set by, below the run's replication factor — are stopped or frozen at once, and at most
+replica set by, below the run's replication factor, and less the in-sync replicas a cancelled
+move deleted until the ISR holds every assigned replica again — are stopped or frozen at once, and at most
 one broker is recovering from a lossy crash at a time. Every choice uses the injector's own `random.Random`
 seeded from the run's seed.
 """
@@ -84,6 +85,9 @@ class FaultInjector:
         self._stopping: set[int] = set()
         self.max_added_partitions = 1  # each one adds to every later event's work
         self._added_partitions = 0
+        # Per partition, the in-sync replicas a cancellation deleted (copies of acked records
+        # gone) until the ISR holds every assigned replica again (the records re-copied).
+        self._deleted_in_sync: dict[TopicPartition, int] = {}
 
     def start(self, delay_ms: int = 300) -> None:
         if self.kinds and not self.active:
@@ -114,7 +118,14 @@ class FaultInjector:
             rs = c.assignments[tp]
             adding, removing = c.moving.get(tp, ((), ()))
             smallest = min(smallest, len(rs) - len(adding), len(rs) - len(removing))
-        return self.max_down - (rf - smallest)
+        deleted = 0
+        for tp, n in list(self._deleted_in_sync.items()):
+            s = c.zk_state(tp)
+            if s is not None and set(c.assignments[tp]) <= set(s.isr):
+                del self._deleted_in_sync[tp]
+            else:
+                deleted = max(deleted, n)
+        return self.max_down - (rf - smallest) - deleted
 
     def _down_count(self) -> int:
         return sum(1 for n in self.cluster.nodes
@@ -343,9 +354,15 @@ class FaultInjector:
                 self._crash_broker(self.rng.choice(pool))
 
     def _cancel(self, tp: TopicPartition) -> None:
-        ctl = self.cluster.controller
+        c = self.cluster
+        ctl = c.controller
         if ctl is not None:
+            s = c.zk_state(tp)
+            adding_in_sync = len(set(c.moving.get(tp, ((), ()))[0]) & set(s.isr if s else ()))
             result = ctl.reassign({tp: None})
+            if adding_in_sync and result is not None and result[tp].code == 0:
+                # The revert deletes them: records acked with them in the ISR lost a copy.
+                self._deleted_in_sync[tp] = self._deleted_in_sync.get(tp, 0) + adding_in_sync
             self._note("reassign", str(tp), "cancel",
                        ("error", None if result is None else result[tp].code))
 
