@@ -28,6 +28,7 @@ from tidelog.cluster.zookeeper import ZooKeeperServer
 from tidelog.protocol.messages.fetch import FetchPartition
 from tidelog.protocol.records.builder import build_values
 from tidelog.replication.types import TopicPartition
+from tidelog.storage.log_config import LogConfig
 
 LAG_MS = 1000
 
@@ -124,3 +125,45 @@ def test_idle_followers_stay_in_the_isr_while_their_fetches_read_nothing(
         assert min(caught_up) > settled_ms
     finally:
         ctl.close()
+
+
+def test_retention_moving_the_log_start_reaches_an_idle_incremental_fetch(
+        zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    """A session reads only changed partitions; retention changes a partition's log start
+    without an append, so it must mark the partition or consumers and followers would keep the
+    old log start until the partition's next record."""
+    zk = new_chroot(zookeeper)
+    b1 = BrokerThread(broker_props(1, zk, tmp_path / "b1", **{
+        "log.initial.task.delay.ms": 0, "log.retention.check.interval.ms": 100})).start()
+    ctl = ActingController(zk, [b1])
+    try:
+        ctl.create_topic("ret", {0: [1], 1: [1]}, config={"retention.ms": -1})
+        req = fetch_request("ret", 0, 0, max_wait_ms=0)
+        req.topics[0].partitions.append(FetchPartition(partition=1, fetch_offset=0,
+                                                       partition_max_bytes=1 << 20))
+        req.session_epoch = 0
+        sid = send(b1.port, req).session_id
+        # Stamped 1970: gone at the first retention check once the topic has a retention.ms.
+        assert produce(b1.port, "ret", 0, build_values([b"x"], base_timestamp=1),
+                       acks=1) == (0, 0)
+        req.topics, req.session_id, req.session_epoch = [], sid, 1
+        [topic] = send(b1.port, req).responses  # reads the record; the log starts at 0
+        assert [(p.partition_index, p.log_start_offset) for p in topic.partitions] == [(0, 0)]
+        # The consumer moves on past the record; the session settles with nothing to read.
+        req.topics = fetch_request("ret", 0, 1, max_wait_ms=0).topics
+        req.session_epoch = 2
+        send(b1.port, req)
+        session = b1.call(lambda: b1.server.apis.fetch_manager.cache.get(sid))
+        assert session is not None and not session.dirty
+        log_manager = b1.server.replica_manager.log_manager
+        log = b1.call(lambda: log_manager.get_log("ret", 0))
+        b1.call(lambda: log_manager.update_topic_config("ret", LogConfig.from_dict(
+            {"retention.ms": "1000"}, base=log.config)))
+        wait_until(lambda: b1.call(lambda: log.log_start_offset) == 1, timeout_s=30,
+                   what="retention deleted the record")
+        req.topics, req.session_epoch = [], 3
+        [topic] = send(b1.port, req).responses
+        assert [(p.partition_index, p.log_start_offset) for p in topic.partitions] == [(0, 1)]
+    finally:
+        ctl.close()
+        b1.stop()

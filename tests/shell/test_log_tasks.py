@@ -7,6 +7,7 @@ from __future__ import annotations
 from test_shell_replica_manager import Clock
 
 from tidelog.protocol.records.builder import build_values
+from tidelog.protocol.topic_partition import TopicPartition
 from tidelog.shell.log_tasks import LogTaskIntervals, schedule_log_tasks
 from tidelog.sim.cluster import SimCluster, SimConfig
 from tidelog.sim.disk import MemoryFileIO
@@ -73,3 +74,24 @@ def test_retention_first_runs_at_the_initial_task_delay_then_every_period() -> N
     assert log.log_start_offset == 3  # the next check is one period after the first
     clock.advance(1)
     assert log.log_start_offset == 4
+
+
+def test_retention_reports_each_partition_whose_log_start_moved() -> None:
+    """Fetch sessions read only changed partitions, so retention must report the partitions
+    whose log start offset it moved, or followers and consumers would not learn it until the
+    partition's next append."""
+    clock = Clock()
+    lm = LogManager(["/b1"], LogConfig(retention_ms=1000), MemoryFileIO())
+    expired, fresh = lm.get_or_create_log("t", 0), lm.get_or_create_log("t", 1)
+    for log, ts in ((expired, 1), (fresh, 10**13)):
+        log.append_as_leader(build_values([b"v"], base_timestamp=ts), 0, clock.now)
+        log.roll(clock.now)
+        log.update_high_watermark(log.log_end_offset)
+    moved: list[TopicPartition] = []
+    schedule_log_tasks(lm, clock, clock, LogTaskIntervals(), moved.append)
+
+    clock.advance(30_000)  # the first retention check
+    assert moved == [TopicPartition("t", 0)]
+    assert expired.log_start_offset == 1 and fresh.log_start_offset == 0
+    clock.advance(300_000)  # nothing moves on the next check: nothing reported
+    assert moved == [TopicPartition("t", 0)]

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tidelog.protocol.topic_partition import TopicPartition
 from tidelog.shell.interfaces import ScheduledTask, Scheduler, Time
 from tidelog.storage.errors import StorageError
 
@@ -35,14 +36,24 @@ class LogTaskIntervals:
     log_initial_task_delay_ms: int = 30_000
 
 
-def schedule_log_tasks(log_manager: Any, scheduler: Scheduler, time: Time,
-                       intervals: LogTaskIntervals) -> list[ScheduledTask]:
+def schedule_log_tasks(
+    log_manager: Any, scheduler: Scheduler, time: Time, intervals: LogTaskIntervals,
+    on_log_start_moved: Callable[[TopicPartition], None] | None = None,
+) -> list[ScheduledTask]:
     """Schedule retention, the recovery-point (and log-start-offset) checkpoint, producer-id
     expiration and, when its interval is finite, the flusher. As in Kafka 3.9, the log manager's
     tasks first run after log.initial.task.delay.ms (so a broker deletes expired segments 30 s
     after start, not one retention period later); producer-id expiration, which Kafka schedules
-    per log (`UnifiedLog`), first runs one period in."""
+    per log (`UnifiedLog`), first runs one period in. `on_log_start_moved` hears of every
+    partition whose log start offset retention moved: fetch sessions read only changed
+    partitions, so without it a follower or consumer would learn the new log start only at
+    the partition's next append."""
     i = intervals
+
+    def retention() -> None:
+        for topic, partition in log_manager.cleanup_logs(time.milliseconds()):
+            if on_log_start_moved is not None:
+                on_log_start_moved(TopicPartition(topic, partition))
 
     def task(name: str, fn: Callable[[], object], period_ms: int,
              delay_ms: int = i.log_initial_task_delay_ms) -> ScheduledTask:
@@ -56,8 +67,7 @@ def schedule_log_tasks(log_manager: Any, scheduler: Scheduler, time: Time,
         return scheduler.schedule(name, run, delay_ms, period_ms)
 
     tasks = [
-        task("kafka-log-retention", lambda: log_manager.cleanup_logs(time.milliseconds()),
-             i.log_retention_check_interval_ms),
+        task("kafka-log-retention", retention, i.log_retention_check_interval_ms),
         task("kafka-recovery-point-checkpoint", log_manager.checkpoint_logs,
              i.recovery_point_checkpoint_interval_ms),
         task("PeriodicProducerExpirationCheck",

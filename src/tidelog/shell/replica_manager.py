@@ -148,7 +148,8 @@ class ReplicaManager:
             s.schedule("highwatermark-checkpoint", self.checkpoint_high_watermarks, 0,
                        self._hw_interval_ms),
             # The log manager's (Kafka's LogManager.startup), on the same scheduler and clock.
-            *schedule_log_tasks(self.log_manager, s, self.time, self._log_task_intervals),
+            *schedule_log_tasks(self.log_manager, s, self.time, self._log_task_intervals,
+                                lambda tp: self.core.mark_changed(tp, self.time.milliseconds())),
         ]
 
     def shutdown(self) -> None:

@@ -232,15 +232,19 @@ class LogManager:
         return True
 
     # -- periodic tasks --------------------------------------------------------------------
-    def cleanup_logs(self, now_ms: int) -> int:
-        """Retention for every log; returns the segments deleted. The files of segments deleted
-        earlier go here too once their file.delete.delay.ms has passed (so at the first
-        retention check after it: log.retention.check.interval.ms bounds the extra wait)."""
-        deleted = 0
-        for log in self.all_logs():
+    def cleanup_logs(self, now_ms: int) -> list[TopicPartition]:
+        """Retention for every log; returns the partitions whose log start offset moved (their
+        fetch sessions must answer it). The files of segments deleted earlier go here too once
+        their file.delete.delay.ms has passed (so at the first retention check after it:
+        log.retention.check.interval.ms bounds the extra wait)."""
+        moved: list[TopicPartition] = []
+        for tp, log in list(self.logs.items()):
+            start = log.log_start_offset
             log.delete_expired_files(now_ms)
-            deleted += log.delete_old_segments(now_ms)
-        return deleted
+            log.delete_old_segments(now_ms)
+            if log.log_start_offset != start:
+                moved.append(tp)
+        return moved
 
     def remove_expired_producers(self, now_ms: int) -> int:
         """Every log's producers idle for producer.id.expiration.ms (Kafka runs this per log
