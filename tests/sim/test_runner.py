@@ -101,12 +101,13 @@ def test_random_runs_find_the_naive_truncation_rule_unscripted() -> None:
 # registration answer was lost never knew its new broker epoch: own-session NODE_EXISTS).
 # Controller bugs found by the lifecycle faults: 256 (a reassignment's topic znode write dropped
 # a partition just added), 487 at 5000 steps (a replaced move deleted its adding replica, the
-# leader and only ISR member; re-added, it was elected with an empty log).
+# leader and only ISR member; re-added, it was elected with an empty log). Replication: 93 (a
+# leader of an epoch it never wrote in, then a follower, asked about that epoch forever).
 _NINE = ALL_FAULTS[:9]  # before the controller-failover and disk faults existed
 REGRESSIONS = [(244, 3000, 3, 1, _NINE), (170, 3000, 3, 1, _NINE), (1086, 3000, 5, 3, _NINE),
                (9, 2000, 3, 1, _NINE), (13, 2000, 2, 1, ALL_FAULTS[:10]),
                (8151, 3000, 3, 1, ALL_FAULTS[:11]), (256, 2000, 3, 1, ALL_FAULTS[:14]),
-               (487, 5000, 3, 1, ALL_FAULTS[:14])]
+               (487, 5000, 3, 1, ALL_FAULTS[:14]), (93, 2000, 3, 1, ALL_FAULTS[:14])]
 
 
 @pytest.mark.parametrize(("seed", "steps", "brokers", "partitions", "faults"), REGRESSIONS)

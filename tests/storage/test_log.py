@@ -239,6 +239,19 @@ def test_truncate_to_drops_everything_from_the_target(fio: MemoryFileIO) -> None
     assert log.end_offset_for_epoch(3) == (3, 8)
 
 
+def test_truncate_to_the_log_end_drops_an_epoch_assigned_there_with_nothing_written(
+        fio: MemoryFileIO) -> None:
+    # A leader of epoch 6 that appended nothing before it became a follower (sim seed 93):
+    # as Kafka's truncateTo, the epoch cache is cut even when no batch goes, or the follower
+    # keeps asking the new leader about epoch 6.
+    log = new_log(fio)
+    log.append_as_leader(batch(), 3, 0)
+    log.assign_epoch_start_offset(6, log.log_end_offset)
+    assert log.latest_epoch == 6
+    assert not log.truncate_to(log.log_end_offset)
+    assert log.leader_epoch_cache.entries == [(3, 0)]
+
+
 def test_truncate_to_a_segment_boundary_keeps_an_empty_active_segment(fio: MemoryFileIO) -> None:
     log = new_log(fio, small_config(segment_bytes=300))
     for _ in range(10):

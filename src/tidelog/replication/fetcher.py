@@ -506,8 +506,9 @@ class ReplicaFetcher:
         """Truncate to ``offset``; returns the offset to fetch from next (the new LEO: a batch
         straddling ``offset`` goes whole), or None when the log failed."""
         try:
-            if offset < log.log_end_offset:
-                log.truncate_to(offset)
+            # Also at the LEO (Kafka's truncate does): the log then drops epoch-cache entries
+            # starting there, an epoch this replica assigned as a leader and never wrote in.
+            log.truncate_to(min(offset, log.log_end_offset))
             return min(offset, log.log_end_offset)
         except StorageError:
             self.mark_partition_failed(tp)

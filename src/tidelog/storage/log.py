@@ -1084,6 +1084,12 @@ class Log:
         if target_offset < 0:
             raise ValueError(f"cannot truncate to a negative offset {target_offset}")
         if target_offset >= self.log_end_offset:
+            # The epoch cache all the same, as Kafka's UnifiedLog.truncateTo: a leader that
+            # assigned an epoch at its LEO and appended nothing before losing the leadership
+            # keeps a conflicting last entry, and its fetcher would ask the new leader about
+            # that epoch forever (sim seed 93: follower stuck at LEO 119 behind 313).
+            with self._io("truncation"):
+                self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             return False
         with self._io("truncation"):
             if target_offset < self.segments[0].base_offset or target_offset < self.log_start_offset:
