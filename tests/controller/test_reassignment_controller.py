@@ -133,6 +133,32 @@ async def test_cancelling_reverts_and_deletes_the_added_replica(cluster: Cluster
 
 
 @with_cluster
+async def test_cancelling_is_refused_when_the_adding_replicas_are_the_whole_isr(
+        cluster: Cluster) -> None:
+    """KRaft's rule (Kafka's ZooKeeper controller would delete the only in-sync copies)."""
+    ctl = await four_brokers(cluster)
+    await reassign(ctl, [4, 2])
+    await wait_for(lambda: received_replicas(cluster, 4), what="broker 4 started")
+    # Broker 4 caught up, 2 had fallen behind (the move goes on); then the original replicas
+    # fell out of the ISR and the new one leads.
+    zk, s = cluster.admin_zk, cluster.state(TP.topic, TP.partition)
+    assert s is not None
+    ok, _ = await asyncio.to_thread(zk.update_leader_and_isr, TP, LeaderIsrAndControllerEpoch(
+        4, s.leader_epoch + 1, (4,), s.controller_epoch), s.zk_version)
+    assert ok
+    await asyncio.to_thread(zk.propagate_isr_changes, [TP])
+    await wait_for(lambda: ctl.core is not None and tuple(ctl.core.partition_states[TP].isr) == (4,),
+                   what="the controller read ISR [4]")
+    before = topic_znode(cluster)
+    refused = await reassign(ctl, None)
+    assert refused.code == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    assert refused.message == ("Unable to revert partition assignment for moving:0 because it "
+                               "would require an unclean leader election.")
+    await ctl.wait_idle()
+    assert topic_znode(cluster) == before and deletes(cluster, 4) == []
+
+
+@with_cluster
 async def test_the_legacy_znode_starts_a_move_and_is_deleted_when_it_completes(
         cluster: Cluster) -> None:
     ctl = await four_brokers(cluster)

@@ -73,10 +73,12 @@ class _TopicAwareCore(ControllerCore):
         self.default_unclean = self.unclean_leader_election_enable
         self.topic_unclean: dict[str, bool] = {}
 
+    def unclean_enabled_for(self, topic: str) -> bool:
+        return self.topic_unclean.get(topic, self.default_unclean)
+
     def _elect(self, tp: TopicPartition, state: LeaderAndIsrPartitionState,
                reason: str) -> Any:
-        self.unclean_leader_election_enable = self.topic_unclean.get(tp.topic,
-                                                                     self.default_unclean)
+        self.unclean_leader_election_enable = self.unclean_enabled_for(tp.topic)
         try:
             return super()._elect(tp, state, reason)
         finally:

@@ -310,6 +310,10 @@ class ControllerCore:
             out[tp] = (0, None, w.state.leader)
         return d, out
 
+    def unclean_enabled_for(self, topic: str) -> bool:
+        """unclean.leader.election.enable as it applies to `topic`."""
+        return self.unclean_leader_election_enable
+
     def mark_unclean_restart(self, broker_id: int) -> None:
         """`broker_id` registered after an unclean shutdown: until it is back in a partition's
         ISR under another leader, it is no clean leader candidate for that partition."""

@@ -29,6 +29,7 @@ from uuid import UUID
 from tidelog.controller.core import Decision
 from tidelog.controller.executor import DecisionExecutor, Executed
 from tidelog.controller.reassignment import (
+    INVALID_REPLICA_ASSIGNMENT,
     NO_REASSIGNMENT_IN_PROGRESS,
     UNKNOWN_TOPIC_OR_PARTITION,
     ApiError,
@@ -116,11 +117,28 @@ class ReassignmentManager:
             built = build_reassignment(current, target)
             if built is None:
                 results[tp] = ApiError(NO_REASSIGNMENT_IN_PROGRESS)
+            elif target is None and self._revert_is_unclean(ex, tp, current):
+                results[tp] = ApiError(
+                    INVALID_REPLICA_ASSIGNMENT,
+                    f"Unable to revert partition assignment for {tp.topic}:{tp.partition} "
+                    "because it would require an unclean leader election.")
             else:
                 to_trigger[tp] = built
         self._remove_from_zk_znode(ex, set(to_trigger))
         results.update(self._trigger(ex, to_trigger, out))
         return results, out.done
+
+    @staticmethod
+    def _revert_is_unclean(ex: DecisionExecutor, tp: TopicPartition,
+                           current: ReplicaAssignment) -> bool:
+        """KRaft's PartitionReassignmentRevert: a cancellation deletes the adding replicas, so
+        when they are the whole ISR it would leave no in-sync copy — refused unless the topic
+        allows unclean elections. Kafka's ZooKeeper controller deletes them anyway (the only
+        copies of acked records); tidelog takes KRaft's rule, as for a replaced move."""
+        state = ex.core.partition_states.get(tp)
+        if state is None or any(r not in current.adding_replicas for r in state.isr):
+            return False
+        return not ex.core.unclean_enabled_for(tp.topic)
 
     # -- triggers ----------------------------------------------------------------------------
     def _trigger(self, ex: DecisionExecutor,
