@@ -167,3 +167,34 @@ def test_retention_moving_the_log_start_reaches_an_idle_incremental_fetch(
     finally:
         ctl.close()
         b1.stop()
+
+
+def test_a_caught_up_follower_joins_the_isr_once_the_metadata_names_it_live(
+        pair: tuple[str, list[BrokerThread]]) -> None:
+    """The follower catches up while the leader's metadata does not list it live (KIP-841: not
+    eligible), and its session settles; the later UpdateMetadata changes no partition, yet its
+    next fetch must bring it into the ISR, as Kafka's leader tries maybeExpandIsr on every
+    fetch."""
+    zk, (b1, b2) = pair
+    ctl = ActingController(zk, [b1, b2])
+    try:
+        ctl.create_topic("late", {0: [1, 2]}, isr=[1], live=[1])
+        assert produce(b1.port, "late", 0, build_values([b"a"]), acks=1) == (0, 0)
+        ctl.send_leader_and_isr("late", [0], live={2})
+        wait_until(lambda: (p := b2.partition("late", 0)) is not None and p.log_end_offset == 1,
+                   what="the follower caught up")
+        apis = b1.server.apis
+
+        def settled() -> bool:
+            sessions = [s for s in apis.fetch_manager.follower_sessions() if s.replica_id == 2]
+            return bool(sessions) and all(not s.dirty for s in sessions)
+
+        wait_until(lambda: b1.call(settled), what="the follower's session settled")
+        assert ctl.read_state("late", 0).isr == (1,)
+        ctl.send_update_metadata()
+        # At its next fetch (0.16 s here); before the fix only some 30 s later, when something
+        # else touched the partition (the CI failure of test_replication's ISR expansion).
+        wait_until(lambda: ctl.read_state("late", 0).isr == (1, 2), timeout_s=15,
+                   what="the follower joined the ISR")
+    finally:
+        ctl.close()

@@ -573,11 +573,15 @@ class KafkaApis:
             raise
         finally:
             session.waker = None
-        # Not led here (KIP-392 follower reads, moved leadership) or throttled: read again.
+        # Not led here (KIP-392 follower reads, moved leadership), throttled, or the fetching
+        # follower is out of the ISR: read again. Kafka's leader reads every partition of a
+        # fetch and tries maybeExpandIsr each time, so a follower that caught up before it
+        # became eligible (live in the metadata, KIP-841) joins at its next fetch.
         quota = core.config.leader_quota
         context.unsettled = [
             tp for tp in results
             if (p := core.partitions.get(tp)) is None or not p.is_leader
+            or (replica_id >= 0 and replica_id not in p.isr)
             or (quota is not None and replica_id >= 0 and quota.is_throttled(tp))]
         return results
 
