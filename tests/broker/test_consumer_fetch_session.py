@@ -26,16 +26,16 @@ Call = tuple[int, int, list[int], list[int], int, int]
 def spy_fetches(client: KafkaClient) -> list[Call]:
     """Record each fetch the consumer sends and the session fields of its answer."""
     calls: list[Call] = []
-    real: Callable[..., Awaitable[Any]] = client.fetch_in_session
+    real: Callable[..., Awaitable[Any]] = client.fetch_from
 
-    async def fetch_in_session(broker_id: int, partitions: Any, **kw: Any) -> Any:
+    async def fetch_from(broker_id: int, partitions: Any, **kw: Any) -> Any:
         error, session_id, results = await real(broker_id, partitions, **kw)
         calls.append((kw.get("session_id", 0), kw.get("session_epoch", -1),
                       sorted(tp.partition for tp in partitions),
                       sorted(tp.partition for tp in kw.get("forgotten", ())), error, session_id))
         return error, session_id, results
 
-    client.fetch_in_session = fetch_in_session  # type: ignore[method-assign]
+    client.fetch_from = fetch_from  # type: ignore[method-assign]
     return calls
 
 

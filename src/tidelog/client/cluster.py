@@ -507,7 +507,7 @@ class KafkaClient:
             part = await self._leader(tp)
             leader = part.leader
             epoch = part.leader_epoch if current_leader_epoch is None else current_leader_epoch
-            results = await self.fetch_from(
+            _, _, results = await self.fetch_from(
                 leader,
                 {tp: (offset, epoch, last_fetched_epoch)},
                 max_bytes=max_bytes,
@@ -530,33 +530,6 @@ class KafkaClient:
         broker_id: int,
         partitions: Mapping[TopicPartition, tuple[int, int, int] | int],
         *,
-        max_bytes: int = 52428800,
-        partition_max_bytes: int = 1048576,
-        max_wait_ms: int = 500,
-        min_bytes: int = 1,
-        isolation_level: int = 0,
-        replica_id: int = -1,
-    ) -> dict[TopicPartition, FetchResult]:
-        """One Fetch request (no session) to one broker for several partitions.
-
-        ``partitions`` maps each partition to its fetch offset or to (fetch offset, current
-        leader epoch, last fetched epoch). Raises connection errors; per-partition errors are in
-        the results. A top-level error is copied into every partition's result.
-        """
-        error, _, out = await self.fetch_in_session(
-            broker_id, partitions, max_bytes=max_bytes, partition_max_bytes=partition_max_bytes,
-            max_wait_ms=max_wait_ms, min_bytes=min_bytes, isolation_level=isolation_level,
-            replica_id=replica_id)
-        if error:
-            for tp in partitions:
-                out.setdefault(tp, FetchResult(_code(error)))
-        return out
-
-    async def fetch_in_session(
-        self,
-        broker_id: int,
-        partitions: Mapping[TopicPartition, tuple[int, int, int] | int],
-        *,
         session_id: int = 0,
         session_epoch: int = -1,
         forgotten: Iterable[TopicPartition] = (),
@@ -567,10 +540,15 @@ class KafkaClient:
         isolation_level: int = 0,
         replica_id: int = -1,
     ) -> tuple[int, int, dict[TopicPartition, FetchResult]]:
-        """``fetch_from`` within a fetch session (KIP-227): ``session_epoch`` -1 (none), 0 (a
-        full fetch opening one) or the session's next epoch, listing ``partitions`` and
-        forgetting ``forgotten``. Returns (top-level error, the response's session id, the
-        partitions answered)."""
+        """One Fetch request to one broker for several partitions; returns (top-level error, the
+        response's session id, each partition's result).
+
+        ``partitions`` maps each partition to its fetch offset or to (fetch offset, current
+        leader epoch, last fetched epoch). ``session_epoch`` -1 fetches outside a session
+        (KIP-227); 0 is a full fetch opening one, and the session's next epoch an incremental
+        fetch listing ``partitions`` and forgetting ``forgotten``. Raises connection errors;
+        a top-level error is copied into the result of every partition it left unanswered.
+        """
         topics: dict[str, list[FetchPartition]] = {}
         for tp, spec in partitions.items():
             offset, epoch, last_epoch = (spec, -1, -1) if isinstance(spec, int) else spec
@@ -619,6 +597,9 @@ class KafkaClient:
                     None if p.aborted_transactions is None else tuple(
                         (a.producer_id, a.first_offset) for a in p.aborted_transactions),
                 )
+        if response.error_code:
+            for tp in partitions:
+                out.setdefault(tp, FetchResult(_code(response.error_code)))
         return response.error_code, response.session_id, out
 
     async def list_offsets(

@@ -195,8 +195,8 @@ class Consumer:
         # As Kafka's consumer: tell each leader its session is over (epoch -1), best effort.
         sessions, self._sessions = self._sessions, {}
         await asyncio.gather(
-            *(self.client.fetch_in_session(leader, {}, session_id=s.session_id, max_wait_ms=0,
-                                           min_bytes=0)
+            *(self.client.fetch_from(leader, {}, session_id=s.session_id, max_wait_ms=0,
+                                     min_bytes=0)
               for leader, s in sessions.items() if s.session_id),
             return_exceptions=True)
 
@@ -286,7 +286,7 @@ class Consumer:
         session = self._sessions.setdefault(leader, FetchSessionHandler())
         session_id, epoch, to_send, to_forget = session.build(wanted)
         try:
-            error, response_session_id, results = await self.client.fetch_in_session(
+            error, response_session_id, results = await self.client.fetch_from(
                 leader,
                 {tp: (p.fetch_offset, p.current_leader_epoch, -1) for tp, p in to_send.items()},
                 session_id=session_id,

@@ -123,7 +123,7 @@ class SyncKafka:
                 by_leader.setdefault(leader, {})[tp] = offset
         for leader, wanted in by_leader.items():
             try:
-                results = self.run(
+                _, _, results = self.run(
                     self.client.fetch_from(
                         # min_bytes=0 answers at once; max_wait_ms=1, not 0, as tansu 0.6
                         # answers a zero wait with no partitions at all
