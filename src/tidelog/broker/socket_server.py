@@ -223,16 +223,18 @@ class _ResponseQueue:
             self._task.cancel()
 
 
-class _Connection(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
+class _Connection(asyncio.BufferedProtocol):
     """One client connection's protocol. Reads go straight into the frame being assembled
     (`FrameReader.get_buffer`: a 1 MB produce request is copied once, by the kernel, where
-    asyncio's StreamReader copied it three times more; on uvloop, which hands over bytes,
-    twice); complete frames wait for the
-    connection's serving task, and reading pauses while more than twice `_READ_CHUNK` of them
-    wait (the StreamReader limit this replaces). Writes go through a `StreamWriter` on it."""
+    asyncio's StreamReader copied it three times more), on asyncio and on uvloop alike: the
+    write flow control `StreamWriter.drain` needs is here rather than inherited from
+    asyncio's FlowControlMixin, which is a plain Protocol, and uvloop hands a plain Protocol
+    bytes (two copies of a large frame). Complete frames wait for the connection's serving
+    task, and reading pauses while more than twice `_READ_CHUNK` of them wait (the
+    StreamReader limit this replaces). Writes go through a `StreamWriter` on it."""
 
     def __init__(self, server: SocketServer, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(loop)
+        self._loop = loop
         self._server = server
         self._frames = FrameReader(server.max_request_bytes)
         self._ready: list[memoryview] = []
@@ -242,6 +244,9 @@ class _Connection(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
         self._waiter: asyncio.Future[None] | None = None
         self._transport: asyncio.Transport | None = None
         self._reading_paused = False
+        self._writing_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._lost = False
         self._closed: asyncio.Future[None] = loop.create_future()
         self._task: asyncio.Task[None] | None = None  # the serving task (_on_connection)
 
@@ -257,18 +262,10 @@ class _Connection(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
         return self._frames.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._error is None:
-            self._take(self._frames.buffer_updated, nbytes)
-
-    def data_received(self, data: bytes) -> None:
-        # uvloop takes this class for a plain Protocol (FlowControlMixin is one) and hands
-        # over bytes: whole frames are slices of them, a frame spanning reads one copy.
-        if self._error is None:
-            self._take(self._frames.feed, data)
-
-    def _take(self, parse: Callable[[Any], list[memoryview]], arg: Any) -> None:
+        if self._error is not None:
+            return
         try:
-            frames = parse(arg)
+            frames = self._frames.buffer_updated(nbytes)
         except FrameError as e:
             self._error = e
             self._wake()
@@ -288,7 +285,8 @@ class _Connection(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
         return True  # keep the transport open: the client is still owed its answers
 
     def connection_lost(self, exc: Exception | None) -> None:
-        super().connection_lost(exc)
+        self._lost = True
+        self._wake_writers(exc)
         self._eof = True
         self._wake()
         if not self._closed.done():
@@ -296,6 +294,32 @@ class _Connection(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
 
     def _get_close_waiter(self, stream: asyncio.StreamWriter) -> asyncio.Future[None]:
         return self._closed  # StreamWriter.wait_closed
+
+    # -- write flow control, for StreamWriter.drain (asyncio's FlowControlMixin's contract)
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._wake_writers(None)
+
+    def _wake_writers(self, exc: Exception | None) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                if exc is None:
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(exc)
+
+    async def _drain_helper(self) -> None:
+        if self._lost:
+            raise ConnectionResetError("Connection lost")
+        if not self._writing_paused:
+            return
+        waiter = self._loop.create_future()
+        self._drain_waiters.append(waiter)
+        await waiter
 
     def _wake(self) -> None:
         waiter, self._waiter = self._waiter, None
