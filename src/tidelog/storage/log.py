@@ -192,6 +192,9 @@ class Log:
         self.last_flush_ms = now_ms
         self.closed = False
         self.failed = False  # an I/O error happened: writes are refused until reopened
+        # Told of every I/O error (the LogManager reports the log's dir offline: Kafka's
+        # LogDirFailureChannel); None for a log outside a LogManager.
+        self.on_io_error: Callable[[OSError], None] | None = None
         # Called with the new LEO after a truncation (the log cleaner lowers its checkpoint,
         # as Kafka's LogManager.truncateTo -> maybeTruncateCheckpoint).
         self.truncation_listeners: list[Callable[[int], None]] = []
@@ -222,6 +225,8 @@ class Log:
         """After an I/O error the files may not match the in-memory state (a short write):
         the log refuses further writes until it is reopened (Kafka takes the dir offline)."""
         self.failed = True
+        if self.on_io_error is not None:
+            self.on_io_error(exc)
         return KafkaStorageError(f"I/O error during {what} of log {self.dir}: {exc}")
 
     def _mark_dir_dirty(self) -> None:
@@ -1010,6 +1015,8 @@ class Log:
                     return FetchDataInfo(found[0], start_offset)
                 i += 1
         except OSError as exc:
+            if self.on_io_error is not None:
+                self.on_io_error(exc)
             raise KafkaStorageError(f"I/O error during read of log {self.dir}: {exc}") from exc
         return FetchDataInfo(memoryview(b""), start_offset)
 
