@@ -81,3 +81,30 @@ def test_a_topic_gone_from_the_metadata_needs_no_marker() -> None:
 
     assert asyncio.run(asyncio.wait_for(go(), 10))
     assert partitions == set()
+
+
+def _deliver_until(channel: TransactionMarkerChannel, leader: _Leader, most_sends: int) -> bool:
+    """deliver, deposed after ``most_sends`` sends (so a channel that keeps retrying ends)."""
+    async def go() -> bool:
+        return await channel.deliver(7, 0, True, 0, {TP}, lambda: leader.sent < most_sends)
+
+    return asyncio.run(asyncio.wait_for(go(), 10))
+
+
+def test_a_marker_refused_for_an_old_producer_epoch_stops_the_delivery() -> None:
+    # Kafka's completion handler: INVALID_PRODUCER_EPOCH, like TRANSACTION_COORDINATOR_FENCED,
+    # means the transaction moved on without this coordinator: stop sending, not retry.
+    leader = _Leader([int(E.INVALID_PRODUCER_EPOCH)])
+    channel = TransactionMarkerChannel(1, _Metadata(), leader, AsyncioTasks())
+    assert not _deliver_until(channel, leader, 3)
+    assert leader.sent == 1
+
+
+def test_a_partition_whose_leader_cannot_take_markers_needs_none() -> None:
+    # UNSUPPORTED_FOR_MESSAGE_FORMAT / UNSUPPORTED_VERSION: the producer could not have written
+    # there either, so Kafka drops the partition from the transaction's marker set.
+    for error in (E.UNSUPPORTED_FOR_MESSAGE_FORMAT, E.UNSUPPORTED_VERSION):
+        leader = _Leader([int(error)])
+        channel = TransactionMarkerChannel(1, _Metadata(), leader, AsyncioTasks())
+        assert _deliver_until(channel, leader, 3)
+        assert leader.sent == 1

@@ -2,12 +2,13 @@
 leader of each of its partitions (Kafka's `TransactionMarkerChannelManager`).
 
 Each partition leader answers per partition. A partition is done when its leader wrote the
-marker, or when the metadata cache no longer knows its topic (deleted); a leader change, an
-unreachable leader, a leader not hosting the partition yet (UNKNOWN_TOPIC_OR_PARTITION) or a
-not-yet-enough ISR is retried after a back-off against the leader the metadata cache names
-then. TRANSACTION_COORDINATOR_FENCED (a newer coordinator epoch wrote to the
-partition) or losing the coordinatorship stops the delivery: the new coordinator completes the
-transaction from the log. `deliver` returns True once every partition has its marker.
+marker, cannot take one (UNSUPPORTED_FOR_MESSAGE_FORMAT, UNSUPPORTED_VERSION), or when the
+metadata cache no longer knows its topic (deleted); a leader change, an unreachable leader, a
+leader not hosting the partition yet (UNKNOWN_TOPIC_OR_PARTITION) or a not-yet-enough ISR is
+retried after a back-off against the leader the metadata cache names then.
+TRANSACTION_COORDINATOR_FENCED (a newer coordinator epoch wrote to the partition),
+INVALID_PRODUCER_EPOCH (the producer's epoch moved on) or losing the coordinatorship stops the
+delivery: the new coordinator completes the transaction from the log. `deliver` returns True once every partition has its marker.
 
 `write_markers` is the partition leader's side of WriteTxnMarkers, the same on every driver.
 """
@@ -49,6 +50,12 @@ _RETRIABLE = frozenset({
     # does. A deleted topic is noticed in the metadata, not in this answer.
     E.UNKNOWN_TOPIC_OR_PARTITION,
 })
+# Kafka's TransactionMarkerRequestCompletionHandler: written, or a leader that cannot take a
+# marker (so the producer could not have written there either: the partition needs none).
+_DONE = frozenset({E.NONE, E.UNSUPPORTED_FOR_MESSAGE_FORMAT, E.UNSUPPORTED_VERSION})
+# The producer's or the coordinator's epoch moved on: the transaction is no longer this
+# delivery's to finish.
+_STOP = frozenset({E.TRANSACTION_COORDINATOR_FENCED, E.INVALID_PRODUCER_EPOCH})
 
 
 class TransactionMarkerChannel:
@@ -85,17 +92,17 @@ class TransactionMarkerChannel:
             fenced = False
             for answer in await self.tasks.gather(sends):
                 for tp, error in answer.items():
-                    if error == 0:
+                    if error in _DONE:
                         partitions.discard(tp)
-                    elif error == E.TRANSACTION_COORDINATOR_FENCED:
+                    elif error in _STOP:
                         fenced = True
                     elif error not in _RETRIABLE:
                         # Kafka treats any other answer as a bug of the leader; keep trying.
                         logger.error("marker for producer %d on %s: unexpected error %d",
                                      producer_id, tp, error)
             if fenced:
-                logger.info("markers of producer %d: coordinator epoch %d fenced", producer_id,
-                            coordinator_epoch)
+                logger.info("markers of producer %d: fenced (coordinator epoch %d, producer "
+                            "epoch %d)", producer_id, coordinator_epoch, producer_epoch)
                 return False
             if partitions:
                 await self.tasks.sleep(backoff)
