@@ -262,3 +262,61 @@ def test_unclean_election_takes_a_live_replica_out_of_the_isr():
     apply_all(core, d)
     _, again = core.elect_leaders([TP], ELECTION_UNCLEAN)
     assert again == {TP: (ErrorCode.ELECTION_NOT_NEEDED, None, -1)}
+
+
+# -- UpdateMetadata names the partitions an event touched (Kafka's ControllerBrokerRequestBatch) --
+
+def spread(partitions: int = 6) -> ControllerCore:
+    """Partitions t-0..t-5 over brokers 0-3, three replicas each, all led."""
+    core = ControllerCore(100, 1)
+    for p in range(partitions):
+        core.add_partition(TopicPartition("t", p), tuple((p + i) % 4 for i in range(3)))
+    for b in range(4):
+        core.live_brokers[b] = 10 + b
+    return started(core)
+
+
+def metadata_partitions(out: dict[int, list], broker: int) -> set[TopicPartition]:
+    return {s.tp for r in out.get(broker, []) if isinstance(r, UpdateMetadataRequest)
+            for s in r.partition_states}
+
+
+def test_isr_change_sends_every_broker_the_notified_partitions_only():
+    core = spread()
+    tp = TopicPartition("t", 4)
+    shrunk = LeaderAndIsrPartitionState("t", 4, 1, 0, 0, (0, 1), 1, (0, 1, 2))
+    out = apply_all(core, core.on_isr_change({tp: shrunk}))
+    assert sorted(out) == [0, 1, 2, 3]
+    for b in range(4):
+        (um,) = [r for r in out[b] if isinstance(r, UpdateMetadataRequest)]
+        assert um.partition_states == (core.partition_states[tp],)
+        assert um.live_brokers == ((0, 10), (1, 11), (2, 12), (3, 13))
+
+
+def test_broker_failure_names_each_of_its_partitions_changed_or_not():
+    core = spread()
+    hosted = {tp for tp, rs in core.assignments.items() if 3 in rs}
+    out = apply_all(core, core.on_broker_failure(3))
+    assert hosted != set(core.assignments)
+    for b in (0, 1, 2):
+        # Its offline replicas changed in each, written or not; the others are unchanged.
+        assert metadata_partitions(out, b) == hosted
+
+
+def test_broker_startup_sends_the_new_broker_everything_and_the_others_its_partitions():
+    core = spread()
+    apply_all(core, core.on_broker_failure(3))
+    out = apply_all(core, core.on_broker_startup(3, 23))
+    assert metadata_partitions(out, 3) == set(core.assignments)
+    hosted = {tp for tp, rs in core.assignments.items() if 3 in rs}
+    for b in (0, 1, 2):
+        assert metadata_partitions(out, b) == hosted
+
+
+def test_controlled_shutdown_names_the_partitions_of_the_broker_only():
+    core = spread()
+    hosted = {tp for tp, rs in core.assignments.items() if 0 in rs}
+    out = apply_all(core, core.controlled_shutdown(0))
+    for b in range(4):
+        assert metadata_partitions(out, b) == hosted
+

@@ -89,6 +89,14 @@ class Decision:
     # replicas); a broker not alive is skipped, as Kafka's channel does.
     delete_replicas: dict[int, set[TopicPartition]] = field(default_factory=dict)
     update_metadata: bool = False
+    # Partitions the UpdateMetadata names besides those written, resent or stopped (Kafka's
+    # addUpdateMetadataRequestForBrokers(brokers, partitions) sends only the partitions an event
+    # touched): a dead broker's partitions (their offline replicas changed), the partitions of
+    # ISR-change notifications, a moving partition whose assignment changed.
+    metadata_partitions: set[TopicPartition] = field(default_factory=set)
+    # Brokers whose UpdateMetadata carries every partition's state (Kafka's onBrokerStartup: a
+    # started broker's metadata cache begins empty).
+    full_metadata_to: set[int] = field(default_factory=set)
     # Partitions that stay offline (no eligible leader): for the shell's statistics.
     offline: list[TopicPartition] = field(default_factory=list)
 
@@ -163,12 +171,13 @@ class ControllerCore:
     # -- events --------------------------------------------------------------------------
     def on_broker_startup(self, broker_id: int, broker_epoch: int) -> Decision:
         """A broker registered (or re-registered with a new epoch: treated as bounced)."""
-        d = Decision(update_metadata=True)
+        d = Decision(update_metadata=True, full_metadata_to={broker_id})
         if broker_id in self.live_brokers and self.live_brokers[broker_id] != broker_epoch:
             # KIP-380: a new registration of a live broker is a failure then a startup.
             failed = self.on_broker_failure(broker_id)
             d.writes.extend(failed.writes)
             d.offline.extend(failed.offline)
+            d.metadata_partitions |= failed.metadata_partitions
         self.live_brokers[broker_id] = broker_epoch
         self.shutting_down.discard(broker_id)
         written = {w.tp for w in d.writes}
@@ -203,6 +212,9 @@ class ControllerCore:
             state = self.partition_states.get(tp)
             if state is None:
                 continue
+            # Kafka's OfflineReplica transition names every partition of the broker in the
+            # UpdateMetadata, changed or not: its offline replicas changed.
+            d.metadata_partitions.add(tp)
             if state.leader == broker_id or state.leader not in self.live_brokers:
                 w = self._elect(tp, state, reason="offline")
                 if w is None:
@@ -243,11 +255,12 @@ class ControllerCore:
         return d
 
     def on_isr_change(self, states: Mapping[TopicPartition, LeaderAndIsrPartitionState]) -> Decision:
-        """ISR-change notifications: re-read states, then UpdateMetadata to every live broker."""
+        """ISR-change notifications: the re-read states, then UpdateMetadata of those
+        partitions to every live broker (Kafka's processIsrChangeNotification)."""
         for tp, state in states.items():
             self.partition_states[tp] = state
             self._note_caught_up(tp, state)
-        return Decision(update_metadata=True)
+        return Decision(update_metadata=True, metadata_partitions=set(states))
 
     def elect_offline_leaders(self, topics: Collection[str]) -> Decision:
         """Elect a leader for every partition of `topics` without a live one (Kafka's
@@ -364,9 +377,23 @@ class ControllerCore:
                         self.controller_id, self.controller_epoch, self.live_brokers[broker],
                         tuple(sorted(tps)), delete))
         if decision.update_metadata:
-            states = tuple(s for _, s in sorted(self.partition_states.items()))
+            # The partitions the event touched, not all of them: at 10,000 partitions a full
+            # UpdateMetadata per ISR-change notification kept the controller and every broker
+            # busy for seconds each. The brokers' metadata caches merge what they receive.
+            touched = {w.tp for w in decision.writes if results.get(w.tp) is not None}
+            touched.update(decision.resend, decision.metadata_partitions)
+            for stopped in (*decision.stop_replicas.values(), *decision.delete_replicas.values()):
+                touched.update(stopped)
+            changed = tuple(self.partition_states[tp] for tp in sorted(touched)
+                            if tp in self.partition_states)
+            everything: tuple[LeaderAndIsrPartitionState, ...] | None = None
             live = tuple(sorted(self.live_brokers.items()))
             for broker, epoch in live:
+                states = changed
+                if broker in decision.full_metadata_to:
+                    if everything is None:
+                        everything = tuple(s for _, s in sorted(self.partition_states.items()))
+                    states = everything
                 out.setdefault(broker, []).append(UpdateMetadataRequest(
                     self.controller_id, self.controller_epoch, epoch, states, live))
         return out

@@ -154,7 +154,7 @@ def start_decision(core: ControllerCore, tp: TopicPartition, assignment: Replica
     earlier reassignment no longer in RS leave the ISR and are deleted. The core's assignment
     must already be RS."""
     unneeded = tuple(unneeded)
-    d = Decision(update_metadata=True)
+    d = Decision(update_metadata=True, metadata_partitions={tp})
     w = reassignment_write(core, tp, assignment.replicas, unneeded)
     if w is not None:
         d.writes.append(w)
@@ -166,7 +166,7 @@ def complete_decision(core: ControllerCore, tp: TopicPartition,
                       assignment: ReplicaAssignment) -> Decision:
     """Phase B: AR = TRS, the leader moved into TRS if need be, the removing replicas out of
     the ISR and deleted. The core's assignment must already be TRS."""
-    d = Decision(update_metadata=True)
+    d = Decision(update_metadata=True, metadata_partitions={tp})
     w = reassignment_write(core, tp, assignment.target_replicas, assignment.removing_replicas)
     if w is not None:
         d.writes.append(w)
