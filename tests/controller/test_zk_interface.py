@@ -101,6 +101,41 @@ def test_isr_change_notifications_are_read_oldest_first_and_deleted(zk: ZooKeepe
     assert zk.get_all_isr_change_notifications() == []
 
 
+def test_hundreds_of_notifications_are_read_and_deleted_in_one_pass(zk: ZooKeeperClient) -> None:
+    # More than one multi's worth (the deletes go 100 to a multi); one is already gone.
+    fence = elect(zk)
+    for p in range(250):
+        zk.propagate_isr_changes([("a", p)])
+    seqs = zk.get_all_isr_change_notifications()
+    zk.delete_isr_change_notifications(seqs[7:8], fence)
+    assert zk.get_partitions_from_isr_change_notifications(seqs) == {
+        ("a", p) for p in range(250) if p != 7}
+    zk.delete_isr_change_notifications(seqs, fence)
+    assert zk.get_all_isr_change_notifications() == []
+
+
+def test_an_isr_change_event_sends_only_the_notified_partitions(zk: ZooKeeperClient) -> None:
+    fence = elect(zk)
+    create_topic(zk, "t", {p: [1, 2, 3] for p in range(4)})
+    core = ControllerCore(1, 1)
+    for p in range(4):
+        core.add_partition(TopicPartition("t", p), (1, 2, 3))
+    for b in (1, 2, 3):
+        core.live_brokers[b] = 10 + b
+    executor = DecisionExecutor(zk, core, fence)
+    executor.execute(core.initial_leaders)
+    assert zk.update_leader_and_isr(("t", 2), state(1, 0, (1, 2)), 0) == (True, 1)
+    zk.propagate_isr_changes([("t", 2)])
+    done = executor.on_isr_change_notifications()
+    assert done is not None
+    sent = [r for batch in done.requests for rs in batch.values() for r in rs]
+    assert sorted({b for batch in done.requests for b in batch}) == [1, 2, 3]
+    assert {(s.tp, s.isr) for r in sent if isinstance(r, UpdateMetadataRequest)
+            for s in r.partition_states} == {(TopicPartition("t", 2), (1, 2))}
+    assert zk.get_all_isr_change_notifications() == []
+    assert executor.on_isr_change_notifications() is None
+
+
 def test_kip966_marks_are_kept_in_one_format(zk: ZooKeeperClient) -> None:
     fence = elect(zk)
     assert zk.get_unclean_replicas() == {}

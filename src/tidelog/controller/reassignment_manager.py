@@ -26,8 +26,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol
 from uuid import UUID
 
+from tidelog.controller import zk_data
 from tidelog.controller.core import Decision
-from tidelog.controller.executor import DecisionExecutor, Executed
+from tidelog.controller.executor import MAX_EVENT_ATTEMPTS, DecisionExecutor, Executed
 from tidelog.controller.reassignment import (
     INVALID_REPLICA_ASSIGNMENT,
     NO_REASSIGNMENT_IN_PROGRESS,
@@ -41,7 +42,7 @@ from tidelog.controller.reassignment import (
     start_decision,
     validate_replicas,
 )
-from tidelog.controller.zk_interface import ControllerMovedError
+from tidelog.controller.zk_interface import ControllerMovedError, ZnodeVersionError
 from tidelog.protocol.errors import ErrorCode
 from tidelog.replication.types import TopicPartition
 
@@ -310,14 +311,28 @@ class ReassignmentManager:
 
     def _write_topic(self, ex: DecisionExecutor, topic: str) -> None:
         parts, adding, removing = full_assignments(ex.core.assignments, self.reassigning, topic)
-        # Partitions an admin's CreatePartitions wrote that the controller has not read yet (its
-        # PartitionModifications watch is pending) are kept: Kafka's ZK controller writes its
-        # context alone and so drops an acknowledged partition addition made just before.
-        for p, replicas in (ex.zk.get_topic_assignment(topic) or {}).items():
-            parts.setdefault(p, replicas)
-        ex.zk.set_topic_assignment(topic, parts, expected_epoch_zk_version=ex.epoch_zk_version,
-                                   topic_id=self.host.topic_id(topic), adding=adding,
-                                   removing=removing)
+        path = zk_data.topic_path(topic)
+        for _ in range(MAX_EVENT_ATTEMPTS):
+            # Partitions an admin's CreatePartitions wrote that the controller has not read yet
+            # (its PartitionModifications watch is pending) are kept: Kafka's ZK controller
+            # writes its context alone and so drops an acknowledged partition addition made
+            # just before. The write is conditional on the version read, so an addition landing
+            # between the read and the write is not dropped either: read and merge again.
+            data, version = ex.zk.get_data_and_version(path)
+            written = dict(parts)
+            if data is not None:
+                for p, replicas in zk_data.decode_topic_znode(topic, data)[0].items():
+                    written.setdefault(p, replicas)
+            try:
+                ex.zk.set_topic_assignment(topic, written, expected_version=version,
+                                           expected_epoch_zk_version=ex.epoch_zk_version,
+                                           topic_id=self.host.topic_id(topic), adding=adding,
+                                           removing=removing)
+                return
+            except ZnodeVersionError:
+                log.info("controller %d: %s changed while being rewritten; merging again",
+                         self.host.controller_label, path)
+        raise ZnodeVersionError(f"{path} kept changing: {MAX_EVENT_ATTEMPTS} writes lost")
 
 
 class _Out:

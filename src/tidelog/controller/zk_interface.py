@@ -28,6 +28,7 @@ __all__ = [
     "KafkaZkReads",
     "NoTopicError",
     "ZkClientError",
+    "ZnodeVersionError",
     "ZooKeeperClient",
     "from_zk_state",
     "to_zk_state",
@@ -42,6 +43,10 @@ class ZkClientError(RuntimeError):
 
 class ControllerMovedError(ZkClientError):
     """/controller_epoch changed: this controller was deposed and must not write."""
+
+
+class ZnodeVersionError(ZkClientError):
+    """A conditional write met another version of the znode: someone wrote it meanwhile."""
 
 
 class NoTopicError(ZkClientError):
@@ -142,7 +147,8 @@ class ZooKeeperClient(Protocol):
         removing: Mapping[int, Sequence[int]] | None = None,
     ) -> int:
         """Overwrite a topic's assignment (with the moving partitions' adding/removing
-        replicas); returns the znode's new version."""
+        replicas); returns the znode's new version. `ZnodeVersionError` when
+        `expected_version` (>= 0) is no longer the znode's."""
         ...
 
     def get_partition_reassignment(self) -> dict[TopicPartitionT, list[int]] | None:

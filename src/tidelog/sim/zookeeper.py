@@ -36,6 +36,7 @@ from tidelog.controller.zk_interface import (
     KafkaZkReads,
     NoTopicError,
     ZkClientError,
+    ZnodeVersionError,
 )
 from tidelog.sim.clock import Scheduler
 
@@ -352,6 +353,9 @@ class SimZooKeeper(KafkaZkReads):
         self._check_controller_epoch(expected_epoch_zk_version)
         data = zk_data.encode_topic_assignment(assignment, topic_id, adding, removing)
         code, stat = self.set_data(zk_data.topic_path(topic), data, expected_version)
+        if code is ZkCode.BAD_VERSION:
+            raise ZnodeVersionError(
+                f"{zk_data.topic_path(topic)} is no longer at version {expected_version}")
         if code is not ZkCode.OK or stat is None:
             raise ZkClientError(f"{zk_data.topic_path(topic)}: {code.value}")
         return stat.version
