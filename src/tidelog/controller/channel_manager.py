@@ -252,7 +252,7 @@ class _BrokerChannel:
                 raise BrokerRemovedError(f"broker {self.broker_id} removed from the channel")
             ep = self.info.endpoint(self.manager.listener_name) or self.info.endpoints[0]
             conn = BrokerConnection(ep.host, ep.port, client_id=f"controller-{self.manager.controller_id}",
-                                    request_timeout_ms=self.manager.socket_timeout_ms)
+                                    request_timeout_ms=self.manager.request_timeout_ms)
             try:
                 await conn.connect(timeout_s=self.manager.socket_timeout_ms / 1000)
                 return conn
@@ -364,6 +364,7 @@ class ControllerChannelManager:
         controller_id: int,
         *,
         socket_timeout_ms: int = 30000,
+        request_timeout_ms: int = 30000,
         listener_name: str = "PLAINTEXT",
         leader_epochs: Callable[[TopicPartition], int] | None = None,
         on_response: Callable[[int, core.ControllerRequest, Any], None] | None = None,
@@ -372,7 +373,11 @@ class ControllerChannelManager:
         self.controller_id = controller_id
         # The controller's live map of topic ids (read when a request is built, not copied).
         self.topic_ids: Mapping[str, UUID] = topic_ids if topic_ids is not None else {}
+        # As Kafka's RequestSendThread: controller.socket.timeout.ms bounds the connection's
+        # set-up, request.timeout.ms each request; a request that times out is sent again on
+        # a new connection (the broker may still be working on the first one).
         self.socket_timeout_ms = socket_timeout_ms
+        self.request_timeout_ms = request_timeout_ms
         self.listener_name = listener_name
         self.brokers: dict[int, BrokerInfo] = {}
         self._channels: dict[int, _BrokerChannel] = {}

@@ -364,6 +364,7 @@ class KafkaController:
         self.channel = ControllerChannelManager(
             self.broker_id,
             socket_timeout_ms=int(self._cfg("controller.socket.timeout.ms", 30000)),
+            request_timeout_ms=int(self._cfg("request.timeout.ms", 30000)),
             listener_name=self._inter_broker_listener(),
             leader_epochs=self._leader_epoch_of,
             topic_ids=self.topic_ids,
