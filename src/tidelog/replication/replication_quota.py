@@ -64,10 +64,6 @@ def parse_rate(key: str, value: str | None) -> int:
     return rate
 
 
-REPLICATION_QUOTA_WINDOW_NUM = "replication.quota.window.num"
-REPLICATION_QUOTA_WINDOW_SIZE_SECONDS = "replication.quota.window.size.seconds"
-
-
 class _Sample:
     """One window of Kafka's SampledStat.Sample (a WindowedSum's value)."""
 
