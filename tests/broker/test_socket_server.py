@@ -372,6 +372,50 @@ def test_a_deferred_response_lets_the_connection_go_on_and_answers_stay_in_reque
     assert answers == [(1, 0), (2, 0), (3, 0), (4, 0)]
 
 
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_deferred_answers_are_written_by_their_futures_callback_without_a_task_each(
+        loop: str) -> None:
+    """An acks=all produce answered alone (the connection owes nothing else) is written from
+    its future's done callback: no writer task is created per request, where one was (a task
+    and two more turns of the event loop for every single-record request at linger.ms=0)."""
+
+    async def scenario() -> tuple[list[tuple[int, int]], int]:
+        handler = _Deferring(set(range(1, 6)))
+        server = SocketServer("127.0.0.1", pick_free_port(), handler)
+        port = await server.start()
+        created = 0
+        aloop = asyncio.get_running_loop()
+
+        def count(lp: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+            nonlocal created  # the server's tasks (the test's own wait_for make some too)
+            created += coro.__qualname__.startswith(("_ResponseQueue", "SocketServer"))
+            return asyncio.Task(coro, loop=lp, **kwargs)
+
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            w.write(_frame(ApiVersionsRequest(), 0, 0))  # (not deferred: the connection is up)
+            answers = await _read_correlation_ids(r, 1)
+            aloop.set_task_factory(count)
+            for corr in range(1, 6):
+                w.write(_frame(ApiVersionsRequest(), 0, corr))
+                await w.drain()
+                await handler.wait_seen(corr + 1)
+                handler.futures[corr].set_result(0)
+                answers += await _read_correlation_ids(r, 1)
+            aloop.set_task_factory(None)
+            w.close()
+            return answers, created
+        finally:
+            await server.shutdown()
+
+    if loop == "uvloop":
+        answers, created = pytest.importorskip("uvloop").run(scenario())
+    else:
+        answers, created = _run_server(scenario)
+    assert answers == [(c, 0) for c in range(6)]
+    assert created == 0
+
+
 def test_a_deferred_answer_that_closes_the_connection_comes_after_the_earlier_answers() -> None:
     async def scenario() -> tuple[list[tuple[int, int]], bytes]:
         handler = _Deferring({1, 2})

@@ -34,7 +34,7 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 from tidelog.protocol.api_keys import ApiKey, api_spec
@@ -82,7 +82,6 @@ class RequestContext:
     client_port: int
     connection_id: int
     listener_name: str = "PLAINTEXT"
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def api_version(self) -> int:
@@ -130,19 +129,28 @@ class _Owed:
 
 
 class _ResponseQueue:
-    """The responses one connection owes, in request order, and the task that writes them.
+    """The responses one connection owes, in request order.
 
     While the queue is not empty every response goes through it (a quick answer must not
     overtake a deferred one); when it is empty the server writes directly. The responses that
-    are ready together leave in one write (one acks=all HW advance answers many requests)."""
+    are ready together leave in one write (one acks=all HW advance answers many requests).
+    The head's future wakes the queue by a done callback that writes at once, in the turn
+    the future completes (no task and no extra turn per acks=all request); a writer task
+    takes over only when the write must wait (the connection's writes are paused, a file
+    slice, a closing transport) and hands back once the queue is empty."""
 
-    __slots__ = ("_entries", "_writer", "_task", "_space", "failed", "on_idle")
+    __slots__ = ("_entries", "_writer", "_protocol", "_task", "_armed", "_space", "_empty",
+                 "failed", "on_idle")
 
-    def __init__(self, writer: asyncio.StreamWriter, on_idle: Callable[[], None]) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, protocol: _Connection,
+                 on_idle: Callable[[], None]) -> None:
         self._entries: collections.deque[_Owed] = collections.deque()
         self._writer = writer
+        self._protocol = protocol
         self._task: asyncio.Task[None] | None = None
+        self._armed: asyncio.Future[Any] | None = None  # the future our callback is on
         self._space: asyncio.Event | None = None
+        self._empty: asyncio.Future[None] | None = None  # finish() waits on it
         self.failed = False  # the connection must close (write error, CloseConnection)
         self.on_idle = on_idle
 
@@ -151,48 +159,101 @@ class _ResponseQueue:
 
     def put(self, entry: _Owed) -> None:
         self._entries.append(entry)
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        if len(self._entries) == 1 and self._task is None:
+            self._arm()
+
+    def _arm(self) -> None:
+        """Wake up when the head is ready: its future's callback, or the next turn."""
+        head = self._entries[0]
+        if head.ready:
+            asyncio.get_running_loop().call_soon(self._on_ready)
+        else:
+            assert head.deferred is not None
+            self._armed = head.deferred.result
+            self._armed.add_done_callback(self._on_ready)
+
+    def _take_ready(self) -> tuple[list[Any], int, CloseConnection | None]:
+        """The buffers of the ready entries at the front, how many, and a `CloseConnection`
+        one of them raised (it and the entries after it are not taken)."""
+        entries = self._entries
+        buffers: list[Any] = []
+        taken = 0
+        while taken < len(entries) and entries[taken].ready:
+            try:
+                buffers += entries[taken].encode()
+            except CloseConnection as e:
+                return buffers, taken, e
+            taken += 1
+        return buffers, taken, None
+
+    def _on_ready(self, _: Any = None) -> None:
+        self._armed = None
+        if self.failed or self._task is not None or not self._entries:
+            return
+        try:
+            buffers, taken, close = self._take_ready()
+        except asyncio.CancelledError:  # the replica manager shut down under the request
+            self._fail()
+            return
+        except Exception:
+            logger.exception("answering a deferred request failed")
+            self._fail()
+            return
+        transport = self._writer.transport
+        if (self._protocol._writing_paused or transport.is_closing()
+                or any(type(b) is FileSlice for b in buffers)):
+            # This write must wait: a task does it (buffers encoded once, taken over as is).
+            self._task = asyncio.get_running_loop().create_task(
+                self._run((buffers, taken, close)))
+            return
+        if buffers:
+            self._writer.writelines(buffers)
+        self._written(taken, close)
+        if self._entries and not self.failed:
+            self._arm()
+
+    def _written(self, taken: int, close: CloseConnection | None) -> None:
+        for _ in range(taken):
+            self._entries.popleft()
+        if close is not None:
+            logger.info("closing connection: %s", close)
+            self._fail()
+            return
+        if self._space is not None:
+            self._space.set()
+        if not self._entries:
+            self._emptied()
+            self.on_idle()
+
+    def _emptied(self) -> None:
+        if self._empty is not None and not self._empty.done():
+            self._empty.set_result(None)
 
     async def wait_for_space(self, limit: int) -> None:
         while len(self._entries) >= limit and not self.failed:
             self._space = asyncio.Event()
             await self._space.wait()
 
-    async def _run(self) -> None:
+    async def _run(self, first: tuple[list[Any], int, CloseConnection | None]) -> None:
         entries = self._entries
         try:
-            while entries:
+            buffers, taken, close = first
+            while True:
+                if buffers:
+                    await SocketServer._write(self._writer, buffers)
+                # Popped only once written: while this write is in flight (a sendfile may
+                # take many turns) the queue is not empty, so the server's next answer
+                # queues behind it instead of writing into the middle of it.
+                self._written(taken, close)
+                if not entries or self.failed:
+                    return
                 head = entries[0]
                 if head.deferred is not None and not head.deferred.result.done():
                     # (cancelling this task, when the connection ends, cancels this future
                     # too: its owner, the replica manager, drops a cancelled future)
                     with contextlib.suppress(Exception):  # its outcome is read just below
                         await head.deferred.result
-                buffers: list[Any] = []
-                close: CloseConnection | None = None
-                taken = 0
-                while taken < len(entries) and entries[taken].ready:
-                    try:
-                        buffers += entries[taken].encode()
-                    except CloseConnection as e:
-                        close = e
-                        break
-                    taken += 1
-                if buffers:
-                    await SocketServer._write(self._writer, buffers)
-                # Popped only once written: while this write is in flight (a sendfile may
-                # take many turns) the queue is not empty, so the server's next answer
-                # queues behind it instead of writing into the middle of it.
-                for _ in range(taken):
-                    entries.popleft()
-                if close is not None:
-                    logger.info("closing connection: %s", close)
-                    self._fail()
-                    return
-                if self._space is not None:
-                    self._space.set()
-            self.on_idle()
+                buffers, taken, close = self._take_ready()
         except asyncio.CancelledError:
             self._fail()
             raise
@@ -209,18 +270,32 @@ class _ResponseQueue:
         self._entries.clear()
         if self._space is not None:
             self._space.set()
+        self._emptied()
         self._writer.close()  # the reader sees EOF and the connection ends
 
     async def finish(self) -> None:
         """Wait until every owed response is written (or the connection failed)."""
+        if self._entries and not self.failed:
+            if self._empty is None or self._empty.done():
+                self._empty = asyncio.get_running_loop().create_future()
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(self._empty)
         task = self._task
         if task is not None:
             with contextlib.suppress(BaseException):
                 await asyncio.shield(task)
 
     def cancel(self) -> None:
+        """The connection ended: nothing more is written."""
+        self.failed = True
         if self._task is not None:
             self._task.cancel()
+        elif self._armed is not None:
+            # As the writer task's cancellation did: the awaited future goes with it (its
+            # owner, the replica manager, drops a cancelled future).
+            armed, self._armed = self._armed, None
+            armed.remove_done_callback(self._on_ready)
+            armed.cancel()
 
 
 class _Connection(asyncio.BufferedProtocol):
@@ -510,7 +585,7 @@ class SocketServer:
             if conn_id in self._last_active and not handling[0]:
                 self._last_active[conn_id] = time.monotonic()
 
-        owed = _ResponseQueue(writer, idle)
+        owed = _ResponseQueue(writer, reader, idle)
         # Answers to this read's consecutive produce requests (which never wait inside their
         # handler), written together: one send instead of one per request.
         corked: list[Any] = []
