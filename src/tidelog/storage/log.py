@@ -194,7 +194,7 @@ class Log:
         self.failed = False  # an I/O error happened: writes are refused until reopened
         # Told of every I/O error (the LogManager reports the log's dir offline: Kafka's
         # LogDirFailureChannel); None for a log outside a LogManager.
-        self.on_io_error: Callable[[OSError], None] | None = None
+        self.on_io_error: Callable[[Exception], None] | None = None
         # Called with the new LEO after a truncation (the log cleaner lowers its checkpoint,
         # as Kafka's LogManager.truncateTo -> maybeTruncateCheckpoint).
         self.truncation_listeners: list[Callable[[int], None]] = []
@@ -218,10 +218,10 @@ class Log:
     def _io(self, what: str) -> Iterator[None]:
         try:
             yield
-        except OSError as exc:
+        except (OSError, KafkaStorageError) as exc:  # (a checkpoint write's, wrapped)
             raise self._fail(what, exc) from exc
 
-    def _fail(self, what: str, exc: OSError) -> KafkaStorageError:
+    def _fail(self, what: str, exc: Exception) -> KafkaStorageError:
         """After an I/O error the files may not match the in-memory state (a short write):
         the log refuses further writes until it is reopened (Kafka takes the dir offline)."""
         self.failed = True
@@ -789,7 +789,7 @@ class Log:
             self._write(data, n, batches, first_offset, next_offset - 1, max_ts, now_ms)
             if txn_batches:
                 self._index_completed(txn_batches)
-        except OSError as exc:
+        except (OSError, KafkaStorageError) as exc:
             raise self._fail("append", exc) from exc
         for producer in appended_producers:
             self.producer_state_manager.update(producer)
@@ -1319,6 +1319,16 @@ class Log:
                 segment.close()  # the .deleted files go when the log is next loaded
         self.pending_deletes = []
         self.closed = True
+
+    def close_handlers(self) -> None:
+        """Close the files without writing anything (Kafka's closeHandlers): the log's dir
+        went offline, so nothing more may be written there."""
+        self.closed = True
+        for segment in self.segments + [s for _, s in self.pending_deletes]:
+            try:
+                segment.close()
+            except OSError as exc:
+                logger.warning("closing %s: %s", self.dir, exc)
 
     def delete(self) -> None:
         """Remove every file of this log and its directory."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from tidelog.storage.checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -24,6 +24,7 @@ from tidelog.storage.errors import KafkaStorageError, StorageError
 from tidelog.storage.file_io import FileIO, write_file_atomically
 from tidelog.storage.log import Log, parse_topic_partition
 from tidelog.storage.log_config import LogConfig
+from tidelog.storage.log_dir_failure_channel import LogDirFailureChannel
 
 __all__ = ["CLEAN_SHUTDOWN_FILE", "LogManager"]
 
@@ -44,6 +45,7 @@ class LogManager:
         now_ms: int = 0,
         topic_configs: dict[str, LogConfig] | None = None,
         producer_id_expiration_ms: int = 86_400_000,
+        log_dir_failure_channel: LogDirFailureChannel | None = None,
     ) -> None:
         if not log_dirs:
             raise ValueError("log.dirs must name at least one directory")
@@ -56,6 +58,9 @@ class LogManager:
         self.logs: dict[TopicPartition, Log] = {}
         self.log_dir_of: dict[TopicPartition, str] = {}
         self.offline_dirs: set[str] = set()
+        # I/O errors at runtime are reported here; the replica manager then takes the dir
+        # offline (handle_log_dir_failure). A dir failing at startup is offline from the start.
+        self.log_dir_failure_channel = log_dir_failure_channel or LogDirFailureChannel()
         self.had_clean_shutdown: dict[str, bool] = {}
         self.skipped: list[str] = []  # partition dirs that could not be loaded
         for log_dir in self.log_dirs:
@@ -120,6 +125,7 @@ class LogManager:
                 logger.error("%s: cannot load %s: %s", log_dir, name, exc)
                 self.skipped.append(path)
                 continue
+            self._watch(log, log_dir)
             if tp in high_watermarks:
                 log.update_high_watermark(high_watermarks[tp])
             self.logs[tp] = log
@@ -212,10 +218,45 @@ class LogManager:
         try:
             self.file_io.fsync_dir(log_dir)  # the partition dir's name must survive a crash
         except OSError as exc:
-            raise KafkaStorageError(f"cannot create log {topic}-{partition}: {exc}") from exc
+            raise self._io_error(log_dir, f"cannot create log {topic}-{partition}: {exc}") from exc
+        self._watch(log, log_dir)
         self.logs[tp] = log
         self.log_dir_of[tp] = log_dir
         return log
+
+    # -- log dir failure ------------------------------------------------------------------
+    def _watch(self, log: Log, log_dir: str) -> None:
+        """An I/O error of ``log`` reports ``log_dir`` failed (Kafka's UnifiedLog reports its
+        parent dir to the LogDirFailureChannel)."""
+        channel = self.log_dir_failure_channel
+        log.on_io_error = lambda exc: channel.maybe_add_offline_log_dir(
+            log_dir, f"Error while accessing log {log.dir} in dir {log_dir}: {exc}")
+
+    def _io_error(self, log_dir: str, message: str) -> KafkaStorageError:
+        """Report ``log_dir`` failed (as Kafka's OffsetCheckpointFile and LogManager do) and
+        return the error to raise."""
+        self.log_dir_failure_channel.maybe_add_offline_log_dir(log_dir, message)
+        return KafkaStorageError(message)
+
+    @property
+    def live_log_dirs(self) -> list[str]:
+        return [d for d in self.log_dirs if d not in self.offline_dirs]
+
+    def handle_log_dir_failure(self, log_dir: str) -> list[TopicPartition]:
+        """Kafka's LogManager.handleLogDirFailure: ``log_dir`` goes offline until the restart:
+        its logs are closed without writing and forgotten, no checkpoint is written there and
+        no log created there any more. Returns the partitions whose log was in it (none if it
+        was offline already). The caller halts the broker once no dir is left
+        (``live_log_dirs`` empty), as Kafka does."""
+        if log_dir in self.offline_dirs or log_dir not in self.log_dirs:
+            return []
+        logger.warning("Stopping serving logs in dir %s", log_dir)
+        self.offline_dirs.add(log_dir)
+        gone = sorted(tp for tp, d in self.log_dir_of.items() if d == log_dir)
+        for tp in gone:
+            del self.log_dir_of[tp]
+            self.logs.pop(tp).close_handlers()
+        return gone
 
     def delete_log(self, topic: str, partition: int) -> bool:
         tp = (topic, partition)
@@ -227,7 +268,7 @@ class LogManager:
         try:
             self.file_io.fsync_dir(log_dir)
         except OSError as exc:
-            raise KafkaStorageError(f"cannot delete log {topic}-{partition}: {exc}") from exc
+            raise self._io_error(log_dir, f"cannot delete log {topic}-{partition}: {exc}") from exc
         self.checkpoint_logs([log_dir])
         return True
 
@@ -267,22 +308,34 @@ class LogManager:
                 grouped[d][tp] = log
         return grouped
 
+    def _write_checkpoints(self, log_dirs: Iterable[str] | None,
+                           files: dict[str, Callable[[Log], int]]) -> None:
+        """Each online dir's checkpoint ``files`` (name -> the log's value). A dir that fails
+        is reported offline and the other dirs are still written; the first failure is raised
+        afterwards (a shutdown must not mark such a dir clean)."""
+        failure: KafkaStorageError | None = None
+        for log_dir, logs in self._by_dir(log_dirs).items():
+            try:
+                for name, value in files.items():
+                    OffsetCheckpointFile.in_dir(self.file_io, log_dir, name).write(
+                        {tp: value(log) for tp, log in logs.items()})
+            except KafkaStorageError as exc:
+                reported = self._io_error(
+                    log_dir, f"Disk error while writing checkpoints in directory {log_dir}: {exc}")
+                failure = failure or reported
+        if failure is not None:
+            raise failure
+
     def checkpoint_logs(self, log_dirs: Iterable[str] | None = None) -> None:
         """Write the recovery points and log start offsets of every log (per log dir)."""
-        for log_dir, logs in self._by_dir(log_dirs).items():
-            OffsetCheckpointFile.in_dir(self.file_io, log_dir, RECOVERY_POINT_CHECKPOINT).write(
-                {tp: log.recovery_point for tp, log in logs.items()}
-            )
-            OffsetCheckpointFile.in_dir(self.file_io, log_dir, LOG_START_OFFSET_CHECKPOINT).write(
-                {tp: log.log_start_offset for tp, log in logs.items()}
-            )
+        self._write_checkpoints(log_dirs, {
+            RECOVERY_POINT_CHECKPOINT: lambda log: log.recovery_point,
+            LOG_START_OFFSET_CHECKPOINT: lambda log: log.log_start_offset})
 
     def checkpoint_high_watermarks(self, log_dirs: Iterable[str] | None = None) -> None:
         """Write `replication-offset-checkpoint` from each log's `high_watermark`."""
-        for log_dir, logs in self._by_dir(log_dirs).items():
-            OffsetCheckpointFile.in_dir(self.file_io, log_dir, REPLICATION_OFFSET_CHECKPOINT).write(
-                {tp: log.high_watermark for tp, log in logs.items()}
-            )
+        self._write_checkpoints(log_dirs, {
+            REPLICATION_OFFSET_CHECKPOINT: lambda log: log.high_watermark})
 
     def shutdown(self) -> None:
         """Flush and close every log, write the checkpoints, then the clean-shutdown marker."""

@@ -1,0 +1,85 @@
+"""A log dir failing at runtime (Kafka's JBOD): the LogDirFailureChannel and the LogManager."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+from storage_helpers import batch
+
+from tidelog.sim.disk import MemoryFileIO
+from tidelog.storage.checkpoint import OffsetCheckpointFile
+from tidelog.storage.errors import KafkaStorageError
+from tidelog.storage.log_config import LogConfig
+from tidelog.storage.log_dir_failure_channel import LogDirFailureChannel
+from tidelog.storage.log_manager import LogManager
+
+DIRS = ["/disk1", "/disk2"]
+
+
+def _two_dirs() -> tuple[MemoryFileIO, LogManager, list[str]]:
+    fio = MemoryFileIO()
+    m = LogManager(DIRS, LogConfig(), fio)
+    woken: list[str] = []
+    m.log_dir_failure_channel.on_offline_log_dir = lambda: woken.append("wake")
+    for p in range(4):  # t-0, t-2 in /disk1; t-1, t-3 in /disk2
+        m.get_or_create_log("t", p).append_as_leader(batch(), 1, 0)
+    return fio, m, woken
+
+
+def test_an_append_error_reports_its_dir_once_and_the_whole_dir_goes_offline() -> None:
+    fio, m, woken = _two_dirs()
+    fio.fail_io("/disk1", errno.EIO)
+    for _ in range(2):  # the second error in the same dir is not queued again
+        with pytest.raises(KafkaStorageError):
+            m.get_log("t", 0).append_as_leader(batch(), 1, 0)
+    channel = m.log_dir_failure_channel
+    assert woken == ["wake"]
+    assert channel.take_next_offline_log_dir() == "/disk1"
+    assert channel.take_next_offline_log_dir() is None
+    assert channel.has_offline_log_dir("/disk1")
+
+    t2 = m.get_log("t", 2)
+    assert m.handle_log_dir_failure("/disk1") == [("t", 0), ("t", 2)]
+    assert t2 is not None and t2.closed  # a log of the dir that had no error goes too
+    assert sorted(m.logs) == [("t", 1), ("t", 3)]
+    assert m.live_log_dirs == ["/disk2"]
+    assert m.handle_log_dir_failure("/disk1") == []
+    # An existing replica is not created again elsewhere; a new one goes to the live dir.
+    with pytest.raises(KafkaStorageError, match="/disk1 are offline"):
+        m.get_or_create_log("t", 0)
+    m.get_or_create_log("u", 0, is_new=True)
+    assert m.log_dir_of[("u", 0)] == "/disk2"
+    fio.heal()
+    m.checkpoint_high_watermarks()  # nothing written into the offline dir any more
+    assert not fio.exists("/disk1/replication-offset-checkpoint")
+
+
+def test_a_read_error_reports_the_dir() -> None:
+    fio, m, _ = _two_dirs()
+    fio.fail_io("/disk2/t-1", errno.EIO)
+    with pytest.raises(KafkaStorageError):
+        m.get_log("t", 1).read(0, 1 << 20)
+    assert m.log_dir_failure_channel.take_next_offline_log_dir() == "/disk2"
+
+
+def test_a_failed_checkpoint_reports_its_dir_and_the_other_dir_is_still_written() -> None:
+    fio, m, _ = _two_dirs()
+    fio.fail_io("/disk1", errno.ENOSPC, writes_only=True)
+    with pytest.raises(KafkaStorageError, match="/disk1"):
+        m.checkpoint_high_watermarks()
+    assert m.log_dir_failure_channel.take_next_offline_log_dir() == "/disk1"
+    assert OffsetCheckpointFile(fio, "/disk2/replication-offset-checkpoint").read() == {
+        ("t", 1): 0, ("t", 3): 0}
+
+
+def test_a_log_manager_can_share_the_brokers_channel() -> None:
+    channel = LogDirFailureChannel()
+    fio = MemoryFileIO()
+    m = LogManager(DIRS, LogConfig(), fio, log_dir_failure_channel=channel)
+    assert m.log_dir_failure_channel is channel
+    m.get_or_create_log("t", 0)
+    fio.fail_io("/disk1/t-0")
+    with pytest.raises(KafkaStorageError):
+        m.get_log("t", 0).append_as_leader(batch(), 1, 0)
+    assert channel.take_next_offline_log_dir() == "/disk1"
