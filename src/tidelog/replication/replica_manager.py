@@ -299,6 +299,21 @@ class ReplicaManager:
         self._drain(now_ms)
         return StopReplicaResult(Errors.NONE, errors, actions)
 
+    def handle_log_dir_failure(self, log_dir: str, now_ms: int) -> list[FetcherAction]:
+        """Kafka's ReplicaManager.handleLogDirFailure, the replication part: every partition
+        whose log is in ``log_dir`` goes offline (no fetcher, no leadership, no ISR proposal;
+        requests for it answer KAFKA_STORAGE_ERROR, delayed ones waiting on it complete so),
+        then the LogManager takes the dir offline. Telling the controller and halting when no
+        dir is left are the shell's."""
+        actions: list[FetcherAction] = []
+        for tp in sorted(self.partitions):
+            if self.log_manager.log_dir_of.get(tp) == log_dir:
+                self._mark_offline(tp, actions)
+                self._dirty[tp] = None
+        self.log_manager.handle_log_dir_failure(log_dir)
+        self._drain(now_ms)
+        return actions
+
     # ------------------------------------------------------------------ produce
     def append_records(
         self,
@@ -352,8 +367,9 @@ class ReplicaManager:
 
     def _check_replicas(self, tp: TopicPartition, required_offset: int) -> tuple[bool, Errors]:
         p = self.partitions.get(tp)
-        if p is None:
-            return True, Errors.NOT_LEADER_OR_FOLLOWER
+        if p is None:  # Kafka's getPartitionOrError: an offline partition's log dir failed
+            return True, (Errors.KAFKA_STORAGE_ERROR if tp in self.offline_partitions
+                          else Errors.NOT_LEADER_OR_FOLLOWER)
         return p.check_enough_replicas_reach_offset(required_offset)
 
     # ------------------------------------------------------------------ fetch
