@@ -86,3 +86,33 @@ async def test_a_topic_written_without_an_id_gets_one_from_the_controller(
                                for u in b.of(ApiKey.UPDATE_METADATA) for t in u.topic_states),
                    what="UpdateMetadata with the legacy topic's new id")
     assert isinstance(topic_id, uuid.UUID)
+
+
+def test_a_partition_added_while_the_controller_gives_a_topic_its_id_is_kept() -> None:
+    # A pre-2.8 admin's CreatePartitions lands between the controller's read of the legacy
+    # znode and its write-back with the new id: the write is on the version read, so the
+    # controller reads again instead of overwriting the addition.
+    from typing import Any
+
+    from tidelog.controller.controller import KafkaController
+    from tidelog.sim.clock import Scheduler
+    from tidelog.sim.zookeeper import SimZooKeeper
+
+    zk = SimZooKeeper(Scheduler())
+    assert zk.create_path(zk_data.topic_path("legacy"), zk_data.encode_topic_assignment({0: [1, 2]}))
+    write = zk.set_topic_assignment
+    raced: list[int] = []
+
+    def admin_writes_first(topic: str, assignment: Any, *args: Any, **kwargs: Any) -> int:
+        if not raced:
+            raced.append(write(topic, {0: [1, 2], 1: [2, 1]}))
+        return write(topic, assignment, *args, **kwargs)
+
+    zk.set_topic_assignment = admin_writes_first  # type: ignore[method-assign]
+    assert zk.create_path(zk_data.CONTROLLER_EPOCH_PATH, zk_data.encode_controller_epoch(1))
+    controller = KafkaController({}, zk, 1)  # type: ignore[arg-type]
+    controller.epoch_zk_version = zk.get_data_and_version(zk_data.CONTROLLER_EPOCH_PATH)[1]
+    assert controller._read_topic("legacy") == {0: [1, 2], 1: [2, 1]}
+    data, _ = zk.get_data_and_version(zk_data.topic_path("legacy"))
+    assert zk_data.decode_topic_znode("legacy", data) == (
+        {0: [1, 2], 1: [2, 1]}, controller.topic_ids["legacy"])
