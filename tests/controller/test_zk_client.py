@@ -12,6 +12,7 @@ from kazoo.exceptions import NodeExistsError
 
 from tidelog.controller.zk_client import (
     BrokerAlreadyRegisteredError,
+    BrokerRegistrationsChangedError,
     ControllerMovedError,
     KafkaZkClient,
     NoTopicError,
@@ -534,3 +535,27 @@ def test_batched_writes_read_back_the_lost_compare_and_sets(
     read = client.get_partition_states([("cas", 0), ("cas", 3), ("cas", 9)])
     assert sorted(read) == [("cas", 0), ("cas", 3)]  # no znode for partition 9
     assert read[("cas", 0)] == LeaderIsrAndControllerEpoch(1, 1, (1,), 1, 1)
+
+
+def test_isr_writes_conditioned_on_the_registrations(
+        make_client: Callable[..., KafkaZkClient]) -> None:
+    leader = make_client()
+    leader.register_broker(broker(1))
+    _, _, epoch_version = leader.try_elect_controller(1)
+    leader.create_topic("orders", {0: [1, 2]})
+    tp = ("orders", 0)
+    leader.create_partition_state(tp, LeaderIsrAndControllerEpoch(1, 0, (1,), 1), epoch_version)
+    before, _ = leader.get_broker_epochs([1])
+    make_client().register_broker(broker(3))  # any registration bumps the version
+    version, epochs = leader.get_broker_epochs([1, 2])
+    assert version > before and set(epochs) == {1}
+    grown = LeaderIsrAndControllerEpoch(1, 0, (1, 2), 1)
+    with pytest.raises(BrokerRegistrationsChangedError):  # broker 2 is not registered
+        leader.update_leader_and_isr(tp, grown, 0, registered=(version, [1, 2]))
+    with pytest.raises(BrokerRegistrationsChangedError):  # a registration since the read
+        leader.update_leader_and_isr(tp, grown, 0, registered=(before, [1]))
+    assert leader.update_leader_and_isr(tp, grown, 0, registered=(version, [1])) == (True, 1)
+    # A retried write (its answer lost) is still recognised as ours.
+    assert leader.update_leader_and_isr(tp, grown, 0, registered=(version, [1])) == (True, 1)
+    assert leader.update_leader_and_isr(
+        tp, LeaderIsrAndControllerEpoch(1, 0, (1,), 1), 0, registered=(version, [1])) == (False, -1)

@@ -25,6 +25,7 @@ from typing import Any
 
 from tidelog.broker.fetcher_manager import BrokerLeaderEndPoint, EndpointLookup, TopicIdLookup
 from tidelog.broker.replication_events import ReplicationEventPublisher
+from tidelog.controller.zk_client import BrokerRegistrationsChangedError
 from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch
 from tidelog.replication.config import ReplicationConfig
 from tidelog.replication.errors import Errors
@@ -120,18 +121,21 @@ class ZkAlterPartitionManager:
 
     def _check_and_write(self, prop: ProposeIsr) -> tuple[bool, int, list[IneligibleReplica]]:
         """In a worker thread: the ISR writer's KIP-841/903 check against the registrations in
-        /brokers/ids, then the compare-and-set (the simulator's ZooKeeper runs the same)."""
+        /brokers/ids, then the compare-and-set, conditioned on no broker having registered
+        since the check and every member still being registered (so the check holds at the
+        write; the simulator's ZooKeeper checks and writes in one step)."""
         zk = self.zk_client
-        ineligible = ineligible_replicas_for_isr(
-            prop.isr_with_broker_epochs,
-            lambda b: None if (r := zk.get_broker(b)) is None else r[1])
+        members = [broker_id for broker_id, _ in prop.isr_with_broker_epochs]
+        registrations_version, epochs = zk.get_broker_epochs(members)
+        ineligible = ineligible_replicas_for_isr(prop.isr_with_broker_epochs, epochs.get)
         if ineligible:
             return False, -1, ineligible
         state = LeaderIsrAndControllerEpoch(
             prop.leader, prop.leader_epoch, tuple(prop.new_isr), prop.controller_epoch
         )
         ok, version = zk.update_leader_and_isr(
-            (prop.tp.topic, prop.tp.partition), state, prop.zk_version)
+            (prop.tp.topic, prop.tp.partition), state, prop.zk_version,
+            registered=(registrations_version, members))
         return ok, version, []
 
     async def _write_isr(self, prop: ProposeIsr, on_result: Callable[[bool, int], None]) -> None:
@@ -140,6 +144,12 @@ class ZkAlterPartitionManager:
         if self.zk_client is not None:
             try:
                 ok, version, ineligible = await asyncio.to_thread(self._check_and_write, prop)
+            except BrokerRegistrationsChangedError as e:
+                # Proposed again at a later fetch or ISR check, against the new registrations.
+                self.ineligible_refused += 1
+                logger.info("%s: ISR update to %s not made: %s", prop.tp, list(prop.new_isr), e)
+                on_result(False, -1)
+                return
             except Exception as e:
                 logger.warning("ISR update of %s to %s failed: %s", prop.tp, prop.new_isr, e)
         if ineligible:

@@ -13,7 +13,14 @@ Fencing, as in Kafka:
   version; that version (`epoch_zk_version`) is then checked by every controller write
   (`checkControllerAndUpdate`), so a deposed controller's writes fail with
   `ControllerMovedError`;
-- partition state writes are compare-and-set on the state znode's version (`zk_version`).
+- partition state writes are compare-and-set on the state znode's version (`zk_version`);
+- every registration also bumps the data version of `/brokers/ids` (tidelog's own addition:
+  Kafka's brokers do not) in the transaction that creates the ephemeral znode, so a leader's
+  ISR write can be conditioned on no broker having registered since it read the members'
+  epochs (KIP-903's check made atomic with the write: `update_leader_and_isr(registered=)`).
+  A version check on `/brokers/ids/<id>` itself cannot see a re-registration: the new
+  ephemeral znode starts at data version 0 like the old one; only its czxid differs, and
+  ZooKeeper checks versions, not czxids.
 """
 
 from __future__ import annotations
@@ -72,6 +79,7 @@ from tidelog.controller.zk_interface import (
 
 __all__ = [
     "BrokerAlreadyRegisteredError",
+    "BrokerRegistrationsChangedError",
     "ControllerElection",
     "ControllerMovedError",
     "KafkaZkClient",
@@ -96,6 +104,11 @@ FENCED_OPS_PER_MULTI = 100
 
 class BrokerAlreadyRegisteredError(ZkClientError):
     """Another live session holds /brokers/ids/<id>."""
+
+
+class BrokerRegistrationsChangedError(ZkClientError):
+    """A conditional ISR write was not made: a broker registered since the registrations were
+    read, or a member's registration is gone."""
 
 
 class TopicExistsError(ZkClientError):
@@ -283,19 +296,25 @@ class KafkaZkClient(KafkaZkReads):
         """
         path = zk_data.broker_path(info.broker_id)
         data = info.encode()
+
+        def attempt() -> list[Any]:
+            tx = self._zk.transaction()
+            tx.create(path, data, ephemeral=True)
+            tx.set_data(zk_data.BROKER_IDS_PATH, b"")  # the registrations version (docstring)
+            return list(tx.commit())
+
         with self._lock:
-            try:
-                _, stat = self._retry(
-                    self._zk.create, path, data, ephemeral=True, include_data=True
+            created = self._retry(attempt)[0]
+            if isinstance(created, NodeExistsError):
+                pass  # below: ours (a retried create) or another session's
+            elif isinstance(created, Exception):
+                raise ZkClientError(f"registering broker {info.broker_id} failed: {created!r}")
+            stat = self._retry(self._zk.exists, path)
+            if stat is None or stat.ephemeralOwner != self.session_id:
+                raise BrokerAlreadyRegisteredError(
+                    f"broker {info.broker_id} is already registered at {path} by another"
+                    " session"
                 )
-            except NodeExistsError:
-                existing = self._retry(self._zk.exists, path)
-                if existing is None or existing.ephemeralOwner != self.session_id:
-                    raise BrokerAlreadyRegisteredError(
-                        f"broker {info.broker_id} is already registered at {path} by another"
-                        " session"
-                    ) from None
-                stat = existing
             self._registered = info
             self._broker_epoch = int(stat.czxid)
             log.info("registered broker %d at %s, broker epoch %d", info.broker_id, path,
@@ -328,6 +347,18 @@ class KafkaZkClient(KafkaZkReads):
         except NoNodeError:
             return None
         return BrokerInfo.decode(broker_id, data), int(stat.czxid)
+
+    def get_broker_epochs(self, broker_ids: Iterable[int]) -> tuple[int, dict[int, int]]:
+        """(the registrations version, {broker id: broker epoch} of those registered): the
+        version is read first, so a registration after it makes a write conditioned on it
+        (`update_leader_and_isr(registered=)`) fail, also one between the two reads."""
+        _, stat = self._retry(self._zk.get, zk_data.BROKER_IDS_PATH)
+        epochs: dict[int, int] = {}
+        for broker_id in broker_ids:
+            found = self.get_broker(broker_id)
+            if found is not None:
+                epochs[broker_id] = found[1]
+        return int(stat.version), epochs
 
     def get_all_broker_ids(self) -> list[int]:
         children = self._retry(self._zk.get_children, zk_data.BROKER_IDS_PATH)
@@ -817,6 +848,8 @@ class KafkaZkClient(KafkaZkReads):
         state: LeaderIsrAndControllerEpoch,
         expected_zk_version: int,
         expected_epoch_zk_version: int | None = None,
+        *,
+        registered: tuple[int, Sequence[int]] | None = None,
     ) -> tuple[bool, int]:
         """Compare-and-set the partition state; returns (ok, new zk version).
 
@@ -829,13 +862,28 @@ class KafkaZkClient(KafkaZkReads):
         write is then checked against /controller_epoch in the same transaction and raises
         `ControllerMovedError` when another controller was elected since. A leader's ISR
         update (seed 000's `updateIsr`) passes None and relies on the zk version alone.
+
+        `registered` = (registrations version, broker ids), from `get_broker_epochs`: the write
+        is also conditioned on no broker having registered since and on each of those brokers
+        still being registered, else `BrokerRegistrationsChangedError` (a leader's ISR write:
+        the KIP-903 check of its members' epochs then holds at the write, not only at the read).
         """
         path = zk_data.partition_state_path(tp)
         data = state.encode()
-        results = self._fenced(
-            expected_epoch_zk_version,
-            lambda tx: tx.set_data(path, data, expected_zk_version),
-        )
+
+        def build(tx: Any) -> None:
+            tx.set_data(path, data, expected_zk_version)  # first: its own error tells a lost CAS
+            if registered is not None:
+                version, broker_ids = registered
+                tx.check(zk_data.BROKER_IDS_PATH, version)
+                for broker_id in broker_ids:
+                    tx.check(zk_data.broker_path(broker_id), MATCH_ANY_VERSION)
+
+        results = self._fenced(expected_epoch_zk_version, build)
+        if any(isinstance(r, BadVersionError | NoNodeError) for r in results[1:]):
+            raise BrokerRegistrationsChangedError(
+                f"ISR write of {zk_data.partition_state_path(tp)} not made: a broker registered "
+                "since its members were read, or a member is no longer registered")
         return self._state_update_result(tp, state, results[0])
 
     def update_leader_and_isr_many(
