@@ -5,6 +5,7 @@ eviction rules (privileged followers, stale sessions, the newer bigger session).
 from __future__ import annotations
 
 import random
+from uuid import UUID
 
 from tidelog.broker.fetch_session import (
     FINAL_EPOCH,
@@ -17,6 +18,7 @@ from tidelog.broker.fetch_session import (
     PartitionResponse,
     SessionErrorContext,
     SessionlessFetchContext,
+    TopicIdPartition,
     next_epoch,
 )
 from tidelog.protocol.errors import ErrorCode
@@ -277,3 +279,86 @@ def test_unsettled_partitions_and_a_duplicate_fetch_keep_what_was_to_be_read() -
     assert ctx.update_and_generate_response({B: resp(5)}, 3)[0] == (
         ErrorCode.INVALID_FETCH_SESSION_EPOCH)
     assert B in session.dirty
+
+
+# ---------------------------------------------------------------- sessions by topic id (v13+)
+
+OLD_ID, NEW_ID, OTHER_ID = (UUID(int=n) for n in (1, 2, 3))
+NAMES = {OLD_ID: "t"}
+
+
+def by_id(topic_id: UUID, partition: int) -> TopicIdPartition:
+    return TopicIdPartition(topic_id, partition)
+
+
+def open_id_session(fm: FetchManager, parts: dict, names: dict) -> int:
+    ctx = fm.new_context(0, INITIAL_EPOCH, parts, [], True, 0, 2, True, names)
+    assert isinstance(ctx, FullFetchContext)
+    error, sid, _ = ctx.update_and_generate_response(
+        {key: resp(5) if ctx.topic_partition(key) else resp(-1, error=100) for key in parts}, 0)
+    assert error == 0 and sid != INVALID_SESSION_ID
+    return sid
+
+
+def test_a_session_by_topic_id_refuses_a_fetch_by_name_and_the_reverse() -> None:
+    fm = manager()
+    sid = open_id_session(fm, {by_id(OLD_ID, 0): req(0)}, NAMES)
+    by_name = fm.new_context(sid, 1, {A: req(0)}, [], True, 1)
+    assert by_name.error == ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR
+    assert by_name.update_and_generate_response({}, 1) == (
+        ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR, INVALID_SESSION_ID, [])
+    # The refused request did not move the session on: the same epoch by id goes through.
+    ctx = fm.new_context(sid, 1, {}, [], True, 2, 2, True, NAMES)
+    assert isinstance(ctx, IncrementalFetchContext)
+    named = open_session(fm, {A: req(0)})
+    assert fm.new_context(named, 1, {by_id(OLD_ID, 0): req(0)}, [], True, 3, 2, True,
+                          NAMES).error == ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR
+
+
+def test_an_unknown_topic_id_stays_in_the_session_until_its_name_is_known() -> None:
+    fm = manager()
+    unknown = by_id(OTHER_ID, 0)
+    sid = open_id_session(fm, {by_id(OLD_ID, 0): req(0), unknown: req(0)}, NAMES)
+    session = fm.cache.get(sid)
+    assert session is not None and set(session.partitions) == {by_id(OLD_ID, 0), unknown}
+    ctx = fm.new_context(sid, 1, {}, [], True, 1, 2, True, NAMES)
+    assert ctx.topic_partition(unknown) is None and unknown in ctx.partitions()
+    # Its error is answered at every fetch (and it is read again each time).
+    assert ctx.update_and_generate_response({unknown: resp(-1, error=100)}, 1)[2] == [unknown]
+    # The id becomes known: the partition takes its name and follows that partition's changes.
+    ctx = fm.new_context(sid, 2, {}, [], True, 2, 2, True, {**NAMES, OTHER_ID: "u"})
+    assert ctx.topic_partition(unknown) == C and unknown in ctx.partitions()
+    assert ctx.update_and_generate_response({unknown: resp(5)}, 2)[2] == [unknown]
+    ctx = fm.new_context(sid, 3, {}, [], True, 3, 2, True, {**NAMES, OTHER_ID: "u"})
+    assert ctx.partitions() == {unknown: req(0)}  # answered last time: read once more
+    assert ctx.update_and_generate_response({unknown: resp(5)}, 3)[2] == []
+    ctx = fm.new_context(sid, 4, {}, [], True, 4, 2, True, NAMES)
+    assert ctx.partitions() == {}
+    ctx.update_and_generate_response({}, 4)
+    fm.mark_changed(C)
+    assert fm.new_context(sid, 5, {}, [], True, 5, 2, True, NAMES).partitions() == {
+        unknown: req(0)}
+
+
+def test_a_topic_created_again_is_another_partition_of_the_session() -> None:
+    fm = manager()
+    old, new = by_id(OLD_ID, 0), by_id(NEW_ID, 0)
+    sid = open_id_session(fm, {old: req(7)}, NAMES)
+    # The new topic's id joins beside the old one: both name t-0 and both follow its changes.
+    names = {NEW_ID: "t"}
+    ctx = fm.new_context(sid, 1, {new: req(0)}, [], True, 1, 2, True, names)
+    assert ctx.partitions() == {old: req(7), new: req(0)}
+    assert ctx.topic_partition(old) == ctx.topic_partition(new) == A
+    ctx.update_and_generate_response({old: resp(-1, error=ErrorCode.INCONSISTENT_TOPIC_ID),
+                                      new: resp(0)}, 1)
+    session = fm.cache.get(sid)
+    assert session is not None
+    session.dirty.clear()
+    fm.mark_changed(A)
+    assert set(session.dirty) == {old, new}
+    # Forgetting the old id keeps t-0 held for the new one; forgetting both lets it go.
+    ctx = fm.new_context(sid, 2, {}, [old], True, 2, 2, True, names)
+    assert ctx.partitions() == {new: req(0)} and A in fm.cache.holders
+    ctx.update_and_generate_response({new: resp(0)}, 2)
+    ctx = fm.new_context(sid, 3, {}, [new], True, 3, 2, True, names)
+    assert isinstance(ctx, SessionlessFetchContext) and A not in fm.cache.holders

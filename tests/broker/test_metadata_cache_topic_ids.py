@@ -36,3 +36,38 @@ def test_a_topic_id_is_kept_until_the_topic_is_deleted_and_replaced_when_it_is_r
 
 def test_an_unknown_topic_has_the_zero_id() -> None:
     assert MetadataCache(broker_id=1).topic_id("nope") == ZERO_UUID
+
+
+def test_topic_names_by_id_take_the_metadata_s_id_and_hosted_ids_it_does_not_name_yet() -> None:
+    cache = MetadataCache(broker_id=1)
+    first, second, other = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    cache.update(1, 1, [B1], [_pm("t", 0)], {"t": first})
+    # A LeaderAndIsr hosts "u" before any UpdateMetadata names it: its id resolves already.
+    cache.note_hosted_topic_ids({"t": first, "u": other})
+    assert cache.topic_names_by_id() == {first: "t", other: "u"}
+    # "t" deleted and created again: the LeaderAndIsr's new id is the hosted one, but until
+    # the UpdateMetadata names it the metadata's (old) id is the one that resolves.
+    cache.note_hosted_topic_ids({"t": second})
+    assert cache.hosted_topic_ids["t"] == second
+    assert cache.topic_names_by_id() == {first: "t", other: "u"}
+    cache.update(1, 1, [B1], [_pm("t", 0)], {"t": second})
+    assert cache.topic_names_by_id() == {second: "t", other: "u"}
+
+
+def test_a_hosted_topic_id_goes_with_the_topic_s_deletion() -> None:
+    cache = MetadataCache(broker_id=1)
+    topic_id = uuid.uuid4()
+    cache.note_hosted_topic_ids({"t": topic_id, "v": ZERO_UUID})
+    assert cache.hosted_topic_ids == {"t": topic_id}
+    cache.update(1, 1, [B1], [_pm("t", 0, LEADER_DURING_DELETE)], {})
+    assert cache.hosted_topic_ids == {} and cache.topic_names_by_id() == {}
+
+
+def test_a_replica_fetches_under_its_leader_and_isr_s_topic_id_before_the_metadata_s() -> None:
+    cache = MetadataCache(broker_id=1)
+    old, new = uuid.uuid4(), uuid.uuid4()
+    cache.update(1, 1, [B1], [_pm("t", 0)], {"t": old})
+    assert cache.hosted_topic_id("t") == old
+    cache.note_hosted_topic_ids({"t": new})
+    assert cache.hosted_topic_id("t") == new and cache.topic_id("t") == old
+    assert cache.hosted_topic_id("nope") == ZERO_UUID

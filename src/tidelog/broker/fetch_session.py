@@ -26,6 +26,14 @@ that one is stale (unused for ``eviction_ms``), or else the least valuable evict
 session is evictable by a privileged newcomer when unprivileged or older than ``eviction_ms``,
 and by anyone only when older than ``eviction_ms`` (so a new session is not evicted at once).
 
+Topic ids (KIP-516, Kafka's CachedPartition): a session opened by Fetch v13+ keys its
+partitions by (topic id, partition) (``TopicIdPartition``), one opened by v12 or older by name
+(``TopicPartition``); a request of the other kind in a session is FETCH_SESSION_TOPIC_ID_ERROR
+(76). In a session by id, a partition keeps the name its id resolved to when it joined (an id
+unknown then is resolved at a later fetch, ``topic_names``): a topic deleted and re-created under
+the same name is another partition, which the broker answers INCONSISTENT_TOPIC_ID while the
+session still names the old id.
+
 The cache never reads a clock: every call takes ``now_ms``.
 """
 
@@ -34,7 +42,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import NamedTuple
+from uuid import UUID
 
 from tidelog.protocol.errors import ErrorCode
 from tidelog.replication.types import TopicPartition
@@ -53,8 +62,11 @@ __all__ = [
     "IncrementalFetchContext",
     "PartitionResponse",
     "SessionErrorContext",
+    "SessionKey",
     "SessionlessFetchContext",
+    "TopicIdPartition",
     "next_epoch",
+    "resolve",
 ]
 
 INVALID_SESSION_ID = 0
@@ -67,6 +79,25 @@ _INT_MAX = 2**31 - 1
 # Request data of one partition: (fetch offset, current leader epoch, log start offset, max bytes)
 # — the tuple ReplicaManager.fetch_messages takes.
 PartitionRequest = tuple[int, int, int, int]
+
+
+class TopicIdPartition(NamedTuple):
+    """A partition named by topic id (Fetch v13+): the key of a session by id."""
+
+    topic_id: UUID
+    partition: int
+
+
+# A session partition: by name (Fetch v12 and older) or by topic id (v13+).
+SessionKey = TopicPartition | TopicIdPartition
+
+
+def resolve(key: SessionKey, topic_names: Mapping[UUID, str]) -> TopicPartition | None:
+    """The partition ``key`` names, None for a topic id not in ``topic_names``."""
+    if isinstance(key, TopicIdPartition):
+        name = topic_names.get(key.topic_id)
+        return None if name is None else TopicPartition(name, key.partition)
+    return key
 
 
 def next_epoch(epoch: int) -> int:
@@ -92,10 +123,13 @@ class PartitionResponse:
 
 class CachedPartition:
     __slots__ = ("fetch_offset", "fetcher_log_start_offset", "high_watermark", "leader_epoch",
-                 "local_log_start_offset", "max_bytes", "req_data", "seq")
+                 "local_log_start_offset", "max_bytes", "req_data", "seq", "tp")
 
-    def __init__(self, req: PartitionRequest, resp: PartitionResponse | None = None) -> None:
+    def __init__(self, req: PartitionRequest, resp: PartitionResponse | None = None,
+                 tp: TopicPartition | None = None) -> None:
         self.seq = 0  # place in the session's read order (set by the session)
+        # The partition it names; None while its topic id is unknown (Kafka's null topic name).
+        self.tp = tp
         self.update_request_params(req)
         self.high_watermark = -1 if resp is None else resp.high_watermark
         self.local_log_start_offset = -1 if resp is None else resp.log_start_offset
@@ -126,18 +160,25 @@ class CachedPartition:
 
 class FetchSession:
     def __init__(self, session_id: int, privileged: bool,
-                 partitions: dict[TopicPartition, CachedPartition], now_ms: int,
-                 replica_id: int = -1) -> None:
+                 partitions: dict[SessionKey, CachedPartition], now_ms: int,
+                 replica_id: int = -1, uses_topic_ids: bool = False) -> None:
         self.id = session_id
         self.privileged = privileged
         self.replica_id = replica_id
+        # Opened by Fetch v13+: keyed by TopicIdPartition, else by TopicPartition.
+        self.uses_topic_ids = uses_topic_ids
         # The read order is by ``seq``; a partition that answered moves to the end.
         self.partitions = partitions
+        # The keys naming each partition (more than one only for the ids of a re-created topic).
+        self.keys_by_tp: dict[TopicPartition, tuple[SessionKey, ...]] = {}
+        # Keys whose topic id was unknown when they joined (resolved at a later fetch).
+        self.unresolved: dict[SessionKey, None] = {}
         self._seq = 0
-        for cached in partitions.values():
+        for key, cached in partitions.items():
             self._move_to_end(cached)
+            self._index(key, cached)
         # Partitions to read at the next fetch (every one at first: see the module docstring).
-        self.dirty: dict[TopicPartition, None] = dict.fromkeys(partitions)
+        self.dirty: dict[SessionKey, None] = dict.fromkeys(partitions)
         # Called when a partition turns dirty (a held fetch of this session waits on it).
         self.waker: Callable[[], None] | None = None
         self.creation_ms = now_ms
@@ -161,44 +202,94 @@ class FetchSession:
         self._seq += 1
         cached.seq = self._seq
 
-    def mark_dirty(self, tp: TopicPartition) -> None:
-        if tp not in self.dirty:
-            self.dirty[tp] = None
-            if self.waker is not None:
-                self.waker()
+    def _index(self, key: SessionKey, cached: CachedPartition) -> TopicPartition | None:
+        """Index ``key`` under its partition; the partition when it is newly held."""
+        tp = cached.tp
+        if tp is None:
+            self.unresolved[key] = None
+            return None
+        keys = self.keys_by_tp.get(tp)
+        self.keys_by_tp[tp] = (key,) if keys is None else (*keys, key)
+        return tp if keys is None else None
 
-    def take_dirty(self) -> dict[TopicPartition, PartitionRequest]:
+    def _unindex(self, key: SessionKey, cached: CachedPartition) -> TopicPartition | None:
+        """Drop ``key`` from the index; its partition when no other key holds it."""
+        tp = cached.tp
+        if tp is None:
+            self.unresolved.pop(key, None)
+            return None
+        keys = tuple(k for k in self.keys_by_tp.get(tp, ()) if k != key)
+        if keys:
+            self.keys_by_tp[tp] = keys
+            return None
+        self.keys_by_tp.pop(tp, None)
+        return tp
+
+    def topic_partition(self, key: SessionKey) -> TopicPartition | None:
+        cached = self.partitions.get(key)
+        return None if cached is None else cached.tp
+
+    def mark_dirty(self, tp: TopicPartition) -> None:
+        woke = False
+        dirty = self.dirty
+        for key in self.keys_by_tp.get(tp, ()):
+            if key not in dirty:
+                dirty[key] = None
+                woke = True
+        if woke and self.waker is not None:
+            self.waker()
+
+    def take_dirty(self) -> dict[SessionKey, PartitionRequest]:
         """The dirty partitions' request data in read order; they count as clean from now on
         (a change during the read marks them again)."""
         partitions = self.partitions
-        tps = sorted((tp for tp in self.dirty if tp in partitions),
-                     key=lambda tp: partitions[tp].seq)
+        keys = sorted((key for key in self.dirty if key in partitions),
+                      key=lambda key: partitions[key].seq)
         self.dirty.clear()
-        return {tp: partitions[tp].req_data for tp in tps}
+        return {key: partitions[key].req_data for key in keys}
 
     def clean_partitions(self) -> list[TopicPartition]:
         """The partitions not dirty (O(session): for the periodic ISR check only)."""
         dirty = self.dirty
-        return [tp for tp in self.partitions if tp not in dirty]
+        return [cached.tp for key, cached in self.partitions.items()
+                if key not in dirty and cached.tp is not None]
 
-    def update(self, fetch_data: Mapping[TopicPartition, PartitionRequest],
-               to_forget: Iterable[TopicPartition]) -> tuple[list[TopicPartition], ...]:
-        added, updated, removed = [], [], []
-        for tp, req in fetch_data.items():
-            cached = self.partitions.get(tp)
+    def update(self, fetch_data: Mapping[SessionKey, PartitionRequest],
+               to_forget: Iterable[SessionKey], topic_names: Mapping[UUID, str]
+               ) -> tuple[list[TopicPartition], list[TopicPartition]]:
+        """Kafka's ``FetchSession.update``: (partitions newly held, partitions let go)."""
+        held, released = [], []
+        for key, req in fetch_data.items():
+            cached = self.partitions.get(key)
             if cached is None:
-                cached = self.partitions[tp] = CachedPartition(req)
+                cached = self.partitions[key] = CachedPartition(
+                    req, tp=resolve(key, topic_names))
                 self._move_to_end(cached)
-                added.append(tp)
+                if (tp := self._index(key, cached)) is not None:
+                    held.append(tp)
             else:
                 cached.update_request_params(req)
-                updated.append(tp)
-            self.dirty[tp] = None  # a listed partition is read
-        for tp in to_forget:
-            if self.partitions.pop(tp, None) is not None:
-                self.dirty.pop(tp, None)
-                removed.append(tp)
-        return added, updated, removed
+            self.dirty[key] = None  # a listed partition is read
+        for key in to_forget:
+            cached = self.partitions.pop(key, None)
+            if cached is not None:
+                self.dirty.pop(key, None)
+                if (tp := self._unindex(key, cached)) is not None:
+                    released.append(tp)
+        return held, released
+
+    def resolve_names(self, topic_names: Mapping[UUID, str]) -> list[TopicPartition]:
+        """Kafka's ``maybeResolveUnknownName``: name the partitions whose topic id is now known;
+        the partitions newly held."""
+        held = []
+        for key in [k for k in self.unresolved if isinstance(k, TopicIdPartition)
+                    and k.topic_id in topic_names]:
+            del self.unresolved[key]
+            cached = self.partitions[key]
+            cached.tp = resolve(key, topic_names)
+            if (tp := self._index(key, cached)) is not None:
+                held.append(tp)
+        return held
 
 
 class FetchSessionCache:
@@ -241,15 +332,15 @@ class FetchSessionCache:
                 return sid
 
     def maybe_create_session(self, now_ms: int, privileged: bool,
-                             partitions: dict[TopicPartition, CachedPartition],
-                             replica_id: int = -1) -> int:
+                             partitions: dict[SessionKey, CachedPartition],
+                             replica_id: int = -1, uses_topic_ids: bool = False) -> int:
         """The new session's id, or INVALID_SESSION_ID when there is no slot for it."""
         if len(self.sessions) < self.max_entries or self.try_evict(
                 privileged, (privileged, len(partitions), 0), now_ms):
             session = FetchSession(self.new_session_id(), privileged, partitions, now_ms,
-                                   replica_id)
+                                   replica_id, uses_topic_ids)
             self.sessions[session.id] = session
-            self.hold(session, partitions)
+            self.hold(session, session.keys_by_tp)
             self.touch(session, now_ms)
             return session.id
         return INVALID_SESSION_ID
@@ -280,7 +371,7 @@ class FetchSessionCache:
         if session is not None:
             self.num_partitions -= session.cached_size
             session.cached_size = -1
-            self.release(session, session.partitions)
+            self.release(session, session.keys_by_tp)
         return session
 
     def touch(self, session: FetchSession, now_ms: int) -> None:
@@ -294,7 +385,6 @@ class FetchSessionCache:
         session.evictable_by_all = old
         self.num_partitions += session.cached_size
 
-
 # ---------------------------------------------------------------- contexts
 
 
@@ -303,13 +393,17 @@ class FetchContext:
 
     error: int = ErrorCode.NONE
 
-    def partitions(self) -> dict[TopicPartition, PartitionRequest]:
+    def partitions(self) -> dict[SessionKey, PartitionRequest]:
         """The partitions to read, in order."""
         raise NotImplementedError
 
+    def topic_partition(self, key: SessionKey) -> TopicPartition | None:
+        """The partition ``key`` names; None for a topic id the broker does not know."""
+        raise NotImplementedError
+
     def update_and_generate_response(
-        self, updates: Mapping[TopicPartition, PartitionResponse], now_ms: int
-    ) -> tuple[int, int, list[TopicPartition]]:
+        self, updates: Mapping[SessionKey, PartitionResponse], now_ms: int
+    ) -> tuple[int, int, list[SessionKey]]:
         """(error, session id, the partitions to answer in order) after the read."""
         raise NotImplementedError
 
@@ -318,47 +412,56 @@ class SessionErrorContext(FetchContext):
     def __init__(self, error: int) -> None:
         self.error = error
 
-    def partitions(self) -> dict[TopicPartition, PartitionRequest]:
+    def partitions(self) -> dict[SessionKey, PartitionRequest]:
         return {}
 
+    def topic_partition(self, key: SessionKey) -> TopicPartition | None:
+        return None
+
     def update_and_generate_response(
-        self, updates: Mapping[TopicPartition, PartitionResponse], now_ms: int
-    ) -> tuple[int, int, list[TopicPartition]]:
+        self, updates: Mapping[SessionKey, PartitionResponse], now_ms: int
+    ) -> tuple[int, int, list[SessionKey]]:
         # The session's partitions are unknown: nothing but the error.
         return self.error, INVALID_SESSION_ID, []
 
 
 class SessionlessFetchContext(FetchContext):
-    def __init__(self, fetch_data: Mapping[TopicPartition, PartitionRequest]) -> None:
+    def __init__(self, fetch_data: Mapping[SessionKey, PartitionRequest],
+                 topic_names: Mapping[UUID, str] | None = None) -> None:
         self.fetch_data = fetch_data
+        self.topic_names = topic_names or {}
 
-    def partitions(self) -> dict[TopicPartition, PartitionRequest]:
+    def partitions(self) -> dict[SessionKey, PartitionRequest]:
         return dict(self.fetch_data)
 
+    def topic_partition(self, key: SessionKey) -> TopicPartition | None:
+        return resolve(key, self.topic_names)
+
     def update_and_generate_response(
-        self, updates: Mapping[TopicPartition, PartitionResponse], now_ms: int
-    ) -> tuple[int, int, list[TopicPartition]]:
+        self, updates: Mapping[SessionKey, PartitionResponse], now_ms: int
+    ) -> tuple[int, int, list[SessionKey]]:
         return ErrorCode.NONE, INVALID_SESSION_ID, list(updates)
 
 
-class FullFetchContext(FetchContext):
+class FullFetchContext(SessionlessFetchContext):
     def __init__(self, cache: FetchSessionCache,
-                 fetch_data: Mapping[TopicPartition, PartitionRequest], is_from_follower: bool,
-                 replica_id: int = -1) -> None:
+                 fetch_data: Mapping[SessionKey, PartitionRequest], is_from_follower: bool,
+                 replica_id: int = -1, uses_topic_ids: bool = False,
+                 topic_names: Mapping[UUID, str] | None = None) -> None:
+        super().__init__(fetch_data, topic_names)
         self.cache = cache
-        self.fetch_data = fetch_data
         self.is_from_follower = is_from_follower
         self.replica_id = replica_id
-
-    def partitions(self) -> dict[TopicPartition, PartitionRequest]:
-        return dict(self.fetch_data)
+        self.uses_topic_ids = uses_topic_ids
 
     def update_and_generate_response(
-        self, updates: Mapping[TopicPartition, PartitionResponse], now_ms: int
-    ) -> tuple[int, int, list[TopicPartition]]:
-        cached = {tp: CachedPartition(self.fetch_data[tp], resp) for tp, resp in updates.items()}
+        self, updates: Mapping[SessionKey, PartitionResponse], now_ms: int
+    ) -> tuple[int, int, list[SessionKey]]:
+        # Every partition answered joins the session, an unknown topic id too (Kafka's).
+        cached = {key: CachedPartition(self.fetch_data[key], resp, self.topic_partition(key))
+                  for key, resp in updates.items()}
         session_id = self.cache.maybe_create_session(now_ms, self.is_from_follower, cached,
-                                                     self.replica_id)
+                                                     self.replica_id, self.uses_topic_ids)
         return ErrorCode.NONE, session_id, list(updates)
 
 
@@ -369,15 +472,18 @@ class IncrementalFetchContext(FetchContext):
     def __init__(self, session: FetchSession, request_epoch: int) -> None:
         self.session = session
         self.request_epoch = request_epoch
-        self.read: dict[TopicPartition, PartitionRequest] = {}
+        self.read: dict[SessionKey, PartitionRequest] = {}
         # Read partitions to read again next time even when nothing changed (set by the broker).
-        self.unsettled: Collection[TopicPartition] = ()
+        self.unsettled: Collection[SessionKey] = ()
 
-    def partitions(self) -> dict[TopicPartition, PartitionRequest]:
+    def partitions(self) -> dict[SessionKey, PartitionRequest]:
         self.read = self.session.take_dirty()
         return dict(self.read)
 
-    def more_partitions(self) -> dict[TopicPartition, PartitionRequest]:
+    def topic_partition(self, key: SessionKey) -> TopicPartition | None:
+        return self.session.topic_partition(key)
+
+    def more_partitions(self) -> dict[SessionKey, PartitionRequest]:
         """The partitions that turned dirty since the last call (read them again)."""
         more = self.session.take_dirty()
         self.read.update(more)
@@ -388,18 +494,18 @@ class IncrementalFetchContext(FetchContext):
         self.session.dirty.update(dict.fromkeys(self.read))
 
     def update_and_generate_response(
-        self, updates: Mapping[TopicPartition, PartitionResponse], now_ms: int
-    ) -> tuple[int, int, list[TopicPartition]]:
+        self, updates: Mapping[SessionKey, PartitionResponse], now_ms: int
+    ) -> tuple[int, int, list[SessionKey]]:
         session = self.session
         if session.epoch != next_epoch(self.request_epoch):
             # Another request of this session went through meanwhile (a duplicate).
             self.abandon()
             return ErrorCode.INVALID_FETCH_SESSION_EPOCH, session.id, []
-        out: list[TopicPartition] = []
+        out: list[SessionKey] = []
         cached_partitions = session.partitions
         any_records = False
-        for tp, resp in updates.items():
-            cached = cached_partitions.get(tp)
+        for key, resp in updates.items():
+            cached = cached_partitions.get(key)
             if cached is None:  # forgotten while this request waited
                 continue
             if resp.records_size:
@@ -409,16 +515,16 @@ class IncrementalFetchContext(FetchContext):
                     and cached.local_log_start_offset == resp.log_start_offset):
                 continue  # nothing new (most of an idle session): maybe_update_response_data's no
             if cached.maybe_update_response_data(resp, True):
-                out.append(tp)
+                out.append(key)
                 # Answered partitions go to the back of the read order (fairness, as Kafka).
                 session._move_to_end(cached)
         # What was answered is read again (a fetcher that took it lists it anyway); with records
         # in the response everything read is, as max_bytes may have cut some partition short.
         again = updates if any_records else [*out, *self.unsettled]
         dirty = session.dirty
-        for tp in again:
-            if tp in cached_partitions:
-                dirty[tp] = None
+        for key in again:
+            if key in cached_partitions:
+                dirty[key] = None
         return ErrorCode.NONE, session.id, out
 
 
@@ -430,29 +536,40 @@ class FetchManager:
         self,
         session_id: int,
         epoch: int,
-        fetch_data: Mapping[TopicPartition, PartitionRequest],
-        to_forget: Iterable[TopicPartition],
+        fetch_data: Mapping[SessionKey, PartitionRequest],
+        to_forget: Iterable[SessionKey],
         is_follower: bool,
         now_ms: int,
         replica_id: int = -1,
+        uses_topic_ids: bool = False,
+        topic_names: Mapping[UUID, str] | None = None,
     ) -> FetchContext:
+        """Kafka's ``FetchManager.newContext``. ``uses_topic_ids``: the request is Fetch v13+
+        (its keys are TopicIdPartition); ``topic_names``: the ids the broker knows."""
+        names = topic_names or {}
         if is_full(epoch):
             if session_id != INVALID_SESSION_ID:
                 self.cache.remove(session_id)  # a full fetch closes the session it names
             if epoch == FINAL_EPOCH:
-                return SessionlessFetchContext(fetch_data)
-            return FullFetchContext(self.cache, fetch_data, is_follower, replica_id)
+                return SessionlessFetchContext(fetch_data, names)
+            return FullFetchContext(self.cache, fetch_data, is_follower, replica_id,
+                                    uses_topic_ids, names)
         session = self.cache.get(session_id)
         if session is None:
             return SessionErrorContext(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
         if session.epoch != epoch:
             return SessionErrorContext(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
-        added, _, removed = session.update(fetch_data, to_forget)
-        self.cache.hold(session, added)
-        self.cache.release(session, removed)
+        if session.uses_topic_ids != uses_topic_ids:
+            # A session by id fetched by name or the reverse (v12 and v13+ mixed).
+            return SessionErrorContext(ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR)
+        held, released = session.update(fetch_data, to_forget, names)
+        if session.unresolved:
+            held.extend(session.resolve_names(names))
+        self.cache.hold(session, held)
+        self.cache.release(session, released)
         if session.size == 0:
             self.cache.remove(session.id)
-            return SessionlessFetchContext(fetch_data)
+            return SessionlessFetchContext(fetch_data, names)
         session.previous_used_ms = session.last_used_ms
         self.cache.touch(session, now_ms)
         session.epoch = next_epoch(session.epoch)
@@ -469,8 +586,3 @@ class FetchManager:
     def follower_sessions(self) -> list[FetchSession]:
         return [s for s in self.cache.sessions.values() if s.replica_id >= 0]
 
-
-def partition_response(error: int, high_watermark: int, log_start_offset: int,
-                       records: Any) -> PartitionResponse:
-    return PartitionResponse(error, high_watermark, log_start_offset,
-                             len(records) if records is not None else 0)

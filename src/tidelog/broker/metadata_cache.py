@@ -66,7 +66,12 @@ class MetadataCache:
     topic_ids: dict[str, UUID] = field(default_factory=dict)
     # Endpoints learnt from LeaderAndIsr's live_leaders (used before an UpdateMetadata arrives).
     known_endpoints: dict[int, BrokerEndpoint] = field(default_factory=dict)
+    # The id of the topic this broker hosts under each name, from LeaderAndIsr (Kafka keeps it
+    # with each log, partition.metadata): a fetch naming another id is INCONSISTENT_TOPIC_ID.
+    # Dropped with the topic; replaced when a topic of that name is created again.
+    hosted_topic_ids: dict[str, UUID] = field(default_factory=dict)
     updates: int = 0
+    _names_by_id: dict[UUID, str] | None = None
 
     def update(
         self,
@@ -87,6 +92,7 @@ class MetadataCache:
             self.known_endpoints[b.broker_id] = b
         for st in partition_states:
             if st.leader == LEADER_DURING_DELETE:
+                self.hosted_topic_ids.pop(st.topic, None)
                 parts = self.partitions.get(st.topic)
                 if parts is not None:
                     parts.pop(st.partition, None)
@@ -99,7 +105,15 @@ class MetadataCache:
             if topic_id != ZERO_UUID and topic in self.partitions:
                 self.topic_ids[topic] = topic_id
         self.updates += 1
+        self._names_by_id = None
         return True
+
+    def note_hosted_topic_ids(self, topic_ids: Mapping[str, UUID]) -> None:
+        """The topic ids a LeaderAndIsr names for the partitions it gives this broker."""
+        for topic, topic_id in topic_ids.items():
+            if topic_id != ZERO_UUID and self.hosted_topic_ids.get(topic) != topic_id:
+                self.hosted_topic_ids[topic] = topic_id
+                self._names_by_id = None
 
     def remember_endpoint(self, endpoint: BrokerEndpoint) -> None:
         self.known_endpoints[endpoint.broker_id] = endpoint
@@ -125,6 +139,23 @@ class MetadataCache:
     def topic_id(self, topic: str) -> UUID:
         """The topic's id, or the zero id when the controller sent none (Kafka's Uuid.ZERO_UUID)."""
         return self.topic_ids.get(topic, ZERO_UUID)
+
+    def hosted_topic_id(self, topic: str) -> UUID:
+        """The id this broker's replica of ``topic`` fetches under: the LeaderAndIsr's (as
+        Kafka's follower names a partition by its log's id), else the metadata's."""
+        topic_id = self.hosted_topic_ids.get(topic)
+        return topic_id if topic_id is not None else self.topic_id(topic)
+
+    def topic_names_by_id(self) -> dict[UUID, str]:
+        """Topic id -> name (Kafka's topicIdsToNames), rebuilt only after a change. A hosted
+        topic the UpdateMetadata requests have not named yet counts too (a follower's v13+
+        fetch may come first, e.g. just after this broker restarted); for a name they know,
+        their id is the topic's."""
+        if self._names_by_id is None:
+            self._names_by_id = {
+                **{i: t for t, i in self.hosted_topic_ids.items() if t not in self.topic_ids},
+                **{i: t for t, i in self.topic_ids.items()}}
+        return self._names_by_id
 
     def topic_partitions(self, topic: str) -> dict[int, PartitionMetadata]:
         return dict(self.partitions.get(topic, {}))
