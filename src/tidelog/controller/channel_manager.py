@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +59,9 @@ _SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_S
 LEADER_DURING_DELETE = -2
 
 RECONNECT_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+# A request answered later than this is logged with its size and how often it was sent (Kafka
+# keeps the queue time per broker as a metric, RequestRateAndQueueTimeMs).
+SLOW_REQUEST_S = 1.0
 
 
 class BrokerRemovedError(KafkaClientError):
@@ -181,6 +185,12 @@ def build_stop_replica(
     return out
 
 
+def _partition_count(request: core.ControllerRequest) -> int:
+    if isinstance(request, core.StopReplicaRequest):
+        return len(request.partitions)
+    return len(request.partition_states)
+
+
 def merge_requests(
     first: core.ControllerRequest, second: core.ControllerRequest
 ) -> core.ControllerRequest | None:
@@ -265,10 +275,12 @@ class _BrokerChannel:
                 await asyncio.sleep(delay)
 
     async def _send_one(self, item: _Item) -> Any:
+        request = item.request
+        started, attempts = time.monotonic(), 0
         while True:
             if self.conn is None or self.conn.closed:
                 self.conn = await self._connect()
-            request = item.request
+            attempts += 1
             try:
                 if isinstance(request, core.LeaderAndIsrRequest):
                     v = self._version(ApiKey.LEADER_AND_ISR)
@@ -282,7 +294,14 @@ class _BrokerChannel:
                 else:
                     v = self._version(ApiKey.STOP_REPLICA)
                     msg = build_stop_replica(request, v, self.manager.leader_epochs(request))
-                return await self.conn.send(msg, v)
+                response = await self.conn.send(msg, v)
+                took = time.monotonic() - started
+                if took >= SLOW_REQUEST_S:
+                    log.info("controller %d: %s of %d partitions to broker %d answered after "
+                             "%.1f s (%d sends)", self.manager.controller_id,
+                             type(request).__name__, _partition_count(request), self.broker_id,
+                             took, attempts)
+                return response
             except KafkaClientError as e:
                 log.info("controller %d: %s to broker %d failed (%s); resending",
                          self.manager.controller_id, type(request).__name__, self.broker_id, e)
