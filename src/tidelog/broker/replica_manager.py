@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from tidelog.broker.fetcher_manager import BrokerLeaderEndPoint, EndpointLookup, TopicIdLookup
+from tidelog.broker.log_dir_failure import ZkLogDirFailureHandling
 from tidelog.broker.replication_events import ReplicationEventPublisher
 from tidelog.controller.zk_client import BrokerRegistrationsChangedError
 from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch
@@ -219,6 +220,7 @@ class BrokerReplicaManager:
         self.config = config
         self.scheduler = AsyncioScheduler()
         self.alter_partition_manager = ZkAlterPartitionManager(zk_client)
+        self.log_dir_failure = ZkLogDirFailureHandling(broker_id, zk_client)
         self.shell = ReplicaManager(
             broker_id, log_manager, config, time=self.scheduler, scheduler=self.scheduler,
             alter_partition_manager=self.alter_partition_manager,
@@ -231,6 +233,7 @@ class BrokerReplicaManager:
                 log_flush_scheduler_interval_ms=log_flush_scheduler_interval_ms,
                 recovery_point_checkpoint_interval_ms=recovery_point_checkpoint_interval_ms,
                 log_initial_task_delay_ms=log_initial_task_delay_ms),
+            log_dir_failure=self.log_dir_failure,
         )
         self.core = self.shell.core
         self.alter_partition_manager.core = self.core
@@ -277,6 +280,7 @@ class BrokerReplicaManager:
     async def shutdown(self) -> None:
         self.shell.shutdown()
         await self.alter_partition_manager.shutdown()
+        await self.log_dir_failure.shutdown()
         for fut in self._waiters:
             if not fut.done():
                 fut.cancel()

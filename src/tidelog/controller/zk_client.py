@@ -138,6 +138,11 @@ class WatchHandle:
         self.cancelled = True
 
 
+def _log_dir_event_sequence_numbers(children: Iterable[str]) -> list[str]:
+    return sorted(zk_data.log_dir_event_sequence_number(c) for c in children
+                  if c.startswith(zk_data.LOG_DIR_EVENT_PREFIX))
+
+
 class KafkaZkClient(KafkaZkReads):
     def __init__(
         self,
@@ -994,6 +999,47 @@ class KafkaZkClient(KafkaZkReads):
         for results in self._fenced_many(expected_epoch_zk_version, builds).values():
             _raise_first(results, ignore=(NoNodeError,))
 
+    # --- log dir event notifications (a broker's log dir failed) -----------------------------------
+
+    def propagate_log_dir_event(self, broker_id: int) -> str:
+        """Kafka's propagateLogDirEvent: a sequential
+        /log_dir_event_notification/log_dir_event_<seq> naming the broker; returns its name."""
+        path = self._retry(
+            self._zk.create,
+            zk_data.log_dir_event_path(""),
+            zk_data.encode_log_dir_event_notification(broker_id),
+            sequence=True,
+            makepath=True,
+        )
+        return path.rsplit("/", 1)[-1]
+
+    def get_all_log_dir_event_notifications(self) -> list[str]:
+        """The sequence numbers of pending log dir events, oldest first."""
+        try:
+            children = self._retry(self._zk.get_children,
+                                   zk_data.LOG_DIR_EVENT_NOTIFICATION_PATH)
+        except NoNodeError:
+            return []
+        return _log_dir_event_sequence_numbers(children)
+
+    def get_broker_ids_from_log_dir_events(self, sequence_numbers: Iterable[str]) -> list[int]:
+        """The brokers the notifications name (one deleted meanwhile is skipped)."""
+        out: list[int] = []
+        for seq in sequence_numbers:
+            path = zk_data.log_dir_event_path(seq)
+            data, _ = self.get_data_and_version(path)
+            if data is not None:
+                out.append(zk_data.decode_log_dir_event_notification(path, data))
+        return out
+
+    def delete_log_dir_event_notifications(self, sequence_numbers: Iterable[str],
+                                           expected_epoch_zk_version: int | None = None) -> None:
+        """Delete handled notifications, fenced by the controller epoch."""
+        builds = [(seq, lambda tx, s=seq: tx.delete(zk_data.log_dir_event_path(s)))
+                  for seq in sequence_numbers]
+        for results in self._fenced_many(expected_epoch_zk_version, builds).values():
+            _raise_first(results, ignore=(NoNodeError,))
+
     # --- KIP-966 marks --------------------------------------------------------------------------
 
     def set_unclean_replicas(
@@ -1196,6 +1242,14 @@ class KafkaZkClient(KafkaZkReads):
                 )
             ),
         )
+
+    def watch_log_dir_event_notifications(
+        self, callback: Callable[[list[str]], None]
+    ) -> WatchHandle:
+        """`callback(sorted sequence numbers)` now and whenever log dir events change."""
+        return self._watch_children(
+            zk_data.LOG_DIR_EVENT_NOTIFICATION_PATH,
+            lambda cs: callback(_log_dir_event_sequence_numbers(cs)))
 
     def watch_config_changes(self, callback: Callable[[list[str]], None]) -> WatchHandle:
         """`callback(sorted notification names)` now and whenever /config/changes changes."""

@@ -48,6 +48,10 @@ BROKER_SEQUENCE_ID_PATH = "/brokers/seqid"
 TOPICS_PATH = "/brokers/topics"
 ISR_CHANGE_NOTIFICATION_PATH = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
+LOG_DIR_EVENT_NOTIFICATION_PATH = "/log_dir_event_notification"
+LOG_DIR_EVENT_PREFIX = "log_dir_event_"
+# LogDirEventNotificationSequenceZNode.LogDirFailureEvent, the only event there is
+LOG_DIR_FAILURE_EVENT = 1
 ADMIN_PATH = "/admin"
 DELETE_TOPICS_PATH = "/admin/delete_topics"
 CONFIG_PATH = "/config"
@@ -77,7 +81,7 @@ PERSISTENT_PATHS = (
     BROKER_SEQUENCE_ID_PATH,
     ISR_CHANGE_NOTIFICATION_PATH,
     PRODUCER_ID_BLOCK_PATH,
-    "/log_dir_event_notification",
+    LOG_DIR_EVENT_NOTIFICATION_PATH,
     CONFIG_TOPICS_PATH,
     "/config/clients",
     "/config/users",
@@ -437,6 +441,29 @@ def decode_isr_change_notification(path: str, data: bytes | None) -> set[TopicPa
         return {(str(e["topic"]), int(e["partition"])) for e in obj["partitions"]}
     except (KeyError, TypeError, ValueError) as e:
         raise ZkDataError(f"{path}: invalid ISR change notification ({e!r})") from None
+
+
+def log_dir_event_path(sequence_number: str) -> str:
+    return f"{LOG_DIR_EVENT_NOTIFICATION_PATH}/{LOG_DIR_EVENT_PREFIX}{sequence_number}"
+
+
+def log_dir_event_sequence_number(name_or_path: str) -> str:
+    i = name_or_path.rfind(LOG_DIR_EVENT_PREFIX)
+    return name_or_path[i + len(LOG_DIR_EVENT_PREFIX) :] if i >= 0 else name_or_path
+
+
+def encode_log_dir_event_notification(broker_id: int) -> bytes:
+    """Kafka's LogDirEventNotificationSequenceZNode.encode."""
+    return _encode({"version": 1, "broker": int(broker_id), "event": LOG_DIR_FAILURE_EVENT})
+
+
+def decode_log_dir_event_notification(path: str, data: bytes | None) -> int:
+    """The broker whose log dir failed."""
+    obj = _decode(path, data)
+    try:
+        return int(obj["broker"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ZkDataError(f"{path}: invalid log dir event notification ({e!r})") from None
 
 
 def encode_config(config: Mapping[str, Any]) -> bytes:

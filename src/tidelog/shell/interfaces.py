@@ -9,8 +9,8 @@ from typing import Any, Protocol
 from tidelog.replication.fetcher import FetcherRequest
 from tidelog.replication.types import ProposeIsr, TopicPartition
 
-__all__ = ["AlterPartitionManager", "LeaderEndPoint", "LeaderEndPointFactory", "ScheduledTask",
-           "Scheduler", "Time"]
+__all__ = ["AlterPartitionManager", "LeaderEndPoint", "LeaderEndPointFactory",
+           "LogDirFailureHandling", "ScheduledTask", "Scheduler", "Time"]
 
 
 class Time(Protocol):
@@ -45,6 +45,21 @@ class AlterPartitionManager(Protocol):
     def propagate_isr_changes(self, partitions: Collection[TopicPartition],
                               on_result: Callable[[bool], None]) -> None:
         """Tell the controller these partitions' ISRs changed; later ``on_result(written)``."""
+        ...
+
+
+class LogDirFailureHandling(Protocol):
+    """What follows a log dir failing at runtime, once its partitions went offline (Kafka's
+    ReplicaManager.handleLogDirFailure and LogManager.handleLogDirFailure)."""
+
+    def propagate_log_dir_event(self) -> None:
+        """Tell the controller (ZooKeeper mode: `/log_dir_event_notification/log_dir_event_<seq>`
+        naming this broker); it answers with LeaderAndIsr for every replica of this broker and
+        takes those answered KAFKA_STORAGE_ERROR as offline."""
+        ...
+
+    def halt(self, reason: str) -> None:
+        """No log dir is left: stop the broker process at once (Kafka's Exit.halt(1))."""
         ...
 
 

@@ -48,6 +48,7 @@ from tidelog.shell.fetcher_manager import ReplicaFetcherManager
 from tidelog.shell.interfaces import (
     AlterPartitionManager,
     LeaderEndPointFactory,
+    LogDirFailureHandling,
     ScheduledTask,
     Scheduler,
     Time,
@@ -89,10 +90,13 @@ class ReplicaManager:
         isr_change_propagation_interval_ms: int = ISR_CHANGE_PROPAGATION_INTERVAL_MS,
         logs_for_fetcher: LogLookup | None = None,
         log_task_intervals: LogTaskIntervals | None = None,
+        log_dir_failure: LogDirFailureHandling | None = None,
     ) -> None:
         """``logs_for_fetcher``: how the fetchers see a follower's log (default: the core's
         `logs_for_fetcher`); ``log_task_intervals``: the log manager's tasks (Kafka's defaults
-        when None)."""
+        when None); ``log_dir_failure``: what the driver does once a log dir failed at
+        runtime (None: log dirs are not taken offline; a failed log only answers
+        KAFKA_STORAGE_ERROR)."""
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.config = config
@@ -114,6 +118,7 @@ class ReplicaManager:
         self._deadline_ms: int | None = None
         self._tasks: list[ScheduledTask] = []
         self._stopped = False
+        self._log_dir_failure = log_dir_failure
         self._isr_changes_unwritten: set[TopicPartition] = set()
         self._isr_changes_writing = False
         self.isr_updates_ok = 0
@@ -151,6 +156,9 @@ class ReplicaManager:
             *schedule_log_tasks(self.log_manager, s, self.time, self._log_task_intervals,
                                 lambda tp: self.core.mark_changed(tp, self.time.milliseconds())),
         ]
+        if self._log_dir_failure is not None:
+            self.log_manager.log_dir_failure_channel.on_offline_log_dir = (
+                self._on_offline_log_dir)
 
     def shutdown(self) -> None:
         """Stop the tasks and the fetchers; waiting requests are never answered (the caller's
@@ -201,6 +209,33 @@ class ReplicaManager:
                 self._isr_changes_unwritten -= written
 
         self.alter_partition_manager.propagate_isr_changes(sorted(written), done)
+
+    # ------------------------------------------------------------------ log dir failure
+    def _on_offline_log_dir(self) -> None:
+        # Handled in its own task (Kafka's LogDirFailureHandler thread): the report comes from
+        # inside an append, a read or a checkpoint.
+        self.scheduler.schedule("log-dir-failure-handler", self._handle_offline_log_dirs, 0)
+
+    def _handle_offline_log_dirs(self) -> None:
+        channel = self.log_manager.log_dir_failure_channel
+        while (log_dir := channel.take_next_offline_log_dir()) is not None:
+            self.handle_log_dir_failure(log_dir)
+
+    def handle_log_dir_failure(self, log_dir: str) -> None:
+        """Kafka's handleLogDirFailure: the dir's partitions go offline and their fetchers
+        stop, the LogManager takes the dir offline; then the broker halts if no dir is left,
+        else the controller is told."""
+        handling = self._log_dir_failure
+        if self._stopped or handling is None or log_dir in self.log_manager.offline_dirs:
+            return
+        logger.warning("broker %d: stopping serving replicas in dir %s", self.broker_id, log_dir)
+        self.fetcher_manager.apply(
+            self.core.handle_log_dir_failure(log_dir, self.time.milliseconds()))
+        self.complete_delayed()
+        if not self.log_manager.live_log_dirs:
+            handling.halt(f"all log dirs in {', '.join(self.log_manager.log_dirs)} have failed")
+            return
+        handling.propagate_log_dir_event()
 
     # ------------------------------------------------------------------ ISR writes
     def _propose_isr(self, prop: ProposeIsr) -> None:
