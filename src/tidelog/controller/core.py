@@ -37,6 +37,7 @@ UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 ELECTION_NOT_NEEDED = int(ErrorCode.ELECTION_NOT_NEEDED)
 PREFERRED_LEADER_NOT_AVAILABLE = int(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE)
 ELIGIBLE_LEADERS_NOT_AVAILABLE = int(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE)
+KAFKA_STORAGE_ERROR = int(ErrorCode.KAFKA_STORAGE_ERROR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,9 @@ class UpdateMetadataRequest:
     broker_epoch: int
     partition_states: tuple[LeaderAndIsrPartitionState, ...]
     live_brokers: tuple[tuple[int, int], ...]  # (broker id, broker epoch)
+    # Live brokers' replicas whose log dir failed, per partition (the dead brokers' replicas
+    # are offline too: the channel adds them from `live_brokers`).
+    offline_dir_replicas: tuple[tuple[TopicPartition, tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +129,10 @@ class ControllerCore:
         # Brokers that came back after an unclean shutdown and have not caught up yet: not clean
         # leader candidates (KIP-966's lesson). The shell reports them.
         self.unclean_restarted: dict[TopicPartition, set[int]] = {}
+        # Replicas a live broker answered KAFKA_STORAGE_ERROR for (their log dir failed):
+        # offline, as dead brokers' replicas are, until the broker registers again (Kafka's
+        # replicasOnOfflineDirs).
+        self.replicas_on_offline_dirs: dict[int, set[TopicPartition]] = {}
         self.stats = ControllerStats()
         # New partitions are created by `initial_leaders` once the brokers known at start are
         # loaded; after that a broker startup also brings up partitions still without state.
@@ -158,7 +166,8 @@ class ControllerCore:
         """Kafka's NewPartition -> OnlinePartition: leader = first live assigned replica,
         ISR = the live assigned replicas; None while no replica is alive."""
         replicas = self.assignments[tp]
-        live = [r for r in replicas if r in self.live_brokers and r not in self.shutting_down]
+        live = [r for r in replicas if self.is_replica_online(r, tp)
+                and r not in self.shutting_down]
         if not live:
             return None
         state = LeaderAndIsrPartitionState(
@@ -180,6 +189,7 @@ class ControllerCore:
             d.metadata_partitions |= failed.metadata_partitions
         self.live_brokers[broker_id] = broker_epoch
         self.shutting_down.discard(broker_id)
+        self.replicas_on_offline_dirs.pop(broker_id, None)  # a new process, its dirs reloaded
         written = {w.tp for w in d.writes}
         for tp, replicas in sorted(self.assignments.items()):
             if broker_id not in replicas:
@@ -206,6 +216,7 @@ class ControllerCore:
         d = Decision(update_metadata=True)
         self.live_brokers.pop(broker_id, None)
         self.shutting_down.discard(broker_id)
+        self.replicas_on_offline_dirs.pop(broker_id, None)
         for tp, replicas in sorted(self.assignments.items()):
             if broker_id not in replicas:
                 continue
@@ -226,6 +237,63 @@ class ControllerCore:
                 w = self._remove_from_isr(tp, state, broker_id, leaderless=False)
                 if w is not None:
                     d.writes.append(w)
+        return d
+
+    def is_replica_online(self, broker_id: int, tp: TopicPartition) -> bool:
+        """Kafka's isReplicaOnline: a live broker whose log dir holding ``tp`` has not failed."""
+        return (broker_id in self.live_brokers
+                and tp not in self.replicas_on_offline_dirs.get(broker_id, ()))
+
+    def on_log_dir_failure(self, broker_ids: Iterable[int]) -> Decision:
+        """Log dir event notifications (Kafka's onBrokerLogDirFailure): LeaderAndIsr with the
+        current state for every replica of these brokers, to learn from their answers which
+        replicas are offline (`on_leader_and_isr_response`)."""
+        d = Decision(update_metadata=True)
+        brokers = {b for b in broker_ids if b in self.live_brokers}
+        for tp, replicas in sorted(self.assignments.items()):
+            hit = brokers.intersection(replicas)
+            if hit and tp in self.partition_states:
+                d.resend.setdefault(tp, set()).update(hit)
+        return d
+
+    def on_leader_and_isr_response(self, broker_id: int,
+                                   errors: Mapping[TopicPartition, int]) -> Decision:
+        """Kafka's processLeaderAndIsrResponseReceived: replicas answered KAFKA_STORAGE_ERROR
+        are offline, those answered NONE online again; the newly offline ones lose their
+        leaderships and ISR places (`on_replicas_offline`)."""
+        if broker_id not in self.live_brokers:
+            return Decision()
+        before = self.replicas_on_offline_dirs.get(broker_id, set())
+        now = {tp for tp in before if errors.get(tp) != 0}
+        now |= {tp for tp, code in errors.items() if code == KAFKA_STORAGE_ERROR}
+        if now:
+            self.replicas_on_offline_dirs[broker_id] = now
+        else:
+            self.replicas_on_offline_dirs.pop(broker_id, None)
+        return self.on_replicas_offline(broker_id, now - before)
+
+    def on_replicas_offline(self, broker_id: int, tps: Iterable[TopicPartition]) -> Decision:
+        """Kafka's onReplicasBecomeOffline for one broker's replicas: a partition it led gets a
+        leader among the online replicas (none: leaderless, as an offline partition); the
+        replica leaves the ISR (the last member stays, as Kafka's); the broker stops the
+        replicas (StopReplica without deletion, Kafka's OfflineReplica transition). With nothing
+        to write, UpdateMetadata still tells every broker (the replicas' offline state)."""
+        offline = {tp for tp in tps if tp in self.partition_states}
+        d = Decision(update_metadata=True, metadata_partitions=set(offline))
+        for tp in sorted(offline):
+            state = self.partition_states[tp]
+            if state.leader == broker_id or not self.is_replica_online(state.leader, tp):
+                # (the election's ISR holds online replicas only)
+                w = self._elect(tp, state, reason="offline")
+                if w is None:
+                    w = self._remove_from_isr(tp, state, broker_id, leaderless=True)
+                    d.offline.append(tp)
+            else:
+                w = self._remove_from_isr(tp, state, broker_id, leaderless=False)
+            if w is not None:
+                d.writes.append(w)
+        if offline and broker_id in self.live_brokers:
+            d.stop_replicas[broker_id] = offline
         return d
 
     def controlled_shutdown(self, broker_id: int) -> Decision:
@@ -354,7 +422,7 @@ class ControllerCore:
             self.partition_states[w.tp] = state
             self._note_caught_up(w.tp, state)
             for r in self.assignments.get(w.tp, ()):
-                if r in self.live_brokers and r not in self.shutting_down:
+                if self.is_replica_online(r, w.tp) and r not in self.shutting_down:
                     leader_and_isr.setdefault(r, []).append(state)
         for tp, brokers in decision.resend.items():
             state = self.partition_states.get(tp)
@@ -388,6 +456,11 @@ class ControllerCore:
                             if tp in self.partition_states)
             everything: tuple[LeaderAndIsrPartitionState, ...] | None = None
             live = tuple(sorted(self.live_brokers.items()))
+            offline_dirs: dict[TopicPartition, list[int]] = {}
+            for broker, tps in sorted(self.replicas_on_offline_dirs.items()):
+                for tp in tps:
+                    offline_dirs.setdefault(tp, []).append(broker)
+            offline = tuple((tp, tuple(bs)) for tp, bs in sorted(offline_dirs.items()))
             for broker, epoch in live:
                 states = changed
                 if broker in decision.full_metadata_to:
@@ -395,7 +468,7 @@ class ControllerCore:
                         everything = tuple(s for _, s in sorted(self.partition_states.items()))
                     states = everything
                 out.setdefault(broker, []).append(UpdateMetadataRequest(
-                    self.controller_id, self.controller_epoch, epoch, states, live))
+                    self.controller_id, self.controller_epoch, epoch, states, live, offline))
         return out
 
     def _with_reassignment(self, state: LeaderAndIsrPartitionState,
@@ -420,10 +493,11 @@ class ControllerCore:
     def _elect(self, tp: TopicPartition, state: LeaderAndIsrPartitionState,
                reason: str) -> PartitionWrite | None:
         replicas = tuple(self.assignments.get(tp, state.replicas))
-        live = set(self.live_brokers) - self.shutting_down
+        online = {b for b in self.live_brokers if self.is_replica_online(b, tp)}
+        live = online - self.shutting_down
         if reason == "controlled_shutdown":
             result = election.controlled_shutdown_leader_election(
-                replicas, state.isr, set(self.live_brokers), self.shutting_down)
+                replicas, state.isr, online, self.shutting_down)
         elif reason == "preferred":
             # Not onto a replica back from an unclean shutdown (KIP-966), as offline elections.
             result = election.preferred_replica_leader_election(
