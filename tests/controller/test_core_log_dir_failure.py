@@ -39,7 +39,8 @@ def test_a_log_dir_event_sends_leader_and_isr_for_every_replica_of_the_broker() 
 
 def test_storage_errors_move_the_leadership_and_shrink_the_isr() -> None:
     core = two_partitions()
-    d = core.on_leader_and_isr_response(0, {TP: STORAGE, TP1: STORAGE})
+    assert core.on_leader_and_isr_response(0, {TP: STORAGE, TP1: STORAGE}) == {TP, TP1}
+    d = core.on_replicas_offline(0, {TP, TP1})
     writes = {w.tp: w.state for w in d.writes}
     # The partition it led gets a new leader among the online replicas, without it in the ISR.
     assert (writes[TP].leader, writes[TP].isr, writes[TP].leader_epoch) == (1, (1, 2), 1)
@@ -53,12 +54,12 @@ def test_storage_errors_move_the_leadership_and_shrink_the_isr() -> None:
     [um] = [r for r in out[1] if isinstance(r, UpdateMetadataRequest)]
     assert dict(um.offline_dir_replicas) == {TP: (0,), TP1: (0,)}
     # The same answer again changes nothing.
-    assert core.on_leader_and_isr_response(0, {TP: STORAGE, TP1: STORAGE}).writes == []
+    assert core.on_leader_and_isr_response(0, {TP: STORAGE, TP1: STORAGE}) == set()
 
 
 def test_an_offline_replica_is_no_leader_candidate_and_the_last_one_leaves_no_leader() -> None:
     core = started(cluster({0: 10, 1: 11}))  # ISR (0, 1)
-    apply_all(core, core.on_leader_and_isr_response(1, {TP: STORAGE}))
+    apply_all(core, core.on_replicas_offline(1, core.on_leader_and_isr_response(1, {TP: STORAGE})))
     assert core.partition_states[TP].isr == (0,)
     d = core.on_broker_failure(0)
     # Broker 1 is alive but its replica is on a failed dir: the partition goes offline.
@@ -68,7 +69,7 @@ def test_an_offline_replica_is_no_leader_candidate_and_the_last_one_leaves_no_le
 
 def test_the_broker_registering_again_brings_its_replicas_back() -> None:
     core = started(cluster({0: 10, 1: 11}))
-    apply_all(core, core.on_leader_and_isr_response(1, {TP: STORAGE}))
+    core.on_leader_and_isr_response(1, {TP: STORAGE})
     apply_all(core, core.on_broker_startup(1, 21))  # restarted: a new registration
     assert core.replicas_on_offline_dirs == {}
     assert core.is_replica_online(1, TP)
@@ -76,6 +77,6 @@ def test_the_broker_registering_again_brings_its_replicas_back() -> None:
 
 def test_an_answer_without_the_error_brings_a_replica_back_online() -> None:
     core = two_partitions()
-    apply_all(core, core.on_leader_and_isr_response(0, {TP: STORAGE, TP1: STORAGE}))
-    core.on_leader_and_isr_response(0, {TP: 0})
+    core.on_leader_and_isr_response(0, {TP: STORAGE, TP1: STORAGE})
+    assert core.on_leader_and_isr_response(0, {TP: 0}) == set()
     assert core.replicas_on_offline_dirs == {0: {TP1}}

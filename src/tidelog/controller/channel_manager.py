@@ -114,13 +114,16 @@ def build_update_metadata(
     listener_name: str = "PLAINTEXT", topic_ids: Mapping[str, UUID] | None = None,
 ) -> um.UpdateMetadataRequest:
     live = set(b for b, _ in request.live_brokers)
+    offline_dirs = dict(request.offline_dir_replicas)
 
     def state(s: LeaderAndIsrPartitionState) -> um.UpdateMetadataPartitionState:
+        # Kafka's offlineReplicas: a dead broker's, or one on a failed log dir
+        on_failed_dir = offline_dirs.get(s.tp, ())
         return um.UpdateMetadataPartitionState(
             topic_name=s.topic, partition_index=s.partition, controller_epoch=s.controller_epoch,
             leader=s.leader, leader_epoch=s.leader_epoch, isr=list(s.isr),
             zk_version=s.zk_version, replicas=list(s.replicas),
-            offline_replicas=[r for r in s.replicas if r not in live])
+            offline_replicas=[r for r in s.replicas if r not in live or r in on_failed_dir])
 
     live_brokers = []
     for b, _epoch in request.live_brokers:
@@ -152,6 +155,22 @@ def build_update_metadata(
                                         partition_states=[state(s) for s in ss])
             for t, ss in sorted(_by_topic(request.partition_states).items())
         ]
+    return out
+
+
+def leader_and_isr_partition_errors(
+    response: Any, topic_names: Mapping[UUID, str],
+) -> dict[TopicPartition, int]:
+    """Kafka's LeaderAndIsrResponse.partitionErrors: per partition its error code (v5+ name
+    topics by id; a topic the controller no longer knows is left out)."""
+    out: dict[TopicPartition, int] = {}
+    for e in getattr(response, "partition_errors", None) or ():
+        out[TopicPartition(e.topic_name, e.partition_index)] = e.error_code
+    for t in getattr(response, "topics", None) or ():
+        name = topic_names.get(t.topic_id)
+        if name is not None:
+            for e in t.partition_errors:
+                out[TopicPartition(name, e.partition_index)] = e.error_code
     return out
 
 

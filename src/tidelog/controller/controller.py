@@ -40,10 +40,13 @@ from tidelog.controller.admin import new_topic_id
 from tidelog.controller.channel_manager import (
     LEADER_DURING_DELETE,
     ControllerChannelManager,
+    leader_and_isr_partition_errors,
 )
 from tidelog.controller.core import (
+    KAFKA_STORAGE_ERROR,
     ControllerCore,
     Decision,
+    LeaderAndIsrRequest,
     StopReplicaRequest,
     UpdateMetadataRequest,
 )
@@ -369,6 +372,7 @@ class KafkaController:
             listener_name=self._inter_broker_listener(),
             leader_epochs=self._leader_epoch_of,
             topic_ids=self.topic_ids,
+            on_response=self._on_control_response,
         )
         # The broker-change path of every event (KIP-966 marks of unclean registrations
         # included: a broker that re-registered just before this failover was not seen by the
@@ -407,6 +411,9 @@ class KafkaController:
             await self._zk(self.zk_client.watch_isr_change_notifications,
                            lambda _s: self._enqueue_threadsafe("IsrChangeNotification",
                                                                self._on_isr_change)),
+            await self._zk(self.zk_client.watch_log_dir_event_notifications,
+                           lambda _s: self._enqueue_threadsafe("LogDirEventNotification",
+                                                               self._on_log_dir_event)),
             await self._zk(self.zk_client.watch_delete_topics,
                            lambda _ts: self._enqueue_threadsafe("TopicDeletion",
                                                                 self._on_topic_deletion)),
@@ -708,6 +715,56 @@ class KafkaController:
         # A moving partition whose ISR now holds its target replicas completes (Kafka's
         # PartitionReassignmentIsrChange).
         await self.reassignments.on_isr_change()
+
+    # -- log dir failures (Kafka's JBOD handling) ---------------------------------------------------
+    async def _on_log_dir_event(self) -> None:
+        """Kafka's processLogDirEventNotification: LeaderAndIsr for every replica of the brokers
+        whose log dir failed (their answers say which replicas are offline), then the handled
+        notifications are deleted."""
+        core = self.core
+        if core is None:
+            return
+        seqs = await self._zk(self.zk_client.get_all_log_dir_event_notifications)
+        if not seqs:
+            return
+        try:
+            brokers = await self._zk(self.zk_client.get_broker_ids_from_log_dir_events, seqs)
+            log.info("controller %d: log dir failure on brokers %s", self.broker_id,
+                     sorted(set(brokers)))
+            await self._execute(lambda: core.on_log_dir_failure(brokers))
+        finally:
+            if self.core is core:
+                await self._zk(self.zk_client.delete_log_dir_event_notifications, seqs,
+                               self.epoch_zk_version)
+
+    def _on_control_response(self, broker_id: int, request: Any, response: Any) -> None:
+        """A LeaderAndIsr answer is an event (Kafka's LeaderAndIsrResponseReceived) when it
+        names KAFKA_STORAGE_ERROR, or comes from a broker with replicas offline (an answer
+        without the error brings one back); others change nothing and are not queued."""
+        core = self.core
+        if core is None or not isinstance(request, LeaderAndIsrRequest):
+            return
+        if getattr(response, "error_code", 0):
+            return  # Kafka logs such an answer and ignores it (the channel logged it)
+        errors = leader_and_isr_partition_errors(
+            response, {topic_id: t for t, topic_id in self.topic_ids.items()})
+        if (KAFKA_STORAGE_ERROR not in errors.values()
+                and broker_id not in core.replicas_on_offline_dirs):
+            return
+        epoch = request.broker_epoch
+        self.enqueue("LeaderAndIsrResponseReceived",
+                     lambda: self._on_leader_and_isr_response(broker_id, epoch, errors))
+
+    async def _on_leader_and_isr_response(self, broker_id: int, broker_epoch: int,
+                                          errors: Mapping[TopicPartition, int]) -> None:
+        core = self.core
+        if core is None or core.live_brokers.get(broker_id) != broker_epoch:
+            return  # answered by an earlier registration of the broker
+        offline = core.on_leader_and_isr_response(broker_id, errors)
+        if offline:
+            log.warning("controller %d: replicas %s on broker %d are offline (log dir failed)",
+                        self.broker_id, sorted(offline), broker_id)
+            await self._execute(lambda: core.on_replicas_offline(broker_id, offline), offline)
 
     # -- topic deletion (Kafka's TopicDeletionManager, simplified) ---------------------------------
     async def _on_topic_deletion(self) -> None:

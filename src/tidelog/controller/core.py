@@ -257,12 +257,12 @@ class ControllerCore:
         return d
 
     def on_leader_and_isr_response(self, broker_id: int,
-                                   errors: Mapping[TopicPartition, int]) -> Decision:
+                                   errors: Mapping[TopicPartition, int]) -> set[TopicPartition]:
         """Kafka's processLeaderAndIsrResponseReceived: replicas answered KAFKA_STORAGE_ERROR
-        are offline, those answered NONE online again; the newly offline ones lose their
-        leaderships and ISR places (`on_replicas_offline`)."""
+        are offline, those answered NONE online again. Returns the newly offline ones, for
+        `on_replicas_offline` (an event the executor may replay, so it changes no state)."""
         if broker_id not in self.live_brokers:
-            return Decision()
+            return set()
         before = self.replicas_on_offline_dirs.get(broker_id, set())
         now = {tp for tp in before if errors.get(tp) != 0}
         now |= {tp for tp, code in errors.items() if code == KAFKA_STORAGE_ERROR}
@@ -270,10 +270,11 @@ class ControllerCore:
             self.replicas_on_offline_dirs[broker_id] = now
         else:
             self.replicas_on_offline_dirs.pop(broker_id, None)
-        return self.on_replicas_offline(broker_id, now - before)
+        return now - before
 
     def on_replicas_offline(self, broker_id: int, tps: Iterable[TopicPartition]) -> Decision:
-        """Kafka's onReplicasBecomeOffline for one broker's replicas: a partition it led gets a
+        """Kafka's onReplicasBecomeOffline for one broker's replicas (already recorded offline
+        by `on_leader_and_isr_response`): a partition it led gets a
         leader among the online replicas (none: leaderless, as an offline partition); the
         replica leaves the ISR (the last member stays, as Kafka's); the broker stops the
         replicas (StopReplica without deletion, Kafka's OfflineReplica transition). With nothing
