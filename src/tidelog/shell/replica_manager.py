@@ -44,6 +44,7 @@ from tidelog.replication.types import (
     ProposeIsr,
     TopicPartition,
 )
+from tidelog.shell.alter_log_dirs import ReplicaAlterLogDirsManager
 from tidelog.shell.fetcher_manager import ReplicaFetcherManager
 from tidelog.shell.interfaces import (
     AlterPartitionManager,
@@ -110,6 +111,12 @@ class ReplicaManager:
             leader_end_point=leader_end_point, num_fetchers=num_replica_fetchers,
             broker_epoch=-1, on_progress=self.complete_delayed,
         )
+        # Replicas moving between this broker's log dirs (AlterReplicaLogDirs).
+        self.alter_log_dirs_manager = ReplicaAlterLogDirsManager(
+            log_manager, self.core.partition, time=time, scheduler=scheduler,
+            offline_partitions=lambda: self.core.offline_partitions,
+            fetch_max_bytes=config.replica_fetch_max_bytes,
+            backoff_ms=config.replica_fetch_backoff_ms)
         self._hw_interval_ms = high_watermark_checkpoint_interval_ms
         self._isr_propagation_ms = isr_change_propagation_interval_ms
         self._log_task_intervals = log_task_intervals or LogTaskIntervals()
@@ -168,6 +175,7 @@ class ReplicaManager:
             t.cancel()
         self._tasks.clear()
         self.fetcher_manager.shutdown()
+        self.alter_log_dirs_manager.shutdown()
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
@@ -306,6 +314,8 @@ class ReplicaManager:
         self.fetcher_manager.apply(result.fetcher_actions)
         # Kafka's replicaFetcherManager.shutdownIdleFetcherThreads after every LeaderAndIsr.
         self.fetcher_manager.shutdown_idle_fetcher_threads()
+        # A future log loaded from disk resumes its copy once its replica is hosted.
+        self.alter_log_dirs_manager.maybe_add_hosted()
         self.complete_delayed()
         return result
 

@@ -4,6 +4,15 @@ Each log dir holds one directory per partition (`<topic>-<partition>`), the chec
 `recovery-point-offset-checkpoint`, `log-start-offset-checkpoint` and
 `replication-offset-checkpoint` (HW), and, between a clean shutdown and the next start, the
 `.kafka_cleanshutdown` marker that lets the next start skip recovery.
+
+A replica moving to another log dir of this broker (AlterReplicaLogDirs, Kafka's JBOD) has a
+*future log* there, `<topic>-<partition>.<uuid>-future`, that the shell's copier fills from the
+current log; `replace_current_with_future_log` then swaps them: the current dir is renamed to
+`<topic>-<partition>.<uuid>-delete`, the future dir to `<topic>-<partition>` (each rename made
+durable before the next). A crash leaves either both logs (the future is kept and the copy
+resumes once the partition is hosted, as Kafka's ZooKeeper-mode broker) or, between the two
+renames, a future log with no current one anywhere: that future was complete (the swap starts
+only at equal log end offsets, after a flush), so the load finishes the swap.
 """
 
 from __future__ import annotations
@@ -11,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import uuid
 from collections.abc import Callable, Iterable
 
 from tidelog.storage.checkpoint import (
@@ -26,14 +36,28 @@ from tidelog.storage.log import Log, parse_topic_partition
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.log_dir_failure_channel import LogDirFailureChannel
 
-__all__ = ["CLEAN_SHUTDOWN_FILE", "LogManager"]
+__all__ = ["CLEAN_SHUTDOWN_FILE", "FUTURE_DIR_SUFFIX", "LogManager", "parse_future_dir_name"]
 
 logger = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")  # Kafka's Topic.validate
 DELETE_DIR_SUFFIX = "-delete"
+FUTURE_DIR_SUFFIX = "-future"
 _CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT)
+
+
+def _dir_name_with_suffix(topic: str, partition: int, suffix: str) -> str:
+    """Kafka's UnifiedLog.logDirNameWithSuffix: `<topic>-<partition>.<uuid without dashes><suffix>`."""
+    return f"{topic}-{partition}.{uuid.uuid4().hex}{suffix}"
+
+
+def parse_future_dir_name(dir_name: str) -> TopicPartition | None:
+    """`orders-3.<uuid>-future` -> ("orders", 3); None for any other name."""
+    if not dir_name.endswith(FUTURE_DIR_SUFFIX):
+        return None
+    stem, dot, _ = dir_name[: -len(FUTURE_DIR_SUFFIX)].rpartition(".")
+    return parse_topic_partition(stem) if dot else None
 
 
 class LogManager:
@@ -57,6 +81,11 @@ class LogManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.logs: dict[TopicPartition, Log] = {}
         self.log_dir_of: dict[TopicPartition, str] = {}
+        # Replicas moving between log dirs: the future log and its dir (Kafka's futureLogs).
+        self.future_logs: dict[TopicPartition, Log] = {}
+        self.future_log_dir_of: dict[TopicPartition, str] = {}
+        # Where a replica not created yet goes (AlterReplicaLogDirs before its LeaderAndIsr).
+        self.preferred_log_dirs: dict[TopicPartition, str] = {}
         self.offline_dirs: set[str] = set()
         # I/O errors at runtime are reported here; the replica manager then takes the dir
         # offline (handle_log_dir_failure). A dir failing at startup is offline from the start.
@@ -65,6 +94,7 @@ class LogManager:
         self.skipped: list[str] = []  # partition dirs that could not be loaded
         for log_dir in self.log_dirs:
             self._load_dir(log_dir, now_ms)
+        self._complete_interrupted_swaps(now_ms)
 
     # -- loading ---------------------------------------------------------------------------
     def _read_checkpoint(self, log_dir: str, name: str) -> dict[TopicPartition, int]:
@@ -94,12 +124,15 @@ class LogManager:
             if name.endswith(DELETE_DIR_SUFFIX):
                 self._remove_tree(path)
                 continue
-            tp = parse_topic_partition(name)
+            future_tp = parse_future_dir_name(name)
+            tp = future_tp or parse_topic_partition(name)
             if tp is None:
                 continue  # checkpoints, the marker, or foreign files: not ours to touch
-            if tp in self.logs:
+            logs, dir_of = ((self.future_logs, self.future_log_dir_of) if future_tp
+                            else (self.logs, self.log_dir_of))
+            if tp in logs:
                 logger.error("%s: partition %s-%d is also in %s; skipped", log_dir, *tp,
-                             self.log_dir_of[tp])
+                             dir_of[tp])
                 self.skipped.append(path)
                 continue
             try:
@@ -128,8 +161,10 @@ class LogManager:
             self._watch(log, log_dir)
             if tp in high_watermarks:
                 log.update_high_watermark(high_watermarks[tp])
-            self.logs[tp] = log
-            self.log_dir_of[tp] = log_dir
+            if future_tp:
+                log.topic_partition = tp  # the dir name does not say it
+            logs[tp] = log
+            dir_of[tp] = log_dir
         if clean:
             try:
                 # From here on a crash must be detected as unclean.
@@ -138,6 +173,50 @@ class LogManager:
             except OSError as exc:
                 logger.error("log dir %s is offline: %s", log_dir, exc)
                 self.offline_dirs.add(log_dir)
+
+    def _complete_interrupted_swaps(self, now_ms: int) -> None:
+        """A future log with no current log: the broker stopped between the swap's two renames
+        (the current was already renamed for deletion), so the future is the replica. Not done
+        while a dir is offline or a log failed to load: the current may be there."""
+        if self.offline_dirs:
+            return
+        for tp in [tp for tp in self.future_logs if tp not in self.logs]:
+            name = f"{tp[0]}-{tp[1]}"
+            if any(os.path.basename(p) == name for p in self.skipped):
+                continue
+            logger.warning("completing the interrupted move of %s to %s", name,
+                           self.future_log_dir_of[tp])
+            try:
+                self._promote_future_log(tp, self.future_logs[tp].high_watermark, now_ms)
+            except (StorageError, OSError) as exc:
+                logger.error("cannot complete the move of %s: %s", name, exc)
+                self.offline_dirs.add(self.future_log_dir_of.get(tp, self.log_dirs[0]))
+
+    def _promote_future_log(self, tp: TopicPartition, high_watermark: int, now_ms: int) -> Log:
+        """The future log becomes the partition's log: flushed, closed, renamed to
+        `<topic>-<partition>` (made durable) and opened again from there."""
+        future = self.future_logs[tp]
+        log_dir = self.future_log_dir_of[tp]
+        future.flush()
+        future.close()
+        path = os.path.join(log_dir, f"{tp[0]}-{tp[1]}")
+        self.file_io.rename(future.dir, path)
+        self.file_io.fsync_dir(log_dir)
+        del self.future_logs[tp], self.future_log_dir_of[tp]
+        log = Log(
+            path,
+            self.config_for(tp[0]),
+            self.file_io,
+            recovery_point=future.log_end_offset,
+            log_start_offset=future.log_start_offset,
+            now_ms=now_ms,
+            had_clean_shutdown=True,  # closed just now: its indexes and snapshot are whole
+            producer_id_expiration_ms=self.producer_id_expiration_ms,
+        )
+        log.update_high_watermark(high_watermark)
+        self.logs[tp] = log
+        self.log_dir_of[tp] = log_dir
+        return log
 
     def _remove_tree(self, path: str) -> None:
         fio = self.file_io
@@ -170,18 +249,42 @@ class LogManager:
     def all_logs(self) -> list[Log]:
         return list(self.logs.values())
 
+    def get_future_log(self, topic: str, partition: int) -> Log | None:
+        return self.future_logs.get((topic, partition))
+
+    def log_dir_for_path(self, path: str) -> str | None:
+        """The configured log dir whose absolute path is `path` (Kafka names dirs by it)."""
+        wanted = os.path.normpath(path)
+        return next((d for d in self.log_dirs if os.path.abspath(d) == wanted), None)
+
+    def maybe_update_preferred_log_dir(self, topic: str, partition: int, log_dir: str) -> None:
+        """Kafka's maybeUpdatePreferredLogDir: remember `log_dir` for the replica unless its
+        current or future log is already there."""
+        tp = (topic, partition)
+        if self.log_dir_of.get(tp) != log_dir and self.future_log_dir_of.get(tp) != log_dir:
+            self.preferred_log_dirs[tp] = log_dir
+
     def get_or_create_log(
         self, topic: str, partition: int, config: LogConfig | None = None, now_ms: int = 0,
-        is_new: bool = False,
+        is_new: bool = False, is_future: bool = False,
     ) -> Log:
-        """The partition's log, created (in the log dir holding the fewest logs) if missing.
-        A replica that is not new (LeaderAndIsr's is_new) is not created while a log dir is
-        offline, as in Kafka's getOrCreateLog: its data may be in that dir, and an empty log
-        in another one could lead (and followers truncate to it)."""
+        """The partition's log, created if missing in its preferred log dir (AlterReplicaLogDirs)
+        or else in the log dir holding the fewest logs. A replica that is not new (LeaderAndIsr's
+        is_new) is not created while a log dir is offline, as in Kafka's getOrCreateLog: its
+        data may be in that dir, and an empty log in another one could lead (and followers
+        truncate to it). `is_future`: the future log of a replica moving to its preferred dir."""
         tp = (topic, partition)
-        log = self.logs.get(tp)
+        log = (self.future_logs if is_future else self.logs).get(tp)
         if log is not None:
             return log
+        preferred = self.preferred_log_dirs.get(tp)
+        if is_future:
+            if preferred is None:
+                raise ValueError(f"Can not create the future log for {topic}-{partition} "
+                                 "without having a preferred log directory")
+            if self.log_dir_of.get(tp) == preferred:
+                raise ValueError(f"Can not create the future log for {topic}-{partition} in "
+                                 "the current log directory of this partition")
         if not is_new and self.offline_dirs:
             raise KafkaStorageError(
                 f"Can not create log for {topic}-{partition} because log directories "
@@ -201,15 +304,23 @@ class LogManager:
         if config is not None:
             self.topic_configs[topic] = config
         online = [d for d in self.log_dirs if d not in self.offline_dirs]
-        if not online:
+        if preferred is not None:
+            if preferred not in online:
+                raise KafkaStorageError(
+                    f"No log directories available. Tried {os.path.abspath(preferred)}")
+            log_dir = preferred
+        elif not online:
             raise KafkaStorageError("every log dir is offline")
-        counts = {d: 0 for d in online}
-        for d in self.log_dir_of.values():
-            if d in counts:
-                counts[d] += 1
-        log_dir = min(online, key=lambda d: (counts[d], online.index(d)))
+        else:
+            counts = {d: 0 for d in online}
+            for d in self.log_dir_of.values():
+                if d in counts:
+                    counts[d] += 1
+            log_dir = min(online, key=lambda d: (counts[d], online.index(d)))
+        name = (_dir_name_with_suffix(topic, partition, FUTURE_DIR_SUFFIX) if is_future
+                else f"{topic}-{partition}")
         log = Log(
-            os.path.join(log_dir, f"{topic}-{partition}"),
+            os.path.join(log_dir, name),
             self.config_for(topic),
             self.file_io,
             now_ms=now_ms,
@@ -220,8 +331,73 @@ class LogManager:
         except OSError as exc:
             raise self._io_error(log_dir, f"cannot create log {topic}-{partition}: {exc}") from exc
         self._watch(log, log_dir)
-        self.logs[tp] = log
-        self.log_dir_of[tp] = log_dir
+        if is_future:
+            log.topic_partition = tp  # the dir name does not say it
+            self.future_logs[tp] = log
+            self.future_log_dir_of[tp] = log_dir
+        else:
+            self.logs[tp] = log
+            self.log_dir_of[tp] = log_dir
+        # Satisfied (Kafka removes it here too).
+        self.preferred_log_dirs.pop(tp, None)
+        return log
+
+    def remove_future_log(self, topic: str, partition: int) -> bool:
+        """Drop a replica's future log and its files (a move cancelled or redirected)."""
+        tp = (topic, partition)
+        log = self.future_logs.pop(tp, None)
+        if log is None:
+            return False
+        log_dir = self.future_log_dir_of.pop(tp)
+        log.delete()
+        try:
+            self.file_io.fsync_dir(log_dir)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot delete the future log of {topic}-{partition}: "
+                                    f"{exc}") from exc
+        self.checkpoint_logs([log_dir])
+        return True
+
+    def replace_current_with_future_log(self, topic: str, partition: int,
+                                        now_ms: int = 0) -> Log:
+        """Kafka's replaceCurrentWithFutureLog, for a future log that holds everything the
+        current one does (equal log end offsets; the caller checks, with nothing appended in
+        between). The current dir is renamed for deletion first and the future one takes its
+        name second, each rename made durable: a crash in between leaves only the complete
+        future log, which the next load promotes. Returns the partition's new log."""
+        tp = (topic, partition)
+        current = self.logs.get(tp)
+        future = self.future_logs.get(tp)
+        if current is None:
+            raise KafkaStorageError(f"The current replica for {topic}-{partition} is offline")
+        if future is None:
+            raise KafkaStorageError(f"The future replica for {topic}-{partition} is offline")
+        if future.log_end_offset != current.log_end_offset:
+            raise ValueError(f"the future log of {topic}-{partition} ends at "
+                             f"{future.log_end_offset}, the current one at "
+                             f"{current.log_end_offset}")
+        source, dest = self.log_dir_of[tp], self.future_log_dir_of[tp]
+        fio = self.file_io
+        high_watermark = current.high_watermark
+        try:
+            future.flush()  # complete on disk before the current copy is given up
+            current.close()
+            doomed = os.path.join(source, _dir_name_with_suffix(topic, partition,
+                                                                DELETE_DIR_SUFFIX))
+            fio.rename(current.dir, doomed)
+            fio.fsync_dir(source)
+        except (StorageError, OSError) as exc:
+            self.offline_dirs.add(source)
+            raise KafkaStorageError(f"cannot retire {current.dir}: {exc}") from exc
+        del self.logs[tp], self.log_dir_of[tp]
+        try:
+            log = self._promote_future_log(tp, high_watermark, now_ms)
+        except (StorageError, OSError) as exc:
+            self.offline_dirs.add(dest)
+            raise KafkaStorageError(f"cannot move {topic}-{partition} to {dest}: {exc}") from exc
+        self._remove_tree(doomed)
+        self.checkpoint_logs([source, dest])
+        self.checkpoint_high_watermarks([source, dest])
         return log
 
     # -- log dir failure ------------------------------------------------------------------
@@ -260,6 +436,8 @@ class LogManager:
 
     def delete_log(self, topic: str, partition: int) -> bool:
         tp = (topic, partition)
+        # The future first: a future log without a current one counts as a finished move.
+        self.remove_future_log(topic, partition)
         log = self.logs.pop(tp, None)
         if log is None:
             return False
@@ -306,6 +484,12 @@ class LogManager:
             d = self.log_dir_of[tp]
             if d in grouped:
                 grouped[d][tp] = log
+        # A future log is checkpointed in its own dir (it is never in the same dir as its
+        # current log), so a restart loads it from its recovery point.
+        for tp, log in self.future_logs.items():
+            d = self.future_log_dir_of[tp]
+            if d in grouped:
+                grouped[d][tp] = log
         return grouped
 
     def _write_checkpoints(self, log_dirs: Iterable[str] | None,
@@ -339,16 +523,18 @@ class LogManager:
 
     def shutdown(self) -> None:
         """Flush and close every log, write the checkpoints, then the clean-shutdown marker."""
-        for tp, log in self.logs.items():
-            if log.closed:
-                continue
-            try:
-                log.flush()
-                log.close()
-            except StorageError as exc:
-                # No clean marker for a dir that failed: its next start must recover.
-                logger.error("shutdown of %s failed: %s", log.dir, exc)
-                self.offline_dirs.add(self.log_dir_of[tp])
+        for logs, dir_of in ((self.logs, self.log_dir_of),
+                             (self.future_logs, self.future_log_dir_of)):
+            for tp, log in logs.items():
+                if log.closed:
+                    continue
+                try:
+                    log.flush()
+                    log.close()
+                except StorageError as exc:
+                    # No clean marker for a dir that failed: its next start must recover.
+                    logger.error("shutdown of %s failed: %s", log.dir, exc)
+                    self.offline_dirs.add(dir_of[tp])
         for log_dir in self.log_dirs:
             if log_dir in self.offline_dirs:
                 continue

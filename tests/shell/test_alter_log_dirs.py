@@ -1,0 +1,272 @@
+"""Moving a replica between a broker's log dirs (AlterReplicaLogDirs) through the shared shell,
+on real files and a hand-stepped clock: the future log copies the current one, follows its
+truncations and appends, swaps in atomically, and a crash at any point of the move recovers
+to one whole log."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_shell_replica_manager import Clock, IsrWriter
+
+from tidelog.protocol.errors import ErrorCode
+from tidelog.protocol.records.builder import build_values
+from tidelog.replication.config import ReplicationConfig
+from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
+from tidelog.shell.replica_manager import ReplicaManager
+from tidelog.storage.file_io import OsFileIO
+from tidelog.storage.log_config import LogConfig
+from tidelog.storage.log_manager import FUTURE_DIR_SUFFIX, LogManager
+
+TP = TopicPartition("t", 0)
+
+
+class CrashingFileIO(OsFileIO):
+    """Real files; the process "dies" (an exception no handler catches) at the n-th change to
+    a directory: what is on disk then is what a restart finds."""
+
+    def __init__(self, budget: int | None = None) -> None:
+        self.budget = budget
+        self.ops = 0
+
+    def _tick(self) -> None:
+        self.ops += 1
+        if self.budget is not None and self.ops > self.budget:
+            raise Crash
+
+    def open(self, path: str) -> Any:
+        self._tick()
+        return super().open(path)
+
+    def makedirs(self, path: str) -> None:
+        self._tick()
+        super().makedirs(path)
+
+    def remove(self, path: str) -> None:
+        self._tick()
+        super().remove(path)
+
+    def rename(self, src: str, dst: str) -> None:
+        self._tick()
+        super().rename(src, dst)
+
+    def fsync_dir(self, path: str) -> None:
+        self._tick()
+        super().fsync_dir(path)
+
+
+class Crash(BaseException):
+    pass
+
+
+class Broker:
+    def __init__(self, dirs: list[str], io: OsFileIO | None = None,
+                 fetch_max_bytes: int = 1 << 20) -> None:
+        self.dirs = dirs
+        self.clock = Clock()
+        self.lm = LogManager(dirs, LogConfig(min_insync_replicas=1, segment_bytes=2048), io
+                             or OsFileIO())
+        self.rm = ReplicaManager(
+            1, self.lm, ReplicationConfig(replica_fetch_max_bytes=fetch_max_bytes),
+            time=self.clock, scheduler=self.clock, alter_partition_manager=IsrWriter(),
+            leader_end_point=lambda s, f: None)  # type: ignore[arg-type,return-value]
+        self.rm.set_broker_epoch(100)
+        self.moves = self.rm.alter_log_dirs_manager
+
+    def lead(self, tp: TopicPartition = TP, is_new: bool = True) -> None:
+        state = LeaderAndIsrPartitionState(tp.topic, tp.partition, 1, 1, 0, (1,), 0, (1,),
+                                           is_new=is_new)
+        assert self.rm.become_leader_or_follower(0, 1, 100, [state], {1}).error == 0
+
+    def produce(self, n: int, tp: TopicPartition = TP) -> None:
+        for i in range(n):
+            out = self.rm.append_records(1, {tp: build_values([b"x%d" % i] * 5)}, 1000,
+                                         ("p", i), lambda _: None)
+            assert out.results[tp].error == 0
+
+    def alter(self, tp: TopicPartition, path: str,
+              known: bool = True) -> ErrorCode:
+        return self.moves.alter_replica_log_dirs({tp: os.path.abspath(path)},
+                                                 lambda _: known)[tp]
+
+
+def contents(log: Any) -> bytes:
+    return bytes(log.read(log.log_start_offset, 1 << 30).records)
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> list[str]:
+    return [str(tmp_path / "d1"), str(tmp_path / "d2")]
+
+
+def test_a_replica_moves_to_the_other_log_dir_with_every_record(dirs: list[str]) -> None:
+    b = Broker(dirs, fetch_max_bytes=1500)
+    b.lead()
+    b.produce(40)
+    log = b.lm.get_log("t", 0)
+    before, hw = contents(log), log.high_watermark
+    assert b.lm.log_dir_of[TP] == dirs[0] and len(log.segments) >= 3
+
+    assert b.alter(TP, dirs[1]) == ErrorCode.NONE
+    (future_dir,) = [n for n in os.listdir(dirs[1]) if n.endswith(FUTURE_DIR_SUFFIX)]
+    assert future_dir.startswith("t-0.")
+    b.clock.advance(0)  # one step: one read of at most replica.fetch.max.bytes
+    assert b.lm.log_dir_of[TP] == dirs[0] and 0 < b.moves.bytes_copied <= 1500
+    b.clock.advance(100)
+
+    moved = b.lm.get_log("t", 0)
+    assert b.lm.log_dir_of[TP] == dirs[1] and b.moves.swaps == 1
+    assert "t-0" not in os.listdir(dirs[0]) and os.listdir(dirs[1]).count("t-0") == 1
+    assert not any(n.endswith(("-future", "-delete")) for d in dirs for n in os.listdir(d))
+    assert b.rm.core.partition(TP).log is moved and moved is not log and log.closed
+    assert contents(moved) == before and moved.high_watermark == hw
+    b.produce(1)  # the partition writes to its new log
+    assert moved.log_end_offset == log.log_end_offset + 5
+
+    after, hw = contents(moved), moved.high_watermark
+    b.lm.shutdown()
+    again = LogManager(dirs, LogConfig(), OsFileIO())
+    assert again.log_dir_of[TP] == dirs[1] and contents(again.get_log("t", 0)) == after
+    assert again.get_log("t", 0).high_watermark == hw
+
+
+def test_records_produced_during_the_copy_are_moved_too(dirs: list[str]) -> None:
+    b = Broker(dirs, fetch_max_bytes=500)
+    b.lead()
+    b.produce(10)
+    assert b.alter(TP, dirs[1]) == ErrorCode.NONE
+    for _ in range(10):
+        b.produce(2)
+        b.clock.advance(1)
+    b.clock.advance(100)
+    assert b.lm.log_dir_of[TP] == dirs[1]
+    moved = b.lm.get_log("t", 0)
+    assert moved.log_end_offset == 30 * 5 and len(list(moved.batches())) == 30
+
+
+def test_a_truncation_of_the_current_log_truncates_the_future_one(dirs: list[str]) -> None:
+    """A follower that diverged from a new leader truncates; the future copy must not keep
+    the records the current log dropped (here the same offsets are then written again with
+    other values)."""
+    b = Broker(dirs, fetch_max_bytes=1 << 20)
+    b.lead()
+    b.produce(10)
+    assert b.alter(TP, dirs[1]) == ErrorCode.NONE
+    current = b.lm.get_log("t", 0)
+    future = b.lm.get_future_log("t", 0)
+    # Copy everything, but hold the swap (as while the cleaner holds the log).
+    b.moves.may_swap = lambda tp: False
+    b.clock.advance(5)
+    assert future.log_end_offset == current.log_end_offset == 50
+    current.truncate_to(20)
+    assert future.log_end_offset == 20
+    current.append_as_follower(build_values([b"other"] * 5, base_offset=20), 0)
+    expected = contents(current)
+    b.moves.may_swap = None
+    b.clock.advance(5)
+    assert b.lm.log_dir_of[TP] == dirs[1]
+    assert contents(b.lm.get_log("t", 0)) == expected and b"other" in expected
+
+
+def test_errors_are_kafkas(tmp_path: Path, dirs: list[str]) -> None:
+    b = Broker(dirs)
+    b.lead()
+    assert b.alter(TP, str(tmp_path / "elsewhere")) == ErrorCode.LOG_DIR_NOT_FOUND
+    assert b.alter(TopicPartition("t", 9), dirs[1], known=True) \
+        == ErrorCode.REPLICA_NOT_AVAILABLE
+    assert b.alter(TopicPartition("nope", 0), dirs[1], known=False) \
+        == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert b.alter(TopicPartition("x" * 215, 0), dirs[1]) == ErrorCode.INVALID_TOPIC_EXCEPTION
+    # Already there: nothing to move.
+    assert b.alter(TP, dirs[0]) == ErrorCode.NONE and b.lm.future_logs == {}
+    b.lm.offline_dirs.add(dirs[1])
+    assert b.alter(TP, dirs[1]) == ErrorCode.KAFKA_STORAGE_ERROR
+    assert b.lm.future_logs == {}
+
+
+def test_a_replica_not_created_yet_is_created_in_its_preferred_dir(dirs: list[str]) -> None:
+    b = Broker(dirs)
+    b.lead(TopicPartition("a", 0))  # d1 holds one log now: the default would be d2
+    tp = TopicPartition("t", 3)
+    assert b.alter(tp, dirs[0]) == ErrorCode.REPLICA_NOT_AVAILABLE
+    b.lead(tp)
+    assert b.lm.log_dir_of[tp] == dirs[0] and b.lm.preferred_log_dirs == {}
+    assert b.lm.future_logs == {}
+
+
+def test_a_new_destination_replaces_the_move_in_progress(tmp_path: Path) -> None:
+    dirs = [str(tmp_path / f"d{i}") for i in (1, 2, 3)]
+    b = Broker(dirs, fetch_max_bytes=300)
+    b.lead()
+    b.produce(10)
+    assert b.alter(TP, dirs[1]) == ErrorCode.NONE
+    b.clock.advance(1)
+    assert b.alter(TP, dirs[2]) == ErrorCode.NONE
+    assert not any(n.endswith(FUTURE_DIR_SUFFIX) for n in os.listdir(dirs[1]))
+    b.clock.advance(100)
+    assert b.lm.log_dir_of[TP] == dirs[2] and os.listdir(dirs[1]).count("t-0") == 0
+
+
+def test_deleting_the_replica_mid_move_deletes_both_logs(dirs: list[str]) -> None:
+    b = Broker(dirs, fetch_max_bytes=300)
+    b.lead()
+    b.produce(10)
+    assert b.alter(TP, dirs[1]) == ErrorCode.NONE
+    b.clock.advance(1)
+    assert b.rm.stop_replicas(0, 1, 100, {TP: True}).error == 0
+    b.clock.advance(100)
+    assert b.moves.moving == {} and b.moves.swaps == 0
+    assert [n for d in dirs for n in os.listdir(d) if n.startswith("t-0")] == []
+
+
+def test_a_crash_at_any_point_of_the_move_recovers_one_whole_log(dirs: list[str]) -> None:
+    """The process dies at every directory change of the copy and the swap in turn; the
+    restarted broker has one log holding every record, in the old dir (with the future log
+    kept, whose copy resumes once the partition is hosted) or in the new one."""
+    setup = Broker(dirs)
+    setup.lead()
+    setup.produce(20)
+    setup.lm.shutdown()
+    expected = contents(LogManager(dirs, LogConfig(), OsFileIO()).get_log("t", 0))
+
+    outcomes: set[str] = set()
+    budget = 0
+    while True:
+        io = CrashingFileIO()
+        b = Broker(dirs, io, fetch_max_bytes=1500)
+        b.lead(is_new=False)
+        io.budget, io.ops = budget, 0
+        try:
+            b.alter(TP, dirs[1])
+            b.clock.advance(100)
+            finished = True
+        except Crash:
+            finished = False
+        # Restart (no shutdown: the process is gone).
+        restarted = Broker(dirs)
+        lm = restarted.lm
+        assert lm.skipped == [] and TP in lm.logs
+        assert contents(lm.get_log("t", 0)) == expected, budget
+        assert not any(n.endswith("-delete") for d in dirs for n in os.listdir(d))
+        outcomes.add(f"{lm.log_dir_of[TP] == dirs[1]}/{TP in lm.future_logs}")
+        restarted.lead(is_new=False)
+        if lm.log_dir_of[TP] == dirs[0] and TP in lm.future_logs:
+            # Hosted again: the copy resumes and completes.
+            restarted.clock.advance(100)
+            assert lm.log_dir_of[TP] == dirs[1] and contents(lm.get_log("t", 0)) == expected
+        if lm.log_dir_of[TP] == dirs[1]:
+            # Back to the first dir for the next round, so each starts from the same place.
+            assert restarted.alter(TP, dirs[0]) == ErrorCode.NONE
+            restarted.clock.advance(100)
+            assert lm.log_dir_of[TP] == dirs[0]
+        restarted.lm.shutdown()
+        if finished:
+            break
+        budget += 1
+    # Every kind of state was hit: the old log alone, a partial future beside it, the swap
+    # finished by the load (between the two renames), and the move done.
+    assert outcomes == {"False/False", "False/True", "True/False"}, outcomes
+    assert budget > 10
