@@ -39,7 +39,14 @@ authorized operations are all those a cluster supports, as Kafka answers without
 DescribeLogDirs (35), as `ReplicaManager.describeLogDirs`: per configured log dir (absolute
 path) its logs grouped by topic, each requested partition with its size in bytes and offset lag
 (max(HW - LEO, 0), -1 when the partition is not hosted online), the file system's total and
-usable bytes; an offline dir answers KAFKA_STORAGE_ERROR.
+usable bytes; an offline dir answers KAFKA_STORAGE_ERROR. A replica moving to another dir shows
+its future log there too, with is_future_key and its lag behind the current log's LEO.
+
+AlterReplicaLogDirs (34), as `ReplicaManager.alterReplicaLogDirs`: each partition's replica
+moves to the named dir of this broker (`shell.alter_log_dirs`); LOG_DIR_NOT_FOUND for a dir not
+in log.dirs, KAFKA_STORAGE_ERROR for an offline dir or partition, REPLICA_NOT_AVAILABLE for a
+known partition not hosted here (the dir is remembered for its creation),
+UNKNOWN_TOPIC_OR_PARTITION for one the metadata lacks.
 
 DescribeProducers (61), as `Partition.activeProducerState`: the idempotent producers of a
 partition hosted here (leader or follower) with their epoch, last sequence and last timestamp
@@ -61,6 +68,7 @@ from tidelog.controller.admin import AdminError
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import alter_partition_reassignments as m_apr
+from tidelog.protocol.messages import alter_replica_log_dirs as m_arld
 from tidelog.protocol.messages import create_partitions as m_cp
 from tidelog.protocol.messages import delete_groups as m_dg
 from tidelog.protocol.messages import delete_records as m_dr
@@ -108,6 +116,7 @@ class AdminApis:
         apis.register_handler(ApiKey.ELECT_LEADERS, self.handle_elect_leaders)
         apis.register_handler(ApiKey.DESCRIBE_CLUSTER, self.handle_describe_cluster)
         apis.register_handler(ApiKey.DESCRIBE_LOG_DIRS, self.handle_describe_log_dirs)
+        apis.register_handler(ApiKey.ALTER_REPLICA_LOG_DIRS, self.handle_alter_replica_log_dirs)
         apis.register_handler(ApiKey.DESCRIBE_PRODUCERS, self.handle_describe_producers)
         apis.register_handler(ApiKey.ALTER_PARTITION_REASSIGNMENTS,
                               self.handle_alter_partition_reassignments)
@@ -420,22 +429,49 @@ class AdminApis:
                     error_code=ErrorCode.KAFKA_STORAGE_ERROR, log_dir=path))
                 continue
             by_topic: dict[str, list[m_dld.DescribeLogDirsPartition]] = {}
-            for tp, log in sorted(lm.logs.items()):
-                if lm.log_dir_of.get(tp) != log_dir:
-                    continue
+            here = [(tp, log, False) for tp, log in lm.logs.items()
+                    if lm.log_dir_of.get(tp) == log_dir]
+            here += [(tp, log, True) for tp, log in lm.future_logs.items()
+                     if lm.future_log_dir_of.get(tp) == log_dir]
+            for tp, log, is_future in sorted(here, key=lambda e: e[0]):
                 parts = by_topic.setdefault(tp[0], [])
                 if tp not in wanted:
                     continue
                 p = core.partition(TopicPartition(*tp))
-                lag = -1 if p is None else max(p.high_watermark - log.log_end_offset, 0)
+                if p is None:
+                    lag = -1  # not hosted online (Kafka's INVALID_OFFSET_LAG)
+                elif is_future:
+                    lag = p.log_end_offset - log.log_end_offset
+                else:
+                    lag = max(p.high_watermark - log.log_end_offset, 0)
                 parts.append(m_dld.DescribeLogDirsPartition(
-                    partition_index=tp[1], partition_size=log.size, offset_lag=lag))
+                    partition_index=tp[1], partition_size=log.size, offset_lag=lag,
+                    is_future_key=is_future))
             results.append(m_dld.DescribeLogDirsResult(
                 log_dir=path,
                 topics=[m_dld.DescribeLogDirsTopic(name=t, partitions=ps)
                         for t, ps in by_topic.items()],
                 total_bytes=usage.total, usable_bytes=usage.free))
         return m_dld.DescribeLogDirsResponse(results=results)
+
+    # ------------------------------------------------------------------ AlterReplicaLogDirs
+    async def handle_alter_replica_log_dirs(
+        self, ctx: RequestContext, request: m_arld.AlterReplicaLogDirsRequest
+    ) -> m_arld.AlterReplicaLogDirsResponse:
+        # A partition named under two dirs goes to the last one (Kafka builds a map).
+        partition_dirs = {TopicPartition(t.name, p): d.path
+                          for d in request.dirs for t in d.topics for p in t.partitions}
+        cache = self.server.metadata_cache
+        moves = self.server.replica_manager.shell.alter_log_dirs_manager
+        results = moves.alter_replica_log_dirs(
+            partition_dirs, lambda tp: cache.partition(tp) is not None)
+        by_topic: dict[str, m_arld.AlterReplicaLogDirTopicResult] = {}
+        for tp, code in results.items():
+            by_topic.setdefault(tp.topic, m_arld.AlterReplicaLogDirTopicResult(
+                topic_name=tp.topic)).partitions.append(
+                m_arld.AlterReplicaLogDirPartitionResult(partition_index=tp.partition,
+                                                         error_code=code))
+        return m_arld.AlterReplicaLogDirsResponse(results=list(by_topic.values()))
 
     # ------------------------------------------------------------------ DescribeProducers
     async def handle_describe_producers(

@@ -57,6 +57,7 @@ BROKER_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),  # v1 endpoint_type (brokers only)
     ApiKey.DESCRIBE_LOG_DIRS: (0, 4),  # v2 flexible; v3 top-level error; v4 total/usable bytes
+    ApiKey.ALTER_REPLICA_LOG_DIRS: (0, 2),  # JBOD moves between this broker's log dirs; v2 flexible
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),  # each replica's producer state, open transactions too
     ApiKey.INIT_PRODUCER_ID: (0, 4),  # v3 producer id/epoch for bumping; v2 flexible
     ApiKey.FIND_COORDINATOR: (0, 4),  # v1 key_type; v3 flexible; v4 batched coordinator_keys
