@@ -83,3 +83,11 @@ def test_a_log_manager_can_share_the_brokers_channel() -> None:
     with pytest.raises(KafkaStorageError):
         m.get_log("t", 0).append_as_leader(batch(), 1, 0)
     assert channel.take_next_offline_log_dir() == "/disk1"
+
+
+def test_a_future_log_in_the_failed_dir_goes_too() -> None:
+    _, m, _ = _two_dirs()
+    m.maybe_update_preferred_log_dir("t", 1, "/disk1")
+    m.get_or_create_log("t", 1, is_future=True)  # t-1 moving from /disk2 into /disk1
+    assert m.handle_log_dir_failure("/disk1") == [("t", 0), ("t", 2)]
+    assert m.get_future_log("t", 1) is None and m.get_log("t", 1) is not None

@@ -214,6 +214,7 @@ class LogManager:
             producer_id_expiration_ms=self.producer_id_expiration_ms,
         )
         log.update_high_watermark(high_watermark)
+        self._watch(log, log_dir)
         self.logs[tp] = log
         self.log_dir_of[tp] = log_dir
         return log
@@ -432,6 +433,10 @@ class LogManager:
         for tp in gone:
             del self.log_dir_of[tp]
             self.logs.pop(tp).close_handlers()
+        # Future logs there go too (Kafka's removeOfflineLogs(futureLogs)): their moves stop.
+        for tp in sorted(tp for tp, d in self.future_log_dir_of.items() if d == log_dir):
+            del self.future_log_dir_of[tp]
+            self.future_logs.pop(tp).close_handlers()
         return gone
 
     def delete_log(self, topic: str, partition: int) -> bool:
