@@ -1,6 +1,6 @@
 """`tidelog reassign` reads Kafka's reassignment JSON: `log_dirs` as long as `replicas`
-(Kafka's message otherwise), and only `any` as a log dir — a plan choosing a replica's log dir
-is refused before anything is sent, since tidelog brokers do not serve AlterReplicaLogDirs."""
+(Kafka's message otherwise, before anything is sent); a dir other than `any` is a log dir move
+for that replica."""
 
 from __future__ import annotations
 
@@ -23,21 +23,22 @@ def plan_file(tmp_path: Path, **partition: object) -> str:
 
 
 def test_a_plan_with_any_log_dir_or_none_is_read(tmp_path: Path) -> None:
-    assert _read_plan(plan_file(tmp_path, log_dirs=["any"] * 3)) == {("moving", 0): [2, 3, 4]}
-    assert _read_plan(plan_file(tmp_path)) == {("moving", 0): [2, 3, 4]}
+    assert _read_plan(plan_file(tmp_path, log_dirs=["any"] * 3)) == ({("moving", 0): [2, 3, 4]},
+                                                                     {})
+    assert _read_plan(plan_file(tmp_path)) == ({("moving", 0): [2, 3, 4]}, {})
+
+
+def test_a_log_dir_other_than_any_is_a_move_of_that_replica(tmp_path: Path) -> None:
+    assert _read_plan(plan_file(tmp_path, log_dirs=["any", "/data/b", "any"])) == (
+        {("moving", 0): [2, 3, 4]}, {("moving", 0, 3): "/data/b"})
 
 
 @pytest.mark.parametrize("command", ["execute", "verify", "cancel"])
-@pytest.mark.parametrize(("log_dirs", "message"), [
-    (["any"], "Error: Size of replicas list [2, 3, 4] is different from size of log dirs list "
-              "[any] for partition moving-0"),
-    (["any", "/data/b", "any"], "Error: Failed to alter dir for moving-0-3: tidelog brokers do "
-                                "not serve AlterReplicaLogDirs"),
-])
-def test_a_plan_naming_log_dirs_is_refused_before_anything_is_sent(
-        tmp_path: Path, command: str, log_dirs: list[str], message: str) -> None:
+def test_log_dirs_not_as_long_as_replicas_are_refused_before_anything_is_sent(
+        tmp_path: Path, command: str) -> None:
     result = CliRunner().invoke(reassign, [
         command, "--bootstrap-server", NOWHERE,
-        "--reassignment-json-file", plan_file(tmp_path, log_dirs=log_dirs)])
+        "--reassignment-json-file", plan_file(tmp_path, log_dirs=["any"])])
     assert result.exit_code == 1
-    assert message in result.output
+    assert ("Error: Size of replicas list [2, 3, 4] is different from size of log dirs list "
+            "[any] for partition moving-0") in result.output

@@ -4,20 +4,21 @@ kafka-reassign-partitions, the same JSON files and the same messages).
 - generate: `--topics-to-move-json-file F --broker-list 2,3,4`: the current assignment of the
   topics and a proposed one over the listed brokers (Kafka's rack-unaware round-robin with a
   random start, as kafka-reassign-partitions).
-- execute: `--reassignment-json-file F [--throttle BYTES_PER_S]`: prints the current assignment
-  (for a rollback), sets the throttles when asked (each moving topic's
+- execute: `--reassignment-json-file F [--throttle BYTES_PER_S] [--timeout MS]`: prints the
+  current assignment (for a rollback), sets the throttles when asked (each moving topic's
   leader.replication.throttled.replicas = the current replicas, follower... = the new ones; the
-  brokers' leader/follower.replication.throttled.rate) and sends AlterPartitionReassignments.
-- verify: `--reassignment-json-file F`: each partition's state; once every move completed, the
-  throttles are cleared (the brokers' rates, the topics' throttled replicas).
+  brokers' leader/follower.replication.throttled.rate) and sends AlterPartitionReassignments;
+  then each replica the plan gives a log dir is sent there with AlterReplicaLogDirs, retried
+  while its broker does not host it yet (REPLICA_NOT_AVAILABLE) until --timeout.
+- verify: `--reassignment-json-file F`: each partition's state, then each log dir move's
+  (DescribeLogDirs); once every move completed, the throttles are cleared (the brokers' rates,
+  the topics' throttled replicas).
 - cancel: `--reassignment-json-file F`: AlterPartitionReassignments with no target (the
   partitions go back to their original replicas).
 - list: the reassignments in progress (ListPartitionReassignments).
 
-A plan's `log_dirs` must match its `replicas` in length (Kafka's check and message) and name
-no directory but `any`: tidelog brokers do not serve AlterReplicaLogDirs (34), so a plan that
-chooses a replica's log dir is refused before anything changes (Kafka's tool, against brokers
-without it, moves the replicas and then fails with "Failed to alter dir for ...").
+A plan's `log_dirs` must match its `replicas` in length (Kafka's check and message); `any`
+lets the broker choose.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -57,10 +59,17 @@ def _java_list(items: list[Any]) -> str:
     return "[" + ", ".join(map(str, items)) + "]"
 
 
-def _read_plan(path: str) -> dict[tuple[str, int], list[int]]:
+# (topic, partition, broker) -> the log dir the plan names for that replica
+Moves = dict[tuple[str, int, int], str]
+
+
+def _read_plan(path: str) -> tuple[dict[tuple[str, int], list[int]], Moves]:
+    """Kafka's parsePartitionReassignmentData: each partition's target replicas, and the log
+    dir of each replica whose plan entry is not `any`."""
     try:
         obj = json.loads(Path(path).read_text())
         plan: dict[tuple[str, int], list[int]] = {}
+        moves: Moves = {}
         for p in obj["partitions"]:
             key = (str(p["topic"]), int(p["partition"]))
             replicas = [int(r) for r in p["replicas"]]
@@ -69,15 +78,17 @@ def _read_plan(path: str) -> dict[tuple[str, int], list[int]]:
             if len(log_dirs) != len(replicas):
                 _err(f"Size of replicas list {_java_list(replicas)} is different from size of "
                      f"log dirs list {_java_list(log_dirs)} for partition {_tp(key)}")
-            chosen = [r for r, d in zip(replicas, log_dirs, strict=True) if d != ANY_LOG_DIR]
-            if chosen:
-                _err(f"Failed to alter dir for {_tp(key)}-{chosen[0]}: tidelog brokers do not "
-                     "serve AlterReplicaLogDirs, so a replica's log dir cannot be chosen "
-                     f'(use "{ANY_LOG_DIR}")')
-        return plan
+            moves.update({(*key, r): d for r, d in zip(replicas, log_dirs, strict=True)
+                          if d != ANY_LOG_DIR})
+        return plan, moves
     except (OSError, ValueError, KeyError, TypeError) as e:
         _err(f"cannot read the reassignment {path}: {e}")
         raise AssertionError from e  # unreachable: _err exits
+
+
+def _replica(r: tuple[str, int, int]) -> str:
+    """Kafka's TopicPartitionReplica.toString."""
+    return f"{r[0]}-{r[1]}-{r[2]}"
 
 
 def _tp(key: tuple[str, int]) -> str:
@@ -186,6 +197,117 @@ async def _alter(client: Any, targets: dict[tuple[str, int], list[int] | None]
             for t in response.responses for p in t.partitions}
 
 
+async def _alter_replica_log_dirs(client: Any, moves: Moves) -> set[tuple[str, int, int]]:
+    """Kafka's alterReplicaLogDirs (the tool's): one AlterReplicaLogDirs per broker; the
+    replicas it accepted. REPLICA_NOT_AVAILABLE (not hosted yet) is left for the next try,
+    any other error ends the command."""
+    from tidelog.protocol.errors import ErrorCode
+    from tidelog.protocol.messages import alter_replica_log_dirs as m_arld
+
+    started: set[tuple[str, int, int]] = set()
+    for broker in sorted({b for _, _, b in moves}):
+        dirs: dict[str, dict[str, list[int]]] = {}
+        for (t, p, b), d in sorted(moves.items()):
+            if b == broker:
+                dirs.setdefault(d, {}).setdefault(t, []).append(p)
+        response = await client.send(broker, m_arld.AlterReplicaLogDirsRequest(dirs=[
+            m_arld.AlterReplicaLogDir(path=d, topics=[
+                m_arld.AlterReplicaLogDirTopic(name=t, partitions=ps) for t, ps in ts.items()])
+            for d, ts in dirs.items()]))
+        for topic in response.results:
+            for part in topic.partitions:
+                replica = (topic.topic_name, part.partition_index, broker)
+                if part.error_code == ErrorCode.NONE:
+                    started.add(replica)
+                elif part.error_code != ErrorCode.REPLICA_NOT_AVAILABLE:
+                    _err(f"Failed to alter dir for {_replica(replica)}: "
+                         f"{ErrorCode(part.error_code).name}")
+    return started
+
+
+async def _execute_moves(client: Any, moves: Moves, timeout_ms: int) -> None:
+    """Kafka's executeMoves: retried every 100 ms until each replica's move started."""
+    pending = dict(moves)
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        started = await _alter_replica_log_dirs(client, pending)
+        for r in sorted(started):
+            click.echo(f"Successfully started moving log directory to {pending[r]} for replica "
+                       f"{r[0]}-{r[1]} with broker {r[2]} ")
+            del pending[r]
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            _err(f"Timed out before log directory move{'s' if len(pending) > 1 else ''} could "
+                 "be started for: " + ",".join(_replica(r) for r in sorted(pending)))
+        await asyncio.sleep(0.1)
+
+
+async def _replica_log_dirs(client: Any, replicas: set[tuple[str, int, int]]
+                            ) -> dict[tuple[str, int, int], tuple[str | None, str | None]]:
+    """Kafka's describeReplicaLogDirs: each replica's (current dir, future dir), from the
+    DescribeLogDirs of its broker; a replica found in no online dir is left out."""
+    from tidelog.protocol.messages import describe_log_dirs as m_dld
+
+    out: dict[tuple[str, int, int], tuple[str | None, str | None]] = {}
+    for broker in sorted({b for _, _, b in replicas}):
+        topics: dict[str, list[int]] = {}
+        for t, p, b in sorted(replicas):
+            if b == broker:
+                topics.setdefault(t, []).append(p)
+        response = await client.send(broker, m_dld.DescribeLogDirsRequest(topics=[
+            m_dld.DescribableLogDirTopic(topic=t, partitions=ps) for t, ps in topics.items()]))
+        for result in response.results:
+            if result.error_code:
+                continue
+            for topic in result.topics:
+                for part in topic.partitions:
+                    replica = (topic.name, part.partition_index, broker)
+                    if replica not in replicas:
+                        continue
+                    current, future = out.get(replica, (None, None))
+                    if part.is_future_key:
+                        future = result.log_dir
+                    else:
+                        current = result.log_dir
+                    out[replica] = (current, future)
+    return out
+
+
+async def _verify_moves(client: Any, moves: Moves) -> bool:
+    """Kafka's verifyReplicaMoves: a line per replica; True when every move completed."""
+    found = await _replica_log_dirs(client, set(moves))
+    done = True
+    lines = []
+    for r, target in sorted(moves.items()):
+        t, p, b = r
+        if r not in found:
+            done = False
+            lines.append(f"Partition {t}-{p} cannot be found in any live log directory on "
+                         f"broker {b}.")
+            continue
+        current, future = found[r]
+        if current is None:
+            done = False
+            lines.append(f"Partition {t}-{p} is not found in any live log dir on broker {b}. "
+                         "There is likely an offline log directory on the broker.")
+        elif future is None and current == target:
+            lines.append(f"Reassignment of replica {_replica(r)} completed successfully.")
+        elif future is None:
+            done = False
+            lines.append(f"Partition {t}-{p} on broker {b} is not being moved from log dir "
+                         f"{current} to {target}.")
+        elif future == target:
+            done = False
+            lines.append(f"Reassignment of replica {_replica(r)} is still in progress.")
+        else:
+            done = False
+            lines.append(f"Partition {t}-{p} on broker {b} is being moved to log dir {future} "
+                         f"instead of {target}.")
+    click.echo("\n".join(lines))
+    return done
+
+
 def _with_client(bootstrap: str, body: Callable[[Any], Awaitable[T]]) -> T:
     """Run `body(client)` with a client of the cluster, closed afterwards; a client error
     ends the command with its message."""
@@ -257,9 +379,12 @@ def generate(bootstrap: str, topics_file: str, broker_list: str) -> None:
 @click.option("--throttle", type=int, default=-1,
               help="Bytes per second each moving replica may replicate at, leader and follower "
                    "side (leader/follower.replication.throttled.rate). Default: -1, unthrottled.")
-def execute(bootstrap: str, plan_file: str, throttle: int) -> None:
+@click.option("--timeout", "timeout_ms", type=int, default=10_000,
+              help="How long (ms) to wait for each log dir move to start: a replica new to its "
+                   "broker cannot move before it is created there. Default: 10000.")
+def execute(bootstrap: str, plan_file: str, throttle: int, timeout_ms: int) -> None:
     """Start the reassignment in the file."""
-    plan = _read_plan(plan_file)
+    plan, moves = _read_plan(plan_file)
 
     async def main(client: Any) -> None:
         current = await _current(client, {t for t, _ in plan})
@@ -279,6 +404,8 @@ def execute(bootstrap: str, plan_file: str, throttle: int) -> None:
         click.echo("Successfully started partition reassignment"
                    f"{'s' if len(plan) > 1 else ''} for "
                    + ",".join(_tp(k) for k in sorted(plan)))
+        if moves:
+            await _execute_moves(client, moves, timeout_ms)
 
     _with_client(bootstrap, main)
 
@@ -287,8 +414,9 @@ def execute(bootstrap: str, plan_file: str, throttle: int) -> None:
 @_bootstrap
 @_plan
 def verify(bootstrap: str, plan_file: str) -> None:
-    """Report each partition's move; clear the throttles once every move completed."""
-    plan = _read_plan(plan_file)
+    """Report each partition's move and log dir move; clear the throttles once every move
+    completed."""
+    plan, moves = _read_plan(plan_file)
 
     async def main(client: Any) -> None:
         ongoing = await _ongoing(client)
@@ -306,8 +434,9 @@ def verify(bootstrap: str, plan_file: str) -> None:
                 click.echo(f"There is no active reassignment of partition {_tp(key)}, but "
                            f"replica set is {','.join(map(str, current.get(key, [])))} "
                            f"rather than {','.join(map(str, target))}.")
-        click.echo("")
-        if done:
+        # Kafka prints the log dir moves' lines here, an empty line when there are none.
+        moves_done = await _verify_moves(client, moves)
+        if done and moves_done:
             await _clear_throttles(client, {t for t, _ in plan})
 
     _with_client(bootstrap, main)
@@ -318,7 +447,7 @@ def verify(bootstrap: str, plan_file: str) -> None:
 @_plan
 def cancel(bootstrap: str, plan_file: str) -> None:
     """Cancel the reassignments in the file: back to the original replicas."""
-    plan = _read_plan(plan_file)
+    plan, _ = _read_plan(plan_file)
 
     async def main(client: Any) -> None:
         results = await _alter(client, {k: None for k in plan})
