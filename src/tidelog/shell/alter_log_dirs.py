@@ -60,8 +60,9 @@ class ReplicaAlterLogDirsManager:
         self.fetch_max_bytes = fetch_max_bytes
         self.backoff_ms = backoff_ms
         self.may_swap = may_swap
-        # Partitions being copied -> the current log whose truncations the future follows.
-        self.moving: dict[TopicPartition, Any] = {}
+        # Partitions being copied -> the current log whose truncations the future follows,
+        # and the listener that follows them.
+        self.moving: dict[TopicPartition, tuple[Any, Callable[[int], None]]] = {}
         self._task: ScheduledTask | None = None
         self._stopped = False
         self.bytes_copied = 0
@@ -102,7 +103,7 @@ class ReplicaAlterLogDirsManager:
         partition = self.partition_of(tp)
         if partition is not None and lm.future_log_dir_of.get(tp) not in (None, log_dir):
             # Redirected: the copy to the old destination stops and its future log goes.
-            self.moving.pop(tp, None)
+            self._stop(tp)
             lm.remove_future_log(tp.topic, tp.partition)
         lm.maybe_update_preferred_log_dir(tp.topic, tp.partition, log_dir)
         if partition is None:
@@ -134,23 +135,26 @@ class ReplicaAlterLogDirsManager:
         if self._task is not None:
             self._task.cancel()
             self._task = None
-        self.moving.clear()
+        for tp in list(self.moving):
+            self._stop(tp)
 
     # ------------------------------------------------------------------ the copy
     def _add(self, tp: TopicPartition) -> bool:
         current = self.log_manager.get_log(tp.topic, tp.partition)
         if current is None or tp in self.moving:
             return False
-        self.moving[tp] = current
-        current.truncation_listeners.append(
-            lambda end, tp=tp, current=current: self._on_truncated(tp, current, end))
+        def listener(end: int) -> None:
+            self._on_truncated(tp, current, end)
+
+        self.moving[tp] = (current, listener)
+        current.truncation_listeners.append(listener)
         return True
 
     def _on_truncated(self, tp: TopicPartition, current: Any, end: int) -> None:
         """The current log was truncated (its follower diverged from a new leader, or it was
         truncated fully to a new start): the future log drops the same records."""
         future = self.log_manager.get_future_log(tp.topic, tp.partition)
-        if self.moving.get(tp) is not current or future is None:
+        if future is None:
             return
         if current.log_start_offset == end == current.log_end_offset \
                 and future.log_start_offset != end:
@@ -176,12 +180,14 @@ class ReplicaAlterLogDirsManager:
         self._wake(self.backoff_ms if failed else 1)
 
     def _stop(self, tp: TopicPartition) -> None:
-        self.moving.pop(tp, None)
+        current, listener = self.moving.pop(tp, (None, None))
+        if current is not None and listener in current.truncation_listeners:
+            current.truncation_listeners.remove(listener)
 
     def _step(self, tp: TopicPartition) -> None:
         """One read from the current log into the future one; the swap once they are equal."""
         lm = self.log_manager
-        current = self.moving[tp]
+        current, _ = self.moving[tp]
         partition = self.partition_of(tp)
         future = lm.get_future_log(tp.topic, tp.partition)
         if (partition is None or future is None or partition.log is not current
