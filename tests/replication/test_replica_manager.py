@@ -54,15 +54,23 @@ def test_a_request_for_an_earlier_registration_of_this_broker_is_refused() -> No
     assert ok.error == Errors.NONE and rm.partition(TP).is_leader
 
 
+def fail_the_log_of(rm: ReplicaManager, io: MemoryFileIO) -> None:
+    """The dir's disk dies and the log finds out at its next write (a follower's append)."""
+    io.fail_io("/broker-1")
+    p = rm.partition(TP)
+    with pytest.raises(KafkaStorageError):
+        p.log.append_as_follower(records(1), 0)  # the log is empty: offset 0
+
+
 def test_a_storage_error_in_make_leader_changes_nothing_in_the_partition() -> None:
-    # The new leader epoch is written to the epoch cache first; when that write fails, neither
-    # the zk version nor the leader may move, or the partition would act in the old epoch with
-    # the new zk version (the simulator's seed 9207).
+    # The new leader epoch goes to the log's epoch cache first; when the log refuses it (it
+    # failed an I/O), neither the zk version nor the leader may move, or the partition would
+    # act in the old epoch with the new zk version (the simulator's seed 9207).
     io = MemoryFileIO()
     rm = ReplicaManager(1, LogManager(["/broker-1"], LogConfig(), io), ReplicationConfig())
     rm.become_leader_or_follower(0, 1, [state(2, 0, (1, 2, 3), zk_version=0)], {1, 2, 3}, 0)
     p = rm.partition(TP)
-    io.fail_io("/broker-1")
+    fail_the_log_of(rm, io)
     with pytest.raises(KafkaStorageError):
         p.make_leader(state(1, 1, (1, 3), zk_version=1), 0)
     assert (p.leader_id, p.leader_epoch, p.zk_version, p.isr) == (2, 0, 0, frozenset({1, 2, 3}))
@@ -72,7 +80,7 @@ def test_a_partition_whose_role_change_fails_on_storage_goes_offline() -> None:
     io = MemoryFileIO()
     rm = ReplicaManager(1, LogManager(["/broker-1"], LogConfig(), io), ReplicationConfig())
     rm.become_leader_or_follower(0, 1, [state(2, 0, (1, 2, 3), zk_version=0)], {1, 2, 3}, 0)
-    io.fail_io("/broker-1")
+    fail_the_log_of(rm, io)
     result = rm.become_leader_or_follower(0, 1, [state(1, 1, (1, 3), zk_version=1)], {1, 2, 3}, 0)
     assert result.partition_errors == {TP: Errors.KAFKA_STORAGE_ERROR}
     assert RemoveFetcher(TP) in result.fetcher_actions

@@ -69,16 +69,43 @@ def test_truncate_from_end_and_from_start(fio: MemoryFileIO) -> None:
     assert c.epoch_for_offset(16) == 2 and c.epoch_for_offset(3) is None
 
 
-def test_every_change_is_persisted_in_the_checkpoint(fio: MemoryFileIO) -> None:
-    c = cache(fio, [0])
+def test_changes_stay_in_memory_until_a_flush_needs_them(fio: MemoryFileIO) -> None:
+    leo = [7]
+    c = cache(fio, leo)
     c.assign(2, 0)
+    assert not c.flush_if_needed(0)  # a new leader's epoch at the log end: no batch yet
+    assert c.flush_if_needed(7)
+    assert fio.read_file("/d/leader-epoch-checkpoint") == b"0\n1\n2 0\n"
+    fsyncs = fio.fsyncs
     c.assign(5, 7)
+    assert fio.fsyncs == fsyncs
+    # Entries at or past the log end are dropped by the next load anyway: nothing to write.
+    assert not c.flush_if_needed(7)
+    assert c.flush_if_needed(8)  # epoch 5 now has data below the end
     assert fio.read_file("/d/leader-epoch-checkpoint") == b"0\n2\n2 0\n5 7\n"
+    assert not c.flush_if_needed(8)  # the file matches
     fio.crash()
-    again = cache(fio, [0])
+    again = cache(fio, leo)
     again.load()
     assert again.entries == [(2, 0), (5, 7)]
+    again.truncate_from_end(7)  # a truncation: memory only, the file's extra entry is at 7
+    assert not again.flush_if_needed(7)
+    again.assign(6, 7)
+    assert again.flush_if_needed(9)
+    assert fio.read_file("/d/leader-epoch-checkpoint") == b"0\n2\n2 0\n6 7\n"
+    again.truncate_from_start(3)
+    assert again.flush_if_needed(9)
+    assert fio.read_file("/d/leader-epoch-checkpoint") == b"0\n2\n2 3\n6 7\n"
     again.clear_and_flush()
+    assert fio.read_file("/d/leader-epoch-checkpoint") == b"0\n0\n"
+
+
+def test_an_unreadable_checkpoint_is_rewritten_at_the_next_flush(fio: MemoryFileIO) -> None:
+    fio.write_file("/d/leader-epoch-checkpoint", b"0\n1\n-3 4\n")
+    c = cache(fio, [0])
+    with pytest.raises(KafkaStorageError):
+        c.load()
+    assert c.flush_if_needed(0)
     assert fio.read_file("/d/leader-epoch-checkpoint") == b"0\n0\n"
 
 

@@ -1,5 +1,6 @@
-"""Property test: any interleaving of appends, reads, truncations, rolls, retention, flushes,
-clean restarts and crashes keeps the log equal to a plain list of batches."""
+"""Property test: any interleaving of appends, new leader epochs, reads, truncations, rolls,
+retention, flushes, clean restarts, kill -9 and power loss keeps the log equal to a plain list of
+batches and its epoch cache in agreement with the batches' epochs."""
 
 from __future__ import annotations
 
@@ -82,6 +83,17 @@ class LogModel(RuleBasedStateMachine):
         self.log.append_as_follower(data, self.now)
         self.model.append(describe(RecordBatch(data)))
         self.end = base + count
+
+    @rule(target_offset=st.integers(0, 60), count=st.integers(1, 3))
+    def follow_a_leader_of_an_older_epoch(self, target_offset: int, count: int) -> None:
+        # KIP-279: our newer epochs diverged; the new leader's log goes on in the older epoch
+        # of our last kept batch, which we copy after truncating to where it ends.
+        self.truncate_to(target_offset)
+        epoch = self.model[-1][2] if self.model else 0
+        data = batch(*[b"d"] * count, epoch=epoch, base_offset=self.end, timestamp=self.now)
+        self.log.append_as_follower(data, self.now)
+        self.model.append(describe(RecordBatch(data)))
+        self.end += count
 
     @rule(offset=st.integers(-2, 60), max_bytes=st.integers(0, 700), hw_cap=st.booleans())
     def read(self, offset: int, max_bytes: int, hw_cap: bool) -> None:
@@ -192,6 +204,22 @@ class LogModel(RuleBasedStateMachine):
         data_end = self.model[-1][1] + 1 if self.model else self.start
         assert data_end <= self.log.log_end_offset <= self.end
         self.end = self.log.log_end_offset
+
+    @rule()
+    def become_leader(self) -> None:
+        # KIP-279: a new leader's epoch starts at its log end before it appends (in memory
+        # until a flush needs it on disk).
+        self.epoch += 1
+        self.log.assign_epoch_start_offset(self.epoch, self.end)
+
+    @rule()
+    def kill(self) -> None:
+        # kill -9: the page cache survives, the process's memory (an unwritten epoch
+        # checkpoint) does not.
+        recovery_point = self.log.recovery_point
+        self.reopen(clean=False)
+        assert self.log.recovery_point <= max(recovery_point, self.log.log_start_offset)
+        self._reconcile_end()
 
     @rule(seed=st.integers(0, 2**16), tear=st.booleans())
     def crash(self, seed: int, tear: bool) -> None:

@@ -1,8 +1,16 @@
 """LeaderEpochFileCache: the (leader epoch, start offset) history of a partition log.
 
-Persisted in `leader-epoch-checkpoint` after every change. Followers answer the KIP-101/KIP-279
-truncation question with `end_offset_for`: for a requested epoch, the largest epoch <= it that
-this log knows and the offset where the next epoch starts (or the LEO for the latest epoch).
+Persisted in `leader-epoch-checkpoint` by the log's flush, not at every change: `flush_if_needed`
+writes the file (temp, fsync, rename, dir fsync) before the log's recovery point moves past an
+entry that differs from the file. Crash safety: below the recovery point the file matches the
+log's batches; past it the log's load drops the file's entries and takes the epochs of the
+recovered batches instead (storage/log.py `_load`). An entry at or past the log end (a new
+leader's epoch, KIP-279, before it appends) never needs the disk: the next load drops it.
+Kafka 3.9 fsyncs the file on every assign; here a broker moving thousands of leaderships
+would pay one fsync (~12 ms on this machine) per partition on its event loop.
+Followers answer the KIP-101/KIP-279 truncation question with `end_offset_for`: for a requested
+epoch, the largest epoch <= it that this log knows and the offset where the next epoch starts
+(or the LEO for the latest epoch).
 """
 
 from __future__ import annotations
@@ -56,9 +64,8 @@ class LeaderEpochFileCache:
         self._log_end_offset = log_end_offset
         self._epochs: list[int] = []
         self._starts: list[int] = []
-        # A truncation not written yet (`truncate_from_end(..., flush=False)`): the file may
-        # still hold entries past the log end, which the next load drops again.
-        self.flush_pending = False
+        # What the file holds (as read or last written); None when unknown (unreadable).
+        self._persisted: list[EpochEntry] | None = []
         for epoch, start in entries or []:
             self._epochs.append(epoch)
             self._starts.append(start)
@@ -71,7 +78,10 @@ class LeaderEpochFileCache:
             return
         self._epochs.clear()
         self._starts.clear()
-        for epoch, start in self._file.read():
+        self._persisted = None
+        read = self._file.read()
+        self._persisted = read
+        for epoch, start in read:
             self._append_monotonic(epoch, start)
 
     def _append_monotonic(self, epoch: int, start: int) -> None:
@@ -82,9 +92,27 @@ class LeaderEpochFileCache:
         self._starts.append(start)
 
     def flush(self) -> None:
+        entries = list(zip(self._epochs, self._starts, strict=True))
         if self._file is not None:
-            self._file.write(list(zip(self._epochs, self._starts, strict=True)))
-        self.flush_pending = False
+            self._persisted = None  # a failed write leaves the file unknown
+            self._file.write(entries)
+        self._persisted = entries
+
+    def needs_flush(self, end_offset: int) -> bool:
+        """Whether the file differs from the cache in an entry starting below `end_offset`
+        (the log end: entries from there on are dropped by the next load anyway)."""
+        if self._persisted is None:
+            return True
+        on_disk = [e for e in self._persisted if e[1] < end_offset]
+        cut = bisect.bisect_left(self._starts, end_offset)
+        return on_disk != list(zip(self._epochs[:cut], self._starts[:cut], strict=True))
+
+    def flush_if_needed(self, end_offset: int) -> bool:
+        """Write the file when `needs_flush(end_offset)`; returns whether it wrote."""
+        if not self.needs_flush(end_offset):
+            return False
+        self.flush()
+        return True
 
     # -- queries ---------------------------------------------------------------------------
     @property
@@ -132,8 +160,8 @@ class LeaderEpochFileCache:
     def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that `epoch` starts at `start_offset` (Kafka's assign). Entries with an epoch
         >= it or a start offset >= it are removed first: they describe a history the log no
-        longer has (a follower's data is the truth). Returns whether the cache changed (and
-        was flushed)."""
+        longer has (a follower's data is the truth). Returns whether the cache changed. In
+        memory only: the log's flush writes the file (see the module's doc)."""
         if epoch < 0 or start_offset < 0:
             return False
         if self._epochs and epoch == self._epochs[-1] and start_offset >= self._starts[-1]:
@@ -143,33 +171,30 @@ class LeaderEpochFileCache:
             self._starts.pop()
         self._epochs.append(epoch)
         self._starts.append(start_offset)
-        self.flush()
         return True
 
-    def truncate_from_end(self, end_offset: int, flush: bool = True) -> None:
+    def truncate_from_end(self, end_offset: int) -> None:
         """Drop the entries starting at or after `end_offset` (the log was truncated there).
-        `flush=False` leaves the file as it is (`flush_pending`): the log's load, as Kafka's
-        truncateFromEndAsyncFlush there, whose next load truncates the same entries again."""
+        In memory only, as Kafka's truncateFromEndAsyncFlush: the file's extra entries start
+        at or past the log end, where the next load drops them again, until the log's flush
+        writes the file before data lands past them (`needs_flush`)."""
         if end_offset < 0 or not self._starts or self._starts[-1] < end_offset:
             return
         cut = bisect.bisect_left(self._starts, end_offset)
         del self._epochs[cut:]
         del self._starts[cut:]
-        if flush:
-            self.flush()
-        else:
-            self.flush_pending = True
 
     def truncate_from_start(self, start_offset: int) -> None:
         """The log now starts at `start_offset`: drop the epochs wholly before it and move the
-        start of the epoch that covers it up to it."""
+        start of the epoch that covers it up to it. In memory only (Kafka's
+        truncateFromStartAsyncFlush): the load truncates the file's entries the same way from
+        the checkpointed log start offset."""
         if not self._starts or self._starts[0] >= start_offset:
             return
         covering = bisect.bisect_right(self._starts, start_offset) - 1
         del self._epochs[:covering]
         del self._starts[:covering]
         self._starts[0] = start_offset
-        self.flush()
 
     def clear_and_flush(self) -> None:
         self._epochs.clear()

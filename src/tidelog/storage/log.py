@@ -299,6 +299,9 @@ class Log:
 
         first_unflushed = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
         recovered_epochs: list[tuple[int, int]] = []
+        # Where the recovery of an unclean shutdown starts: the epoch checkpoint is written by
+        # `flush`, so past the recovery point it may lag the batches (see below).
+        unflushed_from: int | None = None
         recovered: set[int] = set()  # segments whose .txnindex is rebuilt
         i = 0
         while i < len(self.segments):
@@ -312,6 +315,8 @@ class Log:
                 must_recover = True
             if must_recover:
                 recovered.add(segment.base_offset)
+                if unflushed_from is None and not had_clean_shutdown and i >= first_unflushed:
+                    unflushed_from = segment.base_offset
                 truncated, epochs = segment.recover()
                 recovered_epochs.extend(epochs)
                 if truncated:
@@ -336,19 +341,24 @@ class Log:
                 [(b.partition_leader_epoch, b.base_offset) for b in self.batches(0)]
             )
         else:
-            # Entries past the surviving data go first; then epochs found by recovery that the
-            # checkpoint lacks (only newer ones, as Kafka's LogSegment.recover).
-            self.leader_epoch_cache.truncate_from_end(self.log_end_offset, flush=False)
+            # Entries past the surviving data go, and after an unclean shutdown every entry
+            # past the start of the recovered tail: the checkpoint is written when the log is
+            # flushed (not at each new epoch), so there it may miss epochs whose batches
+            # survived (a kill -9 keeps the page cache) or hold entries a truncation dropped
+            # before later batches landed. The recovered batches' epochs replace them; in the
+            # flushed part, only epochs newer than the checkpoint's (Kafka's LogSegment.recover).
+            cut = self.log_end_offset if unflushed_from is None else unflushed_from
+            self.leader_epoch_cache.truncate_from_end(min(cut, self.log_end_offset))
             for epoch, start in recovered_epochs:
                 latest = self.leader_epoch_cache.latest_epoch
-                if latest is None or epoch > latest:
+                if start >= cut or latest is None or epoch > latest:
                     self.leader_epoch_cache.assign(epoch, start)
-        # Written before the log's next append (`_write`), not here: every empty log a leader
-        # once had holds an entry at its end (the epoch assigned at becoming leader), and an
-        # fsync'd rewrite per log was most of a 10,000-partition broker's start (Kafka's
+        # In memory: the file is written at the next flush that needs it (every empty log a
+        # leader once had holds an entry at its end, the epoch assigned at becoming leader, and
+        # an fsync'd rewrite per log was most of a 10,000-partition broker's start; Kafka's
         # LogLoader truncates with truncateFromEndAsyncFlush). Until then the file may list
         # entries past the log end, which the next load drops the same way.
-        self.leader_epoch_cache.truncate_from_end(self.log_end_offset, flush=False)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self.recovery_point = (
             self.log_end_offset
@@ -641,9 +651,11 @@ class Log:
         return self.leader_epoch_cache.end_offset_for(epoch)
 
     def assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
-        """A new leader records its epoch at its LEO at once, before any append (KIP-279)."""
-        with self._io("epoch checkpoint"):
-            self.leader_epoch_cache.assign(epoch, start_offset)
+        """A new leader records its epoch at its LEO at once, before any append (KIP-279). In
+        memory: the file follows at the flush that moves the recovery point past it. A log
+        that failed an I/O refuses (KafkaStorageError), as its other writes do."""
+        self._check_writable()
+        self.leader_epoch_cache.assign(epoch, start_offset)
 
     # -- appends ---------------------------------------------------------------------------
     def append_as_leader(
@@ -905,9 +917,6 @@ class Log:
         max_timestamp: int,
         now_ms: int,
     ) -> None:
-        if self.leader_epoch_cache.flush_pending:
-            # the load's truncation, on disk before data lands past those entries' offsets
-            self.leader_epoch_cache.flush()
         segment = self.segments[-1]
         config = self.config
         used = segment.size
@@ -1277,6 +1286,8 @@ class Log:
         self._check_writable()
         target = self.log_end_offset if offset is None else min(offset, self.log_end_offset)
         with self._io("flush"):
+            # Before the recovery point moves: below it the load trusts the checkpoint.
+            self.leader_epoch_cache.flush_if_needed(self.log_end_offset)
             if target > self.recovery_point:
                 first = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
                 for segment in self.segments[first:]:
@@ -1309,6 +1320,7 @@ class Log:
         with self._io("close"):
             if not self.failed:
                 self.producer_state_manager.take_snapshot()
+                self.leader_epoch_cache.flush_if_needed(self.log_end_offset)
                 if self._dir_dirty:
                     self.file_io.fsync_dir(self.dir)
                     self._dir_dirty = False
