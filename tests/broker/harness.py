@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
+
+from waiting import wait_until as wait_until  # the broker tests' barrier, shared
 
 from tidelog.broker.config import KafkaConfig
 from tidelog.broker.server import BrokerServer
@@ -225,18 +226,6 @@ class ActingController:
             )
             resp = send(b.port, req)
             assert resp.error_code == 0, resp
-
-
-def wait_until(predicate: Callable[[], Any], timeout_s: float = 15, interval_s: float = 0.05,
-               what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(interval_s)
 
 
 # ---------------------------------------------------------------- wire request shorthands

@@ -57,7 +57,7 @@ from tidelog.controller.zk_client import KafkaZkClient
 from tidelog.controller.zk_data import BrokerInfo
 from tidelog.replication.config import ReplicationConfig
 from tidelog.replication.replication_quota import ReplicationQuotas
-from tidelog.storage.file_io import OsFileIO
+from tidelog.storage.file_io import FileIO, OsFileIO
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.log_manager import LogManager
 
@@ -82,9 +82,13 @@ def replication_config_from(config: KafkaConfig) -> ReplicationConfig:
 
 class BrokerServer:
     def __init__(
-        self, config: KafkaConfig, controller_factory: ControllerFactory | None = None
+        self, config: KafkaConfig, controller_factory: ControllerFactory | None = None,
+        file_io: FileIO | None = None,
     ) -> None:
+        """``file_io``: the disk the logs live on (default: real files; a test may wrap it to
+        make one log dir fail)."""
         self.config = config
+        self.file_io: FileIO = file_io or OsFileIO()
         self.controller_factory = controller_factory
         self.broker_id: int = config.get("broker.id")
         self.cluster_id: str | None = None
@@ -188,7 +192,7 @@ class BrokerServer:
         base = LogConfig.from_dict(self.dynamic_config.current.log_config())
         topic_configs = await asyncio.to_thread(self._read_topic_configs, base)
         self.log_manager = await asyncio.to_thread(
-            LogManager, cfg.log_dirs, base, OsFileIO(), now_ms(), topic_configs,
+            LogManager, cfg.log_dirs, base, self.file_io, now_ms(), topic_configs,
             producer_id_expiration_ms=self.dynamic_config.current.get("producer.id.expiration.ms"))
         if set(self.log_manager.log_dirs) <= self.log_manager.offline_dirs:
             # Kafka shuts down when no log dir is usable.

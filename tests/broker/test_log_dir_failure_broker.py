@@ -1,0 +1,160 @@
+"""A log dir failing under a running broker (Kafka's JBOD handling, ZooKeeper mode), end to end:
+two real brokers with two log dirs each and the real controller; broker 1's disk under one dir
+fails: it starts answering EIO (a FileIO wrapper at the disk boundary), or, with nothing
+simulated, the dir is a small tmpfs that fills up (ENOSPC; skipped where mounting is not
+allowed). The scenario and what clients must see: tests/log_dir_failure_scenario.py (run against
+Kafka too); here also that broker 1 runs on, serving its other dir."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import log_dir_failure_scenario
+import pytest
+from harness import BrokerThread, broker_props, wait_until
+from zk_chroot import new_chroot
+
+from tidelog.controller.controller import KafkaController
+from tidelog.controller.zk_client import KafkaZkClient
+from tidelog.storage.file_io import OsFileHandle, OsFileIO
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+
+class FailingDisk(OsFileIO):
+    """Real files until `fail(dir)`: from then on every operation under that dir raises EIO, as a
+    dead disk does (files already open too)."""
+
+    def __init__(self) -> None:
+        self.failed: list[str] = []
+
+    def fail(self, path: str) -> None:
+        self.failed.append(os.path.normpath(path))
+
+    def check(self, path: str) -> None:
+        p = os.path.normpath(path)
+        if any(p == f or p.startswith(f + os.sep) for f in self.failed):
+            raise OSError(errno.EIO, "Input/output error (injected)", path)
+
+    def open(self, path: str) -> OsFileHandle:
+        self.check(path)
+        return _FailingHandle(path, self)
+
+    def listdir(self, path: str) -> list[str]:
+        self.check(path)
+        return super().listdir(path)
+
+    def makedirs(self, path: str) -> None:
+        self.check(path)
+        super().makedirs(path)
+
+    def remove(self, path: str) -> None:
+        self.check(path)
+        super().remove(path)
+
+    def rename(self, src: str, dst: str) -> None:
+        self.check(src)
+        super().rename(src, dst)
+
+    def fsync_dir(self, path: str) -> None:
+        self.check(path)
+        super().fsync_dir(path)
+
+
+class _FailingHandle(OsFileHandle):
+    __slots__ = ("disk",)
+
+    def __init__(self, path: str, disk: FailingDisk) -> None:
+        super().__init__(path)
+        self.disk = disk
+
+    def append(self, data: Any) -> int:
+        self.disk.check(self.path)
+        return super().append(data)
+
+    def append_parts(self, parts: list[memoryview]) -> int:
+        self.disk.check(self.path)
+        return super().append_parts(parts)
+
+    def read(self, position: int, size: int) -> bytes:
+        self.disk.check(self.path)
+        return super().read(position, size)
+
+    def flush(self) -> None:
+        self.disk.check(self.path)
+        super().flush()
+
+    def truncate(self, size: int) -> None:
+        self.disk.check(self.path)
+        super().truncate(size)
+
+
+class Cluster:
+    def __init__(self, zk: str, tmp: Path, dirs: dict[int, list[str]], fault: str) -> None:
+        self.zk_connect = zk
+        self.fault = fault
+        self.disk = FailingDisk()
+        self.dirs = dirs
+        self.brokers: dict[int, BrokerThread] = {}
+        for b in (1, 2):
+            t = BrokerThread(broker_props(b, zk, tmp, **{
+                "log.dirs": ",".join(self.dirs[b]),
+                "auto.leader.rebalance.enable": "false",
+                "replica.lag.time.max.ms": "2000"}), controller_factory=KafkaController)
+            if b == 1 and fault == "eio":
+                t.server.file_io = self.disk
+            self.brokers[b] = t.start()
+        self.zk = KafkaZkClient(zk, session_timeout_ms=6000).start()
+        wait_until(lambda: all(len(t.server.metadata_cache.brokers) == 2
+                               for t in self.brokers.values()), what="both brokers known")
+
+    def break_dir(self, log_dir: str) -> None:
+        if self.fault == "eio":
+            self.disk.fail(log_dir)
+        else:
+            log_dir_failure_scenario.fill(log_dir)  # a real full disk
+
+    def close(self) -> None:
+        self.zk.close()
+        for t in self.brokers.values():
+            t.stop()
+
+
+@pytest.fixture(params=["eio", "enospc"])
+def cluster(request: pytest.FixtureRequest, zookeeper: Any,
+            tmp_path: Path) -> Iterator[Cluster]:
+    dirs = {b: [str(tmp_path / f"b{b}-d1"), str(tmp_path / f"b{b}-d2")] for b in (1, 2)}
+    mounted: list[str] = []
+    c: Cluster | None = None
+    try:
+        if request.param == "enospc":
+            for d in dirs[1]:  # both of broker 1's dirs: the test fills the one it needs
+                refused = log_dir_failure_scenario.mount_tmpfs(d)
+                if refused is not None:
+                    pytest.skip(f"mounting a tmpfs is not allowed here: {refused}")
+                mounted.append(d)
+        c = Cluster(new_chroot(zookeeper), tmp_path, dirs, request.param)
+        yield c
+    finally:
+        if c is not None:
+            c.close()
+        for d in mounted:
+            log_dir_failure_scenario.unmount(d)
+
+
+def test_a_failed_log_dir_moves_its_leaderships_and_the_broker_serves_its_other_dir(
+        cluster: Cluster) -> None:
+    b1 = cluster.brokers[1]
+    outcome = log_dir_failure_scenario.run(
+        cluster.zk, {b: t.port for b, t in cluster.brokers.items()}, cluster.dirs[1],
+        cluster.break_dir)
+    # Broker 1 runs on with the other dir, its partitions there still served.
+    assert b1.call(lambda: b1.server.log_manager.offline_dirs) == {outcome.failing_dir}
+    assert all(b1.partition("jbod", p) is None for p in outcome.on_failing)
+    assert b1.partition("jbod", 1).is_leader
+    print(f"\n{cluster.fault}: leaders moved {outcome.leaders_moved_s:.2f} s after the disk "
+          f"failed; the records produced meanwhile acknowledged in {outcome.produce_s:.2f} s")
