@@ -140,19 +140,21 @@ class ZkAlterPartitionManager:
         return ok, version, []
 
     async def _write_isr(self, prop: ProposeIsr, on_result: Callable[[bool, int], None]) -> None:
-        ok, version = False, -1
-        ineligible: list[IneligibleReplica] = []
-        if self.zk_client is not None:
-            try:
-                ok, version, ineligible = await asyncio.to_thread(self._check_and_write, prop)
-            except BrokerRegistrationsChangedError as e:
-                # Proposed again at a later fetch or ISR check, against the new registrations.
-                self.ineligible_refused += 1
-                logger.info("%s: ISR update to %s not made: %s", prop.tp, list(prop.new_isr), e)
-                on_result(False, -1)
-                return
-            except Exception as e:
-                logger.warning("ISR update of %s to %s failed: %s", prop.tp, prop.new_isr, e)
+        if self.zk_client is None:
+            on_result(False, -1)
+            return
+        try:
+            ok, version, ineligible = await asyncio.to_thread(self._check_and_write, prop)
+        except BrokerRegistrationsChangedError as e:
+            # Proposed again at a later fetch or ISR check, against the new registrations.
+            self.ineligible_refused += 1
+            logger.info("%s: ISR update to %s not made: %s", prop.tp, list(prop.new_isr), e)
+            on_result(False, -1)
+            return
+        except Exception as e:
+            logger.warning("ISR update of %s to %s failed: %s", prop.tp, prop.new_isr, e)
+            on_result(False, -1)
+            return
         if ineligible:
             # Kafka's INELIGIBLE_REPLICA: not attempted; the committed ISR stays.
             self.ineligible_refused += 1
