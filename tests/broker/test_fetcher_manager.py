@@ -5,6 +5,7 @@ after the leader's process restarts."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,12 +13,13 @@ import pytest
 from harness import ActingController, BrokerThread, broker_props, produce, wait_until
 from zk_chroot import new_chroot
 
-from tidelog.broker.fetcher_manager import from_wire, to_wire
+from tidelog.broker.fetcher_manager import SessionTopicIds, from_wire, to_wire
 from tidelog.cluster.zookeeper import ZooKeeperServer, pick_free_port
 from tidelog.protocol.codec import decode_request, encode_request
 from tidelog.protocol.messages import fetch as m_fetch
 from tidelog.protocol.messages import list_offsets as m_lo
 from tidelog.protocol.messages import offset_for_leader_epoch as m_ofle
+from tidelog.protocol.primitives import ZERO_UUID
 from tidelog.protocol.records.builder import build_values
 from tidelog.replication.errors import Errors
 from tidelog.replication.fetcher import (
@@ -81,6 +83,7 @@ def test_requests_translate_to_the_wire_and_back() -> None:
     assert [(t.topic, [p.fetch_offset for p in t.partitions]) for t in wire.topics] == [("a", [11])]
     assert [(t.topic, t.partitions) for t in wire.forgotten_topics_data] == [("b", [3])]
 
+
     ofle = OffsetsForLeaderEpochRequest(2, 2, 7, {a: (4, 3)})
     wire = _roundtrip(to_wire(ofle), 4)
     assert isinstance(wire, m_ofle.OffsetForLeaderEpochRequest) and wire.replica_id == 7
@@ -96,6 +99,40 @@ def test_requests_translate_to_the_wire_and_back() -> None:
     got = from_wire(lo, m_lo.ListOffsetsResponse(topics=[m_lo.ListOffsetsTopicResponse("b", [
         m_lo.ListOffsetsPartitionResponse(partition_index=3, offset=8, leader_epoch=1)])]))
     assert (got[b].offset, got[b].leader_epoch) == (8, 1)
+
+
+def test_a_session_swaps_the_id_of_a_topic_created_again_and_forgets_under_the_held_id() -> None:
+    """The leader keys a v13+ session by topic id (Kafka's FetchSessionHandler keeps each
+    partition's id): a topic whose id changed under the same name is forgotten under the old id
+    and listed under the new one, although its fetch state did not change; a partition leaving
+    the session is forgotten under the id it was held under, even once the metadata dropped it."""
+    a0, a1, b0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
+    ids = {"a": uuid.uuid4(), "b": uuid.uuid4()}
+    held = SessionTopicIds(lambda topic: ids.get(topic, ZERO_UUID))
+    data = {a0: FetchPartition(5, 0, 0, 100), a1: FetchPartition(6, 0, 0, 100),
+            b0: FetchPartition(7, 0, 0, 100)}
+
+    def request(epoch: int, to_send: dict, to_forget: tuple = (), parts: dict = data) -> FetchRequest:
+        return FetchRequest(epoch, 2, 7, 99, 500, 1, 1 << 20, parts, session_id=77,
+                            session_epoch=epoch, to_send=to_send, to_forget=to_forget)
+
+    def plan(r: FetchRequest) -> tuple[dict, dict]:
+        topics = {tp.topic: ids.get(tp.topic, ZERO_UUID) for tp in r.partitions}
+        sent, forgotten_id_of = held.plan(r, topics)
+        wire = to_wire(sent, lambda t: ids.get(t, ZERO_UUID), forgotten_id_of)
+        return ({(t.topic_id, p.partition) for t in wire.topics for p in t.partitions},
+                {(t.topic_id, p) for t in wire.forgotten_topics_data for p in t.partitions})
+
+    old_a = ids["a"]
+    assert plan(request(0, data)) == ({(old_a, 0), (old_a, 1), (ids["b"], 0)}, set())
+    assert plan(request(1, {})) == (set(), set())
+    ids["a"] = uuid.uuid4()  # "a" deleted and created again; its fetch state is the same
+    assert plan(request(2, {})) == ({(ids["a"], 0), (ids["a"], 1)}, {(old_a, 0), (old_a, 1)})
+    assert plan(request(3, {})) == (set(), set())
+    # "b" deleted: the metadata no longer has its id, the session still holds it.
+    old_b = ids.pop("b")
+    assert plan(request(4, {}, (b0,), {a0: data[a0], a1: data[a1]})) == (set(), {(old_b, 0)})
+    assert "b" not in held.held
 
 
 # ---------------------------------------------------------------- real fetcher tasks

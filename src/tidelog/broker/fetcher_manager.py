@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
@@ -82,11 +83,15 @@ def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[TopicParti
 # ---------------------------------------------------------------- wire translation
 
 
-def to_wire(request: FetcherRequest, topic_id_of: TopicIdLookup = _no_topic_id) -> Any:
+def to_wire(request: FetcherRequest, topic_id_of: TopicIdLookup = _no_topic_id,
+            forgotten_id_of: TopicIdLookup | None = None) -> Any:
     """The core's request dataclass -> the generated protocol request. A fetch names its topics
     by id too when ``topic_id_of`` knows them all (then it goes as v13+, and from v15 carries this
-    broker's epoch in its ReplicaState, as Kafka's ReplicaFetcherThread sends it)."""
+    broker's epoch in its ReplicaState, as Kafka's ReplicaFetcherThread sends it); its forgotten
+    partitions by ``forgotten_id_of`` (default ``topic_id_of``): the id the session holds them
+    under."""
     if isinstance(request, FetchRequest):
+        forgotten_id_of = forgotten_id_of or topic_id_of
         listed = request.listed
         return WireFetchRequest(
             replica_id=request.replica_id,
@@ -115,7 +120,7 @@ def to_wire(request: FetcherRequest, topic_id_of: TopicIdLookup = _no_topic_id) 
                 for topic, tps in _by_topic(listed).items()
             ],
             forgotten_topics_data=[
-                ForgottenTopic(topic=topic, topic_id=topic_id_of(topic),
+                ForgottenTopic(topic=topic, topic_id=forgotten_id_of(topic),
                                partitions=[tp.partition for tp in tps])
                 for topic, tps in _by_topic(request.to_forget).items()
             ],
@@ -192,6 +197,43 @@ def from_wire(request: FetcherRequest, response: Any,
 # ---------------------------------------------------------------- the endpoint
 
 
+class SessionTopicIds:
+    """The topic id each topic of a fetcher's session is held under at the leader (Kafka's
+    FetchSessionHandler keeps it with each partition). The leader keys a v13+ session by id, so
+    a topic deleted and created again under the same name while the session holds it is
+    swapped: its partitions forgotten under the old id and listed under the new one; and a
+    partition leaving the session is forgotten under the id it was held under."""
+
+    def __init__(self, topic_id_of: TopicIdLookup) -> None:
+        self._topic_id_of = topic_id_of
+        self.held: dict[str, UUID] = {}
+
+    def plan(self, request: FetchRequest, topics: dict[str, UUID]
+             ) -> tuple[FetchRequest, TopicIdLookup]:
+        """The request to send (with the swapped partitions) and the ids to forget under;
+        ``topics``: the current id of each topic ``request`` wants. Remembers the ids the
+        request holds its topics under."""
+        held = self.held
+        if request.session_epoch <= 0:  # a full fetch opens a new session
+            held.clear()
+        else:
+            swapped = {t for t, new in topics.items()
+                       if new != ZERO_UUID and held.get(t, new) != new}
+            if swapped:
+                moved = {tp: data for tp, data in request.partitions.items()
+                         if tp.topic in swapped}
+                request = replace(request, to_send={**request.listed, **moved},
+                                  to_forget=(*request.to_forget, *moved))
+        forgotten = {tp.topic: held.get(tp.topic, self._topic_id_of(tp.topic))
+                     for tp in request.to_forget}
+        for tp in request.listed:
+            if (topic_id := topics.get(tp.topic, ZERO_UUID)) != ZERO_UUID:
+                held[tp.topic] = topic_id
+        for topic in [t for t in held if t not in topics]:
+            del held[topic]
+        return request, lambda topic: forgotten.get(topic, ZERO_UUID)
+
+
 class BrokerLeaderEndPoint:
     """One fetcher's connection to its leader (Kafka's `RemoteLeaderEndPoint`)."""
 
@@ -201,6 +243,7 @@ class BrokerLeaderEndPoint:
         self.broker_id = broker_id
         self._topic_id_of = topic_id_of or _no_topic_id
         self._topic_names: dict[UUID, str] = {}
+        self._session_ids = SessionTopicIds(self._topic_id_of)
         self.source_broker = source_broker
         self.fetcher_id = fetcher_id
         self.config = config

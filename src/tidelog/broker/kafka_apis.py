@@ -15,14 +15,17 @@ import asyncio
 import logging
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.fetch_session import (
+    FetchContext,
     FetchManager,
     FetchSessionCache,
     IncrementalFetchContext,
     PartitionResponse,
+    SessionKey,
+    TopicIdPartition,
 )
 from tidelog.broker.metadata_cache import BrokerEndpoint, PartitionMetadata
 from tidelog.broker.replica_manager import now_ms
@@ -109,6 +112,8 @@ logger = logging.getLogger(__name__)
 MAX_TIMESTAMP = -3
 # Kafka's debugging replica id: ListOffsets / Fetch allowed on followers, reading to the LEO.
 DEBUGGING_REPLICA_ID = -2
+# KIP-951: Fetch v16+ answers these with the leader this broker knows and its endpoint.
+_LEADER_HINT_ERRORS = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
 
 # DescribeConfigs config_source values (Kafka's DescribeConfigsResponse.ConfigSource).
 DYNAMIC_TOPIC_CONFIG = 1
@@ -203,11 +208,7 @@ class KafkaApis:
         # the ISR check first records the follower fetches that skipped the unchanged ones.
         server.replica_manager.core.on_partition_changed = self.fetch_manager.mark_changed
         server.replica_manager.shell.before_isr_expiration = self._replay_idle_follower_fetches
-        self._names_by_id: dict[Any, str] = {}
-        self._names_by_id_at = -1
         self._update_metadata_seq = 0
-        self._hosted_topic_names: dict[Any, str] = {}
-        self._ids_by_name: dict[str, Any] = {}
         # api key -> (min, max) served: the advertised table (Produce v0-2 handled above).
         self._served = advertised(include_controller_apis=True)
 
@@ -418,116 +419,157 @@ class KafkaApis:
             replica_id = state.replica_id if state is not None else -1
             if state is not None and state.replica_epoch >= 0:
                 broker_epoch = state.replica_epoch
-        # v13+ name topics by id (KIP-516): resolved through the metadata cache, an id it does
-        # not know answered UNKNOWN_TOPIC_ID (Kafka's KafkaApis with topicIdsToNames).
-        names = self._topic_names_by_id() if version >= 13 else None
-        unknown_ids: list[tuple[Any, int]] = []
-        fetch_data: dict[TopicPartition, tuple[int, int, int, int]] = {}
+        # v13+ name topics by id (KIP-516) and their sessions are keyed by id; the names come
+        # from the metadata cache (Kafka's KafkaApis with topicIdsToNames).
+        by_id = version >= 13
+        names = self.cache.topic_names_by_id() if by_id else {}
+        fetch_data: dict[SessionKey, tuple[int, int, int, int]] = {}
         for t in request.topics:
-            topic = t.topic if names is None else names.get(t.topic_id)
-            if topic is None:
-                unknown_ids.extend((t.topic_id, p.partition) for p in t.partitions)
-                continue
             for p in t.partitions:
-                fetch_data[TopicPartition(topic, p.partition)] = (
-                    p.fetch_offset, p.current_leader_epoch, p.log_start_offset,
-                    p.partition_max_bytes,
-                )
-        to_forget = [TopicPartition(topic, index)
-                     for t in request.forgotten_topics_data
-                     if (topic := t.topic if names is None else names.get(t.topic_id)) is not None
-                     for index in t.partitions]
+                key: SessionKey = TopicIdPartition(t.topic_id, p.partition) if by_id \
+                    else TopicPartition(t.topic, p.partition)
+                fetch_data[key] = (p.fetch_offset, p.current_leader_epoch, p.log_start_offset,
+                                   p.partition_max_bytes)
+        to_forget: list[SessionKey] = [
+            TopicIdPartition(t.topic_id, index) if by_id else TopicPartition(t.topic, index)
+            for t in request.forgotten_topics_data for index in t.partitions]
         # Before v7 there are no sessions: the decoder leaves session 0, epoch -1 (sessionless).
         context = self.fetch_manager.new_context(
             request.session_id, request.session_epoch, fetch_data, to_forget,
-            replica_id >= 0, now_ms(), replica_id,
+            replica_id >= 0, now_ms(), replica_id, by_id, names,
         )
         # Kafka's KafkaApis: the response is capped by the broker's fetch.max.bytes.
         max_bytes = min(request.max_bytes, self.config.get("fetch.max.bytes"))
+        # KIP-392: from v11 (client metadata) a consumer may fetch from a follower.
+        fetch_only_leader = replica_id >= 0 or version < 11
         if isinstance(context, IncrementalFetchContext):
-            session_results = await self._session_fetch(
+            results, refused = await self._session_fetch(
                 context, replica_id, broker_epoch, request.max_wait_ms,
                 min(request.min_bytes, max_bytes), max_bytes, request.isolation_level,
-                replica_id >= 0 or version < 11)
-            partitions = {}
+                fetch_only_leader)
+            keys: dict[SessionKey, Any] = context.read
         else:
-            partitions = context.partitions()
-        results = session_results if isinstance(context, IncrementalFetchContext) \
-            else await self.rm.fetch_messages(
-            replica_id, request.max_wait_ms, min(request.min_bytes, max_bytes), max_bytes,
-            partitions, broker_epoch=broker_epoch, isolation_level=request.isolation_level,
-            # KIP-392: from v11 (client metadata) a consumer may fetch from a follower.
-            fetch_only_leader=replica_id >= 0 or version < 11,
-        ) if partitions else {}
-        if isinstance(context, IncrementalFetchContext):
-            partitions = context.read
+            keys = context.partitions()
+            to_read, refused = self._partitions_to_read(context, keys)
+            results = await self.rm.fetch_messages(
+                replica_id, request.max_wait_ms, min(request.min_bytes, max_bytes), max_bytes,
+                to_read, broker_epoch=broker_epoch, isolation_level=request.isolation_level,
+                fetch_only_leader=fetch_only_leader,
+            ) if to_read else {}
         # Per partition: (error, HW, log start, records, LSO, aborted transactions); only the
         # answered ones become wire objects (an idle incremental fetch answers few of the
-        # session's partitions).
-        read: dict[TopicPartition, tuple[int, int, int, Any, int, Any]] = {}
-        for tp in partitions:
-            r = results.get(tp)
-            if r is None:
+        # session's partitions). As Kafka's, an unknown topic id is answered after the reads.
+        read: dict[SessionKey, tuple[int, int, int, Any, int, Any]] = {}
+        unknown: list[SessionKey] = []
+        for key in keys:
+            code = refused.get(key)
+            if code == ErrorCode.UNKNOWN_TOPIC_ID:
+                unknown.append(key)
                 continue
-            code = _code(r.error)
-            if replica_id < 0:
-                code = self._known_partition_error(tp, code)
-            if code == ErrorCode.NONE:
+            tp = context.topic_partition(key)
+            r = None if code is not None or tp is None else results.get(tp)
+            if code is None:
+                if r is None:
+                    continue
+                code = _code(r.error)
+                if replica_id < 0 and tp is not None:
+                    code = self._known_partition_error(tp, code)
+            if code == ErrorCode.NONE and r is not None:
                 aborted = r.aborted_transactions
-                read[tp] = (code, r.high_watermark, r.log_start_offset, r.records,
-                            r.last_stable_offset,
-                            None if aborted is None else [
-                                m_fetch.AbortedTransaction(producer_id=pid, first_offset=first)
-                                for pid, first in aborted])
+                read[key] = (code, r.high_watermark, r.log_start_offset, r.records,
+                             r.last_stable_offset,
+                             None if aborted is None else [
+                                 m_fetch.AbortedTransaction(producer_id=pid, first_offset=first)
+                                 for pid, first in aborted])
             else:
                 # Kafka answers an error with -1 for the offsets (its createLogReadResult).
-                read[tp] = (code, -1, -1, b"", -1, None)
+                read[key] = (code, -1, -1, b"", -1, None)
+        for key in unknown:
+            read[key] = (ErrorCode.UNKNOWN_TOPIC_ID, -1, -1, b"", -1, None)
         error, session_id, answered = context.update_and_generate_response(
-            {tp: PartitionResponse(code, hw, log_start, len(records) if records is not None else 0)
-             for tp, (code, hw, log_start, records, _, _) in read.items()},
+            {key: PartitionResponse(code, hw, log_start,
+                                    len(records) if records is not None else 0)
+             for key, (code, hw, log_start, records, _, _) in read.items()},
             now_ms(),
         )
         # Consecutive partitions of a topic share one topic entry (Kafka's FetchResponse.of).
         responses: list[m_fetch.FetchableTopicResponse] = []
-        for tp in answered:
-            code, hw, log_start, records, lso, aborted = read[tp]
-            if not responses or responses[-1].topic != tp.topic:
+        endpoints: dict[int, m_fetch.NodeEndpoint] = {}
+        last_topic: Any = None
+        for key in answered:
+            code, hw, log_start, records, lso, aborted = read[key]
+            tp = context.topic_partition(key)
+            topic = key.topic_id if isinstance(key, TopicIdPartition) else key.topic
+            if topic != last_topic or not responses:
+                last_topic = topic
                 responses.append(m_fetch.FetchableTopicResponse(
-                    topic=tp.topic, topic_id=self._ids_by_name.get(tp.topic, ZERO_UUID)
-                    if names is not None else ZERO_UUID, partitions=[]))
-            responses[-1].partitions.append(m_fetch.PartitionData(
-                partition_index=tp.partition, error_code=code, high_watermark=hw,
+                    topic=tp.topic if tp is not None else "",
+                    topic_id=key.topic_id if isinstance(key, TopicIdPartition) else ZERO_UUID,
+                    partitions=[]))
+            data = m_fetch.PartitionData(
+                partition_index=key.partition, error_code=code, high_watermark=hw,
                 last_stable_offset=lso, log_start_offset=log_start,
                 aborted_transactions=aborted, records=records,
-            ))
-        for topic_id, index in unknown_ids:
-            if not responses or responses[-1].topic_id != topic_id:
-                responses.append(m_fetch.FetchableTopicResponse(topic_id=topic_id, partitions=[]))
-            responses[-1].partitions.append(m_fetch.PartitionData(
-                partition_index=index, error_code=ErrorCode.UNKNOWN_TOPIC_ID, high_watermark=-1,
-                log_start_offset=-1, records=b""))
+            )
+            if version >= 16 and tp is not None and code in _LEADER_HINT_ERRORS:
+                data.current_leader = self._current_leader(tp, ctx.listener_name, endpoints)
+            responses[-1].partitions.append(data)
         return m_fetch.FetchResponse(
-            error_code=error, session_id=session_id if version >= 7 else 0, responses=responses)
+            error_code=error, session_id=session_id if version >= 7 else 0, responses=responses,
+            node_endpoints=list(endpoints.values()))
 
-    def _topic_names_by_id(self) -> dict[Any, str]:
-        """Topic id -> name from the metadata cache and the LeaderAndIsr requests, rebuilt only
-        when either told us of a new one."""
-        if self._names_by_id_at != self.cache.updates:
-            self._names_by_id = {**self._hosted_topic_names,
-                                 **{i: t for t, i in self.cache.topic_ids.items()}}
-            self._ids_by_name = {t: i for i, t in self._names_by_id.items()}
-            self._names_by_id_at = self.cache.updates
-        return self._names_by_id
+    def _current_leader(self, tp: TopicPartition, listener_name: str,
+                        endpoints: dict[int, m_fetch.NodeEndpoint]) -> m_fetch.LeaderIdAndEpoch:
+        """KIP-951 (Kafka's getCurrentLeader): the leader this broker knows for ``tp`` — its own
+        partition's, else the metadata cache's — and, when that broker is alive, its endpoint
+        on the request's listener into ``endpoints``."""
+        p = self.rm.core.partitions.get(tp)
+        if p is not None:
+            leader_id = p.leader_id if p.leader_id is not None else -1
+            leader_epoch = p.leader_epoch
+        else:
+            st = self.cache.partition(tp)
+            leader_id, leader_epoch = (st.leader, st.leader_epoch) if st is not None else (-1, -1)
+        broker = self.cache.brokers.get(leader_id)
+        if broker is not None and leader_id not in endpoints:
+            ep = broker.for_listener(listener_name)
+            if ep is not None:
+                endpoints[leader_id] = m_fetch.NodeEndpoint(
+                    node_id=leader_id, host=ep[0], port=ep[1], rack=broker.rack)
+        return m_fetch.LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=leader_epoch)
+
+    def _partitions_to_read(
+        self, context: FetchContext, keys: Mapping[SessionKey, tuple[int, int, int, int]],
+    ) -> tuple[dict[TopicPartition, tuple[int, int, int, int]], dict[SessionKey, int]]:
+        """The partitions to read by name, and those answered without a read: a topic id this
+        broker does not know (UNKNOWN_TOPIC_ID), or, for a partition hosted here, an id that
+        is not its topic's — deleted and created again under the same name
+        (INCONSISTENT_TOPIC_ID, Kafka's ReplicaManager check against the log's topic id)."""
+        to_read: dict[TopicPartition, tuple[int, int, int, int]] = {}
+        refused: dict[SessionKey, int] = {}
+        hosted_ids = self.cache.hosted_topic_ids
+        hosted = self.rm.core.partitions
+        for key, req in keys.items():
+            tp = context.topic_partition(key)
+            if tp is None:
+                refused[key] = ErrorCode.UNKNOWN_TOPIC_ID
+            elif (isinstance(key, TopicIdPartition) and tp in hosted
+                  and hosted_ids.get(tp.topic, key.topic_id) != key.topic_id):
+                refused[key] = ErrorCode.INCONSISTENT_TOPIC_ID
+            else:
+                to_read[tp] = req
+        return to_read, refused
 
     async def _session_fetch(
         self, context: IncrementalFetchContext, replica_id: int, broker_epoch: int | None,
         max_wait_ms: int, min_bytes: int, max_bytes: int, isolation_level: int,
         fetch_only_leader: bool,
-    ) -> dict[TopicPartition, Any]:
+    ) -> tuple[dict[TopicPartition, Any], dict[SessionKey, int]]:
         """An incremental fetch reads the partitions it lists and those changed since the last
         (broker/fetch_session.py), not every partition of its session. Held for ``min_bytes``,
         it waits for a partition of the session to change and reads just that one: the wait
-        of Kafka's DelayedFetch, without its re-reads of every partition."""
+        of Kafka's DelayedFetch, without its re-reads of every partition. Returns the reads and
+        the partitions answered without one (``_partitions_to_read``)."""
         session = context.session
         core = self.rm.core
         loop = asyncio.get_running_loop()
@@ -535,14 +577,20 @@ class KafkaApis:
         wake = asyncio.Event()
         session.waker = wake.set
         results: dict[TopicPartition, Any] = {}
+        refused: dict[SessionKey, int] = {}
         read_bytes = 0
         any_error = False
         # The partitions read first were unchanged up to the previous fetch of the session,
         # those turning dirty while this one waits up to this one's arrival.
         replay_ms = session.previous_used_ms
         try:
-            more = context.partitions()
+            more, no_read = self._partitions_to_read(context, context.partitions())
             while True:
+                refused.update(no_read)
+                # A read error answers at once, as Kafka's; so does a session with nothing
+                # to read at all (every topic id unknown: Kafka's empty "interesting").
+                any_error = any_error or ErrorCode.INCONSISTENT_TOPIC_ID in no_read.values() \
+                    or len(session.unresolved) == session.size
                 if more:
                     if replica_id >= 0:
                         core.replay_follower_fetches(replica_id, more, replay_ms)
@@ -567,7 +615,7 @@ class KafkaApis:
                         await asyncio.wait_for(wake.wait(), remaining)
                     except TimeoutError:
                         break
-                more = context.more_partitions()
+                more, no_read = self._partitions_to_read(context, context.more_partitions())
         except BaseException:
             context.abandon()
             raise
@@ -578,12 +626,15 @@ class KafkaApis:
         # fetch and tries maybeExpandIsr each time, so a follower that caught up before it
         # became eligible (live in the metadata, KIP-841) joins at its next fetch.
         quota = core.config.leader_quota
-        context.unsettled = [
+        unsettled = {
             tp for tp in results
             if (p := core.partitions.get(tp)) is None or not p.is_leader
             or (replica_id >= 0 and replica_id not in p.isr)
-            or (quota is not None and replica_id >= 0 and quota.is_throttled(tp))]
-        return results
+            or (quota is not None and replica_id >= 0 and quota.is_throttled(tp))}
+        if unsettled:
+            context.unsettled = [key for key in context.read
+                                 if context.topic_partition(key) in unsettled]
+        return results, refused
 
     def _replay_idle_follower_fetches(self) -> None:
         """Before the ISR check: each follower session's last fetch, for the partitions it did
@@ -1002,12 +1053,10 @@ class KafkaApis:
                                                  wire_states, {}, topic_ids)
         for leader in request.live_leaders:
             self.cache.remember_endpoint(BrokerEndpoint(leader.broker_id, leader.host_name, leader.port))
-        # The ids of the topics this broker hosts (a follower's v13+ fetch may come before the
-        # UpdateMetadata that names them, e.g. just after this broker restarted).
-        hosted = {i: name for name, i in topic_ids.items() if i != ZERO_UUID}
-        if hosted.items() - self._hosted_topic_names.items():
-            self._hosted_topic_names.update(hosted)
-            self._names_by_id_at = -1
+        # The ids of the topics this broker hosts: a fetch naming another id for one of them is
+        # INCONSISTENT_TOPIC_ID (a follower's v13+ fetch may come before the UpdateMetadata
+        # that names them, e.g. just after this broker restarted).
+        self.cache.note_hosted_topic_ids(topic_ids)
         await self.server.ensure_topic_configs({s.topic_name for s in wire_states})
         states = [
             LeaderAndIsrPartitionState(

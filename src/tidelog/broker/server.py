@@ -204,7 +204,7 @@ class BrokerServer:
                 follower_quota=self.replication_quotas.follower,
                 zero_copy_min_bytes=SENDFILE_MIN_BYTES),
             zk_client=zk, endpoint_of=self.endpoint_of,
-            topic_id_of=lambda topic: self.metadata_cache.topic_id(topic),
+            topic_id_of=lambda topic: self.metadata_cache.hosted_topic_id(topic),
             num_replica_fetchers=self.dynamic_config.current.get("num.replica.fetchers"),
             high_watermark_checkpoint_interval_ms=cfg.get("replica.high.watermark.checkpoint.interval.ms"),
             log_retention_check_interval_ms=cfg.get("log.retention.check.interval.ms"),
