@@ -5,22 +5,33 @@ after the leader's process restarts."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from harness import ActingController, BrokerThread, broker_props, produce, wait_until
 from zk_chroot import new_chroot
 
-from tidelog.broker.fetcher_manager import SessionTopicIds, from_wire, to_wire
+from tidelog.broker.fetcher_manager import (
+    BrokerLeaderEndPoint,
+    SessionTopicIds,
+    from_wire,
+    to_wire,
+)
+from tidelog.broker.socket_server import RequestContext, SocketServer
 from tidelog.cluster.zookeeper import ZooKeeperServer, pick_free_port
+from tidelog.protocol.api_keys import ApiKey
+from tidelog.protocol.api_versions import api_versions_response
 from tidelog.protocol.codec import decode_request, encode_request
 from tidelog.protocol.messages import fetch as m_fetch
 from tidelog.protocol.messages import list_offsets as m_lo
 from tidelog.protocol.messages import offset_for_leader_epoch as m_ofle
 from tidelog.protocol.primitives import ZERO_UUID
 from tidelog.protocol.records.builder import build_values
+from tidelog.replication.config import ReplicationConfig
 from tidelog.replication.errors import Errors
 from tidelog.replication.fetcher import (
     FetchPartition,
@@ -133,6 +144,54 @@ def test_a_session_swaps_the_id_of_a_topic_created_again_and_forgets_under_the_h
     old_b = ids.pop("b")
     assert plan(request(4, {}, (b0,), {a0: data[a0], a1: data[a1]})) == (set(), {(old_b, 0)})
     assert "b" not in held.held
+
+
+def test_an_endpoints_round_trips_on_an_open_connection_take_no_task_each() -> None:
+    """The leader endpoint writes a fetch at once on its open connection and answers from the
+    response future's callback (Kafka's fetcher thread goes straight from one response to the
+    next request): one task to connect, none per round trip, where each round trip was a
+    task. Every answer still reaches ``on_done``, translated, in a later turn."""
+    async def leader(ctx: RequestContext, request: Any) -> Any:
+        if ctx.header.request_api_key == ApiKey.API_VERSIONS:
+            return api_versions_response()
+        return m_fetch.FetchResponse(error_code=0, session_id=7, responses=[])
+
+    async def scenario() -> tuple[list[Any], int]:
+        server = SocketServer("127.0.0.1", pick_free_port(), leader)
+        port = await server.start()
+        loop = asyncio.get_running_loop()
+        created = 0
+
+        def count(lp: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+            nonlocal created  # the endpoint's tasks (the server makes its own)
+            created += coro.__qualname__.startswith("BrokerLeaderEndPoint")
+            return asyncio.Task(coro, loop=lp, **kwargs)
+
+        loop.set_task_factory(count)
+        endpoint = BrokerLeaderEndPoint(2, 1, 0, ReplicationConfig(),
+                                        lambda broker: ("127.0.0.1", port))
+        answers: list[Any] = []
+        try:
+            tp = TopicPartition("t", 0)
+            for epoch in range(5):
+                got = loop.create_future()
+                sent_in = len(answers)
+                endpoint.send(
+                    FetchRequest(epoch, 1, 2, 99, 500, 1, 1 << 20,
+                                 {tp: FetchPartition(epoch, 0, 0, 100)}, session_id=0,
+                                 session_epoch=-1),
+                    lambda response, got=got: (answers.append(response), got.set_result(None)))
+                assert len(answers) == sent_in  # never answered from inside send
+                await asyncio.wait_for(got, 10)
+        finally:
+            loop.set_task_factory(None)
+            endpoint.close()
+            await server.shutdown()
+        return answers, created
+
+    answers, created = asyncio.run(scenario())
+    assert [(a.error, a.session_id) for a in answers] == [(Errors.NONE, 7)] * 5
+    assert created == 1
 
 
 # ---------------------------------------------------------------- real fetcher tasks

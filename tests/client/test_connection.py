@@ -376,3 +376,33 @@ def test_an_answer_to_an_acks_zero_request_is_dropped() -> None:
             await conn.close()
 
     asyncio.run(main())
+
+
+def test_request_futures_answer_time_out_alone_and_drop_late_or_cancelled_answers() -> None:
+    """``request_future`` (the replica fetchers' path: no task per request): the future gets
+    its own answer; one that times out fails alone with RequestTimedOutError, as does a
+    cancelled one, and their late answers are dropped with the connection kept."""
+    async def handler(header, request):  # type: ignore[no-untyped-def]
+        if header.request_api_key == ApiKey.METADATA and request.topics[0].name == "slow":
+            await asyncio.sleep(0.3)  # answers, but only after the client gave up
+        return echo_metadata(header, request)
+
+    async def main() -> None:
+        async with ScriptedBroker(handler) as broker:
+            conn = BrokerConnection("127.0.0.1", broker.port)
+            await conn.connect()
+            version = conn.pick_version(ApiKey.METADATA)
+            slow = conn.request_future(ask("slow"), version, 100)
+            dropped = conn.request_future(ask("slow"), version, 5000)
+            dropped.cancel()
+            fast = conn.request_future(ask("fast"), version, 5000)
+            with pytest.raises(RequestTimedOutError, match="Metadata"):
+                await slow
+            assert (await fast).topics[0].name == "fast"
+            await asyncio.sleep(0.35)  # both late answers arrive and are discarded
+            after = conn.request_future(ask("after"), version, 2000)
+            assert (await after).topics[0].name == "after"
+            assert not conn.closed
+            await conn.close()
+
+    asyncio.run(main())

@@ -11,7 +11,6 @@ connection is closed and opened again for the next request.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -250,7 +249,9 @@ class BrokerLeaderEndPoint:
         self._endpoint_of = endpoint_of
         self.connection: BrokerConnection | None = None
         self._connecting = asyncio.Lock()
-        self._inflight: set[asyncio.Task[None]] = set()
+        self._inflight: set[asyncio.Task[None]] = set()  # connecting before a send
+        self._answers: set[asyncio.Future[Any]] = set()  # requests awaiting their answer
+        self._closing: set[asyncio.Task[None]] = set()
         self.connects = 0
         self.failures = 0
 
@@ -259,13 +260,23 @@ class BrokerLeaderEndPoint:
         return f"ReplicaFetcher-{self.fetcher_id}-{self.source_broker}"
 
     def send(self, request: FetcherRequest, on_done: Callable[[Any | None], None]) -> None:
-        task = asyncio.get_running_loop().create_task(self._exchange(request, on_done))
+        """Send ``request``; ``on_done`` gets the translated response, or None, in a later turn.
+        On an open connection the request is written at once and answered from its future's
+        callback (Kafka's fetcher thread goes from one response to the next request: no task
+        per round trip); otherwise a task connects first."""
+        conn = self.connection
+        if conn is not None and not conn.closed:
+            self._start(conn, request, on_done)
+            return
+        task = asyncio.get_running_loop().create_task(self._connect_and_start(request, on_done))
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
 
     def close(self) -> None:
         for t in list(self._inflight):
             t.cancel()
+        for f in list(self._answers):
+            f.cancel()  # abandoned: its on_done is not called, as for a cancelled task
         conn, self.connection = self.connection, None
         if conn is not None:
             asyncio.get_running_loop().create_task(conn.close())
@@ -293,19 +304,21 @@ class BrokerLeaderEndPoint:
             self.connection = conn
             return conn
 
-    async def _exchange(self, request: FetcherRequest,
-                        on_done: Callable[[Any | None], None]) -> None:
-        """Send one request; ``on_done`` gets the translated response, or None."""
-        timeout_ms = self.config.replica_socket_timeout_ms
-        if isinstance(request, FetchRequest):
-            timeout_ms += request.max_wait_ms
+    async def _connect_and_start(self, request: FetcherRequest,
+                                 on_done: Callable[[Any | None], None]) -> None:
         conn = await self._ensure_connection()
         if conn is None:
             on_done(None)
             return
+        self._start(conn, request, on_done)
+
+    def _start(self, conn: BrokerConnection, request: FetcherRequest,
+               on_done: Callable[[Any | None], None]) -> None:
+        timeout_ms = self.config.replica_socket_timeout_ms
         try:
             version: int | None = None
             if isinstance(request, FetchRequest):
+                timeout_ms += request.max_wait_ms
                 # Kafka's RemoteLeaderEndPoint: v13+ (topic ids; v15+ this broker's epoch) when
                 # every partition of the fetch has a topic id, else v12 (by name).
                 ids = {tp.topic: self._topic_id_of(tp.topic)
@@ -316,19 +329,45 @@ class BrokerLeaderEndPoint:
                 # An incremental fetch's answer names the session's topics by id, also those
                 # this request did not list.
                 self._topic_names.update((i, t) for t, i in ids.items() if i != ZERO_UUID)
-            wire = to_wire(request, self._topic_id_of)
-            response = await conn.send(wire, version, timeout_ms=timeout_ms)
-            translated = from_wire(request, response, self._topic_names)
-        except asyncio.CancelledError:
-            raise
+                # The ids the session holds its topics under (a re-created topic swapped).
+                sent, forgotten_id_of = self._session_ids.plan(
+                    request, {tp.topic: ids[tp.topic] for tp in request.partitions})
+                wire = to_wire(sent, self._topic_id_of, forgotten_id_of)
+            else:
+                wire = to_wire(request, self._topic_id_of)
+                version = conn.pick_version(wire.API_KEY)
+            answer = conn.request_future(wire, version, timeout_ms)
         except Exception as e:
-            self.failures += 1
-            logger.debug("%s: %s failed: %s", self.name, type(request).__name__, e)
-            if not isinstance(e, RequestTimedOutError) and self.connection is conn:
-                # a broken connection (a timeout leaves it usable for the others)
-                self.connection = None
-                with contextlib.suppress(Exception):
-                    await conn.close()
-            on_done(None)
+            # (never on_done from inside send: the fetcher is still building its requests)
+            asyncio.get_running_loop().call_soon(self._failed, conn, request, e, on_done)
             return
-        on_done(translated)
+        self._answers.add(answer)
+        answer.add_done_callback(lambda f: self._answered(conn, request, f, on_done))
+
+    def _answered(self, conn: BrokerConnection, request: FetcherRequest,
+                  answer: asyncio.Future[Any], on_done: Callable[[Any | None], None]) -> None:
+        self._answers.discard(answer)
+        if answer.cancelled():
+            return  # closed (a fetcher removed or stopped)
+        error = answer.exception()
+        if error is None:
+            try:
+                translated = from_wire(request, answer.result(), self._topic_names)
+            except Exception as e:
+                self._failed(conn, request, e, on_done)
+                return
+            on_done(translated)
+        else:
+            self._failed(conn, request, error, on_done)
+
+    def _failed(self, conn: BrokerConnection, request: FetcherRequest, error: BaseException,
+                on_done: Callable[[Any | None], None]) -> None:
+        self.failures += 1
+        logger.debug("%s: %s failed: %s", self.name, type(request).__name__, error)
+        if not isinstance(error, RequestTimedOutError) and self.connection is conn:
+            # a broken connection (a timeout leaves it usable for the others)
+            self.connection = None
+            closing = asyncio.get_running_loop().create_task(conn.close())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+        on_done(None)

@@ -298,6 +298,39 @@ class BrokerConnection:
         self._transport.writelines(parts)
         return correlation_id
 
+    def request_future(self, request: Any, api_version: int, timeout_ms: int) -> asyncio.Future[Any]:
+        """Write ``request`` (at ``api_version``) now and return the future of its decoded
+        response, for a caller that goes on from a done callback: no task, no await and no
+        timeout scope per request (the replica fetchers, one request after the other). After
+        ``timeout_ms`` it fails with `RequestTimedOutError` (the late answer is dropped, the
+        connection stays up); a broken connection fails it with `KafkaConnectionError`;
+        cancelling it abandons the request. The write is not drained: meant for small
+        requests, one at a time."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        correlation_id = self._write(request, api_version)
+        self._pending[correlation_id] = _Pending(request.API_KEY, api_version, future)
+        timer = loop.call_later(timeout_ms / 1000, self._time_out, correlation_id, timeout_ms)
+
+        def settled(_: asyncio.Future[Any]) -> None:
+            timer.cancel()
+            self._abandon(correlation_id)
+
+        future.add_done_callback(settled)
+        return future
+
+    def _time_out(self, correlation_id: int, timeout_ms: int) -> None:
+        pending = self._pending.get(correlation_id)
+        if pending is not None and not pending.future.done():
+            pending.future.set_exception(RequestTimedOutError(
+                f"{api_spec(pending.api_key).name} v{pending.api_version} to "
+                f"{self.host}:{self.port} got no response within {timeout_ms:g} ms"))
+
+    def _abandon(self, correlation_id: int) -> None:
+        """The caller is done with a request: an answer still to come is dropped."""
+        if self._pending.pop(correlation_id, None) is not None and not self.closed:
+            self._abandoned.add(correlation_id)
+
     async def _drain(self) -> None:
         if self._protocol is not None:
             await self._protocol.drain()
@@ -320,8 +353,7 @@ class BrokerConnection:
                 f"got no response within {timeout_s * 1000:g} ms"
             ) from None
         finally:
-            if self._pending.pop(correlation_id, None) is not None and not self.closed:
-                self._abandoned.add(correlation_id)
+            self._abandon(correlation_id)
 
     # -- incoming -------------------------------------------------------------------------
 
