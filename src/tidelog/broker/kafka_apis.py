@@ -574,8 +574,15 @@ class KafkaApis:
         core = self.rm.core
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_ms / 1000
-        wake = asyncio.Event()
-        session.waker = wake.set
+        # The held fetch's wait: one future, resolved True by a change of the session's
+        # partitions, False at the deadline (no task, event or timeout scope per wait).
+        waiting: asyncio.Future[bool] | None = None
+
+        def wake(changed: bool = True) -> None:
+            if waiting is not None and not waiting.done():
+                waiting.set_result(changed)
+
+        session.waker = wake
         results: dict[TopicPartition, Any] = {}
         refused: dict[SessionKey, int] = {}
         read_bytes = 0
@@ -609,12 +616,15 @@ class KafkaApis:
                 remaining = deadline - loop.time()
                 if read_bytes >= min_bytes or any_error or remaining <= 0:
                     break
-                wake.clear()
                 if not session.dirty:
+                    waiting = loop.create_future()
+                    timer = loop.call_at(deadline, wake, False)
                     try:
-                        await asyncio.wait_for(wake.wait(), remaining)
-                    except TimeoutError:
-                        break
+                        if not await waiting:
+                            break
+                    finally:
+                        timer.cancel()
+                        waiting = None
                 more, no_read = self._partitions_to_read(context, context.more_partitions())
         except BaseException:
             context.abandon()
