@@ -58,3 +58,32 @@ def test_an_idle_key_keeps_only_live_watches_however_many_operations_expired_on_
     purgatory.try_complete_else_watch(produce_op("live", 2_000, hw), 1_000)
     assert [op.request_key for op in purgatory._watchers[A]] == ["live"]
     assert [op.request_key for op in purgatory._watchers[B]] == ["live"]
+
+
+def test_a_hw_advance_tries_only_the_requests_it_can_complete_and_a_lower_retried_one() -> None:
+    """Pipelined acks=all requests on one partition: once one waits for an offset the HW has
+    not reached, those watched after it for as much or more are not tried; a retried batch
+    answered with its original, lower offset (watched later) still completes."""
+    hw = {A: 0}
+    checked: list[int] = []
+
+    def check(tp: TopicPartition, required: int) -> tuple[bool, Errors]:
+        checked.append(required)
+        return hw[tp] >= required, Errors.NONE
+
+    def op(key: str, required: int) -> DelayedProduce:
+        status = ProducePartitionStatus(required, ProducePartitionResult(Errors.NONE, required - 1))
+        return DelayedProduce(key, 1_000, {A: status}, check)
+
+    purgatory = DelayedOperationPurgatory("Produce")
+    for i in range(1, 101):
+        purgatory.try_complete_else_watch(op(f"r{i}", i), 0)
+    purgatory.try_complete_else_watch(op("retried", 3), 0)
+    hw[A] = 3
+    checked.clear()
+    done = purgatory.check_and_complete(A, 10)
+    assert [d.request_key for d in done] == ["r1", "r2", "r3", "retried"]
+    assert checked == [1, 2, 3, 4, 3]  # r5..r100 not tried
+    assert len(purgatory) == 97
+    hw[A] = 100
+    assert len(purgatory.check_and_complete(A, 20)) == 97

@@ -623,9 +623,9 @@ class SocketServer:
                         await flush()  # the answers before the one that closes
                         self.closed_by_error += 1
                         return
-                    if owed:
+                    if len(owed) >= MAX_DEFERRED_RESPONSES:
                         await owed.wait_for_space(MAX_DEFERRED_RESPONSES)
-                    elif not corked:
+                    elif not owed and not corked:
                         idle()
                     if time.perf_counter() - turn_start >= _TURN_S:
                         # Many pipelined requests in one read: let the other connections (the

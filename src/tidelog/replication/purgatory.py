@@ -51,6 +51,12 @@ class DelayedOperation:
     def expire_now(self, now_ms: int) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def pending_offset(self, key: TopicPartition) -> int | None:
+        """An offset this operation still waits for on ``key`` with a check monotonic in it
+        (not done at an offset means not done at any higher one, in the same partition
+        state), or None: lets the purgatory skip the later ones after one failed."""
+        return None
+
 
 @dataclass(slots=True)
 class ProducePartitionStatus:
@@ -79,6 +85,7 @@ class DelayedProduce(DelayedOperation):
     def try_complete(self, now_ms: int) -> bool:
         if self.is_completed:
             return True
+        pending = False
         for tp, status in self.statuses.items():
             if not status.acks_pending:
                 continue
@@ -87,10 +94,18 @@ class DelayedProduce(DelayedOperation):
                 status.acks_pending = False
                 if error != Errors.NONE:
                     status.result = ProducePartitionResult(error)
-        if any(s.acks_pending for s in self.statuses.values()):
+            else:
+                pending = True
+        if pending:
             return False
         self._finish()
         return True
+
+    def pending_offset(self, key: TopicPartition) -> int | None:
+        # Partition.check_enough_replicas_reach_offset is not done only while the leader's
+        # HW is below the offset (with enough replicas in the ISR): monotonic in the offset.
+        status = self.statuses.get(key)
+        return status.required_offset if status is not None and status.acks_pending else None
 
     def expire_now(self, now_ms: int) -> None:
         if self.is_completed:
@@ -209,15 +224,27 @@ class DelayedOperationPurgatory:
             return []
         done: list[Completion] = []
         remaining: list[DelayedOperation] = []
+        # The lowest offset an operation failed to reach on this key: the ones waiting on it
+        # for as much or more cannot complete now either, and are not tried (acks=all
+        # requests pipelined on one partition: hundreds wait, only the HW's first few finish).
+        blocked: int | None = None
         for op in ops:
             if op.is_completed:
                 continue  # finished through another key or expired; drop the stale watch
+            if blocked is not None:
+                at = op.pending_offset(key)
+                if at is not None and at >= blocked:
+                    remaining.append(op)
+                    continue
             if op.try_complete(now_ms):
                 self._pending -= 1
                 assert op.completion is not None
                 done.append(op.completion)
             else:
                 remaining.append(op)
+                at = op.pending_offset(key)
+                if at is not None and (blocked is None or at < blocked):
+                    blocked = at
         if remaining:
             # An op completed re-entrantly may have added new watches for this key meanwhile.
             self._watchers.setdefault(key, deque()).extend(remaining)
