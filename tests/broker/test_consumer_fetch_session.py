@@ -47,6 +47,20 @@ async def poll_values(consumer: Consumer, count: int, timeout_s: float = 10) -> 
     return values
 
 
+async def consumer_in_a_session(client: KafkaClient, topic: str
+                                ) -> tuple[list[Call], Consumer, int]:
+    """A consumer of ``topic``'s partition 0 after its first fetch, with the fetches spied on
+    and the id of the session that fetch opened."""
+    await client.refresh_metadata([topic])
+    calls = spy_fetches(client)
+    consumer = Consumer(client, fetch_max_wait_ms=50)
+    consumer.assign([(TopicPartition(topic, 0), 0)])
+    await consumer.poll(timeout_ms=100)
+    session_id = calls[0][5]
+    assert session_id != 0
+    return calls, consumer, session_id
+
+
 def consumer_session(broker: BrokerThread, session_id: int) -> FetchSession:
     session = broker.call(lambda: broker.server.apis.fetch_manager.cache.get(session_id))
     assert session is not None and session.replica_id == -1
@@ -94,13 +108,7 @@ def test_a_session_the_broker_lost_is_replaced_by_a_new_one(
 
     async def main() -> None:
         async with KafkaClient(one_broker.bootstrap) as client:
-            await client.refresh_metadata(["cs-lost"])
-            calls = spy_fetches(client)
-            consumer = Consumer(client, fetch_max_wait_ms=50)
-            consumer.assign([(TopicPartition("cs-lost", 0), 0)])
-            await consumer.poll(timeout_ms=100)
-            first = calls[0][5]
-            assert first != 0
+            calls, consumer, first = await consumer_in_a_session(client, "cs-lost")
             one_broker.call(lambda: one_broker.server.apis.fetch_manager.cache.remove(first))
             assert await asyncio.to_thread(
                 produce, one_broker.port, "cs-lost", 0, build_values([b"x"]), 1) == (0, 0)
@@ -126,12 +134,7 @@ def test_a_wrong_session_epoch_makes_the_next_fetch_full_and_close_the_session(
 
     async def main() -> None:
         async with KafkaClient(one_broker.bootstrap) as client:
-            await client.refresh_metadata(["cs-epoch"])
-            calls = spy_fetches(client)
-            consumer = Consumer(client, fetch_max_wait_ms=50)
-            consumer.assign([(TopicPartition("cs-epoch", 0), 0)])
-            await consumer.poll(timeout_ms=100)
-            first = calls[0][5]
+            calls, consumer, first = await consumer_in_a_session(client, "cs-epoch")
             session = consumer_session(one_broker, first)
 
             def skip_an_epoch() -> None:  # as if another fetch of this session went through
