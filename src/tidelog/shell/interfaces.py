@@ -39,7 +39,8 @@ class AlterPartitionManager(Protocol):
         """Write ``proposal``; later ``on_result(written, new zk version or -1)``. Not written
         (as Kafka's INELIGIBLE_REPLICA) when a member is not registered in /brokers/ids or its
         broker epoch in ``proposal.isr_with_broker_epochs`` is not its registration's
-        (`replication.isr_eligibility`, KIP-841/903); nor on a stale zk version."""
+        (`replication.isr_eligibility`, KIP-841/903), the check holding at the write (ZooKeeper:
+        not written when a broker registered in between); nor on a stale zk version."""
         ...
 
     def propagate_isr_changes(self, partitions: Collection[TopicPartition],
