@@ -97,6 +97,16 @@ def _produce(bootstrap: str, partitions: list[int], n: int, tag: str) -> float:
     return time.monotonic() - start
 
 
+def produce_once(bootstrap: str, topic: str) -> Any:
+    """One record, acks=all, no retry: the delivery error, None if it was acknowledged."""
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "retries": 0,
+                                  "message.timeout.ms": 10000})
+    errors: list[Any] = []
+    p.produce(topic, b"x", partition=0, on_delivery=lambda err, _m: errors.append(err))
+    p.flush(15)
+    return errors[0] if errors else "not answered"
+
+
 def _consume(bootstrap: str, partition: int, expect: int) -> list[str]:
     c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"g{partition}",
                                   "enable.auto.commit": False})

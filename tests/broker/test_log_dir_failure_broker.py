@@ -18,6 +18,8 @@ import pytest
 from harness import BrokerThread, broker_props, wait_until
 from zk_chroot import new_chroot
 
+from tidelog.broker.log_dir_failure import set_halt_procedure
+from tidelog.controller.admin import AdminZkClient
 from tidelog.controller.controller import KafkaController
 from tidelog.controller.zk_client import KafkaZkClient
 from tidelog.storage.file_io import OsFileHandle, OsFileIO
@@ -158,3 +160,31 @@ def test_a_failed_log_dir_moves_its_leaderships_and_the_broker_serves_its_other_
     assert b1.partition("jbod", 1).is_leader
     print(f"\n{cluster.fault}: leaders moved {outcome.leaders_moved_s:.2f} s after the disk "
           f"failed; the records produced meanwhile acknowledged in {outcome.produce_s:.2f} s")
+
+
+def test_a_broker_whose_only_log_dir_fails_halts(zookeeper: Any, tmp_path: Path) -> None:
+    """As Kafka's LogManager: no log dir left, the process halts (Exit.halt(1), replaced here)."""
+    halted: list[int] = []
+    disk = FailingDisk()
+    t = BrokerThread(broker_props(1, new_chroot(zookeeper), tmp_path / "only"),
+                     controller_factory=KafkaController)
+    t.server.file_io = disk
+    set_halt_procedure(halted.append)
+    try:
+        t.start()
+        zk = KafkaZkClient(t.server.config.get("zookeeper.connect"),
+                           session_timeout_ms=6000).start()
+        try:
+            AdminZkClient(zk).create_topic("solo", 1, 1)
+            wait_until(lambda: (p := t.partition("solo", 0)) is not None and p.is_leader,
+                       what="solo-0 led")
+            disk.fail(str(tmp_path / "only"))
+            assert log_dir_failure_scenario.produce_once(t.bootstrap, "solo") is not None
+            wait_until(lambda: halted == [1], what="the halt")
+            # Nothing told the controller: the broker is gone, its registration with it.
+            assert zk.get_all_log_dir_event_notifications() == []
+        finally:
+            zk.close()
+    finally:
+        set_halt_procedure(None)
+        t.stop()
