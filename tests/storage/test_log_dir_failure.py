@@ -91,3 +91,18 @@ def test_a_future_log_in_the_failed_dir_goes_too() -> None:
     m.get_or_create_log("t", 1, is_future=True)  # t-1 moving from /disk2 into /disk1
     assert m.handle_log_dir_failure("/disk1") == [("t", 0), ("t", 2)]
     assert m.get_future_log("t", 1) is None and m.get_log("t", 1) is not None
+
+
+def test_a_move_failing_on_the_disk_reports_the_dir_for_the_handler() -> None:
+    """Not taken offline behind the replica manager's back: its partitions must go offline and
+    the controller be told, which the handling of the reported dir does."""
+    fio, m, _ = _two_dirs()
+    m.maybe_update_preferred_log_dir("t", 0, "/disk2")
+    current = m.get_log("t", 0)
+    m.get_or_create_log("t", 0, is_future=True).append_as_follower(
+        bytes(current.read(0, 1 << 20).records), 0)
+    fio.fail_io("/disk1/t-0", errno.EIO)
+    with pytest.raises(KafkaStorageError, match="cannot retire"):
+        m.replace_current_with_future_log("t", 0)
+    assert m.log_dir_failure_channel.take_next_offline_log_dir() == "/disk1"
+    assert m.offline_dirs == set()

@@ -354,8 +354,8 @@ class LogManager:
         try:
             self.file_io.fsync_dir(log_dir)
         except OSError as exc:
-            raise KafkaStorageError(f"cannot delete the future log of {topic}-{partition}: "
-                                    f"{exc}") from exc
+            raise self._io_error(log_dir, f"cannot delete the future log of {topic}-{partition}: "
+                                          f"{exc}") from exc
         self.checkpoint_logs([log_dir])
         return True
 
@@ -388,14 +388,12 @@ class LogManager:
             fio.rename(current.dir, doomed)
             fio.fsync_dir(source)
         except (StorageError, OSError) as exc:
-            self.offline_dirs.add(source)
-            raise KafkaStorageError(f"cannot retire {current.dir}: {exc}") from exc
+            raise self._io_error(source, f"cannot retire {current.dir}: {exc}") from exc
         del self.logs[tp], self.log_dir_of[tp]
         try:
             log = self._promote_future_log(tp, high_watermark, now_ms)
         except (StorageError, OSError) as exc:
-            self.offline_dirs.add(dest)
-            raise KafkaStorageError(f"cannot move {topic}-{partition} to {dest}: {exc}") from exc
+            raise self._io_error(dest, f"cannot move {topic}-{partition} to {dest}: {exc}") from exc
         self._remove_tree(doomed)
         self.checkpoint_logs([source, dest])
         self.checkpoint_high_watermarks([source, dest])
