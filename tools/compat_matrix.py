@@ -59,6 +59,7 @@ MODULE_CLIENTS = {
     "test_produce_fetch.py": "confluent-kafka, raw requests",
     "test_python_clients.py": "kafka-python, aiokafka",
     "test_reassign_partitions_tool.py": "Kafka's tools",
+    "test_log_dir_moves_against_kafka.py": "Kafka's tools, tidelog reassign",
     "test_reassignment_errors_against_kafka.py": "raw requests",
     "test_topic_config_changes.py": "confluent-kafka AdminClient, Kafka's tools",
     "test_topic_config_effects.py": "confluent-kafka, raw requests",
