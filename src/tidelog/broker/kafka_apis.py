@@ -382,9 +382,8 @@ class KafkaApis:
         errors: dict[TopicPartition, int],
         results: dict[TopicPartition, Any],
     ) -> m_produce.ProduceResponse | None:
-        failed = bool(errors) or any(r.error != Errors.NONE for r in results.values())
         if acks == 0:
-            if failed:
+            if errors or any(r.error != Errors.NONE for r in results.values()):
                 # Kafka closes the connection so that an acks=0 producer learns something failed.
                 raise CloseConnection("acks=0 produce failed")
             return None
