@@ -3,6 +3,8 @@ merging of requests queued back to back for one broker."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from tidelog.controller import core
@@ -15,6 +17,7 @@ from tidelog.controller.channel_manager import (
 from tidelog.controller.zk_data import BrokerEndPoint, BrokerInfo
 from tidelog.protocol.api_keys import ApiKey, api_spec
 from tidelog.protocol.codec import decode_request, encode_request
+from tidelog.protocol.primitives import ZERO_UUID
 from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
 
 BROKERS = {
@@ -48,11 +51,15 @@ def partitions_of(body: object) -> dict[tuple[str, int], object]:
     return out
 
 
-@pytest.mark.parametrize("version", range(api_spec(ApiKey.LEADER_AND_ISR).min_version, 5))
+@pytest.mark.parametrize("version", range(api_spec(ApiKey.LEADER_AND_ISR).min_version, 6))
 def test_leader_and_isr_every_version(version: int) -> None:
     req = core.LeaderAndIsrRequest(1, 5, 77, (st("a", 0, 2, 3, (2, 3)), st("b", 1, 3, 0, (3,))),
                                    (2, 3))
-    body = roundtrip(build_leader_and_isr(req, BROKERS, version, "REPLICATION"), version)
+    ids = {"a": uuid.uuid4()}
+    body = roundtrip(build_leader_and_isr(req, BROKERS, version, "REPLICATION", ids), version)
+    if version >= 5:  # topic ids (Kafka 2.8+): a replica keeps its topic's
+        assert {t.topic_name: t.topic_id for t in body.topic_states} == {
+            "a": ids["a"], "b": ZERO_UUID}
     assert body.controller_id == 1 and body.controller_epoch == 5
     if version >= 2:
         assert body.broker_epoch == 77

@@ -47,10 +47,11 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # The versions a ZooKeeper-mode controller of Kafka 2.4-2.7 sends (broker epochs, grouped by
-# topic, flexible encodings), and UpdateMetadata v7 of Kafka 2.8+ with the topic ids that the
-# Metadata API returns; lower when the broker serves less.
+# topic, flexible encodings), and LeaderAndIsr v5 / UpdateMetadata v7 of Kafka 2.8+ with the
+# topic ids (the Metadata API returns them; a replica keeps its topic's, and a fetch naming
+# another id is INCONSISTENT_TOPIC_ID); lower when the broker serves less.
 PREFERRED_VERSIONS: dict[int, int] = {
-    ApiKey.LEADER_AND_ISR: 4,
+    ApiKey.LEADER_AND_ISR: 5,
     ApiKey.UPDATE_METADATA: 7,
     ApiKey.STOP_REPLICA: 3,
 }
@@ -80,7 +81,7 @@ def _by_topic(states: Iterable[LeaderAndIsrPartitionState]) -> dict[str, list[Le
 
 def build_leader_and_isr(
     request: core.LeaderAndIsrRequest, brokers: Mapping[int, BrokerInfo], version: int,
-    listener_name: str = "PLAINTEXT",
+    listener_name: str = "PLAINTEXT", topic_ids: Mapping[str, UUID] | None = None,
 ) -> lai.LeaderAndIsrRequest:
     def state(s: LeaderAndIsrPartitionState) -> lai.LeaderAndIsrPartitionState:
         return lai.LeaderAndIsrPartitionState(
@@ -102,8 +103,10 @@ def build_leader_and_isr(
     if version < 2:
         out.ungrouped_partition_states = [state(s) for s in request.partition_states]
     else:
+        ids = topic_ids or {}
         out.topic_states = [
-            lai.LeaderAndIsrTopicState(topic_name=t, partition_states=[state(s) for s in ss])
+            lai.LeaderAndIsrTopicState(topic_name=t, topic_id=ids.get(t, ZERO_UUID),
+                                       partition_states=[state(s) for s in ss])
             for t, ss in sorted(_by_topic(request.partition_states).items())
         ]
     return out
@@ -304,7 +307,8 @@ class _BrokerChannel:
                 if isinstance(request, core.LeaderAndIsrRequest):
                     v = self._version(ApiKey.LEADER_AND_ISR)
                     msg: Any = build_leader_and_isr(request, self.manager.brokers, v,
-                                                    self.manager.listener_name)
+                                                    self.manager.listener_name,
+                                                    self.manager.topic_ids)
                 elif isinstance(request, core.UpdateMetadataRequest):
                     v = self._version(ApiKey.UPDATE_METADATA)
                     msg = build_update_metadata(request, self.manager.brokers, v,
