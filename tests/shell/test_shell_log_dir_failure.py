@@ -85,3 +85,14 @@ def test_without_a_handling_the_driver_keeps_its_dirs() -> None:
     assert produce(rm, T0) == Errors.KAFKA_STORAGE_ERROR
     clock.advance(0)
     assert rm.log_manager.offline_dirs == set() and rm.core.partition(T0) is not None
+
+
+def test_a_stopped_shell_no_longer_handles_failures() -> None:
+    handling = Handling()
+    rm, clock, io = broker(handling)
+    rm.shutdown()
+    io.fail_io("/d1", errno.EIO)
+    assert produce(rm, T0) == Errors.KAFKA_STORAGE_ERROR
+    assert clock.tasks == [] or all(t.cancelled for t in clock.tasks)  # nothing scheduled
+    clock.advance(0)
+    assert handling.calls == [] and rm.log_manager.offline_dirs == set()

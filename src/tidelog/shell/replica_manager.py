@@ -176,6 +176,9 @@ class ReplicaManager:
         self._tasks.clear()
         self.fetcher_manager.shutdown()
         self.alter_log_dirs_manager.shutdown()
+        if self._log_dir_failure is not None:
+            # A log failing while the broker stops is the next start's to find.
+            self.log_manager.log_dir_failure_channel.on_offline_log_dir = None
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
