@@ -203,6 +203,12 @@ class ReplicaAlterLogDirsManager:
         if len(records):
             future.append_as_follower(records, now)
             self.bytes_copied += len(records)
+        # Made durable as it is copied, up to what the current log has made durable: the swap
+        # must not give up a durable copy for one that is not, and one fsync of the whole
+        # copy at the swap would hold the event loop (~0.1-0.2 s for 64 MB here).
+        durable = min(current.recovery_point, future.log_end_offset)
+        if future.recovery_point < durable:
+            future.flush(durable)
         future.update_high_watermark(min(current.high_watermark, future.log_end_offset))
         if current.log_start_offset > future.log_start_offset:
             future.maybe_increment_log_start_offset(current.log_start_offset)

@@ -192,12 +192,14 @@ class LogManager:
                 logger.error("cannot complete the move of %s: %s", name, exc)
                 self.offline_dirs.add(self.future_log_dir_of.get(tp, self.log_dirs[0]))
 
-    def _promote_future_log(self, tp: TopicPartition, high_watermark: int, now_ms: int) -> Log:
-        """The future log becomes the partition's log: flushed, closed, renamed to
-        `<topic>-<partition>` (made durable) and opened again from there."""
+    def _promote_future_log(self, tp: TopicPartition, high_watermark: int, now_ms: int,
+                            flush_to: int | None = None) -> Log:
+        """The future log becomes the partition's log: flushed (to `flush_to`, default its
+        end), closed, renamed to `<topic>-<partition>` (made durable) and opened again from
+        there with the recovery point it has."""
         future = self.future_logs[tp]
         log_dir = self.future_log_dir_of[tp]
-        future.flush()
+        future.flush(flush_to)
         future.close()
         path = os.path.join(log_dir, f"{tp[0]}-{tp[1]}")
         self.file_io.rename(future.dir, path)
@@ -207,7 +209,7 @@ class LogManager:
             path,
             self.config_for(tp[0]),
             self.file_io,
-            recovery_point=future.log_end_offset,
+            recovery_point=future.recovery_point,
             log_start_offset=future.log_start_offset,
             now_ms=now_ms,
             had_clean_shutdown=True,  # closed just now: its indexes and snapshot are whole
@@ -380,8 +382,12 @@ class LogManager:
         source, dest = self.log_dir_of[tp], self.future_log_dir_of[tp]
         fio = self.file_io
         high_watermark = current.high_watermark
+        # What the current log had made durable must be durable in the future one before the
+        # current copy is given up; above its recovery point it was not durable either (the
+        # copier flushes as it goes, so this is a short tail and the event loop is not held).
+        durable = min(current.recovery_point, future.log_end_offset)
         try:
-            future.flush()  # complete on disk before the current copy is given up
+            future.flush(durable)
             current.close()
             doomed = os.path.join(source, _dir_name_with_suffix(topic, partition,
                                                                 DELETE_DIR_SUFFIX))
@@ -391,7 +397,7 @@ class LogManager:
             raise self._io_error(source, f"cannot retire {current.dir}: {exc}") from exc
         del self.logs[tp], self.log_dir_of[tp]
         try:
-            log = self._promote_future_log(tp, high_watermark, now_ms)
+            log = self._promote_future_log(tp, high_watermark, now_ms, flush_to=durable)
         except (StorageError, OSError) as exc:
             raise self._io_error(dest, f"cannot move {topic}-{partition} to {dest}: {exc}") from exc
         self._remove_tree(doomed)
