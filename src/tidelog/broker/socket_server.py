@@ -37,6 +37,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
+from tidelog.client.connection import WriteFlowControl
 from tidelog.protocol.api_keys import ApiKey, api_spec
 from tidelog.protocol.api_versions import unsupported_api_versions_response
 from tidelog.protocol.codec import UnsupportedVersionError, decode_request, encode_response
@@ -200,7 +201,7 @@ class _ResponseQueue:
             self._fail()
             return
         transport = self._writer.transport
-        if (self._protocol._writing_paused or transport.is_closing()
+        if (self._protocol.paused or transport.is_closing()
                 or any(type(b) is FileSlice for b in buffers)):
             # This write must wait: a task does it (buffers encoded once, taken over as is).
             self._task = asyncio.get_running_loop().create_task(
@@ -298,7 +299,7 @@ class _ResponseQueue:
             armed.cancel()
 
 
-class _Connection(asyncio.BufferedProtocol):
+class _Connection(WriteFlowControl, asyncio.BufferedProtocol):
     """One client connection's protocol. Reads go straight into the frame being assembled
     (`FrameReader.get_buffer`: a 1 MB produce request is copied once, by the kernel, where
     asyncio's StreamReader copied it three times more), on asyncio and on uvloop alike: the
@@ -309,6 +310,7 @@ class _Connection(asyncio.BufferedProtocol):
     StreamReader limit this replaces). Writes go through a `StreamWriter` on it."""
 
     def __init__(self, server: SocketServer, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
         self._loop = loop
         self._server = server
         self._frames = FrameReader(server.max_request_bytes)
@@ -319,8 +321,6 @@ class _Connection(asyncio.BufferedProtocol):
         self._waiter: asyncio.Future[None] | None = None
         self._transport: asyncio.Transport | None = None
         self._reading_paused = False
-        self._writing_paused = False
-        self._drain_waiters: list[asyncio.Future[None]] = []
         self._lost = False
         self._closed: asyncio.Future[None] = loop.create_future()
         self._task: asyncio.Task[None] | None = None  # the serving task (_on_connection)
@@ -370,31 +370,10 @@ class _Connection(asyncio.BufferedProtocol):
     def _get_close_waiter(self, stream: asyncio.StreamWriter) -> asyncio.Future[None]:
         return self._closed  # StreamWriter.wait_closed
 
-    # -- write flow control, for StreamWriter.drain (asyncio's FlowControlMixin's contract)
-    def pause_writing(self) -> None:
-        self._writing_paused = True
-
-    def resume_writing(self) -> None:
-        self._writing_paused = False
-        self._wake_writers(None)
-
-    def _wake_writers(self, exc: Exception | None) -> None:
-        waiters, self._drain_waiters = self._drain_waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                if exc is None:
-                    waiter.set_result(None)
-                else:
-                    waiter.set_exception(exc)
-
-    async def _drain_helper(self) -> None:
+    async def _drain_helper(self) -> None:  # StreamWriter.drain (FlowControlMixin's contract)
         if self._lost:
             raise ConnectionResetError("Connection lost")
-        if not self._writing_paused:
-            return
-        waiter = self._loop.create_future()
-        self._drain_waiters.append(waiter)
-        await waiter
+        await self.wait_writable()
 
     def _wake(self) -> None:
         waiter, self._waiter = self._waiter, None

@@ -30,7 +30,7 @@ from tidelog.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameReader
 from tidelog.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from tidelog.protocol.primitives import ZERO_UUID
 
-__all__ = ["DEFAULT_MAX_FRAME_BYTES", "BrokerConnection"]
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "BrokerConnection", "WriteFlowControl"]
 
 _CORRELATION = Struct(">i")
 _SOFTWARE_NAME = "tidelog"
@@ -64,15 +64,49 @@ class _Pending:
         self.future = future
 
 
-class _Protocol(asyncio.BufferedProtocol):
+class WriteFlowControl:
+    """A protocol's write flow control (the transport's pause_writing / resume_writing):
+    `wait_writable` returns at once unless writing is paused, else once it resumes or fails
+    with the error given to `_wake_writers`. A plain mixin, not asyncio's FlowControlMixin:
+    that one is a Protocol, and uvloop hands a Protocol bytes instead of reading into a
+    BufferedProtocol's buffer (the broker's connections use this one too)."""
+
+    def __init__(self) -> None:
+        self.paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self._wake_writers(None)
+
+    def _wake_writers(self, exc: BaseException | None) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                if exc is None:
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(exc)
+
+    async def wait_writable(self) -> None:
+        if not self.paused:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._drain_waiters.append(waiter)
+        await waiter
+
+
+class _Protocol(WriteFlowControl, asyncio.BufferedProtocol):
     """Feeds the connection's frames; tracks write flow control for ``drain``. Reads go
     straight into the frame being assembled (a follower's fetch responses run to megabytes:
     no copy of them between the socket and the decoder)."""
 
     def __init__(self, conn: BrokerConnection) -> None:
+        super().__init__()
         self._conn = conn
-        self.paused = False
-        self._drain_waiters: list[asyncio.Future[None]] = []
 
     def get_buffer(self, sizehint: int) -> memoryview:
         try:
@@ -88,30 +122,7 @@ class _Protocol(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._conn._on_lost(exc)
-        self._wake(exc)
-
-    def pause_writing(self) -> None:
-        self.paused = True
-
-    def resume_writing(self) -> None:
-        self.paused = False
-        self._wake(None)
-
-    def _wake(self, exc: Exception | None) -> None:
-        waiters, self._drain_waiters = self._drain_waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                if exc is None:
-                    waiter.set_result(None)
-                else:
-                    waiter.set_exception(KafkaConnectionError(str(exc)))
-
-    async def drain(self) -> None:
-        if not self.paused:
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._drain_waiters.append(waiter)
-        await waiter
+        self._wake_writers(None if exc is None else KafkaConnectionError(str(exc)))
 
 
 class BrokerConnection:
@@ -333,7 +344,7 @@ class BrokerConnection:
 
     async def _drain(self) -> None:
         if self._protocol is not None:
-            await self._protocol.drain()
+            await self._protocol.wait_writable()
 
     async def _send(
         self, request: Any, version: int, timeout_ms: int | None, negotiating: bool
