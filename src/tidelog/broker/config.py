@@ -433,6 +433,10 @@ define("transaction.state.log.min.isr", "int", 2, at_least(1))
 define("transaction.state.log.num.partitions", "int", 50, at_least(1))
 define("transaction.state.log.segment.bytes", "int", 100 * 1024 * 1024, at_least(1))
 define("transaction.max.timeout.ms", "int", 900000, at_least(1))
+define("transaction.partition.verification.enable", "boolean", True,
+       doc="KIP-890: a partition leader asks the transaction coordinator whether a "
+           "transactional produce's partition is in its transaction before appending it "
+           "(dynamic).")
 define("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, at_least(1))
 define("transactional.id.expiration.ms", "int", 604800000, at_least(1))
 define("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, at_least(1))

@@ -9,6 +9,7 @@ cleaner's (`log.cleaner.threads`, `.dedupe.buffer.size`, `.io.buffer.load.factor
 `.io.max.bytes.per.second`, `.backoff.ms`: the cleaner restarts with them, as Kafka's
 `LogCleaner.reconfigure`), the connection limits (`max.connections`, `max.connections.per.ip`:
 the next accept obeys them), `producer.id.expiration.ms` (every log's producer state),
+`transaction.partition.verification.enable` (read by the next transactional produce),
 `num.replica.fetchers` (the fetchers are re-partitioned, as Kafka's resizeThreadPool), and the
 thread counts tidelog accepts but does not use (`num.io.threads`, `num.network.threads`,
 `background.threads`, `num.recovery.threads.per.data.dir`). A thread count may change to no less
@@ -74,7 +75,8 @@ UNUSED_THREAD_KEYS = frozenset({
     "num.recovery.threads.per.data.dir"})
 THREAD_POOL_KEYS = UNUSED_THREAD_KEYS | {"num.replica.fetchers"}
 DYNAMIC_KEYS: frozenset[str] = frozenset(TOPIC_TO_BROKER_KEY.values()) | CLEANER_KEYS \
-    | CONNECTION_KEYS | THREAD_POOL_KEYS | {"producer.id.expiration.ms"}
+    | CONNECTION_KEYS | THREAD_POOL_KEYS | {"producer.id.expiration.ms",
+                                            "transaction.partition.verification.enable"}
 # Kafka: per broker only (DynamicBrokerConfig.PerBrokerConfigs).
 PER_BROKER_KEYS = frozenset({"listeners", "advertised.listeners",
                              "listener.security.protocol.map"})
@@ -90,8 +92,7 @@ NOT_IMPLEMENTED = frozenset({
     "remote.fetch.max.wait.ms", "remote.log.index.file.cache.total.size.bytes",
     "remote.log.manager.copy.max.bytes.per.second",
     "remote.log.manager.fetch.max.bytes.per.second",
-    "replica.alter.log.dirs.io.max.bytes.per.second",
-    "transaction.partition.verification.enable"})
+    "replica.alter.log.dirs.io.max.bytes.per.second"})
 # A broker key and the keys Kafka falls back on for it, in order (LogConfig's synonyms).
 _BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
     "log.retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),

@@ -171,6 +171,8 @@ def _validate_single_batch(records: Any) -> int:
     return 0
 
 
+_TXN_VERIFICATION = "transaction.partition.verification.enable"
+
 # Kafka's SecurityDisabledException message for CreateAcls/DeleteAcls without an authorizer.
 NO_AUTHORIZER = "No Authorizer is configured."
 
@@ -367,7 +369,20 @@ class KafkaApis:
                     entries[tp] = p.records
         if not entries:
             return self._produce_response(acks, order, errors, {})
-        appended = self.rm.append_records(acks, entries, request.timeout_ms)
+        guards = None
+        txn_apis = self.server.txn_apis
+        if request.transactional_id is not None and txn_apis is not None \
+                and self.server.dynamic_config.current.get(_TXN_VERIFICATION):
+            # KIP-890: a partition the producer's transaction has not added is refused.
+            failed, guards = await txn_apis.verifier.verify_produce(
+                self.rm.core, request.transactional_id, entries, now_ms())
+            if failed:
+                errors.update(failed)
+                entries = {tp: r for tp, r in entries.items() if tp not in failed}
+                if not entries:
+                    return self._produce_response(acks, order, errors, {})
+        appended = self.rm.append_records(acks, entries, request.timeout_ms,
+                                          verification_guards=guards)
         if appended.done():
             return self._produce_response(acks, order, errors, appended.result())
         # acks=all: the append is done; the connection goes on with its next requests while

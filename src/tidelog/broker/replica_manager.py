@@ -44,6 +44,7 @@ from tidelog.replication.types import (
 from tidelog.shell.fetcher_manager import ReplicaFetcherManager
 from tidelog.shell.log_tasks import LogTaskIntervals
 from tidelog.shell.replica_manager import ReplicaManager
+from tidelog.storage.producer_state_manager import VerificationGuard
 from tidelog.storage.transactions import AppendOrigin
 
 __all__ = ["AsyncioScheduler", "BrokerReplicaManager", "ZkAlterPartitionManager", "now_ms"]
@@ -337,6 +338,7 @@ class BrokerReplicaManager:
     def append_records(
         self, acks: int, entries: Mapping[TopicPartition, Any], timeout_ms: int,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        verification_guards: Mapping[TopicPartition, VerificationGuard] | None = None,
     ) -> asyncio.Future[dict[TopicPartition, ProducePartitionResult]]:
         """Append one batch per partition now; the returned future resolves to the results
         (acks=-1: once the ISR has them, or after ``timeout_ms``). The append happens before
@@ -344,7 +346,8 @@ class BrokerReplicaManager:
         their acknowledgements are awaited together. A retried batch is answered by the log
         with its original offsets (at acks=-1 once the HW passes them). ``origin``
         COORDINATOR: a coordinator's records or transaction markers (the log validates them
-        as Kafka's AppendOrigin.Coordinator)."""
+        as Kafka's AppendOrigin.Coordinator). ``verification_guards``: KIP-890's, None when
+        transaction.partition.verification.enable is off (see the core's append_records)."""
         loop = asyncio.get_running_loop()
         acknowledged: asyncio.Future[dict[TopicPartition, ProducePartitionResult]] = (
             loop.create_future())
@@ -354,7 +357,7 @@ class BrokerReplicaManager:
                 acknowledged.set_result(dict(done.results))
 
         outcome = self.shell.append_records(acks, entries, timeout_ms, next(self._keys),
-                                            completed, origin)
+                                            completed, origin, verification_guards)
         if outcome.delayed:
             self._waiters.add(acknowledged)
             acknowledged.add_done_callback(self._waiters.discard)

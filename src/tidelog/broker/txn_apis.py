@@ -27,6 +27,10 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tidelog.broker.add_partitions_to_txn_manager import (
+    VERIFY_VERSION,
+    AddPartitionsToTxnManager,
+)
 from tidelog.broker.group_apis import (
     InternalTopicCreator,
     coordinator_endpoint,
@@ -99,6 +103,11 @@ class TxnApis:
                                       request_timeout_ms=self.config.request_timeout_ms),
             self._generate_producer_id, self.config, time=clock, scheduler=clock,
             tasks=self.tasks)
+        # KIP-890: this broker's partitions verify transactional produces with the coordinators
+        self.verifier = AddPartitionsToTxnManager(
+            server.broker_id, server.metadata_cache, self.coordinator.state.partition_for,
+            lambda request: self.add_partitions_batch(request, VERIFY_VERSION),
+            request_timeout_ms=self.config.request_timeout_ms)
         self._orig: dict[int, Any] = {}
         cfg = self.config
         self.topic = InternalTopicCreator(
@@ -137,6 +146,7 @@ class TxnApis:
 
     async def shutdown(self) -> None:
         self.topic.cancel()
+        await self.verifier.shutdown()
         await self.coordinator.shutdown()
         await self.tasks.cancel_all()
 
@@ -204,26 +214,48 @@ class TxnApis:
     # ------------------------------------------------------------------ AddPartitionsToTxn
     async def handle_add_partitions_to_txn(self, ctx: RequestContext,
                                            request: m_apt.AddPartitionsToTxnRequest) -> Any:
-        wanted = [TopicPartition(t.name, p) for t in request.v3_and_below_topics
-                  for p in t.partitions]
+        """v0-v3: a client's one transaction. v4 (KIP-890, from brokers): a batch of
+        transactions, each added or, `verify_only`, checked (a partition leader verifying a
+        transactional produce); one result per transaction."""
+        if ctx.api_version < 4:
+            errors = await self._add_partitions(
+                ctx.api_version, request.v3_and_below_transactional_id,
+                request.v3_and_below_producer_id, request.v3_and_below_producer_epoch, False,
+                [TopicPartition(t.name, p) for t in request.v3_and_below_topics
+                 for p in t.partitions])
+            return m_apt.AddPartitionsToTxnResponse(
+                results_by_topic_v3_and_below=_topic_results(errors))
+        return await self.add_partitions_batch(request, ctx.api_version)
+
+    async def add_partitions_batch(self, request: m_apt.AddPartitionsToTxnRequest,
+                                   version: int) -> m_apt.AddPartitionsToTxnResponse:
+        """AddPartitionsToTxn v4+ (the verifier calls it without a socket for this broker's
+        own coordinator)."""
+        answers = await asyncio.gather(*(
+            self._add_partitions(version, t.transactional_id, t.producer_id,
+                                 t.producer_epoch, t.verify_only,
+                                 [TopicPartition(tp.name, p) for tp in t.topics
+                                  for p in tp.partitions])
+            for t in request.transactions))
+        return m_apt.AddPartitionsToTxnResponse(results_by_transaction=[
+            m_apt.AddPartitionsToTxnResult(transactional_id=t.transactional_id,
+                                           topic_results=_topic_results(errors))
+            for t, errors in zip(request.transactions, answers, strict=True)])
+
+    async def _add_partitions(self, version: int, transactional_id: str, producer_id: int,
+                              producer_epoch: int, verify_only: bool,
+                              wanted: list[TopicPartition]) -> dict[TopicPartition, int]:
         unknown = {tp for tp in wanted if self.cache.partition(tp) is None}
         if unknown:
-            # Any unknown partition fails the whole request; the others were not attempted.
-            errors = {tp: int(E.UNKNOWN_TOPIC_OR_PARTITION) if tp in unknown
-                      else int(E.OPERATION_NOT_ATTEMPTED) for tp in wanted}
-        else:
-            error = await self.coordinator.handle_add_partitions(
-                request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
-                request.v3_and_below_producer_epoch, wanted)
-            error = _client_error(ApiKey.ADD_PARTITIONS_TO_TXN, ctx.api_version, error)
-            errors = {tp: error for tp in wanted}
-        by_topic: dict[str, list[m_apt.AddPartitionsToTxnPartitionResult]] = defaultdict(list)
-        for tp, error in errors.items():
-            by_topic[tp.topic].append(m_apt.AddPartitionsToTxnPartitionResult(
-                partition_index=tp.partition, partition_error_code=error))
-        return m_apt.AddPartitionsToTxnResponse(results_by_topic_v3_and_below=[
-            m_apt.AddPartitionsToTxnTopicResult(name=t, results_by_partition=rs)
-            for t, rs in by_topic.items()])
+            # Any unknown partition fails the whole transaction; the others were not attempted.
+            return {tp: int(E.UNKNOWN_TOPIC_OR_PARTITION) if tp in unknown
+                    else int(E.OPERATION_NOT_ATTEMPTED) for tp in wanted}
+        if verify_only:
+            return self.coordinator.handle_verify_partitions(
+                transactional_id, producer_id, producer_epoch, wanted)
+        error = await self.coordinator.handle_add_partitions(
+            transactional_id, producer_id, producer_epoch, wanted)
+        return dict.fromkeys(wanted, _client_error(ApiKey.ADD_PARTITIONS_TO_TXN, version, error))
 
     async def handle_add_offsets_to_txn(self, ctx: RequestContext,
                                         request: m_aot.AddOffsetsToTxnRequest) -> Any:
@@ -333,6 +365,16 @@ class TxnApis:
             transaction_states=[m_ltx.TransactionState(
                 transactional_id=md.transactional_id, producer_id=md.producer_id,
                 transaction_state=md.state.kafka_name) for md in found])
+
+
+def _topic_results(errors: dict[TopicPartition, int]
+                   ) -> list[m_apt.AddPartitionsToTxnTopicResult]:
+    by_topic: dict[str, list[m_apt.AddPartitionsToTxnPartitionResult]] = defaultdict(list)
+    for tp, error in errors.items():
+        by_topic[tp.topic].append(m_apt.AddPartitionsToTxnPartitionResult(
+            partition_index=tp.partition, partition_error_code=error))
+    return [m_apt.AddPartitionsToTxnTopicResult(name=t, results_by_partition=rs)
+            for t, rs in by_topic.items()]
 
 
 async def write_txn_markers(

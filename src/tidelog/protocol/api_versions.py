@@ -62,9 +62,10 @@ BROKER_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 4),  # v3 producer id/epoch for bumping; v2 flexible
     ApiKey.FIND_COORDINATOR: (0, 4),  # v1 key_type; v3 flexible; v4 batched coordinator_keys
     # Transactions (broker/txn_apis.py). v2 (v4 for InitProducerId): PRODUCER_FENCED, else
-    # INVALID_PRODUCER_EPOCH; v3 flexible. KIP-890's versions (AddPartitionsToTxn v4+ batched
-    # broker verification, TRANSACTION_ABORTABLE) are not served.
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    # INVALID_PRODUCER_EPOCH; v3 flexible. AddPartitionsToTxn v4: KIP-890's batched form the
+    # partition leaders send to verify a transactional produce (verify_only); v5
+    # (TRANSACTION_ABORTABLE, KIP-890 part 2) is not served.
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
     ApiKey.END_TXN: (0, 3),
     ApiKey.WRITE_TXN_MARKERS: (0, 1),  # the coordinator's, to partition leaders

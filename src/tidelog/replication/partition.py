@@ -37,6 +37,7 @@ from tidelog.replication.types import (
     ProposeIsr,
     TopicPartition,
 )
+from tidelog.storage.producer_state_manager import VerificationGuard
 from tidelog.storage.transactions import AppendOrigin
 
 # is_replica_eligible(broker_id, broker_epoch_of_its_last_fetch) -> bool  (KIP-841 / KIP-903)
@@ -213,12 +214,14 @@ class Partition:
 
     # ------------------------------------------------------------------ leader: produce
     def append_records_to_leader(self, records: Any, acks: int, now_ms: int,
-                                 origin: AppendOrigin = AppendOrigin.CLIENT) -> Any:
+                                 origin: AppendOrigin = AppendOrigin.CLIENT,
+                                 verification_guard: VerificationGuard | None = None) -> Any:
         """Append as leader; returns the Log's ``LogAppendInfo``. Refuses with
         NOT_LEADER_OR_FOLLOWER when not the leader, and with NOT_ENOUGH_REPLICAS when acks=all and
         the ISR is smaller than min.insync.replicas (nothing is written then). Storage errors
         propagate. ``origin``: COORDINATOR for transaction markers and the coordinators' own
-        records (the log validates them as Kafka's AppendOrigin.Coordinator)."""
+        records (the log validates them as Kafka's AppendOrigin.Coordinator).
+        ``verification_guard``: the log's (KIP-890 transaction verification)."""
         if not self.is_leader:
             raise ReplicationError(Errors.NOT_LEADER_OR_FOLLOWER, f"{self.tp}: not the leader")
         min_isr = self.min_insync_replicas
@@ -227,7 +230,8 @@ class Partition:
                 Errors.NOT_ENOUGH_REPLICAS,
                 f"{self.tp}: ISR {sorted(self.isr)} < min.insync.replicas {min_isr}",
             )
-        info = self.log.append_as_leader(records, self.leader_epoch, now_ms, origin)
+        info = self.log.append_as_leader(records, self.leader_epoch, now_ms, origin,
+                                         verification_guard)
         self.maybe_increment_leader_hw()  # an ISR of one commits at once
         return info
 

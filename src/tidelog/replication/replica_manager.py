@@ -55,6 +55,7 @@ from tidelog.replication.types import (
     TopicPartition,
 )
 from tidelog.storage.errors import OffsetOutOfRangeError, StorageError
+from tidelog.storage.producer_state_manager import VerificationGuard
 from tidelog.storage.transactions import AppendOrigin
 
 
@@ -323,7 +324,10 @@ class ReplicaManager:
         now_ms: int,
         request_key: Hashable | None = None,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        verification_guards: Mapping[TopicPartition, VerificationGuard] | None = None,
     ) -> ProduceOutcome:
+        """``verification_guards`` (KIP-890): None, no verification required; else each
+        partition's transactional batches need the guard given for it (SENTINEL if none)."""
         if acks not in (-1, 0, 1):
             return ProduceOutcome(
                 {tp: ProducePartitionResult(Errors.INVALID_REQUIRED_ACKS) for tp in entries_per_partition}
@@ -336,7 +340,9 @@ class ReplicaManager:
                 results[tp] = ProducePartitionResult(self._missing_error(tp))
                 continue
             try:
-                info = p.append_records_to_leader(records, acks, now_ms, origin)
+                info = p.append_records_to_leader(
+                    records, acks, now_ms, origin, None if verification_guards is None
+                    else verification_guards.get(tp, VerificationGuard.SENTINEL))
             except (ReplicationError, StorageError, CorruptRecordError) as e:
                 results[tp] = ProducePartitionResult(_error_of(e))
                 continue

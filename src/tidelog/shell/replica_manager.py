@@ -56,6 +56,7 @@ from tidelog.shell.interfaces import (
 )
 from tidelog.shell.log_tasks import LogTaskIntervals, schedule_log_tasks
 from tidelog.storage.errors import StorageError
+from tidelog.storage.producer_state_manager import VerificationGuard
 from tidelog.storage.transactions import AppendOrigin
 
 __all__ = ["ISR_CHANGE_PROPAGATION_INTERVAL_MS", "UNKNOWN_BROKER_EPOCH", "ReplicaManager"]
@@ -349,11 +350,13 @@ class ReplicaManager:
         self, acks: int, entries: Mapping[TopicPartition, Any], timeout_ms: int,
         request_key: Hashable, on_complete: ProduceCallback,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        verification_guards: Mapping[TopicPartition, VerificationGuard] | None = None,
     ) -> ProduceOutcome:
         """Kafka's appendRecords: the outcome now; when it is delayed (acks=-1 waiting for the
         ISR), ``on_complete`` gets the completion (replicated, failed or timed out)."""
         outcome = self.core.append_records(acks, entries, timeout_ms, self.time.milliseconds(),
-                                           request_key=request_key, origin=origin)
+                                           request_key=request_key, origin=origin,
+                                           verification_guards=verification_guards)
         if outcome.delayed:
             self._waiting[request_key] = on_complete  # type: ignore[assignment]
         # The append may complete followers' delayed fetches (and, with nobody else to wait

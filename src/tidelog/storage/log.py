@@ -53,6 +53,7 @@ from tidelog.storage.producer_state_manager import (
     CorruptSnapshotError,
     ProducerAppendInfo,
     ProducerStateManager,
+    VerificationGuard,
     last_sequence,
     read_snapshot,
     snapshot_file_name,
@@ -73,6 +74,7 @@ from tidelog.storage.transactions import (
     TXN_OR_CONTROL,
     AppendOrigin,
     InvalidRecordError,
+    InvalidTxnStateError,
     TransactionTracker,
     TxnBatch,
     txn_batch_of,
@@ -664,11 +666,15 @@ class Log:
         leader_epoch: int,
         now_ms: int,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        verification_guard: VerificationGuard | None = None,
     ) -> LogAppendInfo:
         """Validate every batch (magic 2, CRC32C, size <= max.message.bytes, record count, and
         the transactional rules for `origin`: see storage/transactions.py), assign offsets from
         the LEO and stamp `leader_epoch`, then write. Nothing is written unless every batch is
-        valid."""
+        valid. `verification_guard` (KIP-890, transaction.partition.verification.enable): not
+        None, a transactional batch of a producer with no transaction open here must present
+        the guard its verification got (`maybe_start_transaction_verification`), else
+        INVALID_TXN_STATE; None, no verification is required."""
         if self.closed or self.failed:
             self._check_writable()
         if needs_validation(self.config):  # compression.type, message.timestamp.difference.max.ms
@@ -786,6 +792,8 @@ class Log:
         if txn_batches:
             self.transactions.validate(txn_batches, origin,
                                        self.producer_state_manager.producers.get)
+            if verification_guard is not None:
+                self._check_verified(txn_batches, verification_guard)
         data: memoryview | list[memoryview] = view
         if vectored:
             stamped = memoryview(headers)
@@ -809,6 +817,23 @@ class Log:
             first_offset, next_offset - 1, max_ts, n, record_count, max_ts_offset, len(batches),
             log_append_time,
         )
+
+    def maybe_start_transaction_verification(self, producer_id: int, now_ms: int
+                                             ) -> VerificationGuard:
+        """Kafka's UnifiedLog.maybeStartTransactionVerification: SENTINEL when the producer's
+        transaction is already open here (nothing to verify), else its guard."""
+        if producer_id in self.transactions.ongoing:
+            return VerificationGuard.SENTINEL
+        return self.producer_state_manager.maybe_create_verification_guard(producer_id, now_ms)
+
+    def _check_verified(self, txn_batches: list[TxnBatch], guard: VerificationGuard) -> None:
+        ongoing = self.transactions.ongoing
+        psm = self.producer_state_manager
+        for t in txn_batches:
+            if (t.is_transactional and t.marker is None and t.producer_id not in ongoing
+                    and not psm.verification_guard(t.producer_id).verify(guard)):
+                raise InvalidTxnStateError(
+                    f"record of producer {t.producer_id} was not part of an ongoing transaction")
 
     def append_as_follower(
         self, records: bytes | bytearray | memoryview, now_ms: int

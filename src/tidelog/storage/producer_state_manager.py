@@ -56,6 +56,7 @@ __all__ = [
     "PRODUCER_SNAPSHOT_VERSION",
     "SNAPSHOT_SUFFIX",
     "BatchMetadata",
+    "VerificationGuard",
     "CorruptSnapshotError",
     "OutOfOrderSequenceError",
     "ProducerAppendInfo",
@@ -107,6 +108,33 @@ def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
 
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == _INT_MAX)
+
+
+class VerificationGuard:
+    """KIP-890's guard (Kafka's VerificationGuard): made when the leader starts verifying that a
+    producer's transaction includes the partition, presented by the verified produce at append.
+    Identity is the value: any append by the producer (its transaction began, or a marker ended
+    it) drops the partition's guard, so a verification that raced with an abort marker presents
+    a guard the log no longer holds. `SENTINEL` (no guard) verifies nothing."""
+
+    __slots__ = ()
+
+    SENTINEL: VerificationGuard
+
+    def verify(self, presented: VerificationGuard | None) -> bool:
+        return self is not VerificationGuard.SENTINEL and presented is self
+
+
+VerificationGuard.SENTINEL = VerificationGuard()
+
+
+@dataclass(slots=True)
+class VerificationStateEntry:
+    """A producer's verification in progress on this partition (Kafka's
+    VerificationStateEntry): the guard and when it was made (expired with the producers)."""
+
+    guard: VerificationGuard
+    timestamp_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,6 +362,9 @@ class ProducerStateManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self._on_dir_change = on_dir_change
         self.producers: dict[int, ProducerStateEntry] = {}
+        # KIP-890: producers whose transaction the leader is verifying here (not in snapshots,
+        # as Kafka's: a new leader verifies again)
+        self.verification_states: dict[int, VerificationStateEntry] = {}
         self._snapshots: list[int] = []  # offsets of the snapshot files, ascending
         self.last_map_offset = 0
         self.last_snap_offset = 0
@@ -354,7 +385,24 @@ class ProducerStateManager:
             current = ProducerStateEntry(producer_id)
         return ProducerAppendInfo(self.topic_partition, producer_id, current, origin)
 
+    def maybe_create_verification_guard(self, producer_id: int, now_ms: int
+                                        ) -> VerificationGuard:
+        """The producer's guard here, made if it has none (Kafka's
+        maybeCreateVerificationStateEntry: concurrent produces share it)."""
+        entry = self.verification_states.get(producer_id)
+        if entry is None:
+            entry = self.verification_states[producer_id] = VerificationStateEntry(
+                VerificationGuard(), now_ms)
+        return entry.guard
+
+    def verification_guard(self, producer_id: int) -> VerificationGuard:
+        entry = self.verification_states.get(producer_id)
+        return VerificationGuard.SENTINEL if entry is None else entry.guard
+
     def update(self, append_info: ProducerAppendInfo) -> None:
+        # The producer's append began or ended its transaction here: a verification started
+        # before it is stale.
+        self.verification_states.pop(append_info.producer_id, None)
         updated = append_info.to_entry()
         current = self.producers.get(append_info.producer_id)
         if current is not None:
@@ -374,6 +422,10 @@ class ProducerStateManager:
         expired = [pid for pid, e in self.producers.items() if self.is_producer_expired(now_ms, e)]
         for pid in expired:
             del self.producers[pid]
+        stale = [pid for pid, v in self.verification_states.items()
+                 if now_ms - v.timestamp_ms >= self.producer_id_expiration_ms]
+        for pid in stale:
+            del self.verification_states[pid]
         return len(expired)
 
     # -- snapshots -------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from tidelog.protocol.messages import write_txn_markers as m_wtm
 from tidelog.replication.types import TopicPartition
 from tidelog.storage.transactions import AppendOrigin
 
-__all__ = ["AsyncioTasks", "ConnectionMarkerTransport", "LocalMarkerWriter",
+__all__ = ["AsyncioTasks", "BrokerConnections", "ConnectionMarkerTransport", "LocalMarkerWriter",
            "ReplicaManagerAppender"]
 
 logger = logging.getLogger(__name__)
@@ -79,27 +79,25 @@ class ReplicaManagerAppender:
                                       origin=AppendOrigin.COORDINATOR)
 
 
-class ConnectionMarkerTransport:
-    """WriteTxnMarkers over one `BrokerConnection` per broker, found in the metadata cache; a
-    failed connection is dropped and made again on the next send."""
+class BrokerConnections:
+    """One `BrokerConnection` per broker, found in the metadata cache; a failed connection is
+    dropped and made again on the next send (the inter-broker client of the transaction
+    marker sender and of the partition leaders' transaction verification)."""
 
-    def __init__(self, broker_id: int, metadata_cache: Any, write_locally: LocalMarkerWriter,
-                 *, request_timeout_ms: int = 30_000) -> None:
+    def __init__(self, broker_id: int, metadata_cache: Any, client_id: str, *,
+                 request_timeout_ms: int = 30_000) -> None:
         self.broker_id = broker_id
         self.cache = metadata_cache
-        self.write_locally = write_locally
+        self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self._connections: dict[int, BrokerConnection] = {}
-        # One connection per broker even when several transactions complete at once.
+        # One connection per broker even when several requests start at once.
         self._connecting: dict[int, asyncio.Lock] = {}
 
-    async def send(self, broker_id: int, request: m_wtm.WriteTxnMarkersRequest
-                   ) -> m_wtm.WriteTxnMarkersResponse:
-        if broker_id == self.broker_id:
-            return await self.write_locally(request)
+    async def send(self, broker_id: int, request: Any, api_version: int | None = None) -> Any:
         try:
             conn = await self._connection(broker_id)
-            return await conn.send(request)  # type: ignore[no-any-return]
+            return await conn.send(request, api_version)
         except Exception:
             conn_ = self._connections.pop(broker_id, None)
             if conn_ is not None:
@@ -121,9 +119,30 @@ class ConnectionMarkerTransport:
             endpoint = self.cache.endpoint(broker_id)
             if endpoint is None:
                 raise ConnectionError(f"broker {broker_id} has no known endpoint")
-            conn = BrokerConnection(endpoint.host, endpoint.port,
-                                    client_id=f"broker-{self.broker_id}-txn-marker-sender",
+            conn = BrokerConnection(endpoint.host, endpoint.port, client_id=self.client_id,
                                     request_timeout_ms=self.request_timeout_ms)
             await conn.connect(timeout_s=self.request_timeout_ms / 1000)
             self._connections[broker_id] = conn
             return conn
+
+
+class ConnectionMarkerTransport:
+    """WriteTxnMarkers over `BrokerConnections`; this broker's own partitions without a
+    socket."""
+
+    def __init__(self, broker_id: int, metadata_cache: Any, write_locally: LocalMarkerWriter,
+                 *, request_timeout_ms: int = 30_000) -> None:
+        self.broker_id = broker_id
+        self.write_locally = write_locally
+        self.connections = BrokerConnections(
+            broker_id, metadata_cache, f"broker-{broker_id}-txn-marker-sender",
+            request_timeout_ms=request_timeout_ms)
+
+    async def send(self, broker_id: int, request: m_wtm.WriteTxnMarkersRequest
+                   ) -> m_wtm.WriteTxnMarkersResponse:
+        if broker_id == self.broker_id:
+            return await self.write_locally(request)
+        return await self.connections.send(broker_id, request)  # type: ignore[no-any-return]
+
+    async def close(self) -> None:
+        await self.connections.close()

@@ -240,6 +240,29 @@ class TransactionCoordinator:
         transit = md.prepare_add_partitions(added, self.clock())
         return await self.state.append(transactional_id, coordinator_epoch, transit)
 
+    def handle_verify_partitions(self, transactional_id: str, producer_id: int,
+                                 producer_epoch: int, partitions: Iterable[TopicPartition]
+                                 ) -> dict[TopicPartition, int]:
+        """KIP-890 (Kafka's handleVerifyPartitionsInTransaction, AddPartitionsToTxn v4
+        verify_only from a partition leader): NONE for each partition in the producer's
+        transaction, INVALID_TXN_STATE for the others. A pending transition is not checked:
+        the leader's verification guard settles a race with the marker at append."""
+        wanted = list(partitions)
+        if not transactional_id:
+            return dict.fromkeys(wanted, int(E.INVALID_REQUEST))
+        error, _, md = self.state.get(transactional_id)
+        if not error:
+            if md is None or md.producer_id != producer_id:
+                error = int(E.INVALID_PRODUCER_ID_MAPPING)
+            elif md.producer_epoch != producer_epoch:
+                error = int(E.PRODUCER_FENCED)
+            elif md.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+                error = int(E.CONCURRENT_TRANSACTIONS)
+            else:
+                return {tp: 0 if tp in md.topic_partitions else int(E.INVALID_TXN_STATE)
+                        for tp in wanted}
+        return dict.fromkeys(wanted, error)
+
     # ------------------------------------------------------------------ EndTxn
     async def handle_end_transaction(self, transactional_id: str, producer_id: int,
                                      producer_epoch: int, commit: bool) -> int:
