@@ -165,9 +165,10 @@ class Partition:
         is_new_epoch = state.leader_epoch > self.leader_epoch
         leo = self.log_end_offset
         if is_new_epoch:
-            # The I/O comes first: a storage error must leave the partition as it was. Applying
-            # the new zk version before a failed write let a leader of the old epoch win a
-            # compare-and-set with the new version (found by the simulator, seed 9207).
+            # The epoch cache comes first: a log that failed an I/O refuses it, and that must
+            # leave the partition as it was. Applying the new zk version before a failed write
+            # let a leader of the old epoch win a compare-and-set with the new version (found
+            # by the simulator, seed 9207).
             self.log.assign_epoch_start_offset(state.leader_epoch, leo)
         self.controller_epoch = state.controller_epoch
         self._update_assignment_and_isr(state)
