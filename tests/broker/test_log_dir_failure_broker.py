@@ -22,6 +22,7 @@ from tidelog.broker.log_dir_failure import set_halt_procedure
 from tidelog.controller.admin import AdminZkClient
 from tidelog.controller.controller import KafkaController
 from tidelog.controller.zk_client import KafkaZkClient
+from tidelog.replication.types import TopicPartition
 from tidelog.storage.file_io import OsFileHandle, OsFileIO
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -158,6 +159,19 @@ def test_a_failed_log_dir_moves_its_leaderships_and_the_broker_serves_its_other_
     assert b1.call(lambda: b1.server.log_manager.offline_dirs) == {outcome.failing_dir}
     assert all(b1.partition("jbod", p) is None for p in outcome.on_failing)
     assert b1.partition("jbod", 1).is_leader
+    # A new controller learns the offline replicas from its failover's LeaderAndIsr answers
+    # (Kafka's controller keeps them in memory only, as here).
+    def active() -> Any:
+        return next((t for t in cluster.brokers.values()
+                     if t.server.controller.is_active), None)
+    old = wait_until(active, what="an active controller")
+    epoch = old.server.controller.controller_epoch
+    assert old.call(lambda: old.server.zk_client.resign_controller(
+        old.server.controller.epoch_zk_version))
+    offline = {TopicPartition("jbod", p) for p in outcome.on_failing}
+    wait_until(lambda: (a := active()) is not None and a.server.controller.controller_epoch
+               > epoch and a.server.controller.core.replicas_on_offline_dirs == {1: offline},
+               what="the new controller's offline replicas")
     print(f"\n{cluster.fault}: leaders moved {outcome.leaders_moved_s:.2f} s after the disk "
           f"failed; the records produced meanwhile acknowledged in {outcome.produce_s:.2f} s")
 
