@@ -57,6 +57,12 @@ _RETRIABLE_AS_NOT_ENOUGH_REPLICAS = frozenset({
     E.CONCURRENT_TRANSACTIONS, E.NETWORK_EXCEPTION, E.COORDINATOR_LOAD_IN_PROGRESS,
     E.COORDINATOR_NOT_AVAILABLE, E.NOT_COORDINATOR})
 
+# What Kafka 3.9's leader tells a producer (every Produce version before KIP-890 part 2's v12)
+# for the coordinator's answer: a fenced producer INVALID_PRODUCER_EPOCH, a partition not in
+# its transaction INVALID_TXN_STATE.
+_OLD_CLIENT_ERRORS = {int(E.PRODUCER_FENCED): int(E.INVALID_PRODUCER_EPOCH),
+                      int(E.TRANSACTION_ABORTABLE): int(E.INVALID_TXN_STATE)}
+
 # The coordinator's own AddPartitionsToTxn v4 handler on this broker.
 LocalVerifier = Callable[[m_apt.AddPartitionsToTxnRequest],
                          Awaitable[m_apt.AddPartitionsToTxnResponse]]
@@ -220,10 +226,8 @@ class AddPartitionsToTxnManager:
                 for r in topic.results_by_partition:
                     tp = TopicPartition(topic.name, r.partition_index)
                     if tp in errors:
-                        # Kafka: a fenced producer's produce answers INVALID_PRODUCER_EPOCH.
-                        errors[tp] = int(E.INVALID_PRODUCER_EPOCH) \
-                            if r.partition_error_code == E.PRODUCER_FENCED \
-                            else r.partition_error_code
+                        errors[tp] = _OLD_CLIENT_ERRORS.get(r.partition_error_code,
+                                                            r.partition_error_code)
         return out
 
 

@@ -245,8 +245,9 @@ class TransactionCoordinator:
                                  ) -> dict[TopicPartition, int]:
         """KIP-890 (Kafka's handleVerifyPartitionsInTransaction, AddPartitionsToTxn v4
         verify_only from a partition leader): NONE for each partition in the producer's
-        transaction, INVALID_TXN_STATE for the others. A pending transition is not checked:
-        the leader's verification guard settles a race with the marker at append."""
+        transaction, TRANSACTION_ABORTABLE for the others (as Kafka 3.9 answers; the leader
+        tells the producer INVALID_TXN_STATE). A pending transition is not checked: the
+        leader's verification guard settles a race with the marker at append."""
         wanted = list(partitions)
         if not transactional_id:
             return dict.fromkeys(wanted, int(E.INVALID_REQUEST))
@@ -259,7 +260,7 @@ class TransactionCoordinator:
             elif md.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
                 error = int(E.CONCURRENT_TRANSACTIONS)
             else:
-                return {tp: 0 if tp in md.topic_partitions else int(E.INVALID_TXN_STATE)
+                return {tp: 0 if tp in md.topic_partitions else int(E.TRANSACTION_ABORTABLE)
                         for tp in wanted}
         return dict.fromkeys(wanted, error)
 
