@@ -70,3 +70,15 @@ def test_a_dir_already_offline_changes_nothing() -> None:
     rm.handle_log_dir_failure("/disk1", 0)
     assert rm.handle_log_dir_failure("/disk1", 1) == []
     assert rm.partition(OTHER) is not None and rm.partition(OTHER).is_leader
+
+
+def test_stop_replica_for_an_offline_partition_is_refused_as_kafka() -> None:
+    """Its files are in the failed dir: deleting it now would leave them for the restart."""
+    rm, lm, _ = broker()
+    rm.handle_log_dir_failure("/disk1", 0)
+    result = rm.stop_replicas(0, 1, {TP: True, OTHER: False}, 10)
+    assert result.partition_errors == {TP: Errors.KAFKA_STORAGE_ERROR, OTHER: Errors.NONE}
+    assert TP in rm.offline_partitions
+    produced = rm.append_records(1, {TP: records(1)}, 1000, 20)
+    assert produced.results is not None
+    assert produced.results[TP].error == Errors.KAFKA_STORAGE_ERROR

@@ -287,11 +287,15 @@ class ReplicaManager:
         errors: dict[TopicPartition, Errors] = {}
         actions: list[FetcherAction] = []
         for tp, delete in partitions.items():
+            if tp in self.offline_partitions:
+                # Kafka ignores it: the log is in an offline dir, its files cannot be deleted
+                # (a topic deletion waits for the broker's restart, as Kafka's controller does).
+                errors[tp] = Errors.KAFKA_STORAGE_ERROR
+                continue
             actions.append(RemoveFetcher(tp))
             errors[tp] = Errors.NONE
             if delete:
                 self.partitions.pop(tp, None)
-                self.offline_partitions.discard(tp)  # the topic is gone, and its failed log too
                 try:
                     self.log_manager.delete_log(tp.topic, tp.partition)
                 except StorageError as e:
