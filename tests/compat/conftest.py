@@ -29,8 +29,9 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     cluster = KafkaCluster(tmp_path_factory.mktemp("kafka-reference"))
     cluster.up(3, overrides=SHARED)
     try:
+        assert cluster.zookeeper is not None
         yield Target("kafka", cluster.bootstrap_servers, cluster.stop_broker,
-                     cluster.start_broker)
+                     cluster.start_broker, cluster.zookeeper.connect_string)
     finally:
         cluster.down()
 
@@ -52,7 +53,8 @@ def tidelog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
         def stop_broker(broker_id: int) -> None:
             cluster.stop_broker(broker_id)
 
-        yield Target("tidelog", cluster.bootstrap_servers, stop_broker, start_broker)
+        yield Target("tidelog", cluster.bootstrap_servers, stop_broker, start_broker,
+                     cluster.zookeeper)
     finally:
         cluster.down(timeout_s=15)
         for b in cluster.brokers.values():  # backstop, by PID, only if it still runs that broker

@@ -33,6 +33,8 @@ class Target:
     # returns once every broker's Metadata lists all of them again.
     stop_broker: Callable[[int], None]
     start_broker: Callable[[int], None]
+    # The cluster's ZooKeeper (host:port), for a test that plays a broker's registration.
+    zookeeper: str = ""
 
     def admin(self) -> AdminClient:
         return AdminClient({"bootstrap.servers": self.bootstrap})
@@ -208,6 +210,14 @@ def advertised(address: str, api_key: int) -> bool:
             await conn.close()
 
     return asyncio.run(go())
+
+
+def until(condition: Callable[[], Any], what: str, timeout_s: float = 60.0) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not in {timeout_s} s"
+        time.sleep(0.2)
 
 
 def raw(address: str, request: Any, api_version: int) -> Any:

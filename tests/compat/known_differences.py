@@ -75,4 +75,16 @@ DIFFERENCES: dict[str, Difference] = {
         test="tests/compat/test_dynamic_broker_keys_against_kafka.py::"
              "test_the_listener_keys_per_broker_differ_as_documented",
     ),
+    "stale broker epoch in the isr": Difference(
+        what="a replica's Fetch v15+ whose ReplicaState names a broker epoch older than its "
+             "broker's current registration (the process before a restart), caught up",
+        kafka="ZooKeeper mode: the replica joins the ISR (the leader checks only that its "
+              "broker is alive); KRaft mode refuses it (KIP-903)",
+        tidelog="the replica stays out of the ISR (KRaft's rule: the leader and the ISR writer "
+                "check the epoch against /brokers/ids)",
+        why="a restarted broker may have lost its log (KIP-903's unclean-shutdown case); the "
+            "same rule runs in the simulator (docs/architecture.md)",
+        test="tests/compat/test_isr_broker_epochs_against_kafka.py::"
+             "test_a_fetch_from_a_follower_s_previous_registration_and_the_isr",
+    ),
 }
