@@ -702,15 +702,29 @@ class ReplicaManager:
         if self._draining:
             return
         self._draining = True
+        # In marking order, each pending partition once, as `next(iter(...))` and `del` one at a
+        # time would, but in linear time: a dict keeps its deleted slots, so finding the first
+        # key again after each deletion made a LeaderAndIsr of 10,000 partitions quadratic.
+        # Marks made meanwhile go to a fresh dict; one for a partition still pending in this
+        # round is taken back when its turn comes.
+        batch: list[TopicPartition] = []
+        taken = 0
         try:
             while self._dirty:
-                tp = next(iter(self._dirty))
-                del self._dirty[tp]
-                if self.on_partition_changed is not None:
-                    self.on_partition_changed(tp)
-                self._check_delayed_produce(tp, now_ms)
-                self._completed.extend(self.fetch_purgatory.check_and_complete(tp, now_ms))
+                batch = list(self._dirty)
+                self._dirty = {}
+                taken = 0
+                while taken < len(batch):
+                    tp = batch[taken]
+                    taken += 1
+                    self._dirty.pop(tp, None)
+                    if self.on_partition_changed is not None:
+                        self.on_partition_changed(tp)
+                    self._check_delayed_produce(tp, now_ms)
+                    self._completed.extend(self.fetch_purgatory.check_and_complete(tp, now_ms))
         finally:
+            if taken < len(batch):  # an exception: the unchecked stay marked, in their order
+                self._dirty = {**dict.fromkeys(batch[taken:]), **self._dirty}
             self._draining = False
 
     def _check_delayed_produce(self, tp: TopicPartition, now_ms: int) -> None:
