@@ -126,3 +126,64 @@ def test_a_replica_moves_between_log_dirs_under_an_acks_all_stream(
         assert consume_all() == acked
     finally:
         b.stop()
+
+
+def test_a_replica_moved_to_another_broker_is_created_in_the_dir_the_plan_names(
+        zookeeper: Any, tmp_path: Path) -> None:
+    """A replica moving to another broker with a plan naming that broker's second log dir: the
+    broker answers REPLICA_NOT_AVAILABLE until the reassignment creates the replica, which it
+    does in that dir (Kafka's preferred log dir), not in the dir it would pick;
+    `tidelog reassign execute` and verify report it."""
+    from click.testing import CliRunner
+
+    from tidelog.cli.reassign_cmd import reassign
+
+    chroot = new_chroot(zookeeper)
+    brokers = []
+    for i in (1, 2):
+        a, b2 = (tmp_path / f"b{i}a").resolve(), (tmp_path / f"b{i}b").resolve()
+        brokers.append(BrokerThread(broker_props(i, chroot, a, **{
+            "log.dirs": f"{a},{b2}", "offsets.topic.replication.factor": "1"}),
+            controller_factory=KafkaController).start())
+    try:
+        for b in brokers:
+            wait_until(lambda b=b: b.call(lambda: b.server.metadata_cache.controller_id)
+                       in (1, 2) and len(b.call(
+                           lambda: b.server.metadata_cache.alive_broker_ids())) == 2,
+                       timeout_s=30, what="both brokers and the controller known")
+        admin = AdminClient({"bootstrap.servers": brokers[0].bootstrap})
+        admin.create_topics([NewTopic("across", 1, 1)], operation_timeout=20)["across"].result(30)
+        host = wait_until(lambda: next((b for b in brokers if b.partition("across", 0)
+                                        is not None), None), what="the replica")
+        other = next(b for b in brokers if b is not host)
+        # The other broker holds no log: left alone it would put one in its first dir.
+        target = str((tmp_path / f"b{other.broker_id}b").resolve())
+        plan = tmp_path / "plan.json"
+        plan.write_text('{"version":1,"partitions":[{"topic":"across","partition":0,'
+                        f'"replicas":[{other.broker_id}],"log_dirs":["{target}"]}}]}}')
+        # Kafka 3.9's tool sends the move after the reassignment, so the replica may be created
+        # before it arrives and then moved; asked first (as Kafka's older tool did), the broker
+        # remembers the dir and creates the replica there.
+        assert alter(other.port, target, "across") == ErrorCode.REPLICA_NOT_AVAILABLE
+        run = CliRunner()
+        bootstrap = brokers[0].bootstrap
+        out = run.invoke(reassign, ["execute", "--bootstrap-server", bootstrap,
+                                    "--reassignment-json-file", str(plan)])
+        assert out.exit_code == 0, out.output
+        assert (f"Successfully started moving log directory to {target} for replica across-0 "
+                f"with broker {other.broker_id} ") in out.output
+        verified = wait_until(lambda: (v := run.invoke(reassign, [
+            "verify", "--bootstrap-server", bootstrap, "--reassignment-json-file", str(plan)]))
+            and "Reassignment of partition across-0 is completed." in v.output and v,
+            timeout_s=60, what="the move")
+        assert (f"Reassignment of replica across-0-{other.broker_id} completed successfully."
+                in verified.output)
+        assert [e[:2] for e in where(other.port, "across")] == [(target, False)]
+        # Created there, not created elsewhere and then moved.
+        assert other.call(
+            lambda: other.server.replica_manager.shell.alter_log_dirs_manager.swaps) == 0
+        assert not any(n.startswith("across-0")
+                       for n in os.listdir(tmp_path / f"b{other.broker_id}a"))
+    finally:
+        for b in brokers:
+            b.stop()
