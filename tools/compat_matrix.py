@@ -70,6 +70,7 @@ MODULE_CLIENTS = {
     "test_transactions_against_kafka.py": "confluent-kafka",
     "test_txn_coordinator_against_kafka.py": "raw requests",
     "test_txn_timeout_against_kafka.py": "confluent-kafka, raw requests",
+    "test_txn_verification_against_kafka.py": "raw requests",
 }
 
 
