@@ -358,11 +358,21 @@ class KafkaZkClient(KafkaZkReads):
         version is read first, so a registration after it makes a write conditioned on it
         (`update_leader_and_isr(registered=)`) fail, also one between the two reads."""
         _, stat = self._retry(self._zk.get, zk_data.BROKER_IDS_PATH)
+        # Pipelined after it (a session's requests are answered in order): every ISR write
+        # of a leader reads these, and one round trip per member added up under ISR churn.
+        pending = [(b, self._zk.get_async(zk_data.broker_path(b))) for b in broker_ids]
         epochs: dict[int, int] = {}
-        for broker_id in broker_ids:
-            found = self.get_broker(broker_id)
-            if found is not None:
-                epochs[broker_id] = found[1]
+        for broker_id, result in pending:
+            try:
+                _, member = result.get(timeout=self.request_timeout_s)
+            except NoNodeError:
+                continue
+            except (ConnectionLoss, OperationTimeoutError, SessionExpiredError, KazooTimeoutError):
+                found = self.get_broker(broker_id)
+                if found is not None:
+                    epochs[broker_id] = found[1]
+                continue
+            epochs[broker_id] = int(member.czxid)
         return int(stat.version), epochs
 
     def get_all_broker_ids(self) -> list[int]:
