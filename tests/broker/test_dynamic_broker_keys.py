@@ -144,3 +144,17 @@ def test_producer_id_expiration_reaches_every_logs_producer_state(
                 one_broker.server.log_manager.producer_id_expiration_ms)
 
     wait_until(lambda: one_broker.call(expirations) == (60000, 60000), what="applied")
+
+
+def test_the_alter_log_dirs_throttle_bounds_the_broker_s_copies_between_log_dirs(
+        one_broker: BrokerThread, dynamic: list[tuple[str, str]]) -> None:
+    key = "replica.alter.log.dirs.io.max.bytes.per.second"
+    quota = one_broker.server.replica_manager.shell.alter_log_dirs_manager.quota
+    assert quota is one_broker.server.replication_quotas.alter_log_dirs
+    r = alter(one_broker, "1", [(key, SET, "-1")])
+    assert (r.error_code, r.error_message) == (
+        ErrorCode.INVALID_REQUEST, f"Invalid value -1 for configuration {key}: "
+        "Value must be at least 0")
+    dynamic.append(("1", key))
+    assert alter(one_broker, "1", [(key, SET, "5000")]).error_code == 0
+    wait_until(lambda: quota.bound == 5000, what="the copies bounded to 5000 B/s")

@@ -9,6 +9,7 @@ from test_fetcher import CONFIG, data, leader_log
 
 from tidelog.replication import FetchRequest, ReplicaFetcher
 from tidelog.replication.replication_quota import (
+    QUOTA_BYTES_PER_SECOND_DEFAULT,
     ReplicationQuotaManager,
     ReplicationQuotas,
     parse_rate,
@@ -52,9 +53,13 @@ def test_throttled_replica_lists_name_this_brokers_partitions() -> None:
 
 def test_quotas_follow_the_broker_configs_and_topic_overrides() -> None:
     quotas = ReplicationQuotas(broker_id=2)
-    quotas.update_rates({"leader.replication.throttled.rate": "50"},
+    quotas.update_rates({"leader.replication.throttled.rate": "50",
+                         "replica.alter.log.dirs.io.max.bytes.per.second": "90"},
                         {"follower.replication.throttled.rate": "70"})
-    assert (quotas.leader.bound, quotas.follower.bound) == (50, 70)
+    assert (quotas.leader.bound, quotas.follower.bound, quotas.alter_log_dirs.bound) == \
+        (50, 70, 90)
+    quotas.update_rates({}, {})
+    assert quotas.alter_log_dirs.bound == QUOTA_BYTES_PER_SECOND_DEFAULT
     quotas.update_topic("orders", {"leader.replication.throttled.replicas": "0:1",
                                    "follower.replication.throttled.replicas": "0:2"})
     assert not quotas.leader.is_throttled(TP) and quotas.follower.is_throttled(TP)
@@ -144,9 +149,16 @@ def test_the_broker_builds_its_quotas_from_the_window_configs() -> None:
     assert (default.leader.num_windows, default.leader.window_size_ms) == (11, 1000)
     quotas = BrokerServer(KafkaConfig.from_text(
         base + "replication.quota.window.num=3\nreplication.quota.window.size.seconds=2\n"
+        "alter.log.dirs.replication.quota.window.num=4\n"
+        "alter.log.dirs.replication.quota.window.size.seconds=5\n"
     )).replication_quotas
     for q in (quotas.leader, quotas.follower):
         assert (q.num_windows, q.window_size_ms) == (3, 2000)
-    for key in ("replication.quota.window.num", "replication.quota.window.size.seconds"):
+    assert (quotas.alter_log_dirs.num_windows, quotas.alter_log_dirs.window_size_ms) == (4, 5000)
+    assert (default.alter_log_dirs.num_windows, default.alter_log_dirs.window_size_ms) == \
+        (11, 1000)
+    for key in ("replication.quota.window.num", "replication.quota.window.size.seconds",
+                "alter.log.dirs.replication.quota.window.num",
+                "alter.log.dirs.replication.quota.window.size.seconds"):
         with pytest.raises(ConfigError, match=f"^{key}: value 0 must be at least 1"):
             KafkaConfig.from_text(base + f"{key}=0\n")

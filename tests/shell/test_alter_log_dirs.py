@@ -15,6 +15,10 @@ from test_shell_replica_manager import Clock, IsrWriter
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.records.builder import build_values
 from tidelog.replication.config import ReplicationConfig
+from tidelog.replication.replication_quota import (
+    QUOTA_BYTES_PER_SECOND_DEFAULT,
+    ReplicationQuotaManager,
+)
 from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
 from tidelog.shell.replica_manager import ReplicaManager
 from tidelog.storage.file_io import OsFileHandle, OsFileIO
@@ -150,6 +154,31 @@ def test_records_produced_during_the_copy_are_moved_too(dirs: list[str]) -> None
     assert b.lm.log_dir_of[TP] == dirs[1]
     moved = b.lm.get_log("t", 0)
     assert moved.log_end_offset == 30 * 5 and len(list(moved.batches())) == 30
+
+
+def test_the_copy_is_bounded_by_the_alter_log_dirs_quota(dirs: list[str]) -> None:
+    """replica.alter.log.dirs.io.max.bytes.per.second: every byte copied is recorded, and the
+    copy waits while the rate (Kafka's, over 11 windows of 1 s) is above the bound; a minute
+    of hand-stepped time copies about a minute's worth, the move ends once the bound is
+    lifted."""
+    bound, step = 200, 300
+    b = Broker(dirs, fetch_max_bytes=step)
+    b.moves.quota = ReplicationQuotaManager(bound=bound)
+    b.lead()
+    b.produce(200)
+    size = b.lm.get_log("t", 0).size
+    assert size > bound * 80
+    assert b.alter(TP, dirs[1]) == ErrorCode.NONE
+    for second in range(1, 61):
+        b.clock.advance(1000)
+        # At most the bound over the time so far plus the 10 windows Kafka's Rate counts at
+        # least, and the one read that went over it.
+        assert b.moves.bytes_copied <= bound * (second + 10) + step
+    assert b.moves.bytes_copied >= bound * 50  # bounded, not stalled
+    assert b.lm.log_dir_of[TP] == dirs[0] and b.moves.swaps == 0
+    b.moves.quota.update_quota(QUOTA_BYTES_PER_SECOND_DEFAULT)
+    b.clock.advance(60_000)
+    assert b.lm.log_dir_of[TP] == dirs[1] and b.moves.bytes_copied == size
 
 
 def test_a_truncation_of_the_current_log_truncates_the_future_one(dirs: list[str]) -> None:

@@ -416,6 +416,10 @@ define("replication.quota.window.num", "int", 11, at_least(1),
        doc="samples of the replication throttles' rate (leader and follower)")
 define("replication.quota.window.size.seconds", "int", 1, at_least(1),
        doc="the time span of each sample of the replication throttles' rate")
+define("alter.log.dirs.replication.quota.window.num", "int", 11, at_least(1),
+       doc="samples of the rate of copies between log dirs")
+define("alter.log.dirs.replication.quota.window.size.seconds", "int", 1, at_least(1),
+       doc="the time span of each sample of the rate of copies between log dirs")
 # --- Controlled shutdown
 define("controlled.shutdown.enable", "boolean", True)
 define("controlled.shutdown.max.retries", "int", 3)

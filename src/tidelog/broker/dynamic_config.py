@@ -26,7 +26,8 @@ server.properties refuses as unknown too; a key Kafka does not know either is a 
 Precedence: a per-broker dynamic value, then the cluster-wide dynamic default, then
 server.properties, then Kafka's default. Other known keys cannot be changed dynamically; keys
 tidelog does not know are stored and ignored, as Kafka stores custom configs. The replication
-throttles `leader.replication.throttled.rate` / `follower.replication.throttled.rate` (Kafka's
+throttles `leader.replication.throttled.rate` / `follower.replication.throttled.rate` and the
+bound on copies between log dirs `replica.alter.log.dirs.io.max.bytes.per.second` (Kafka's
 DynamicConfig.Broker, bytes/s, at least 0) are validated here and applied by the broker's
 `ReplicationQuotas`.
 
@@ -42,7 +43,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tidelog.broker.config import _LOG_CONFIG_SYNONYMS, CONFIG_DEFS, ConfigError, KafkaConfig
-from tidelog.replication.replication_quota import FOLLOWER_RATE, LEADER_RATE, parse_rate
+from tidelog.replication.replication_quota import BROKER_RATES, parse_rate
 
 __all__ = ["DYNAMIC_DEFAULT", "DYNAMIC_KEYS", "DynamicBrokerConfig", "TOPIC_TO_BROKER_KEY"]
 
@@ -91,8 +92,7 @@ NOT_IMPLEMENTED = frozenset({
     "max.connection.creation.rate", "max.connections.per.ip.overrides", "metric.reporters",
     "remote.fetch.max.wait.ms", "remote.log.index.file.cache.total.size.bytes",
     "remote.log.manager.copy.max.bytes.per.second",
-    "remote.log.manager.fetch.max.bytes.per.second",
-    "replica.alter.log.dirs.io.max.bytes.per.second"})
+    "remote.log.manager.fetch.max.bytes.per.second"})
 # A broker key and the keys Kafka falls back on for it, in order (LogConfig's synonyms).
 _BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
     "log.retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
@@ -156,7 +156,7 @@ class DynamicBrokerConfig:
         if missing:
             raise ConfigError(None, "tidelog does not implement these configs: "
                               f"Set({', '.join(missing)})")
-        for key in (LEADER_RATE, FOLLOWER_RATE):
+        for key in BROKER_RATES:
             if key in props:
                 try:
                     parse_rate(key, props[key])

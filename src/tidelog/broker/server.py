@@ -116,7 +116,9 @@ class BrokerServer:
         # Replication throttles, from the dynamic broker configs and the topics' overrides.
         self.replication_quotas = ReplicationQuotas(
             self.broker_id, config.get("replication.quota.window.num"),
-            config.get("replication.quota.window.size.seconds") * 1000)
+            config.get("replication.quota.window.size.seconds") * 1000,
+            config.get("alter.log.dirs.replication.quota.window.num"),
+            config.get("alter.log.dirs.replication.quota.window.size.seconds") * 1000)
         self._topic_overrides: dict[str, dict[str, str]] = {}  # /config/topics, as read
         self._config_changes = ConfigChangeNotifications()
         self._config_watch: Any = None
@@ -212,6 +214,9 @@ class BrokerServer:
             recovery_point_checkpoint_interval_ms=cfg.get("log.flush.offset.checkpoint.interval.ms") or 60_000,
             log_initial_task_delay_ms=cfg.get("log.initial.task.delay.ms"),
         )
+        # replica.alter.log.dirs.io.max.bytes.per.second bounds the copies between log dirs.
+        self.replica_manager.shell.alter_log_dirs_manager.quota = \
+            self.replication_quotas.alter_log_dirs
         self.apis = KafkaApis(self)
         self.group_apis = GroupApis(self)  # the group coordinator's APIs (register_handler)
         self.group_apis.register(self.apis)

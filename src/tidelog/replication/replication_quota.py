@@ -30,6 +30,9 @@ from tidelog.storage.log_config import validate_throttled_replicas
 QUOTA_BYTES_PER_SECOND_DEFAULT = 2**63 - 1  # Long.MAX_VALUE: unthrottled
 LEADER_RATE = "leader.replication.throttled.rate"
 FOLLOWER_RATE = "follower.replication.throttled.rate"
+# Bounds the copy of replicas between this broker's log dirs (every byte copied counts).
+ALTER_LOG_DIRS_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
+BROKER_RATES = (LEADER_RATE, FOLLOWER_RATE, ALTER_LOG_DIRS_RATE)
 LEADER_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
 ALL_REPLICAS = "*"
@@ -181,20 +184,27 @@ def should_throttle(quota: ReplicationQuotaManager | None, tp: TopicPartition, i
 
 
 class ReplicationQuotas:
-    """A broker's two quotas, kept up to date from its dynamic broker configs and its topics'
+    """A broker's three quotas (Kafka's QuotaManagers leader, follower and alterLogDirs), kept up to date from its dynamic broker configs and its topics'
     overrides (Kafka's BrokerConfigHandler / TopicConfigHandler for the throttle keys)."""
 
-    def __init__(self, broker_id: int, num_windows: int = 11, window_size_ms: int = 1000) -> None:
+    def __init__(self, broker_id: int, num_windows: int = 11, window_size_ms: int = 1000,
+                 alter_log_dirs_num_windows: int = 11,
+                 alter_log_dirs_window_size_ms: int = 1000) -> None:
         """`num_windows`, `window_size_ms`: `replication.quota.window.num` and
-        `replication.quota.window.size.seconds` (in ms), static as in Kafka."""
+        `replication.quota.window.size.seconds` (in ms); the `alter_log_dirs_` ones:
+        `alter.log.dirs.replication.quota.window.num` / `.window.size.seconds`; static as in
+        Kafka."""
         self.broker_id = broker_id
         self.leader = ReplicationQuotaManager(num_windows, window_size_ms)
         self.follower = ReplicationQuotaManager(num_windows, window_size_ms)
+        self.alter_log_dirs = ReplicationQuotaManager(alter_log_dirs_num_windows,
+                                                      alter_log_dirs_window_size_ms)
 
     def update_rates(self, cluster_default: Mapping[str, str],
                      per_broker: Mapping[str, str]) -> None:
         """A per-broker value, else the cluster-wide default, else unthrottled."""
-        for quota, key in ((self.leader, LEADER_RATE), (self.follower, FOLLOWER_RATE)):
+        for quota, key in zip((self.leader, self.follower, self.alter_log_dirs), BROKER_RATES,
+                              strict=True):
             value = per_broker.get(key, cluster_default.get(key))
             try:
                 quota.update_quota(parse_rate(key, value))

@@ -13,6 +13,12 @@ with respect to produce and fetch. A replica that does not exist yet keeps the d
 preferred one and is created there by its LeaderAndIsr (the request answers
 REPLICA_NOT_AVAILABLE, as Kafka). A future log found on disk at start resumes copying once its
 partition is hosted (`maybe_add_hosted`, after every LeaderAndIsr).
+
+The copy is bounded by ``quota`` (`replica.alter.log.dirs.io.max.bytes.per.second`, Kafka's
+ReplicationQuotaManager for QuotaType.AlterLogDirsReplication): every byte copied is recorded,
+and while the measured rate is above the bound no partition steps (nor swaps); the next look
+is ``backoff_ms`` later, as Kafka's fetcher thread waits replica.fetch.backoff.ms when its
+quota leaves it nothing to fetch.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tidelog.protocol.errors import ErrorCode
+from tidelog.replication.replication_quota import ReplicationQuotaManager
 from tidelog.replication.types import TopicPartition
 from tidelog.shell.interfaces import ScheduledTask, Scheduler, Time
 from tidelog.storage.errors import KafkaStorageError, StorageError
@@ -47,11 +54,13 @@ class ReplicaAlterLogDirsManager:
         fetch_max_bytes: int = 1_048_576,
         backoff_ms: int = 1000,
         may_swap: Callable[[TopicPartition], bool] | None = None,
+        quota: ReplicationQuotaManager | None = None,
     ) -> None:
         """``partition_of``: the hosted replica (the core's `Partition`, whose ``log`` the swap
         replaces) or None; ``fetch_max_bytes``: bytes read per step (replica.fetch.max.bytes);
         ``backoff_ms``: the wait after a failed step (replica.fetch.backoff.ms); ``may_swap``:
-        False while something else holds the current log (the log cleaner mid-pass)."""
+        False while something else holds the current log (the log cleaner mid-pass);
+        ``quota``: the bound on the bytes copied per second (None: unbounded)."""
         self.log_manager = log_manager
         self.partition_of = partition_of
         self.time = time
@@ -60,6 +69,7 @@ class ReplicaAlterLogDirsManager:
         self.fetch_max_bytes = fetch_max_bytes
         self.backoff_ms = backoff_ms
         self.may_swap = may_swap
+        self.quota = quota
         # Partitions being copied -> the current log whose truncations the future follows,
         # and the listener that follows them.
         self.moving: dict[TopicPartition, tuple[Any, Callable[[int], None]]] = {}
@@ -169,6 +179,9 @@ class ReplicaAlterLogDirsManager:
 
     def _run(self) -> None:
         self._task = None
+        if self.quota is not None and self.quota.is_quota_exceeded(self.time.milliseconds()):
+            self._wake(self.backoff_ms)
+            return
         failed = False
         for tp in list(self.moving):
             try:
@@ -203,6 +216,8 @@ class ReplicaAlterLogDirsManager:
         if len(records):
             future.append_as_follower(records, now)
             self.bytes_copied += len(records)
+            if self.quota is not None:
+                self.quota.record(len(records), now)
         # Made durable as it is copied, up to what the current log has made durable: the swap
         # must not give up a durable copy for one that is not, and one fsync of the whole
         # copy at the swap would hold the event loop (~0.1-0.2 s for 64 MB here).
