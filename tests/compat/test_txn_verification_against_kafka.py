@@ -14,15 +14,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from differential import Pair, Target, create_ready, leader_address, raw
+from differential import Pair, Target, coordinator, create_ready, leader_address, raw
 from test_txn_coordinator_against_kafka import init, settled
 
+from tidelog.protocol.messages import add_offsets_to_txn as m_aot
 from tidelog.protocol.messages import add_partitions_to_txn as m_apt
 from tidelog.protocol.messages import describe_transactions as m_dtx
 from tidelog.protocol.messages import end_txn as m_et
 from tidelog.protocol.messages import incremental_alter_configs as m_iac
 from tidelog.protocol.messages import list_offsets as m_lo
 from tidelog.protocol.messages import produce as m_produce
+from tidelog.protocol.messages import txn_offset_commit as m_toc
 from tidelog.protocol.records.builder import Record, build_batch
 
 pytestmark = [pytest.mark.integration]
@@ -134,6 +136,42 @@ def test_transactional_produce_to_a_partition_not_in_the_transaction(pair: Pair)
     assert out["produce v3 to a partition not added"] == 48
     assert out["zombie produce after the abort"] == 48
     assert out["LSO == HW after the zombie"] == (2, 2)  # v0, the ABORT marker; no hanging txn
+
+
+def txn_offset_commit(t: Target, x: Txn, group: str) -> int:
+    """TxnOffsetCommit v3 of offset 5 of the transaction's topic-0 for `group`, retried while
+    the group's coordinator loads or moves."""
+    deadline = time.monotonic() + 30
+    while True:
+        r = raw(coordinator(t, group), m_toc.TxnOffsetCommitRequest(
+            transactional_id=x.id, group_id=group, producer_id=x.producer_id,
+            producer_epoch=x.epoch, topics=[m_toc.TxnOffsetCommitRequestTopic(
+                x.topic, [m_toc.TxnOffsetCommitRequestPartition(0, 5)])]), 3)
+        code = int(r.topics[0].partitions[0].error_code)
+        if code not in (14, 15, 16) or time.monotonic() > deadline:
+            return code
+        time.sleep(0.3)
+
+
+def offsets_commit(t: Target) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    x = begin(t, "verify-offsets", out)
+    group = f"g-{x.id}"
+    out["TxnOffsetCommit before AddOffsetsToTxn"] = txn_offset_commit(t, x, group)
+    out["AddOffsetsToTxn"] = raw(x.coordinator, m_aot.AddOffsetsToTxnRequest(
+        transactional_id=x.id, producer_id=x.producer_id, producer_epoch=x.epoch,
+        group_id=group), 3).error_code
+    out["TxnOffsetCommit after AddOffsetsToTxn"] = txn_offset_commit(t, x, group)
+    out["abort"] = raw(x.coordinator, m_et.EndTxnRequest(
+        transactional_id=x.id, producer_id=x.producer_id, producer_epoch=x.epoch,
+        committed=False), 3).error_code
+    return out
+
+
+def test_a_txn_offset_commit_is_verified(pair: Pair) -> None:
+    out = pair.same(offsets_commit)
+    assert out["TxnOffsetCommit before AddOffsetsToTxn"] == 48  # INVALID_TXN_STATE
+    assert out["TxnOffsetCommit after AddOffsetsToTxn"] == 0
 
 
 def alter_cluster_default(t: Target, value: str | None) -> int:

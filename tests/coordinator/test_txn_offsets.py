@@ -17,10 +17,11 @@ from tidelog.coordinator.offsets import GROUP_METADATA_TOPIC_NAME, OffsetAndMeta
 from tidelog.protocol.errors import ErrorCode as E
 from tidelog.protocol.messages import write_txn_markers as m_wtm
 from tidelog.replication.config import ReplicationConfig
-from tidelog.replication.types import LeaderAndIsrPartitionState
+from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
 from tidelog.storage.file_io import OsFileIO
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.log_manager import LogManager
+from tidelog.storage.producer_state_manager import VerificationGuard
 
 T = TypeVar("T")
 CONFIG = CoordinatorConfig(offsets_topic_num_partitions=1, group_initial_rebalance_delay_ms=0)
@@ -120,6 +121,46 @@ def test_kip_447_member_checks(tmp_path: Path) -> None:
             assert await c.handle_txn_commit_offsets("", 7, 0, "", -1, None,
                                                      {("t", 0): OM}) == {
                 ("t", 0): E.INVALID_GROUP_ID}
+        finally:
+            await b.stop()
+
+    run(go())
+
+
+def test_kip_890_verification_before_the_append(tmp_path: Path) -> None:
+    """The offsets are appended only once the transaction coordinator verified the offsets
+    partition, presenting the guard made when the verification started: an ABORT marker
+    written meanwhile drops it and the commit is refused; a coordinator that could not be
+    asked answers as Kafka's maybeConvertOffsetCommitError."""
+    async def go() -> None:
+        b = Broker(tmp_path)
+        c = b.coordinator
+        await b.start(c)
+        log = b.rm.core.partition(TopicPartition(GROUP_METADATA_TOPIC_NAME, 0)).log
+        try:
+            async def unreachable(tp: TopicPartition) -> tuple[int, VerificationGuard]:
+                return int(E.NETWORK_EXCEPTION), log.maybe_start_transaction_verification(7, 0)
+            assert await c.handle_txn_commit_offsets("g", 7, 0, "", -1, None, {("t", 0): OM},
+                                                     unreachable) == {
+                ("t", 0): E.COORDINATOR_LOAD_IN_PROGRESS}
+
+            async def aborted_meanwhile(tp: TopicPartition) -> tuple[int, VerificationGuard]:
+                guard = log.maybe_start_transaction_verification(7, 0)
+                await b.marker(7, commit=False)
+                return 0, guard
+            end = log.log_end_offset
+            assert await c.handle_txn_commit_offsets("g", 7, 0, "", -1, None, {("t", 0): OM},
+                                                     aborted_meanwhile) == {
+                ("t", 0): E.INVALID_TXN_STATE}
+            assert log.log_end_offset == end + 1  # the marker only
+            assert not c.pending_txn.has_pending("g")
+
+            async def verified(tp: TopicPartition) -> tuple[int, VerificationGuard]:
+                return 0, log.maybe_start_transaction_verification(8, 0)
+            assert await c.handle_txn_commit_offsets("g", 8, 0, "", -1, None, {("t", 0): OM},
+                                                     verified) == {("t", 0): 0}
+            await b.marker(8, commit=True)
+            assert committed(c) == OM
         finally:
             await b.stop()
 

@@ -158,6 +158,19 @@ class AddPartitionsToTxnManager:
         return ({tp: produce_error_of_verification(error) for tp, error in answers.items()
                  if error}, guards)
 
+    async def verify_partition(self, core: Any, transactional_id: str, producer_id: int,
+                               producer_epoch: int, tp: TopicPartition, now_ms: int
+                               ) -> tuple[int, VerificationGuard]:
+        """Kafka's maybeStartTransactionVerificationForPartition (a TxnOffsetCommit's offsets
+        partition): the coordinator's error, NONE when verified or nothing to verify, and
+        the guard the append must present."""
+        guard = start_transaction_verification(core, tp, producer_id, now_ms)
+        if guard is VerificationGuard.SENTINEL:
+            return 0, guard
+        answers = await self.verify_transaction(transactional_id, producer_id, producer_epoch,
+                                                [tp])
+        return answers[tp], guard
+
     async def verify_transaction(self, transactional_id: str, producer_id: int,
                                  producer_epoch: int, partitions: Iterable[TopicPartition]
                                  ) -> dict[TopicPartition, int]:

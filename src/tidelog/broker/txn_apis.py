@@ -24,7 +24,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.add_partitions_to_txn_manager import (
@@ -39,6 +39,7 @@ from tidelog.broker.group_apis import (
 )
 from tidelog.broker.replica_manager import AsyncioScheduler
 from tidelog.broker.socket_server import RequestContext
+from tidelog.coordinator.group_coordinator import TransactionVerifier
 from tidelog.coordinator.offsets import GROUP_METADATA_TOPIC_NAME, OffsetAndMetadata
 from tidelog.coordinator.transaction.asyncio_driver import (
     AsyncioTasks,
@@ -64,6 +65,7 @@ from tidelog.protocol.messages import stop_replica as m_sr
 from tidelog.protocol.messages import txn_offset_commit as m_toc
 from tidelog.protocol.messages import write_txn_markers as m_wtm
 from tidelog.replication.types import TopicPartition
+from tidelog.storage.producer_state_manager import VerificationGuard
 
 if TYPE_CHECKING:  # pragma: no cover
     from tidelog.broker.kafka_apis import KafkaApis
@@ -311,7 +313,7 @@ class TxnApis:
                 results.update(await group_apis.coordinator.handle_txn_commit_offsets(
                     request.group_id, request.producer_id, request.producer_epoch,
                     request.member_id, request.generation_id, request.group_instance_id,
-                    offsets))
+                    offsets, self._offsets_verifier(request)))
         by_topic: dict[str, list[m_toc.TxnOffsetCommitResponsePartition]] = defaultdict(list)
         for (topic, partition), error in results.items():
             by_topic[topic].append(m_toc.TxnOffsetCommitResponsePartition(
@@ -319,6 +321,22 @@ class TxnApis:
         return m_toc.TxnOffsetCommitResponse(topics=[
             m_toc.TxnOffsetCommitResponseTopic(name=t, partitions=ps)
             for t, ps in by_topic.items()])
+
+    def _offsets_verifier(self, request: m_toc.TxnOffsetCommitRequest
+                          ) -> TransactionVerifier | None:
+        """KIP-890: a TxnOffsetCommit is verified as a produce is (Kafka 3.9's
+        GroupCoordinator.handleTxnCommitOffsets), unless
+        transaction.partition.verification.enable is off."""
+        if not request.transactional_id or not self.server.dynamic_config.current.get(
+                "transaction.partition.verification.enable"):
+            return None
+        core = self.server.replica_manager.core
+
+        def verify(tp: TopicPartition) -> Awaitable[tuple[int, VerificationGuard]]:
+            return self.verifier.verify_partition(
+                core, request.transactional_id, request.producer_id, request.producer_epoch,
+                tp, int(time.time() * 1000))
+        return verify
 
     # ------------------------------------------------------------------ Describe / List
     async def handle_describe_transactions(

@@ -23,7 +23,7 @@ import itertools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +55,7 @@ from tidelog.protocol.errors import ErrorCode, error_name
 from tidelog.protocol.messages import consumer_protocol_subscription as m_cps
 from tidelog.protocol.records.builder import Record, build_batch
 from tidelog.replication.types import TopicPartition
+from tidelog.storage.producer_state_manager import VerificationGuard
 from tidelog.storage.transactions import AppendOrigin
 
 __all__ = ["CoordinatorConfig", "GroupCoordinator"]
@@ -62,6 +63,9 @@ __all__ = ["CoordinatorConfig", "GroupCoordinator"]
 logger = logging.getLogger(__name__)
 
 E = ErrorCode
+# KIP-890: the transaction verification of an offsets partition: (error, the guard the append
+# presents; SENTINEL when the transaction is already open on the partition).
+TransactionVerifier = Callable[[TopicPartition], Awaitable[tuple[int, VerificationGuard]]]
 # The longest a ticker sleep lasts with nothing due (new deadlines wake it earlier).
 _MAX_TICK_S = 0.5
 
@@ -125,7 +129,12 @@ def int_config(config: Any, key: str, default: int) -> int:
 
 
 def _offset_store_error(error: int) -> int:
-    """An append error as OffsetCommit reports it (Kafka's `GroupMetadataManager.storeOffsets`)."""
+    """An append or transaction verification error as OffsetCommit and TxnOffsetCommit report
+    it (Kafka's `GroupMetadataManager.maybeConvertOffsetCommitError`)."""
+    if error == E.NETWORK_EXCEPTION:
+        # a verification that could not reach the transaction coordinator: retried by old
+        # clients without a coordinator lookup
+        return int(E.COORDINATOR_LOAD_IN_PROGRESS)
     if error in (E.UNKNOWN_TOPIC_OR_PARTITION, E.NOT_ENOUGH_REPLICAS,
                  E.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
         return int(E.COORDINATOR_NOT_AVAILABLE)
@@ -322,10 +331,12 @@ class GroupCoordinator:
         return error if result is None else result
 
     async def _append(self, partition: int, records: list[Record],
-                      producer: tuple[int, int] | None = None) -> int:
+                      producer: tuple[int, int] | None = None,
+                      verification_guards: Mapping[TopicPartition, VerificationGuard] | None
+                      = None) -> int:
         """`producer`: (id, epoch) of the transaction a TxnOffsetCommit belongs to; its batch
         is transactional and appended as the coordinator's (no sequence check, Kafka's
-        AppendOrigin.Coordinator)."""
+        AppendOrigin.Coordinator), presenting `verification_guards` (KIP-890)."""
         tp = TopicPartition(GROUP_METADATA_TOPIC_NAME, partition)
         if producer is None:
             batch = build_batch(records, now_ms=self.clock())
@@ -335,7 +346,8 @@ class GroupCoordinator:
         try:
             results = await self.rm.append_records(-1, {tp: batch},
                                                    self.config.offsets_commit_timeout_ms,
-                                                   origin=AppendOrigin.COORDINATOR)
+                                                   origin=AppendOrigin.COORDINATOR,
+                                                   verification_guards=verification_guards)
         except Exception as e:
             logger.warning("append to %s failed: %s", tp, e)
             return int(E.UNKNOWN_SERVER_ERROR)
@@ -588,6 +600,7 @@ class GroupCoordinator:
     async def _store_offsets(
         self, group_id: str, offsets: Mapping[tuple[str, int], OffsetAndMetadata],
         producer: tuple[int, int] | None = None,
+        verification_guards: Mapping[TopicPartition, VerificationGuard] | None = None,
     ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], OffsetAndMetadata]]:
         """Write the offsets whose metadata fits `offset.metadata.max.bytes` to the group's
         offsets partition (in `producer`'s transaction, if given): (an error per partition,
@@ -606,7 +619,8 @@ class GroupCoordinator:
             return results, {}
         partition = self.partition_for(group_id)
         epoch = self.owned.get(partition)
-        error = _offset_store_error(await self._append(partition, records, producer))
+        error = _offset_store_error(await self._append(partition, records, producer,
+                                                       verification_guards))
         for tp in accepted:
             results[tp] = error
         return results, accepted if not error and self.owned.get(partition) == epoch else {}
@@ -620,10 +634,14 @@ class GroupCoordinator:
         generation_id: int,
         group_instance_id: str | None,
         offsets: Mapping[tuple[str, int], OffsetAndMetadata],
+        verify: TransactionVerifier | None = None,
     ) -> dict[tuple[str, int], int]:
         """TxnOffsetCommit (Kafka's `handleTxnCommitOffsets` / `doTxnCommitOffsets`, KIP-447's
         member checks): the offsets are written in the producer's transaction and become
-        visible when its COMMIT marker lands (`handle_txn_completion`)."""
+        visible when its COMMIT marker lands (`handle_txn_completion`). `verify` (KIP-890,
+        None when transaction verification is off): asks whether the transaction includes
+        the group's offsets partition before the member checks and the append, as Kafka's
+        `maybeStartTransactionVerificationForPartition`."""
 
         def all_(error: int) -> dict[tuple[str, int], int]:
             return {tp: error for tp in offsets}
@@ -636,6 +654,13 @@ class GroupCoordinator:
             group = self.groups[group_id] = GroupMetadata(
                 group_id, self.clock(),
                 initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms)
+        guards: dict[TopicPartition, VerificationGuard] | None = None
+        if verify is not None:
+            tp = TopicPartition(GROUP_METADATA_TOPIC_NAME, self.partition_for(group_id))
+            error, guard = await verify(tp)
+            if error:
+                return all_(_offset_store_error(error))
+            guards = {} if guard is VerificationGuard.SENTINEL else {tp: guard}
         if group.state == GroupState.DEAD:
             return all_(int(E.COORDINATOR_NOT_AVAILABLE))
         if group.is_static_member_fenced(member_id, group_instance_id):
@@ -645,7 +670,7 @@ class GroupCoordinator:
         if generation_id >= 0 and generation_id != group.generation_id:
             return all_(int(E.ILLEGAL_GENERATION))
         results, written = await self._store_offsets(group_id, offsets,
-                                                     (producer_id, producer_epoch))
+                                                     (producer_id, producer_epoch), guards)
         if written:
             self.pending_txn.add(group_id, producer_id, written)
         return results
