@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -399,6 +401,29 @@ async def test_controlled_shutdown_moves_leadership_off_first(cluster: Cluster) 
     assert err == 8  # BROKER_NOT_AVAILABLE
     standby = await cluster.start_controller(2)
     assert await standby.controlled_shutdown(3, b3.broker_epoch) == (41, [])  # NOT_CONTROLLER
+
+
+@with_cluster
+async def test_controller_events_do_not_wait_behind_the_brokers_worker_threads(
+        cluster: Cluster) -> None:
+    # A broker runs its ISR writes in the event loop's default executor: after a large topic's
+    # creation thousands queue there. The controller's ZooKeeper calls have their own thread
+    # (Kafka's controller event thread), so a controlled shutdown is handled meanwhile.
+    ctl = await three_brokers(cluster)
+    await create_topic(cluster, "busy", {0: [3, 1, 2]})
+    release = threading.Event()
+    loop = asyncio.get_running_loop()
+    occupied = [loop.run_in_executor(None, release.wait, 120)
+                for _ in range(min(32, (os.cpu_count() or 1) + 4))]
+    try:
+        err, remaining = await asyncio.wait_for(
+            ctl.controlled_shutdown(3, cluster.brokers[3].broker_epoch), 60)
+    finally:
+        release.set()
+        await asyncio.gather(*occupied)
+    assert (err, remaining) == (0, [])
+    s = cluster.state("busy", 0)
+    assert s is not None and (s.leader, s.isr) == (1, (1, 2))
 
 
 @with_cluster

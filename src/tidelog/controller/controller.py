@@ -8,8 +8,10 @@ the pure `ControllerCore`, opens a channel to every live broker, watches ZooKeep
 One event queue, as Kafka's `ControllerEventManager`: every ZooKeeper watch, every
 ControlledShutdown request and every scheduled check becomes an event, handled one at a time in
 arrival order by a single task. kazoo's callbacks (its own thread) only enqueue. ZooKeeper calls
-run in a worker thread (`asyncio.to_thread`) and are awaited by the handler, so the queue stays
-strictly sequential.
+run in the controller's own worker thread and are awaited by the handler, so the queue stays
+strictly sequential. Its own: in the shared default executor they queued behind the broker's
+ISR writes (thousands at once after a large topic's creation), as if Kafka's controller event
+thread waited for the replica manager's.
 
 An event runs the core (`Decision`) through `executor.DecisionExecutor`, the execute loop the
 simulated controller runs too: partition states written as compare-and-sets fenced by the
@@ -29,9 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -143,6 +147,7 @@ class KafkaController:
         self._partition_watches: dict[str, WatchHandle] = {}
         self._controller_watch: WatchHandle | None = None
         self._queue: asyncio.Queue[_Event] = asyncio.Queue()
+        self._zk_thread = ThreadPoolExecutor(1, thread_name_prefix=f"controller-{broker_id}-zk")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._event_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -206,6 +211,7 @@ class KafkaController:
         for h in list(self._timers):
             h.cancel()
         self._timers.clear()
+        self._zk_thread.shutdown(wait=False)
 
     # -- the event queue ---------------------------------------------------------------------
     def enqueue(self, name: str, handler: Callable[[], Awaitable[T]]) -> asyncio.Future[T]:
@@ -291,7 +297,8 @@ class KafkaController:
             await asyncio.sleep(0.01)  # a response or a retry is due: look again
 
     async def _zk(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return await asyncio.to_thread(fn, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._zk_thread, functools.partial(fn, *args, **kwargs))
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
