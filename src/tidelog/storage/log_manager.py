@@ -22,6 +22,7 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from tidelog.storage.checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -92,6 +93,9 @@ class LogManager:
         self.log_dir_failure_channel = log_dir_failure_channel or LogDirFailureChannel()
         self.had_clean_shutdown: dict[str, bool] = {}
         self.skipped: list[str] = []  # partition dirs that could not be loaded
+        # The log cleaner's manager once one runs (Kafka's LogManager.cleaner): a swap moves
+        # the moved replica's cleaner checkpoint entry with it.
+        self.cleaner: Any = None
         for log_dir in self.log_dirs:
             self._load_dir(log_dir, now_ms)
         self._complete_interrupted_swaps(now_ms)
@@ -400,6 +404,8 @@ class LogManager:
             log = self._promote_future_log(tp, high_watermark, now_ms, flush_to=durable)
         except (StorageError, OSError) as exc:
             raise self._io_error(dest, f"cannot move {topic}-{partition} to {dest}: {exc}") from exc
+        if self.cleaner is not None:
+            self.cleaner.alter_checkpoint_dir(tp, source, dest)
         self._remove_tree(doomed)
         self.checkpoint_logs([source, dest])
         self.checkpoint_high_watermarks([source, dest])

@@ -3,6 +3,8 @@ log dir (moved by a clean, lowered by a truncation below it), and the io rate th
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tidelog.protocol.records.builder import Record, build_batch
 from tidelog.sim.disk import MemoryFileIO
 from tidelog.storage.checkpoint import OffsetCheckpointFile
@@ -12,6 +14,7 @@ from tidelog.storage.cleaner.log_cleaner import (
     LogCleanerManager,
     Throttler,
 )
+from tidelog.storage.file_io import OsFileIO
 from tidelog.storage.log import Log
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.log_manager import LogManager
@@ -100,3 +103,54 @@ def test_a_log_whose_clean_fails_is_left_uncleanable() -> None:
             cleaned.append("failed")
     assert sorted(map(str, cleaned)) == ["None", "failed", "good"]
     assert cm.uncleanable == {("bad", 0): bad}
+
+
+def test_an_io_error_while_cleaning_takes_the_log_dir_offline() -> None:
+    """Kafka's CleanerThread: an IOException cleaning a log reports its dir to the
+    LogDirFailureChannel (the replica manager then takes it offline)."""
+    lm, cm = manager_with({"bad": "compact"})
+    write(lm.get_or_create_log("bad", 0), [b"a"] * 6)
+    lm.file_io.fail_io("/d/bad-0", writes_only=True)  # type: ignore[attr-defined]
+    try:
+        run_pass(cm)
+    except OSError:
+        pass
+    assert lm.log_dir_failure_channel.take_next_offline_log_dir() == "/d"
+
+
+def test_an_io_error_on_the_cleaner_checkpoint_takes_the_log_dir_offline() -> None:
+    """Kafka's updateCheckpoints: the checkpoint file's IOException reports its dir and is
+    logged; the pass itself does not fail."""
+    lm, cm = manager_with({"t": "compact"})
+    write(lm.get_or_create_log("t", 0), [b"a"] * 4)
+    # The new file is written beside the old one first (write_file_atomically).
+    lm.file_io.fail_io(f"/d/{CLEANER_OFFSET_CHECKPOINT}.tmp")  # type: ignore[attr-defined]
+    assert run_pass(cm) == "t"
+    assert lm.log_dir_failure_channel.take_next_offline_log_dir() == "/d"
+
+
+def test_a_replica_moved_to_another_log_dir_takes_its_cleaner_checkpoint_along(
+        tmp_path: Path) -> None:
+    """Kafka's LogCleaner.alterCheckpointDir at the swap: the entry is in the new dir's file
+    only, and a truncation of the moved log lowers it."""
+    dirs = [str(tmp_path / "d1"), str(tmp_path / "d2")]
+    lm = LogManager(dirs, LogConfig.from_dict({"file.delete.delay.ms": 0}),
+                    OsFileIO(), topic_configs={"t": LogConfig.from_dict(
+                        {"cleanup.policy": "compact", "file.delete.delay.ms": 0})})
+    cm = LogCleanerManager(lm, CleanerConfig(dedupe_buffer_size=2 * 1024 * 1024))
+    log = lm.get_or_create_log("t", 0)
+    write(log, [b"a", b"b", b"c", b"d"])
+    assert run_pass(cm) == "t"
+    source = lm.log_dir_of[("t", 0)]
+    dest = dirs[1] if source == dirs[0] else dirs[0]
+    lm.maybe_update_preferred_log_dir("t", 0, dest)
+    future = lm.get_or_create_log("t", 0, is_future=True)
+    future.append_as_follower(log.read(0, 1 << 20).records, 0)
+    moved = lm.replace_current_with_future_log("t", 0)
+
+    def entries(log_dir: str) -> dict[tuple[str, int], int]:
+        return OffsetCheckpointFile.in_dir(lm.file_io, log_dir, CLEANER_OFFSET_CHECKPOINT).read()
+
+    assert (entries(source), entries(dest)) == ({}, {("t", 0): 4})
+    moved.truncate_to(2)
+    assert cm.all_checkpoints() == {("t", 0): 2}

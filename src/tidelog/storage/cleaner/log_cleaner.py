@@ -31,7 +31,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from tidelog.protocol.records.batch import RecordBatch
@@ -39,6 +39,7 @@ from tidelog.protocol.records.builder import build_empty_batch_header, build_ret
 from tidelog.protocol.records.decoder import decode_columns
 from tidelog.storage.checkpoint import OffsetCheckpointFile, TopicPartition
 from tidelog.storage.cleaner.offset_map import OffsetMap
+from tidelog.storage.errors import KafkaStorageError
 from tidelog.storage.log import Log
 from tidelog.storage.segment import LOG_SUFFIX, LogSegment, file_name
 from tidelog.storage.transactions import AbortedRanges
@@ -459,6 +460,8 @@ class LogCleanerManager:
             for d in log_manager.log_dirs
         }
         self._attached: dict[int, Log] = {}
+        # The swap of a moved replica moves its checkpoint entry (Kafka's LogManager.cleaner).
+        log_manager.cleaner = self
         self.cleaners = [
             Cleaner(OffsetMap(config.dedupe_buffer_size // config.num_threads,
                               config.dedupe_buffer_load_factor),
@@ -484,17 +487,62 @@ class LogCleanerManager:
         log_dir = self.log_manager.log_dir_of.get(tp)
         if log_dir is None or log_dir in self.log_manager.offline_dirs:
             return
-        checkpoint = self.checkpoints[log_dir]
-        entries = checkpoint.read()
-        if entries.get(tp, -1) > end:
+
+        def lower(entries: dict[TopicPartition, int]) -> bool:
+            if entries.get(tp, -1) <= end:
+                return False
             entries[tp] = end
-            checkpoint.write(entries)
+            return True
+
+        self._update_checkpoint(log_dir, lower)
+
+    def _update_checkpoint(self, log_dir: str,
+                           change: Callable[[dict[TopicPartition, int]], bool]) -> None:
+        """Read `log_dir`'s checkpoint, `change` it and write it back if `change` says so. An
+        I/O error takes the dir offline and is logged, not raised (Kafka's updateCheckpoints
+        over its CheckpointFileWithFailureHandler)."""
+        checkpoint = self.checkpoints[log_dir]
+        try:
+            entries = checkpoint.read()
+            if change(entries):
+                checkpoint.write(entries)
+        except (KafkaStorageError, OSError) as exc:
+            self._report(log_dir, f"Failed to access checkpoint file {CLEANER_OFFSET_CHECKPOINT}"
+                                  f" in dir {log_dir}: {exc}")
+
+    def _report(self, log_dir: str, message: str) -> None:
+        logger.error("%s", message)
+        self.log_manager.log_dir_failure_channel.maybe_add_offline_log_dir(log_dir, message)
+
+    def alter_checkpoint_dir(self, tp: TopicPartition, source_dir: str, dest_dir: str) -> None:
+        """Kafka's LogCleaner.alterCheckpointDir: a replica moved to another log dir takes its
+        checkpoint entry along (left behind, the moved log would be cleaned again from its
+        start, and a truncation of it would not lower the entry)."""
+        moved: list[int] = []
+
+        def take(entries: dict[TopicPartition, int]) -> bool:
+            if tp in entries:
+                moved.append(entries.pop(tp))
+            return bool(moved)
+
+        def put(entries: dict[TopicPartition, int]) -> bool:
+            entries[tp] = moved[0]
+            return True
+
+        self._update_checkpoint(source_dir, take)
+        if moved:
+            self._update_checkpoint(dest_dir, put)
+        self._attach()  # follow the new log's truncations from now on
 
     def all_checkpoints(self) -> dict[TopicPartition, int]:
         out: dict[TopicPartition, int] = {}
         for log_dir, checkpoint in self.checkpoints.items():
             if log_dir not in self.log_manager.offline_dirs:
-                out.update(checkpoint.read())
+                try:
+                    out.update(checkpoint.read())
+                except (KafkaStorageError, OSError) as exc:
+                    self._report(log_dir, "Failed to access checkpoint file "
+                                          f"{CLEANER_OFFSET_CHECKPOINT} in dir {log_dir}: {exc}")
         return out
 
     def grab_filthiest_log(self, now_ms: int) -> LogToClean | None:
@@ -530,11 +578,15 @@ class LogCleanerManager:
         log_dir = self.log_manager.log_dir_of.get(tp)
         if log_dir is None or log_dir in self.log_manager.offline_dirs:
             return
-        checkpoint = self.checkpoints[log_dir]
-        entries = checkpoint.read()
-        entries[tp] = end_offset
         live = {t for t, d in self.log_manager.log_dir_of.items() if d == log_dir}
-        checkpoint.write({t: o for t, o in entries.items() if t in live})
+
+        def advance(entries: dict[TopicPartition, int]) -> bool:
+            entries[tp] = end_offset
+            for gone in [t for t in entries if t not in live]:
+                del entries[gone]
+            return True
+
+        self._update_checkpoint(log_dir, advance)
 
     def clean_once(self, cleaner: Cleaner, now_ms: int) -> Iterator[int] | None:
         """One pass of `cleaner` on the filthiest log as a generator of bytes read (run it to
@@ -549,12 +601,17 @@ class LogCleanerManager:
         try:
             yield from cleaner.clean(ltc, now_ms)
             end = cleaner.end_offset
-        except Exception:
+        except Exception as exc:
             # Kafka's markPartitionUncleanable: not tried again while this log object lives
             # (a reload after an I/O error or a recreated log gets a fresh chance).
             tp = ltc.log.topic_partition
             assert tp is not None
             self.uncleanable[tp] = ltc.log
+            log_dir = self.log_manager.log_dir_of.get(tp)
+            if isinstance(exc, OSError | KafkaStorageError) and log_dir is not None:
+                # Kafka's CleanerThread: an I/O error takes the log's dir offline.
+                self._report(log_dir, f"Failed to clean up log for {tp[0]}-{tp[1]} in dir "
+                                      f"{log_dir} due to IOException: {exc}")
             raise
         finally:
             self.done_cleaning(ltc, end)
