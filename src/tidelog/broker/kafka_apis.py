@@ -90,7 +90,13 @@ from tidelog.protocol.messages import (
     update_metadata as m_um,
 )
 from tidelog.protocol.primitives import ZERO_UUID
-from tidelog.protocol.records.batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET
+from tidelog.protocol.records.batch import (
+    ATTRIBUTES_OFFSET,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    TRANSACTIONAL_FLAG_MASK,
+)
 from tidelog.replication.errors import Errors
 from tidelog.replication.types import (
     CONSUMER_REPLICA_ID,
@@ -169,6 +175,23 @@ def _validate_single_batch(records: Any) -> int:
     if size < n:
         return ErrorCode.INVALID_RECORD  # more than one batch
     return 0
+
+
+def _has_transactional_records(request: m_produce.ProduceRequest) -> bool:
+    """Kafka's RequestUtils.hasTransactionalRecords: a magic-2 batch with the transactional
+    flag in any partition's records."""
+    for t in request.topic_data:
+        for p in t.partition_data:
+            records, at = p.records, 0
+            while records is not None and at + HEADER_SIZE <= len(records):
+                if records[at + MAGIC_OFFSET] == 2 \
+                        and records[at + ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG_MASK:
+                    return True
+                size = _I32.unpack_from(records, at + 8)[0] + LOG_OVERHEAD
+                if size < HEADER_SIZE:
+                    break
+                at += size
+    return False
 
 
 _TXN_VERIFICATION = "transaction.partition.verification.enable"
@@ -351,6 +374,13 @@ class KafkaApis:
         self, ctx: RequestContext, request: m_produce.ProduceRequest
     ) -> m_produce.ProduceResponse | DeferredResponse | None:
         acks = request.acks
+        if request.transactional_id is None and _has_transactional_records(request):
+            # Kafka authorizes transactional records by their transactional id: none, refused
+            # whole, before anything is appended.
+            if acks == 0:
+                raise CloseConnection("acks=0 transactional produce without a transactional id")
+            return self._produce_error_response(
+                request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         order: list[tuple[str, list[int]]] = []
         errors: dict[TopicPartition, int] = {}
         entries: dict[TopicPartition, Any] = {}
