@@ -4,7 +4,10 @@ never added is refused with the same error at old and new Produce versions; a zo
 produce after its transaction was aborted is refused and leaves no hanging transaction (the
 last stable offset reaches the high watermark); AddPartitionsToTxn v4 verify_only gives the
 same answers (in the transaction, not in it, another epoch, an unknown transactional id); with
-the config turned off (a dynamic cluster default) the produce is appended as before."""
+the config turned off (a dynamic cluster default) the produce is appended as before. A
+TxnOffsetCommit is verified too: refused until AddOffsetsToTxn added the group's offsets
+partition to the transaction. A produce of transactional batches without a transactional id
+is refused whole, nothing appended."""
 
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ pytestmark = [pytest.mark.integration]
 RUN = uuid.uuid4().hex[:8]
 
 
-def txn_produce(address: str, txn: str, topic: str, partition: int, pid: int, epoch: int,
+def txn_produce(address: str, txn: str | None, topic: str, partition: int, pid: int, epoch: int,
                 seq: int, version: int = 9) -> int:
     batch = build_batch([Record(value=b"v%d" % seq)], producer_id=pid, producer_epoch=epoch,
                         base_sequence=seq, transactional=True)
@@ -172,6 +175,21 @@ def test_a_txn_offset_commit_is_verified(pair: Pair) -> None:
     out = pair.same(offsets_commit)
     assert out["TxnOffsetCommit before AddOffsetsToTxn"] == 48  # INVALID_TXN_STATE
     assert out["TxnOffsetCommit after AddOffsetsToTxn"] == 0
+
+
+def without_transactional_id(t: Target) -> dict[str, Any]:
+    topic = f"txn-no-id-{RUN}"
+    create_ready(t, topic, partitions=1)
+    leader = leader_address(t, topic, 0)
+    return {"transactional produce without a transactional id": txn_produce(
+                leader, None, topic, 0, 1000, 0, 0),
+            "(LSO, HW) after it": offsets(leader, topic, 0)}
+
+
+def test_transactional_records_without_a_transactional_id_are_refused(pair: Pair) -> None:
+    out = pair.same(without_transactional_id)
+    assert out["transactional produce without a transactional id"] == 53
+    assert out["(LSO, HW) after it"] == (0, 0)
 
 
 def alter_cluster_default(t: Target, value: str | None) -> int:
