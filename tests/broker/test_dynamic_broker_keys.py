@@ -158,3 +158,5 @@ def test_the_alter_log_dirs_throttle_bounds_the_broker_s_copies_between_log_dirs
     dynamic.append(("1", key))
     assert alter(one_broker, "1", [(key, SET, "5000")]).error_code == 0
     wait_until(lambda: quota.bound == 5000, what="the copies bounded to 5000 B/s")
+    # Described as Kafka lists it: DYNAMIC_BROKER_CONFIG, not read-only.
+    assert described(one_broker, key) == ("5000", 2, False)

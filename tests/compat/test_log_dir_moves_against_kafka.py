@@ -3,7 +3,9 @@ against Kafka and against tidelog, each a one-broker cluster with two log.dirs:
 kafka-reassign-partitions --execute with a plan naming the other dir, --verify until the move
 completed, kafka-log-dirs --describe before and after, a plan naming a dir the broker does not
 have; the outputs are the same on both (log dir paths reduced to their role), and every record
-is read back. Then `tidelog reassign` moves the replica back on tidelog."""
+is read back. Then `tidelog reassign` moves the replica back on tidelog. A move with
+--replica-alter-log-dirs-throttle sets the broker's replica.alter.log.dirs.io.max.bytes.per.second
+(kafka-configs --describe shows it) and --verify clears it, alike on both."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600
 REASSIGN = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 TOPICS = "org.apache.kafka.tools.TopicCommand"
 LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand"
+CONFIGS = "kafka.admin.ConfigCommand"
 RECORDS = 300
 
 
@@ -182,3 +185,37 @@ def test_tidelog_reassign_moves_the_replica_back(tidelog_jbod: tuple[str, Path])
         and "completed successfully" in v.output and v, 60, "the move")
     assert "Reassignment of replica back-0-1 completed successfully." in verified.output
     assert replica_dirs(bootstrap, "back") == [(target, False, 0)]
+
+
+def throttled_move(bootstrap: str, base: Path) -> list[Any]:
+    """--execute --replica-alter-log-dirs-throttle sets the broker's
+    replica.alter.log.dirs.io.max.bytes.per.second; --verify clears it once the move is done."""
+    bs = ("--bootstrap-server", bootstrap)
+    r = kafka_tool(TOPICS, *bs, "--create", "--topic", "slow", "--partitions", "1",
+                   "--replication-factor", "1")
+    assert r.returncode == 0, r.stderr
+    ((source, _, _),) = wait_until(lambda: replica_dirs(bootstrap, "slow"), 30, "the log")
+    target = str(base / ("disk-b" if source.endswith("disk-a") else "disk-a"))
+    move = plan(base / "slow.json", "slow", target)
+    describe = (CONFIGS, *bs, "--entity-type", "brokers", "--entity-name", "1", "--describe")
+    seen: list[Any] = [
+        tool(REASSIGN, *bs, "--execute", "--reassignment-json-file", move,
+             "--replica-alter-log-dirs-throttle", "1000000"),
+        tool(*describe),
+        wait_until(lambda: (v := tool(REASSIGN, *bs, "--verify", "--reassignment-json-file",
+                                      move)) and "completed successfully" in v[1] and v,
+                   120, "the throttled move to complete"),
+        tool(*describe),
+    ]
+    assert replica_dirs(bootstrap, "slow") == [(target, False, 0)]
+    return [(code, out.replace(target, "TARGET")) for code, out in seen]
+
+
+def test_the_replica_alter_log_dirs_throttle_is_set_and_cleared_as_on_kafka(
+        kafka_jbod: tuple[str, Path], tidelog_jbod: tuple[str, Path]) -> None:
+    on_kafka = throttled_move(*kafka_jbod)
+    on_tidelog = throttled_move(*tidelog_jbod)
+    assert on_tidelog == on_kafka, (on_kafka, on_tidelog)
+    assert on_kafka[0][0] == 0 and "replica-alter-dir throttle" in on_kafka[0][1]
+    assert "replica.alter.log.dirs.io.max.bytes.per.second=1000000" in on_kafka[1][1]
+    assert "replica.alter.log.dirs.io.max.bytes.per.second" not in on_kafka[3][1]

@@ -170,6 +170,18 @@ class DynamicBrokerConfig:
             raise ConfigError(None, "Invalid dynamic configuration") from ValueError(reason)
 
     # --- DescribeConfigs ----------------------------------------------------------------------
+    def broker_rates(self) -> list[tuple[str, list[tuple[str, str, int]]]]:
+        """The replication throttle rates set dynamically for this broker (no KafkaConfig key:
+        Kafka lists them from its dynamic configs): (key, synonyms, most specific first)."""
+        out: list[tuple[str, list[tuple[str, str, int]]]] = []
+        for key in BROKER_RATES:
+            synonyms = [(key, layer[key], source) for layer, source in (
+                (self.per_broker, DYNAMIC_BROKER_CONFIG),
+                (self.cluster_default, DYNAMIC_DEFAULT_BROKER_CONFIG)) if key in layer]
+            if synonyms:
+                out.append((key, synonyms))
+        return out
+
     def source_of(self, key: str) -> int:
         if key in self.per_broker and key in DYNAMIC_KEYS:
             return DYNAMIC_BROKER_CONFIG

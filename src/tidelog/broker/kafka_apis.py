@@ -1039,6 +1039,16 @@ class KafkaApis:
                 entry.synonyms.extend(m_dc.DescribeConfigsSynonym(n, None if sensitive else v, src)
                                       for n, v, src in dynamic.config_synonyms(name))
             out.append(entry)
+        for name, rate_synonyms in dynamic.broker_rates():
+            if keys is not None and name not in keys:
+                continue
+            _, value, source = rate_synonyms[0]
+            entry = m_dc.DescribeConfigsResourceResult(
+                name=name, value=value, read_only=False, is_default=False, config_source=source,
+                is_sensitive=False, config_type=_CONFIG_TYPES["long"], documentation=None)
+            if synonyms:
+                entry.synonyms.extend(m_dc.DescribeConfigsSynonym(*s) for s in rate_synonyms)
+            out.append(entry)
         return out
 
     async def handle_init_producer_id(
