@@ -129,7 +129,15 @@ def test_a_replica_moves_to_the_other_log_dir_with_every_record(dirs: list[str])
     moved = b.lm.get_log("t", 0)
     assert b.lm.log_dir_of[TP] == dirs[1] and b.moves.swaps == 1
     assert "t-0" not in os.listdir(dirs[0]) and os.listdir(dirs[1]).count("t-0") == 1
-    assert not any(n.endswith(("-future", "-delete")) for d in dirs for n in os.listdir(d))
+    assert not any(n.endswith("-future") for d in dirs for n in os.listdir(d))
+    # The old dir is retired at the swap and deleted file.delete.delay.ms later.
+    (retired,) = [n for n in os.listdir(dirs[0]) if n.endswith("-delete")]
+    ((due, _),) = b.lm.logs_to_be_deleted
+    assert b.lm.config.file_delete_delay_ms <= due <= b.clock.now + b.lm.config.file_delete_delay_ms
+    b.lm.cleanup_logs(due - 1)
+    assert retired in os.listdir(dirs[0])
+    b.lm.cleanup_logs(due)
+    assert not any(n.endswith("-delete") for n in os.listdir(dirs[0]))
     assert b.rm.core.partition(TP).log is moved and moved is not log and log.closed
     assert contents(moved) == before and moved.high_watermark == hw
     b.produce(1)  # the partition writes to its new log

@@ -12,7 +12,9 @@ current log; `replace_current_with_future_log` then swaps them: the current dir 
 durable before the next). A crash leaves either both logs (the future is kept and the copy
 resumes once the partition is hosted, as Kafka's ZooKeeper-mode broker) or, between the two
 renames, a future log with no current one anywhere: that future was complete (the swap starts
-only at equal log end offsets, after a flush), so the load finishes the swap.
+only at equal log end offsets, after a flush), so the load finishes the swap. The retired
+`-delete` dir goes file.delete.delay.ms later (`delete_logs`, at a retention check), or at the
+next start.
 """
 
 from __future__ import annotations
@@ -96,6 +98,9 @@ class LogManager:
         # The log cleaner's manager once one runs (Kafka's LogManager.cleaner): a swap moves
         # the moved replica's cleaner checkpoint entry with it.
         self.cleaner: Any = None
+        # Retired dirs of moved replicas, deleted once file.delete.delay.ms has passed (Kafka's
+        # logsToBeDeleted): (due time, path).
+        self.logs_to_be_deleted: list[tuple[int, str]] = []
         for log_dir in self.log_dirs:
             self._load_dir(log_dir, now_ms)
         self._complete_interrupted_swaps(now_ms)
@@ -406,7 +411,9 @@ class LogManager:
             raise self._io_error(dest, f"cannot move {topic}-{partition} to {dest}: {exc}") from exc
         if self.cleaner is not None:
             self.cleaner.alter_checkpoint_dir(tp, source, dest)
-        self._remove_tree(doomed)
+        # Deleted later, as Kafka's deleteLogs task does (removing a large log's files here
+        # would hold the event loop at the swap); a restart removes it if it is still there.
+        self.logs_to_be_deleted.append((now_ms + self.config.file_delete_delay_ms, doomed))
         self.checkpoint_logs([source, dest])
         self.checkpoint_high_watermarks([source, dest])
         return log
@@ -470,7 +477,9 @@ class LogManager:
         """Retention for every log; returns the partitions whose log start offset moved (their
         fetch sessions must answer it). The files of segments deleted earlier go here too once
         their file.delete.delay.ms has passed (so at the first retention check after it:
-        log.retention.check.interval.ms bounds the extra wait)."""
+        log.retention.check.interval.ms bounds the extra wait), and so do the retired dirs of
+        moved replicas (`delete_logs`)."""
+        self.delete_logs(now_ms)
         moved: list[TopicPartition] = []
         for tp, log in list(self.logs.items()):
             start = log.log_start_offset
@@ -479,6 +488,16 @@ class LogManager:
             if log.log_start_offset != start:
                 moved.append(tp)
         return moved
+
+    def delete_logs(self, now_ms: int) -> int:
+        """Kafka's deleteLogs: remove the retired dirs whose file.delete.delay.ms has passed
+        (those in an offline dir stay, for the next start to remove); returns how many went."""
+        due = [(t, p) for t, p in self.logs_to_be_deleted
+               if t <= now_ms and os.path.dirname(p) not in self.offline_dirs]
+        for entry in due:
+            self.logs_to_be_deleted.remove(entry)
+            self._remove_tree(entry[1])
+        return len(due)
 
     def remove_expired_producers(self, now_ms: int) -> int:
         """Every log's producers idle for producer.id.expiration.ms (Kafka runs this per log
