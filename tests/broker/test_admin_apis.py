@@ -279,6 +279,42 @@ def test_a_recreated_topic_grows_through_a_new_watch(cluster: Cluster) -> None:
     wait_until(lambda: cluster.leaders_everywhere("again", 2), what="every broker's metadata")
 
 
+def test_followers_replicate_a_topic_deleted_and_created_again(cluster: Cluster) -> None:
+    """The replica fetchers' sessions are keyed by topic id (Fetch v13+): after the topic is
+    deleted and created under the same name, both followers fetch the new topic, so acks=all
+    with min.insync.replicas=3 is answered (a follower still fetching the old id would be
+    answered INCONSISTENT_TOPIC_ID and leave the ISR: NOT_ENOUGH_REPLICAS)."""
+    from confluent_kafka import Producer
+
+    def create() -> None:
+        cluster.admin.create_topics(
+            [NewTopic("reborn", 1, 3, config={"min.insync.replicas": "3"})],
+            operation_timeout=20)["reborn"].result(30)
+
+    def produce_all(n: int) -> None:
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                             "message.timeout.ms": 30000, "enable.idempotence": False})
+        failed: list[Any] = []
+        for i in range(n):
+            producer.produce("reborn", str(i).encode(), partition=0,
+                             on_delivery=lambda err, _m: failed.append(err) if err else None)
+        assert producer.flush(45) == 0
+        assert failed == []
+
+    create()
+    produce_all(20)
+    cluster.admin.delete_topics(["reborn"], operation_timeout=20)["reborn"].result(30)
+    wait_until(lambda: not cluster.zk.topic_exists("reborn"), what="the topic deleted")
+    cluster.settle()
+    create()
+    produce_all(20)
+    leader = wait_until(lambda: next((b for b in cluster.brokers.values()
+                                      if (p := b.partition("reborn", 0)) is not None
+                                      and p.leader_id == b.broker_id), None),
+                        what="the new topic's leader")
+    assert leader.partition("reborn", 0).isr == {1, 2, 3}
+
+
 def test_create_partitions_elsewhere_than_the_controller(cluster: Cluster) -> None:
     cluster.create_topic("cp-nc", 1)
     other = next(b for b in cluster.brokers.values() if b is not cluster.active())
