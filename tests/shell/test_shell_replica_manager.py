@@ -255,3 +255,27 @@ def test_resizing_the_fetcher_pool_moves_every_partition_at_its_fetch_state() ->
         on_done(None)  # the new fetchers' first requests fail: nothing in flight
     fm.resize(1)
     assert sorted(fm.fetchers) == [(1, 0)]
+
+
+def test_a_fetch_below_a_log_start_moved_by_retention_answers_at_once() -> None:
+    """Kafka completes the delayed operations of a partition whose log start moved at once
+    (checkAndComplete on its key), not at their max wait: the retention task's move answers a
+    consumer's fetch waiting below the new start (OFFSET_OUT_OF_RANGE) when it runs."""
+    b = Broker(1)
+    b.lm.topic_configs[TP.topic] = LogConfig(min_insync_replicas=1, segment_bytes=100,
+                                             retention_bytes=100)
+    b.rm.startup()
+    b.rm.become_leader_or_follower(0, 1, 100, [state(1, 0, (1,))], {1})
+    for value in (b"a" * 40, b"b" * 40, b"c" * 40):
+        assert not b.rm.append_records(1, {TP: build_values([value])}, 5000, value,
+                                       lambda _: None).delayed
+    assert len(b.rm.core.partition(TP).log.segments) > 1
+    done: list[Any] = []
+    # min bytes beyond what is there: it waits up to its max wait, 100 s
+    out = b.rm.fetch_messages(-1, 100_000, 1 << 20, 1 << 20, {TP: (0, 0, 0, 1 << 20)},
+                              "consumer", done.append)
+    assert out.delayed and done == []
+    b.clock.advance(30_000)  # log.initial.task.delay.ms: the first retention run
+    assert b.rm.core.partition(TP).log_start_offset > 0
+    assert [d.results[TP].error for d in done] == [Errors.OFFSET_OUT_OF_RANGE]
+    assert b.clock.now == 30_000

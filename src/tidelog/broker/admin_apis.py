@@ -235,9 +235,9 @@ class AdminApis:
             p.log.maybe_increment_log_start_offset(converted)
         except OffsetOutOfRangeError:
             return ErrorCode.OFFSET_OUT_OF_RANGE, converted, -1
-        # Fetch sessions read only changed partitions: the followers must see the new start.
-        rm = self.server.replica_manager
-        rm.core.mark_changed(tp, rm.shell.time.milliseconds())
+        # Fetch sessions read only changed partitions: the followers must see the new start;
+        # fetches waiting below it answer at once.
+        self.server.replica_manager.shell.log_start_moved(tp)
         return ErrorCode.NONE, converted, self.low_watermark_if_leader(tp)
 
     def low_watermark_if_leader(self, tp: TopicPartition) -> int:

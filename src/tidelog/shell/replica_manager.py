@@ -162,7 +162,7 @@ class ReplicaManager:
                        self._hw_interval_ms),
             # The log manager's (Kafka's LogManager.startup), on the same scheduler and clock.
             *schedule_log_tasks(self.log_manager, s, self.time, self._log_task_intervals,
-                                lambda tp: self.core.mark_changed(tp, self.time.milliseconds())),
+                                self.log_start_moved),
         ]
         if self._log_dir_failure is not None:
             self.log_manager.log_dir_failure_channel.on_offline_log_dir = (
@@ -266,6 +266,14 @@ class ReplicaManager:
         self.complete_delayed()
 
     # ------------------------------------------------------------------ completions
+    def log_start_moved(self, tp: TopicPartition) -> None:
+        """Retention or DeleteRecords moved ``tp``'s log start: the core re-checks what waits
+        on it (a fetch below the new start answers OFFSET_OUT_OF_RANGE) and those completed are
+        answered now, as Kafka's checkAndComplete on the partition's key, not at the shell's
+        next timer."""
+        self.core.mark_changed(tp, self.time.milliseconds())
+        self.complete_delayed()
+
     def complete_delayed(self) -> None:
         """Answer the delayed operations the core completed; keep one timer at the next
         deadline."""
