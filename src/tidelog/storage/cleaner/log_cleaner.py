@@ -608,8 +608,9 @@ class LogCleanerManager:
             assert tp is not None
             self.uncleanable[tp] = ltc.log
             log_dir = self.log_manager.log_dir_of.get(tp)
-            if isinstance(exc, OSError | KafkaStorageError) and log_dir is not None:
-                # Kafka's CleanerThread: an I/O error takes the log's dir offline.
+            if isinstance(exc, OSError) and log_dir is not None:
+                # Kafka's CleanerThread: an IOException takes the log's dir offline (a
+                # KafkaStorageError means the log reported it already).
                 self._report(log_dir, f"Failed to clean up log for {tp[0]}-{tp[1]} in dir "
                                       f"{log_dir} due to IOException: {exc}")
             raise
