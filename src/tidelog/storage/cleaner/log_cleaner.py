@@ -511,7 +511,7 @@ class LogCleanerManager:
                                   f" in dir {log_dir}: {exc}")
 
     def _report(self, log_dir: str, message: str) -> None:
-        logger.error("%s", message)
+        """The channel logs it and queues the dir for the replica manager to take offline."""
         self.log_manager.log_dir_failure_channel.maybe_add_offline_log_dir(log_dir, message)
 
     def alter_checkpoint_dir(self, tp: TopicPartition, source_dir: str, dest_dir: str) -> None:
