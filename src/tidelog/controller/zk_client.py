@@ -360,19 +360,9 @@ class KafkaZkClient(KafkaZkReads):
         _, stat = self._retry(self._zk.get, zk_data.BROKER_IDS_PATH)
         # Pipelined after it (a session's requests are answered in order): every ISR write
         # of a leader reads these, and one round trip per member added up under ISR churn.
-        pending = [(b, self._zk.get_async(zk_data.broker_path(b))) for b in broker_ids]
-        epochs: dict[int, int] = {}
-        for broker_id, result in pending:
-            try:
-                _, member = result.get(timeout=self.request_timeout_s)
-            except NoNodeError:
-                continue
-            except (ConnectionLoss, OperationTimeoutError, SessionExpiredError, KazooTimeoutError):
-                found = self.get_broker(broker_id)
-                if found is not None:
-                    epochs[broker_id] = found[1]
-                continue
-            epochs[broker_id] = int(member.czxid)
+        paths = {zk_data.broker_path(b): b for b in broker_ids}
+        read = self._get_many(list(paths))
+        epochs = {b: int(read[path][1].czxid) for path, b in paths.items() if path in read}
         return int(stat.version), epochs
 
     def get_all_broker_ids(self) -> list[int]:
@@ -841,20 +831,26 @@ class KafkaZkClient(KafkaZkReads):
         controller re-reads every partition of a broker at its shutdown or failure, one round
         trip each took tens of seconds at 10,000 partitions. A read whose answer is lost to a
         connection problem is retried on its own."""
-        keys = [(tp[0], tp[1]) for tp in tps]
-        pending = [(tp, self._zk.get_async(zk_data.partition_state_path(tp))) for tp in keys]
-        out: dict[TopicPartitionT, LeaderIsrAndControllerEpoch] = {}
-        for tp, result in pending:
+        paths = {zk_data.partition_state_path(tp): (tp[0], tp[1]) for tp in tps}
+        read = self._get_many(list(paths))
+        return {tp: LeaderIsrAndControllerEpoch.decode(tp, read[path][0], int(read[path][1].version))
+                for path, tp in paths.items() if path in read}
+
+    def _get_many(self, paths: Sequence[str]) -> dict[str, tuple[bytes, ZnodeStat]]:
+        """(data, stat) of each znode, read pipelined; a missing one is left out. A read whose
+        answer is lost to a connection problem is retried on its own."""
+        pending = [(path, self._zk.get_async(path)) for path in paths]
+        out: dict[str, tuple[bytes, ZnodeStat]] = {}
+        for path, result in pending:
             try:
-                data, stat = result.get(timeout=self.request_timeout_s)
+                out[path] = result.get(timeout=self.request_timeout_s)
             except NoNodeError:
                 continue
             except (ConnectionLoss, OperationTimeoutError, SessionExpiredError, KazooTimeoutError):
-                state = self.get_partition_state(tp)
-                if state is not None:
-                    out[tp] = state
-                continue
-            out[tp] = LeaderIsrAndControllerEpoch.decode(tp, data, int(stat.version))
+                try:
+                    out[path] = self._retry(self._zk.get, path)
+                except NoNodeError:
+                    continue
         return out
 
     def update_leader_and_isr(
@@ -978,18 +974,10 @@ class KafkaZkClient(KafkaZkReads):
         """The partitions the notifications name, read pipelined (Kafka's
         getPartitionsFromIsrChangeNotifications): after creating 10,000 partitions hundreds
         pile up, and one round trip each kept the controller's queue busy."""
-        paths = [zk_data.isr_change_path(seq) for seq in sequence_numbers]
-        pending = [(path, self._zk.get_async(path)) for path in paths]
+        # (a notification gone meanwhile was deleted by an earlier controller)
+        read = self._get_many([zk_data.isr_change_path(seq) for seq in sequence_numbers])
         out: set[TopicPartitionT] = set()
-        for path, result in pending:
-            try:
-                data, _ = result.get(timeout=self.request_timeout_s)
-            except NoNodeError:
-                continue  # deleted by an earlier controller
-            except (ConnectionLoss, OperationTimeoutError, SessionExpiredError, KazooTimeoutError):
-                data, _ = self.get_data_and_version(path)
-                if data is None:
-                    continue
+        for path, (data, _) in read.items():
             out |= zk_data.decode_isr_change_notification(path, data)
         return out
 
