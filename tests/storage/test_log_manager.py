@@ -8,7 +8,8 @@ import pytest
 from storage_helpers import batch
 
 from tidelog.sim.disk import MemoryFileIO
-from tidelog.storage.checkpoint import OffsetCheckpointFile
+from tidelog.storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
+from tidelog.storage.cleaner.log_cleaner import CLEANER_OFFSET_CHECKPOINT, cleanable_offsets
 from tidelog.storage.errors import KafkaStorageError
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
@@ -165,3 +166,75 @@ def test_illegal_topic_names_are_refused() -> None:
         with pytest.raises(ValueError, match="invalid topic partition"):
             m.get_or_create_log(topic, partition)
     assert m.get_or_create_log("ok.topic_1-x", 3).dir == "/d/ok.topic_1-x-3"
+
+
+class _DirFsyncRecordingIO(MemoryFileIO):
+    """The simulator's disk, recording every directory fsync (files' fsyncs are counted by
+    MemoryFileIO itself)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir_fsyncs: list[str] = []
+
+    def fsync_dir(self, path: str) -> None:
+        self.dir_fsyncs.append(path)
+        super().fsync_dir(path)
+
+
+def test_creating_a_log_fsyncs_nothing_and_its_first_flush_makes_its_names_durable() -> None:
+    fio = _DirFsyncRecordingIO()
+    m = LogManager(["/disk1"], LogConfig(), fio)
+    fio.dir_fsyncs.clear()
+    log = m.get_or_create_log("t", 0)
+    # As Kafka's getOrCreateLog: a LeaderAndIsr creating thousands of logs waits on no disk.
+    assert (fio.dir_fsyncs, fio.fsyncs) == ([], 0)
+    log.append_as_leader(batch(), 1, 0)
+    log.append_as_leader(batch(), 1, 0)
+    log.flush()
+    # The names in the partition dir (the segment's, the leader epoch checkpoint's), then the
+    # partition dir's in the log dir.
+    assert set(fio.dir_fsyncs[:-1]) == {"/disk1/t-0"} and fio.dir_fsyncs[-1] == "/disk1"
+    synced = len(fio.dir_fsyncs)
+    log.append_as_leader(batch(), 1, 0)
+    log.flush()
+    assert len(fio.dir_fsyncs) == synced  # no new name: no dir fsync
+    fio.crash()
+    again = LogManager(["/disk1"], LogConfig(), fio)
+    assert again.logs[("t", 0)].log_end_offset == 3
+
+
+def test_a_power_loss_before_the_first_flush_brings_new_logs_back_empty_or_not_at_all() -> None:
+    fio = MemoryFileIO()
+    m = LogManager(["/disk1"], LogConfig(), fio)
+    for p in range(2):
+        log = m.get_or_create_log("t", p)
+        for _ in range(3):
+            log.append_as_leader(batch(), 1, 0)
+        log.update_high_watermark(3)
+    m.checkpoint_logs()
+    m.checkpoint_high_watermarks()
+    OffsetCheckpointFile.in_dir(fio, "/disk1", CLEANER_OFFSET_CHECKPOINT).write(
+        {("t", 0): 3, ("t", 1): 3})
+    fio.crash()
+    # The simulator keeps directories; a file system that had not made t-1's entry durable
+    # (nothing flushed it) loses the dir itself.
+    assert fio.listdir("/disk1/t-1") == []
+    fio.remove("/disk1/t-1")
+    again = LogManager(["/disk1"], LogConfig(), fio)
+    survivor = again.logs[("t", 0)]
+    # Empty, at its start: the checkpointed HW is clamped to the log end, and the cleaner's
+    # checkpoint past the end is not trusted.
+    assert (survivor.log_end_offset, survivor.high_watermark, survivor.recovery_point) == (0, 0, 0)
+    assert cleanable_offsets(survivor, 3, 0)[0] == 0
+    assert ("t", 1) not in again.logs
+    recreated = again.get_or_create_log("t", 1)  # a LeaderAndIsr with is_new false
+    assert (recreated.log_end_offset, recreated.high_watermark) == (0, 0)
+    again.checkpoint_high_watermarks()
+    assert OffsetCheckpointFile.in_dir(fio, "/disk1", REPLICATION_OFFSET_CHECKPOINT).read() == {
+        ("t", 0): 0, ("t", 1): 0}
+    for log in (survivor, recreated):
+        log.append_as_leader(batch(), 1, 0)
+        log.flush()
+    fio.crash()
+    third = LogManager(["/disk1"], LogConfig(), fio)
+    assert {tp: log.log_end_offset for tp, log in third.logs.items()} == {("t", 0): 1, ("t", 1): 1}

@@ -201,6 +201,9 @@ class Log:
         # as Kafka's LogManager.truncateTo -> maybeTruncateCheckpoint).
         self.truncation_listeners: list[Callable[[int], None]] = []
         self._dir_dirty = False
+        # The log's own entry in its parent log dir is not durable yet (a new log): the first
+        # flush makes it so, with the names of the files in it (Kafka's LocalLog.flush).
+        self._parent_dir_dirty = False
         self.leader_epoch_cache = LeaderEpochFileCache(file_io, dir, lambda: self.log_end_offset)
         # Ongoing transactions and the first unstable offset (KIP-98): the LSO.
         self.transactions = TransactionTracker()
@@ -263,6 +266,7 @@ class Log:
 
     def _load(self, had_clean_shutdown: bool, now_ms: int) -> None:
         fio = self.file_io
+        self._parent_dir_dirty = not fio.exists(self.dir)
         fio.makedirs(self.dir)
         if any(name.endswith(LOG_SUFFIX + _SWAP_SUFFIX) for name in fio.listdir(self.dir)):
             self._complete_swaps()
@@ -296,7 +300,13 @@ class Log:
             self.segments.append(self._new_segment(base, now_ms))
         self._dir_dirty = cleaned  # opening existing segments changes no directory entry
         if not self.segments:
+            # A new (or emptied by a crash) log: its first segment's name becomes durable at
+            # the first flush, not here (Kafka creates logs without an fsync; an fsync per new
+            # log held the event loop ~12 ms per partition of a LeaderAndIsr). A crash before
+            # that flush loses no flushed data: the log comes back empty, at its start offset.
             self.segments.append(self._new_segment(self.log_start_offset, now_ms))
+            self._dir_dirty = cleaned
+        new_segment_pending = not log_bases
         self._bases = [s.base_offset for s in self.segments]
 
         first_unflushed = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
@@ -374,8 +384,11 @@ class Log:
         self._rebuild_producer_state(self.log_end_offset, had_clean_shutdown, now_ms)
         self._rebuild_transactions(recovered)
         if self._dir_dirty:
+            # (a removal the next load must not see undone, e.g. segments past a torn one)
             self.file_io.fsync_dir(self.dir)
             self._dir_dirty = False
+        else:
+            self._dir_dirty = new_segment_pending
 
     def _rebuild_producer_state(
         self, last_offset: int, reload_from_clean_shutdown: bool, now_ms: int | None
@@ -1319,15 +1332,23 @@ class Log:
                     if segment.base_offset >= target and segment is not self.segments[first]:
                         break
                     segment.flush()
-            if self._dir_dirty:
-                self.file_io.fsync_dir(self.dir)
-                self._dir_dirty = False
+            self._sync_dir_entries()
         if target > self.recovery_point:
             self.recovery_point = target
 
+    def _sync_dir_entries(self) -> None:
+        """Make the names of the log's files durable, and a new log's own name in its log dir
+        (after its files: a dir that survives a crash holds what was flushed into it)."""
+        if self._dir_dirty:
+            self.file_io.fsync_dir(self.dir)
+            self._dir_dirty = False
+        if self._parent_dir_dirty:
+            self.file_io.fsync_dir(os.path.dirname(os.path.normpath(self.dir)))
+            self._parent_dir_dirty = False
+
     def maybe_flush(self, now_ms: int) -> bool:
         """flush.ms: flush when the last flush is older than it and something is unflushed."""
-        if self.unflushed_messages <= 0 and not self._dir_dirty:
+        if self.unflushed_messages <= 0 and not (self._dir_dirty or self._parent_dir_dirty):
             self.last_flush_ms = now_ms
             return False
         if now_ms - self.last_flush_ms < self.config.flush_ms:
@@ -1346,9 +1367,7 @@ class Log:
             if not self.failed:
                 self.producer_state_manager.take_snapshot()
                 self.leader_epoch_cache.flush_if_needed(self.log_end_offset)
-                if self._dir_dirty:
-                    self.file_io.fsync_dir(self.dir)
-                    self._dir_dirty = False
+                self._sync_dir_entries()
             for segment in self.segments:
                 segment.flush_indexes()
                 segment.close()

@@ -331,6 +331,11 @@ class LogManager:
             log_dir = min(online, key=lambda d: (counts[d], online.index(d)))
         name = (_dir_name_with_suffix(topic, partition, FUTURE_DIR_SUFFIX) if is_future
                 else f"{topic}-{partition}")
+        # No fsync here (Kafka's createLogDirectory has none): the dir's name, with its files',
+        # becomes durable at the log's first flush, or at the next checkpoint written in
+        # `log_dir`. A crash before then loses only unflushed data: the log is missing or empty
+        # at the next load, and is created again (checkpoint entries of a log not found are
+        # dropped at the next write; a HW is clamped to the log end).
         log = Log(
             os.path.join(log_dir, name),
             self.config_for(topic),
@@ -338,10 +343,6 @@ class LogManager:
             now_ms=now_ms,
             producer_id_expiration_ms=self.producer_id_expiration_ms,
         )
-        try:
-            self.file_io.fsync_dir(log_dir)  # the partition dir's name must survive a crash
-        except OSError as exc:
-            raise self._io_error(log_dir, f"cannot create log {topic}-{partition}: {exc}") from exc
         self._watch(log, log_dir)
         if is_future:
             log.topic_partition = tp  # the dir name does not say it
