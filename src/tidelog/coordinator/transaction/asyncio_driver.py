@@ -95,14 +95,16 @@ class BrokerConnections:
         self._connecting: dict[int, asyncio.Lock] = {}
 
     async def send(self, broker_id: int, request: Any, api_version: int | None = None) -> Any:
+        conn = await self._connection(broker_id)
         try:
-            conn = await self._connection(broker_id)
             return await conn.send(request, api_version)
         except Exception:
-            conn_ = self._connections.pop(broker_id, None)
-            if conn_ is not None:
-                with contextlib.suppress(Exception):
-                    await conn_.close()
+            # Only this connection: a send stuck behind a peer that stopped reading fails at
+            # its timeout, after a concurrent send may have opened a new, healthy one.
+            if self._connections.get(broker_id) is conn:
+                del self._connections[broker_id]
+            with contextlib.suppress(Exception):
+                await conn.close()
             raise
 
     async def close(self) -> None:
