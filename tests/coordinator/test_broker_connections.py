@@ -60,7 +60,7 @@ def test_a_send_failing_late_leaves_the_newer_connection_alone() -> None:
             return m_md.MetadataResponse()
 
         async with ScriptedBroker(handler) as server:
-            conns = BrokerConnections(1, Cache(server.port), "test", request_timeout_ms=3000)
+            conns = BrokerConnections(1, Cache(server.port), "test", request_timeout_ms=8000)
             try:
                 await conns.send(2, metadata("warm"))  # connection A
                 first = conns._connections[2]
@@ -74,8 +74,9 @@ def test_a_send_failing_late_leaves_the_newer_connection_alone() -> None:
                 await until(lambda: first._transport is not None
                             and first._transport.get_write_buffer_size() > 0, "a full buffer")
                 # The sends share the request timeout: the one on B must still have a
-                # while to wait when the stuck one gives up.
-                await asyncio.sleep(1)
+                # while to wait when the stuck one gives up (3 s here), and B must be open
+                # before that (5 s): margins wide enough for a loaded CI machine.
+                await asyncio.sleep(3)
                 # Another send fails on A at once: A is dropped and closed (its unsent bytes
                 # keep the stuck send waiting).
                 with pytest.raises(UnsupportedVersionError):
