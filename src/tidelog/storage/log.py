@@ -1325,7 +1325,8 @@ class Log:
         target = self.log_end_offset if offset is None else min(offset, self.log_end_offset)
         with self._io("flush"):
             # Before the recovery point moves: below it the load trusts the checkpoint.
-            self.leader_epoch_cache.flush_if_needed(self.log_end_offset)
+            if self.leader_epoch_cache.flush_if_needed(self.log_end_offset):
+                self._dir_dirty = False  # its write fsynced the dir: every name is durable
             if target > self.recovery_point:
                 first = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
                 for segment in self.segments[first:]:
@@ -1338,7 +1339,11 @@ class Log:
 
     def _sync_dir_entries(self) -> None:
         """Make the names of the log's files durable, and a new log's own name in its log dir
-        (after its files: a dir that survives a crash holds what was flushed into it)."""
+        (after its files: a dir that survives a crash holds what was flushed into it). Not
+        for an empty log: a load rebuilds it from nothing (Kafka's flush of no segment
+        fsyncs no dir), so a shutdown after creating thousands of logs waits on no fsync."""
+        if self.log_end_offset == self.log_start_offset:
+            return
         if self._dir_dirty:
             self.file_io.fsync_dir(self.dir)
             self._dir_dirty = False
@@ -1366,7 +1371,8 @@ class Log:
         with self._io("close"):
             if not self.failed:
                 self.producer_state_manager.take_snapshot()
-                self.leader_epoch_cache.flush_if_needed(self.log_end_offset)
+                if self.leader_epoch_cache.flush_if_needed(self.log_end_offset):
+                    self._dir_dirty = False
                 self._sync_dir_entries()
             for segment in self.segments:
                 segment.flush_indexes()
