@@ -23,9 +23,13 @@ def module_zk(zookeeper: ZooKeeperServer) -> str:
 
 @pytest.fixture(scope="module")
 def one_broker(module_zk: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
-    """One broker shared by a module's tests (each test uses its own topics)."""
+    """One broker shared by a module's tests (each test uses its own topics). Its tests act
+    as the transaction coordinator themselves (WriteTxnMarkers by hand), so there is none to
+    verify a transactional produce with (KIP-890): verification is off."""
     b = BrokerThread(broker_props(1, module_zk, tmp_path_factory.mktemp("broker1"),
-                                  **{"connections.max.idle.ms": 60000})).start()
+                                  **{"connections.max.idle.ms": 60000,
+                                     "transaction.partition.verification.enable": "false"})
+                     ).start()
     try:
         yield b
     finally:

@@ -232,22 +232,26 @@ class ActingController:
 
 
 def produce_request(topic: str, partition: int, records: Any, acks: int = -1,
-                    timeout_ms: int = 10000) -> Any:
+                    timeout_ms: int = 10000, transactional_id: str | None = None) -> Any:
     from tidelog.protocol.messages.produce import (
         PartitionProduceData,
         ProduceRequest,
         TopicProduceData,
     )
 
-    return ProduceRequest(acks=acks, timeout_ms=timeout_ms, topic_data=[
+    return ProduceRequest(acks=acks, timeout_ms=timeout_ms, transactional_id=transactional_id,
+                          topic_data=[
         TopicProduceData(topic, [PartitionProduceData(partition, bytes(records) if records is not None else None)])
     ])
 
 
 def produce(port: int, topic: str, partition: int, records: Any, acks: int = -1,
-            timeout_ms: int = 10000, api_version: int | None = None) -> Any:
-    """(error_code, base_offset) of a one-partition produce."""
-    resp = send(port, produce_request(topic, partition, records, acks, timeout_ms), api_version,
+            timeout_ms: int = 10000, api_version: int | None = None,
+            transactional_id: str | None = None) -> Any:
+    """(error_code, base_offset) of a one-partition produce (transactional batches need a
+    `transactional_id`, as Kafka refuses them without one)."""
+    resp = send(port, produce_request(topic, partition, records, acks, timeout_ms,
+                                      transactional_id), api_version,
                 timeout_ms=timeout_ms + 10000)
     p = resp.responses[0].partition_responses[0]
     return p.error_code, p.base_offset

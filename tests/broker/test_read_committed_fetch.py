@@ -51,8 +51,9 @@ def test_read_committed_fetch_and_list_offsets(one_broker: BrokerThread,
                                                controller: ActingController) -> None:
     controller.create_topic("rc", {0: [1]})
     port = one_broker.port
-    assert produce(port, "rc", 0, txn(11, b"aborted-1", b"aborted-2"))[0] == 0  # 0-1
-    assert produce(port, "rc", 0, txn(12, b"committed"))[0] == 0  # 2
+    assert produce(port, "rc", 0, txn(11, b"aborted-1", b"aborted-2"),
+                   transactional_id="t11")[0] == 0  # 0-1
+    assert produce(port, "rc", 0, txn(12, b"committed"), transactional_id="t12")[0] == 0  # 2
     assert produce(port, "rc", 0, build_batch([Record(value=b"plain")]))[0] == 0  # 3
 
     open_txns = read_committed(port, "rc", 0)
@@ -77,7 +78,7 @@ def test_describe_producers_shows_open_transactions_and_coordinator_epochs(
     controller.create_topic("dp-txn", {0: [1]})
     port = one_broker.port
     produce(port, "dp-txn", 0, build_batch([Record(value=b"p")]))  # 0
-    assert produce(port, "dp-txn", 0, txn(21, b"a", b"b"))[0] == 0  # 1-2
+    assert produce(port, "dp-txn", 0, txn(21, b"a", b"b"), transactional_id="t21")[0] == 0  # 1-2
 
     def describe() -> Any:
         resp = send(port, m_dp.DescribeProducersRequest(

@@ -42,7 +42,7 @@ def test_write_txn_markers_completes_a_transaction_on_the_leader(
     port = one_broker.port
     batch = build_batch([Record(value=b"a"), Record(value=b"b")], producer_id=PID,
                         producer_epoch=0, base_sequence=0, transactional=True)
-    assert produce(port, topic, 0, batch) == (0, 0)
+    assert produce(port, topic, 0, batch, transactional_id="wtm") == (0, 0)
     assert (latest(port, topic, 1), latest(port, topic, 0)) == (0, 2)  # LSO, HW
 
     r = send(port, markers(topic, [0, 5], True, coordinator_epoch=3), 1)

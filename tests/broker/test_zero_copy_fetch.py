@@ -369,11 +369,11 @@ def test_read_committed_slices_stop_at_the_lso_with_the_same_aborted_transaction
     big = [bytes([97 + i]) * 150_000 for i in range(10)]
     for pid, value, seq in [(21, big[0], 0), (22, big[1], 0), (21, big[2], 1),
                             (22, big[3], 1)]:  # 0-3
-        assert produce(port, "zc-rc", 0, _txn(pid, value, seq))[0] == 0
+        assert produce(port, "zc-rc", 0, _txn(pid, value, seq), transactional_id=f"t{pid}")[0] == 0
     marker(21, commit=False)  # 4
     marker(22, commit=True)  # 5
-    assert produce(port, "zc-rc", 0, _txn(23, big[4], 0))[0] == 0  # 6: open, so the LSO is 6
-    assert produce(port, "zc-rc", 0, _txn(24, big[5], 0))[0] == 0  # 7
+    assert produce(port, "zc-rc", 0, _txn(23, big[4], 0), transactional_id="t23")[0] == 0  # 6: open, so the LSO is 6
+    assert produce(port, "zc-rc", 0, _txn(24, big[5], 0), transactional_id="t24")[0] == 0  # 7
     marker(24, commit=False)  # 8: aborted, but after the LSO: no reader up to it lists it
     for offset in (0, 1, 2):  # (from 2: 300 KB, the smallest read over the threshold)
         with_sendfile, in_memory = _both_ways(one_broker, spy, lambda o=offset: _raw_fetch(
