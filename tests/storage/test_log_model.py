@@ -90,6 +90,13 @@ class LogModel(RuleBasedStateMachine):
         # of our last kept batch, which we copy after truncating to where it ends.
         self.truncate_to(target_offset)
         epoch = self.model[-1][2] if self.model else 0
+        # The leader's answer for our newer epoch (OffsetsForLeaderEpoch) is at most where that
+        # epoch starts here: a follower keeps none of its diverged epochs (a target past one's
+        # start, possible with gaps in the offsets, is not an answer a leader gives).
+        newer = [start for e, start in self.log.leader_epoch_cache.entries if e > epoch]
+        if newer and newer[0] < self.end:
+            self.truncate_to(newer[0])
+            epoch = self.model[-1][2] if self.model else 0
         data = batch(*[b"d"] * count, epoch=epoch, base_offset=self.end, timestamp=self.now)
         self.log.append_as_follower(data, self.now)
         self.model.append(describe(RecordBatch(data)))
