@@ -22,18 +22,30 @@ from tidelog.protocol.messages.produce import (
 from tidelog.protocol.records.builder import Record, build_batch
 
 
-@pytest.fixture(scope="module")
-def verification_off(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
-                     ) -> Iterator[tuple[BrokerThread, ActingController]]:
+def broker_with(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory,
+                **props: str) -> Iterator[tuple[BrokerThread, ActingController]]:
     zk = new_chroot(zookeeper)
-    b = BrokerThread(broker_props(1, zk, tmp_path_factory.mktemp("verification-off"), **{
-        "transaction.partition.verification.enable": "false"})).start()
+    b = BrokerThread(broker_props(1, zk, tmp_path_factory.mktemp("verification"), **props)
+                     ).start()
     c = ActingController(zk, [b])
     try:
         yield b, c
     finally:
         c.close()
         b.stop()
+
+
+@pytest.fixture(scope="module")
+def verification_by_default(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+                            ) -> Iterator[tuple[BrokerThread, ActingController]]:
+    yield from broker_with(zookeeper, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def verification_off(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+                     ) -> Iterator[tuple[BrokerThread, ActingController]]:
+    yield from broker_with(zookeeper, tmp_path_factory,
+                           **{"transaction.partition.verification.enable": "false"})
 
 
 def txn_produce(port: int, topic: str) -> int:
@@ -51,10 +63,11 @@ def log_end(port: int, topic: str) -> int:
 
 
 def test_a_transactional_produce_is_verified_by_default(
-        one_broker: BrokerThread, controller: ActingController) -> None:
+        verification_by_default: tuple[BrokerThread, ActingController]) -> None:
+    broker, controller = verification_by_default
     controller.create_topic("verified", {0: [1]})
-    assert txn_produce(one_broker.port, "verified") == E.NOT_ENOUGH_REPLICAS
-    assert log_end(one_broker.port, "verified") == 0
+    assert txn_produce(broker.port, "verified") == E.NOT_ENOUGH_REPLICAS
+    assert log_end(broker.port, "verified") == 0
 
 
 def test_with_verification_off_a_transactional_produce_is_appended_as_before(
