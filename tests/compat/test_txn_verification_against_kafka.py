@@ -86,6 +86,22 @@ def until_state(address: str, txn: str, states: set[str]) -> str:
         time.sleep(0.2)
 
 
+def unknown_ids(t: Target, txn: str, at: str) -> tuple[str, str]:
+    """Two transactional ids never used: the first coordinated by `at`, the second by another
+    broker (FindCoordinator on the target, so each cluster picks its own)."""
+    here: str | None = None
+    elsewhere: str | None = None
+    for i in range(500):
+        candidate = f"{txn}-unknown-{i}"
+        if coordinator(t, candidate, key_type=1) == at:
+            here = here or candidate
+        else:
+            elsewhere = elsewhere or candidate
+        if here and elsewhere:
+            return here, elsewhere
+    raise AssertionError(f"no unknown transactional ids on both sides of {at}")
+
+
 @dataclass(frozen=True)
 class Txn:
     topic: str  # two partitions, 0 added to the transaction
@@ -113,10 +129,17 @@ def scenario(t: Target) -> dict[str, Any]:
     out["produce v9 to a partition not added"] = txn_produce(leader1, txn, topic, 1, pid, epoch, 0)
     out["produce v3 to a partition not added"] = txn_produce(leader1, txn, topic, 1, pid, epoch, 0,
                                                              version=3)
-    out["verify_only"] = verify(at, [
+    # Unknown transactional ids, one this coordinator owns and one another broker does: which
+    # ids those are depends on each cluster's __transaction_state leaders, so the answers are
+    # keyed by role, not by id.
+    unknown_here, unknown_elsewhere = unknown_ids(t, txn, at)
+    roles = {txn: txn, unknown_here: "unknown, coordinated here",
+             unknown_elsewhere: "unknown, coordinated elsewhere"}
+    out["verify_only"] = [(roles[i], *rest) for i, *rest in verify(at, [
         (txn, pid, epoch, {topic: [0, 1]}),
-        (f"{txn}-unknown", pid, epoch, {topic: [0]}),
-    ])
+        (unknown_here, pid, epoch, {topic: [0]}),
+        (unknown_elsewhere, pid, epoch, {topic: [0]}),
+    ])]
     out["verify_only other epoch"] = verify(at, [(txn, pid, epoch + 1, {topic: [0]})])
     out["abort"] = raw(at, m_et.EndTxnRequest(transactional_id=txn, producer_id=pid,
                                               producer_epoch=epoch, committed=False),
