@@ -106,3 +106,20 @@ def test_a_move_failing_on_the_disk_reports_the_dir_for_the_handler() -> None:
         m.replace_current_with_future_log("t", 0)
     assert m.log_dir_failure_channel.take_next_offline_log_dir() == "/disk1"
     assert m.offline_dirs == set()
+
+
+def test_a_swap_failing_in_the_future_logs_dir_reports_that_dir_only() -> None:
+    """The future log's flush fails in the destination dir: the current log (the source dir)
+    is untouched and keeps serving, so only the destination goes offline."""
+    fio, m, _ = _two_dirs()
+    m.maybe_update_preferred_log_dir("t", 0, "/disk2")
+    current = m.get_log("t", 0)
+    m.get_or_create_log("t", 0, is_future=True).append_as_follower(
+        bytes(current.read(0, 1 << 20).records), 0)
+    fio.fail_io("/disk2", errno.ENOSPC, writes_only=True)
+    with pytest.raises(KafkaStorageError):
+        m.replace_current_with_future_log("t", 0)
+    channel = m.log_dir_failure_channel
+    assert channel.take_next_offline_log_dir() == "/disk2"
+    assert channel.take_next_offline_log_dir() is None
+    assert m.get_log("t", 0) is current and not current.closed

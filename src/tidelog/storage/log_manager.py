@@ -398,6 +398,10 @@ class LogManager:
         durable = min(current.recovery_point, future.log_end_offset)
         try:
             future.flush(durable)
+        except (StorageError, OSError) as exc:
+            # The destination's error: the current log is untouched and keeps serving.
+            raise self._io_error(dest, f"cannot flush {future.dir}: {exc}") from exc
+        try:
             current.close()
             doomed = os.path.join(source, _dir_name_with_suffix(topic, partition,
                                                                 DELETE_DIR_SUFFIX))
