@@ -107,6 +107,14 @@ _ENDPOINT_TYPE_CONTROLLER = 2
 class AdminApis:
     def __init__(self, server: BrokerServer) -> None:
         self.server = server
+        # DeleteRecords answers waiting for a low watermark, by partition (Kafka's
+        # DelayedDeleteRecords purgatory keys).
+        self.delete_records_waiting: dict[TopicPartition, set[DelayedDeleteRecords]] = {}
+        server.replica_manager.core.partition_listeners.append(self._partition_changed)
+
+    def _partition_changed(self, tp: TopicPartition) -> None:
+        for waiter in list(self.delete_records_waiting.get(tp, ())):
+            waiter.partition_changed()
 
     def register(self, apis: KafkaApis) -> None:
         apis.register_handler(ApiKey.CREATE_PARTITIONS, self.handle_create_partitions)
@@ -510,21 +518,27 @@ class AdminApis:
 class DelayedDeleteRecords:
     """Kafka's DelayedDeleteRecords: completes each partition once its low watermark has reached
     the requested offset (NONE and that low watermark), or when the partition is no longer led
-    here (NOT_LEADER_OR_FOLLOWER) or gone (UNKNOWN_TOPIC_OR_PARTITION); at the timeout the
-    partitions still pending are REQUEST_TIMED_OUT."""
+    here (NOT_LEADER_OR_FOLLOWER), offline (KAFKA_STORAGE_ERROR) or gone
+    (UNKNOWN_TOPIC_OR_PARTITION); at the timeout the partitions still pending are
+    REQUEST_TIMED_OUT. Re-checked only when the replica manager reports one of its partitions
+    changed (a follower's log start, the leader's, leadership, deletion), as Kafka's purgatory
+    keyed by partition: no polling."""
 
     def __init__(self, apis: AdminApis, required: dict[TopicPartition, int],
                  results: dict[TopicPartition, m_dr.DeleteRecordsPartitionResult]) -> None:
         self.apis = apis
         self.pending = dict(required)
         self.results = results
+        self._done: asyncio.Future[None] | None = None
 
     def try_complete(self) -> bool:
         core = self.apis.server.replica_manager.core
         for tp, offset in list(self.pending.items()):
             p = core.partition(tp)
             res = self.results[tp]
-            if p is None:
+            if p is None and tp in core.offline_partitions:
+                res.error_code, res.low_watermark = ErrorCode.KAFKA_STORAGE_ERROR, -1
+            elif p is None:
                 res.error_code, res.low_watermark = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1
             elif not p.is_leader:
                 res.error_code, res.low_watermark = ErrorCode.NOT_LEADER_OR_FOLLOWER, -1
@@ -536,11 +550,35 @@ class DelayedDeleteRecords:
             del self.pending[tp]
         return not self.pending
 
+    def _expire(self) -> None:
+        if self._done is not None and not self._done.done():
+            self._done.set_result(None)
+
+    def partition_changed(self) -> None:
+        """One of the pending partitions changed: complete if every one is done."""
+        if self._done is not None and not self._done.done() and self.try_complete():
+            self._done.set_result(None)
+
     async def wait(self, timeout_ms: int) -> None:
-        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
-        while not self.try_complete():
-            if time.monotonic() >= deadline:
-                for tp in self.pending:
-                    self.results[tp].error_code = ErrorCode.REQUEST_TIMED_OUT
-                return
-            await asyncio.sleep(_POLL_S)
+        if self.try_complete():
+            return
+        if timeout_ms > 0:
+            loop = asyncio.get_running_loop()
+            self._done = loop.create_future()
+            watched = self.apis.delete_records_waiting
+            tps = list(self.pending)
+            for tp in tps:
+                watched.setdefault(tp, set()).add(self)
+            timer = loop.call_later(timeout_ms / 1000, self._expire)
+            try:
+                await self._done
+            finally:
+                timer.cancel()
+                for tp in tps:
+                    waiters = watched.get(tp)
+                    if waiters is not None:
+                        waiters.discard(self)
+                        if not waiters:
+                            del watched[tp]
+        for tp in self.pending:
+            self.results[tp].error_code = ErrorCode.REQUEST_TIMED_OUT

@@ -231,7 +231,7 @@ class KafkaApis:
             self.config.get("max.incremental.fetch.session.cache.slots")))
         # Sessions read only changed partitions: the replica manager says which changed, and
         # the ISR check first records the follower fetches that skipped the unchanged ones.
-        server.replica_manager.core.on_partition_changed = self.fetch_manager.mark_changed
+        server.replica_manager.core.partition_listeners.append(self.fetch_manager.mark_changed)
         server.replica_manager.shell.before_isr_expiration = self._replay_idle_follower_fetches
         self._update_metadata_seq = 0
         # api key -> (min, max) served: the advertised table (Produce v0-2 handled above).

@@ -130,9 +130,10 @@ class ReplicaManager:
         # An ordered set: the order partitions are re-checked in decides the order delayed
         # requests complete, which must not depend on string hashing (the simulator replays).
         self._dirty: dict[TopicPartition, None] = {}
-        # Told of every partition that changed (records, HW, leadership, ISR, log start): the
-        # broker's fetch sessions read only those (broker/fetch_session.py).
-        self.on_partition_changed: Callable[[TopicPartition], None] | None = None
+        # Told of every partition that changed (records, HW, leadership, ISR, log start, a
+        # follower's log start): the broker's fetch sessions read only those
+        # (broker/fetch_session.py) and its DeleteRecords waiters re-check only those.
+        self.partition_listeners: list[Callable[[TopicPartition], None]] = []
         # tp -> the partition state in which every delayed produce watched on it was last tried
         self._produce_checked: dict[TopicPartition, tuple[Any, ...]] = {}
         self._draining = False
@@ -522,13 +523,17 @@ class ReplicaManager:
                 Errors.NONE, hw, log_start, _as_bytes(records), lso, aborted)
             if is_follower and update_fetch_state:
                 before = p.high_watermark
+                replica = p.remote_replicas[params.replica_id]
+                start_before = replica.log_start_offset
                 proposal = p.update_follower_fetch_state(
                     params.replica_id, st.fetch_offset, st.log_start_offset, now_ms, leo,
                     params.broker_epoch,
                 )
                 if proposal is not None:
                     proposals.append(proposal)
-                if p.high_watermark != before:
+                # A follower's log start moving may raise the low watermark a DeleteRecords
+                # waits for (Kafka's leaderLWIncremented -> tryCompleteDelayedRequests).
+                if p.high_watermark != before or replica.log_start_offset != start_before:
                     self._dirty[tp] = None
         return results, proposals, total, any_error
 
@@ -718,8 +723,8 @@ class ReplicaManager:
                     tp = batch[taken]
                     taken += 1
                     self._dirty.pop(tp, None)
-                    if self.on_partition_changed is not None:
-                        self.on_partition_changed(tp)
+                    for listener in self.partition_listeners:
+                        listener(tp)
                     self._check_delayed_produce(tp, now_ms)
                     self._completed.extend(self.fetch_purgatory.check_and_complete(tp, now_ms))
         finally:
