@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import os
+from pathlib import Path
 
 import pytest
 from storage_helpers import batch
@@ -10,6 +12,7 @@ from storage_helpers import batch
 from tidelog.sim.disk import MemoryFileIO
 from tidelog.storage.checkpoint import OffsetCheckpointFile
 from tidelog.storage.errors import KafkaStorageError
+from tidelog.storage.file_io import OsFileIO
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.log_dir_failure_channel import LogDirFailureChannel
 from tidelog.storage.log_manager import LogManager
@@ -123,3 +126,27 @@ def test_a_swap_failing_in_the_future_logs_dir_reports_that_dir_only() -> None:
     assert channel.take_next_offline_log_dir() == "/disk2"
     assert channel.take_next_offline_log_dir() is None
     assert m.get_log("t", 0) is current and not current.closed
+
+
+
+class _FailingMakedirs(OsFileIO):
+    """Real files, except that creating the dir ``path`` fails."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def makedirs(self, path: str) -> None:
+        if path == self.path:
+            raise OSError(errno.EIO, "simulated I/O error", path)
+        super().makedirs(path)
+
+
+def test_an_interrupted_swap_failing_at_start_takes_the_future_logs_dir_offline(
+        tmp_path: Path) -> None:
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    m = LogManager(dirs, LogConfig(), OsFileIO())
+    m.maybe_update_preferred_log_dir("t", 0, dirs[1])
+    m.get_or_create_log("t", 0, is_future=True).append_as_follower(batch(), 0)
+    m.shutdown()  # a future log and no current one: the swap stopped between its renames
+    again = LogManager(dirs, LogConfig(), _FailingMakedirs(os.path.join(dirs[1], "t-0")))
+    assert again.offline_dirs == {dirs[1]}

@@ -193,13 +193,13 @@ class LogManager:
             name = f"{tp[0]}-{tp[1]}"
             if any(os.path.basename(p) == name for p in self.skipped):
                 continue
-            logger.warning("completing the interrupted move of %s to %s", name,
-                           self.future_log_dir_of[tp])
+            log_dir = self.future_log_dir_of[tp]  # (the promotion forgets it before the open)
+            logger.warning("completing the interrupted move of %s to %s", name, log_dir)
             try:
                 self._promote_future_log(tp, self.future_logs[tp].high_watermark, now_ms)
             except (StorageError, OSError) as exc:
                 logger.error("cannot complete the move of %s: %s", name, exc)
-                self.offline_dirs.add(self.future_log_dir_of.get(tp, self.log_dirs[0]))
+                self.offline_dirs.add(log_dir)
 
     def _promote_future_log(self, tp: TopicPartition, high_watermark: int, now_ms: int,
                             flush_to: int | None = None) -> Log:
