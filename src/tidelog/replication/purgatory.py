@@ -262,6 +262,19 @@ class DelayedOperationPurgatory:
             done.append(op.completion)
         return done
 
+    def force_complete(self, match: Callable[[DelayedOperation], bool],
+                       now_ms: int) -> list[Completion]:
+        """Complete now every pending operation ``match`` picks (Kafka's forceComplete: it
+        answers with what it has); their watches go as finished ones do."""
+        done: list[Completion] = []
+        for _, _, op in self._deadlines:
+            if not op.is_completed and match(op):
+                op.expire_now(now_ms)
+                self._pending -= 1
+                assert op.completion is not None
+                done.append(op.completion)
+        return done
+
     def next_deadline_ms(self) -> int | None:
         while self._deadlines and self._deadlines[0][2].is_completed:
             heapq.heappop(self._deadlines)

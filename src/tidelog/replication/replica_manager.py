@@ -15,7 +15,7 @@ together with the requests that timed out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ from tidelog.protocol.records.batch import CorruptRecordError
 from tidelog.replication.config import ReplicationConfig
 from tidelog.replication.errors import Errors, ReplicationError
 from tidelog.replication.fetcher import FetchRequest
+from tidelog.replication.follower_joins import FollowerJoins
 from tidelog.replication.isr_policy import policy_for
 from tidelog.replication.partition import Partition
 from tidelog.replication.purgatory import (
@@ -134,6 +135,12 @@ class ReplicaManager:
         # follower's log start): the broker's fetch sessions read only those
         # (broker/fetch_session.py) and its DeleteRecords waiters re-check only those.
         self.partition_listeners: list[Callable[[TopicPartition], None]] = []
+        # Followers joining partitions this broker just came to lead (follower_joins.py): their
+        # held fetches are answered at once, and the broker's session fetches told through
+        # on_followers_joining ({replica id: its new partitions}).
+        self.follower_joins = FollowerJoins(self.config.replica_lag_time_max_ms)
+        self.on_followers_joining: Callable[[Mapping[int, list[TopicPartition]]], None] | None \
+            = None
         # tp -> the partition state in which every delayed produce watched on it was last tried
         self._produce_checked: dict[TopicPartition, tuple[Any, ...]] = {}
         self._draining = False
@@ -254,6 +261,7 @@ class ReplicaManager:
                 elif state.leader == self.broker_id:
                     p.make_leader(state, now_ms)
                     actions.append(RemoveFetcher(tp))
+                    self.follower_joins.started(tp, p.remote_replicas, now_ms)
                 else:
                     changed = p.make_follower(state, now_ms)
                     if state.leader not in live_leaders:
@@ -268,8 +276,40 @@ class ReplicaManager:
             except StorageError as e:
                 errors[tp] = _error_of(e)
                 self._mark_offline(tp, actions)
+        self._wake_joining_followers(now_ms)
         self._drain(now_ms)
         return LeaderAndIsrResult(Errors.NONE, errors, actions)
+
+    def _wake_joining_followers(self, now_ms: int) -> None:
+        """Answer now the held fetches of followers that just got a partition here which those
+        fetches do not name: their next fetch can carry it (follower_joins.py)."""
+        started = self.follower_joins.take_started()
+        if not started:
+            return
+
+        def lacks_new(op: Any) -> bool:
+            if not isinstance(op, DelayedFetch):
+                return False
+            new = started.get(op.params.replica_id)
+            return new is not None and any(tp not in op.params.partitions for tp in new)
+
+        self._completed.extend(self.fetch_purgatory.force_complete(lacks_new, now_ms))
+        if self.on_followers_joining is not None:
+            self.on_followers_joining(started)
+
+    def leads_for(self, tp: TopicPartition, replica_id: int) -> bool:
+        """This broker leads ``tp`` and ``replica_id`` replicates it."""
+        p = self.partitions.get(tp)
+        return p is not None and p.is_leader and replica_id in p.remote_replicas
+
+    def follower_fetch_wait_ms(self, replica_id: int, max_wait_ms: int,
+                               fetching: Container[TopicPartition], now_ms: int) -> int:
+        """How long to hold a fetch about to wait (follower_joins.py): ``max_wait_ms``, or a
+        slice of it while ``replica_id`` joins a partition ``fetching`` lacks."""
+        if replica_id < 0:
+            return max_wait_ms
+        return self.follower_joins.fetch_wait_ms(replica_id, max_wait_ms, fetching,
+                                                 self.leads_for, now_ms)
 
     def stop_replicas(
         self,
@@ -416,8 +456,10 @@ class ReplicaManager:
         ):
             self._drain(now_ms)
             return FetchOutcome(results, False, tuple(proposals))
+        wait_ms = self.follower_fetch_wait_ms(replica_id, fetch_max_wait_ms, params.partitions,
+                                              now_ms)
         op = DelayedFetch(
-            request_key, now_ms + fetch_max_wait_ms, params, self._readable_bytes, self._complete_fetch
+            request_key, now_ms + wait_ms, params, self._readable_bytes, self._complete_fetch
         )
         done = self.fetch_purgatory.try_complete_else_watch(op, now_ms)
         self._drain(now_ms)
