@@ -124,6 +124,11 @@ def test_back_to_back_requests_merge_later_state_winning() -> None:
     m = merge_requests(um1, um2)
     assert isinstance(m, core.UpdateMetadataRequest)
     assert m.live_brokers == ((1, 70), (2, 71)) and m.partition_states[0].leader == 2
+    # the replicas on failed log dirs: the later request's whole map
+    offline = ((TopicPartition("a", 0), (1,)),)
+    um3 = core.UpdateMetadataRequest(1, 5, 77, (st("a", 1, 2, 2, (2,)),), ((1, 70),), offline)
+    m = merge_requests(um1, um3)
+    assert isinstance(m, core.UpdateMetadataRequest) and m.offline_dir_replicas == offline
     # never across kinds, epochs, or stop/delete
     assert merge_requests(first, um1) is None
     assert merge_requests(first, core.LeaderAndIsrRequest(1, 6, 77, (), ())) is None

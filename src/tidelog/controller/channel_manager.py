@@ -231,9 +231,10 @@ def merge_requests(
         assert isinstance(second, core.UpdateMetadataRequest)
         states = {s.tp: s for s in first.partition_states}
         states.update({s.tp: s for s in second.partition_states})
+        # (the offline-dir replicas: the later request's, a whole map like its live brokers)
         return core.UpdateMetadataRequest(second.controller_id, second.controller_epoch,
                                           second.broker_epoch, tuple(states.values()),
-                                          second.live_brokers)
+                                          second.live_brokers, second.offline_dir_replicas)
     assert isinstance(first, core.StopReplicaRequest) and isinstance(second, core.StopReplicaRequest)
     if first.delete_partitions != second.delete_partitions:
         return None
