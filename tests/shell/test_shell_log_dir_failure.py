@@ -96,3 +96,17 @@ def test_a_stopped_shell_no_longer_handles_failures() -> None:
     assert clock.tasks == [] or all(t.cancelled for t in clock.tasks)  # nothing scheduled
     clock.advance(0)
     assert handling.calls == [] and rm.log_manager.offline_dirs == set()
+
+
+def test_a_dir_reported_before_the_startup_is_handled_once_started() -> None:
+    handling = Handling()
+    io, clock = MemoryFileIO(), Clock()
+    lm = LogManager(["/d1", "/d2"], LogConfig(), io)
+    lm.log_dir_failure_channel.maybe_add_offline_log_dir("/d1", "failed before the startup")
+    rm = ReplicaManager(1, lm, ReplicationConfig(), time=clock, scheduler=clock,
+                        alter_partition_manager=IsrWriter(),
+                        leader_end_point=lambda s, f: EndPoint([], s, f),
+                        log_dir_failure=handling)
+    rm.startup()
+    clock.advance(0)
+    assert lm.offline_dirs == {"/d1"} and handling.calls == ["propagate"]

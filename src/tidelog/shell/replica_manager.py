@@ -167,6 +167,9 @@ class ReplicaManager:
         if self._log_dir_failure is not None:
             self.log_manager.log_dir_failure_channel.on_offline_log_dir = (
                 self._on_offline_log_dir)
+            if self.log_manager.log_dir_failure_channel.has_queued_dirs():
+                # Reported before now, waking nobody (the channel reports a dir only once).
+                self._on_offline_log_dir()
 
     def shutdown(self) -> None:
         """Stop the tasks and the fetchers; waiting requests are never answered (the caller's

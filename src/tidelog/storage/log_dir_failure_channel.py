@@ -39,6 +39,9 @@ class LogDirFailureChannel:
         if self.on_offline_log_dir is not None:
             self.on_offline_log_dir()
 
+    def has_queued_dirs(self) -> bool:
+        return bool(self._queue)
+
     def take_next_offline_log_dir(self) -> str | None:
         """The next failed dir to handle, None when none is waiting."""
         return self._queue.popleft() if self._queue else None
