@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tidelog.broker.replica_selector import replica_selector_class_error
+
 __all__ = [
     "CONFIG_DEFS",
     "ConfigError",
@@ -398,6 +400,8 @@ define("replica.fetch.wait.max.ms", "int", 500)
 define("replica.fetch.backoff.ms", "int", 1000, at_least(0))
 define("replica.fetch.min.bytes", "int", 1)
 define("replica.fetch.response.max.bytes", "int", 10 * 1024 * 1024, at_least(0))
+define("replica.selector.class", "string", None, replica_selector_class_error,
+       doc="KIP-392: org.apache.kafka.common.replica.RackAwareReplicaSelector or unset (leader only)")
 define("num.replica.fetchers", "int", 1)
 define("replica.high.watermark.checkpoint.interval.ms", "long", 5000)
 define("fetch.purgatory.purge.interval.requests", "int", 1000,

@@ -119,6 +119,7 @@ class PartitionResponse:
     high_watermark: int
     log_start_offset: int
     records_size: int
+    preferred_read_replica: int = -1  # KIP-392: the follower the consumer should fetch from
 
 
 class CachedPartition:
@@ -150,6 +151,8 @@ class CachedPartition:
             must_respond = True
             if update:
                 self.local_log_start_offset = resp.log_start_offset
+        if resp.preferred_read_replica >= 0:
+            must_respond = True
         if resp.error != ErrorCode.NONE:
             # An invalid cached HW makes the partition be sent again once the error is gone.
             if update:
@@ -511,6 +514,7 @@ class IncrementalFetchContext(FetchContext):
             if resp.records_size:
                 any_records = True
             if (not resp.records_size and resp.error == ErrorCode.NONE
+                    and resp.preferred_read_replica < 0
                     and cached.high_watermark == resp.high_watermark
                     and cached.local_log_start_offset == resp.log_start_offset):
                 continue  # nothing new (most of an idle session): maybe_update_response_data's no

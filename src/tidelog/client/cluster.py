@@ -539,6 +539,7 @@ class KafkaClient:
         min_bytes: int = 1,
         isolation_level: int = 0,
         replica_id: int = -1,
+        rack_id: str = "",
     ) -> tuple[int, int, dict[TopicPartition, FetchResult]]:
         """One Fetch request to one broker for several partitions; returns (top-level error, the
         response's session id, each partition's result).
@@ -546,7 +547,8 @@ class KafkaClient:
         ``partitions`` maps each partition to its fetch offset or to (fetch offset, current
         leader epoch, last fetched epoch). ``session_epoch`` -1 fetches outside a session
         (KIP-227); 0 is a full fetch opening one, and the session's next epoch an incremental
-        fetch listing ``partitions`` and forgetting ``forgotten``. Raises connection errors;
+        fetch listing ``partitions`` and forgetting ``forgotten``. ``rack_id``: a consumer's
+        ``client.rack`` (Fetch v11+, KIP-392). Raises connection errors;
         a top-level error is copied into the result of every partition it left unanswered.
         """
         topics: dict[str, list[FetchPartition]] = {}
@@ -570,6 +572,7 @@ class KafkaClient:
             isolation_level=isolation_level,
             session_id=session_id,
             session_epoch=session_epoch,
+            rack_id=rack_id,
             topics=[FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
             forgotten_topics_data=[
                 ForgottenTopic(topic=t, partitions=[tp.partition for tp in forgotten
