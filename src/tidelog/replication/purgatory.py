@@ -131,6 +131,9 @@ class FetchPartitionStatus:
     current_leader_epoch: int
     log_start_offset: int
     max_bytes: int
+    # Fetch v12+ (KIP-320/595): the epoch of the fetcher's last record, -1 for none. The
+    # leader answers a history that diverges from its own with its end (diverging_epoch).
+    last_fetched_epoch: int = -1
 
 
 @dataclass(slots=True)

@@ -55,6 +55,7 @@ from tidelog.replication.types import (
     RemoveFetcher,
     TopicPartition,
 )
+from tidelog.storage.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from tidelog.storage.errors import OffsetOutOfRangeError, StorageError
 from tidelog.storage.producer_state_manager import VerificationGuard
 from tidelog.storage.transactions import AppendOrigin
@@ -494,6 +495,22 @@ class ReplicaManager:
             raise ReplicationError(Errors.NOT_LEADER_OR_FOLLOWER, str(tp))
         return p
 
+    @staticmethod
+    def _diverging_epoch(p: Partition, st: FetchPartitionStatus,
+                         log_start: int) -> tuple[int, int] | None:
+        """Kafka's Partition.readRecords with a last fetched epoch (KIP-320/595): (the largest
+        epoch <= the fetcher's last fetched epoch in this log, its end offset) when that epoch
+        is older or ends before the fetch offset: the fetcher's log diverges from this one
+        there. An epoch this log cannot place, or a fetch offset below the log start, is
+        OFFSET_OUT_OF_RANGE (whether or not the epochs diverge)."""
+        epoch, end_offset = p.log.end_offset_for_epoch(st.last_fetched_epoch)
+        if epoch == UNDEFINED_EPOCH or end_offset == UNDEFINED_EPOCH_OFFSET \
+                or st.fetch_offset < log_start:
+            raise OffsetOutOfRangeError(st.fetch_offset, log_start, p.log_end_offset)
+        if epoch < st.last_fetched_epoch or end_offset < st.fetch_offset:
+            return epoch, end_offset
+        return None
+
     def _read_from_local_log(
         self, params: FetchParams, now_ms: int, update_fetch_state: bool = True
     ) -> tuple[dict[TopicPartition, FetchPartitionData], list[ProposeIsr], int, bool]:
@@ -528,6 +545,16 @@ class ReplicaManager:
                 lso = p.last_stable_offset
                 leo = p.log_end_offset
                 log_start = p.log_start_offset
+                diverging = (self._diverging_epoch(p, st, log_start)
+                             if st.last_fetched_epoch >= 0 else None)
+                if diverging is not None:
+                    # Kafka's Partition.readRecords: no read, and no follower fetch state (its
+                    # log must be truncated first); answered at once, as Kafka's
+                    # hasDivergingEpoch.
+                    results[tp] = FetchPartitionData(Errors.NONE, hw, log_start, b"", lso,
+                                                     diverging_epoch=diverging)
+                    any_error = True
+                    continue
                 read_args = (st.fetch_offset, max(0, min(st.max_bytes, limit)),
                              None if is_follower or debugging else lso if read_committed else hw,
                              min_one_message)
@@ -594,6 +621,14 @@ class ReplicaManager:
                    else p.high_watermark)
             if st.fetch_offset > p.log_end_offset or st.fetch_offset < p.log_start_offset:
                 return total, True  # the log was truncated or moved: answer now
+            if st.last_fetched_epoch >= 0:
+                # Kafka's DelayedFetch case H: a diverging (or unplaceable) last fetched epoch
+                # is answered now, for the fetcher to truncate.
+                try:
+                    if self._diverging_epoch(p, st, p.log_start_offset) is not None:
+                        return total, True
+                except OffsetOutOfRangeError:
+                    return total, True
             if is_follower and should_throttle(self.config.leader_quota, tp,
                                                params.replica_id in p.maximal_isr, None):
                 continue  # Kafka's DelayedFetch: a throttled partition's bytes do not count

@@ -111,6 +111,9 @@ class FetchPartitionData:
     # READ_COMMITTED: (producer id, first offset) of the aborted transactions overlapping the
     # records; None for other isolation levels (the wire's null)
     aborted_transactions: tuple[tuple[int, int], ...] | None = None
+    # (epoch, end offset): the fetcher's last fetched epoch is not in this log's history up to
+    # its fetch offset — it must truncate to there (Fetch v12+); no records then.
+    diverging_epoch: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
