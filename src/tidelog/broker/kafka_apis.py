@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from tidelog.broker.fetch_session import (
     FetchContext,
     FetchManager,
+    FetchSession,
     FetchSessionCache,
     IncrementalFetchContext,
     PartitionResponse,
@@ -233,6 +234,10 @@ class KafkaApis:
         # the ISR check first records the follower fetches that skipped the unchanged ones.
         server.replica_manager.core.partition_listeners.append(self.fetch_manager.mark_changed)
         server.replica_manager.shell.before_isr_expiration = self._replay_idle_follower_fetches
+        # Held follower session fetches, to answer at once when their follower gets a partition
+        # here they lack (replication/follower_joins.py): replica id -> session id -> cut.
+        self._follower_waits: dict[int, dict[int, tuple[FetchSession, Callable[[], None]]]] = {}
+        server.replica_manager.core.on_followers_joining = self._cut_joining_follower_waits
         self._update_metadata_seq = 0
         # api key -> (min, max) served: the advertised table (Produce v0-2 handled above).
         self._served = advertised(include_controller_apis=True)
@@ -617,7 +622,10 @@ class KafkaApis:
         session = context.session
         core = self.rm.core
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max_wait_ms / 1000
+        arrival = loop.time()
+        deadline = arrival + max_wait_ms / 1000
+        # A follower's wait is cut when it joins a partition its session lacks (below).
+        join_checked = replica_id < 0
         # The held fetch's wait: one future, resolved True by a change of the session's
         # partitions, False at the deadline (no task, event or timeout scope per wait).
         waiting: asyncio.Future[bool] | None = None
@@ -626,7 +634,14 @@ class KafkaApis:
             if waiting is not None and not waiting.done():
                 waiting.set_result(changed)
 
+        def cut() -> None:
+            nonlocal deadline
+            deadline = loop.time()
+            wake(False)
+
         session.waker = wake
+        if replica_id >= 0:
+            self._follower_waits.setdefault(replica_id, {})[session.id] = (session, cut)
         results: dict[TopicPartition, Any] = {}
         refused: dict[SessionKey, int] = {}
         read_bytes = 0
@@ -660,6 +675,15 @@ class KafkaApis:
                 remaining = deadline - loop.time()
                 if read_bytes >= min_bytes or any_error or remaining <= 0:
                     break
+                if not join_checked:
+                    # About to be held: only a slice of the wait while this follower joins a
+                    # partition led here that its session lacks (follower_joins.py).
+                    join_checked = True
+                    wait_ms = core.follower_fetch_wait_ms(replica_id, max_wait_ms,
+                                                          session.keys_by_tp, now_ms())
+                    deadline = min(deadline, arrival + wait_ms / 1000)
+                    if deadline <= loop.time():
+                        break
                 if not session.dirty:
                     waiting = loop.create_future()
                     timer = loop.call_at(deadline, wake, False)
@@ -675,6 +699,8 @@ class KafkaApis:
             raise
         finally:
             session.waker = None
+            if replica_id >= 0:
+                self._follower_waits.get(replica_id, {}).pop(session.id, None)
         # Not led here (KIP-392 follower reads, moved leadership), throttled, or the fetching
         # follower is out of the ISR: read again. Kafka's leader reads every partition of a
         # fetch and tries maybeExpandIsr each time, so a follower that caught up before it
@@ -689,6 +715,15 @@ class KafkaApis:
             context.unsettled = [key for key in context.read
                                  if context.topic_partition(key) in unsettled]
         return results, refused
+
+    def _cut_joining_follower_waits(self, started: Mapping[int, list[TopicPartition]]) -> None:
+        """The replica manager came to lead ``started`` ({follower: partitions}): answer now
+        each held fetch of those followers whose session lacks one of them, so that their next
+        fetch can carry it (the core does the same for the fetches in its purgatory)."""
+        for replica_id, tps in started.items():
+            for session, cut in list(self._follower_waits.get(replica_id, {}).values()):
+                if any(tp not in session.keys_by_tp for tp in tps):
+                    cut()
 
     def _replay_idle_follower_fetches(self) -> None:
         """Before the ISR check: each follower session's last fetch, for the partitions it did

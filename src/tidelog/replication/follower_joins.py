@@ -60,6 +60,8 @@ class FollowerJoins:
             j = self._joining.get(replica_id)
             if j is None:
                 j = self._joining[replica_id] = _Joining(0, 0)
+            elif now_ms >= j.until_ms:
+                j.partitions.clear()  # a follower that has not fetched since (gone)
             j.until_ms = now_ms + self.window_ms
             j.short_holds_left = JOIN_WAIT_SLICES
             j.partitions[tp] = None
