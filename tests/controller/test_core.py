@@ -35,7 +35,7 @@ def started(core: ControllerCore) -> ControllerCore:
     return core
 
 
-def test_initial_leader_is_first_live_assigned_replica_and_everyone_hears():
+def test_initial_leader_is_first_live_assigned_replica_and_everyone_hears() -> None:
     core = cluster({1: 11, 2: 12})
     d = core.initial_leaders()
     assert [(w.state.leader, w.state.isr, w.expected_zk_version) for w in d.writes] == [(1, (1, 2), -1)]
@@ -47,7 +47,7 @@ def test_initial_leader_is_first_live_assigned_replica_and_everyone_hears():
     assert all(isinstance(out[b][-1], UpdateMetadataRequest) for b in out)
 
 
-def test_leader_failure_elects_next_isr_replica_with_a_new_epoch_as_a_cas():
+def test_leader_failure_elects_next_isr_replica_with_a_new_epoch_as_a_cas() -> None:
     core = started(cluster())
     d = core.on_broker_failure(0)
     (w,) = d.writes
@@ -58,14 +58,14 @@ def test_leader_failure_elects_next_isr_replica_with_a_new_epoch_as_a_cas():
     assert core.partition_states[TP].zk_version == 1
 
 
-def test_follower_failure_shrinks_isr_and_bumps_epoch_but_keeps_leader():
+def test_follower_failure_shrinks_isr_and_bumps_epoch_but_keeps_leader() -> None:
     core = started(cluster())
     d = core.on_broker_failure(2)
     (w,) = d.writes
     assert (w.state.leader, w.state.isr, w.state.leader_epoch) == (0, (0, 1), 1)
 
 
-def test_last_replica_standing_stays_in_isr_and_partition_goes_offline():
+def test_last_replica_standing_stays_in_isr_and_partition_goes_offline() -> None:
     core = started(cluster())
     apply_all(core, core.on_broker_failure(1))
     apply_all(core, core.on_broker_failure(2))
@@ -83,7 +83,7 @@ def test_last_replica_standing_stays_in_isr_and_partition_goes_offline():
     assert w.state.leader == 0
 
 
-def test_unclean_election_picks_a_live_replica_outside_the_isr_only_when_enabled():
+def test_unclean_election_picks_a_live_replica_outside_the_isr_only_when_enabled() -> None:
     for unclean, leader in ((False, None), (True, 1)):
         core = started(cluster(unclean=unclean))
         apply_all(core, core.on_broker_failure(1))
@@ -96,7 +96,7 @@ def test_unclean_election_picks_a_live_replica_outside_the_isr_only_when_enabled
             assert d.writes[0].state.isr == (1,) and core.stats.unclean_elections == 1
 
 
-def test_kip966_replica_back_from_unclean_shutdown_is_no_clean_candidate():
+def test_kip966_replica_back_from_unclean_shutdown_is_no_clean_candidate() -> None:
     core = started(cluster())
     apply_all(core, core.on_broker_failure(1))
     apply_all(core, core.on_broker_failure(2))
@@ -111,7 +111,7 @@ def test_kip966_replica_back_from_unclean_shutdown_is_no_clean_candidate():
     assert d.writes[0].state.leader == 0
 
 
-def test_unclean_mark_clears_once_back_in_the_isr_under_another_leader():
+def test_unclean_mark_clears_once_back_in_the_isr_under_another_leader() -> None:
     core = started(cluster())
     core.mark_unclean_restart(2)
     state = core.partition_states[TP]
@@ -120,7 +120,7 @@ def test_unclean_mark_clears_once_back_in_the_isr_under_another_leader():
     assert 2 not in core.unclean_restarted[TP]
 
 
-def test_bounced_broker_with_new_epoch_is_a_failure_then_a_startup():
+def test_bounced_broker_with_new_epoch_is_a_failure_then_a_startup() -> None:
     core = started(cluster())
     d = core.on_broker_startup(0, 99)  # 0 re-registered: new broker epoch
     leaders = [w.state.leader for w in d.writes]
@@ -130,7 +130,7 @@ def test_bounced_broker_with_new_epoch_is_a_failure_then_a_startup():
     assert lai and lai[0].broker_epoch == 99
 
 
-def test_controlled_shutdown_moves_leadership_and_stops_replicas():
+def test_controlled_shutdown_moves_leadership_and_stops_replicas() -> None:
     core = started(cluster())
     d = core.controlled_shutdown(0)
     (w,) = d.writes
@@ -141,7 +141,7 @@ def test_controlled_shutdown_moves_leadership_and_stops_replicas():
     assert not any(isinstance(r, LeaderAndIsrRequest) for r in out[0])
 
 
-def test_failed_cas_is_not_applied_and_refresh_lets_the_event_replay():
+def test_failed_cas_is_not_applied_and_refresh_lets_the_event_replay() -> None:
     core = started(cluster())
     d = core.on_broker_failure(0)
     out = core.commit(d, {TP: None})  # a leader changed the ISR meanwhile
@@ -154,7 +154,7 @@ def test_failed_cas_is_not_applied_and_refresh_lets_the_event_replay():
     assert w.expected_zk_version == 1 and w.state.leader == 1 and w.state.isr == (1,)
 
 
-def test_preferred_election_moves_leadership_back_to_first_replica():
+def test_preferred_election_moves_leadership_back_to_first_replica() -> None:
     core = started(cluster())
     apply_all(core, core.on_broker_failure(0))
     assert core.partition_states[TP].leader == 1
@@ -167,7 +167,7 @@ def test_preferred_election_moves_leadership_back_to_first_replica():
     assert w.state.leader == 0
 
 
-def test_requests_carry_controller_epoch_and_each_receivers_broker_epoch():
+def test_requests_carry_controller_epoch_and_each_receivers_broker_epoch() -> None:
     core = started(cluster())
     out = apply_all(core, core.on_broker_failure(2))
     for broker, reqs in out.items():
@@ -176,7 +176,7 @@ def test_requests_carry_controller_epoch_and_each_receivers_broker_epoch():
             assert r.broker_epoch == core.live_brokers[broker]
 
 
-def test_new_partition_without_live_replicas_comes_online_when_one_starts():
+def test_new_partition_without_live_replicas_comes_online_when_one_starts() -> None:
     core = cluster({})  # nobody registered yet
     d = core.initial_leaders()
     assert d.writes == [] and d.offline == [TP]
@@ -188,7 +188,7 @@ def test_new_partition_without_live_replicas_comes_online_when_one_starts():
     assert any(isinstance(r, LeaderAndIsrRequest) for r in out[1])
 
 
-def test_startup_load_before_initial_leaders_does_not_elect_from_a_partial_view():
+def test_startup_load_before_initial_leaders_does_not_elect_from_a_partial_view() -> None:
     core = ControllerCore(100, 1)
     core.add_partition(TP, (2, 0, 1))
     for b, e in ((0, 10), (1, 11), (2, 12)):  # brokers found at controller start, one by one
@@ -197,7 +197,7 @@ def test_startup_load_before_initial_leaders_does_not_elect_from_a_partial_view(
     assert w.state.leader == 2 and w.state.isr == (2, 0, 1)
 
 
-def test_elect_offline_leaders_uses_the_current_unclean_rule_for_the_named_topics():
+def test_elect_offline_leaders_uses_the_current_unclean_rule_for_the_named_topics() -> None:
     core = started(cluster())
     core.partition_states[TP] = LeaderAndIsrPartitionState(
         "t", 0, 1, 0, 0, (0,), core.partition_states[TP].zk_version, (0, 1, 2))
@@ -211,7 +211,7 @@ def test_elect_offline_leaders_uses_the_current_unclean_rule_for_the_named_topic
 
 
 # -- ElectLeaders (an admin's election) -----------------------------------------------------
-def test_preferred_election_moves_the_leader_back_to_the_first_replica():
+def test_preferred_election_moves_the_leader_back_to_the_first_replica() -> None:
     from tidelog.controller.core import ELECTION_PREFERRED
 
     core = started(cluster())
@@ -232,7 +232,7 @@ def test_preferred_election_moves_the_leader_back_to_the_first_replica():
     assert again == {TP: (ErrorCode.ELECTION_NOT_NEEDED, None, -1)}
 
 
-def test_preferred_election_needs_the_preferred_replica_in_the_isr():
+def test_preferred_election_needs_the_preferred_replica_in_the_isr() -> None:
     from tidelog.controller.core import ELECTION_PREFERRED
 
     core = started(cluster())
@@ -243,7 +243,7 @@ def test_preferred_election_needs_the_preferred_replica_in_the_isr():
                                 " PreferredReplicaPartitionLeaderElectionStrategy", -1)}
 
 
-def test_unclean_election_takes_a_live_replica_out_of_the_isr():
+def test_unclean_election_takes_a_live_replica_out_of_the_isr() -> None:
     from tidelog.controller.core import ELECTION_UNCLEAN
 
     core = started(cluster({0: 10, 1: 11}, replicas=(0, 1)))
@@ -281,7 +281,7 @@ def metadata_partitions(out: dict[int, list], broker: int) -> set[TopicPartition
             for s in r.partition_states}
 
 
-def test_isr_change_sends_every_broker_the_notified_partitions_only():
+def test_isr_change_sends_every_broker_the_notified_partitions_only() -> None:
     core = spread()
     tp = TopicPartition("t", 4)
     shrunk = LeaderAndIsrPartitionState("t", 4, 1, 0, 0, (0, 1), 1, (0, 1, 2))
@@ -293,7 +293,7 @@ def test_isr_change_sends_every_broker_the_notified_partitions_only():
         assert um.live_brokers == ((0, 10), (1, 11), (2, 12), (3, 13))
 
 
-def test_broker_failure_names_each_of_its_partitions_changed_or_not():
+def test_broker_failure_names_each_of_its_partitions_changed_or_not() -> None:
     core = spread()
     hosted = {tp for tp, rs in core.assignments.items() if 3 in rs}
     out = apply_all(core, core.on_broker_failure(3))
@@ -303,7 +303,7 @@ def test_broker_failure_names_each_of_its_partitions_changed_or_not():
         assert metadata_partitions(out, b) == hosted
 
 
-def test_broker_startup_sends_the_new_broker_everything_and_the_others_its_partitions():
+def test_broker_startup_sends_the_new_broker_everything_and_the_others_its_partitions() -> None:
     core = spread()
     apply_all(core, core.on_broker_failure(3))
     out = apply_all(core, core.on_broker_startup(3, 23))
@@ -313,7 +313,7 @@ def test_broker_startup_sends_the_new_broker_everything_and_the_others_its_parti
         assert metadata_partitions(out, b) == hosted
 
 
-def test_controlled_shutdown_names_the_partitions_of_the_broker_only():
+def test_controlled_shutdown_names_the_partitions_of_the_broker_only() -> None:
     core = spread()
     hosted = {tp for tp, rs in core.assignments.items() if 0 in rs}
     out = apply_all(core, core.controlled_shutdown(0))

@@ -9,6 +9,7 @@ from test_core import apply_all, cluster, started
 
 from tidelog.controller.core import (
     NO_LEADER,
+    ControllerCore,
     LeaderAndIsrRequest,
     StopReplicaRequest,
     UpdateMetadataRequest,
@@ -21,7 +22,7 @@ TP1 = TopicPartition("t", 1)  # led by broker 1
 STORAGE = int(ErrorCode.KAFKA_STORAGE_ERROR)
 
 
-def two_partitions():
+def two_partitions() -> ControllerCore:
     core = cluster()
     core.add_partition(TP1, (1, 2, 0))
     return started(core)

@@ -3,6 +3,8 @@ below the HW, ISR change propagation (seeds 000 and 004)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from replication_helpers import TP, MiniCluster, records, state
 
@@ -22,6 +24,7 @@ from tidelog.replication import (
     ReplicationConfig,
     TopicPartition,
 )
+from tidelog.replication.replica_manager import FetchOutcome
 from tidelog.sim.disk import MemoryFileIO
 from tidelog.storage.errors import KafkaStorageError
 from tidelog.storage.log_config import LogConfig
@@ -240,7 +243,8 @@ def test_produce_to_a_follower_or_unknown_partition() -> None:
 # ---------------------------------------------------------------- fetch
 
 
-def consumer_fetch(rm: ReplicaManager, offset: int, now_ms: int, epoch: int = -1, **kw):
+def consumer_fetch(rm: ReplicaManager, offset: int, now_ms: int, epoch: int = -1,
+                   **kw: Any) -> FetchOutcome:
     return rm.fetch_messages(CONSUMER_REPLICA_ID, kw.pop("max_wait", 0), kw.pop("min_bytes", 1),
                              1 << 20, {TP: (offset, epoch, 0, 1 << 20)}, now_ms, **kw)
 
