@@ -47,7 +47,6 @@ from tidelog.controller.channel_manager import (
     leader_and_isr_partition_errors,
 )
 from tidelog.controller.core import (
-    KAFKA_STORAGE_ERROR,
     ControllerCore,
     Decision,
     LeaderAndIsrRequest,
@@ -725,53 +724,26 @@ class KafkaController:
 
     # -- log dir failures (Kafka's JBOD handling) ---------------------------------------------------
     async def _on_log_dir_event(self) -> None:
-        """Kafka's processLogDirEventNotification: LeaderAndIsr for every replica of the brokers
-        whose log dir failed (their answers say which replicas are offline), then the handled
-        notifications are deleted."""
-        core = self.core
-        if core is None:
-            return
-        seqs = await self._zk(self.zk_client.get_all_log_dir_event_notifications)
-        if not seqs:
-            return
-        try:
-            brokers = await self._zk(self.zk_client.get_broker_ids_from_log_dir_events, seqs)
-            log.info("controller %d: log dir failure on brokers %s", self.broker_id,
-                     sorted(set(brokers)))
-            await self._execute(lambda: core.on_log_dir_failure(brokers))
-        finally:
-            if self.core is core:
-                await self._zk(self.zk_client.delete_log_dir_event_notifications, seqs,
-                               self.epoch_zk_version)
+        """Kafka's processLogDirEventNotification (DecisionExecutor's, shared with the
+        simulator)."""
+        await self._carry_out(DecisionExecutor.on_log_dir_event_notifications)
 
     def _on_control_response(self, broker_id: int, request: Any, response: Any) -> None:
-        """A LeaderAndIsr answer is an event (Kafka's LeaderAndIsrResponseReceived) when it
-        names KAFKA_STORAGE_ERROR, or comes from a broker with replicas offline (an answer
-        without the error brings one back); others change nothing and are not queued."""
-        core = self.core
-        if core is None or not isinstance(request, LeaderAndIsrRequest):
+        """A LeaderAndIsr answer is queued as an event (Kafka's LeaderAndIsrResponseReceived)
+        only when it matters (`DecisionExecutor.leader_and_isr_response_matters`)."""
+        executor = self.executor
+        if executor is None or not isinstance(request, LeaderAndIsrRequest):
             return
         if getattr(response, "error_code", 0):
             return  # Kafka logs such an answer and ignores it (the channel logged it)
         errors = leader_and_isr_partition_errors(
             response, {topic_id: t for t, topic_id in self.topic_ids.items()})
-        if (KAFKA_STORAGE_ERROR not in errors.values()
-                and broker_id not in core.replicas_on_offline_dirs):
+        if not executor.leader_and_isr_response_matters(broker_id, errors):
             return
         epoch = request.broker_epoch
         self.enqueue("LeaderAndIsrResponseReceived",
-                     lambda: self._on_leader_and_isr_response(broker_id, epoch, errors))
-
-    async def _on_leader_and_isr_response(self, broker_id: int, broker_epoch: int,
-                                          errors: Mapping[TopicPartition, int]) -> None:
-        core = self.core
-        if core is None or core.live_brokers.get(broker_id) != broker_epoch:
-            return  # answered by an earlier registration of the broker
-        offline = core.on_leader_and_isr_response(broker_id, errors)
-        if offline:
-            log.warning("controller %d: replicas %s on broker %d are offline (log dir failed)",
-                        self.broker_id, sorted(offline), broker_id)
-            await self._execute(lambda: core.on_replicas_offline(broker_id, offline), offline)
+                     lambda: self._carry_out(
+                         lambda ex: ex.on_leader_and_isr_response(broker_id, epoch, errors)))
 
     # -- topic deletion (Kafka's TopicDeletionManager, simplified) ---------------------------------
     async def _on_topic_deletion(self) -> None:

@@ -220,6 +220,48 @@ class DecisionExecutor:
                   for tp, s in zk.get_partition_states(known).items()}
         return self.execute(lambda: core.on_isr_change(states))
 
+    # -- log dir failures (Kafka's JBOD handling in ZooKeeper mode) ----------------------------
+    def on_log_dir_event_notifications(self) -> Executed | None:
+        """Kafka's processLogDirEventNotification: LeaderAndIsr for every replica of the brokers
+        whose log dir failed (their answers say which replicas are offline:
+        `on_leader_and_isr_response`), then the handled notifications are deleted. None when
+        there was no notification."""
+        zk, core = self.zk, self.core
+        seqs = zk.get_all_log_dir_event_notifications()
+        if not seqs:
+            return None
+        try:
+            brokers = zk.get_broker_ids_from_log_dir_events(seqs)
+            log.info("controller %d: log dir failure on brokers %s", core.controller_id,
+                     sorted(set(brokers)))
+            return self.execute(lambda: core.on_log_dir_failure(brokers))
+        finally:
+            zk.delete_log_dir_event_notifications(seqs, self.epoch_zk_version)
+
+    def leader_and_isr_response_matters(self, broker_id: int,
+                                        errors: Mapping[TopicPartition, int]) -> bool:
+        """A LeaderAndIsr answer is an event (Kafka's LeaderAndIsrResponseReceived) when it
+        names KAFKA_STORAGE_ERROR, or comes from a broker with replicas offline (an answer
+        without the error brings one back); others change nothing."""
+        return (int(ErrorCode.KAFKA_STORAGE_ERROR) in errors.values()
+                or broker_id in self.core.replicas_on_offline_dirs)
+
+    def on_leader_and_isr_response(self, broker_id: int, broker_epoch: int,
+                                   errors: Mapping[TopicPartition, int]) -> Executed | None:
+        """Kafka's processLeaderAndIsrResponseReceived for an answer of `broker_id` to a
+        LeaderAndIsr sent to its registration `broker_epoch`: replicas answered
+        KAFKA_STORAGE_ERROR are offline (leaders elected elsewhere, out of the ISR, stopped).
+        None when nothing became offline or the answer is from an earlier registration."""
+        core = self.core
+        if core.live_brokers.get(broker_id) != broker_epoch:
+            return None
+        offline = core.on_leader_and_isr_response(broker_id, errors)
+        if not offline:
+            return None
+        log.warning("controller %d: replicas %s on broker %d are offline (log dir failed)",
+                    core.controller_id, sorted(offline), broker_id)
+        return self.execute(lambda: core.on_replicas_offline(broker_id, offline), offline)
+
     def _write(self, decision: Decision) -> dict[TopicPartition, int | None]:
         """Creates (per topic), then every compare-and-set pipelined: tp -> new zk version,
         None for a write that failed."""

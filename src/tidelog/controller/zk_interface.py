@@ -118,6 +118,20 @@ class ZooKeeperClient(Protocol):
         expected_epoch_zk_version: int | None = None,
     ) -> None: ...
 
+    # -- log dir event notifications (/log_dir_event_notification) --------------------------------
+    def get_all_log_dir_event_notifications(self) -> list[str]:
+        """The sequence numbers of pending log dir events, oldest first."""
+        ...
+
+    def get_broker_ids_from_log_dir_events(self, sequence_numbers: Iterable[str]) -> list[int]:
+        """The brokers the notifications name (one deleted meanwhile is skipped)."""
+        ...
+
+    def delete_log_dir_event_notifications(self, sequence_numbers: Iterable[str],
+                                           expected_epoch_zk_version: int | None = None) -> None:
+        """Delete handled notifications, fenced by the controller epoch."""
+        ...
+
     # -- KIP-966 marks (/tidelog/unclean_replicas) ------------------------------------------------
     def get_unclean_replicas(self) -> dict[TopicPartitionT, set[int]]: ...
 
@@ -207,6 +221,15 @@ class KafkaZkReads(ZooKeeperClient):
             data, _ = self.get_data_and_version(path)
             if data is not None:  # else deleted by an earlier controller
                 out |= zk_data.decode_isr_change_notification(path, data)
+        return out
+
+    def get_broker_ids_from_log_dir_events(self, sequence_numbers: Iterable[str]) -> list[int]:
+        out: list[int] = []
+        for seq in sequence_numbers:
+            path = zk_data.log_dir_event_path(seq)
+            data, _ = self.get_data_and_version(path)
+            if data is not None:  # else deleted by an earlier controller
+                out.append(zk_data.decode_log_dir_event_notification(path, data))
         return out
 
     def get_unclean_replicas(self) -> dict[TopicPartitionT, set[int]]:

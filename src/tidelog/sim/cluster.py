@@ -32,7 +32,14 @@ from tidelog.sim.invariants import (
     check_replicas,
 )
 from tidelog.sim.lifecycle_invariants import LifecycleChecker
-from tidelog.sim.messages import CLIENT_BASE, CONTROLLER_NODE, ZK_NODE, ZkRequest, ZkResponse
+from tidelog.sim.messages import (
+    CLIENT_BASE,
+    CONTROLLER_NODE,
+    ZK_NODE,
+    ControllerResponse,
+    ZkRequest,
+    ZkResponse,
+)
 from tidelog.sim.network import LinkConfig, Network
 from tidelog.sim.node import SimBroker
 from tidelog.sim.producer_invariants import check_producers
@@ -78,6 +85,9 @@ class SimConfig:
     producer_id_expiration_check_ms: int = 5000
     producer_id_expiration_ms: int = 86_400_000
     link: LinkConfig = field(default_factory=LinkConfig)
+    # Each broker's `log.dirs` (JBOD): with more than one, a failed dir takes only its
+    # replicas offline; with one, the broker halts.
+    log_dirs_per_broker: int = 1
     # KIP-966's lesson: a broker back from an unclean shutdown is no clean leader candidate.
     kip966_unclean_restart_rule: bool = True
     # KIP-841/903: brokers tell the core which brokers (and broker epochs) are alive, so that a
@@ -124,7 +134,7 @@ class SimCluster:
                                 zk_data.encode_topic_assignment(
                                     {tp.partition: rs for tp, rs in txn_assignments.items()}))
         self.network.register(ZK_NODE, self._zk_receive)
-        self.network.register(CONTROLLER_NODE, lambda src, msg: None)
+        self.network.register(CONTROLLER_NODE, self._controller_receive)
         self.nodes = [SimBroker(self, b) for b in range(n)]
         self.controller: SimController | None = None
         self.producers: list[Producer] = []
@@ -151,6 +161,11 @@ class SimCluster:
     def _after_event(self) -> None:
         self.checker.check()
         self.lifecycle.check()
+        for node in self.nodes:
+            lm = node.log_manager
+            if node.running and lm is not None and not lm.live_log_dirs:
+                self.checker.fail("HaltWithoutLogDir", None, f"broker {node.broker_id} runs "
+                                  "with every log dir offline")
 
     # -- lookups ----------------------------------------------------------------------------
     def sync_topic(self) -> bool:
@@ -230,31 +245,31 @@ class SimCluster:
 
     def replica(self, broker_id: int, tp: TopicPartition) -> LogReplica | None:
         node = self.node(broker_id)
-        log = None if node is None else node.log(tp)
+        log = None if node is None or not node.readable(tp) else node.log(tp)
         return None if log is None else LogReplica(log)
 
     # -- LiveClusterView: what the per-event checks read -----------------------------------
     def acting_leaders(self) -> Iterator[tuple[int, TopicPartition, int, int, Any, Any]]:
         for node in self.nodes:
             core = node.core
-            if core is None or not node.running or node.disk_failed:
+            if core is None or not node.running:
                 continue
             bid = node.broker_id
             for tp, p in core.partitions.items():
                 # Plain attributes rather than the Partition properties: this runs per event.
-                if p.leader_id == bid:
+                if p.leader_id == bid and node.readable(tp):
                     yield bid, tp, p.leader_epoch, p.log.high_watermark, p.isr, p.pending_isr
 
-    def working(self, broker_id: int) -> bool:
+    def working(self, broker_id: int, tp: TopicPartition) -> bool:
         node = self.node(broker_id)
-        return node is not None and node.running and not node.disk_failed
+        return node is not None and node.running and node.readable(tp)
 
     def member_log_end_offset(self, broker_id: int, tp: TopicPartition) -> int | None:
         if not 0 <= broker_id < len(self.nodes):
             return None
         node = self.nodes[broker_id]
         core = node.core
-        if core is None or not node.running or node.disk_failed:
+        if core is None or not node.running or not node.readable(tp):
             return None
         p = core.partitions.get(tp)
         return None if p is None else p.log.log_end_offset
@@ -313,7 +328,7 @@ class SimCluster:
         for node in self.nodes:
             if node.disk_failed:
                 node.file_io.heal()
-                node.disk_failed = False
+                node.failed_dirs.clear()
                 if node.running:
                     node.stop("kill")  # a failed log dir comes back only with a restart
             if node.paused:
@@ -468,6 +483,10 @@ class SimCluster:
         out.extend(check_producers(self))  # NoDuplicates, InOrderSequences, NoDuplicateAck
         return out
 
+    def _controller_receive(self, src: int, msg: Any) -> None:
+        if isinstance(msg, ControllerResponse) and self.controller is not None:
+            self.controller.on_response(src, msg)
+
     # -- ZooKeeper server ---------------------------------------------------------------------
     def _zk_receive(self, src: int, msg: Any) -> None:
         if not isinstance(msg, ZkRequest):
@@ -518,6 +537,9 @@ class SimCluster:
                 msg.corr_id, sid, op, "ok" if ok else ZkCode.BAD_VERSION.value, version))
         elif kind == "isr_change":
             zk.propagate_isr_changes(op[1], session_id=sid)
+            self.network.send(ZK_NODE, src, ZkResponse(msg.corr_id, sid, op, "ok"))
+        elif kind == "log_dir_event":
+            zk.propagate_log_dir_event(src, session_id=sid)
             self.network.send(ZK_NODE, src, ZkResponse(msg.corr_id, sid, op, "ok"))
 
 

@@ -3,7 +3,10 @@ ZooKeeper and network, by the execute loop the real controller runs (controller/
 
 As Kafka's ZooKeeper-mode controller it watches `/brokers/ids` (a registration that appears,
 disappears or changes its creation zxid — the broker epoch — is a startup, a failure or a bounce)
-and `/isr_change_notification` (then re-reads those partitions' states and sends UpdateMetadata).
+and `/isr_change_notification` (then re-reads those partitions' states and sends UpdateMetadata),
+`/log_dir_event_notification` (then LeaderAndIsr to the broker whose log dir failed) and the
+brokers' LeaderAndIsr answers (replicas answered KAFKA_STORAGE_ERROR are offline: leaders
+elected elsewhere), each handled by the real controller's code in `DecisionExecutor`.
 `DecisionExecutor` writes the leader/ISR changes to `/brokers/topics/<t>/partitions/<p>/state`
 as compare-and-sets on the zk version, fenced by `/controller_epoch`'s version, and keeps the
 KIP-966 marks in ZooKeeper; the requests it returns (LeaderAndIsr / UpdateMetadata /
@@ -27,7 +30,7 @@ from tidelog.controller.reassignment_manager import ReassignmentManager
 from tidelog.controller.zk_interface import ControllerMovedError
 from tidelog.coordinator.transaction.log import TRANSACTION_STATE_TOPIC_NAME
 from tidelog.replication.types import TopicPartition
-from tidelog.sim.messages import CONTROLLER_NODE, ControllerMessage
+from tidelog.sim.messages import CONTROLLER_NODE, ControllerMessage, ControllerResponse
 
 if TYPE_CHECKING:  # pragma: no cover
     from tidelog.sim.cluster import SimCluster
@@ -90,6 +93,7 @@ class SimController:
         self._on_brokers_change("init", BROKERS)
         self._execute(core.initial_leaders)
         self._on_isr_changes("init", zk_data.ISR_CHANGE_NOTIFICATION_PATH)
+        self._on_log_dir_events("init", zk_data.LOG_DIR_EVENT_NOTIFICATION_PATH)
         self._on_topic_change("init", zk_data.topic_path(topic))
         # Moves in progress resume from the topic znode (Kafka's failover).
         self._carry_out(lambda: self.reassignments.resume(self.executor, [topic]))
@@ -125,6 +129,25 @@ class SimController:
         self._carry_out(self.executor.on_isr_change_notifications)
         # A moving partition whose ISR now holds its target replicas completes.
         self._carry_out(lambda: self.reassignments.on_isr_change(self.executor))
+
+    def _on_log_dir_events(self, event: str, path: str) -> None:
+        """A broker's log dir failed: LeaderAndIsr for its replicas, whose answers say which
+        are offline (`on_response`)."""
+        if not self.active:
+            return
+        self.zk.get_children(zk_data.LOG_DIR_EVENT_NOTIFICATION_PATH,
+                             watch=self._on_log_dir_events)
+        self._carry_out(self.executor.on_log_dir_event_notifications)
+
+    def on_response(self, broker_id: int, msg: ControllerResponse) -> None:
+        """A broker's answer to a LeaderAndIsr of this controller (Kafka's
+        LeaderAndIsrResponseReceived when it matters)."""
+        if not self.active or msg.controller_epoch != self.core.controller_epoch:
+            return  # sent by an earlier controller: its channel is gone
+        executor = self.executor
+        if executor.leader_and_isr_response_matters(broker_id, msg.partition_errors):
+            self._carry_out(lambda: executor.on_leader_and_isr_response(
+                broker_id, msg.broker_epoch, msg.partition_errors))
 
     def _on_topic_change(self, event: str, path: str) -> None:
         """The topic znode changed: partitions it names that the controller does not know are
@@ -179,6 +202,21 @@ class SimController:
             self._execute(self.core.elect_preferred_leaders)
 
     # -- carrying out decisions -----------------------------------------------------------
+    def _check_election(self, tp: TopicPartition, before: Any, leader: int) -> None:
+        """ElectedFromIsr: a new leader comes from the ISR ZooKeeper held (unclean election
+        aside); ElectedOfflineReplica: never a replica its broker answered
+        KAFKA_STORAGE_ERROR for (its log dir failed)."""
+        if leader < 0 or before is None or before.leader == leader:
+            return
+        fail = self.cluster.checker.fail
+        if tp in self.core.replicas_on_offline_dirs.get(leader, ()):
+            fail("ElectedOfflineReplica", tp, f"leader {leader} elected, its replica is on a "
+                 "failed log dir")
+        if (leader not in before.isr
+                and not self.cluster.config.replication.unclean_leader_election_enable):
+            fail("ElectedFromIsr", tp, f"leader {leader} elected outside the ISR "
+                 f"{sorted(before.isr)}")
+
     def _execute(self, event: Callable[[], Decision]) -> None:
         # Like Kafka's controller (removeReplicasFromIsr, electLeaderForPartitions), decide on
         # the partition states as they are in ZooKeeper now, not on a cache that an ISR change
@@ -186,6 +224,10 @@ class SimController:
         self._carry_out(lambda: self.executor.execute(event, self.core.assignments))
 
     def _carry_out(self, run: Callable[[], Executed | None]) -> None:
+        checking = self.cluster.checker.enabled
+        # ZooKeeper's states before the event (what the executor re-reads and decides on).
+        before = ({tp: self.cluster.zk_state(tp) for tp in self.core.assignments}
+                  if checking else {})
         try:
             done = run()
         except ControllerMovedError:
@@ -194,10 +236,12 @@ class SimController:
         if done is None:
             return
         for s in done.written:
-            self.cluster.trace_add(("elect" if s.leader != -1 else "offline", None,
-                                    str(TopicPartition(s.topic, s.partition)),
+            tp = TopicPartition(s.topic, s.partition)
+            self.cluster.trace_add(("elect" if s.leader != -1 else "offline", None, str(tp),
                                     ("leader", s.leader),
                                     ("epoch", s.leader_epoch), ("isr", tuple(s.isr))))
+            if checking:
+                self._check_election(tp, before.get(tp), s.leader)
         net = self.cluster.network
         for requests in done.requests:
             for broker, reqs in sorted(requests.items()):

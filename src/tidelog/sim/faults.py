@@ -12,8 +12,11 @@
 - `burst`: a burst of produce traffic;
 - `controller`: a controller failover (a new controller epoch; the old one's requests in flight
   must be refused);
-- `disk`: one broker's log dir fails (dead disk, full disk or read-only) for a while; the broker
-  is then restarted on the repaired disk (Kafka takes a failed log dir offline until restart).
+- `disk`: one of a broker's log dirs fails (dead disk, full disk or read-only) for a while: the
+  broker's next I/O there reports it (LogDirFailureChannel), its replicas there go offline and
+  the controller learns it (/log_dir_event_notification, then the LeaderAndIsr answers), or the
+  broker halts with no dir left; it is restarted on the repaired disk (Kafka takes a failed log
+  dir offline until restart).
 - `reassign`: AlterPartitionReassignments of a random partition (add, remove or replace a
   replica, or reorder), or the cancellation of a move in progress; a move that starts is
   followed by a fault aimed at it: a crash of an old or a new replica, a controller failover or
@@ -33,6 +36,7 @@ seeded from the run's seed.
 
 from __future__ import annotations
 
+import errno
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -128,8 +132,10 @@ class FaultInjector:
         return self.max_down - (rf - smallest) - deleted
 
     def _down_count(self) -> int:
+        # A broker with a failing log dir counts: its replicas there are as good as down.
         return sum(1 for n in self.cluster.nodes
-                   if not n.running or n.paused or n.broker_id in self._stopping)
+                   if not n.running or n.paused or n.broker_id in self._stopping
+                   or n.failed_dirs)
 
     def _pick_running(self) -> int | None:
         running = [n.broker_id for n in self.cluster.nodes
@@ -268,26 +274,31 @@ class FaultInjector:
         b = self._pick_running()
         if b is None:
             return
-        import errno
-
         node = self.cluster.nodes[b]
+        # One of its log dirs fails at the FileIO boundary: the broker finds out at its next
+        # I/O there (LogDirFailureChannel), takes the dir's replicas offline and tells the
+        # controller, or halts when no dir is left.
+        healthy = [d for d in node.log_dirs if d not in node.failed_dirs]
+        if not healthy:
+            return
+        log_dir = self.rng.choice(healthy)
         kind = self.rng.choice(("dead", "full", "read-only"))
         code, writes_only = {"dead": (errno.EIO, False), "full": (errno.ENOSPC, True),
                              "read-only": (errno.EROFS, True)}[kind]
-        node.file_io.fail_io(node.log_dir, code, writes_only)
-        node.disk_failed = True
-        self._note("disk", ("broker", b), kind)
+        node.file_io.fail_io(log_dir, code, writes_only)
+        node.failed_dirs.add(log_dir)
+        self._note("disk", ("broker", b), ("dir", log_dir), kind)
 
-        def repair(inc: int) -> None:
+        def repair() -> None:
             node.file_io.heal()
-            node.disk_failed = False
-            # Restart whichever process runs now: one started on the failed disk (a crash fault
-            # may have restarted it meanwhile) has its log dir offline too.
+            node.failed_dirs.clear()
+            self.cluster.trace_add(("fault", None, "disk_repaired", ("broker", b)))
+            # A failed log dir comes back only with a restart (Kafka's too): restart the
+            # process running on it now, or start the one that halted.
             if node.running:
-                self.cluster.trace_add(("fault", None, "disk_repaired", ("broker", b)))
                 node.stop("kill")
-                self._later(100, 1000, self._restart, b)
-        self._later(200, 1500, repair, node.incarnation)
+            self._later(100, 1000, self._restart, b)
+        self._later(200, 1500, repair)
 
     def _controller(self) -> None:
         self._note("controller")

@@ -15,6 +15,13 @@ After every event (cheap, incremental):
 - MinIsrAck: checked where produces are acknowledged (`node.py`): an acks=all write is
   acknowledged only while the leader's ISR (current plus pending members) has at least the
   topic's min.insync.replicas, as the cluster configured the topic.
+- ElectedFromIsr, ElectedOfflineReplica: checked where the controller writes a new leader
+  (`sim/controller.py`): from the ISR ZooKeeper held (unclean election aside), never a replica
+  its broker answered KAFKA_STORAGE_ERROR for.
+- HaltWithoutLogDir (`SimCluster`): no broker runs with every log dir offline.
+
+A replica in a failing log dir is not read by these checks (`SimBroker.readable`): a checker's
+read there would report the dir before the broker's own I/O does.
 
 A replica that lost data in a lossy crash is exempt from ValidHighWatermark/StrongIsr for leaders
 whose epoch was decided before the controller handled its failure (`SimBroker.is_dirty`): a
@@ -142,7 +149,7 @@ class InvariantChecker:
         self._quick_at[tp] = self._checks
         members = []
         for m in zk.isr:
-            if m == bid or not view.working(m) or view.exempt(m, tp, epoch):
+            if m == bid or not view.working(m, tp) or view.exempt(m, tp, epoch):
                 continue
             peer = view.replica(m, tp)
             if peer is None:
@@ -229,8 +236,8 @@ class LiveClusterView(ClusterView, Protocol):
         partition a working broker (running, disk usable) acts as the leader of."""
         ...
 
-    def working(self, broker_id: int) -> bool:
-        """Running, not frozen out by a failed disk."""
+    def working(self, broker_id: int, tp: TopicPartition) -> bool:
+        """Running, its replica of ``tp`` not on a failing disk."""
         ...
 
     def member_log_end_offset(self, broker_id: int, tp: TopicPartition) -> int | None:

@@ -92,9 +92,21 @@ class ControllerMessage:
 
 
 @dataclass(slots=True)
+class ControllerResponse:
+    """A broker's answer to a LeaderAndIsr (the only answer the controller acts on): every
+    partition's error code, for the controller (by its epoch) that sent it to the broker's
+    registration `broker_epoch`."""
+
+    controller_epoch: int
+    broker_epoch: int
+    partition_errors: dict[TopicPartition, int]
+
+
+@dataclass(slots=True)
 class ZkRequest:
     """An operation a broker asks of ZooKeeper: ('ping',), ('register', id, data),
-    ('update_isr', tp, state_dict, expected_version), ('isr_change', [tps])."""
+    ('update_isr', tp, state_dict, expected_version), ('isr_change', [tps]),
+    ('log_dir_event',)."""
 
     corr_id: int
     session_id: int

@@ -52,10 +52,12 @@ from tidelog.shell.replica_manager import ReplicaManager
 from tidelog.sim.clock import Timer
 from tidelog.sim.disk import MemoryFileIO
 from tidelog.sim.messages import (
+    CONTROLLER_NODE,
     ZK_NODE,
     ConsumerFetchRequest,
     ConsumerFetchResponse,
     ControllerMessage,
+    ControllerResponse,
     ProduceRequest,
     ProduceResponse,
     ReplicaFetchRequest,
@@ -186,7 +188,10 @@ class SimBroker:
         self.network = cluster.network
         self.config = cluster.config.replication
         self.file_io = MemoryFileIO()
-        self.log_dir = f"/data/broker-{broker_id}"
+        # Its log dirs (`log.dirs`), all on the one simulated disk; the `disk` fault fails one.
+        k = cluster.config.log_dirs_per_broker
+        self.log_dirs = ([f"/data/broker-{broker_id}"] if k == 1 else
+                         [f"/data/broker-{broker_id}/dir-{i}" for i in range(k)])
         self.running = False
         self.paused = False
         self.incarnation = 0
@@ -203,7 +208,9 @@ class SimBroker:
         self.dirty: dict[TopicPartition, int | None] = {}
         self.had_lossy_crash = False  # a power loss may take back what consumers already saw
         self._backlog: list[tuple[int, Any]] = []
-        self.disk_failed = False  # its log dir fails (a fault): its data cannot be read
+        # Log dirs failing now (the `disk` fault): their data cannot be read or written.
+        self.failed_dirs: set[str] = set()
+        self.halts = 0  # processes halted with no log dir left (Kafka's Exit.halt(1))
         self._corr = 0
         # corr -> (endpoint, on_done, timer) of a fetcher's request
         self._inflight: dict[int, tuple[SimLeaderEndPoint, Callable[[Any | None], None], Any]] = {}
@@ -218,18 +225,23 @@ class SimBroker:
     def start(self) -> None:
         if self.running:
             return
+        now = self.scheduler.now_ms
+        cfg = self.cluster.config
+        log_manager = LogManager(
+            self.log_dirs, self.cluster.log_config, self.file_io, now_ms=now,
+            topic_configs={cfg.topic: self.cluster.topic_log_config},
+            producer_id_expiration_ms=cfg.producer_id_expiration_ms)
+        if not log_manager.live_log_dirs:
+            # As the broker's startup (server.py): no usable log dir, no broker.
+            self.trace("start_failed", "no usable log dir")
+            return
         self.running = True
         self.paused = False
         self.incarnation += 1
         self.process = ProcessScheduler(self)
         self.stats.restarts += 1
         self.network.set_up(self.broker_id, True)
-        now = self.scheduler.now_ms
-        cfg = self.cluster.config
-        self.log_manager = LogManager(
-            [self.log_dir], self.cluster.log_config, self.file_io, now_ms=now,
-            topic_configs={cfg.topic: self.cluster.topic_log_config},
-            producer_id_expiration_ms=cfg.producer_id_expiration_ms)
+        self.log_manager = log_manager
         self._inflight.clear()
         self._zk_inflight.clear()
         self._backlog.clear()
@@ -248,7 +260,8 @@ class SimBroker:
                 log_flush_scheduler_interval_ms=cfg.log_flush_scheduler_ms,
                 recovery_point_checkpoint_interval_ms=cfg.recovery_point_checkpoint_ms,
                 producer_id_expiration_check_interval_ms=cfg.producer_id_expiration_check_ms,
-                log_initial_task_delay_ms=cfg.log_initial_task_delay_ms))
+                log_initial_task_delay_ms=cfg.log_initial_task_delay_ms),
+            log_dir_failure=SimLogDirFailureHandling(self))
         self.core = self.rm.core
         self.trace("start", ("clean", self.clean_shutdown))
         self._zk_send(("connect", cfg.session_timeout_ms))
@@ -303,6 +316,13 @@ class SimBroker:
                 if self.running and not self.paused:
                     self._handle(src, msg)
 
+    def halt(self, reason: str) -> None:
+        """Kafka's Exit.halt(1): the process ends at once, no shutdown hook (the page cache
+        survives, as a kill -9)."""
+        self.halts += 1
+        self.trace("halt", reason)
+        self.stop("kill")
+
     def trace(self, kind: str, *details: Any) -> None:
         self.cluster.trace_add((kind, self.broker_id, *details))
 
@@ -355,6 +375,18 @@ class SimBroker:
 
     def partition(self, tp: TopicPartition) -> Any:
         return None if self.core is None else self.core.partitions.get(tp)
+
+    @property
+    def disk_failed(self) -> bool:
+        return bool(self.failed_dirs)
+
+    def readable(self, tp: TopicPartition) -> bool:
+        """Its log of `tp` is not in a failing dir: the invariant checks read only such logs
+        (their read of a failing dir would report it, ahead of the broker's own I/O)."""
+        lm = self.log_manager
+        if not self.failed_dirs or lm is None:
+            return True
+        return lm.log_dir_of.get(tp) not in self.failed_dirs
 
     # ---------------------------------------------------------------- messages
     def receive(self, src: int, msg: Any) -> None:
@@ -516,11 +548,17 @@ class SimBroker:
                                                req.live_leaders)
             error = res.error
             if error == Errors.NONE:
+                errors: dict[TopicPartition, int] = {}
                 for s in req.partition_states:
                     err = res.partition_errors.get(s.tp, Errors.NONE)
+                    errors[s.tp] = int(err)
                     role = "leader" if s.leader == self.broker_id else "follower"
                     self.trace("leader_and_isr", str(s.tp), role, ("epoch", s.leader_epoch),
                                ("isr", tuple(s.isr)), ("err", int(err)))
+                # The answer (an answer with a request-level error names no partition, and
+                # the controller ignores it).
+                self.network.send(self.broker_id, CONTROLLER_NODE, ControllerResponse(
+                    req.controller_epoch, req.broker_epoch, errors))
         elif isinstance(req, UpdateMetadataRequest):
             error = rm.update_metadata(
                 req.broker_epoch,
@@ -587,7 +625,7 @@ class SimBroker:
         if entry is None:
             return
         op, _, on_result = entry
-        if op[0] in ("connect", "register", "update_isr", "isr_change"):
+        if op[0] in ("connect", "register", "update_isr", "isr_change", "log_dir_event"):
             if self.paused:
                 self._backlog.append((-1, _Retry(op, on_result)))
             else:
@@ -673,6 +711,27 @@ class SimBroker:
                 log.flush()
             except KafkaStorageError:
                 pass  # a failed disk: what is not flushed is what a power loss would take
+
+
+class SimLogDirFailureHandling:
+    """The shell's `LogDirFailureHandling` in the simulator: the log dir event notification
+    written over the simulated network to ZooKeeper (as `ZkLogDirFailureHandling` writes it
+    with kazoo), and the halt of the process."""
+
+    __slots__ = ("incarnation", "node")
+
+    def __init__(self, node: SimBroker) -> None:
+        self.node = node
+        self.incarnation = node.incarnation
+
+    def propagate_log_dir_event(self) -> None:
+        node = self.node
+        node.trace("log_dir_event")
+        node._zk_send(("log_dir_event",))
+
+    def halt(self, reason: str) -> None:
+        if self.node.running and self.node.incarnation == self.incarnation:
+            self.node.halt(reason)
 
 
 @dataclass(slots=True)

@@ -4,7 +4,7 @@ sessions, session expiry, sequential znodes and one-shot watches delivered as sc
 Only what Kafka's ZooKeeper mode uses is modelled: `/brokers/ids/<id>` ephemeral registrations
 (their creation zxid is the broker epoch), `/brokers/topics/<t>/partitions/<p>/state` written
 with the zk version as a compare-and-set (seed 000's `updateIsr`), `/isr_change_notification/`
-sequential znodes, `/controller_epoch` and the KIP-966 marks.
+and `/log_dir_event_notification/` sequential znodes, `/controller_epoch` and the KIP-966 marks.
 
 Above the raw znode operations it implements `controller.zk_interface.ZooKeeperClient`, the
 interface `KafkaZkClient` implements over kazoo, with the same znode layout and JSON encodings
@@ -319,6 +319,27 @@ class SimZooKeeper(KafkaZkReads):
                 else self.get_all_isr_change_notifications())
         for seq in seqs:
             self.delete(zk_data.isr_change_path(seq))
+
+    def propagate_log_dir_event(self, broker_id: int, *, session_id: int = 0) -> str:
+        """A broker's log dir failed (Kafka's propagateLogDirEvent): a sequential
+        /log_dir_event_notification/log_dir_event_<seq> naming it; returns its name."""
+        code, path = self.create(zk_data.log_dir_event_path(""),
+                                 zk_data.encode_log_dir_event_notification(broker_id),
+                                 session_id=session_id, sequential=True)
+        if code is not ZkCode.OK:
+            raise ZkClientError(f"{path}: {code.value}")
+        return path.rsplit("/", 1)[-1]
+
+    def get_all_log_dir_event_notifications(self) -> list[str]:
+        return sorted(zk_data.log_dir_event_sequence_number(c)
+                      for c in self.get_children(zk_data.LOG_DIR_EVENT_NOTIFICATION_PATH)
+                      if c.startswith(zk_data.LOG_DIR_EVENT_PREFIX))
+
+    def delete_log_dir_event_notifications(self, sequence_numbers: Iterable[str],
+                                           expected_epoch_zk_version: int | None = None) -> None:
+        self._check_controller_epoch(expected_epoch_zk_version)
+        for seq in sequence_numbers:
+            self.delete(zk_data.log_dir_event_path(seq))
 
     def set_unclean_replicas(
         self,
