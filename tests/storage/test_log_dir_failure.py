@@ -150,3 +150,16 @@ def test_an_interrupted_swap_failing_at_start_takes_the_future_logs_dir_offline(
     m.shutdown()  # a future log and no current one: the swap stopped between its renames
     again = LogManager(dirs, LogConfig(), _FailingMakedirs(os.path.join(dirs[1], "t-0")))
     assert again.offline_dirs == {dirs[1]}
+
+
+def test_a_log_failing_its_flush_does_not_keep_the_other_dirs_logs_unflushed() -> None:
+    fio = MemoryFileIO()
+    m = LogManager(DIRS, LogConfig.from_dict({"flush.ms": "500"}), fio)
+    failing, other = m.get_or_create_log("t", 0), m.get_or_create_log("t", 1)
+    assert (m.log_dir_of[("t", 0)], m.log_dir_of[("t", 1)]) == ("/disk1", "/disk2")
+    for log in (failing, other):
+        log.append_as_leader(batch(), 1, 0)
+    fio.fail_io("/disk1", errno.EIO)
+    m.flush_dirty_logs(600)
+    assert other.recovery_point == other.log_end_offset
+    assert m.log_dir_failure_channel.take_next_offline_log_dir() == "/disk1"

@@ -510,9 +510,14 @@ class LogManager:
         return sum(log.remove_expired_producers(now_ms) for log in self.all_logs())
 
     def flush_dirty_logs(self, now_ms: int) -> None:
-        """flush.ms for every log (Kafka's kafka-log-flusher task)."""
+        """flush.ms for every log (Kafka's kafka-log-flusher task). A log that fails is logged
+        and skipped, as Kafka's flushDirtyLogs does: it reported its dir already, and the other
+        logs are still flushed."""
         for log in self.all_logs():
-            log.maybe_flush(now_ms)
+            try:
+                log.maybe_flush(now_ms)
+            except StorageError as exc:
+                logger.error("Error flushing %s: %s", log.dir, exc)
 
     def _by_dir(self, log_dirs: Iterable[str] | None) -> dict[str, dict[TopicPartition, Log]]:
         wanted = list(log_dirs) if log_dirs is not None else self.log_dirs
