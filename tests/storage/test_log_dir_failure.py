@@ -163,3 +163,15 @@ def test_a_log_failing_its_flush_does_not_keep_the_other_dirs_logs_unflushed() -
     m.flush_dirty_logs(600)
     assert other.recovery_point == other.log_end_offset
     assert m.log_dir_failure_channel.take_next_offline_log_dir() == "/disk1"
+
+
+def test_a_log_that_cannot_be_created_reports_its_dir_and_goes_to_the_next() -> None:
+    fio, m, _ = _two_dirs()  # two logs in each dir: /disk1 is tried first
+    fio.fail_io("/disk1", errno.EIO)
+    log = m.get_or_create_log("u", 0, is_new=True)
+    assert m.log_dir_of[("u", 0)] == "/disk2" and log.dir == "/disk2/u-0"
+    assert m.log_dir_failure_channel.take_next_offline_log_dir() == "/disk1"
+    fio.fail_io("/disk2", errno.EIO)
+    with pytest.raises(KafkaStorageError, match="No log directories available"):
+        m.get_or_create_log("u", 1, is_new=True)
+    assert m.log_dir_failure_channel.take_next_offline_log_dir() == "/disk2"

@@ -320,15 +320,16 @@ class LogManager:
             if preferred not in online:
                 raise KafkaStorageError(
                     f"No log directories available. Tried {os.path.abspath(preferred)}")
-            log_dir = preferred
+            candidates = [preferred]
         elif not online:
             raise KafkaStorageError("every log dir is offline")
         else:
+            # Kafka's nextLogDirs: the fewest logs first
             counts = {d: 0 for d in online}
             for d in self.log_dir_of.values():
                 if d in counts:
                     counts[d] += 1
-            log_dir = min(online, key=lambda d: (counts[d], online.index(d)))
+            candidates = sorted(online, key=lambda d: (counts[d], online.index(d)))
         name = (_dir_name_with_suffix(topic, partition, FUTURE_DIR_SUFFIX) if is_future
                 else f"{topic}-{partition}")
         # No fsync here (Kafka's createLogDirectory has none): the dir's name, with its files',
@@ -336,13 +337,23 @@ class LogManager:
         # `log_dir`. A crash before then loses only unflushed data: the log is missing or empty
         # at the next load, and is created again (checkpoint entries of a log not found are
         # dropped at the next write; a HW is clamped to the log end).
-        log = Log(
-            os.path.join(log_dir, name),
-            self.config_for(topic),
-            self.file_io,
-            now_ms=now_ms,
-            producer_id_expiration_ms=self.producer_id_expiration_ms,
-        )
+        for log_dir in candidates:
+            try:
+                log = Log(
+                    os.path.join(log_dir, name),
+                    self.config_for(topic),
+                    self.file_io,
+                    now_ms=now_ms,
+                    producer_id_expiration_ms=self.producer_id_expiration_ms,
+                )
+                break
+            except KafkaStorageError as exc:
+                # As Kafka's createLogDirectory: the dir is reported, the next one tried.
+                self._io_error(log_dir, f"Error while creating log for {name} in dir "
+                                        f"{log_dir}: {exc}")
+        else:
+            raise KafkaStorageError("No log directories available. Tried "
+                                    + ", ".join(os.path.abspath(d) for d in candidates))
         self._watch(log, log_dir)
         if is_future:
             log.topic_partition = tp  # the dir name does not say it
