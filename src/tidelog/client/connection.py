@@ -309,7 +309,8 @@ class BrokerConnection:
         self._transport.writelines(parts)
         return correlation_id
 
-    def request_future(self, request: Any, api_version: int, timeout_ms: int) -> asyncio.Future[Any]:
+    def request_future(self, request: Any, api_version: int, timeout_ms: int
+                       ) -> asyncio.Future[Any]:
         """Write ``request`` (at ``api_version``) now and return the future of its decoded
         response, for a caller that goes on from a done callback: no task, no await and no
         timeout scope per request (the replica fetchers, one request after the other). After

@@ -184,8 +184,9 @@ def should_throttle(quota: ReplicationQuotaManager | None, tp: TopicPartition, i
 
 
 class ReplicationQuotas:
-    """A broker's three quotas (Kafka's QuotaManagers leader, follower and alterLogDirs), kept up to date from its dynamic broker configs and its topics'
-    overrides (Kafka's BrokerConfigHandler / TopicConfigHandler for the throttle keys)."""
+    """A broker's three quotas (Kafka's QuotaManagers leader, follower and alterLogDirs), kept
+    up to date from its dynamic broker configs and its topics' overrides (Kafka's
+    BrokerConfigHandler / TopicConfigHandler for the throttle keys)."""
 
     def __init__(self, broker_id: int, num_windows: int = 11, window_size_ms: int = 1000,
                  alter_log_dirs_num_windows: int = 11,

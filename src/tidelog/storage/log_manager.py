@@ -51,7 +51,8 @@ _CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICAT
 
 
 def _dir_name_with_suffix(topic: str, partition: int, suffix: str) -> str:
-    """Kafka's UnifiedLog.logDirNameWithSuffix: `<topic>-<partition>.<uuid without dashes><suffix>`."""
+    """Kafka's UnifiedLog.logDirNameWithSuffix:
+    `<topic>-<partition>.<uuid without dashes><suffix>`."""
     return f"{topic}-{partition}.{uuid.uuid4().hex}{suffix}"
 
 

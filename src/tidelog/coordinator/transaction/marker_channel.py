@@ -8,7 +8,8 @@ leader not hosting the partition yet (UNKNOWN_TOPIC_OR_PARTITION) or a not-yet-e
 retried after a back-off against the leader the metadata cache names then.
 TRANSACTION_COORDINATOR_FENCED (a newer coordinator epoch wrote to the partition),
 INVALID_PRODUCER_EPOCH (the producer's epoch moved on) or losing the coordinatorship stops the
-delivery: the new coordinator completes the transaction from the log. `deliver` returns True once every partition has its marker.
+delivery: the new coordinator completes the transaction from the log. `deliver` returns True
+once every partition has its marker.
 
 `write_markers` is the partition leader's side of WriteTxnMarkers, the same on every driver.
 """
