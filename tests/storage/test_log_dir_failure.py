@@ -175,3 +175,31 @@ def test_a_log_that_cannot_be_created_reports_its_dir_and_goes_to_the_next() -> 
     with pytest.raises(KafkaStorageError, match="No log directories available"):
         m.get_or_create_log("u", 1, is_new=True)
     assert m.log_dir_failure_channel.take_next_offline_log_dir() == "/disk2"
+
+
+class _FailingFutureRename(OsFileIO):
+    """Real files, except that renaming a future log's dir fails."""
+
+    def rename(self, src: str, dst: str) -> None:
+        if src.endswith("-future"):
+            raise OSError(errno.EIO, "simulated I/O error", src)
+        super().rename(src, dst)
+
+
+def test_a_swap_failing_after_the_current_log_was_retired_leaves_the_replica_in_the_destination(
+        tmp_path: Path) -> None:
+    """The current log is renamed for deletion, then the future one fails to take its name:
+    the replica is the destination dir's now, so that dir's failure takes its partition
+    offline (the core marks offline the partitions whose log the dir holds)."""
+    source, dest = str(tmp_path / "a"), str(tmp_path / "b")
+    m = LogManager([source, dest], LogConfig(), _FailingFutureRename())
+    current = m.get_or_create_log("t", 0)
+    current.append_as_leader(batch(), 1, 0)
+    m.maybe_update_preferred_log_dir("t", 0, dest)
+    m.get_or_create_log("t", 0, is_future=True).append_as_follower(
+        bytes(current.read(0, 1 << 20).records), 0)
+    with pytest.raises(KafkaStorageError, match="cannot move"):
+        m.replace_current_with_future_log("t", 0)
+    assert m.log_dir_failure_channel.take_next_offline_log_dir() == dest
+    assert m.log_dir_of.get(("t", 0)) == dest
+    assert m.handle_log_dir_failure(dest) == [("t", 0)]

@@ -118,9 +118,18 @@ class LogManager:
     def _load_dir(self, log_dir: str, now_ms: int) -> None:
         fio = self.file_io
         try:
-            fio.makedirs(log_dir)
+            if not fio.exists(log_dir):
+                fio.makedirs(log_dir)
+                # Kafka's createAndValidateLogDirs: the new dir's name made durable in its
+                # parent, or a power loss takes it with every log flushed into it.
+                fio.fsync_dir(os.path.dirname(os.path.normpath(log_dir)))
             clean = fio.exists(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE))
             names = fio.listdir(log_dir)
+            if not clean and names:
+                # After an unclean stop the names found may never have been made durable (a
+                # log created without an fsync, then a kill -9): durable now, before a flush
+                # moves a recovery point over data whose dir a power loss could still take.
+                fio.fsync_dir(log_dir)
         except OSError as exc:
             logger.error("log dir %s is offline: %s", log_dir, exc)
             self.offline_dirs.add(log_dir)
@@ -425,6 +434,12 @@ class LogManager:
         try:
             log = self._promote_future_log(tp, high_watermark, now_ms, flush_to=durable)
         except (StorageError, OSError) as exc:
+            # The current log is retired: the replica is the destination's now, whose failure
+            # (reported here) takes the partition offline. Left in no dir, it stayed hosted on
+            # the closed current log.
+            self.future_logs.pop(tp, None)
+            self.future_log_dir_of.pop(tp, None)
+            self.logs[tp], self.log_dir_of[tp] = future, dest
             raise self._io_error(dest, f"cannot move {topic}-{partition} to {dest}: {exc}") from exc
         if self.cleaner is not None:
             self.cleaner.alter_checkpoint_dir(tp, source, dest)
