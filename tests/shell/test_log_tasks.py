@@ -44,7 +44,7 @@ def test_recovery_points_are_checkpointed_while_the_broker_runs() -> None:
     p.produce(5)
     c.run_for(4500)  # first after the initial task delay (3 s of virtual time), then every 2 s
     for n in c.nodes:
-        data = n.file_io.read_file(f"{n.log_dir}/recovery-point-offset-checkpoint").decode()
+        data = n.file_io.read_file(f"{n.log_dirs[0]}/recovery-point-offset-checkpoint").decode()
         # version, count, then "<topic> <partition> <recovery point>"
         assert f"{tp.topic} {tp.partition} " in data
 

@@ -1,4 +1,5 @@
-"""MemoryFileIO: durable vs unflushed bytes, torn writes, directory entries, determinism."""
+"""MemoryFileIO: durable vs unflushed bytes, torn writes, directory entries (new directories
+and directory renames too), determinism."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from tidelog.sim.disk import MemoryFileIO
 @pytest.fixture
 def fio() -> MemoryFileIO:
     fio = MemoryFileIO()
-    fio.makedirs("/d")
+    fio.makedirs("/d", durable=True)  # a log dir the disk had before
     return fio
 
 
@@ -58,7 +59,7 @@ def test_a_torn_write_keeps_a_prefix_of_the_unflushed_tail(fio: MemoryFileIO) ->
     seen = set()
     for seed in range(30):
         f = MemoryFileIO()
-        f.makedirs("/d")
+        f.makedirs("/d", durable=True)
         h = f.open("/d/a")
         h.append(b"base")
         h.flush()
@@ -74,7 +75,7 @@ def test_a_torn_write_keeps_a_prefix_of_the_unflushed_tail(fio: MemoryFileIO) ->
 def test_crashes_are_deterministic_for_a_seed() -> None:
     def run(seed: int) -> dict[str, bytes]:
         f = MemoryFileIO()
-        f.makedirs("/d")
+        f.makedirs("/d", durable=True)
         for name in ("x", "y", "z"):
             h = f.open(f"/d/{name}")
             h.append(b"1" * 10)
@@ -161,3 +162,62 @@ def test_a_full_disk_fails_writes_but_still_reads(fio: MemoryFileIO) -> None:
     assert h.read(0, 10) == b"kept" and h.size() == 4
     assert fio.listdir("/d") == ["a"]
     assert fio.open("/d/a").read(0, 4) == b"kept"  # opening an existing file is a read
+
+
+def test_a_new_directory_is_lost_by_a_crash_until_its_parent_is_fsynced(fio: MemoryFileIO) -> None:
+    fio.makedirs("/d/t-0")
+    h = fio.open("/d/t-0/0.log")
+    h.append(b"data")
+    h.flush()
+    fio.fsync_dir("/d/t-0")  # the file's name is durable in a dir whose own name is not
+    fio.crash()
+    assert not fio.exists("/d/t-0") and fio.listdir("/d") == []
+    fio.makedirs("/d/t-0")
+    h = fio.open("/d/t-0/0.log")
+    h.append(b"data")
+    h.flush()
+    fio.fsync_dir("/d/t-0")
+    fio.fsync_dir("/d")
+    fio.crash()
+    assert fio.read_file("/d/t-0/0.log") == b"data"
+
+
+def test_a_directory_rename_moves_its_tree_and_is_durable_after_both_parents_fsync(
+        fio: MemoryFileIO) -> None:
+    fio.write_file("/d/t-0.abc-future/0.log", b"copied")
+    fio.write_file("/e/keep", b"")
+    h = fio.open("/d/t-0.abc-future/0.log")
+    fio.rename("/d/t-0.abc-future", "/e/t-0")
+    assert fio.listdir("/d") == [] and fio.listdir("/e/t-0") == ["0.log"]
+    assert h.read(0, 6) == b"copied"  # an open handle follows the inode
+    fio.fsync_dir("/e")
+    fio.crash()
+    # Only the new name was made durable: the tree is under both names (a hard link).
+    assert fio.read_file("/e/t-0/0.log") == fio.read_file("/d/t-0.abc-future/0.log")
+    fio.rename("/d/t-0.abc-future", "/d/t-0.abc-delete")
+    fio.fsync_dir("/d")
+    fio.crash()
+    assert fio.listdir("/d") == ["t-0.abc-delete"]
+    fio.rename("/d/t-0.abc-delete", "/d/t-0")
+    fio.crash()  # not fsynced: the old name comes back
+    assert fio.listdir("/d") == ["t-0.abc-delete"]
+
+
+def test_directory_rename_errors(fio: MemoryFileIO) -> None:
+    import errno
+
+    fio.write_file("/d/a/f", b"x")
+    fio.write_file("/d/b/g", b"y")
+    fio.write_file("/d/file", b"z")
+    fio.makedirs("/d/empty")
+    with pytest.raises(OSError) as info:
+        fio.rename("/d/a", "/d/a/inside")
+    assert info.value.errno == errno.EINVAL
+    with pytest.raises(OSError, match="not empty"):
+        fio.rename("/d/a", "/d/b")
+    with pytest.raises(NotADirectoryError):
+        fio.rename("/d/a", "/d/file")
+    with pytest.raises(IsADirectoryError):
+        fio.rename("/d/file", "/d/empty")
+    fio.rename("/d/a", "/d/empty")  # over an empty directory, as POSIX rename
+    assert fio.listdir("/d") == ["b", "empty", "file"] and fio.listdir("/d/empty") == ["f"]

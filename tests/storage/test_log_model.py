@@ -38,6 +38,9 @@ class LogModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.fio = MemoryFileIO()
+        # The log's dir is on the disk already: its own name's durability is the LogManager's
+        # (checkpoints, test_log_manager.py), not this model's.
+        self.fio.makedirs(DIR, durable=True)
         self.log = Log(DIR, CONFIG, self.fio)
         self.model: list[Stored] = []
         self.start = 0  # log start offset

@@ -19,7 +19,7 @@ PATH = "/data/t-0/00000000000000000100.txnindex"
 
 
 def new_index(fio: MemoryFileIO) -> TransactionIndex:
-    fio.makedirs("/data/t-0")
+    fio.makedirs("/data/t-0", durable=True)  # the log's dir, on the disk already
     return TransactionIndex(fio, PATH, 100)
 
 

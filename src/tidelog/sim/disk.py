@@ -4,10 +4,15 @@ Model (close to a journaling filesystem with data=ordered, minus reordering acro
 - File content: each file has its current bytes and its durable bytes; `flush()` (fsync) makes
   the current bytes durable. A crash reverts every file to its durable bytes, or with
   `tear=True` keeps a random prefix of the unflushed tail (a torn write).
-- Names: creating, renaming and removing a file change the current directory; only
-  `fsync_dir(dir)` makes that directory's names durable. A crash restores the durable names, so a
-  checkpoint written as temp + fsync + rename + fsync_dir survives, and without the dir fsync the
-  old file comes back. Directories themselves (`makedirs`) are durable at once.
+- Names: a directory is an inode holding its current entries (files and directories) and its
+  durable entries; `fsync_dir(dir)` makes its current entries durable. Creating, renaming and
+  removing a file, creating a directory (`makedirs`) and renaming a directory (its whole tree
+  goes with it) change only the current entries: a crash brings back every directory's durable
+  entries, so a checkpoint written as temp + fsync + rename + fsync_dir survives, without the
+  dir fsync the old file comes back, and a new directory not yet named in a fsynced parent is
+  gone with everything in it. Removing an empty directory is durable at once. The root's
+  entries (`/d`, `/data`: the mount points) are durable at once; `makedirs(path, durable=True)`
+  (and `write_file`) stand for what was on the disk before the process ran.
 - Handles opened before a crash are dead after it (any use raises OSError), like a killed process.
 
 Deterministic: randomness only from the `random.Random` passed to `crash`.
@@ -116,13 +121,25 @@ class MemoryFileHandle:
         self._closed = True
 
 
+class _Dir:
+    """A directory inode: its current and its durable entries (name -> file or directory)."""
+
+    __slots__ = ("durable", "entries")
+
+    def __init__(self) -> None:
+        self.entries: dict[str, MemoryFile | _Dir] = {}
+        self.durable: dict[str, MemoryFile | _Dir] = {}
+
+
+def _parts(path: str) -> list[str]:
+    return [c for c in _norm(path).split("/") if c]
+
+
 class MemoryFileIO:
     """The FileIO of the simulator. `crash(rng, tear)` simulates power loss."""
 
     def __init__(self) -> None:
-        self.files: dict[str, MemoryFile] = {}
-        self.durable_files: dict[str, MemoryFile] = {}
-        self.dirs: set[str] = {_norm("/")}
+        self.root = _Dir()
         self.generation = 0
         self.fsyncs = 0
         self.bytes_written = 0
@@ -154,106 +171,183 @@ class MemoryFileIO:
                     raise OSError(error, f"simulated I/O error ({os.strerror(error)})", path)
 
     def crash(self, rng: random.Random | None = None, tear: bool = False) -> None:
-        """Power loss: names revert to the last fsync_dir of their directory, contents to their
-        last fsync (with `tear`, plus a random prefix of the unflushed tail, drawn from `rng`).
-        Open handles become unusable."""
+        """Power loss: every directory's entries revert to its last fsync_dir, contents to
+        their last fsync (with `tear`, plus a random prefix of the unflushed tail, drawn from
+        `rng`). Open handles become unusable."""
         self.crashes += 1
         self.generation += 1
-        # A deterministic order, so that a seeded rng always tears the same way.
-        self.files = dict(sorted(self.durable_files.items()))
-        for file in self.files.values():
+        files: dict[str, MemoryFile] = {}
+        seen: set[int] = set()
+        stack: list[tuple[str, _Dir]] = [("", self.root)]
+        while stack:
+            path, d = stack.pop()
+            d.entries = dict(d.durable)
+            for name, node in d.entries.items():
+                child = f"{path}/{name}"
+                if isinstance(node, _Dir):
+                    stack.append((child, node))
+                elif id(node) not in seen:  # one inode under two durable names
+                    seen.add(id(node))
+                    files[child] = node
+        # A deterministic order (by path), so that a seeded rng always tears the same way.
+        for _, file in sorted(files.items()):
             file.crash(rng, tear)
 
+    def _walk(self) -> list[tuple[str, MemoryFile]]:
+        out: list[tuple[str, MemoryFile]] = []
+        stack: list[tuple[str, _Dir]] = [("", self.root)]
+        while stack:
+            path, d = stack.pop()
+            for name, node in d.entries.items():
+                if isinstance(node, _Dir):
+                    stack.append((f"{path}/{name}", node))
+                else:
+                    out.append((f"{path}/{name}", node))
+        return out
+
     def unflushed_bytes(self) -> int:
-        return sum(f.unflushed_bytes for f in self.files.values())
+        return sum(f.unflushed_bytes for _, f in self._walk())
+
+    @property
+    def files(self) -> dict[str, MemoryFile]:
+        """Every file by its current path (tests inspect or damage one)."""
+        return dict(self._walk())
+
+    # -- lookups ---------------------------------------------------------------------------
+    def _node(self, path: str) -> MemoryFile | _Dir | None:
+        node: MemoryFile | _Dir = self.root
+        for name in _parts(path):
+            if not isinstance(node, _Dir):
+                return None
+            found = node.entries.get(name)
+            if found is None:
+                return None
+            node = found
+        return node
+
+    def _dir(self, path: str) -> _Dir:
+        node = self._node(path)
+        if node is None:
+            raise FileNotFoundError(errno.ENOENT, "no such directory", _norm(path))
+        if not isinstance(node, _Dir):
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory", _norm(path))
+        return node
 
     # -- FileIO ----------------------------------------------------------------------------
     def open(self, path: str) -> MemoryFileHandle:
         p = _norm(path)
-        self._maybe_fail(p, write=p not in self.files)
-        parent = os.path.dirname(p)
-        if parent not in self.dirs:
-            raise FileNotFoundError(errno.ENOENT, "no such directory", parent)
-        if p in self.dirs:
+        parent = self._node(os.path.dirname(p))
+        name = os.path.basename(p)
+        existing = parent.entries.get(name) if isinstance(parent, _Dir) else None
+        self._maybe_fail(p, write=existing is None)
+        if not isinstance(parent, _Dir):
+            raise FileNotFoundError(errno.ENOENT, "no such directory", os.path.dirname(p))
+        if isinstance(existing, _Dir):
             raise IsADirectoryError(errno.EISDIR, "is a directory", p)
-        file = self.files.get(p)
+        file = existing
         if file is None:
-            file = MemoryFile()
-            self.files[p] = file
+            file = parent.entries[name] = MemoryFile()
         return MemoryFileHandle(self, p, file)
 
     def exists(self, path: str) -> bool:
-        p = _norm(path)
-        return p in self.files or p in self.dirs
+        return self._node(path) is not None
 
     def listdir(self, path: str) -> list[str]:
         p = _norm(path)
         self._maybe_fail(p, write=False)
-        if p in self.files:
-            raise NotADirectoryError(errno.ENOTDIR, "not a directory", p)
-        if p not in self.dirs:
-            raise FileNotFoundError(errno.ENOENT, "no such directory", p)
-        names = {os.path.basename(f) for f in self.files if os.path.dirname(f) == p}
-        names |= {os.path.basename(d) for d in self.dirs if d != p and os.path.dirname(d) == p}
-        return sorted(names)
+        return sorted(self._dir(p).entries)
 
-    def makedirs(self, path: str) -> None:
+    def makedirs(self, path: str, durable: bool = False) -> None:
+        """Create `path` and its missing parents; their names become durable with their
+        parent's next fsync_dir (or at once with `durable`: a directory that was on the disk
+        before the process ran)."""
         p = _norm(path)
         self._maybe_fail(p)
-        while p not in self.dirs:
-            if p in self.files:
-                raise FileExistsError(errno.EEXIST, "a file is in the way", p)
-            self.dirs.add(p)
-            p = os.path.dirname(p)
+        d = self.root
+        walked = ""
+        for name in _parts(p):
+            walked += "/" + name
+            node = d.entries.get(name)
+            if node is None:
+                node = d.entries[name] = _Dir()
+            elif not isinstance(node, _Dir):
+                raise FileExistsError(errno.EEXIST, "a file is in the way", walked)
+            if durable or d is self.root:
+                d.durable[name] = node
+            d = node
 
     def remove(self, path: str) -> None:
         p = _norm(path)
         self._maybe_fail(p)
-        if p in self.files:
-            del self.files[p]
-            return
-        if p in self.dirs:
-            if any(os.path.dirname(x) == p for x in (*self.files, *self.dirs)):
+        parent = self._node(os.path.dirname(p))
+        name = os.path.basename(p)
+        node = parent.entries.get(name) if isinstance(parent, _Dir) else None
+        if node is None or not isinstance(parent, _Dir):
+            raise FileNotFoundError(errno.ENOENT, "no such file", p)
+        if isinstance(node, _Dir):
+            if node.entries:
                 raise OSError(errno.ENOTEMPTY, "directory not empty", p)
-            self.dirs.discard(p)
             # An empty directory's removal is durable at once, and its durable names go too.
-            for name in [n for n in self.durable_files if os.path.dirname(n) == p]:
-                del self.durable_files[name]
-            return
-        raise FileNotFoundError(errno.ENOENT, "no such file", p)
+            if parent.durable.get(name) is node:
+                del parent.durable[name]
+        del parent.entries[name]
 
     def rename(self, src: str, dst: str) -> None:
+        """Rename a file or a directory (with everything in it), replacing a file or an empty
+        directory at `dst`; durable with the fsync_dir of both parents."""
         s, d = _norm(src), _norm(dst)
         self._maybe_fail(s)
-        if s not in self.files:
+        src_parent = self._node(os.path.dirname(s))
+        node = (src_parent.entries.get(os.path.basename(s))
+                if isinstance(src_parent, _Dir) else None)
+        if node is None or not isinstance(src_parent, _Dir):
             raise FileNotFoundError(errno.ENOENT, "no such file", s)
-        if os.path.dirname(d) not in self.dirs:
+        dst_parent = self._node(os.path.dirname(d))
+        if not isinstance(dst_parent, _Dir):
             raise FileNotFoundError(errno.ENOENT, "no such directory", os.path.dirname(d))
-        self.files[d] = self.files.pop(s)
+        if s == d:
+            return
+        if isinstance(node, _Dir) and d.startswith(s.rstrip("/") + "/"):
+            raise OSError(errno.EINVAL, "cannot move a directory into itself", d)
+        target = dst_parent.entries.get(os.path.basename(d))
+        if target is not None:
+            if isinstance(node, _Dir) and not isinstance(target, _Dir):
+                raise NotADirectoryError(errno.ENOTDIR, "not a directory", d)
+            if isinstance(target, _Dir):
+                if not isinstance(node, _Dir):
+                    raise IsADirectoryError(errno.EISDIR, "is a directory", d)
+                if target.entries:
+                    raise OSError(errno.ENOTEMPTY, "directory not empty", d)
+        del src_parent.entries[os.path.basename(s)]
+        dst_parent.entries[os.path.basename(d)] = node
 
     def fsync_dir(self, path: str) -> None:
         p = _norm(path)
         self._maybe_fail(p)
-        if p not in self.dirs:
-            raise FileNotFoundError(errno.ENOENT, "no such directory", p)
-        for name in [n for n in self.durable_files if os.path.dirname(n) == p]:
-            if name not in self.files:
-                del self.durable_files[name]
-        for name, file in self.files.items():
-            if os.path.dirname(name) == p:
-                self.durable_files[name] = file
+        d = self._dir(p)
+        d.durable = dict(d.entries)
 
     # -- inspection (tests, the simulator's invariant checks) -------------------------------
     def read_file(self, path: str) -> bytes:
-        return bytes(self.files[_norm(path)].data)
+        node = self._node(path)
+        if not isinstance(node, MemoryFile):
+            raise FileNotFoundError(errno.ENOENT, "no such file", _norm(path))
+        return bytes(node.data)
 
     def write_file(self, path: str, data: bytes, durable: bool = True) -> None:
-        """Replace a file's content (tests use it to plant corrupt or garbage files)."""
+        """Replace a file's content (tests use it to plant corrupt or garbage files); with
+        `durable`, the file, its name and its parents' names are on the disk already."""
         p = _norm(path)
-        self.makedirs(os.path.dirname(p))
-        file = self.files.setdefault(p, MemoryFile())
+        self.makedirs(os.path.dirname(p), durable=durable)
+        parent = self._dir(os.path.dirname(p))
+        name = os.path.basename(p)
+        node = parent.entries.get(name)
+        if isinstance(node, _Dir):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", p)
+        file = node if node is not None else MemoryFile()
+        parent.entries[name] = file
         file.data = bytearray(data)
         file.dirty_from = 0
         if durable:
             file.fsync()
-            self.durable_files[p] = file
+            parent.durable[name] = file

@@ -192,6 +192,8 @@ class SimBroker:
         k = cluster.config.log_dirs_per_broker
         self.log_dirs = ([f"/data/broker-{broker_id}"] if k == 1 else
                          [f"/data/broker-{broker_id}/dir-{i}" for i in range(k)])
+        for d in self.log_dirs:
+            self.file_io.makedirs(d, durable=True)  # set up before the broker first runs
         self.running = False
         self.paused = False
         self.incarnation = 0
