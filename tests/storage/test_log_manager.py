@@ -240,3 +240,32 @@ def test_a_power_loss_before_the_first_flush_brings_new_logs_back_empty_or_not_a
     fio.crash()
     third = LogManager(["/disk1"], LogConfig(), fio)
     assert {tp: log.log_end_offset for tp, log in third.logs.items()} == {("t", 0): 1, ("t", 1): 1}
+
+
+def test_a_log_dir_it_creates_is_made_durable_in_its_parent() -> None:
+    # Kafka's createAndValidateLogDirs flushes the parent of a log dir it had to create: the
+    # logs flushed into it later must not vanish with its name in a power loss.
+    fio = MemoryFileIO()
+    m = LogManager(["/data/disk1"], LogConfig(), fio)
+    log = m.get_or_create_log("t", 0)
+    log.append_as_leader(batch(), 1, 0)
+    log.flush()
+    fio.crash()
+    again = LogManager(["/data/disk1"], LogConfig(), fio)
+    assert again.logs[("t", 0)].log_end_offset == 1
+
+
+def test_after_an_unclean_stop_the_logs_found_are_made_durable_before_they_flush() -> None:
+    # A log created (no fsync) by a process killed before anything made its names durable is
+    # found by the next start, which flushes it: a power loss then must keep what was flushed.
+    fio = MemoryFileIO()
+    m = LogManager(["/disk1"], LogConfig(), fio)
+    m.get_or_create_log("t", 0).append_as_leader(batch(), 1, 0)  # then kill -9: no shutdown
+    again = LogManager(["/disk1"], LogConfig(), fio)
+    log = again.logs[("t", 0)]
+    log.append_as_leader(batch(), 1, 0)
+    log.flush()
+    assert log.recovery_point == 2
+    fio.crash()
+    third = LogManager(["/disk1"], LogConfig(), fio)
+    assert third.logs[("t", 0)].log_end_offset == 2

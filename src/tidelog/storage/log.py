@@ -388,7 +388,11 @@ class Log:
             self.file_io.fsync_dir(self.dir)
             self._dir_dirty = False
         else:
-            self._dir_dirty = new_segment_pending
+            # Kafka's LocalLog.flush fsyncs the dir when a segment it flushes starts at or past
+            # the recovery point: after an unclean stop such a segment's name may never have
+            # been made durable (created, then a kill -9), so the first flush syncs the dir.
+            self._dir_dirty = new_segment_pending or (
+                not had_clean_shutdown and self._bases[-1] >= self.recovery_point)
 
     def _rebuild_producer_state(
         self, last_offset: int, reload_from_clean_shutdown: bool, now_ms: int | None
