@@ -168,3 +168,14 @@ def test_the_legacy_znode_round_trips_kafkas_format():
     data = encode_reassign_partitions({("t", 0): [2, 3, 4]})
     assert data == b'{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[2,3,4]}]}'
     assert decode_reassign_partitions(data) == {TP: [2, 3, 4]}
+
+
+def test_a_move_never_elects_a_replica_on_a_failed_log_dir():
+    # Kafka's ReassignPartitionLeaderElectionStrategy takes replicas that are online
+    # (isReplicaOnline): broker 2 answered KAFKA_STORAGE_ERROR for the partition (sim seed 166).
+    core = started()
+    core.replicas_on_offline_dirs[2] = {TP}
+    a = ReplicaAssignment((1, 2, 3)).reassign_to([2, 3])
+    core.add_partition(TP, a.replicas)
+    d = complete_decision(core, TP, a)
+    assert d.writes[0].state.leader == 3

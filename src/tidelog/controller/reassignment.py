@@ -127,8 +127,8 @@ def reassignment_write(core: ControllerCore, tp: TopicPartition, replicas: tuple
     """The partition state with `replicas` as its assignment and the replicas in `leave` out
     of the ISR, leader epoch bumped (Kafka's updateLeaderEpochAndSendRequest, then the
     OfflineReplica transition's removeReplicasFromIsr). The leader stays unless it leaves, is
-    not in `replicas` or is not alive: then Kafka's ReassignPartitionLeaderElectionStrategy
-    picks the first of `replicas` alive and in the ISR. None for a partition without state."""
+    not in `replicas` or is not online: then Kafka's ReassignPartitionLeaderElectionStrategy
+    picks the first of `replicas` online and in the ISR. None for a partition without state."""
     state = core.partition_states.get(tp)
     if state is None:
         return None
@@ -137,11 +137,13 @@ def reassignment_write(core: ControllerCore, tp: TopicPartition, replicas: tuple
         # The last ISR member stays (Kafka's removeReplicasFromIsr), so it can lead again.
         leader, isr = election.remove_replica_from_isr(leader, isr, r)
         isr = list(isr)
-    live = set(core.live_brokers) - core.shutting_down
-    if leader == NO_LEADER or leader not in replicas or leader not in live:
+    # Kafka's isReplicaOnline: a live broker whose log dir holding the partition has not
+    # failed (a replica answered KAFKA_STORAGE_ERROR for is not alive to lead).
+    online = {r for r in replicas if core.is_replica_online(r, tp)} - core.shutting_down
+    if leader == NO_LEADER or leader not in replicas or leader not in online:
         # Never a replica back from an unclean shutdown (KIP-966's rule, as every election).
         dirty = core.unclean_restarted.get(tp, ())
-        leader = next((r for r in replicas if r in live and r in isr and r not in dirty),
+        leader = next((r for r in replicas if r in online and r in isr and r not in dirty),
                       NO_LEADER)
     new = replace(state, leader=leader, leader_epoch=state.leader_epoch + 1, isr=tuple(isr),
                   controller_epoch=core.controller_epoch, replicas=replicas, is_new=False)
