@@ -134,9 +134,9 @@ def test_a_replica_moves_to_the_other_log_dir_with_every_record(dirs: list[str])
     (retired,) = [n for n in os.listdir(dirs[0]) if n.endswith("-delete")]
     ((due, _),) = b.lm.logs_to_be_deleted
     assert b.lm.config.file_delete_delay_ms <= due <= b.clock.now + b.lm.config.file_delete_delay_ms
-    b.lm.cleanup_logs(due - 1)
+    b.lm.delete_logs(due - 1)
     assert retired in os.listdir(dirs[0])
-    b.lm.cleanup_logs(due)
+    b.lm.delete_logs(due)
     assert not any(n.endswith("-delete") for n in os.listdir(dirs[0]))
     assert b.rm.core.partition(TP).log is moved and moved is not log and log.closed
     assert contents(moved) == before and moved.high_watermark == hw
@@ -261,6 +261,11 @@ def test_deleting_the_replica_mid_move_deletes_both_logs(dirs: list[str]) -> Non
     assert b.rm.stop_replicas(0, 1, 100, {TP: True}).error == 0
     b.clock.advance(100)
     assert b.moves.moving == {} and b.moves.swaps == 0
+    # The future log is gone, the current one retired (Kafka's asyncDelete) until
+    # file.delete.delay.ms has passed.
+    (retired,) = [n for d in dirs for n in os.listdir(d) if n.startswith("t-0")]
+    assert retired.endswith("-delete") and retired in os.listdir(dirs[0])
+    b.lm.delete_logs(b.clock.now + b.lm.config.file_delete_delay_ms)
     assert [n for d in dirs for n in os.listdir(d) if n.startswith("t-0")] == []
 
 

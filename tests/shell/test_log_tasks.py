@@ -95,3 +95,20 @@ def test_retention_reports_each_partition_whose_log_start_moved() -> None:
     assert expired.log_start_offset == 1 and fresh.log_start_offset == 0
     clock.advance(300_000)  # nothing moves on the next check: nothing reported
     assert moved == [TopicPartition("t", 0)]
+
+
+def test_a_deleted_partitions_dir_goes_when_file_delete_delay_ms_has_passed() -> None:
+    """Kafka's kafka-delete-logs: first after log.initial.task.delay.ms, then at the next
+    retired dir's due time (not at a later retention check)."""
+    clock = Clock()
+    fio = MemoryFileIO()
+    lm = LogManager(["/b1"], LogConfig(file_delete_delay_ms=60_000), fio)
+    lm.get_or_create_log("t", 0).append_as_leader(build_values([b"v"]), 0, clock.now)
+    schedule_log_tasks(lm, clock, clock, LogTaskIntervals())
+    clock.advance(45_000)  # the task ran once (at 30 s), with nothing to remove
+    lm.delete_log("t", 0, clock.now)
+    (retired,) = [n for n in fio.listdir("/b1") if n.endswith("-delete")]
+    clock.advance(59_999)
+    assert retired in fio.listdir("/b1")
+    clock.advance(1)  # 60 s after the deletion
+    assert retired not in fio.listdir("/b1")

@@ -141,7 +141,8 @@ def test_the_periodic_tasks_are_scheduled_once_with_kafkas_names() -> None:
     # The log manager's too (the flusher only with a finite log.flush.scheduler.interval.ms).
     assert sorted(t.name for t in b.clock.tasks) == [
         "PeriodicProducerExpirationCheck", "highwatermark-checkpoint", "isr-change-propagation",
-        "isr-expiration", "kafka-log-retention", "kafka-recovery-point-checkpoint"]
+        "isr-expiration", "kafka-delete-logs", "kafka-log-retention",
+        "kafka-recovery-point-checkpoint"]
     b.rm.shutdown()
     assert all(t.cancelled for t in b.clock.tasks)
 

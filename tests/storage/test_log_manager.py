@@ -118,17 +118,53 @@ def test_a_failing_partition_is_skipped_and_a_failing_dir_goes_offline() -> None
     assert third.get_or_create_log("new", 0, is_new=True).dir == "/disk1/new-0"
 
 
-def test_delete_log_removes_its_dir_and_checkpoint_entries() -> None:
+def test_delete_log_retires_its_dir_then_removes_it_after_the_delay() -> None:
+    """Kafka's asyncDelete: the dir is renamed `<tp>.<uuid>-delete` at once (durably) and its
+    checkpoint entries go; its files go file.delete.delay.ms later (deleteLogs)."""
     fio = MemoryFileIO()
-    m = LogManager(["/d"], LogConfig(), fio)
+    m = LogManager(["/d"], LogConfig(file_delete_delay_ms=60_000), fio)
     m.get_or_create_log("t", 0).append_as_leader(batch(), 0, 0)
     m.get_or_create_log("t", 1)
     m.checkpoint_logs()
-    assert m.delete_log("t", 0)
-    assert not m.delete_log("t", 0)
+    assert m.delete_log("t", 0, now_ms=1000)
+    assert not m.delete_log("t", 0, now_ms=1000)
+    (retired,) = [n for n in fio.listdir("/d") if n.startswith("t-0")]
+    assert retired.startswith("t-0.") and retired.endswith("-delete")
+    assert "00000000000000000000.log" in fio.listdir(f"/d/{retired}")
+    assert OffsetCheckpointFile(fio, "/d/recovery-point-offset-checkpoint").read() == {("t", 1): 0}
+    fio.crash()  # the rename was made durable: a power loss does not bring t-0 back
+    assert "t-0" not in fio.listdir("/d") and retired in fio.listdir("/d")
+    assert m.next_delete_delay_ms(1000) == 60_000
+    assert m.delete_logs(60_999) == 0 and retired in fio.listdir("/d")
+    assert m.delete_logs(61_000) == 1
     assert fio.listdir("/d") == ["log-start-offset-checkpoint", "recovery-point-offset-checkpoint",
                                  "t-1"]
-    assert OffsetCheckpointFile(fio, "/d/recovery-point-offset-checkpoint").read() == {("t", 1): 0}
+    assert m.next_delete_delay_ms(61_000) == 60_000  # none waits
+
+
+def test_a_partition_deleted_and_created_again_gets_a_new_dir_beside_the_retired_one() -> None:
+    fio = MemoryFileIO()
+    m = LogManager(["/d"], LogConfig(), fio)
+    m.get_or_create_log("t", 0).append_as_leader(batch(), 0, 0)
+    m.delete_log("t", 0)
+    again = m.get_or_create_log("t", 0)
+    assert again.dir == "/d/t-0" and again.log_end_offset == 0
+    again.append_as_leader(batch(), 0, 0)
+    assert m.delete_logs(m.config.file_delete_delay_ms) == 1  # the retired one, not the new
+    assert [n for n in fio.listdir("/d") if n.startswith("t-0")] == ["t-0"]
+    assert m.get_log("t", 0).read(0, 1 << 20).records
+
+
+def test_a_restart_removes_the_retired_dirs_of_deleted_partitions() -> None:
+    fio = MemoryFileIO()
+    m = LogManager(["/d"], LogConfig(), fio)
+    m.get_or_create_log("t", 0).append_as_leader(batch(), 0, 0)
+    m.delete_log("t", 0)
+    m.shutdown()  # before file.delete.delay.ms passed
+    assert any(n.endswith("-delete") for n in fio.listdir("/d"))
+    restarted = LogManager(["/d"], LogConfig(), fio)
+    assert not any(n.endswith("-delete") for n in fio.listdir("/d"))
+    assert restarted.get_log("t", 0) is None and restarted.skipped == []
 
 
 def test_cleanup_and_flush_tasks_run_over_every_log() -> None:

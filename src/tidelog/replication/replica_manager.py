@@ -339,7 +339,7 @@ class ReplicaManager:
             if delete:
                 self.partitions.pop(tp, None)
                 try:
-                    self.log_manager.delete_log(tp.topic, tp.partition)
+                    self.log_manager.delete_log(tp.topic, tp.partition, now_ms)
                 except StorageError as e:
                     errors[tp] = _error_of(e)
             self._dirty[tp] = None

@@ -36,15 +36,44 @@ class LogTaskIntervals:
     log_initial_task_delay_ms: int = 30_000
 
 
+class _DeleteLogsTask:
+    """Kafka's `kafka-delete-logs`: removes the retired log dirs (deleted partitions, moved
+    replicas' old dirs) once file.delete.delay.ms has passed. It first runs after
+    log.initial.task.delay.ms, then reschedules itself for when the next retired dir is due
+    (file.delete.delay.ms later when none waits), so a dir goes at its due time."""
+
+    def __init__(self, log_manager: Any, scheduler: Scheduler, time: Time, delay_ms: int) -> None:
+        self._log_manager = log_manager
+        self._scheduler = scheduler
+        self._time = time
+        self._cancelled = False
+        self._task = scheduler.schedule("kafka-delete-logs", self._run, delay_ms)
+
+    def _run(self) -> None:
+        now = self._time.milliseconds()
+        try:
+            self._log_manager.delete_logs(now)
+        except (StorageError, OSError) as e:
+            logger.error("kafka-delete-logs failed: %s", e)
+        if not self._cancelled:
+            self._task = self._scheduler.schedule(
+                "kafka-delete-logs", self._run, self._log_manager.next_delete_delay_ms(now))
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        self._task.cancel()
+
+
 def schedule_log_tasks(
     log_manager: Any, scheduler: Scheduler, time: Time, intervals: LogTaskIntervals,
     on_log_start_moved: Callable[[TopicPartition], None] | None = None,
 ) -> list[ScheduledTask]:
     """Schedule retention, the recovery-point (and log-start-offset) checkpoint, producer-id
-    expiration and, when its interval is finite, the flusher. As in Kafka 3.9, the log manager's
-    tasks first run after log.initial.task.delay.ms (so a broker deletes expired segments 30 s
-    after start, not one retention period later); producer-id expiration, which Kafka schedules
-    per log (`UnifiedLog`), first runs one period in. `on_log_start_moved` hears of every
+    expiration, the removal of retired log dirs and, when its interval is finite, the flusher.
+    As in Kafka 3.9, the log manager's tasks first run after log.initial.task.delay.ms (so a
+    broker deletes expired segments 30 s after start, not one retention period later);
+    producer-id expiration, which Kafka schedules per log (`UnifiedLog`), first runs one period
+    in. `on_log_start_moved` hears of every
     partition whose log start offset retention moved: fetch sessions read only changed
     partitions, so without it a follower or consumer would learn the new log start only at
     the partition's next append."""
@@ -74,6 +103,7 @@ def schedule_log_tasks(
              lambda: log_manager.remove_expired_producers(time.milliseconds()),
              i.producer_id_expiration_check_interval_ms,
              i.producer_id_expiration_check_interval_ms),
+        _DeleteLogsTask(log_manager, scheduler, time, i.log_initial_task_delay_ms),
     ]
     if i.log_flush_scheduler_interval_ms < 2**62:
         tasks.append(task("kafka-log-flusher",

@@ -12,9 +12,12 @@ current log; `replace_current_with_future_log` then swaps them: the current dir 
 durable before the next). A crash leaves either both logs (the future is kept and the copy
 resumes once the partition is hosted, as Kafka's ZooKeeper-mode broker) or, between the two
 renames, a future log with no current one anywhere: that future was complete (the swap starts
-only at equal log end offsets, after a flush), so the load finishes the swap. The retired
-`-delete` dir goes file.delete.delay.ms later (`delete_logs`, at a retention check), or at the
-next start.
+only at equal log end offsets, after a flush), so the load finishes the swap.
+
+A deleted partition's log (StopReplica with delete) is retired the same way: its dir renamed
+`<topic>-<partition>.<uuid>-delete` at once (Kafka's asyncDelete). A retired dir goes
+file.delete.delay.ms later (`delete_logs`, the shell's `kafka-delete-logs` task), or at the next
+start.
 """
 
 from __future__ import annotations
@@ -488,7 +491,12 @@ class LogManager:
             self.future_logs.pop(tp).close_handlers()
         return gone
 
-    def delete_log(self, topic: str, partition: int) -> bool:
+    def delete_log(self, topic: str, partition: int, now_ms: int = 0) -> bool:
+        """Kafka's asyncDelete: the log's files are closed (nothing more is written), its dir
+        renamed `<topic>-<partition>.<uuid>-delete` (made durable) and its dir's checkpoints
+        written without it; the dir's files go file.delete.delay.ms later (`delete_logs`), or
+        at the next start. The partition's name is free at once: a topic created again gets a
+        new dir beside the retired one."""
         tp = (topic, partition)
         # The future first: a future log without a current one counts as a finished move.
         self.remove_future_log(topic, partition)
@@ -496,11 +504,14 @@ class LogManager:
         if log is None:
             return False
         log_dir = self.log_dir_of.pop(tp)
-        log.delete()
+        log.close_handlers()
+        doomed = os.path.join(log_dir, _dir_name_with_suffix(topic, partition, DELETE_DIR_SUFFIX))
         try:
+            self.file_io.rename(log.dir, doomed)
             self.file_io.fsync_dir(log_dir)
         except OSError as exc:
             raise self._io_error(log_dir, f"cannot delete log {topic}-{partition}: {exc}") from exc
+        self.logs_to_be_deleted.append((now_ms + self.config.file_delete_delay_ms, doomed))
         self.checkpoint_logs([log_dir])
         return True
 
@@ -509,9 +520,8 @@ class LogManager:
         """Retention for every log; returns the partitions whose log start offset moved (their
         fetch sessions must answer it). The files of segments deleted earlier go here too once
         their file.delete.delay.ms has passed (so at the first retention check after it:
-        log.retention.check.interval.ms bounds the extra wait), and so do the retired dirs of
-        moved replicas (`delete_logs`)."""
-        self.delete_logs(now_ms)
+        log.retention.check.interval.ms bounds the extra wait). Retired dirs are
+        `delete_logs`'s."""
         moved: list[TopicPartition] = []
         for tp, log in list(self.logs.items()):
             start = log.log_start_offset
@@ -522,14 +532,22 @@ class LogManager:
         return moved
 
     def delete_logs(self, now_ms: int) -> int:
-        """Kafka's deleteLogs: remove the retired dirs whose file.delete.delay.ms has passed
-        (those in an offline dir stay, for the next start to remove); returns how many went."""
+        """Kafka's deleteLogs: remove the retired dirs (deleted partitions, moved replicas'
+        old dirs) whose file.delete.delay.ms has passed (those in an offline dir stay, for the
+        next start to remove); returns how many went."""
         due = [(t, p) for t, p in self.logs_to_be_deleted
                if t <= now_ms and os.path.dirname(p) not in self.offline_dirs]
         for entry in due:
             self.logs_to_be_deleted.remove(entry)
             self._remove_tree(entry[1])
         return len(due)
+
+    def next_delete_delay_ms(self, now_ms: int) -> int:
+        """When `delete_logs` has work next (Kafka's nextDeleteDelayMs): the earliest retired
+        dir's due time, file.delete.delay.ms from now when none waits (in an online dir)."""
+        due = [t for t, p in self.logs_to_be_deleted
+               if os.path.dirname(p) not in self.offline_dirs]
+        return max(0, min(due) - now_ms) if due else self.config.file_delete_delay_ms
 
     def remove_expired_producers(self, now_ms: int) -> int:
         """Every log's producers idle for producer.id.expiration.ms (Kafka runs this per log
