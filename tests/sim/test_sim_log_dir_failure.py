@@ -133,3 +133,47 @@ def test_random_runs_with_disk_faults_keep_the_invariants() -> None:
             if kind in events:
                 events[kind] += 1
     assert events["log_dir_event"] > 0 and events["halt"] > 0, events
+
+
+def test_a_replica_moves_to_another_log_dir_while_produced_to_and_survives_a_power_loss() -> None:
+    c = booted(partitions=2, log_dirs_per_broker=2, os_flush_ms=10**9)
+    t0 = c.tps[0]
+    acked = c.add_producer(t0, -1)
+    produce_for(c, 500)
+    node = c.nodes[0]  # t-0's leader
+    source = node.log_manager.log_dir_of[t0]
+    dest = next(d for d in node.log_dirs if d != source)
+    moves = node.rm.alter_log_dirs_manager
+    assert moves.alter_replica_log_dirs({t0: dest}, lambda _tp: True) == {t0: 0}
+    produce_for(c, 300)
+    assert moves.swaps == 1 and node.log_manager.log_dir_of[t0] == dest
+    # The current log's dir was renamed for deletion at the swap, the future one took its name.
+    assert [n for n in node.file_io.listdir(source) if n.startswith("t-0")][0].endswith("-delete")
+    assert "t-0" in node.file_io.listdir(dest)
+    node.stop("lossy")  # the page cache is never written back here: only the move's fsyncs
+    c.run_for(3 * c.config.session_timeout_ms)
+    node.start()
+    assert c.settle(30_000)
+    assert node.log_manager.log_dir_of[t0] == dest and len(acked.acked) > 30
+    assert c.final_checks() == [] and c.checker.violations == []
+
+
+def test_a_power_loss_before_a_new_partitions_first_flush_loses_its_dir_and_it_is_recreated() -> None:
+    c = booted(os_flush_ms=10**9, hw_checkpoint_ms=10**9)
+    t0 = c.tps[0]
+    c.zk.set_topic_assignment("t", {0: [0, 1, 2], 1: [0, 1, 2]})  # CreatePartitions
+    c.run_for(300)
+    c.sync_topic()
+    t1 = c.tps[1]
+    node = c.nodes[2]
+    assert node.log(t1) is not None and "t-1" in node.file_io.listdir(node.log_dirs[0])
+    node.stop("lossy")
+    # Created without an fsync and never flushed: the partition's dir is gone with the power.
+    assert "t-1" not in node.file_io.listdir(node.log_dirs[0])
+    for tp in (t0, t1):
+        c.add_producer(tp, -1)
+    produce_for(c, 500)
+    node.start()  # its LeaderAndIsr (not new) creates the log again; the follower catches up
+    assert c.settle(30_000)
+    assert node.log_end_offset(t1) == c.nodes[0].log_end_offset(t1) > 0
+    assert c.final_checks() == [] and c.checker.violations == []

@@ -25,6 +25,9 @@
 - `add_partitions`: CreatePartitions (one more partition in the topic znode, at most
   `max_added_partitions` per run; refused while a move is in progress, as Kafka does);
 - `elect`: ElectLeaders, preferred; unclean only where the run enables unclean election.
+- `alter_log_dirs`: AlterReplicaLogDirs of a replica to another log dir of its broker (runs
+  with several dirs per broker): the shell copies it into a future log and swaps it in by
+  renames; one move in three is followed by a crash of that broker 1-20 ms later.
 
 Limits keep a run inside the precondition of NoAckedLoss ("one ISR member's disk stays
 intact"): at most `max_down` brokers — less what a move shrank a partition's original or target
@@ -50,12 +53,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from tidelog.sim.cluster import SimCluster
 
 ALL_FAULTS = ("drop", "duplicate", "reorder", "delay", "partition", "crash", "pause", "slow",
-              "burst", "controller", "disk", "reassign", "add_partitions", "elect")
+              "burst", "controller", "disk", "reassign", "add_partitions", "elect",
+              "alter_log_dirs")
 # Every fault kind is in the default random runs (`disk` was left out while the replication core
 # mishandled a storage error inside make_leader; fixed in commit 0c9b301).
 DEFAULT_FAULTS = ALL_FAULTS
 # Process faults move leadership and the ISR, where the bugs live: draw them more often.
-WEIGHTS = {"crash": 3, "pause": 2, "partition": 2}
+WEIGHTS = {"crash": 3, "pause": 2, "partition": 2, "alter_log_dirs": 2}
 
 
 @dataclass(slots=True)
@@ -75,7 +79,9 @@ class FaultInjector:
                  rng: random.Random | None = None, mean_interval_ms: int = 500,
                  max_down: int | None = None) -> None:
         self.cluster = cluster
-        self.kinds = tuple(k for k in ALL_FAULTS if k in set(kinds))
+        # A move between log dirs needs two of them: not drawn in runs with one.
+        self.kinds = tuple(k for k in ALL_FAULTS if k in set(kinds) and (
+            k != "alter_log_dirs" or cluster.config.log_dirs_per_broker > 1))
         unknown = set(kinds) - set(ALL_FAULTS)
         if unknown:
             raise ValueError(f"unknown fault kind(s): {', '.join(sorted(unknown))}; "
@@ -408,6 +414,33 @@ class FaultInjector:
         result = ctl.elect_leaders(tps, ELECTION_UNCLEAN if unclean else ELECTION_PREFERRED)
         self._note("elect", "unclean" if unclean else "preferred",
                    tuple(sorted((str(tp), r[0], r[2]) for tp, r in (result or {}).items())))
+
+    def _alter_log_dirs(self) -> None:
+        c = self.cluster
+        picks = []
+        for n in c.nodes:
+            if not n.running or n.paused or n.rm is None or n.broker_id in self._stopping:
+                continue
+            lm, moving = n.log_manager, n.rm.alter_log_dirs_manager.moving
+            live = [d for d in lm.live_log_dirs if d not in n.failed_dirs]
+            for tp in sorted(n.rm.core.partitions):
+                current = lm.log_dir_of.get(tp)
+                others = [d for d in live if d != current]
+                if current is not None and others and tp not in moving:
+                    picks.append((n, tp, others))
+        if not picks:
+            return
+        node, tp, others = self.rng.choice(picks)
+        dest = self.rng.choice(others)
+        assert node.rm is not None
+        # Kafka's ReplicaManager.alterReplicaLogDirs, the shell's (the partition is known).
+        result = node.rm.alter_log_dirs_manager.alter_replica_log_dirs({tp: dest},
+                                                                       lambda _tp: True)
+        code = int(result[tp])
+        self._note("alter_log_dirs", ("broker", node.broker_id), str(tp), ("dir", dest),
+                   ("error", code))
+        if code == 0 and self.rng.random() < 1 / 3:
+            self._later(1, 20, self.crash_aimed, node.broker_id, "alter_log_dirs")
 
     def _burst(self) -> None:
         producers = [p for p in self.cluster.producers]

@@ -4,7 +4,8 @@
 a consumer per partition while the seed's faults play, for `steps` scheduler events; then it
 heals everything, lets the cluster settle and runs the end-of-run checks. One seed in
 `TXN_SEED_EVERY` also runs transactions (sim/txn_workload.py): two transactional ids, a
-read_committed consumer per partition, restarted producer instances fencing their zombies. The invariants are
+read_committed consumer per partition, restarted producer instances fencing their zombies. One
+in `JBOD_SEED_EVERY` gives each broker two log dirs. The invariants are
 checked after every event throughout. Same seed, same run: `RunSummary.trace_digest` is the hash
 of the whole trace.
 """
@@ -146,6 +147,15 @@ def build_cluster(seed: int, *, brokers: int = 3, partitions: int = 1,
 TXN_SEED_EVERY = 4
 
 
+# Seeds with seed % JBOD_SEED_EVERY == 1 run with two log dirs per broker (when no configuration
+# is given): a failed dir takes only its replicas offline, and replicas move between dirs.
+JBOD_SEED_EVERY = 3
+
+
+def runs_jbod(seed: int, config: SimConfig | None) -> bool:
+    return config is None and seed % JBOD_SEED_EVERY == 1
+
+
 def runs_transactions(seed: int, config: SimConfig | None) -> bool:
     """The default share of seeds with transactions; never under unclean election, which may
     lose acknowledged `__transaction_state` records by design."""
@@ -162,6 +172,8 @@ def run_seed(seed: int, steps: int = 2000, *, brokers: int = 3, partitions: int 
     t0 = time.perf_counter()
     if transactions is None:
         transactions = runs_transactions(seed, config)
+    if runs_jbod(seed, config):
+        config = SimConfig(log_dirs_per_broker=2)
     if transactions:
         config = replace(config or SimConfig(), transactions=True)
     if full_trace:
