@@ -295,19 +295,28 @@ class SimZooKeeper(KafkaZkReads):
         return {(tp[0], tp[1]): self.update_leader_and_isr(tp, state, expected)
                 for tp, state, expected in updates}
 
-    def propagate_isr_changes(self, partitions: Iterable[TopicPartitionT], *,
-                              session_id: int = 0) -> str:
-        prefix = f"{zk_data.ISR_CHANGE_NOTIFICATION_PATH}/{zk_data.ISR_CHANGE_PREFIX}"
-        code, path = self.create(prefix, zk_data.encode_isr_change_notification(partitions),
-                                 session_id=session_id, sequential=True)
+    def _notify(self, prefix_path: str, data: bytes, session_id: int) -> str:
+        """A sequential notification znode (`prefix_path` + sequence number); its name."""
+        code, path = self.create(prefix_path, data, session_id=session_id, sequential=True)
         if code is not ZkCode.OK:
             raise ZkClientError(f"{path}: {code.value}")
         return path.rsplit("/", 1)[-1]
 
+    def _notifications(self, parent: str, prefix: str,
+                       sequence_number: Callable[[str], str]) -> list[str]:
+        """The sequence numbers of the notifications under `parent`, oldest first."""
+        return sorted(sequence_number(c) for c in self.get_children(parent)
+                      if c.startswith(prefix))
+
+    def propagate_isr_changes(self, partitions: Iterable[TopicPartitionT], *,
+                              session_id: int = 0) -> str:
+        return self._notify(
+            f"{zk_data.ISR_CHANGE_NOTIFICATION_PATH}/{zk_data.ISR_CHANGE_PREFIX}",
+            zk_data.encode_isr_change_notification(partitions), session_id)
+
     def get_all_isr_change_notifications(self) -> list[str]:
-        return sorted(zk_data.isr_change_sequence_number(c)
-                      for c in self.get_children(zk_data.ISR_CHANGE_NOTIFICATION_PATH)
-                      if c.startswith(zk_data.ISR_CHANGE_PREFIX))
+        return self._notifications(zk_data.ISR_CHANGE_NOTIFICATION_PATH,
+                                   zk_data.ISR_CHANGE_PREFIX, zk_data.isr_change_sequence_number)
 
     def delete_isr_change_notifications(
         self,
@@ -323,17 +332,13 @@ class SimZooKeeper(KafkaZkReads):
     def propagate_log_dir_event(self, broker_id: int, *, session_id: int = 0) -> str:
         """A broker's log dir failed (Kafka's propagateLogDirEvent): a sequential
         /log_dir_event_notification/log_dir_event_<seq> naming it; returns its name."""
-        code, path = self.create(zk_data.log_dir_event_path(""),
-                                 zk_data.encode_log_dir_event_notification(broker_id),
-                                 session_id=session_id, sequential=True)
-        if code is not ZkCode.OK:
-            raise ZkClientError(f"{path}: {code.value}")
-        return path.rsplit("/", 1)[-1]
+        return self._notify(zk_data.log_dir_event_path(""),
+                            zk_data.encode_log_dir_event_notification(broker_id), session_id)
 
     def get_all_log_dir_event_notifications(self) -> list[str]:
-        return sorted(zk_data.log_dir_event_sequence_number(c)
-                      for c in self.get_children(zk_data.LOG_DIR_EVENT_NOTIFICATION_PATH)
-                      if c.startswith(zk_data.LOG_DIR_EVENT_PREFIX))
+        return self._notifications(zk_data.LOG_DIR_EVENT_NOTIFICATION_PATH,
+                                   zk_data.LOG_DIR_EVENT_PREFIX,
+                                   zk_data.log_dir_event_sequence_number)
 
     def delete_log_dir_event_notifications(self, sequence_numbers: Iterable[str],
                                            expected_epoch_zk_version: int | None = None) -> None:
