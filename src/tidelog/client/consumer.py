@@ -1,11 +1,18 @@
 """An assign-based consumer: the caller chooses partitions and offsets (no group yet).
 
-``poll`` fetches every assigned partition from its leader (one Fetch per leader, concurrently),
+``poll`` fetches every assigned partition from its leader (one Fetch per broker, concurrently),
 decodes the record batches, and returns records in offset order per partition. Positions that
 need a reset (``seek_to_beginning``/``seek_to_end``, no offset given, or OFFSET_OUT_OF_RANGE
 under ``auto.offset.reset``) are resolved with ListOffsets first. Leader changes
 (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, broken connections) refresh the metadata and the
 next fetch goes to the new leader.
+
+Fetching from the closest replica (KIP-392), as Kafka's Java consumer: the consumer sends its
+``client_rack`` (``client.rack``) with each Fetch; a leader whose ``replica.selector.class``
+names a follower answers with ``preferred_read_replica``, and the consumer fetches that partition
+from the follower until ``metadata.max.age.ms`` passes, the follower leaves the metadata, or a
+fetch from it fails (any partition error, OFFSET_OUT_OF_RANGE included, or a lost connection):
+then from the leader again, which may name the follower again.
 
 Fetch sessions (KIP-227), as Kafka's Java consumer: one session per leader
 (``FetchSessionHandler``, shared with the replica fetchers). The first fetch to a leader is full
@@ -39,7 +46,7 @@ from tidelog.client.errors import (
     KafkaConnectionError,
     RequestTimedOutError,
 )
-from tidelog.client.metadata import TopicPartition
+from tidelog.client.metadata import PartitionMetadata, TopicPartition
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.records import CorruptRecordError, decode_records, iter_batches
 from tidelog.replication.errors import Errors
@@ -104,6 +111,7 @@ class Consumer:
         fetch_max_bytes: int = 52428800,
         max_partition_fetch_bytes: int = 1048576,
         check_crcs: bool = True,
+        client_rack: str = "",
     ) -> None:
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ValueError(
@@ -116,14 +124,17 @@ class Consumer:
         self.fetch_max_bytes = fetch_max_bytes
         self.max_partition_fetch_bytes = max_partition_fetch_bytes
         self.check_crcs = check_crcs
+        self.client_rack = client_rack
         # next offset to return per partition; None: to be reset, with the wanted timestamp
         self._position: dict[TopicPartition, int] = {}
         self._reset: dict[TopicPartition, int] = {}
         self._buffer: dict[TopicPartition, deque[ConsumerRecord]] = {}
         self._high_watermark: dict[TopicPartition, int] = {}
         self._closed = False
-        # KIP-227: the fetch session with each leader (broker id -> its handler)
+        # KIP-227: the fetch session with each broker fetched from (broker id -> its handler)
         self._sessions: dict[int, FetchSessionHandler] = {}
+        # KIP-392: the replica a leader named for a partition, until a monotonic time
+        self._preferred: dict[TopicPartition, tuple[int, float]] = {}
 
     # -- assignment and positions ---------------------------------------------------------
 
@@ -137,6 +148,7 @@ class Consumer:
         self._reset.clear()
         self._buffer.clear()
         self._high_watermark.clear()
+        self._preferred.clear()
         for entry in partitions:
             if isinstance(entry, TopicPartition):
                 tp, offset = entry, None
@@ -241,8 +253,21 @@ class Consumer:
             elif not _retriable(result.error):
                 raise BrokerResponseError(result.error, f"ListOffsets for {tp}")
 
+    def _read_replica(self, tp: TopicPartition, part: PartitionMetadata) -> int:
+        """Kafka's selectReadReplica: the preferred read replica while it has not expired and
+        the metadata lists it online, else the leader."""
+        preferred = self._preferred.get(tp)
+        if preferred is None:
+            return part.leader
+        replica, until = preferred
+        if (time.monotonic() < until and replica in self.client.metadata.brokers
+                and replica not in part.offline_replicas):
+            return replica
+        del self._preferred[tp]
+        return part.leader
+
     async def _fetch_once(self, max_wait_ms: int) -> None:
-        by_leader: dict[int, dict[TopicPartition, FetchPartition]] = {}
+        by_node: dict[int, dict[TopicPartition, FetchPartition]] = {}
         missing: list[str] = []
         for tp, offset in self._position.items():
             if self._buffer.get(tp):
@@ -251,43 +276,45 @@ class Consumer:
             if part is None or part.leader < 0:
                 missing.append(tp.topic)
                 continue
-            by_leader.setdefault(part.leader, {})[tp] = FetchPartition(
+            by_node.setdefault(self._read_replica(tp, part), {})[tp] = FetchPartition(
                 offset, part.leader_epoch, -1, self.max_partition_fetch_bytes)
         if self.client.metadata_stale:
             missing += [tp.topic for tp in self._position]
         if missing:
             await self._refresh(missing)
-            if not by_leader:
+            if not by_node:
                 return
-        if not by_leader:
+        if not by_node:
             return
-        leaders = list(by_leader)
+        nodes = list(by_node)
         answers = await asyncio.gather(
-            *(self._fetch_from(leader, by_leader[leader], max_wait_ms) for leader in leaders),
+            *(self._fetch_from(node, by_node[node], max_wait_ms) for node in nodes),
             return_exceptions=True,
         )
         stale: set[str] = set()
-        for leader, answer in zip(leaders, answers, strict=True):
+        for node, answer in zip(nodes, answers, strict=True):
             if isinstance(answer, (KafkaConnectionError, RequestTimedOutError)):
-                stale.update(tp.topic for tp in by_leader[leader])
+                stale.update(tp.topic for tp in by_node[node])
+                for tp in by_node[node]:
+                    self._preferred.pop(tp, None)
                 continue
             if isinstance(answer, BaseException):
                 raise answer
             for tp, result in answer.items():
-                if tp in by_leader[leader]:
-                    self._handle(tp, by_leader[leader][tp].fetch_offset, result, stale)
+                if tp in by_node[node]:
+                    self._handle(tp, by_node[node][tp].fetch_offset, result, stale)
         if stale:
             await self._refresh(sorted(stale))
 
-    async def _fetch_from(self, leader: int, wanted: dict[TopicPartition, FetchPartition],
+    async def _fetch_from(self, node: int, wanted: dict[TopicPartition, FetchPartition],
                           max_wait_ms: int) -> dict[TopicPartition, FetchResult]:
-        """One fetch in the leader's session; the partitions answered (none when the session
-        failed: the next fetch is then a full one)."""
-        session = self._sessions.setdefault(leader, FetchSessionHandler())
+        """One fetch in the session with ``node``; the partitions answered (none when the
+        session failed: the next fetch is then a full one)."""
+        session = self._sessions.setdefault(node, FetchSessionHandler())
         session_id, epoch, to_send, to_forget = session.build(wanted)
         try:
             error, response_session_id, results = await self.client.fetch_from(
-                leader,
+                node,
                 {tp: (p.fetch_offset, p.current_leader_epoch, -1) for tp, p in to_send.items()},
                 session_id=session_id,
                 session_epoch=epoch,
@@ -296,6 +323,7 @@ class Consumer:
                 partition_max_bytes=self.max_partition_fetch_bytes,
                 max_wait_ms=max_wait_ms,
                 min_bytes=self.fetch_min_bytes,
+                rack_id=self.client_rack,
             )
         except BaseException:
             session.handle_error()  # the request may or may not have moved the session on
@@ -314,8 +342,15 @@ class Consumer:
         if self._position.get(tp) != fetch_offset:
             return  # sought or reassigned while the fetch was out
         code = result.error
+        if code != ErrorCode.NONE:
+            # A failed fetch from a preferred read replica goes back to the leader.
+            if self._preferred.pop(tp, None) is not None and code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                return  # the follower may only lag: the leader decides
         if code == ErrorCode.NONE:
             self._high_watermark[tp] = result.high_watermark
+            if result.preferred_read_replica >= 0:
+                self._preferred[tp] = (result.preferred_read_replica, time.monotonic()
+                                       + self.client.metadata_max_age_ms / 1000)
             self._append(tp, fetch_offset, result.records)
         elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
             if self.auto_offset_reset == "none":
