@@ -69,15 +69,6 @@ class NearbyScript:
 
         return answer
 
-    async def __aenter__(self) -> NearbyScript:
-        for broker in self.nodes.values():
-            await broker.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        for broker in self.nodes.values():
-            await broker.close()
-
 
 async def poll_until(consumer: Consumer, count: int, timeout_s: float = 10) -> list[bytes]:
     values: list[bytes] = []
@@ -89,8 +80,8 @@ async def poll_until(consumer: Consumer, count: int, timeout_s: float = 10) -> l
 
 def run(script: NearbyScript, body: Any, **client: Any) -> None:
     async def main() -> None:
-        async with script, KafkaClient(script.nodes[LEADER].address, retry_backoff_ms=5,
-                                       **client) as kafka:
+        async with script.nodes[LEADER], script.nodes[FOLLOWER], \
+                KafkaClient(script.nodes[LEADER].address, retry_backoff_ms=5, **client) as kafka:
             await body(kafka)
 
     asyncio.run(main())
