@@ -10,6 +10,7 @@ import asyncio
 import random
 import struct
 import time
+from typing import Any
 
 import pytest
 from kafka_peer import CLOSE, NO_ANSWER, ScriptedBroker
@@ -22,6 +23,7 @@ from tidelog.client.errors import (
 )
 from tidelog.cluster.zookeeper import pick_free_port
 from tidelog.protocol.api_keys import ApiKey, api_spec
+from tidelog.protocol.headers import RequestHeader
 from tidelog.protocol.messages.metadata import (
     MetadataRequest,
     MetadataRequestTopic,
@@ -37,13 +39,21 @@ from tidelog.protocol.messages.produce import (
 from tidelog.protocol.records import build_values
 
 
-def echo_metadata(header, request):  # type: ignore[no-untyped-def]
+def echo_metadata(header: RequestHeader, request: Any) -> MetadataResponse | None:
     """Answer Metadata with the topic names asked for, so answers can be matched to asks."""
     if header.request_api_key == ApiKey.METADATA:
         return MetadataResponse(
             topics=[MetadataResponseTopic(name=t.name) for t in request.topics or []]
         )
     return None
+
+
+async def slow_metadata(header: RequestHeader, request: Any) -> Any:
+    """`echo_metadata`, but a Metadata request for the topic "slow" is answered only after
+    0.3 s (after the client gave up on it)."""
+    if header.request_api_key == ApiKey.METADATA and request.topics[0].name == "slow":
+        await asyncio.sleep(0.3)
+    return echo_metadata(header, request)
 
 
 def ask(name: str) -> MetadataRequest:
@@ -93,7 +103,7 @@ def test_apiversions_falls_back_when_the_broker_knows_only_older_versions() -> N
 
 
 def test_pipelined_requests_get_their_own_answers_even_out_of_order() -> None:
-    async def slow_echo(header, request):  # type: ignore[no-untyped-def]
+    async def slow_echo(header: RequestHeader, request: Any) -> Any:
         if header.request_api_key == ApiKey.METADATA:
             await asyncio.sleep(random.uniform(0, 0.02))
         return echo_metadata(header, request)
@@ -136,13 +146,8 @@ def test_answers_of_megabytes_pipelined_with_small_ones_arrive_whole() -> None:
 
 
 def test_a_timed_out_request_fails_alone_and_its_late_answer_is_dropped() -> None:
-    async def handler(header, request):  # type: ignore[no-untyped-def]
-        if header.request_api_key == ApiKey.METADATA and request.topics[0].name == "slow":
-            await asyncio.sleep(0.3)  # answers, but only after the client gave up
-        return echo_metadata(header, request)
-
     async def main() -> None:
-        async with ScriptedBroker(handler) as broker:
+        async with ScriptedBroker(slow_metadata) as broker:
             conn = BrokerConnection("127.0.0.1", broker.port, request_timeout_ms=100)
             await conn.connect()
             slow = asyncio.ensure_future(conn.send(ask("slow")))
@@ -161,7 +166,7 @@ def test_a_timed_out_request_fails_alone_and_its_late_answer_is_dropped() -> Non
 
 
 def test_server_closing_mid_request_fails_every_request_in_flight() -> None:
-    async def handler(header, request):  # type: ignore[no-untyped-def]
+    async def handler(header: RequestHeader, request: Any) -> Any:
         if header.request_api_key == ApiKey.METADATA:
             if request.topics[0].name == "boom":
                 await asyncio.sleep(0.05)
@@ -252,7 +257,7 @@ def test_a_server_that_never_answers_apiversions_times_out_the_connect() -> None
 
 
 def test_garbage_frames_close_the_connection() -> None:
-    def handler(header, request):  # type: ignore[no-untyped-def]
+    def handler(header: RequestHeader, request: Any) -> Any:
         if header.request_api_key == ApiKey.METADATA:
             # a size prefix far above the frame limit (an HTTP server would send "HTTP")
             return struct.pack(">i", 2**31 - 1) + b"x" * 10
@@ -270,7 +275,7 @@ def test_garbage_frames_close_the_connection() -> None:
 
 
 def test_an_answer_to_an_unknown_correlation_id_closes_the_connection() -> None:
-    def handler(header, request):  # type: ignore[no-untyped-def]
+    def handler(header: RequestHeader, request: Any) -> Any:
         if header.request_api_key == ApiKey.METADATA:
             body = struct.pack(">i", header.correlation_id + 1000) + b"\x00" * 16
             return struct.pack(">i", len(body)) + body
@@ -288,7 +293,7 @@ def test_an_answer_to_an_unknown_correlation_id_closes_the_connection() -> None:
 
 
 def test_a_malformed_body_fails_that_request_only() -> None:
-    def handler(header, request):  # type: ignore[no-untyped-def]
+    def handler(header: RequestHeader, request: Any) -> Any:
         if header.request_api_key == ApiKey.METADATA and request.topics[0].name == "bad":
             body = struct.pack(">i", header.correlation_id) + b"\x01"  # truncated body
             return struct.pack(">i", len(body)) + body
@@ -329,7 +334,7 @@ def test_tansu_negotiation_and_pipelined_metadata(tansu: str) -> None:
 
 
 def test_a_cancelled_request_leaves_the_connection_usable() -> None:
-    async def handler(header, request):  # type: ignore[no-untyped-def]
+    async def handler(header: RequestHeader, request: Any) -> Any:
         if header.request_api_key == ApiKey.METADATA and request.topics[0].name == "slow":
             await asyncio.sleep(0.1)
         return echo_metadata(header, request)
@@ -353,7 +358,7 @@ def test_a_cancelled_request_leaves_the_connection_usable() -> None:
 
 def test_an_answer_to_an_acks_zero_request_is_dropped() -> None:
     # Kafka never answers acks=0; tansu 0.6 does. Neither may break the stream.
-    def handler(header, request):  # type: ignore[no-untyped-def]
+    def handler(header: RequestHeader, request: Any) -> Any:
         if header.request_api_key == ApiKey.PRODUCE:
             return ProduceResponse()
         return echo_metadata(header, request)
@@ -382,13 +387,8 @@ def test_request_futures_answer_time_out_alone_and_drop_late_or_cancelled_answer
     """``request_future`` (the replica fetchers' path: no task per request): the future gets
     its own answer; one that times out fails alone with RequestTimedOutError, as does a
     cancelled one, and their late answers are dropped with the connection kept."""
-    async def handler(header, request):  # type: ignore[no-untyped-def]
-        if header.request_api_key == ApiKey.METADATA and request.topics[0].name == "slow":
-            await asyncio.sleep(0.3)  # answers, but only after the client gave up
-        return echo_metadata(header, request)
-
     async def main() -> None:
-        async with ScriptedBroker(handler) as broker:
+        async with ScriptedBroker(slow_metadata) as broker:
             conn = BrokerConnection("127.0.0.1", broker.port)
             await conn.connect()
             version = conn.pick_version(ApiKey.METADATA)
