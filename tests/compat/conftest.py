@@ -5,15 +5,13 @@ at the end (and all of them killed with this process if it dies, even by kill -9
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections.abc import Iterator
 
 import pytest
 from differential import Pair, Target
+from tidelog_clusters import running_local_cluster
 
-from tidelog.cluster.local import LocalCluster, _pid_runs
 from tidelog.testing.kafka_cluster import KafkaCluster, wait_for_metadata
 
 # Settings both clusters get (LocalCluster already sets offsets.topic.replication.factor=3 and
@@ -38,12 +36,8 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
 
 @pytest.fixture(scope="session")
 def tidelog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
-    d = tmp_path_factory.mktemp("tidelog-cluster")
-    cluster = LocalCluster(d, die_with_parent=True)  # gone with pytest, even on kill -9
-    try:
-        cluster.up(3, overrides=SHARED, timeout_s=120)
-        wait_for_metadata([b.address for b in cluster.brokers.values()], 3,
-                          time.monotonic() + 60)
+    with running_local_cluster(tmp_path_factory.mktemp("tidelog-cluster"), 3,
+                               SHARED) as cluster:
 
         def start_broker(broker_id: int) -> None:
             cluster.start_broker(broker_id, timeout_s=120)
@@ -55,11 +49,6 @@ def tidelog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
 
         yield Target("tidelog", cluster.bootstrap_servers, stop_broker, start_broker,
                      cluster.zookeeper)
-    finally:
-        cluster.down(timeout_s=15)
-        for b in cluster.brokers.values():  # backstop, by PID, only if it still runs that broker
-            if _pid_runs(b.pid, b.config):
-                os.kill(b.pid, signal.SIGKILL)  # type: ignore[arg-type]
 
 
 @pytest.fixture

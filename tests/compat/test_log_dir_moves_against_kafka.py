@@ -10,8 +10,6 @@ is read back. Then `tidelog reassign` moves the replica back on tidelog. A move 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,9 +19,9 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
+from tidelog_clusters import running_local_cluster
 
-from tidelog.cluster.local import LocalCluster, _pid_runs
-from tidelog.testing.kafka_cluster import KafkaCluster, kafka_tool, wait_for_metadata
+from tidelog.testing.kafka_cluster import KafkaCluster, kafka_tool
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -53,17 +51,8 @@ def kafka_jbod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
 @pytest.fixture(scope="module")
 def tidelog_jbod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     d = tmp_path_factory.mktemp("tidelog-jbod").resolve()
-    cluster = LocalCluster(d, die_with_parent=True)
-    try:
-        cluster.up(1, overrides=two_dirs(d), timeout_s=120)
-        wait_for_metadata([b.address for b in cluster.brokers.values()], 1,
-                          time.monotonic() + 60)
+    with running_local_cluster(d, 1, two_dirs(d)) as cluster:
         yield cluster.bootstrap_servers, d
-    finally:
-        cluster.down(timeout_s=15)
-        for b in cluster.brokers.values():  # backstop, by PID, only if it still runs that broker
-            if _pid_runs(b.pid, b.config):
-                os.kill(b.pid, signal.SIGKILL)  # type: ignore[arg-type]
 
 
 def tool(main_class: str, *args: str) -> tuple[int, str]:

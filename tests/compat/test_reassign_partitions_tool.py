@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,9 +28,10 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicCollection
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
+from tidelog_clusters import running_local_cluster
 
-from tidelog.cluster.local import LocalCluster, _pid_runs
-from tidelog.testing.kafka_cluster import KafkaCluster, kafka_tool, wait_for_metadata
+from tidelog.cluster.local import LocalCluster
+from tidelog.testing.kafka_cluster import KafkaCluster, kafka_tool
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -52,17 +52,8 @@ def kafka4(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
 
 @pytest.fixture(scope="module")
 def tidelog4(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(tmp_path_factory.mktemp("tidelog4"), die_with_parent=True)
-    try:
-        cluster.up(4, overrides=SETTINGS, timeout_s=120)
-        wait_for_metadata([b.address for b in cluster.brokers.values()], 4,
-                          time.monotonic() + 60)
+    with running_local_cluster(tmp_path_factory.mktemp("tidelog4"), 4, SETTINGS) as cluster:
         yield cluster
-    finally:
-        cluster.down(timeout_s=15)
-        for b in cluster.brokers.values():  # backstop, by PID, only if it still runs that broker
-            if _pid_runs(b.pid, b.config):
-                os.kill(b.pid, signal.SIGKILL)  # type: ignore[arg-type]
 
 
 def tool(bootstrap: str, *args: str) -> tuple[int, str]:
