@@ -4,6 +4,7 @@ code and changes nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,9 +14,11 @@ import pytest
 from harness import BrokerThread, broker_props, send, wait_until
 from zk_chroot import new_chroot
 
+from tidelog.broker.replica_manager import now_ms
 from tidelog.controller.controller import KafkaController
 from tidelog.controller.zk_client import KafkaZkClient
 from tidelog.coordinator.offsets import GROUP_METADATA_TOPIC_NAME, load_partition
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import create_partitions as m_cp
 from tidelog.protocol.messages import delete_records as m_dr
@@ -419,6 +422,35 @@ def test_delete_records_times_out_while_the_followers_lag(cluster: Cluster) -> N
     # The followers still catch up through their fetches.
     wait_until(lambda: set(cluster.log_start_offsets("trim-now").values()) == {2},
                what="the followers' log start offsets")
+
+
+def test_delete_records_is_answered_by_the_follower_fetch_that_raises_the_low_watermark(
+        cluster: Cluster) -> None:
+    """Kafka's DelayedDeleteRecords completes from the follower fetch that raises the low
+    watermark (tryCompleteDelayedRequests on its partition), in that same turn: no poll."""
+    cluster.create_topic("trim-event", 1)
+    cluster.produce("trim-event", 5)
+    leader = cluster.leader("trim-event")
+    tp = TopicPartition("trim-event", 0)
+    handle = leader.server.apis.handlers[ApiKey.DELETE_RECORDS]
+    request = m_dr.DeleteRecordsRequest(topics=[m_dr.DeleteRecordsTopic(
+        "trim-event", [m_dr.DeleteRecordsPartition(0, 2)])], timeout_ms=30_000)
+
+    async def scenario() -> tuple[bool, Any]:
+        core = leader.server.replica_manager.core
+        answer = asyncio.ensure_future(handle(None, request))
+        await asyncio.sleep(0)  # the leader moved its log start; the answer waits
+        p = core.partition(tp)
+        for follower in p.remote_replicas:  # each reports the new log start in a fetch
+            core.fetch_messages(follower, 0, 0, 1 << 20, {
+                tp: (p.log_end_offset, p.leader_epoch, 2, 1 << 20)}, now_ms())
+        await asyncio.sleep(0)  # one turn for the answer's task to resume
+        return answer.done(), await answer
+
+    done, response = leader.run(scenario())
+    assert done
+    (result,) = response.topics[0].partitions
+    assert (result.error_code, result.low_watermark) == (ErrorCode.NONE, 2)
 
 
 def test_delete_records_elsewhere_than_the_leader(cluster: Cluster) -> None:

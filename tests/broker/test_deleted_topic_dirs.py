@@ -1,0 +1,112 @@
+"""A deleted topic's logs, as Kafka's LogManager.asyncDelete handles them: each partition dir is
+renamed `<topic>-<partition>.<uuid>-delete` at once and removed log.segment.delete.delay.ms
+later (kafka-delete-logs); a restart in between removes it at load; the topic created again
+under the same name meanwhile gets a new, empty log beside the retired one."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import BrokerThread, broker_props, wait_until
+from zk_chroot import new_chroot
+
+from tidelog.controller.controller import KafkaController
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+def start(zk: str, log_dir: Path, delete_delay_ms: int) -> BrokerThread:
+    return BrokerThread(broker_props(
+        1, zk, log_dir, **{"log.segment.delete.delay.ms": delete_delay_ms,
+                           "log.initial.task.delay.ms": 0,
+                           "offsets.topic.replication.factor": 1}),
+        controller_factory=KafkaController).start()
+
+
+@pytest.fixture
+def zk(zookeeper: Any) -> str:
+    return new_chroot(zookeeper)
+
+
+def entries(log_dir: Path, topic: str) -> list[str]:
+    return sorted(n for n in os.listdir(log_dir) if n.startswith(f"{topic}-0"))
+
+
+def create(admin: AdminClient, topic: str) -> None:
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+
+
+def delete(admin: AdminClient, topic: str) -> None:
+    admin.delete_topics([topic])[topic].result(30)
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for v in values:
+        p.produce(topic, v, partition=0)
+    assert p.flush(30) == 0
+
+
+def read_all(bootstrap: str, topic: str, n: int) -> list[bytes]:
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}",
+                                  "auto.offset.reset": "earliest"})
+    c.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    try:
+        for _ in range(100):
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+            if len(got) >= n:
+                break
+    finally:
+        c.close()
+    return got
+
+
+def test_a_deleted_topics_dir_is_retired_at_once_and_removed_after_the_delay(
+        zk: str, tmp_path: Path) -> None:
+    broker = start(zk, tmp_path, delete_delay_ms=3000)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    try:
+        create(admin, "gone")
+        produce(broker.bootstrap, "gone", [b"old-1", b"old-2"])
+        delete(admin, "gone")
+        (retired,) = wait_until(lambda: [n for n in entries(tmp_path, "gone")
+                                         if n.endswith("-delete")], what="the retired dir")
+        assert retired.startswith("gone-0.") and entries(tmp_path, "gone") == [retired]
+        # Created again while the retired dir is still there: a new, empty log.
+        create(admin, "gone")
+        produce(broker.bootstrap, "gone", [b"new-1"])
+        assert entries(tmp_path, "gone") == ["gone-0", retired]
+        assert read_all(broker.bootstrap, "gone", 1) == [b"new-1"]
+        wait_until(lambda: entries(tmp_path, "gone") == ["gone-0"], timeout_s=30,
+                   what="the retired dir removed after log.segment.delete.delay.ms")
+        assert read_all(broker.bootstrap, "gone", 1) == [b"new-1"]
+    finally:
+        broker.stop()
+
+
+def test_a_restart_removes_a_retired_dir_before_its_delay(zk: str, tmp_path: Path) -> None:
+    broker = start(zk, tmp_path, delete_delay_ms=600_000)
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        create(admin, "bounced")
+        produce(broker.bootstrap, "bounced", [b"x"])
+        delete(admin, "bounced")
+        wait_until(lambda: [n for n in entries(tmp_path, "bounced") if n.endswith("-delete")],
+                   what="the retired dir")
+    finally:
+        broker.stop()
+    assert any(n.endswith("-delete") for n in entries(tmp_path, "bounced"))
+    again = start(zk, tmp_path, delete_delay_ms=600_000)
+    try:
+        assert entries(tmp_path, "bounced") == []
+    finally:
+        again.stop()
