@@ -30,6 +30,11 @@ from tidelog.broker.fetch_session import (
 )
 from tidelog.broker.metadata_cache import BrokerEndpoint, PartitionMetadata
 from tidelog.broker.replica_manager import now_ms
+from tidelog.broker.replica_selector import (
+    RackAwareReplicaSelector,
+    create_replica_selector,
+    find_preferred_read_replica,
+)
 from tidelog.broker.socket_server import CloseConnection, DeferredResponse, RequestContext
 from tidelog.controller.admin import AdminError, validate_topic_name
 from tidelog.protocol.api_keys import ApiKey
@@ -104,6 +109,7 @@ from tidelog.replication.types import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     READ_COMMITTED,
+    FetchPartitionData,
     LeaderAndIsrPartitionState,
     TopicPartition,
 )
@@ -239,6 +245,8 @@ class KafkaApis:
         self._follower_waits: dict[int, dict[int, tuple[FetchSession, Callable[[], None]]]] = {}
         server.replica_manager.core.on_followers_joining = self._cut_joining_follower_waits
         self._update_metadata_seq = 0
+        # KIP-392: replica.selector.class (None: consumers always fetch from the leader).
+        self.replica_selector = create_replica_selector(self.config.get("replica.selector.class"))
         # api key -> (min, max) served: the advertised table (Produce v0-2 handled above).
         self._served = advertised(include_controller_apis=True)
 
@@ -491,20 +499,33 @@ class KafkaApis:
         max_bytes = min(request.max_bytes, self.config.get("fetch.max.bytes"))
         # KIP-392: from v11 (client metadata) a consumer may fetch from a follower.
         fetch_only_leader = replica_id >= 0 or version < 11
+        # The follower each partition's replica selector names for this consumer, if any.
+        preferred: dict[TopicPartition, int] = {}
+        select = None
+        selector = self.replica_selector
+        if selector is not None and not fetch_only_leader:
+            def select(to_read: dict[TopicPartition, tuple[int, int, int, int]]
+                       ) -> dict[TopicPartition, FetchPartitionData]:
+                return self._select_read_replicas(selector, to_read, request.rack_id,
+                                                  ctx.listener_name, preferred)
         if isinstance(context, IncrementalFetchContext):
             results, refused = await self._session_fetch(
                 context, replica_id, broker_epoch, request.max_wait_ms,
                 min(request.min_bytes, max_bytes), max_bytes, request.isolation_level,
-                fetch_only_leader)
+                fetch_only_leader, select)
             keys: dict[SessionKey, Any] = context.read
         else:
             keys = context.partitions()
             to_read, refused = self._partitions_to_read(context, keys)
+            chosen = select(to_read) if select is not None else {}
             results = await self.rm.fetch_messages(
-                replica_id, request.max_wait_ms, min(request.min_bytes, max_bytes), max_bytes,
+                # Kafka answers at once when it names a preferred read replica.
+                replica_id, 0 if chosen else request.max_wait_ms,
+                min(request.min_bytes, max_bytes), max_bytes,
                 to_read, broker_epoch=broker_epoch, isolation_level=request.isolation_level,
                 fetch_only_leader=fetch_only_leader,
             ) if to_read else {}
+            results.update(chosen)
         # Per partition: (error, HW, log start, records, LSO, aborted transactions); only the
         # answered ones become wire objects (an idle incremental fetch answers few of the
         # session's partitions). As Kafka's, an unknown topic id is answered after the reads.
@@ -537,7 +558,8 @@ class KafkaApis:
             read[key] = (ErrorCode.UNKNOWN_TOPIC_ID, -1, -1, b"", -1, None)
         error, session_id, answered = context.update_and_generate_response(
             {key: PartitionResponse(code, hw, log_start,
-                                    len(records) if records is not None else 0)
+                                    len(records) if records is not None else 0,
+                                    preferred.get(context.topic_partition(key), -1))
              for key, (code, hw, log_start, records, _, _) in read.items()},
             now_ms(),
         )
@@ -559,6 +581,7 @@ class KafkaApis:
                 partition_index=key.partition, error_code=code, high_watermark=hw,
                 last_stable_offset=lso, log_start_offset=log_start,
                 aborted_transactions=aborted, records=records,
+                preferred_read_replica=preferred.get(tp, -1) if tp is not None else -1,
             )
             if version >= 16 and tp is not None and code in _LEADER_HINT_ERRORS:
                 data.current_leader = self._current_leader(tp, ctx.listener_name, endpoints)
@@ -587,6 +610,37 @@ class KafkaApis:
                     node_id=leader_id, host=ep[0], port=ep[1], rack=broker.rack)
         return m_fetch.LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=leader_epoch)
 
+    def _select_read_replicas(
+        self, selector: RackAwareReplicaSelector,
+        to_read: dict[TopicPartition, tuple[int, int, int, int]], rack_id: str,
+        listener_name: str, preferred: dict[TopicPartition, int],
+    ) -> dict[TopicPartition, FetchPartitionData]:
+        """KIP-392 at the leader (Kafka's readFromLog with findPreferredReadReplica): takes out
+        of ``to_read`` the partitions led here for which the replica selector names a follower
+        for a consumer in ``rack_id``, notes the follower in ``preferred`` and answers each with
+        no records and the leader's offsets. A fetch with a stale epoch, or one a new leader
+        cannot serve yet (its HW not caught up), is left to the read, which answers its error."""
+        core = self.rm.core
+        racks: dict[int, str | None] = {}
+        for broker in self.cache.brokers.values():
+            if broker.for_listener(listener_name) is not None:
+                racks[broker.broker_id] = broker.rack
+        answers: dict[TopicPartition, FetchPartitionData] = {}
+        for tp, (fetch_offset, leader_epoch, _, _) in list(to_read.items()):
+            p = core.partitions.get(tp)
+            if (p is None or not p.is_leader
+                    or p.check_current_leader_epoch(leader_epoch) != Errors.NONE
+                    or (core.config.consumer_hw_guard and not p.high_watermark_caught_up)):
+                continue
+            replica = find_preferred_read_replica(
+                selector, p, rack_id, fetch_offset, now_ms(), racks)
+            if replica is not None:
+                del to_read[tp]
+                preferred[tp] = replica
+                answers[tp] = FetchPartitionData(Errors.NONE, p.high_watermark,
+                                                 p.log_start_offset, b"", p.last_stable_offset)
+        return answers
+
     def _partitions_to_read(
         self, context: FetchContext, keys: Mapping[SessionKey, tuple[int, int, int, int]],
     ) -> tuple[dict[TopicPartition, tuple[int, int, int, int]], dict[SessionKey, int]]:
@@ -613,6 +667,8 @@ class KafkaApis:
         self, context: IncrementalFetchContext, replica_id: int, broker_epoch: int | None,
         max_wait_ms: int, min_bytes: int, max_bytes: int, isolation_level: int,
         fetch_only_leader: bool,
+        select: Callable[[dict[TopicPartition, tuple[int, int, int, int]]],
+                         dict[TopicPartition, FetchPartitionData]] | None = None,
     ) -> tuple[dict[TopicPartition, Any], dict[SessionKey, int]]:
         """An incremental fetch reads the partitions it lists and those changed since the last
         (broker/fetch_session.py), not every partition of its session. Held for ``min_bytes``,
@@ -657,6 +713,11 @@ class KafkaApis:
                 # to read at all (every topic id unknown: Kafka's empty "interesting").
                 any_error = any_error or ErrorCode.INCONSISTENT_TOPIC_ID in no_read.values() \
                     or len(session.unresolved) == session.size
+                if select is not None and more:
+                    chosen = select(more)
+                    results.update(chosen)
+                    # Kafka answers at once when it names a preferred read replica.
+                    any_error = any_error or bool(chosen)
                 if more:
                     if replica_id >= 0:
                         core.replay_follower_fetches(replica_id, more, replay_ms)
