@@ -317,3 +317,23 @@ def test_a_crash_at_any_point_of_the_move_recovers_one_whole_log(dirs: list[str]
     # finished by the load (between the two renames), and the move done.
     assert outcomes == {"False/False", "False/True", "True/False"}, outcomes
     assert budget > 10
+
+
+def test_a_corrupt_batch_delays_its_own_move_only(dirs: list[str]) -> None:
+    """As Kafka's fetcher thread: a partition whose copy meets a corrupt batch is retried after
+    replica.fetch.backoff.ms, and the other moves go on meanwhile."""
+    b = Broker(dirs)
+    bad, good = TP, TopicPartition("t", 1)
+    for tp in (bad, good):
+        b.alter(tp, dirs[0])  # (not hosted yet: where it is created)
+        b.lead(tp)
+        b.produce(3, tp)
+    (segment,) = [n for n in os.listdir(os.path.join(dirs[0], "t-0")) if n.endswith(".log")]
+    with open(os.path.join(dirs[0], "t-0", segment), "r+b") as f:
+        f.seek(-3, os.SEEK_END)
+        f.write(b"\xff")  # in the last batch's records: its CRC32C fails
+    assert b.lm.log_dir_of[bad] == b.lm.log_dir_of[good] == dirs[0]
+    assert b.alter(bad, dirs[1]) == b.alter(good, dirs[1]) == ErrorCode.NONE
+    b.clock.advance(10)  # well below the back-off
+    assert b.lm.log_dir_of[good] == dirs[1] and b.moves.swaps == 1
+    assert b.lm.log_dir_of[bad] == dirs[0] and bad in b.moves.moving

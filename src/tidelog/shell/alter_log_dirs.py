@@ -18,7 +18,9 @@ The copy is bounded by ``quota`` (`replica.alter.log.dirs.io.max.bytes.per.secon
 ReplicationQuotaManager for QuotaType.AlterLogDirsReplication): every byte copied is recorded,
 and while the measured rate is above the bound no partition steps (nor swaps); the next look
 is ``backoff_ms`` later, as Kafka's fetcher thread waits replica.fetch.backoff.ms when its
-quota leaves it nothing to fetch.
+quota leaves it nothing to fetch. A partition whose step fails (a corrupt batch in its log, an
+I/O error) is tried again ``backoff_ms`` later while the others go on, as Kafka's fetcher
+thread delays a partition with an error.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tidelog.protocol.errors import ErrorCode
+from tidelog.protocol.records.batch import CorruptRecordError
 from tidelog.replication.replication_quota import ReplicationQuotaManager
 from tidelog.replication.types import TopicPartition
 from tidelog.shell.interfaces import ScheduledTask, Scheduler, Time
@@ -73,6 +76,9 @@ class ReplicaAlterLogDirsManager:
         # Partitions being copied -> the current log whose truncations the future follows,
         # and the listener that follows them.
         self.moving: dict[TopicPartition, tuple[Any, Callable[[int], None]]] = {}
+        # Partitions whose last step failed -> when they are tried again (replica.fetch.backoff.ms
+        # later, as Kafka's fetcher thread delays a partition with an error).
+        self._retry_at: dict[TopicPartition, int] = {}
         self._task: ScheduledTask | None = None
         self._stopped = False
         self.bytes_copied = 0
@@ -179,20 +185,31 @@ class ReplicaAlterLogDirsManager:
 
     def _run(self) -> None:
         self._task = None
-        if self.quota is not None and self.quota.is_quota_exceeded(self.time.milliseconds()):
+        now = self.time.milliseconds()
+        if self.quota is not None and self.quota.is_quota_exceeded(now):
             self._wake(self.backoff_ms)
             return
-        failed = False
         for tp in list(self.moving):
+            if self._retry_at.get(tp, now) > now:
+                continue
             try:
                 self._step(tp)
-            except (StorageError, OSError) as e:
+            except (StorageError, OSError, CorruptRecordError) as e:
+                # This partition only: the others go on (a corrupt batch in one log, or its
+                # dir failing, must not hold up every move).
                 logger.error("moving %s to another log dir failed: %s", tp, e)
-                failed = True
-        # The next step in the next ms: produce and fetch run in between.
-        self._wake(self.backoff_ms if failed else 1)
+                if tp in self.moving:  # (a failed swap ended the move)
+                    self._retry_at[tp] = now + self.backoff_ms
+            else:
+                self._retry_at.pop(tp, None)
+        # The next step in the next ms (produce and fetch run in between), or at the first
+        # retry when every partition waits for one.
+        retries = [at for tp, at in self._retry_at.items() if tp in self.moving]
+        self._wake(max(1, min(retries) - now) if len(retries) == len(self.moving) and retries
+                   else 1)
 
     def _stop(self, tp: TopicPartition) -> None:
+        self._retry_at.pop(tp, None)
         current, listener = self.moving.pop(tp, (None, None))
         if current is not None and listener in current.truncation_listeners:
             current.truncation_listeners.remove(listener)
