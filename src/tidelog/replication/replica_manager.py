@@ -535,7 +535,12 @@ class ReplicaManager:
                      else self._leader_partition(tp, st.current_leader_epoch,
                                                  require_leader=params.fetch_only_leader))
                 if is_follower and params.replica_id not in p.remote_replicas:
-                    raise ReplicationError(Errors.NOT_LEADER_OR_FOLLOWER, f"{params.replica_id} not a replica of {tp}")
+                    # Kafka's followerReplicaOrThrow: with an epoch that matches ours, the
+                    # (replica, epoch) pair is not known yet (a replica being added): retriable.
+                    raise ReplicationError(
+                        Errors.UNKNOWN_LEADER_EPOCH if st.current_leader_epoch >= 0
+                        else Errors.NOT_LEADER_OR_FOLLOWER,
+                        f"{params.replica_id} not a replica of {tp}")
                 if (not is_follower and not debugging and self.config.consumer_hw_guard
                         and p.is_leader and not p.high_watermark_caught_up):
                     # A consumer must never see the HW go back across a leader change.
