@@ -4,11 +4,13 @@ merging of requests queued back to back for one broker."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
 from tidelog.controller import core
 from tidelog.controller.channel_manager import (
+    ControllerChannelManager,
     build_leader_and_isr,
     build_stop_replica,
     build_update_metadata,
@@ -140,3 +142,18 @@ def test_back_to_back_requests_merge_later_state_winning() -> None:
     merged_stop = merge_requests(s1, s3)
     assert isinstance(merged_stop, core.StopReplicaRequest)
     assert merged_stop.partitions == (TopicPartition("a", 0), TopicPartition("b", 0))
+
+
+def test_a_failing_response_hook_does_not_end_the_brokers_channel() -> None:
+    """`on_response` runs in the broker's sender task: an exception escaping it would end the
+    task, and the controller would send that broker nothing more."""
+    seen: list[int] = []
+
+    def hook(broker_id: int, request: core.ControllerRequest, response: Any) -> None:
+        seen.append(broker_id)
+        raise RuntimeError("the controller's handler failed")
+
+    manager = ControllerChannelManager(1, on_response=hook)
+    request = core.LeaderAndIsrRequest(1, 5, 77, (st("a", 0, 1, 1, (1,)),), (1,))
+    manager.on_response(2, request, object())
+    assert seen == [2] and manager.sent == {"LeaderAndIsrRequest": 1}

@@ -442,7 +442,11 @@ class ControllerChannelManager:
             log.warning("controller %d: broker %d answered %s with error %d",
                         self.controller_id, broker_id, kind, code)
         if self._on_response is not None:
-            self._on_response(broker_id, request, response)
+            try:
+                self._on_response(broker_id, request, response)
+            except Exception:  # noqa: BLE001 - the broker's sender task must go on
+                log.exception("controller %d: handling broker %d's answer to %s failed",
+                              self.controller_id, broker_id, kind)
 
     @property
     def broker_ids(self) -> list[int]:
