@@ -4,7 +4,10 @@ the UpdateMetadata naming replicas on failed dirs as offline."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from test_controller_channel import BROKERS, partitions_of, roundtrip, st
@@ -14,6 +17,9 @@ from tidelog.controller.channel_manager import (
     build_update_metadata,
     leader_and_isr_partition_errors,
 )
+from tidelog.controller.controller import KafkaController
+from tidelog.controller.core import ControllerCore
+from tidelog.controller.executor import DecisionExecutor
 from tidelog.protocol.messages import leader_and_isr as lai
 from tidelog.replication.types import TopicPartition
 
@@ -50,3 +56,32 @@ def test_update_metadata_names_replicas_on_failed_dirs_offline(version: int) -> 
     # broker 3 is dead; broker 1's replica of a-0 is on a failed dir
     assert parts[("a", 0)].offline_replicas == [1, 3]
     assert parts[("a", 1)].offline_replicas == [3]
+
+
+class _IdsChangingMeanwhile(dict[str, uuid.UUID]):
+    """The controller's topic ids while its ZooKeeper worker thread adds one: CPython fails
+    an iteration over a dict that grows, so the event loop's side may only look ids up."""
+
+    def __iter__(self) -> Iterator[str]:
+        raise RuntimeError("dictionary changed size during iteration")
+
+    def items(self) -> Any:
+        raise RuntimeError("dictionary changed size during iteration")
+
+
+def test_a_storage_error_answer_is_read_while_topic_ids_are_added() -> None:
+    controller = KafkaController({}, None, 1)  # type: ignore[arg-type]
+    topic_id = uuid.uuid4()
+    controller.topic_ids = _IdsChangingMeanwhile(a=topic_id)
+    core_ = ControllerCore(1, 5)
+    core_.live_brokers[2] = 70
+    controller.executor = DecisionExecutor(None, core_, None)  # type: ignore[arg-type]
+    request = core.LeaderAndIsrRequest(1, 5, 70, (st("a", 0, 2, 3, (2,)),), (2,))
+    response = lai.LeaderAndIsrResponse(topics=[
+        lai.LeaderAndIsrTopicError(topic_id, [lai.LeaderAndIsrPartitionError("", 0, 56)])])
+
+    async def main() -> int:
+        controller._on_control_response(2, request, response)
+        return controller._queue.qsize()
+
+    assert asyncio.run(main()) == 1  # LeaderAndIsrResponseReceived, with the storage error

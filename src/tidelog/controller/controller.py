@@ -736,8 +736,12 @@ class KafkaController:
             return
         if getattr(response, "error_code", 0):
             return  # Kafka logs such an answer and ignores it (the channel logged it)
+        # The names of the request's own topics, looked up one by one: the ZooKeeper worker
+        # thread may add ids meanwhile, and an iteration over the whole map would then fail.
+        ids = self.topic_ids
         errors = leader_and_isr_partition_errors(
-            response, {topic_id: t for t, topic_id in self.topic_ids.items()})
+            response, {topic_id: s.topic for s in request.partition_states
+                       if (topic_id := ids.get(s.topic)) is not None})
         if not executor.leader_and_isr_response_matters(broker_id, errors):
             return
         epoch = request.broker_epoch
