@@ -58,6 +58,7 @@ MODULE_CLIENTS = {
     "test_kafkajs.py": "KafkaJS",
     "test_kcat.py": "kcat",
     "test_large_fetches_against_kafka.py": "confluent-kafka, Kafka's console consumer",
+    "test_preferred_read_replica_against_kafka.py": "raw Fetch",
     "test_produce_fetch.py": "confluent-kafka, raw requests",
     "test_python_clients.py": "kafka-python, aiokafka",
     "test_reassign_partitions_tool.py": "Kafka's tools",

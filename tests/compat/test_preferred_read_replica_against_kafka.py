@@ -1,0 +1,155 @@
+"""KIP-392's preferred read replica at the wire level, Kafka 3.9 against tidelog: two clusters of
+their own (3 brokers, broker i in rack-i, ``replica.selector.class`` =
+Kafka's RackAwareReplicaSelector), raw Fetch requests from a consumer naming a rack. The leader
+names the follower in the consumer's rack with no records (and its own offsets), nobody else is
+named, the follower serves the consumer up to its HW, and the usual errors keep their order.
+
+The partition's replicas are described by role (the leader, the follower in the consumer's rack)
+since the two clusters may place the leader on different brokers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator, Mapping
+
+import pytest
+from differential import Pair, Target, address_of, create_ready, partition_metadata, raw
+
+from tidelog.cluster.local import LocalCluster, _pid_runs
+from tidelog.protocol.errors import ErrorCode
+from tidelog.protocol.messages import fetch as m_fetch
+from tidelog.protocol.messages import produce as m_produce
+from tidelog.protocol.records.builder import Record, build_batch
+from tidelog.testing.kafka_cluster import KafkaCluster, wait_for_metadata
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TOPIC = "nearby"
+SETTINGS = {"zookeeper.session.timeout.ms": "6000",
+            "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector"}
+# Fixed timestamps (a minute ago): the same bytes on both clusters.
+BATCH = bytes(build_batch([Record(b"a", b"k"), Record(b"b"), Record(b"c")],
+                          base_timestamp=int(time.time() * 1000) - 60_000))
+
+
+def rack_of(broker_id: int) -> dict[str, str]:
+    return {"broker.rack": f"rack-{broker_id}"}
+
+
+class RackedKafkaCluster(KafkaCluster):
+    def broker_properties(self, broker_id: int, port: int, n_brokers: int,
+                          overrides: Mapping[str, str]) -> dict[str, str]:
+        return {**super().broker_properties(broker_id, port, n_brokers, overrides),
+                **rack_of(broker_id)}
+
+
+def _noop(_broker_id: int) -> None:
+    raise AssertionError("this module's clusters do not restart brokers")
+
+
+@pytest.fixture(scope="module")
+def racked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    kafka = RackedKafkaCluster(tmp_path_factory.mktemp("kafka-racks"))
+    tidelog = LocalCluster(tmp_path_factory.mktemp("tidelog-racks"), die_with_parent=True)
+    try:
+        kafka.up(3, overrides=SETTINGS)
+        tidelog.up(3, overrides=SETTINGS, timeout_s=120,
+                   broker_overrides=lambda broker_id, _port: rack_of(broker_id))
+        wait_for_metadata([b.address for b in tidelog.brokers.values()], 3,
+                          time.monotonic() + 60)
+        yield Pair(Target("kafka", kafka.bootstrap_servers, _noop, _noop),
+                   Target("tidelog", tidelog.bootstrap_servers, _noop, _noop))
+    finally:
+        kafka.down()
+        tidelog.down(timeout_s=15)
+        for b in tidelog.brokers.values():  # backstop, by PID, only if it still runs that broker
+            if _pid_runs(b.pid, b.config):
+                os.kill(b.pid, signal.SIGKILL)  # type: ignore[arg-type]
+
+
+def _request(rack_id: str, *, offset: int = 0, epoch: int = 0, session_epoch: int = -1,
+             session_id: int = 0) -> m_fetch.FetchRequest:
+    """A consumer's Fetch (max_wait 0) of TOPIC-0."""
+    return m_fetch.FetchRequest(
+        max_wait_ms=0, min_bytes=1, rack_id=rack_id, session_id=session_id,
+        session_epoch=session_epoch,
+        topics=[m_fetch.FetchTopic(TOPIC, partitions=[m_fetch.FetchPartition(
+            0, current_leader_epoch=epoch, fetch_offset=offset, partition_max_bytes=1 << 20)])])
+
+
+def _describe(response: m_fetch.FetchResponse, roles: Mapping[int, str]) -> tuple[object, ...]:
+    """(error, HW, LSO, log start, records from their magic byte on, the preferred read replica
+    by role, whether a session was opened), or that the partition was left out."""
+    if not response.responses:
+        return ("not in the response", response.session_id != 0)
+    p = response.responses[0].partitions[0]
+    return (ErrorCode(p.error_code).name, p.high_watermark, p.last_stable_offset,
+            p.log_start_offset, bytes(p.records or b"")[16:],
+            roles.get(p.preferred_read_replica, p.preferred_read_replica),
+            response.session_id != 0)
+
+
+def _replica_hw(address: str) -> int:
+    """The HW a replica itself holds (Kafka's debugging replica id -2, which any replica
+    answers)."""
+    request = m_fetch.FetchRequest(
+        replica_id=-2, max_wait_ms=0, min_bytes=0, topics=[m_fetch.FetchTopic(
+            TOPIC, partitions=[m_fetch.FetchPartition(0, fetch_offset=0, partition_max_bytes=1)])])
+    p = raw(address, request, 12).responses[0].partitions[0]
+    return int(p.high_watermark) if p.error_code == 0 else -1
+
+
+def test_the_leader_names_the_follower_in_the_consumers_rack(racked: Pair) -> None:
+    def scenario(t: Target) -> object:
+        create_ready(t, TOPIC, 1, 3)
+        p, brokers = partition_metadata(t, TOPIC)
+        leader, near, far = p.leader, *(r for r in p.replicas if r != p.leader)
+        roles = {leader: "leader", near: "the follower in the rack", far: "the other follower",
+                 -1: "none"}
+        at_leader, at_near = address_of(brokers, leader), address_of(brokers, near)
+        produce = m_produce.ProduceRequest(acks=-1, timeout_ms=10000, topic_data=[
+            m_produce.TopicProduceData(TOPIC, [m_produce.PartitionProduceData(0, BATCH)])])
+        deadline = time.monotonic() + 30
+        while (answer := raw(at_leader, produce, 8).responses[0].partition_responses[0]
+               ).error_code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                ErrorCode.NOT_LEADER_OR_FOLLOWER):
+            assert time.monotonic() < deadline, "the leader did not take the batch in time"
+            time.sleep(0.2)
+        assert answer.error_code == 0
+        # Both followers hold the batch and its HW (learnt on their next fetch).
+        for follower in (near, far):
+            while _replica_hw(address_of(brokers, follower)) < 3:
+                assert time.monotonic() < deadline, "a follower's HW did not reach 3"
+                time.sleep(0.1)
+        rack = f"rack-{near}"
+
+        def fetch(address: str, rack_id: str, version: int = 12, **kw: int) -> object:
+            return _describe(raw(address, _request(rack_id, **kw), version), roles)
+
+        opened = raw(at_leader, _request(rack, session_epoch=0), 12)
+        return {
+            "leader, the follower's rack": fetch(at_leader, rack),
+            "leader, the leader's rack": fetch(at_leader, f"rack-{leader}"),
+            "leader, no rack": fetch(at_leader, ""),
+            "leader, a rack with no replica": fetch(at_leader, "rack-9"),
+            "leader, v11": fetch(at_leader, rack, version=11),
+            "leader, v10 (no rack on the wire)": fetch(at_leader, rack, version=10),
+            "leader, past every replica's end": fetch(at_leader, rack, offset=10),
+            "leader, future epoch": fetch(at_leader, rack, epoch=5),
+            "leader, no epoch": fetch(at_leader, rack, epoch=-1),
+            "leader, new session": _describe(opened, roles),
+            "leader, the session's next fetch, nothing listed": fetch(
+                at_leader, rack, session_id=opened.session_id, session_epoch=1),
+            "follower, its rack": fetch(at_near, rack),
+            "follower, at its HW": fetch(at_near, rack, offset=3),
+            "follower, past its end": fetch(at_near, rack, offset=10),
+            "follower, v10": fetch(at_near, rack, version=10),
+        }
+
+    got = racked.same(scenario)
+    assert got["leader, the follower's rack"][0] == "NONE"
+    assert got["leader, the follower's rack"][4:6] == (b"", "the follower in the rack")
+    assert got["leader, the leader's rack"][4] == BATCH[16:]
+    assert got["follower, its rack"][4] == BATCH[16:]
