@@ -39,7 +39,17 @@ def entries(log_dir: Path, topic: str) -> list[str]:
 
 
 def create(admin: AdminClient, topic: str) -> None:
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    """Create the topic; TOPIC_ALREADY_EXISTS while its deletion finishes is asked again."""
+    def created() -> bool:
+        try:
+            admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+        except confluent_kafka.KafkaException as e:
+            if e.args[0].code() != confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+            return False
+        return True
+
+    wait_until(created, timeout_s=30, interval_s=0.2, what=f"{topic} created")
 
 
 def delete(admin: AdminClient, topic: str) -> None:
