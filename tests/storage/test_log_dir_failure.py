@@ -66,6 +66,18 @@ def test_a_read_error_reports_the_dir() -> None:
     assert m.log_dir_failure_channel.take_next_offline_log_dir() == "/disk2"
 
 
+def test_a_list_offsets_read_error_is_a_storage_error_and_reports_the_dir() -> None:
+    """ListOffsets by time (the time index, then the batch) and by the latest timestamp (every
+    batch): KAFKA_STORAGE_ERROR for the partition, its dir reported, as a fetch's read."""
+    fio, m, _ = _two_dirs()
+    fio.fail_io("/disk2/t-1", errno.EIO)
+    with pytest.raises(KafkaStorageError):
+        m.get_log("t", 1).offset_for_timestamp(0)
+    with pytest.raises(KafkaStorageError):
+        list(m.get_log("t", 1).batches(0))
+    assert m.log_dir_failure_channel.take_next_offline_log_dir() == "/disk2"
+
+
 def test_a_failed_checkpoint_reports_its_dir_and_the_other_dir_is_still_written() -> None:
     fio, m, _ = _two_dirs()
     fio.fail_io("/disk1", errno.ENOSPC, writes_only=True)

@@ -1066,10 +1066,15 @@ class Log:
                     return FetchDataInfo(found[0], start_offset)
                 i += 1
         except OSError as exc:
-            if self.on_io_error is not None:
-                self.on_io_error(exc)
-            raise KafkaStorageError(f"I/O error during read of log {self.dir}: {exc}") from exc
+            raise self._read_error("read", exc) from exc
         return FetchDataInfo(memoryview(b""), start_offset)
+
+    def _read_error(self, what: str, exc: OSError) -> KafkaStorageError:
+        """A read's I/O error: the dir is reported (Kafka's maybeHandleIOException); unlike a
+        write's, it leaves the log writable (its files still match its state)."""
+        if self.on_io_error is not None:
+            self.on_io_error(exc)
+        return KafkaStorageError(f"I/O error during {what} of log {self.dir}: {exc}")
 
     def read_slice(
         self,
@@ -1100,13 +1105,17 @@ class Log:
         return FetchDataInfo(memoryview(b""), start_offset)
 
     def batches(self, start_offset: int = 0) -> Iterator[RecordBatch]:
-        """Every batch whose last offset >= `start_offset`, in order (tools, tests, checks)."""
+        """Every batch whose last offset >= `start_offset`, in order (tools, tests, checks,
+        ListOffsets). An I/O error is KafkaStorageError, its dir reported."""
         i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
-        for segment in list(self.segments[i:]):
-            found = segment.translate_offset(start_offset)
-            if found is None:
-                continue
-            yield from segment.iter_batches(found[0])
+        try:
+            for segment in list(self.segments[i:]):
+                found = segment.translate_offset(start_offset)
+                if found is None:
+                    continue
+                yield from segment.iter_batches(found[0])
+        except OSError as exc:
+            raise self._read_error("read", exc) from exc
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """ListOffsets by time (Kafka's findOffsetByTimestamp): (offset, timestamp) of the first
@@ -1118,7 +1127,10 @@ class Log:
         for segment in self.segments:
             if segment.max_timestamp < timestamp:
                 continue
-            _, offset = segment.time_index.lookup(timestamp - 1)
+            try:
+                _, offset = segment.time_index.lookup(timestamp - 1)
+            except OSError as exc:
+                raise self._read_error("time index lookup", exc) from exc
             for batch in self.batches(max(offset, start, segment.base_offset)):
                 if batch.max_timestamp < timestamp:
                     continue
