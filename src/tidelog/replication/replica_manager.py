@@ -457,6 +457,12 @@ class ReplicaManager:
         ):
             self._drain(now_ms)
             return FetchOutcome(results, False, tuple(proposals))
+        # What this fetch's read changed (a follower's fetch state: the HW, the low watermark)
+        # is re-checked before the fetch is watched, as Kafka's fetchMessages completes delayed
+        # requests inside the read and only then calls tryCompleteElseWatch: watched first, the
+        # fetch was tried again for each partition it changed, each try reading all of them
+        # (a restarted follower's first fetch of N partitions: N^2 partition reads).
+        self._drain(now_ms)
         wait_ms = self.follower_fetch_wait_ms(replica_id, fetch_max_wait_ms, params.partitions,
                                               now_ms)
         op = DelayedFetch(

@@ -1,0 +1,73 @@
+"""A follower's fetch that the leader holds is tried once when it arrives, after what its own
+read changed has been re-checked (Kafka's fetchMessages: readFromLocalLog, whose follower fetch
+state updates complete other delayed requests, then tryCompleteElseWatch of the new one).
+
+A follower that restarted fetches every partition it follows; its first fetch moves each
+partition's low watermark (its log start was unknown), which re-checks what waits on those
+partitions. Watched before that re-check, the new fetch itself was tried again once per
+partition, each try reading all its partitions: quadratic, 1.3 s of a leader's event loop for
+500 partitions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from replication_helpers import records, state
+
+from tidelog.replication import Errors, ReplicationConfig
+from tidelog.replication.replica_manager import ReplicaManager
+from tidelog.replication.types import TopicPartition
+from tidelog.sim.disk import MemoryFileIO
+from tidelog.storage.log_config import LogConfig
+from tidelog.storage.log_manager import LogManager
+
+N = 50
+TPS = [TopicPartition("orders", p) for p in range(N)]
+
+
+def _leader() -> ReplicaManager:
+    """Broker 1 leading N partitions, replicas (1, 2), ISR (1): broker 2 restarted."""
+    lm = LogManager(["/broker-1"], LogConfig(), MemoryFileIO(), now_ms=0)
+    rm = ReplicaManager(1, lm, ReplicationConfig(), now_ms=0)
+    rm.become_leader_or_follower(
+        0, 1, [state(1, 1, (1,), replicas=(1, 2), tp=tp) for tp in TPS], {1, 2}, 0)
+    return rm
+
+
+def _count_tries(rm: ReplicaManager, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    tries: list[int] = []
+    readable = rm._readable_bytes
+
+    def counting(params: Any) -> tuple[int, bool]:
+        tries.append(len(params.partitions))
+        return readable(params)
+
+    monkeypatch.setattr(rm, "_readable_bytes", counting)
+    return tries
+
+
+def test_a_restarted_followers_first_fetch_is_tried_once_not_once_per_partition(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rm = _leader()
+    tries = _count_tries(rm, monkeypatch)
+    outcome = rm.fetch_messages(2, 500, 1, 1 << 20, {tp: (0, 1, 0, 1 << 20) for tp in TPS},
+                                now_ms=10, request_key="first")
+    assert outcome.delayed  # nothing to read: held for replica.fetch.wait.max.ms
+    assert tries == [N]
+    # its follower state was recorded: 2 is caught up and proposed for the ISR of each
+    assert sorted(p.tp for p in outcome.isr_proposals) == TPS
+    assert all(p.new_isr == (1, 2) for p in outcome.isr_proposals)
+
+
+def test_the_held_fetch_still_completes_when_one_of_its_partitions_gets_records(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rm = _leader()
+    rm.fetch_messages(2, 500, 1, 1 << 20, {tp: (0, 1, 0, 1 << 20) for tp in TPS},
+                      now_ms=10, request_key="held")
+    assert rm.poll_completed(10) == []
+    rm.append_records(1, {TPS[7]: records(3)}, 1000, 20, request_key="produce")
+    done = [c for c in rm.poll_completed(20) if getattr(c, "request_key", None) == "held"]
+    assert len(done) == 1
+    assert done[0].results[TPS[7]].error == Errors.NONE
+    assert len(done[0].results[TPS[7]].records) > 0
