@@ -69,6 +69,7 @@ from tidelog.controller.zk_data import (
     LeaderIsrAndControllerEpoch,
     TopicPartitionT,
 )
+from tidelog.controller.zk_handler import PollingThreadingHandler
 from tidelog.controller.zk_interface import (
     ControllerMovedError,
     KafkaZkReads,
@@ -161,6 +162,7 @@ class KafkaZkClient(KafkaZkReads):
             hosts=connect_string,
             timeout=session_timeout_ms / 1000.0,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
+            handler=PollingThreadingHandler(),
         )
         self._lock = threading.Lock()
         self._registered: BrokerInfo | None = None
