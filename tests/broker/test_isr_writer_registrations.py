@@ -32,9 +32,9 @@ class _LeaderZk(KafkaZkClient):
 
     before_write: Callable[[], None] = staticmethod(lambda: None)
 
-    def update_leader_and_isr(self, *args: Any, **kwargs: Any) -> tuple[bool, int]:
+    def update_isrs_registered(self, *args: Any, **kwargs: Any) -> Any:
         self.before_write()
-        return super().update_leader_and_isr(*args, **kwargs)
+        return super().update_isrs_registered(*args, **kwargs)
 
 
 @pytest.fixture
@@ -115,3 +115,38 @@ def test_a_member_deregistering_between_the_check_and_the_write_is_not_written(
     writer = ZkAlterPartitionManager(leader)
     assert write_isr(writer, prop) == (False, -1)
     assert isr(leader) == (1,)
+
+
+def test_proposals_made_together_are_written_in_one_batch_each_with_its_own_answer(
+        clients: Callable[..., KafkaZkClient]) -> None:
+    """A restarted follower rejoins the ISRs of all the partitions it follows at once: one
+    registrations read and pipelined compare-and-sets; a lost compare-and-set fails only its
+    own write."""
+    leader, _, prop = setup(clients)
+    controller_epoch = leader.get_controller_epoch()
+    assert controller_epoch is not None
+    epoch_version = controller_epoch[1]
+    n = 250
+    leader.create_topic("many", {p: [1, 2] for p in range(n)})
+    for p in range(n):
+        leader.create_partition_state(("many", p), LeaderIsrAndControllerEpoch(1, 0, (1,), 1),
+                                      epoch_version)
+    props = [ProposeIsr(TopicPartition("many", p), leader=1, leader_epoch=0, new_isr=(1, 2),
+                        zk_version=1 if p == 7 else 0,  # 7: a stale version
+                        controller_epoch=1, isr_with_broker_epochs=prop.isr_with_broker_epochs)
+             for p in range(n)]
+    writer = ZkAlterPartitionManager(leader)
+
+    async def go() -> list[tuple[bool, int]]:
+        loop = asyncio.get_running_loop()
+        answers = [loop.create_future() for _ in props]
+        for pr, answer in zip(props, answers, strict=True):
+            writer.submit(pr, lambda ok, version, a=answer: a.set_result((ok, version)))
+        return list(await asyncio.wait_for(asyncio.gather(*answers), 30))
+
+    answers = asyncio.run(go())
+    assert writer.batches_written == 1
+    assert answers == [(False, -1) if p == 7 else (True, 1) for p in range(n)]
+    states = leader.get_partition_states([("many", p) for p in range(n)])
+    assert [tuple(states[("many", p)].isr) for p in range(n)] == [
+        (1,) if p == 7 else (1, 2) for p in range(n)]

@@ -104,14 +104,23 @@ class _Periodic:
 
 class ZkAlterPartitionManager:
     """ZooKeeper mode's ISR writer: `KafkaZkClient` calls in worker threads, answered on the
-    loop. Without a ZooKeeper client every write fails (the ISR stays as the controller set it)."""
+    loop. Without a ZooKeeper client every write fails (the ISR stays as the controller set it).
+
+    Proposals are written in batches, as Kafka's AlterPartitionManager sends them: those made
+    while a batch is being written wait and go together in the next, one registrations read
+    for all and their compare-and-sets pipelined (`KafkaZkClient.update_isrs_registered`).
+    One write per worker thread, each two or three round trips, spread the 500 writes of a
+    restarted follower rejoining the ISRs of its leader over 3-4 s."""
 
     def __init__(self, zk_client: Any | None) -> None:
         self.zk_client = zk_client
         self.events: ReplicationEventPublisher | None = None
         self.core: Any = None  # the shell's core, for the telemetry's before/after view
         self.ineligible_refused = 0  # ISR writes refused for an ineligible member (KIP-841/903)
+        self.batches_written = 0
         self._background: set[asyncio.Task[Any]] = set()
+        self._unsent: list[tuple[ProposeIsr, Callable[[bool, int], None]]] = []
+        self._writing = False
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
@@ -119,50 +128,79 @@ class ZkAlterPartitionManager:
         task.add_done_callback(self._background.discard)
 
     def submit(self, proposal: ProposeIsr, on_result: Callable[[bool, int], None]) -> None:
-        self._spawn(self._write_isr(proposal, on_result))
+        self._unsent.append((proposal, on_result))
+        if not self._writing:
+            # (the task starts in a later turn: this turn's proposals go in its first batch)
+            self._writing = True
+            self._spawn(self._write_batches())
 
-    def _check_and_write(self, prop: ProposeIsr) -> tuple[bool, int, list[IneligibleReplica]]:
+    async def _write_batches(self) -> None:
+        try:
+            while self._unsent:
+                batch, self._unsent = self._unsent, []
+                await self._write_batch(batch)
+        finally:
+            self._writing = False
+
+    def _check_and_write(self, props: list[ProposeIsr]
+                         ) -> list[tuple[bool, int] | list[IneligibleReplica] | Exception]:
         """In a worker thread: the ISR writer's KIP-841/903 check against the registrations in
-        /brokers/ids, then the compare-and-set, conditioned on no broker having registered
-        since the check and every member still being registered (so the check holds at the
-        write; the simulator's ZooKeeper checks and writes in one step)."""
+        /brokers/ids, then the compare-and-sets, each conditioned on no broker having
+        registered since the check and each of its members still being registered (so the
+        check holds at the write; the simulator's ZooKeeper checks and writes in one step).
+        Per proposal: (ok, version), the ineligible members, or the write's error."""
         zk = self.zk_client
-        members = [broker_id for broker_id, _ in prop.isr_with_broker_epochs]
+        members = sorted({b for prop in props for b, _ in prop.isr_with_broker_epochs})
         registrations_version, epochs = zk.get_broker_epochs(members)
-        ineligible = ineligible_replicas_for_isr(prop.isr_with_broker_epochs, epochs.get)
-        if ineligible:
-            return False, -1, ineligible
-        state = LeaderIsrAndControllerEpoch(
-            prop.leader, prop.leader_epoch, tuple(prop.new_isr), prop.controller_epoch
-        )
-        ok, version = zk.update_leader_and_isr(
-            (prop.tp.topic, prop.tp.partition), state, prop.zk_version,
-            registered=(registrations_version, members))
-        return ok, version, []
+        out: list[tuple[bool, int] | list[IneligibleReplica] | Exception] = []
+        writes: list[tuple[Any, LeaderIsrAndControllerEpoch, int, list[int]]] = []
+        for prop in props:
+            ineligible = ineligible_replicas_for_isr(prop.isr_with_broker_epochs, epochs.get)
+            out.append(ineligible)
+            if not ineligible:
+                writes.append(((prop.tp.topic, prop.tp.partition), LeaderIsrAndControllerEpoch(
+                    prop.leader, prop.leader_epoch, tuple(prop.new_isr), prop.controller_epoch),
+                    prop.zk_version, [b for b, _ in prop.isr_with_broker_epochs]))
+        written = iter(zk.update_isrs_registered(writes, registrations_version) if writes
+                       else [])
+        return [next(written) if not o else o for o in out]
 
-    async def _write_isr(self, prop: ProposeIsr, on_result: Callable[[bool, int], None]) -> None:
+    async def _write_batch(self, batch: list[tuple[ProposeIsr, Callable[[bool, int], None]]]
+                           ) -> None:
         if self.zk_client is None:
-            on_result(False, -1)
+            for _, on_result in batch:
+                on_result(False, -1)
             return
         try:
-            ok, version, ineligible = await asyncio.to_thread(self._check_and_write, prop)
-        except BrokerRegistrationsChangedError as e:
+            outcomes = await asyncio.to_thread(self._check_and_write, [p for p, _ in batch])
+        except Exception as e:
+            # Proposed again at a later fetch or ISR check.
+            logger.warning("ISR update of %d partitions failed: %s", len(batch), e)
+            outcomes = [e] * len(batch)
+        self.batches_written += 1
+        for (prop, on_result), outcome in zip(batch, outcomes, strict=True):
+            self._on_written(prop, on_result, outcome)
+
+    def _on_written(self, prop: ProposeIsr, on_result: Callable[[bool, int], None],
+                    outcome: tuple[bool, int] | list[IneligibleReplica] | Exception) -> None:
+        if isinstance(outcome, BrokerRegistrationsChangedError):
             # Proposed again at a later fetch or ISR check, against the new registrations.
             self.ineligible_refused += 1
-            logger.info("%s: ISR update to %s not made: %s", prop.tp, list(prop.new_isr), e)
+            logger.info("%s: ISR update to %s not made: %s", prop.tp, list(prop.new_isr), outcome)
             on_result(False, -1)
             return
-        except Exception as e:
-            logger.warning("ISR update of %s to %s failed: %s", prop.tp, prop.new_isr, e)
+        if isinstance(outcome, Exception):
+            logger.warning("ISR update of %s to %s failed: %s", prop.tp, prop.new_isr, outcome)
             on_result(False, -1)
             return
-        if ineligible:
+        if isinstance(outcome, list):
             # Kafka's INELIGIBLE_REPLICA: not attempted; the committed ISR stays.
             self.ineligible_refused += 1
             logger.info("%s: ISR update to %s refused (INELIGIBLE_REPLICA): ineligible replicas "
-                        "%s", prop.tp, list(prop.new_isr), ", ".join(map(str, ineligible)))
+                        "%s", prop.tp, list(prop.new_isr), ", ".join(map(str, outcome)))
             on_result(False, -1)
             return
+        ok, version = outcome
         if ok:
             logger.info("%s: ISR is now %s (zk version %d)", prop.tp, list(prop.new_isr), version)
             p = self.core.partition(prop.tp) if self.core is not None else None
