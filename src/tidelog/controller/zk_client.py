@@ -1039,16 +1039,6 @@ class KafkaZkClient(KafkaZkReads):
             return []
         return _log_dir_event_sequence_numbers(children)
 
-    def get_broker_ids_from_log_dir_events(self, sequence_numbers: Iterable[str]) -> list[int]:
-        """The brokers the notifications name (one deleted meanwhile is skipped)."""
-        out: list[int] = []
-        for seq in sequence_numbers:
-            path = zk_data.log_dir_event_path(seq)
-            data, _ = self.get_data_and_version(path)
-            if data is not None:
-                out.append(zk_data.decode_log_dir_event_notification(path, data))
-        return out
-
     def delete_log_dir_event_notifications(self, sequence_numbers: Iterable[str],
                                            expected_epoch_zk_version: int | None = None) -> None:
         """Delete handled notifications, fenced by the controller epoch."""
