@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidelog.protocol import framing
 from tidelog.protocol.framing import FrameError, FrameReader, frame_size_prefix
 
 
@@ -147,3 +148,88 @@ def test_a_bad_size_prefix_fails_buffered_reads_too() -> None:
         reader.buffer_updated(4)
     with pytest.raises(FrameError):
         reader.get_buffer()
+
+
+# -- reuse_buffers: a large frame assembled in the buffer of an earlier, released one ----------
+
+
+def test_a_released_large_frame_buffer_is_reused_for_the_next() -> None:
+    reader = FrameReader(reuse_buffers=True)
+    first = _read_one_buffered(reader, b"a" * 300_000)
+    buffer = id(first.obj)  # (the id: a reference would keep the buffer from reuse)
+    del first  # the consumer is done with it
+    second = _read_one_buffered(reader, b"b" * 280_000)
+    assert id(second.obj) == buffer  # no new zero-filled allocation
+    assert bytes(second) == b"b" * 280_000 and second.readonly
+
+
+def test_a_frame_still_referenced_is_never_overwritten() -> None:
+    reader = FrameReader(reuse_buffers=True)
+    first = _read_one_buffered(reader, b"a" * 300_000)
+    records = first[100:200]  # e.g. a records field decoded from it, still held
+    del first
+    second = _read_one_buffered(reader, b"b" * 300_000)
+    assert second.obj is not records.obj
+    assert bytes(records) == b"a" * 100
+    del records, second
+    third = _read_one_buffered(reader, b"c" * 300_000)
+    assert bytes(third) == b"c" * 300_000
+
+
+def test_a_reused_larger_buffer_takes_no_byte_of_the_next_frame() -> None:
+    reader = FrameReader(reuse_buffers=True)
+    del reader.feed(framed(b"a" * 400_000))[0]
+    # one read holding a smaller frame and the next one: the first must stop at its own end
+    data = framed(b"b" * 100_000, b"tail")
+    assert reader.feed(data[:1000]) == []
+    assert len(reader.get_buffer()) == 100_000 - 996
+    frames = reader.feed(data[1000:])
+    assert [bytes(f) for f in frames] == [b"b" * 100_000, b"tail"]
+    assert len(frames[0]) == 100_000
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    payloads=st.lists(st.binary(max_size=3_000), max_size=6),
+    cuts=st.lists(st.integers(1, 4_000), max_size=6),
+    keep=st.lists(st.booleans(), max_size=6),
+)
+def test_reused_buffers_yield_the_same_frames_and_keep_held_ones_intact(
+        payloads: list[bytes], cuts: list[int], keep: list[bool]) -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(framing, "REUSE_MIN_BYTES", 100)
+        _check_reuse(payloads, cuts, keep)
+
+
+def _check_reuse(payloads: list[bytes], cuts: list[int], keep: list[bool]) -> None:
+    reader = FrameReader(reuse_buffers=True)
+    data = framed(*payloads)
+    held: list[tuple[memoryview, bytes]] = []
+    got: list[bytes] = []
+    pos = i = 0
+    while pos < len(data):
+        buf = reader.get_buffer()
+        n = min(len(buf), len(data) - pos, cuts[i % len(cuts)] if cuts else len(data))
+        buf[:n] = data[pos : pos + n]
+        pos += n
+        for f in reader.buffer_updated(n):
+            got.append(bytes(f))
+            if keep and keep[i % len(keep)]:
+                held.append((f, bytes(f)))
+        i += 1
+    assert got == payloads
+    assert all(bytes(view) == content for view, content in held)
+
+
+def _read_one_buffered(reader: FrameReader, payload: bytes) -> memoryview:
+    data = framed(payload)
+    frames: list[memoryview] = []
+    pos = 0
+    while not frames:
+        buf = reader.get_buffer()
+        n = min(len(buf), len(data) - pos)
+        buf[:n] = data[pos : pos + n]
+        pos += n
+        frames = reader.buffer_updated(n)
+    assert pos == len(data) and len(frames) == 1
+    return frames[0]

@@ -148,7 +148,9 @@ class BrokerConnection:
         self.node_id: int | None = None  # set by the cluster client; informational here
         self._transport: asyncio.Transport | None = None
         self._protocol: _Protocol | None = None
-        self._frames = FrameReader(max_frame_bytes)
+        # A connection's answers are consumed one at a time: a large one's buffer is reused
+        # for the next (a replica fetcher's 1 MB fetch answers, a consumer's).
+        self._frames = FrameReader(max_frame_bytes, reuse_buffers=True)
         self._next_correlation_id = 0
         self._pending: dict[int, _Pending] = {}
         # correlation ids whose caller gave up (timeout, cancel): their answers are dropped

@@ -7,6 +7,7 @@ a TLS hello reads as a size of hundreds of MB) is rejected after 4 bytes, never 
 
 from __future__ import annotations
 
+import sys
 from struct import Struct
 
 from tidelog.protocol.errors import DecodeError
@@ -19,6 +20,12 @@ DEFAULT_MAX_FRAME_BYTES = 104857600
 _SIZE = Struct(">i")
 # get_buffer's buffer between frames (size prefixes, small frames): one read's worth.
 _SCRATCH_BYTES = 256 * 1024
+# With ``reuse_buffers``, a frame of at least this size is assembled in the buffer of an earlier
+# one that nothing references any more (smaller ones come cheaply from the allocator).
+REUSE_MIN_BYTES = 64 * 1024
+# References to a spare buffer while ``_start`` looks at it: the reader's attribute, the local
+# name and getrefcount's argument. Any memoryview of it (a frame, a records slice) adds one.
+_UNREFERENCED = 3
 
 
 class FrameError(DecodeError):
@@ -39,18 +46,31 @@ class FrameReader:
     handed out without another copy. For a ``BufferedProtocol``, ``get_buffer`` /
     ``buffer_updated`` let the socket read straight into that buffer. After a
     :class:`FrameError` the reader stays failed (the stream position is lost).
+
+    ``reuse_buffers``: a large frame (``REUSE_MIN_BYTES``) is assembled in the buffer of the
+    last large one when nothing references that buffer any more (no frame, no slice of it is
+    alive), instead of a new zero-filled allocation (a follower's 1 MB fetch answers: the
+    zero fill, the heap growing and shrinking and the page faults of the first read into fresh
+    memory cost more than the kernel's copy into it). The reader then keeps one buffer as large
+    as its largest recent frame: for connections with few, large answers (a replica fetcher's).
     """
 
-    __slots__ = ("max_frame_bytes", "_prefix", "_frame", "_fill", "_scratch", "_failed")
+    __slots__ = ("max_frame_bytes", "_prefix", "_frame", "_size", "_fill", "_scratch",
+                 "_spare", "_reuse", "_failed")
 
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, *,
+                 reuse_buffers: bool = False) -> None:
         if max_frame_bytes <= 0:
             raise ValueError("socket.request.max.bytes must be positive")
         self.max_frame_bytes = max_frame_bytes
         self._prefix = bytearray()  # a size prefix cut by a chunk boundary
-        self._frame: bytearray | None = None  # the frame being assembled, at its full size
+        # The frame being assembled: its buffer (at least its size; larger when reused)
+        self._frame: bytearray | None = None
+        self._size = 0  # its size
         self._fill = 0  # bytes of it received
         self._scratch: bytearray | None = None  # get_buffer's buffer between frames
+        self._spare: bytearray | None = None  # the last large frame's buffer (reuse_buffers)
+        self._reuse = reuse_buffers
         self._failed: FrameError | None = None
 
     @property
@@ -72,21 +92,38 @@ class FrameReader:
         """A size prefix was read: an empty frame is complete, else its buffer is allocated."""
         if size == 0:
             frames.append(memoryview(b""))
-        else:
-            self._frame = bytearray(size)
-            self._fill = 0
+            return
+        frame = None
+        if self._reuse and size >= REUSE_MIN_BYTES:
+            spare = self._spare
+            if spare is not None and len(spare) >= size \
+                    and sys.getrefcount(spare) == _UNREFERENCED:
+                frame = spare
+        self._frame = bytearray(size) if frame is None else frame
+        self._size = size
+        self._fill = 0
+
+    def _complete(self) -> memoryview:
+        """The frame assembled: handed out read-only (its buffer kept for reuse)."""
+        frame = self._frame
+        assert frame is not None
+        self._frame = None
+        if self._reuse and self._size >= REUSE_MIN_BYTES:
+            self._spare = frame
+        if len(frame) == self._size:
+            return memoryview(frame).toreadonly()
+        return memoryview(frame)[: self._size].toreadonly()
 
     def _take(self, view: memoryview, pos: int, frames: list[memoryview]) -> int:
         """Copy what ``view[pos:]`` holds of the frame being assembled; returns the new pos."""
         frame = self._frame
         assert frame is not None
         fill = self._fill
-        take = min(len(frame) - fill, len(view) - pos)
+        take = min(self._size - fill, len(view) - pos)
         frame[fill : fill + take] = view[pos : pos + take]
         self._fill = fill + take
-        if self._fill == len(frame):
-            frames.append(memoryview(frame).toreadonly())
-            self._frame = None
+        if self._fill == self._size:
+            frames.append(self._complete())
         return pos + take
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
@@ -116,22 +153,33 @@ class FrameReader:
                 pos = self._take(view, pos, frames)
                 if self._frame is not None:
                     return frames
-        if pos < end and not isinstance(data, bytes):
-            view = memoryview(bytes(view[pos:]))  # the caller may reuse its buffer: own the bytes
-            end -= pos
-            pos = 0
         # whole frames straight out of this chunk
+        if isinstance(data, bytes):
+            pos = self._split(view, pos, end, frames)
+        elif (whole := self._split(view, pos, end, None)) > pos:
+            # the caller may reuse its buffer: own the bytes of its whole frames (a frame it
+            # only begins is copied into that frame's own buffer, once)
+            self._split(memoryview(bytes(view[pos:whole])), 0, whole - pos, frames)
+            pos = whole
+        if end - pos >= 4:  # a frame begun here
+            self._start(_SIZE.unpack_from(view, pos)[0], frames)
+            self._take(view, pos + 4, frames)
+        elif pos < end:
+            self._prefix += view[pos:]
+        return frames
+
+    def _split(self, view: memoryview, pos: int, end: int,
+               frames: list[memoryview] | None) -> int:
+        """The end of the whole frames in ``view[pos:end]``, each appended to ``frames``
+        (unless None) as a slice of ``view``."""
         while end - pos >= 4:
             size = self._check(_SIZE.unpack_from(view, pos)[0])
             if end - pos - 4 < size:
-                self._start(size, frames)
-                self._take(view, pos + 4, frames)
-                return frames
-            frames.append(view[pos + 4 : pos + 4 + size])
+                break
+            if frames is not None:
+                frames.append(view[pos + 4 : pos + 4 + size])
             pos += 4 + size
-        if pos < end:
-            self._prefix += view[pos:]
-        return frames
+        return pos
 
     # -- asyncio.BufferedProtocol ----------------------------------------------------------
     def get_buffer(self) -> memoryview:
@@ -140,7 +188,7 @@ class FrameReader:
         if self._failed is not None:
             raise self._failed
         if self._frame is not None:
-            return memoryview(self._frame)[self._fill :]
+            return memoryview(self._frame)[self._fill : self._size]
         if self._scratch is None:
             self._scratch = bytearray(_SCRATCH_BYTES)
         return memoryview(self._scratch)
@@ -150,12 +198,10 @@ class FrameReader:
         frames."""
         if self._failed is not None:
             raise self._failed
-        frame = self._frame
-        if frame is not None:
+        if self._frame is not None:
             self._fill += nbytes
-            if self._fill < len(frame):
+            if self._fill < self._size:
                 return []
-            self._frame = None
-            return [memoryview(frame).toreadonly()]
+            return [self._complete()]
         assert self._scratch is not None
         return self.feed(memoryview(self._scratch)[:nbytes])
