@@ -28,8 +28,8 @@ A, B, C = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("u", 0)
 EVICTION_MS = 120_000
 
 
-def req(offset: int, max_bytes: int = 1000) -> tuple[int, int, int, int]:
-    return (offset, 0, 0, max_bytes)
+def req(offset: int, max_bytes: int = 1000) -> tuple[int, int, int, int, int]:
+    return (offset, 0, 0, max_bytes, -1)
 
 
 def resp(hw: int, records: int = 0, error: int = 0, log_start: int = 0) -> PartitionResponse:

@@ -252,6 +252,9 @@ def test_follower_reconnects_after_the_leader_restarts(zookeeper: ZooKeeperServe
         ctl.brokers[1] = b1
         ctl.states[("re", 0)]["zk_version"] = ctl.read_state("re", 0).zk_version
         ctl.send_leader_and_isr("re", [0], live={1})
+        # As Kafka's controller, to the restarted broker (onBrokerStartup): a leader answers a
+        # follower's fetch only for partitions its metadata cache has.
+        ctl.send_update_metadata()
         assert produce(b1.port, "re", 0, build_values([b"2"]), acks=1) == (0, 1)
         wait_until(lambda: b2.partition("re", 0).log_end_offset == 2, what="follower caught up")
         assert b2.call(lambda: sum(t.endpoint.connects for t in b2.server.replica_manager.fetcher_manager.fetchers.values())) >= 2

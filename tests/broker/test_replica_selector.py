@@ -153,13 +153,13 @@ def test_an_incremental_session_always_answers_a_preferred_read_replica() -> Non
     # Kafka's CachedPartition.maybeUpdateResponseData: isPreferredReplica means must respond,
     # even with the HW and log start unchanged and no records.
     fm = FetchManager(FetchSessionCache(10, 120_000, random.Random(7)))
-    ctx = fm.new_context(0, INITIAL_EPOCH, {TP: (4, 0, 0, 1000)}, [], False, 0)
+    ctx = fm.new_context(0, INITIAL_EPOCH, {TP: (4, 0, 0, 1000, -1)}, [], False, 0)
     _, sid, answered = ctx.update_and_generate_response({TP: PartitionResponse(0, 10, 0, 0)}, 0)
     assert answered == [TP]
-    ctx = fm.new_context(sid, 1, {TP: (4, 0, 0, 1000)}, [], False, 10)
+    ctx = fm.new_context(sid, 1, {TP: (4, 0, 0, 1000, -1)}, [], False, 10)
     assert isinstance(ctx, IncrementalFetchContext)
     assert ctx.update_and_generate_response({TP: PartitionResponse(0, 10, 0, 0)}, 10) == (
         0, sid, [])
-    ctx = fm.new_context(sid, 2, {TP: (4, 0, 0, 1000)}, [], False, 20)
+    ctx = fm.new_context(sid, 2, {TP: (4, 0, 0, 1000, -1)}, [], False, 20)
     assert ctx.update_and_generate_response({TP: PartitionResponse(0, 10, 0, 0, 2)}, 20) == (
         0, sid, [TP])

@@ -76,9 +76,9 @@ FINAL_EPOCH = -1
 MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS = 120_000
 _INT_MAX = 2**31 - 1
 
-# Request data of one partition: (fetch offset, current leader epoch, log start offset, max bytes)
-# — the tuple ReplicaManager.fetch_messages takes.
-PartitionRequest = tuple[int, int, int, int]
+# Request data of one partition: (fetch offset, current leader epoch, log start offset, max bytes,
+# last fetched epoch) — the tuple ReplicaManager.fetch_messages takes.
+PartitionRequest = tuple[int, int, int, int, int]
 
 
 class TopicIdPartition(NamedTuple):
@@ -120,11 +120,13 @@ class PartitionResponse:
     log_start_offset: int
     records_size: int
     preferred_read_replica: int = -1  # KIP-392: the follower the consumer should fetch from
+    diverging: bool = False  # a diverging epoch is answered (KIP-320/595)
 
 
 class CachedPartition:
-    __slots__ = ("fetch_offset", "fetcher_log_start_offset", "high_watermark", "leader_epoch",
-                 "local_log_start_offset", "max_bytes", "req_data", "seq", "tp")
+    __slots__ = ("fetch_offset", "fetcher_log_start_offset", "high_watermark",
+                 "last_fetched_epoch", "leader_epoch", "local_log_start_offset", "max_bytes",
+                 "req_data", "seq", "tp")
 
     def __init__(self, req: PartitionRequest, resp: PartitionResponse | None = None,
                  tp: TopicPartition | None = None) -> None:
@@ -138,7 +140,8 @@ class CachedPartition:
     def update_request_params(self, req: PartitionRequest) -> None:
         # The tuple is kept as well: every incremental fetch hands all of them to the read.
         self.req_data: PartitionRequest = req
-        self.fetch_offset, self.leader_epoch, self.fetcher_log_start_offset, self.max_bytes = req
+        (self.fetch_offset, self.leader_epoch, self.fetcher_log_start_offset, self.max_bytes,
+         self.last_fetched_epoch) = req
 
     def maybe_update_response_data(self, resp: PartitionResponse, update: bool) -> bool:
         """Kafka's ``maybeUpdateResponseData``: must this partition be in the response?"""
@@ -153,6 +156,8 @@ class CachedPartition:
                 self.local_log_start_offset = resp.log_start_offset
         if resp.preferred_read_replica >= 0:
             must_respond = True
+        if resp.diverging:
+            must_respond = True  # for the fetcher to truncate
         if resp.error != ErrorCode.NONE:
             # An invalid cached HW makes the partition be sent again once the error is gone.
             if update:
@@ -514,7 +519,7 @@ class IncrementalFetchContext(FetchContext):
             if resp.records_size:
                 any_records = True
             if (not resp.records_size and resp.error == ErrorCode.NONE
-                    and resp.preferred_read_replica < 0
+                    and resp.preferred_read_replica < 0 and not resp.diverging
                     and cached.high_watermark == resp.high_watermark
                     and cached.local_log_start_offset == resp.log_start_offset):
                 continue  # nothing new (most of an idle session): maybe_update_response_data's no

@@ -24,6 +24,7 @@ from tidelog.broker.fetch_session import (
     FetchSession,
     FetchSessionCache,
     IncrementalFetchContext,
+    PartitionRequest,
     PartitionResponse,
     SessionKey,
     TopicIdPartition,
@@ -480,13 +481,13 @@ class KafkaApis:
         # from the metadata cache (Kafka's KafkaApis with topicIdsToNames).
         by_id = version >= 13
         names = self.cache.topic_names_by_id() if by_id else {}
-        fetch_data: dict[SessionKey, tuple[int, int, int, int]] = {}
+        fetch_data: dict[SessionKey, PartitionRequest] = {}
         for t in request.topics:
             for p in t.partitions:
                 key: SessionKey = TopicIdPartition(t.topic_id, p.partition) if by_id \
                     else TopicPartition(t.topic, p.partition)
                 fetch_data[key] = (p.fetch_offset, p.current_leader_epoch, p.log_start_offset,
-                                   p.partition_max_bytes)
+                                   p.partition_max_bytes, p.last_fetched_epoch)
         to_forget: list[SessionKey] = [
             TopicIdPartition(t.topic_id, index) if by_id else TopicPartition(t.topic, index)
             for t in request.forgotten_topics_data for index in t.partitions]
@@ -504,7 +505,7 @@ class KafkaApis:
         select = None
         selector = self.replica_selector
         if selector is not None and not fetch_only_leader:
-            def select(to_read: dict[TopicPartition, tuple[int, int, int, int]]
+            def select(to_read: dict[TopicPartition, PartitionRequest]
                        ) -> dict[TopicPartition, FetchPartitionData]:
                 return self._select_read_replicas(selector, to_read, request.rack_id,
                                                   ctx.listener_name, preferred)
@@ -516,7 +517,7 @@ class KafkaApis:
             keys: dict[SessionKey, Any] = context.read
         else:
             keys = context.partitions()
-            to_read, refused = self._partitions_to_read(context, keys)
+            to_read, refused = self._partitions_to_read(context, keys, replica_id < 0)
             chosen = select(to_read) if select is not None else {}
             results = await self.rm.fetch_messages(
                 # Kafka answers at once when it names a preferred read replica.
@@ -530,6 +531,8 @@ class KafkaApis:
         # answered ones become wire objects (an idle incremental fetch answers few of the
         # session's partitions). As Kafka's, an unknown topic id is answered after the reads.
         read: dict[SessionKey, tuple[int, int, int, Any, int, Any]] = {}
+        # Fetch v12+ (KIP-320/595): where a fetcher's last fetched epoch diverges from the log.
+        diverging: dict[SessionKey, tuple[int, int]] = {}
         unknown: list[SessionKey] = []
         for key in keys:
             code = refused.get(key)
@@ -542,9 +545,11 @@ class KafkaApis:
                 if r is None:
                     continue
                 code = _code(r.error)
-                if replica_id < 0 and tp is not None:
+                if tp is not None:  # followers' fetches too (Kafka's getPartitionOrException)
                     code = self._known_partition_error(tp, code)
             if code == ErrorCode.NONE and r is not None:
+                if r.diverging_epoch is not None:
+                    diverging[key] = r.diverging_epoch
                 aborted = r.aborted_transactions
                 read[key] = (code, r.high_watermark, r.log_start_offset, r.records,
                              r.last_stable_offset,
@@ -559,7 +564,8 @@ class KafkaApis:
         error, session_id, answered = context.update_and_generate_response(
             {key: PartitionResponse(code, hw, log_start,
                                     len(records) if records is not None else 0,
-                                    preferred.get(context.topic_partition(key), -1))
+                                    preferred.get(context.topic_partition(key), -1),
+                                    key in diverging)
              for key, (code, hw, log_start, records, _, _) in read.items()},
             now_ms(),
         )
@@ -583,6 +589,9 @@ class KafkaApis:
                 aborted_transactions=aborted, records=records,
                 preferred_read_replica=preferred.get(tp, -1) if tp is not None else -1,
             )
+            if key in diverging:
+                epoch, end_offset = diverging[key]
+                data.diverging_epoch = m_fetch.EpochEndOffset(epoch=epoch, end_offset=end_offset)
             if version >= 16 and tp is not None and code in _LEADER_HINT_ERRORS:
                 data.current_leader = self._current_leader(tp, ctx.listener_name, endpoints)
             responses[-1].partitions.append(data)
@@ -612,7 +621,7 @@ class KafkaApis:
 
     def _select_read_replicas(
         self, selector: RackAwareReplicaSelector,
-        to_read: dict[TopicPartition, tuple[int, int, int, int]], rack_id: str,
+        to_read: dict[TopicPartition, PartitionRequest], rack_id: str,
         listener_name: str, preferred: dict[TopicPartition, int],
     ) -> dict[TopicPartition, FetchPartitionData]:
         """KIP-392 at the leader (Kafka's readFromLog with findPreferredReadReplica): takes out
@@ -626,7 +635,7 @@ class KafkaApis:
             if broker.for_listener(listener_name) is not None:
                 racks[broker.broker_id] = broker.rack
         answers: dict[TopicPartition, FetchPartitionData] = {}
-        for tp, (fetch_offset, leader_epoch, _, _) in list(to_read.items()):
+        for tp, (fetch_offset, leader_epoch, *_) in list(to_read.items()):
             p = core.partitions.get(tp)
             if (p is None or not p.is_leader
                     or p.check_current_leader_epoch(leader_epoch) != Errors.NONE
@@ -642,20 +651,31 @@ class KafkaApis:
         return answers
 
     def _partitions_to_read(
-        self, context: FetchContext, keys: Mapping[SessionKey, tuple[int, int, int, int]],
-    ) -> tuple[dict[TopicPartition, tuple[int, int, int, int]], dict[SessionKey, int]]:
+        self, context: FetchContext, keys: Mapping[SessionKey, PartitionRequest],
+        consumer: bool,
+    ) -> tuple[dict[TopicPartition, PartitionRequest], dict[SessionKey, int]]:
         """The partitions to read by name, and those answered without a read: a topic id this
-        broker does not know (UNKNOWN_TOPIC_ID), or, for a partition hosted here, an id that
-        is not its topic's — deleted and created again under the same name
-        (INCONSISTENT_TOPIC_ID, Kafka's ReplicaManager check against the log's topic id)."""
-        to_read: dict[TopicPartition, tuple[int, int, int, int]] = {}
+        broker does not know (UNKNOWN_TOPIC_ID), for a ``consumer`` a partition the metadata
+        cache lacks (UNKNOWN_TOPIC_OR_PARTITION, Kafka's metadataCache.contains check before
+        the read, even for a partition hosted here whose UpdateMetadata has not come yet), or,
+        for a partition hosted here, an id that is not its topic's — deleted and created again
+        under the same name (INCONSISTENT_TOPIC_ID, Kafka's ReplicaManager check against the
+        log's topic id)."""
+        to_read: dict[TopicPartition, PartitionRequest] = {}
         refused: dict[SessionKey, int] = {}
-        hosted_ids = self.cache.hosted_topic_ids
+        cache = self.cache
+        hosted_ids = cache.hosted_topic_ids
         hosted = self.rm.core.partitions
         for key, req in keys.items():
             tp = context.topic_partition(key)
             if tp is None:
                 refused[key] = ErrorCode.UNKNOWN_TOPIC_ID
+            elif consumer and cache.partition(tp) is None:
+                # A follower's fetch of a partition hosted here is read even then (Kafka's
+                # follower gets UNKNOWN_TOPIC_OR_PARTITION between the leader's LeaderAndIsr
+                # and UpdateMetadata, and backs off replica.fetch.backoff.ms); one of a
+                # partition not hosted here is answered by the cache after the read.
+                refused[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif (isinstance(key, TopicIdPartition) and tp in hosted
                   and hosted_ids.get(tp.topic, key.topic_id) != key.topic_id):
                 refused[key] = ErrorCode.INCONSISTENT_TOPIC_ID
@@ -667,7 +687,7 @@ class KafkaApis:
         self, context: IncrementalFetchContext, replica_id: int, broker_epoch: int | None,
         max_wait_ms: int, min_bytes: int, max_bytes: int, isolation_level: int,
         fetch_only_leader: bool,
-        select: Callable[[dict[TopicPartition, tuple[int, int, int, int]]],
+        select: Callable[[dict[TopicPartition, PartitionRequest]],
                          dict[TopicPartition, FetchPartitionData]] | None = None,
     ) -> tuple[dict[TopicPartition, Any], dict[SessionKey, int]]:
         """An incremental fetch reads the partitions it lists and those changed since the last
@@ -706,7 +726,8 @@ class KafkaApis:
         # those turning dirty while this one waits up to this one's arrival.
         replay_ms = session.previous_used_ms
         try:
-            more, no_read = self._partitions_to_read(context, context.partitions())
+            more, no_read = self._partitions_to_read(context, context.partitions(),
+                                                     replica_id < 0)
             while True:
                 refused.update(no_read)
                 # A read error answers at once, as Kafka's; so does a session with nothing
@@ -731,7 +752,9 @@ class KafkaApis:
                             read_bytes -= len(old.records)
                         results[tp] = r
                         read_bytes += len(r.records) if r.records is not None else 0
-                        any_error = any_error or r.error != Errors.NONE
+                        # A diverging epoch is answered at once too (Kafka's hasDivergingEpoch).
+                        any_error = (any_error or r.error != Errors.NONE
+                                     or r.diverging_epoch is not None)
                 replay_ms = session.last_used_ms
                 remaining = deadline - loop.time()
                 if read_bytes >= min_bytes or any_error or remaining <= 0:
@@ -754,7 +777,8 @@ class KafkaApis:
                     finally:
                         timer.cancel()
                         waiting = None
-                more, no_read = self._partitions_to_read(context, context.more_partitions())
+                more, no_read = self._partitions_to_read(context, context.more_partitions(),
+                                                         replica_id < 0)
         except BaseException:
             context.abandon()
             raise

@@ -411,7 +411,7 @@ class BrokerReplicaManager:
         max_wait_ms: int,
         min_bytes: int,
         max_bytes: int,
-        partitions: Mapping[TopicPartition, tuple[int, int, int, int]],
+        partitions: Mapping[TopicPartition, tuple[int, ...]],
         broker_epoch: int | None = None,
         isolation_level: int = 0,
         fetch_only_leader: bool = True,

@@ -431,7 +431,7 @@ class ReplicaManager:
         fetch_max_wait_ms: int,
         fetch_min_bytes: int,
         fetch_max_bytes: int,
-        partitions: Mapping[TopicPartition, tuple[int, int, int, int]],
+        partitions: Mapping[TopicPartition, tuple[int, ...]],
         now_ms: int,
         request_key: Hashable | None = None,
         broker_epoch: int | None = None,

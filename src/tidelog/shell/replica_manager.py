@@ -381,7 +381,7 @@ class ReplicaManager:
         max_wait_ms: int,
         min_bytes: int,
         max_bytes: int,
-        partitions: Mapping[TopicPartition, tuple[int, int, int, int]],
+        partitions: Mapping[TopicPartition, tuple[int, ...]],
         request_key: Hashable,
         on_complete: FetchCallback,
         broker_epoch: int | None = None,
@@ -389,8 +389,8 @@ class ReplicaManager:
         fetch_only_leader: bool = True,
     ) -> FetchOutcome:
         """Kafka's fetchMessages: ``partitions`` is ``{tp: (fetch offset, current leader epoch,
-        log start offset, max bytes)}``; a delayed fetch answers through ``on_complete``;
-        ``isolation_level`` READ_COMMITTED (1) reads consumers up to the LSO;
+        log start offset, max bytes[, last fetched epoch])}``; a delayed fetch answers through
+        ``on_complete``; ``isolation_level`` READ_COMMITTED (1) reads consumers up to the LSO;
         ``fetch_only_leader`` False lets a follower answer a consumer (Fetch v11+, KIP-392);
         ``broker_epoch``: the fetching follower's (Fetch v15+ ReplicaState), -1 or None: none."""
         outcome = self.core.fetch_messages(
