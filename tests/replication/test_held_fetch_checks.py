@@ -16,6 +16,7 @@ import pytest
 from replication_helpers import records, state
 
 from tidelog.replication import Errors, ReplicationConfig
+from tidelog.replication.purgatory import DelayedFetch
 from tidelog.replication.replica_manager import ReplicaManager
 from tidelog.replication.types import TopicPartition
 from tidelog.sim.disk import MemoryFileIO
@@ -71,3 +72,27 @@ def test_the_held_fetch_still_completes_when_one_of_its_partitions_gets_records(
     assert len(done) == 1
     assert done[0].results[TPS[7]].error == Errors.NONE
     assert len(done[0].results[TPS[7]].records) > 0
+
+
+def test_its_isr_additions_being_written_do_not_try_the_held_fetch_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rm = _leader()
+    outcome = rm.fetch_messages(2, 500, 1, 1 << 20, {tp: (0, 1, 0, 1 << 20) for tp in TPS},
+                                now_ms=10, request_key="held")
+    tries: list[int] = []
+    try_complete = DelayedFetch.try_complete
+
+    def counting(self: DelayedFetch, now_ms: int) -> bool:
+        tries.append(len(self.params.partitions))
+        return try_complete(self, now_ms)
+
+    monkeypatch.setattr(DelayedFetch, "try_complete", counting)
+    for prop in outcome.isr_proposals:  # the ZooKeeper writes came back
+        rm.on_isr_update_result(prop.tp, True, prop.zk_version + 1, prop.new_isr, 20,
+                                prop.leader_epoch)
+    assert all(rm.partition(tp).isr == frozenset({1, 2}) for tp in TPS)
+    assert tries == []  # the HW did not move: nothing it waits for changed
+    assert rm.poll_completed(20) == []
+    rm.append_records(1, {TPS[3]: records(2)}, 1000, 30, request_key="produce")
+    assert [c.request_key for c in rm.poll_completed(30)
+            if getattr(c, "request_key", None) == "held"] == ["held"]

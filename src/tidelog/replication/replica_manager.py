@@ -747,11 +747,21 @@ class ReplicaManager:
         if p is None or p.pending_isr is None:
             return
         before = p.isr
-        p.on_isr_update_result(ok, new_zk_version, isr, leader_epoch)
+        hw_moved = p.on_isr_update_result(ok, new_zk_version, isr, leader_epoch)
         if p.isr != before:
             self._isr_change_set.add(tp)  # seed 000's recordIsrChange
             self._last_isr_change_ms = now_ms
-        self._dirty[tp] = None
+        if hw_moved:
+            self._dirty[tp] = None
+        else:
+            # What waits on the ISR itself (acks=all produce, the sessions' view) is told; the
+            # held fetches only when the HW moved, as Kafka's Partition completes delayed
+            # fetches after an ISR update only on a HW increment: a fetch's bytes do not
+            # depend on the ISR, and a restarted follower's first fetch, held over all its
+            # partitions, was tried again, reading each, at every one of its ISR additions.
+            for listener in self.partition_listeners:
+                listener(tp)
+            self._check_delayed_produce(tp, now_ms)
         self._drain(now_ms)
 
     def isr_changes_to_propagate(self, now_ms: int) -> set[TopicPartition]:
