@@ -182,3 +182,36 @@ def test_librdkafka_reads_from_the_replica_in_its_rack(racks: Any) -> None:
     served = {b: seen[b].snapshot()[0] - before[b] for b in seen}
     assert served[1] == 0 and served[3] == 0, served
     assert served[2] >= RECORDS * 40, served
+
+
+def test_a_fetch_held_at_the_follower_is_answered_when_its_hw_moves(racks: Any) -> None:
+    """Kafka's follower completes the consumer fetches held on a partition whose HW its
+    fetcher just moved (ReplicaFetcherThread.completeDelayedFetchRequests): a fetch at the
+    follower's HW waiting up to 60 s is answered with the next record once it is committed."""
+    cluster, _ = racks
+
+    async def held_fetch_then_produce() -> tuple[Any, float]:
+        async with KafkaClient(cluster.bootstrap_servers) as client:
+            await client.refresh_metadata([TOPIC])
+            end = (await client.list_offsets({TP: -1}))[TP].offset
+
+            async def follower_hw() -> int:
+                _, _, got = await client.fetch_from(2, {TP: end}, max_wait_ms=0, min_bytes=0,
+                                                    rack_id="rack-2")
+                return got[TP].high_watermark
+
+            while await follower_hw() < end:  # bounded by the test's timeout
+                await asyncio.sleep(0.05)
+            held = asyncio.ensure_future(client.fetch_from(
+                2, {TP: end}, max_wait_ms=60_000, min_bytes=1, rack_id="rack-2"))
+            p = producer(cluster.bootstrap_servers, **{"linger.ms": 0})
+            p.produce(TOPIC, value=b"late", partition=0)
+            assert await asyncio.to_thread(p.flush, 30) == 0
+            committed = time.monotonic()
+            _, _, got = await held
+            return got[TP], time.monotonic() - committed
+
+    answer, waited_s = asyncio.run(held_fetch_then_produce())
+    assert answer.error == 0 and b"late" in bytes(answer.records)
+    # The follower learns the HW within replica.fetch.wait.max.ms (500 ms) of the commit.
+    assert waited_s < 10, waited_s

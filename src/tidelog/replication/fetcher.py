@@ -322,6 +322,8 @@ class FetchResult:
     errors: dict[TopicPartition, Errors] = field(default_factory=dict)
     ignored: set[TopicPartition] = field(default_factory=set)
     failed: set[TopicPartition] = field(default_factory=set)
+    # Kafka's partitionsWithNewHighWatermark: the follower HW moved (consumers may read more)
+    new_high_watermark: list[TopicPartition] = field(default_factory=list)
 
 
 # The follower's log for a partition, or None when it is not (or no longer) a local follower.
@@ -839,6 +841,7 @@ class ReplicaFetcher:
         if log is None:
             result.ignored.add(tp)
             return
+        high_watermark = log.high_watermark
         try:
             info = self.process_partition_data(tp, state.fetch_offset, log, data, now_ms)
         except CorruptRecordError:
@@ -853,6 +856,8 @@ class ReplicaFetcher:
             self.mark_partition_failed(tp)
             result.failed.add(tp)
             return
+        if log.high_watermark != high_watermark:
+            result.new_high_watermark.append(tp)
         quota = self.config.follower_quota
         if quota is not None and quota.is_throttled(tp):
             quota.record(len(data.records), now_ms)

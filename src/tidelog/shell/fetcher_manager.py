@@ -113,6 +113,8 @@ class FetcherThread:
             if result is not None and result.failed:
                 logger.warning("%s: partitions failed: %s", self.name,
                                sorted(map(str, result.failed)))
+            if result is not None and result.new_high_watermark:
+                self._manager.on_new_high_watermarks(result.new_high_watermark)
         self._manager.on_progress()
         self.pump()
 
@@ -137,7 +139,10 @@ class ReplicaFetcherManager:
         num_fetchers: int = 1,
         broker_epoch: int = -1,
         on_progress: Callable[[], None] | None = None,
+        on_new_high_watermarks: Callable[[list[TopicPartition]], None] | None = None,
     ) -> None:
+        """``on_progress``: after each response handled; ``on_new_high_watermarks``: before
+        it, with the partitions whose follower HW that response moved."""
         self.broker_id = broker_id
         self.config = config
         self.time = time
@@ -147,6 +152,7 @@ class ReplicaFetcherManager:
         self._logs = logs
         self._leader_end_point = leader_end_point
         self._on_progress = on_progress
+        self._on_new_high_watermarks = on_new_high_watermarks
         self.fetchers: dict[tuple[int, int], FetcherThread] = {}
         self._source_of: dict[TopicPartition, tuple[int, int]] = {}
         self._request_ids = 0
@@ -154,6 +160,10 @@ class ReplicaFetcherManager:
     def on_progress(self) -> None:
         if self._on_progress is not None:
             self._on_progress()
+
+    def on_new_high_watermarks(self, partitions: list[TopicPartition]) -> None:
+        if self._on_new_high_watermarks is not None:
+            self._on_new_high_watermarks(partitions)
 
     def set_broker_epoch(self, broker_epoch: int) -> None:
         self.broker_epoch = broker_epoch

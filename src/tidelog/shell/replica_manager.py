@@ -111,6 +111,7 @@ class ReplicaManager:
             broker_id, logs_for_fetcher or self.core.logs_for_fetcher, config, time=time, scheduler=scheduler,
             leader_end_point=leader_end_point, num_fetchers=num_replica_fetchers,
             broker_epoch=-1, on_progress=self.complete_delayed,
+            on_new_high_watermarks=self._follower_high_watermarks_moved,
         )
         # Replicas moving between this broker's log dirs (AlterReplicaLogDirs).
         self.alter_log_dirs_manager = ReplicaAlterLogDirsManager(
@@ -276,6 +277,14 @@ class ReplicaManager:
         next timer."""
         self.core.mark_changed(tp, self.time.milliseconds())
         self.complete_delayed()
+
+    def _follower_high_watermarks_moved(self, partitions: list[TopicPartition]) -> None:
+        """Kafka's ReplicaFetcherThread.completeDelayedFetchRequests: a consumer's fetch held
+        at this follower (KIP-392) is re-checked when the follower's HW moves, not at the end
+        of its wait (answered by the ``complete_delayed`` that follows)."""
+        now = self.time.milliseconds()
+        for tp in partitions:
+            self.core.mark_changed(tp, now)
 
     def complete_delayed(self) -> None:
         """Answer the delayed operations the core completed; keep one timer at the next
