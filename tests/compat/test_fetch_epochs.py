@@ -215,3 +215,113 @@ def test_a_stale_leader_epoch_is_fenced_after_a_leader_change(pair: Pair) -> Non
 
     got = pair.same(scenario)
     assert got["fetch, old epoch"] == "FENCED_LEADER_EPOCH"
+
+
+def _replica_fetch(address: str, replica_id: int, topic: str,
+                   current_leader_epoch: int = -1) -> str:
+    """A follower's Fetch v12 (replica_id >= 0) of partition 0: the error's name."""
+    request = m_fetch.FetchRequest(
+        replica_id=replica_id, max_wait_ms=0, min_bytes=0, topics=[m_fetch.FetchTopic(
+            topic, partitions=[m_fetch.FetchPartition(
+                0, current_leader_epoch=current_leader_epoch, fetch_offset=0,
+                partition_max_bytes=1 << 20)])])
+    return ErrorCode(raw(address, request, 12).responses[0].partitions[0].error_code).name
+
+
+def test_a_replica_fetch_of_a_partition_the_broker_does_not_host(pair: Pair) -> None:
+    """Kafka answers a follower's fetch UNKNOWN_TOPIC_OR_PARTITION for a partition its metadata
+    cache lacks, NOT_LEADER_OR_FOLLOWER for one the cluster has elsewhere, as it answers
+    consumers; a fetch from a broker that is not a replica is refused at the leader."""
+    topic = "hosted-elsewhere"
+
+    def scenario(t: Target) -> object:
+        create_ready(t, topic, 1, 1)
+        part, brokers = partition_metadata(t, topic)
+        other = next(b for b in sorted(brokers) if b != part.leader)
+        elsewhere = address_of(brokers, other)
+        # The other broker learns of the topic from its UpdateMetadata: until then it is
+        # unknown there to consumers as to followers.
+        deadline = time.monotonic() + 30
+        while _fetch(elsewhere, -1, topic=topic)[0] != "NOT_LEADER_OR_FOLLOWER":
+            assert time.monotonic() < deadline, "the other broker did not learn the topic"
+            time.sleep(0.2)
+        leader = address_of(brokers, part.leader)
+        return {
+            "follower fetch, not hosted": _replica_fetch(elsewhere, part.leader, topic),
+            "follower fetch, no such topic": _replica_fetch(elsewhere, part.leader, "no-such"),
+            "consumer fetch, not hosted": _fetch(elsewhere, -1, topic=topic)[0],
+            "not a replica, no epoch": _replica_fetch(leader, other, topic),
+            "not a replica, its epoch": _replica_fetch(leader, other, topic, 0),
+        }
+
+    got = pair.same(scenario)
+    assert got["follower fetch, not hosted"] == "NOT_LEADER_OR_FOLLOWER"
+    assert got["follower fetch, no such topic"] == "UNKNOWN_TOPIC_OR_PARTITION"
+
+
+def _fetch_after(address: str, offset: int, last_fetched_epoch: int, topic: str,
+                 current_leader_epoch: int = -1, isolation_level: int = 0,
+                 version: int = 12) -> object:
+    """A consumer's Fetch naming the epoch of the last record it read (KIP-320/595)."""
+    request = m_fetch.FetchRequest(
+        max_wait_ms=0, min_bytes=1, isolation_level=isolation_level,
+        topics=[m_fetch.FetchTopic(topic, partitions=[m_fetch.FetchPartition(
+            0, current_leader_epoch=current_leader_epoch, fetch_offset=offset,
+            last_fetched_epoch=last_fetched_epoch, partition_max_bytes=1 << 20)])])
+    p = raw(address, request, version).responses[0].partitions[0]
+    d = p.diverging_epoch
+    return (ErrorCode(p.error_code).name, p.high_watermark, p.log_start_offset,
+            None if d is None else (d.epoch, d.end_offset), bytes(p.records or b""),
+            p.aborted_transactions)
+
+
+def test_a_diverging_last_fetched_epoch_is_answered_with_where_the_epoch_ends(
+        pair: Pair) -> None:
+    """Fetch v12+ (KIP-320/595): epoch 0 holds offsets 0-2, epoch 1 (the leader moved) 3-5.
+    A fetch whose last fetched epoch ends before its fetch offset gets that epoch's end
+    (diverging_epoch) and no records, at once; an epoch the leader cannot place is
+    OFFSET_OUT_OF_RANGE; a shared history is read as usual; before v12 the field is not sent."""
+    topic = "diverging"
+
+    def scenario(t: Target) -> object:
+        _setup(t, topic)
+        part, brokers = partition_metadata(t, topic)
+        old_leader = part.leader
+        deadline = time.monotonic() + 30
+        for r in part.replicas:
+            while _replica_hw(address_of(brokers, r), topic) != 3:
+                assert time.monotonic() < deadline, f"replica {r} did not learn the HW in time"
+                time.sleep(0.2)
+        t.stop_broker(old_leader)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                p, _ = partition_metadata(t, topic)
+                leader = leader_address(t, topic)
+                if p.leader != old_leader and _fetch(leader, 1, topic=topic)[0] == "NONE":
+                    break
+                assert time.monotonic() < deadline, "no serving new leader in time"
+                time.sleep(0.3)
+            produce = m_produce.ProduceRequest(acks=-1, timeout_ms=10000, topic_data=[
+                m_produce.TopicProduceData(topic, [m_produce.PartitionProduceData(0, BATCH)])])
+            answer = raw(leader, produce, 8).responses[0].partition_responses[0]
+            assert (answer.error_code, answer.base_offset) == (0, 3)
+            seen = {
+                "epoch 0 past its end": _fetch_after(leader, 5, 0, topic),
+                "epoch 0, read_committed": _fetch_after(leader, 5, 0, topic,
+                                                        isolation_level=1),
+                "epoch 0 at its end": _fetch_after(leader, 3, 0, topic)[:4],
+                "epoch 0 within it": _fetch_after(leader, 1, 0, topic)[:4],
+                "epoch 1 at the end": _fetch_after(leader, 6, 1, topic, 1),
+                "epoch 1 within it": _fetch_after(leader, 4, 1, topic, 1)[:4],
+                "an epoch not yet": _fetch_after(leader, 6, 5, topic),
+                "no epoch": _fetch_after(leader, 5, -1, topic)[:4],
+                "epoch 0 past its end, v11": _fetch_after(leader, 5, 0, topic, version=11)[:4],
+            }
+        finally:
+            t.start_broker(old_leader)
+        return seen
+
+    got = pair.same(scenario)
+    assert got["epoch 0 past its end"][3] == (0, 3)
+    assert got["epoch 0 past its end"][4] == b""
