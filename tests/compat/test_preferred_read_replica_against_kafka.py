@@ -17,12 +17,12 @@ from collections.abc import Iterator, Mapping
 import pytest
 from differential import Pair, Target, address_of, create_ready, partition_metadata, raw
 
-from tidelog.cluster.local import LocalCluster, _pid_runs
+from tidelog.cluster.local import ClusterError, LocalCluster, _pid_runs
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import fetch as m_fetch
 from tidelog.protocol.messages import produce as m_produce
 from tidelog.protocol.records.builder import Record, build_batch
-from tidelog.testing.kafka_cluster import KafkaCluster, wait_for_metadata
+from tidelog.testing.kafka_cluster import KafkaCluster, KafkaClusterError, wait_for_metadata
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -153,3 +153,24 @@ def test_the_leader_names_the_follower_in_the_consumers_rack(racked: Pair) -> No
     assert got["leader, the follower's rack"][4:6] == (b"", "the follower in the rack")
     assert got["leader, the leader's rack"][4] == BATCH[16:]
     assert got["follower, its rack"][4] == BATCH[16:]
+
+
+def test_an_unknown_replica_selector_class_stops_the_broker_at_start_up(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Kafka loads the class when the broker starts (CoreUtils.createObject) and exits; tidelog
+    refuses the setting with the same exception's text."""
+    bad = {"replica.selector.class": "com.example.NearestSelector"}
+    expected = "java.lang.ClassNotFoundException: com.example.NearestSelector"
+    kafka = KafkaCluster(tmp_path_factory.mktemp("kafka-bad-selector"))
+    try:
+        with pytest.raises(KafkaClusterError):
+            kafka.up(1, overrides=bad)
+        assert expected in kafka.brokers[1].log_file.read_text()
+    finally:
+        kafka.down()
+    tidelog = LocalCluster(tmp_path_factory.mktemp("tidelog-bad-selector"), die_with_parent=True)
+    try:
+        with pytest.raises(ClusterError, match=expected):
+            tidelog.up(1, overrides=bad, timeout_s=60)
+    finally:
+        tidelog.down(timeout_s=15)
