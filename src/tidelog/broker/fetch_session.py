@@ -238,13 +238,15 @@ class FetchSession:
         return None if cached is None else cached.tp
 
     def mark_dirty(self, tp: TopicPartition) -> None:
-        woke = False
+        keys = self.keys_by_tp.get(tp)
+        if not keys:
+            return
         dirty = self.dirty
-        for key in self.keys_by_tp.get(tp, ()):
-            if key not in dirty:
-                dirty[key] = None
-                woke = True
-        if woke and self.waker is not None:
+        for key in keys:
+            dirty[key] = None
+        # Every change, also of a partition dirty already: a follower's held fetch waits
+        # while its partitions' HW alone changed, and must wake for their next records.
+        if self.waker is not None:
             self.waker()
 
     def take_dirty(self) -> dict[SessionKey, PartitionRequest]:

@@ -708,6 +708,8 @@ class KafkaApis:
 
         def wake(changed: bool = True) -> None:
             if waiting is not None and not waiting.done():
+                if changed and replica_id >= 0 and self._nothing_for_follower(session):
+                    return  # only HWs moved: no read, the fetch stays held (Kafka's)
                 waiting.set_result(changed)
 
         def cut() -> None:
@@ -768,11 +770,14 @@ class KafkaApis:
                     deadline = min(deadline, arrival + wait_ms / 1000)
                     if deadline <= loop.time():
                         break
-                if not session.dirty:
+                if not session.dirty or (replica_id >= 0
+                                         and self._nothing_for_follower(session)):
                     waiting = loop.create_future()
                     timer = loop.call_at(deadline, wake, False)
                     try:
-                        if not await waiting:
+                        # At the deadline (or cut), partitions whose HW alone moved meanwhile
+                        # are read for this answer, as the reads at each change did before.
+                        if not await waiting and not session.dirty:
                             break
                     finally:
                         timer.cancel()
@@ -809,6 +814,26 @@ class KafkaApis:
             for session, cut in list(self._follower_waits.get(replica_id, {}).values()):
                 if any(tp not in session.keys_by_tp for tp in tps):
                     cut()
+
+    def _nothing_for_follower(self, session: FetchSession) -> bool:
+        """Whether every partition of a follower's session that changed since its fetch read
+        it changed in nothing that answers a held fetch: still led here in the fetch's epoch,
+        no records past the fetch offset, the log start it was last answered. So only its HW
+        moved (another follower's fetch), which Kafka's DelayedFetch for a follower does not
+        count either (bytes past the fetch offset, truncation, leadership): the leader need
+        not read it on every acks=all record, only once the fetch is answered."""
+        partitions = self.rm.core.partitions
+        cached_partitions = session.partitions
+        for key in session.dirty:
+            cached = cached_partitions.get(key)
+            if cached is None or cached.tp is None:
+                return False
+            p = partitions.get(cached.tp)
+            if (p is None or not p.is_leader or p.leader_epoch != cached.leader_epoch
+                    or p.log_end_offset != cached.fetch_offset
+                    or p.log_start_offset != cached.local_log_start_offset):
+                return False
+        return True
 
     def _replay_idle_follower_fetches(self) -> None:
         """Before the ISR check: each follower session's last fetch, for the partitions it did
