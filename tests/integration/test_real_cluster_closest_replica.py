@@ -103,6 +103,7 @@ def racks(tmp_path_factory: pytest.TempPathFactory) -> Any:
         for i in range(RECORDS):
             p.produce(TOPIC, value=f"v{i}".encode() * 20, partition=0)
         assert p.flush(60) == 0
+        del p  # its threads go now, not reconnecting to the stopped cluster at the end
         yield cluster, seen
     finally:
         if zk is not None:
@@ -207,6 +208,7 @@ def test_a_fetch_held_at_the_follower_is_answered_when_its_hw_moves(racks: Any) 
             p = producer(cluster.bootstrap_servers, **{"linger.ms": 0})
             p.produce(TOPIC, value=b"late", partition=0)
             assert await asyncio.to_thread(p.flush, 30) == 0
+            del p
             committed = time.monotonic()
             _, _, got = await held
             return got[TP], time.monotonic() - committed
