@@ -11,7 +11,12 @@ from test_shell_replica_manager import Clock, EndPoint, IsrWriter
 from tidelog.protocol.records.builder import build_values
 from tidelog.replication.config import ReplicationConfig
 from tidelog.replication.errors import Errors
-from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
+from tidelog.replication.types import (
+    CONSUMER_REPLICA_ID,
+    MAX_TIMESTAMP,
+    LeaderAndIsrPartitionState,
+    TopicPartition,
+)
 from tidelog.shell.replica_manager import ReplicaManager
 from tidelog.sim.disk import MemoryFileIO
 from tidelog.storage.log_config import LogConfig
@@ -110,3 +115,20 @@ def test_a_dir_reported_before_the_startup_is_handled_once_started() -> None:
     rm.startup()
     clock.advance(0)
     assert lm.offline_dirs == {"/d1"} and handling.calls == ["propagate"]
+
+
+def test_a_list_offsets_disk_error_is_the_partitions_storage_error() -> None:
+    """ListOffsets by time and by MAX_TIMESTAMP read the log (the broker's ListOffsets answers
+    from here): a disk error is KAFKA_STORAGE_ERROR for that partition alone, its dir reported
+    (Kafka's fetchOffsetForTimestamp), not an exception that closes the client's connection."""
+    rm, clock, io = broker(Handling())
+    for tp in (T0, T1):
+        assert produce(rm, tp) == Errors.NONE
+    wanted = {T0: (-1, 0), T1: (-1, MAX_TIMESTAMP)}
+    healthy = rm.core.list_offsets(CONSUMER_REPLICA_ID, wanted)
+    assert [(r.error, r.offset) for r in healthy.values()] == [(Errors.NONE, 0)] * 2
+    io.fail_io("/d1", errno.EIO)
+    io.fail_io("/d2", errno.EIO)
+    answers = rm.core.list_offsets(CONSUMER_REPLICA_ID, wanted)
+    assert [(r.error, r.offset) for r in answers.values()] == [(Errors.KAFKA_STORAGE_ERROR, -1)] * 2
+    assert rm.log_manager.log_dir_failure_channel.has_queued_dirs()

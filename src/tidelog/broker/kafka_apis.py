@@ -109,7 +109,6 @@ from tidelog.replication.types import (
     CONSUMER_REPLICA_ID,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
-    READ_COMMITTED,
     FetchPartitionData,
     LeaderAndIsrPartitionState,
     TopicPartition,
@@ -122,8 +121,6 @@ __all__ = ["KafkaApis"]
 
 logger = logging.getLogger(__name__)
 
-# ListOffsets special timestamps beyond earliest/latest.
-MAX_TIMESTAMP = -3
 # Kafka's debugging replica id: ListOffsets / Fetch allowed on followers, reading to the LEO.
 DEBUGGING_REPLICA_ID = -2
 # KIP-951: Fetch v16+ answers these with the leader this broker knows and its endpoint.
@@ -882,39 +879,13 @@ class KafkaApis:
                 return 0, p.log_start_offset, -1, p.leader_epoch
             if timestamp == LATEST_TIMESTAMP:
                 return 0, p.log_end_offset, -1, p.leader_epoch
-        if timestamp in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
-            rid = replica_id if replica_id >= 0 else CONSUMER_REPLICA_ID
-            r = core.list_offsets(rid, {tp: (current_leader_epoch, timestamp)},
-                                  isolation_level)[tp]
-            code = self._known_partition_error(tp, _code(r.error))
-            return code, r.offset if code == 0 else -1, -1, r.leader_epoch if code == 0 else -1
-        if p is None:
-            return self._known_partition_error(tp, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), -1, -1, -1
-        err = p.check_current_leader_epoch(current_leader_epoch)
-        if err != Errors.NONE:
-            return _code(err), -1, -1, -1
-        if not p.is_leader:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1, -1
-        # Consumers find offsets below the HW, or the LSO when reading committed (KIP-98).
-        upper = (p.log_end_offset if replica_id >= 0
-                 else p.last_stable_offset if isolation_level == READ_COMMITTED
-                 else p.high_watermark)
-        if timestamp == MAX_TIMESTAMP:
-            best: tuple[int, int] | None = None
-            for b in p.log.batches(p.log_start_offset):
-                if b.base_offset >= upper:
-                    break
-                if best is None or b.max_timestamp > best[1]:
-                    best = (b.base_offset, b.max_timestamp)
-            if best is None:
-                return 0, -1, -1, -1
-            return 0, best[0], best[1], p.leader_epoch
-        if timestamp < 0:
-            return ErrorCode.INVALID_REQUEST, -1, -1, -1
-        found = p.log.offset_for_timestamp(timestamp)
-        if found is None or found[0] >= upper:
-            return 0, -1, -1, -1
-        return 0, found[0], found[1], p.leader_epoch
+        # The core reads the log; a disk error there is the partition's KAFKA_STORAGE_ERROR.
+        rid = replica_id if replica_id >= 0 else CONSUMER_REPLICA_ID
+        r = core.list_offsets(rid, {tp: (current_leader_epoch, timestamp)}, isolation_level)[tp]
+        code = self._known_partition_error(tp, _code(r.error))
+        if code != 0:
+            return code, -1, -1, -1
+        return code, r.offset, r.timestamp, r.leader_epoch
 
     # ------------------------------------------------------------------ OffsetForLeaderEpoch
     async def handle_offset_for_leader_epoch(

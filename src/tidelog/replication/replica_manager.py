@@ -40,6 +40,7 @@ from tidelog.replication.types import (
     DEBUGGING_REPLICA_ID,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
     READ_COMMITTED,
     READ_UNCOMMITTED,
     AddFetcher,
@@ -86,6 +87,18 @@ class FetchOutcome:
     results: dict[TopicPartition, FetchPartitionData] | None
     delayed: bool = False
     isr_proposals: tuple[ProposeIsr, ...] = ()
+
+
+def _max_timestamp_batch(log: Any, start: int, limit: int) -> tuple[int, int] | None:
+    """ListOffsets MAX_TIMESTAMP (KIP-734): (base offset, max timestamp) of the first batch
+    below `limit` holding the largest timestamp, None when there is none."""
+    best: tuple[int, int] | None = None
+    for b in log.batches(start):
+        if b.base_offset >= limit:
+            break
+        if best is None or b.max_timestamp > best[1]:
+            best = (b.base_offset, b.max_timestamp)
+    return best
 
 
 def _error_of(exc: BaseException) -> Errors:
@@ -704,17 +717,19 @@ class ReplicaManager:
                         continue
                     offset = (p.last_stable_offset if isolation_level == READ_COMMITTED
                               else p.high_watermark)
-            elif timestamp >= 0:
-                try:
-                    found = p.log.offset_for_timestamp(timestamp)
-                except StorageError as e:
-                    out[tp] = ListOffsetsPartitionResult(_error_of(e))
-                    continue
+            elif timestamp >= 0 or timestamp == MAX_TIMESTAMP:
                 limit = (p.log_end_offset if replica_id != CONSUMER_REPLICA_ID
                          else p.last_stable_offset if isolation_level == READ_COMMITTED
                          else p.high_watermark)
+                try:  # a disk error is the partition's answer (Kafka's fetchOffsetForTimestamp)
+                    found = (_max_timestamp_batch(p.log, p.log_start_offset, limit)
+                             if timestamp == MAX_TIMESTAMP
+                             else p.log.offset_for_timestamp(timestamp))
+                except StorageError as e:
+                    out[tp] = ListOffsetsPartitionResult(_error_of(e))
+                    continue
                 if found is None or found[0] >= limit:
-                    out[tp] = ListOffsetsPartitionResult(Errors.NONE, -1, p.leader_epoch)
+                    out[tp] = ListOffsetsPartitionResult(Errors.NONE)  # no offset, no epoch
                 else:
                     out[tp] = ListOffsetsPartitionResult(Errors.NONE, found[0], p.leader_epoch, found[1])
                 continue

@@ -25,9 +25,11 @@ DEBUGGING_REPLICA_ID = -2  # Kafka's debugging consumer: reads any replica, to i
 # Fetch and ListOffsets isolation levels (KIP-98)
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
-# ListOffsets special timestamps (Kafka's ListOffsetsRequest.LATEST_TIMESTAMP / EARLIEST_TIMESTAMP).
+# ListOffsets special timestamps (Kafka's ListOffsetsRequest.LATEST_TIMESTAMP / EARLIEST_TIMESTAMP
+# / MAX_TIMESTAMP).
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
 
 
 @dataclass(frozen=True, slots=True)
