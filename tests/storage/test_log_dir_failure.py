@@ -66,6 +66,29 @@ def test_a_read_error_reports_the_dir() -> None:
     assert m.log_dir_failure_channel.take_next_offline_log_dir() == "/disk2"
 
 
+@pytest.mark.parametrize("read", ["read", "read_slice", "batches", "offset_for_timestamp"])
+def test_after_any_read_error_the_log_takes_no_more_writes(read: str) -> None:
+    """Every read marks the log failed as a write's error does (Kafka's maybeHandleIOException:
+    the dir is offline from the first error and nothing more is done in it), even when the
+    disk answers again before the dir is taken offline."""
+    fio, m, _ = _two_dirs()
+    log = m.get_log("t", 1)
+    assert log is not None
+    fio.fail_io("/disk2/t-1", errno.EIO)
+    with pytest.raises(KafkaStorageError):
+        if read == "read":
+            log.read(0, 1 << 20)
+        elif read == "read_slice":
+            log.read_slice(0, 1 << 20, min_slice_bytes=0)
+        elif read == "batches":
+            list(log.batches(0))
+        else:
+            log.offset_for_timestamp(0)
+    fio.heal()
+    with pytest.raises(KafkaStorageError, match="offline after an I/O error"):
+        log.append_as_leader(batch(), 1, 0)
+
+
 def test_a_list_offsets_read_error_is_a_storage_error_and_reports_the_dir() -> None:
     """ListOffsets by time (the time index, then the batch) and by the latest timestamp (every
     batch): KAFKA_STORAGE_ERROR for the partition, its dir reported, as a fetch's read."""

@@ -228,7 +228,9 @@ class Log:
 
     def _fail(self, what: str, exc: Exception) -> KafkaStorageError:
         """After an I/O error the files may not match the in-memory state (a short write):
-        the log refuses further writes until it is reopened (Kafka takes the dir offline)."""
+        the log refuses further writes until it is reopened. A read's error too: Kafka's
+        maybeHandleIOException takes the dir offline at any error and refuses every later
+        operation on it, so nothing is appended after a failed read either."""
         self.failed = True
         if self.on_io_error is not None:
             self.on_io_error(exc)
@@ -1066,15 +1068,8 @@ class Log:
                     return FetchDataInfo(found[0], start_offset)
                 i += 1
         except OSError as exc:
-            raise self._read_error("read", exc) from exc
+            raise self._fail("read", exc) from exc
         return FetchDataInfo(memoryview(b""), start_offset)
-
-    def _read_error(self, what: str, exc: OSError) -> KafkaStorageError:
-        """A read's I/O error: the dir is reported (Kafka's maybeHandleIOException); unlike a
-        write's, it leaves the log writable (its files still match its state)."""
-        if self.on_io_error is not None:
-            self.on_io_error(exc)
-        return KafkaStorageError(f"I/O error during {what} of log {self.dir}: {exc}")
 
     def read_slice(
         self,
@@ -1115,7 +1110,7 @@ class Log:
                     continue
                 yield from segment.iter_batches(found[0])
         except OSError as exc:
-            raise self._read_error("read", exc) from exc
+            raise self._fail("read", exc) from exc
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """ListOffsets by time (Kafka's findOffsetByTimestamp): (offset, timestamp) of the first
@@ -1130,7 +1125,7 @@ class Log:
             try:
                 _, offset = segment.time_index.lookup(timestamp - 1)
             except OSError as exc:
-                raise self._read_error("time index lookup", exc) from exc
+                raise self._fail("time index lookup", exc) from exc
             for batch in self.batches(max(offset, start, segment.base_offset)):
                 if batch.max_timestamp < timestamp:
                     continue
