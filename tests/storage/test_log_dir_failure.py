@@ -238,3 +238,21 @@ def test_a_swap_failing_after_the_current_log_was_retired_leaves_the_replica_in_
     assert m.log_dir_failure_channel.take_next_offline_log_dir() == dest
     assert m.log_dir_of.get(("t", 0)) == dest
     assert m.handle_log_dir_failure(dest) == [("t", 0)]
+
+
+def test_a_retention_error_ends_the_round_but_the_moves_before_it_are_told() -> None:
+    """Kafka's cleanupLogs stops at a log's disk error (its dir goes offline; the logs after it
+    wait for the next round); the log starts already moved are still returned, for the fetch
+    sessions to answer them."""
+    fio = MemoryFileIO()
+    m = LogManager(DIRS, LogConfig.from_dict({"segment.bytes": "200", "retention.ms": "1000"}),
+                   fio)
+    logs = [m.get_or_create_log("t", p) for p in range(3)]  # t-0, t-2 in /disk1; t-1 in /disk2
+    for log in logs:
+        for i in range(6):
+            log.append_as_leader(batch(b"x" * 60, timestamp=i), 0, now_ms=i)
+        log.update_high_watermark(log.log_end_offset)
+    fio.fail_io("/disk2", errno.EIO)
+    assert m.cleanup_logs(now_ms=5000) == [("t", 0)]
+    assert [log.log_start_offset for log in logs] == [6, 0, 0]  # t-2 waits for the next round
+    assert m.log_dir_failure_channel.take_next_offline_log_dir() == "/disk2"

@@ -521,14 +521,23 @@ class LogManager:
         fetch sessions must answer it). The files of segments deleted earlier go here too once
         their file.delete.delay.ms has passed (so at the first retention check after it:
         log.retention.check.interval.ms bounds the extra wait). Retired dirs are
-        `delete_logs`'s."""
+        `delete_logs`'s. A log's disk error ends the round, as in Kafka's cleanupLogs (the
+        log reported its dir, which goes offline; the logs after it wait for the next round),
+        but what moved before it is still returned."""
         moved: list[TopicPartition] = []
         for tp, log in list(self.logs.items()):
             start = log.log_start_offset
-            log.delete_expired_files(now_ms)
-            log.delete_old_segments(now_ms)
+            failed = False
+            try:
+                log.delete_expired_files(now_ms)
+                log.delete_old_segments(now_ms)
+            except StorageError as exc:
+                logger.error("Error in the retention of %s, round ended: %s", log.dir, exc)
+                failed = True
             if log.log_start_offset != start:
                 moved.append(tp)
+            if failed:
+                break
         return moved
 
     def delete_logs(self, now_ms: int) -> int:
