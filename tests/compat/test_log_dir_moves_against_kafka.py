@@ -176,28 +176,42 @@ def test_tidelog_reassign_moves_the_replica_back(tidelog_jbod: tuple[str, Path])
     assert replica_dirs(bootstrap, "back") == [(target, False, 0)]
 
 
-def throttled_move(bootstrap: str, base: Path) -> list[Any]:
+def kafkas_reassign(bootstrap: str, action: str, *args: str) -> tuple[int, str]:
+    """Kafka's kafka-reassign-partitions --<action>."""
+    return tool(REASSIGN, "--bootstrap-server", bootstrap, f"--{action}", *args)
+
+
+def tidelogs_reassign(bootstrap: str, action: str, *args: str) -> tuple[int, str]:
+    """`tidelog reassign <action>`, with Kafka's tool's arguments."""
+    from tidelog.cli.reassign_cmd import reassign
+
+    out = CliRunner().invoke(reassign, [action, "--bootstrap-server", bootstrap, *args])
+    return out.exit_code, out.output
+
+
+def throttled_move(bootstrap: str, base: Path, topic: str = "slow",
+                   reassign_tool: Any = kafkas_reassign) -> list[Any]:
     """--execute --replica-alter-log-dirs-throttle sets the broker's
     replica.alter.log.dirs.io.max.bytes.per.second; --verify clears it once the move is done."""
     bs = ("--bootstrap-server", bootstrap)
-    r = kafka_tool(TOPICS, *bs, "--create", "--topic", "slow", "--partitions", "1",
+    r = kafka_tool(TOPICS, *bs, "--create", "--topic", topic, "--partitions", "1",
                    "--replication-factor", "1")
     assert r.returncode == 0, r.stderr
-    ((source, _, _),) = wait_until(lambda: replica_dirs(bootstrap, "slow"), 30, "the log")
+    ((source, _, _),) = wait_until(lambda: replica_dirs(bootstrap, topic), 30, "the log")
     target = str(base / ("disk-b" if source.endswith("disk-a") else "disk-a"))
-    move = plan(base / "slow.json", "slow", target)
+    move = plan(base / f"{topic}.json", topic, target)
     describe = (CONFIGS, *bs, "--entity-type", "brokers", "--entity-name", "1", "--describe")
     seen: list[Any] = [
-        tool(REASSIGN, *bs, "--execute", "--reassignment-json-file", move,
-             "--replica-alter-log-dirs-throttle", "1000000"),
+        reassign_tool(bootstrap, "execute", "--reassignment-json-file", move,
+                      "--replica-alter-log-dirs-throttle", "1000000"),
         tool(*describe),
-        wait_until(lambda: (v := tool(REASSIGN, *bs, "--verify", "--reassignment-json-file",
-                                      move)) and "completed successfully" in v[1] and v,
+        wait_until(lambda: (v := reassign_tool(bootstrap, "verify", "--reassignment-json-file",
+                                               move)) and "completed successfully" in v[1] and v,
                    120, "the throttled move to complete"),
         tool(*describe),
     ]
-    assert replica_dirs(bootstrap, "slow") == [(target, False, 0)]
-    return [(code, out.replace(target, "TARGET")) for code, out in seen]
+    assert replica_dirs(bootstrap, topic) == [(target, False, 0)]
+    return [(code, out.replace(target, "TARGET").replace(topic, "TOPIC")) for code, out in seen]
 
 
 def test_the_replica_alter_log_dirs_throttle_is_set_and_cleared_as_on_kafka(
@@ -208,3 +222,15 @@ def test_the_replica_alter_log_dirs_throttle_is_set_and_cleared_as_on_kafka(
     assert on_kafka[0][0] == 0 and "replica-alter-dir throttle" in on_kafka[0][1]
     assert "replica.alter.log.dirs.io.max.bytes.per.second=1000000" in on_kafka[1][1]
     assert "replica.alter.log.dirs.io.max.bytes.per.second" not in on_kafka[3][1]
+
+
+def test_tidelog_reassign_sets_and_clears_the_log_dir_throttle_as_kafkas_tool(
+        kafka_jbod: tuple[str, Path], tidelog_jbod: tuple[str, Path]) -> None:
+    """`tidelog reassign execute --replica-alter-log-dirs-throttle`, then verify: the same
+    output and broker configs as Kafka's tool, against Kafka and against tidelog."""
+    by_kafkas_tool = throttled_move(*kafka_jbod, topic="slow-k")
+    on_kafka = throttled_move(*kafka_jbod, topic="slow-tk", reassign_tool=tidelogs_reassign)
+    on_tidelog = throttled_move(*tidelog_jbod, topic="slow-t", reassign_tool=tidelogs_reassign)
+    assert on_kafka == by_kafkas_tool, (by_kafkas_tool, on_kafka)
+    assert on_tidelog == by_kafkas_tool, (by_kafkas_tool, on_tidelog)
+    assert "The replica-alter-dir throttle limit was set to 1000000 B/s" in on_kafka[0][1]

@@ -4,15 +4,18 @@ kafka-reassign-partitions, the same JSON files and the same messages).
 - generate: `--topics-to-move-json-file F --broker-list 2,3,4`: the current assignment of the
   topics and a proposed one over the listed brokers (Kafka's rack-unaware round-robin with a
   random start, as kafka-reassign-partitions).
-- execute: `--reassignment-json-file F [--throttle BYTES_PER_S] [--timeout MS]`: prints the
-  current assignment (for a rollback), sets the throttles when asked (each moving topic's
+- execute: `--reassignment-json-file F [--throttle BYTES_PER_S]
+  [--replica-alter-log-dirs-throttle BYTES_PER_S] [--timeout MS]`: prints the current
+  assignment (for a rollback), sets the throttles when asked (each moving topic's
   leader.replication.throttled.replicas = the current replicas, follower... = the new ones; the
-  brokers' leader/follower.replication.throttled.rate) and sends AlterPartitionReassignments;
-  then each replica the plan gives a log dir is sent there with AlterReplicaLogDirs, retried
-  while its broker does not host it yet (REPLICA_NOT_AVAILABLE) until --timeout.
+  brokers' leader/follower.replication.throttled.rate; with the log dir throttle, the
+  replica.alter.log.dirs.io.max.bytes.per.second of each broker a replica moves between log
+  dirs on) and sends AlterPartitionReassignments; then each replica the plan gives a log dir
+  is sent there with AlterReplicaLogDirs, retried while its broker does not host it yet
+  (REPLICA_NOT_AVAILABLE) until --timeout.
 - verify: `--reassignment-json-file F`: each partition's state, then each log dir move's
-  (DescribeLogDirs); once every move completed, the throttles are cleared (the brokers' rates,
-  the topics' throttled replicas).
+  (DescribeLogDirs); once every move completed, the throttles are cleared (the brokers' rates
+  and log dir throttle, the topics' throttled replicas).
 - cancel: `--reassignment-json-file F`: AlterPartitionReassignments with no target (the
   partitions go back to their original replicas).
 - list: the reassignments in progress (ListPartitionReassignments).
@@ -40,6 +43,7 @@ LEADER_RATE = "leader.replication.throttled.rate"
 FOLLOWER_RATE = "follower.replication.throttled.rate"
 LEADER_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
+LOG_DIR_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
 ANY_LOG_DIR = "any"  # Kafka's AnyLogDir: the broker picks the directory
 
 
@@ -156,17 +160,33 @@ async def _set_throttles(client: Any, current: dict[tuple[str, int], list[int]],
             RESOURCE_BROKER, str(b), _ops({LEADER_RATE: str(rate), FOLLOWER_RATE: str(rate)}))])
 
 
-async def _clear_throttles(client: Any, topics: set[str]) -> None:
+async def _set_log_dir_throttle(client: Any, moves: Moves, rate: int) -> None:
+    """Kafka's modifyLogDirThrottle: the rate on each broker a replica moves between log dirs
+    on."""
+    from tidelog.protocol.messages import incremental_alter_configs as m_iac
+
+    for b in sorted({b for _, _, b in moves}):
+        await _alter_configs(client, b, [m_iac.AlterConfigsResource(
+            RESOURCE_BROKER, str(b), _ops({LOG_DIR_RATE: str(rate)}))])
+
+
+async def _clear_throttles(client: Any, plan: dict[tuple[str, int], list[int]]) -> None:
+    """Kafka's clearAllThrottles: the broker-level rates (and log dir throttle) of the live
+    brokers and those the plan names, then the plan's topics' throttled replicas."""
     from tidelog.protocol.messages import incremental_alter_configs as m_iac
 
     meta = await client.refresh_metadata([])
-    brokers = sorted(meta.brokers)
-    click.echo(f"Clearing broker-level throttles on brokers {','.join(map(str, brokers))}")
+    brokers = sorted(set(meta.brokers) | {b for rs in plan.values() for b in rs})
+    click.echo(f"Clearing broker-level throttles on broker{'s' if len(brokers) != 1 else ''} "
+               f"{','.join(map(str, brokers))}")
     for b in brokers:
         await _alter_configs(client, b, [m_iac.AlterConfigsResource(
-            RESOURCE_BROKER, str(b), _ops({LEADER_RATE: None, FOLLOWER_RATE: None}))])
-    for t in sorted(topics):
-        click.echo(f"Clearing topic-level throttles on topic {t}")
+            RESOURCE_BROKER, str(b),
+            _ops({LEADER_RATE: None, FOLLOWER_RATE: None, LOG_DIR_RATE: None}))])
+    topics = sorted({t for t, _ in plan})
+    click.echo(f"Clearing topic-level throttles on topic{'s' if len(topics) != 1 else ''} "
+               f"{','.join(topics)}")
+    for t in topics:
         await _alter_configs(client, None, [m_iac.AlterConfigsResource(
             RESOURCE_TOPIC, t, _ops({LEADER_REPLICAS: None, FOLLOWER_REPLICAS: None}))])
 
@@ -379,10 +399,15 @@ def generate(bootstrap: str, topics_file: str, broker_list: str) -> None:
 @click.option("--throttle", type=int, default=-1,
               help="Bytes per second each moving replica may replicate at, leader and follower "
                    "side (leader/follower.replication.throttled.rate). Default: -1, unthrottled.")
+@click.option("--replica-alter-log-dirs-throttle", "log_dir_throttle", type=int, default=-1,
+              help="Bytes per second the replicas moving between log dirs of one broker are "
+                   "copied at (that broker's replica.alter.log.dirs.io.max.bytes.per.second). "
+                   "Default: -1, unthrottled.")
 @click.option("--timeout", "timeout_ms", type=int, default=10_000,
               help="How long (ms) to wait for each log dir move to start: a replica new to its "
                    "broker cannot move before it is created there. Default: 10000.")
-def execute(bootstrap: str, plan_file: str, throttle: int, timeout_ms: int) -> None:
+def execute(bootstrap: str, plan_file: str, throttle: int, log_dir_throttle: int,
+            timeout_ms: int) -> None:
     """Start the reassignment in the file."""
     plan, moves = _read_plan(plan_file)
 
@@ -391,11 +416,15 @@ def execute(bootstrap: str, plan_file: str, throttle: int, timeout_ms: int) -> N
         click.echo("Current partition replica assignment\n")
         click.echo(_plan_json({k: current[k] for k in plan if k in current}))
         click.echo("\nSave this to use as the --reassignment-json-file option during rollback")
-        if throttle >= 0:
+        if throttle >= 0 or log_dir_throttle >= 0:
             click.echo("Warning: You must run --verify periodically, until the reassignment "
                        "completes, to ensure the throttle is removed.")
+        if throttle >= 0:
             await _set_throttles(client, current, plan, throttle)
             click.echo(f"The inter-broker throttle limit was set to {throttle} B/s")
+        if log_dir_throttle >= 0:
+            await _set_log_dir_throttle(client, moves, log_dir_throttle)
+            click.echo(f"The replica-alter-dir throttle limit was set to {log_dir_throttle} B/s")
         results = await _alter(client, dict(plan))
         failed = {k: r for k, r in results.items() if r[0]}
         if failed:
@@ -437,7 +466,7 @@ def verify(bootstrap: str, plan_file: str) -> None:
         # Kafka prints the log dir moves' lines here, an empty line when there are none.
         moves_done = await _verify_moves(client, moves)
         if done and moves_done:
-            await _clear_throttles(client, {t for t, _ in plan})
+            await _clear_throttles(client, plan)
 
     _with_client(bootstrap, main)
 
