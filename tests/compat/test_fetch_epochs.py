@@ -169,37 +169,42 @@ def test_init_producer_id_for_an_idempotent_producer(pair: Pair) -> None:
     assert pair.same(scenario) == ("NONE", True, 0)
 
 
+def _stop_the_leader(t: Target, topic: str) -> int:
+    """Stop the broker leading the topic's partition 0 (which holds the 3 records of `_setup`)
+    once every replica knows HW 3, so that the new leader starts from it on both clusters
+    (followers learn the HW in the fetch after the one that copied the batch). Returns its id."""
+    part, brokers = partition_metadata(t, topic)
+    deadline = time.monotonic() + 30
+    for r in part.replicas:
+        while _replica_hw(address_of(brokers, r), topic) != 3:
+            assert time.monotonic() < deadline, f"replica {r} did not learn the HW in time"
+            time.sleep(0.2)
+    t.stop_broker(part.leader)
+    return int(part.leader)
+
+
+def _serving_new_leader(t: Target, topic: str, old_leader: int) -> str:
+    """The new leader's address once it answers a fetch at epoch 1: right after the election a
+    broker's Metadata may still name a stale leader, and Kafka's new leader may answer with a
+    transient error (OFFSET_OUT_OF_RANGE was seen under load)."""
+    deadline = time.monotonic() + 60
+    while True:
+        p, _ = partition_metadata(t, topic)
+        leader = leader_address(t, topic)
+        if p.leader != old_leader and _fetch(leader, 1, topic=topic)[0] == "NONE":
+            return leader
+        assert time.monotonic() < deadline, f"no serving new leader in time ({leader})"
+        time.sleep(0.3)
+
+
 def test_a_stale_leader_epoch_is_fenced_after_a_leader_change(pair: Pair) -> None:
     """The leader's broker shuts down: a new leader with epoch 1 fences requests naming epoch 0
     (FENCED_LEADER_EPOCH) and tells where epoch 0 ended."""
     def scenario(t: Target) -> object:
         _setup(t, "fenced")
-        part, brokers = partition_metadata(t, "fenced")
-        old_leader = part.leader
-        # Followers learn the HW in the fetch after the one that copied the batch: wait for it,
-        # so that the new leader starts from HW 3 on both clusters.
-        deadline = time.monotonic() + 30
-        for r in part.replicas:
-            while _replica_hw(address_of(brokers, r), "fenced") != 3:
-                assert time.monotonic() < deadline, f"replica {r} did not learn the HW in time"
-                time.sleep(0.2)
-        t.stop_broker(old_leader)
+        old_leader = _stop_the_leader(t, "fenced")
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                p, _ = partition_metadata(t, "fenced")
-                if p.leader != old_leader:
-                    break
-                assert time.monotonic() < deadline, "no new leader in time"
-                time.sleep(0.2)
-            # Right after the election a broker's Metadata may still name a stale leader, and
-            # Kafka's new leader may answer a fetch at epoch 1 with a transient error
-            # (OFFSET_OUT_OF_RANGE was seen under load): compare what it answers once it serves.
-            deadline = time.monotonic() + 60
-            while (answer := _fetch(leader := leader_address(t, "fenced"), 1,
-                                    topic="fenced"))[0] != "NONE":
-                assert time.monotonic() < deadline, f"the new leader {leader} answers {answer}"
-                time.sleep(0.3)
+            leader = _serving_new_leader(t, "fenced", old_leader)
             seen = {
                 "fetch, old epoch": _fetch(leader, 0, topic="fenced")[0],
                 "fetch, new epoch": _fetch(leader, 1, topic="fenced")[:4],
@@ -285,23 +290,9 @@ def test_a_diverging_last_fetched_epoch_is_answered_with_where_the_epoch_ends(
 
     def scenario(t: Target) -> object:
         _setup(t, topic)
-        part, brokers = partition_metadata(t, topic)
-        old_leader = part.leader
-        deadline = time.monotonic() + 30
-        for r in part.replicas:
-            while _replica_hw(address_of(brokers, r), topic) != 3:
-                assert time.monotonic() < deadline, f"replica {r} did not learn the HW in time"
-                time.sleep(0.2)
-        t.stop_broker(old_leader)
+        old_leader = _stop_the_leader(t, topic)
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                p, _ = partition_metadata(t, topic)
-                leader = leader_address(t, topic)
-                if p.leader != old_leader and _fetch(leader, 1, topic=topic)[0] == "NONE":
-                    break
-                assert time.monotonic() < deadline, "no serving new leader in time"
-                time.sleep(0.3)
+            leader = _serving_new_leader(t, topic, old_leader)
             produce = m_produce.ProduceRequest(acks=-1, timeout_ms=10000, topic_data=[
                 m_produce.TopicProduceData(topic, [m_produce.PartitionProduceData(0, BATCH)])])
             answer = raw(leader, produce, 8).responses[0].partition_responses[0]
