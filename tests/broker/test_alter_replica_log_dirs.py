@@ -19,6 +19,7 @@ from tidelog.controller.controller import KafkaController
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import alter_replica_log_dirs as m_arld
 from tidelog.protocol.messages import describe_log_dirs as m_dld
+from tidelog.replication.replication_quota import ReplicationQuotaManager
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
@@ -80,16 +81,18 @@ def test_a_replica_moves_between_log_dirs_under_an_acks_all_stream(
         writer = threading.Thread(target=stream)
         writer.start()
         wait_until(lambda: len(acked) > 2000, timeout_s=60, what="records before the move")
-        # The swap is held (as while a cleaner pass holds the log) so that the future log is
-        # seen whatever the copy's speed.
+        # The copy is held (its replica.alter.log.dirs quota used up) so that the future log
+        # is seen whatever the copy's speed; with the broker's own quota back, it finishes.
         moves = b.call(lambda: b.server.replica_manager.shell.alter_log_dirs_manager)
-        may_swap = moves.may_swap
-        b.call(lambda: setattr(moves, "may_swap", lambda tp: False))
+        quota = moves.quota
+        held = ReplicationQuotaManager(bound=1)
+        b.call(lambda: (held.record(1 << 30, moves.time.milliseconds()),
+                        setattr(moves, "quota", held)))
         assert alter(b.port, target, "jbod") == ErrorCode.NONE
         seen_future = wait_until(lambda: [e for e in where(b.port, "jbod") if e[1]],
                                  timeout_s=30, what="the future log")
         assert seen_future[0][0] == target and seen_future[0][2] >= 0
-        b.call(lambda: setattr(moves, "may_swap", may_swap))
+        b.call(lambda: setattr(moves, "quota", quota))
         wait_until(lambda: [e[:2] for e in where(b.port, "jbod")] == [(target, False)],
                    timeout_s=120, what="the move to finish")
         stop.set()

@@ -13,7 +13,7 @@ import pytest
 from test_shell_replica_manager import Clock, IsrWriter
 
 from tidelog.protocol.errors import ErrorCode
-from tidelog.protocol.records.builder import build_values
+from tidelog.protocol.records.builder import Record, build_batch, build_values
 from tidelog.replication.config import ReplicationConfig
 from tidelog.replication.replication_quota import (
     QUOTA_BYTES_PER_SECOND_DEFAULT,
@@ -21,6 +21,7 @@ from tidelog.replication.replication_quota import (
 )
 from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
 from tidelog.shell.replica_manager import ReplicaManager
+from tidelog.storage.cleaner.log_cleaner import CleanerConfig, LogCleanerManager
 from tidelog.storage.file_io import OsFileHandle, OsFileIO
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.log_manager import FUTURE_DIR_SUFFIX, LogManager
@@ -73,11 +74,11 @@ class Crash(BaseException):
 
 class Broker:
     def __init__(self, dirs: list[str], io: OsFileIO | None = None,
-                 fetch_max_bytes: int = 1 << 20) -> None:
+                 fetch_max_bytes: int = 1 << 20, config: LogConfig | None = None) -> None:
         self.dirs = dirs
         self.clock = Clock()
-        self.lm = LogManager(dirs, LogConfig(min_insync_replicas=1, segment_bytes=2048), io
-                             or OsFileIO())
+        self.lm = LogManager(dirs, config or LogConfig(min_insync_replicas=1, segment_bytes=2048),
+                             io or OsFileIO())
         self.rm = ReplicaManager(
             1, self.lm, ReplicationConfig(replica_fetch_max_bytes=fetch_max_bytes),
             time=self.clock, scheduler=self.clock, alter_partition_manager=IsrWriter(),
@@ -193,22 +194,19 @@ def test_a_truncation_of_the_current_log_truncates_the_future_one(dirs: list[str
     """A follower that diverged from a new leader truncates; the future copy must not keep
     the records the current log dropped (here the same offsets are then written again with
     other values)."""
-    b = Broker(dirs, fetch_max_bytes=1 << 20)
+    b = Broker(dirs, fetch_max_bytes=1)  # a batch (5 records) per step
     b.lead()
     b.produce(10)
     assert b.alter(TP, dirs[1]) == ErrorCode.NONE
     current = b.lm.get_log("t", 0)
     future = b.lm.get_future_log("t", 0)
-    # Copy everything, but hold the swap (as while the cleaner holds the log).
-    b.moves.may_swap = lambda tp: False
-    b.clock.advance(5)
-    assert future.log_end_offset == current.log_end_offset == 50
+    b.clock.advance(5)  # 6 steps of the 10 the copy takes
+    assert future.log_end_offset == 30 and current.log_end_offset == 50
     current.truncate_to(20)
     assert future.log_end_offset == 20
     current.append_as_follower(build_values([b"other"] * 5, base_offset=20), 0)
     expected = contents(current)
-    b.moves.may_swap = None
-    b.clock.advance(5)
+    b.clock.advance(10)
     assert b.lm.log_dir_of[TP] == dirs[1]
     assert contents(b.lm.get_log("t", 0)) == expected and b"other" in expected
 
@@ -337,3 +335,59 @@ def test_a_corrupt_batch_delays_its_own_move_only(dirs: list[str]) -> None:
     b.clock.advance(10)  # well below the back-off
     assert b.lm.log_dir_of[good] == dirs[1] and b.moves.swaps == 1
     assert b.lm.log_dir_of[bad] == dirs[0] and bad in b.moves.moving
+
+
+def test_a_move_ends_the_cleaning_pass_on_its_log_and_is_never_held_by_one(
+        dirs: list[str]) -> None:
+    """Kafka's abortAndPauseCleaning as a move starts: a pass mid-way on the log ends at once
+    (its .cleaned file removed), no pass takes the log while it moves, and the copy goes in
+    steps of its own to the swap, none spent waiting for a cleaner; cleaning resumes on the
+    moved log."""
+    config = LogConfig.from_dict({"min.insync.replicas": 1, "segment.bytes": 2048,
+                                  "cleanup.policy": "compact"})
+    step = 4096
+    b = Broker(dirs, fetch_max_bytes=step, config=config)
+    cleaners = LogCleanerManager(b.lm, CleanerConfig(dedupe_buffer_size=1 << 20))
+    cleaner = cleaners.cleaners[0]
+    cleaner.step_bytes = 256
+    b.lead()
+    for i in range(200):
+        out = b.rm.append_records(1, {TP: build_batch([Record(b"v" * 50, key=b"k%d" % (i % 5))])},
+                                  1000, ("p", i), lambda _: None)
+        assert out.results[TP].error == 0
+    current = b.lm.get_log("t", 0)
+    size, segments = current.size, len(current.segments)
+    steps = cleaners.clean_once(cleaner, 0)
+    assert steps is not None
+
+    def cleaned_files() -> list[str]:
+        return [n for n in os.listdir(current.dir) if n.endswith(".cleaned")]
+
+    for _ in range(100):  # into the rewrite of a segment group
+        next(steps)
+        if cleaned_files():
+            break
+    assert cleaned_files() and TP in cleaners.in_progress
+
+    runs: list[str] = []
+    schedule = b.clock.schedule
+
+    def counted(name: str, fn: Any, delay_ms: int, period_ms: int = -1) -> Any:
+        if name == "ReplicaAlterLogDirsThread":
+            runs.append(name)
+        return schedule(name, fn, delay_ms, period_ms)
+
+    b.clock.schedule = counted  # type: ignore[method-assign]
+    assert b.alter(TP, dirs[1]) == ErrorCode.NONE
+    assert TP not in cleaners.in_progress and cleaned_files() == []
+    assert next(steps, None) is None  # the pass is over
+    assert cleaners.clean_once(cleaner, 0) is None  # the moving log is not taken
+    b.clock.advance(10_000)
+    assert b.moves.swaps == 1 and b.lm.log_dir_of[TP] == dirs[1]
+    # A read per segment (a read stops at its segment's end), the last one swaps; no polling.
+    assert len(runs) <= segments + 1
+    resumed = cleaners.clean_once(cleaner, 0)
+    assert resumed is not None and TP in cleaners.in_progress
+    for _ in resumed:
+        pass
+    assert b.lm.get_log("t", 0).size < size

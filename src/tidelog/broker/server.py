@@ -257,9 +257,6 @@ class BrokerServer:
         self.log_cleaner = LogCleaner(self.log_manager,
                                       cleaner_config_from(self.dynamic_config.current))
         self.log_cleaner.start()
-        # A moved replica's current log is not swapped out while a cleaner pass holds it.
-        self.replica_manager.shell.alter_log_dirs_manager.may_swap = lambda tp: (
-            self.log_cleaner is None or tp not in self.log_cleaner.manager.in_progress)
         if cfg.get("tidelog.replication.events.enable"):
             self.replica_manager.events = self._event_publisher()
             self.replica_manager.events.start()

@@ -9,7 +9,8 @@ current log truncates the future one at once (a listener), and its log start off
 watermark follow at each step. When both end at the same offset, the step swaps them
 (`LogManager.replace_current_with_future_log`) and the partition serves from the new log: the
 check and the swap happen in one call with nothing appended in between, so the swap is atomic
-with respect to produce and fetch. A replica that does not exist yet keeps the dir as its
+with respect to produce and fetch. The log cleaner leaves a moving replica alone (a pass on it
+ends as the move starts), so nothing holds the swap back. A replica that does not exist yet keeps the dir as its
 preferred one and is created there by its LeaderAndIsr (the request answers
 REPLICA_NOT_AVAILABLE, as Kafka). A future log found on disk at start resumes copying once its
 partition is hosted (`maybe_add_hosted`, after every LeaderAndIsr).
@@ -56,14 +57,11 @@ class ReplicaAlterLogDirsManager:
         offline_partitions: Callable[[], Any] = frozenset,
         fetch_max_bytes: int = 1_048_576,
         backoff_ms: int = 1000,
-        may_swap: Callable[[TopicPartition], bool] | None = None,
         quota: ReplicationQuotaManager | None = None,
     ) -> None:
         """``partition_of``: the hosted replica (the core's `Partition`, whose ``log`` the swap
         replaces) or None; ``fetch_max_bytes``: bytes read per step (replica.fetch.max.bytes);
-        ``backoff_ms``: the wait after a failed step (replica.fetch.backoff.ms); ``may_swap``:
-        False while something else holds the current log (the log cleaner mid-pass);
-        ``quota``: the bound on the bytes copied per second (None: unbounded)."""
+        ``backoff_ms``: the wait after a failed step (replica.fetch.backoff.ms); ``quota``: the bound on the bytes copied per second (None: unbounded)."""
         self.log_manager = log_manager
         self.partition_of = partition_of
         self.time = time
@@ -71,7 +69,6 @@ class ReplicaAlterLogDirsManager:
         self.offline_partitions = offline_partitions
         self.fetch_max_bytes = fetch_max_bytes
         self.backoff_ms = backoff_ms
-        self.may_swap = may_swap
         self.quota = quota
         # Partitions being copied -> the current log whose truncations the future follows,
         # and the listener that follows them.
@@ -164,6 +161,9 @@ class ReplicaAlterLogDirsManager:
 
         self.moving[tp] = (current, listener)
         current.truncation_listeners.append(listener)
+        # No cleaning pass holds the log while it moves (Kafka's abortAndPauseCleaning as
+        # the move starts, resumed once it ends), so the swap never waits for one.
+        self.log_manager.abort_and_pause_cleaning(tp)
         return True
 
     def _on_truncated(self, tp: TopicPartition, current: Any, end: int) -> None:
@@ -211,7 +211,10 @@ class ReplicaAlterLogDirsManager:
     def _stop(self, tp: TopicPartition) -> None:
         self._retry_at.pop(tp, None)
         current, listener = self.moving.pop(tp, (None, None))
-        if current is not None and listener in current.truncation_listeners:
+        if current is None:
+            return
+        self.log_manager.resume_cleaning(tp)
+        if listener in current.truncation_listeners:
             current.truncation_listeners.remove(listener)
 
     def _step(self, tp: TopicPartition) -> None:
@@ -245,8 +248,6 @@ class ReplicaAlterLogDirsManager:
         if current.log_start_offset > future.log_start_offset:
             future.maybe_increment_log_start_offset(current.log_start_offset)
         if future.log_end_offset != current.log_end_offset:
-            return
-        if self.may_swap is not None and not self.may_swap(tp):
             return
         epochs = current.leader_epoch_cache.entries
         self._stop(tp)

@@ -102,6 +102,9 @@ class LogManager:
         # The log cleaner's manager once one runs (Kafka's LogManager.cleaner): a swap moves
         # the moved replica's cleaner checkpoint entry with it.
         self.cleaner: Any = None
+        # Partitions the cleaner must not take (a replica being moved to another dir), with
+        # how many pauses hold each (Kafka's LogCleaningPaused(count)).
+        self.cleaning_paused: dict[TopicPartition, int] = {}
         # Retired dirs of moved replicas, deleted once file.delete.delay.ms has passed (Kafka's
         # logsToBeDeleted): (due time, path).
         self.logs_to_be_deleted: list[tuple[int, str]] = []
@@ -452,6 +455,23 @@ class LogManager:
         self.checkpoint_logs([source, dest])
         self.checkpoint_high_watermarks([source, dest])
         return log
+
+    # -- the cleaner's pauses ---------------------------------------------------------------
+    def abort_and_pause_cleaning(self, tp: TopicPartition) -> None:
+        """Kafka's abortAndPauseCleaning: a cleaning pass on the log ends now (nothing of it
+        is kept) and none starts until `resume_cleaning`; a pause held before the cleaner
+        runs counts too."""
+        self.cleaning_paused[tp] = self.cleaning_paused.get(tp, 0) + 1
+        if self.cleaner is not None:
+            self.cleaner.abort_cleaning(tp)
+
+    def resume_cleaning(self, tp: TopicPartition) -> None:
+        """Kafka's resumeCleaning: one pause fewer; the log is cleanable again at none."""
+        held = self.cleaning_paused.get(tp, 0) - 1
+        if held > 0:
+            self.cleaning_paused[tp] = held
+        else:
+            self.cleaning_paused.pop(tp, None)
 
     # -- log dir failure ------------------------------------------------------------------
     def _watch(self, log: Log, log_dir: str) -> None:

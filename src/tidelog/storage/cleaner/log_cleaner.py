@@ -29,9 +29,10 @@ retention deletion in between aborts the pass, as Kafka's abortAndPauseCleaning)
 from __future__ import annotations
 
 import bisect
+import inspect
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 
 from tidelog.protocol.records.batch import RecordBatch
@@ -353,12 +354,19 @@ class Cleaner:
             if pending:
                 out.append(b"".join(pending))
             out.flush()
+        except GeneratorExit:
+            self._abort(log, out, cleaned_path, "ended from outside")  # abort_cleaning
+            raise
         except BaseException:
             out.close()
             raise
         out.close()
         if read:
-            yield read
+            try:
+                yield read
+            except GeneratorExit:
+                self._abort(log, None, cleaned_path, "ended from outside")
+                raise
         if not self._unchanged(log, group, sizes):
             self._abort(log, None, cleaned_path)
             return
@@ -404,14 +412,15 @@ class Cleaner:
         return (log.segments[first : first + len(group)] == group
                 and [s.size for s in group] == sizes)
 
-    def _abort(self, log: Log, out: object, cleaned_path: str | None) -> None:
+    def _abort(self, log: Log, out: object, cleaned_path: str | None,
+               reason: str = "the log changed under the cleaner") -> None:
         self.aborted = True
         close = getattr(out, "close", None)
         if close is not None:
             close()
         if cleaned_path is not None and log.file_io.exists(cleaned_path):
             log.file_io.remove(cleaned_path)
-        logger.info("%s: cleaning aborted: the log changed under the cleaner", log.dir)
+        logger.info("%s: cleaning aborted: %s", log.dir, reason)
 
 
 def _position_of(segment: LogSegment, offset: int) -> int:
@@ -454,6 +463,8 @@ class LogCleanerManager:
         self.log_manager = log_manager
         self.config = config
         self.in_progress: set[TopicPartition] = set()
+        # The running pass of each log in progress, to end it from outside (abort_cleaning).
+        self._passes: dict[TopicPartition, Generator[int, None, None]] = {}
         self.uncleanable: dict[TopicPartition, Log] = {}
         self.checkpoints: dict[str, OffsetCheckpointFile] = {
             d: OffsetCheckpointFile.in_dir(log_manager.file_io, d, CLEANER_OFFSET_CHECKPOINT)
@@ -552,7 +563,8 @@ class LogCleanerManager:
         checkpoints = self.all_checkpoints()
         best: LogToClean | None = None
         for tp, log in list(self.log_manager.logs.items()):
-            if (tp in self.in_progress or not is_compacted(log) or log.closed or log.failed
+            if (tp in self.in_progress or tp in self.log_manager.cleaning_paused
+                    or not is_compacted(log) or log.closed or log.failed
                     or self.uncleanable.get(tp) is log):
                 continue
             ltc = log_to_clean(log, checkpoints.get(tp), now_ms)
@@ -594,9 +606,27 @@ class LogCleanerManager:
         ltc = self.grab_filthiest_log(now_ms)
         if ltc is None:
             return None
-        return self._clean(cleaner, ltc, now_ms)
+        tp = ltc.log.topic_partition
+        assert tp is not None
+        steps = self._passes[tp] = self._clean(cleaner, ltc, now_ms)
+        return steps
 
-    def _clean(self, cleaner: Cleaner, ltc: LogToClean, now_ms: int) -> Iterator[int]:
+    def abort_cleaning(self, tp: TopicPartition) -> None:
+        """The pass cleaning `tp`, if any, ends at once: it is suspended between two steps
+        (one event loop), so closing it runs its cleanup (its .cleaned file removed, no
+        checkpoint) before this returns, as Kafka's abortCleaning waits for the cleaner
+        thread to stop."""
+        running = self._passes.get(tp)
+        if running is None:
+            return
+        started = inspect.getgeneratorstate(running) != inspect.GEN_CREATED
+        running.close()
+        if not started:  # (its cleanup never ran: nothing of it to undo but its claim)
+            self._passes.pop(tp, None)
+            self.in_progress.discard(tp)
+
+    def _clean(self, cleaner: Cleaner, ltc: LogToClean, now_ms: int
+               ) -> Generator[int, None, None]:
         end: int | None = None
         try:
             yield from cleaner.clean(ltc, now_ms)
@@ -615,4 +645,5 @@ class LogCleanerManager:
                                       f"{log_dir} due to IOException: {exc}")
             raise
         finally:
+            self._passes.pop(ltc.log.topic_partition, None)  # type: ignore[arg-type]
             self.done_cleaning(ltc, end)
