@@ -102,7 +102,8 @@ def test_a_member_re_registering_between_the_check_and_the_write_is_not_written(
     leader.before_write = restart_broker_2
     writer = ZkAlterPartitionManager(leader)
     assert write_isr(writer, prop) == (False, -1)
-    assert isr(leader) == (1,) and writer.ineligible_refused == 1
+    assert isr(leader) == (1,) and writer.registration_changed_refused == 1
+    assert writer.ineligible_refused == 0
     # What a check of the member's own znode could not have seen: the same version.
     new_node = leader.kazoo.exists("/brokers/ids/2")
     assert new_node.version == old_node.version and new_node.czxid > old_node.czxid

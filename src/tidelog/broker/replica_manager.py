@@ -117,6 +117,9 @@ class ZkAlterPartitionManager:
         self.events: ReplicationEventPublisher | None = None
         self.core: Any = None  # the shell's core, for the telemetry's before/after view
         self.ineligible_refused = 0  # ISR writes refused for an ineligible member (KIP-841/903)
+        # ISR writes not made because a broker registered between the check and the write
+        # (proposed again against the new registrations)
+        self.registration_changed_refused = 0
         self.batches_written = 0
         self._background: set[asyncio.Task[Any]] = set()
         self._unsent: list[tuple[ProposeIsr, Callable[[bool, int], None]]] = []
@@ -185,7 +188,7 @@ class ZkAlterPartitionManager:
                     outcome: tuple[bool, int] | list[IneligibleReplica] | Exception) -> None:
         if isinstance(outcome, BrokerRegistrationsChangedError):
             # Proposed again at a later fetch or ISR check, against the new registrations.
-            self.ineligible_refused += 1
+            self.registration_changed_refused += 1
             logger.info("%s: ISR update to %s not made: %s", prop.tp, list(prop.new_isr), outcome)
             on_result(False, -1)
             return
