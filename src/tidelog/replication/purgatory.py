@@ -35,7 +35,8 @@ from tidelog.replication.types import (
 class DelayedOperation:
     """Base: ``keys`` to watch, a ``deadline_ms``, ``try_complete`` / ``expire_now``."""
 
-    def __init__(self, request_key: Hashable, deadline_ms: int, keys: tuple[TopicPartition, ...]):
+    def __init__(self, request_key: Hashable, deadline_ms: int,
+                 keys: tuple[TopicPartition, ...]) -> None:
         self.request_key = request_key
         self.deadline_ms = deadline_ms
         self.keys = keys
