@@ -40,7 +40,6 @@ def test_an_append_error_reports_its_dir_once_and_the_whole_dir_goes_offline() -
     assert woken == ["wake"]
     assert channel.take_next_offline_log_dir() == "/disk1"
     assert channel.take_next_offline_log_dir() is None
-    assert channel.has_offline_log_dir("/disk1")
 
     t2 = m.get_log("t", 2)
     assert m.handle_log_dir_failure("/disk1") == [("t", 0), ("t", 2)]

@@ -26,9 +26,6 @@ class LogDirFailureChannel:
         # reporter is deep inside an append or a read).
         self.on_offline_log_dir: Callable[[], None] | None = None
 
-    def has_offline_log_dir(self, log_dir: str) -> bool:
-        return log_dir in self._offline
-
     def maybe_add_offline_log_dir(self, log_dir: str, message: str) -> None:
         """Kafka's maybeAddOfflineLogDir: log, and queue the dir if it is newly failed."""
         logger.error("%s", message)
