@@ -35,7 +35,7 @@ from tidelog.protocol.messages import add_partitions_to_txn as m_apt
 from tidelog.protocol.records.batch import (
     CONTROL_FLAG_MASK,
     HEADER_STRUCT,
-    TRANSACTIONAL_FLAG_MASK,
+    is_transactional_at,
 )
 from tidelog.replication.types import TopicPartition
 from tidelog.storage.producer_state_manager import VerificationGuard
@@ -136,7 +136,7 @@ class AddPartitionsToTxnManager:
         for tp, records in entries.items():
             header = HEADER_STRUCT.unpack_from(records, 0)
             attributes, producer_id, producer_epoch = header[5], header[9], header[10]
-            if producer_id >= 0 and attributes & TRANSACTIONAL_FLAG_MASK \
+            if producer_id >= 0 and is_transactional_at(records) \
                     and not attributes & CONTROL_FLAG_MASK:
                 producers.add((producer_id, producer_epoch))
                 transactional.append(tp)

@@ -98,11 +98,10 @@ from tidelog.protocol.messages import (
 )
 from tidelog.protocol.primitives import ZERO_UUID
 from tidelog.protocol.records.batch import (
-    ATTRIBUTES_OFFSET,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
-    TRANSACTIONAL_FLAG_MASK,
+    is_transactional_at,
 )
 from tidelog.replication.errors import Errors
 from tidelog.replication.types import (
@@ -189,8 +188,7 @@ def _has_transactional_records(request: m_produce.ProduceRequest) -> bool:
         for p in t.partition_data:
             records, at = p.records, 0
             while records is not None and at + HEADER_SIZE <= len(records):
-                if records[at + MAGIC_OFFSET] == 2 \
-                        and records[at + ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG_MASK:
+                if is_transactional_at(records, at):
                     return True
                 size = _I32.unpack_from(records, at + 8)[0] + LOG_OVERHEAD
                 if size < HEADER_SIZE:

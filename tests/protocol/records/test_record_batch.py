@@ -23,6 +23,7 @@ from tidelog.protocol.records.batch import (
     HEADER_SIZE,
     LENGTH_OFFSET,
     MAGIC_OFFSET,
+    is_transactional_at,
 )
 
 
@@ -217,3 +218,14 @@ def test_builder_refuses_inconsistent_producer_state() -> None:
         build_values([])
     with pytest.raises(ValueError, match="out of range"):
         build_values([b"x"], partition_leader_epoch=2**31)
+
+
+def test_the_transactional_flag_is_read_from_the_header_at_a_position() -> None:
+    plain = build_values([b"x"], producer_id=1, producer_epoch=0)
+    txn = build_values([b"x"], producer_id=1, producer_epoch=0, transactional=True)
+    both = bytes(plain) + bytes(txn)
+    assert not is_transactional_at(both) and is_transactional_at(both, len(plain))
+    assert RecordBatch(txn).is_transactional
+    v1 = bytearray(txn)
+    v1[MAGIC_OFFSET] = 1  # the flag is a v2 attribute only
+    assert not is_transactional_at(v1)

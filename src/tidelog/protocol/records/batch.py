@@ -259,6 +259,13 @@ class RecordBatch:
         )
 
 
+def is_transactional_at(buf: bytes | bytearray | memoryview, position: int = 0) -> bool:
+    """Whether the batch header at `position` is a v2 one with the transactional flag (Kafka's
+    RecordBatch.isTransactional), read from the header alone."""
+    return (buf[position + MAGIC_OFFSET] == CURRENT_MAGIC
+            and bool(buf[position + ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG_MASK))
+
+
 def batch_size_at(buf: memoryview, position: int, max_batch_size: int | None = None) -> int | None:
     """The total size of the batch starting at `position`, or None when the header is incomplete.
 
