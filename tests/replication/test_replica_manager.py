@@ -293,6 +293,29 @@ def test_consumers_read_only_below_the_hw() -> None:
     assert consumer_fetch(c.rm(1), 6, c.now).results[TP].error == Errors.OFFSET_OUT_OF_RANGE
 
 
+def test_a_fetch_answer_carries_the_log_read_without_copying_it() -> None:
+    # The read returned immutable bytes: the answer is a view of them (a fetch answer under
+    # the sendfile size was copied once more here before it was written to the socket).
+    c = MiniCluster()
+    c.elect(1, (1, 2, 3))
+    c.produce(1, 3)
+    c.run(3)
+    records = consumer_fetch(c.rm(1), 0, c.now).results[TP].records
+    assert type(records) is memoryview and type(records.obj) is bytes
+    assert [b.last_offset for b in iter_batches(records)] == [2]
+
+
+def test_records_viewing_a_mutable_buffer_are_copied_before_they_leave_the_core() -> None:
+    from tidelog.replication.replica_manager import _as_bytes
+
+    buffer = bytearray(b"batch")
+    answered = _as_bytes(memoryview(buffer))
+    buffer[:] = b"xxxxx"  # the buffer changes after the answer was made
+    assert bytes(answered) == b"batch"
+    immutable = memoryview(b"batch")
+    assert _as_bytes(immutable) is immutable
+
+
 def test_fetches_are_fenced_by_the_current_leader_epoch() -> None:
     c = MiniCluster()
     c.elect(1, (1, 2, 3))

@@ -114,9 +114,13 @@ def _error_of(exc: BaseException) -> Errors:
 
 
 def _as_bytes(records: Any) -> Any:
-    # A memoryview may point into a buffer the log later changes: copy before it leaves here.
-    # A FileSlice (sendfile) passes through for the real broker to send.
-    return bytes(records) if isinstance(records, memoryview | bytearray) else records
+    # A view of a mutable buffer (one the log could change later) is copied before it leaves
+    # here; a view of the immutable bytes a read returned (every FileHandle's read) and a
+    # FileSlice (sendfile) pass through (no second copy of a fetch answer under the sendfile
+    # size before the socket write).
+    if type(records) is memoryview:
+        return records if type(records.obj) is bytes else bytes(records)
+    return bytes(records) if type(records) is bytearray else records
 
 
 class ReplicaManager:
