@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import confluent_kafka
-from _baseline import baseline_source
+from _baseline import baseline_source, tidelog_from
 from _doc import append_run
 from _machine import load_average, machine_description
 from cluster import (
@@ -220,11 +220,16 @@ def main() -> int:
         for n, rev in enumerate(args.rev):
             base = workdir / f"tidelog-{n}"
             print(f"tidelog at {rev}: exporting, building, 3 brokers ...", flush=True)
-            c = start_baseline(baseline_source(rev, base / "source"), base / "cluster")
+            src = baseline_source(rev, base / "source")
+            c = start_baseline(src, base / "cluster")
             clusters.append((c, base))
+
+            def start(b: int, c: LocalCluster = c, src: Path = src) -> None:
+                with tidelog_from(src):  # a restarted broker runs the revision too
+                    c.start_broker(b, timeout_s=120)
+
             targets.append(Target(f"tidelog {rev}", c.bootstrap_servers,
-                                  lambda b, c=c: c.stop_broker(b),
-                                  lambda b, c=c: c.start_broker(b, timeout_s=120)))
+                                  lambda b, c=c: c.stop_broker(b), start))
         if not args.no_kafka:
             print("Apache Kafka 3.9: 3 brokers ...", flush=True)
             shutil.rmtree(workdir / "kafka", ignore_errors=True)
