@@ -27,10 +27,6 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from tidelog.broker.add_partitions_to_txn_manager import (
-    VERIFY_VERSION,
-    AddPartitionsToTxnManager,
-)
 from tidelog.broker.group_apis import (
     InternalTopicCreator,
     coordinator_endpoint,
@@ -41,9 +37,14 @@ from tidelog.broker.replica_manager import AsyncioScheduler
 from tidelog.broker.socket_server import RequestContext
 from tidelog.coordinator.group_coordinator import TransactionVerifier
 from tidelog.coordinator.offsets import GROUP_METADATA_TOPIC_NAME, OffsetAndMetadata
+from tidelog.coordinator.transaction.add_partitions_to_txn_manager import (
+    VERIFY_VERSION,
+    AddPartitionsToTxnManager,
+)
 from tidelog.coordinator.transaction.asyncio_driver import (
     AsyncioTasks,
     ConnectionMarkerTransport,
+    ConnectionTransport,
     ReplicaManagerAppender,
 )
 from tidelog.coordinator.transaction.coordinator import TransactionCoordinator
@@ -106,10 +107,15 @@ class TxnApis:
             self._generate_producer_id, self.config, time=clock, scheduler=clock,
             tasks=self.tasks)
         # KIP-890: this broker's partitions verify transactional produces with the coordinators
+        self.verifier_tasks = AsyncioTasks()
         self.verifier = AddPartitionsToTxnManager(
-            server.broker_id, server.metadata_cache, self.coordinator.state.partition_for,
-            lambda request: self.add_partitions_batch(request, VERIFY_VERSION),
-            request_timeout_ms=self.config.request_timeout_ms)
+            server.metadata_cache, self.coordinator.state.partition_for,
+            ConnectionTransport(
+                server.broker_id, server.metadata_cache,
+                lambda request: self.add_partitions_batch(request, VERIFY_VERSION),
+                f"broker-{server.broker_id}-add-partitions-to-txn", api_version=VERIFY_VERSION,
+                request_timeout_ms=self.config.request_timeout_ms),
+            self.verifier_tasks)
         self._orig: dict[int, Any] = {}
         cfg = self.config
         self.topic = InternalTopicCreator(
@@ -148,6 +154,7 @@ class TxnApis:
 
     async def shutdown(self) -> None:
         self.topic.cancel()
+        await self.verifier_tasks.cancel_all()
         await self.verifier.shutdown()
         await self.coordinator.shutdown()
         await self.tasks.cancel_all()

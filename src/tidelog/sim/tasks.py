@@ -112,6 +112,9 @@ class SimTasks:
         self.scheduler.schedule("task-sleep", lambda: fut.set_result(None), ms)
         return fut
 
+    def promise(self) -> SimFuture:
+        return SimFuture()
+
     def gather(self, aws: list[Awaitable[T]]) -> SimFuture:
         out = SimFuture()
         results: list[Any] = [None] * len(aws)

@@ -1,6 +1,7 @@
 """The asyncio broker's side of the coordinator's driver interfaces (driver.py): tasks on the
-running event loop, appends through the broker's replica manager, WriteTxnMarkers over one
-connection per broker (this broker's own partitions without a socket)."""
+running event loop, appends through the broker's replica manager, WriteTxnMarkers and the
+partition leaders' AddPartitionsToTxn verifications over one connection per broker (this
+broker's own without a socket)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from tidelog.protocol.messages import write_txn_markers as m_wtm
 from tidelog.replication.types import TopicPartition
 from tidelog.storage.transactions import AppendOrigin
 
-__all__ = ["AsyncioTasks", "BrokerConnections", "ConnectionMarkerTransport", "LocalMarkerWriter",
-           "ReplicaManagerAppender"]
+__all__ = ["AsyncioTasks", "BrokerConnections", "ConnectionMarkerTransport", "ConnectionTransport",
+           "LocalMarkerWriter", "ReplicaManagerAppender"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,9 @@ class AsyncioTasks:
 
     async def gather(self, aws: list[Awaitable[T]]) -> list[T]:
         return list(await asyncio.gather(*aws))
+
+    def promise(self) -> asyncio.Future[Any]:
+        return asyncio.get_running_loop().create_future()
 
     async def join(self) -> None:
         """Wait until the tasks running now have ended."""
@@ -128,23 +132,35 @@ class BrokerConnections:
             return conn
 
 
-class ConnectionMarkerTransport:
+class ConnectionTransport:
+    """One kind of broker-to-broker request over `BrokerConnections`, sent as ``api_version``
+    (None: the newest both support); this broker's own answered by ``local`` without a
+    socket."""
+
+    def __init__(self, broker_id: int, metadata_cache: Any,
+                 local: Callable[[Any], Awaitable[Any]], client_id: str, *,
+                 api_version: int | None = None, request_timeout_ms: int = 30_000) -> None:
+        self.broker_id = broker_id
+        self.local = local
+        self.api_version = api_version
+        self.connections = BrokerConnections(broker_id, metadata_cache, client_id,
+                                             request_timeout_ms=request_timeout_ms)
+
+    async def send(self, broker_id: int, request: Any) -> Any:
+        if broker_id == self.broker_id:
+            return await self.local(request)
+        return await self.connections.send(broker_id, request, self.api_version)
+
+    async def close(self) -> None:
+        await self.connections.close()
+
+
+class ConnectionMarkerTransport(ConnectionTransport):
     """WriteTxnMarkers over `BrokerConnections`; this broker's own partitions without a
     socket."""
 
     def __init__(self, broker_id: int, metadata_cache: Any, write_locally: LocalMarkerWriter,
                  *, request_timeout_ms: int = 30_000) -> None:
-        self.broker_id = broker_id
-        self.write_locally = write_locally
-        self.connections = BrokerConnections(
-            broker_id, metadata_cache, f"broker-{broker_id}-txn-marker-sender",
-            request_timeout_ms=request_timeout_ms)
-
-    async def send(self, broker_id: int, request: m_wtm.WriteTxnMarkersRequest
-                   ) -> m_wtm.WriteTxnMarkersResponse:
-        if broker_id == self.broker_id:
-            return await self.write_locally(request)
-        return await self.connections.send(broker_id, request)  # type: ignore[no-any-return]
-
-    async def close(self) -> None:
-        await self.connections.close()
+        super().__init__(broker_id, metadata_cache, write_locally,
+                         f"broker-{broker_id}-txn-marker-sender",
+                         request_timeout_ms=request_timeout_ms)

@@ -15,20 +15,23 @@ Verifications are batched per coordinator broker as Kafka's: one request in flig
 broker; those that arrive meanwhile go together in the next one. A second verification of
 the same transactional id waiting for the next request replaces the first (which gets
 NETWORK_EXCEPTION, or INVALID_PRODUCER_EPOCH if the new one has a newer epoch); one with an
-older epoch gets INVALID_PRODUCER_EPOCH at once. The coordinator on this broker is asked
-without a socket.
+older epoch gets INVALID_PRODUCER_EPOCH at once.
+
+Written once for both drivers (driver.py): the requests go through a `VerificationTransport`
+(the asyncio broker's connections, this broker's own coordinator without a socket; the
+simulated network), the batching sender runs on the driver's `TaskRunner` and each waiting
+verification is one of its promises.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidelog.coordinator.transaction.asyncio_driver import AsyncioTasks, BrokerConnections
+from tidelog.coordinator.transaction.driver import Promise, TaskRunner, VerificationTransport
 from tidelog.coordinator.transaction.log import TRANSACTION_STATE_TOPIC_NAME
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import add_partitions_to_txn as m_apt
@@ -63,11 +66,6 @@ _RETRIABLE_AS_NOT_ENOUGH_REPLICAS = frozenset({
 _OLD_CLIENT_ERRORS = {int(E.PRODUCER_FENCED): int(E.INVALID_PRODUCER_EPOCH),
                       int(E.TRANSACTION_ABORTABLE): int(E.INVALID_TXN_STATE)}
 
-# The coordinator's own AddPartitionsToTxn v4 handler on this broker.
-LocalVerifier = Callable[[m_apt.AddPartitionsToTxnRequest],
-                         Awaitable[m_apt.AddPartitionsToTxnResponse]]
-
-
 def produce_error_of_verification(error: int) -> int:
     """The produce error for a failed verification (Kafka's postVerificationCallback)."""
     return int(E.NOT_ENOUGH_REPLICAS) if error in _RETRIABLE_AS_NOT_ENOUGH_REPLICAS else error
@@ -93,29 +91,30 @@ class _Pending:
     producer_id: int
     producer_epoch: int
     partitions: list[TopicPartition]
-    answer: asyncio.Future[dict[TopicPartition, int]] = field(repr=False)
+    answer: Promise = field(repr=False)
+    answered: bool = False
+
+    def set(self, errors: dict[TopicPartition, int]) -> None:
+        if not self.answered:
+            self.answered = True
+            self.answer.set_result(errors)
 
 
 class AddPartitionsToTxnManager:
-    def __init__(self, broker_id: int, metadata_cache: Any,
-                 partition_for: Callable[[str], int], verify_locally: LocalVerifier, *,
-                 request_timeout_ms: int = 30_000) -> None:
-        self.broker_id = broker_id
+    def __init__(self, metadata_cache: Any, partition_for: Callable[[str], int],
+                 transport: VerificationTransport, tasks: TaskRunner) -> None:
         self.cache = metadata_cache
         self.partition_for = partition_for
-        self.verify_locally = verify_locally
-        self.connections = BrokerConnections(
-            broker_id, metadata_cache, f"broker-{broker_id}-add-partitions-to-txn",
-            request_timeout_ms=request_timeout_ms)
-        self.tasks = AsyncioTasks()
+        self.transport = transport
+        self.tasks = tasks
         # per coordinator broker: the verifications waiting for its next request
         self._pending: dict[int, dict[str, _Pending]] = defaultdict(dict)
         self._sending: set[int] = set()
         self.requests_sent = 0
 
     async def shutdown(self) -> None:
-        await self.tasks.cancel_all()
-        await self.connections.close()
+        """Close the transport (the senders are the task runner's to cancel)."""
+        await self.transport.close()
 
     def _coordinator(self, transactional_id: str) -> int | None:
         tp = TopicPartition(TRANSACTION_STATE_TOPIC_NAME, self.partition_for(transactional_id))
@@ -187,14 +186,14 @@ class AddPartitionsToTxnManager:
                 return dict.fromkeys(wanted, int(E.INVALID_PRODUCER_EPOCH))
             error = int(E.INVALID_PRODUCER_EPOCH if existing.producer_epoch < producer_epoch
                         else E.NETWORK_EXCEPTION)
-            existing.answer.set_result(dict.fromkeys(existing.partitions, error))
-        answer: asyncio.Future[dict[TopicPartition, int]] = (
-            asyncio.get_running_loop().create_future())
+            existing.set(dict.fromkeys(existing.partitions, error))
+        answer = self.tasks.promise()
         waiting[transactional_id] = _Pending(producer_id, producer_epoch, wanted, answer)
         if node not in self._sending:
             self._sending.add(node)
             self.tasks.spawn(self._send_all(node))
-        return await answer
+        errors: dict[TopicPartition, int] = await answer
+        return errors
 
     async def _send_all(self, node: int) -> None:
         try:
@@ -202,8 +201,7 @@ class AddPartitionsToTxnManager:
                 batch = self._pending.pop(node)
                 answers = await self._send(node, batch)
                 for txn_id, pending in batch.items():
-                    if not pending.answer.done():
-                        pending.answer.set_result(answers[txn_id])
+                    pending.set(answers[txn_id])
         finally:
             self._sending.discard(node)
 
@@ -219,10 +217,7 @@ class AddPartitionsToTxnManager:
         out = {txn_id: dict.fromkeys(p.partitions, int(E.UNKNOWN_SERVER_ERROR))
                for txn_id, p in batch.items()}
         try:
-            if node == self.broker_id:
-                response = await self.verify_locally(request)
-            else:
-                response = await self.connections.send(node, request, VERIFY_VERSION)
+            response = await self.transport.send(node, request)
             self.requests_sent += 1
         except Exception as e:
             logger.info("transaction verification with broker %d failed: %s", node, e)

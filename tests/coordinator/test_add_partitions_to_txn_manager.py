@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import asyncio
 
-from tidelog.broker.add_partitions_to_txn_manager import (
+from tidelog.coordinator.transaction.add_partitions_to_txn_manager import (
     AddPartitionsToTxnManager,
     produce_error_of_verification,
 )
+from tidelog.coordinator.transaction.asyncio_driver import AsyncioTasks
 from tidelog.protocol.errors import ErrorCode as E
 from tidelog.protocol.messages import add_partitions_to_txn as m_apt
 from tidelog.replication.types import TopicPartition
@@ -29,16 +30,20 @@ class OneCoordinator:
 
 
 class Coordinator:
-    """This broker's coordinator at its boundary: answers `codes` per partition once released;
-    records the requests."""
+    """The transport to the coordinator at its boundary: answers `codes` per partition once
+    released; records the requests."""
 
     def __init__(self, codes: dict[TopicPartition, int]) -> None:
         self.codes = codes
         self.requests: list[list[str]] = []
         self.release = asyncio.Event()
 
-    async def __call__(self, request: m_apt.AddPartitionsToTxnRequest
-                       ) -> m_apt.AddPartitionsToTxnResponse:
+    async def close(self) -> None:
+        return None
+
+    async def send(self, broker_id: int, request: m_apt.AddPartitionsToTxnRequest
+                   ) -> m_apt.AddPartitionsToTxnResponse:
+        assert broker_id == 1
         assert all(t.verify_only for t in request.transactions)
         self.requests.append([t.transactional_id for t in request.transactions])
         await self.release.wait()
@@ -54,7 +59,7 @@ class Coordinator:
 
 
 def manager(coordinator: Coordinator) -> AddPartitionsToTxnManager:
-    return AddPartitionsToTxnManager(1, OneCoordinator(), lambda txn: 0, coordinator)
+    return AddPartitionsToTxnManager(OneCoordinator(), lambda txn: 0, coordinator, AsyncioTasks())
 
 
 def test_verifications_waiting_for_the_coordinator_go_in_one_request() -> None:
@@ -108,8 +113,8 @@ def test_no_coordinator_and_retriable_errors_answer_the_produce_retriably() -> N
         def partition(self, tp: TopicPartition) -> object | None:
             return None
 
-    m = AddPartitionsToTxnManager(1, NoTransactionTopic(), lambda txn: 0,
-                                  Coordinator({}))
+    m = AddPartitionsToTxnManager(NoTransactionTopic(), lambda txn: 0, Coordinator({}),
+                                  AsyncioTasks())
     answer = asyncio.run(m.verify_transaction("a", 1, 0, [TP0]))
     assert answer == {TP0: int(E.COORDINATOR_NOT_AVAILABLE)}
     for error in (E.COORDINATOR_NOT_AVAILABLE, E.CONCURRENT_TRANSACTIONS, E.NOT_COORDINATOR,
