@@ -57,6 +57,40 @@ def test_an_append_error_reports_its_dir_once_and_the_whole_dir_goes_offline() -
     assert not fio.exists("/disk1/replication-offset-checkpoint")
 
 
+def test_every_log_of_a_reported_dir_refuses_appends_and_reads_before_the_handler_runs(
+) -> None:
+    """Kafka's maybeHandleIOException checks the dir's offline state before each operation:
+    from the first report, not once the handler has taken the dir offline."""
+    fio, m, _ = _two_dirs()
+    fio.fail_io("/disk1/t-0", errno.EIO)
+    with pytest.raises(KafkaStorageError):
+        m.get_log("t", 0).append_as_leader(batch(), 1, 0)
+    fio.heal()
+    sibling = m.get_log("t", 2)  # same dir, no error of its own, the dir not handled yet
+    assert sibling is not None and not sibling.closed
+    with pytest.raises(KafkaStorageError, match="offline after an I/O error"):
+        sibling.append_as_leader(batch(), 1, 0)
+    for read in (sibling.read, m.get_log("t", 0).read):
+        with pytest.raises(KafkaStorageError, match="offline after an I/O error"):
+            read(0, 1 << 20)
+    other = m.get_log("t", 1)  # the other dir is untouched
+    assert other is not None and other.append_as_leader(batch(), 1, 0).first_offset == 1
+    assert len(other.read(0, 1 << 20).records) > 0
+
+
+def test_a_future_log_of_a_reported_dir_refuses_appends_at_once() -> None:
+    fio, m, _ = _two_dirs()
+    m.maybe_update_preferred_log_dir("t", 1, "/disk1")
+    future = m.get_or_create_log("t", 1, is_future=True)  # t-1 moving into /disk1
+    fio.fail_io("/disk1/t-0", errno.EIO)
+    with pytest.raises(KafkaStorageError):
+        m.get_log("t", 0).append_as_leader(batch(), 1, 0)
+    fio.heal()
+    with pytest.raises(KafkaStorageError, match="offline after an I/O error"):
+        future.append_as_follower(batch(), 1)
+    assert not m.get_log("t", 1).failed  # the current log, in /disk2, is not
+
+
 def test_a_read_error_reports_the_dir() -> None:
     fio, m, _ = _two_dirs()
     fio.fail_io("/disk2/t-1", errno.EIO)

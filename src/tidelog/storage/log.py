@@ -193,7 +193,8 @@ class Log:
         self.high_watermark = log_start_offset
         self.last_flush_ms = now_ms
         self.closed = False
-        self.failed = False  # an I/O error happened: writes are refused until reopened
+        # An I/O error happened in its dir: appends and reads are refused until reopened.
+        self.failed = False
         # Told of every I/O error (the LogManager reports the log's dir offline: Kafka's
         # LogDirFailureChannel); None for a log outside a LogManager.
         self.on_io_error: Callable[[Exception], None] | None = None
@@ -1037,8 +1038,8 @@ class Log:
 
     # -- reads -----------------------------------------------------------------------------
     def _check_open(self) -> None:
-        if self.closed:
-            raise KafkaStorageError(f"log {self.dir} is closed")
+        if self.closed or self.failed:
+            self._check_writable()
 
     def _check_range(self, offset: int) -> None:
         if offset < self.log_start_offset or offset > self.log_end_offset:

@@ -25,6 +25,10 @@ class LogDirFailureChannel:
         # Woken after a dir is queued (the driver schedules the handler; never run inline: the
         # reporter is deep inside an append or a read).
         self.on_offline_log_dir: Callable[[], None] | None = None
+        # Told of a newly failed dir at once, before the handler runs (the LogManager marks
+        # the dir's logs failed): Kafka's maybeHandleIOException refuses every operation in a
+        # dir from its first report on, checking hasOfflineLogDir each time.
+        self.offline_listeners: list[Callable[[str], None]] = []
 
     def maybe_add_offline_log_dir(self, log_dir: str, message: str) -> None:
         """Kafka's maybeAddOfflineLogDir: log, and queue the dir if it is newly failed."""
@@ -32,6 +36,8 @@ class LogDirFailureChannel:
         if log_dir in self._offline:
             return
         self._offline.add(log_dir)
+        for listener in self.offline_listeners:
+            listener(log_dir)
         self._queue.append(log_dir)
         if self.on_offline_log_dir is not None:
             self.on_offline_log_dir()

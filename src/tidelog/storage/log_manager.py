@@ -97,6 +97,7 @@ class LogManager:
         # I/O errors at runtime are reported here; the replica manager then takes the dir
         # offline (handle_log_dir_failure). A dir failing at startup is offline from the start.
         self.log_dir_failure_channel = log_dir_failure_channel or LogDirFailureChannel()
+        self.log_dir_failure_channel.offline_listeners.append(self._refuse_dir)
         self.had_clean_shutdown: dict[str, bool] = {}
         self.skipped: list[str] = []  # partition dirs that could not be loaded
         # The log cleaner's manager once one runs (Kafka's LogManager.cleaner): a swap moves
@@ -480,6 +481,16 @@ class LogManager:
         channel = self.log_dir_failure_channel
         log.on_io_error = lambda exc: channel.maybe_add_offline_log_dir(
             log_dir, f"Error while accessing log {log.dir} in dir {log_dir}: {exc}")
+
+    def _refuse_dir(self, log_dir: str) -> None:
+        """From a dir's first report every log in it (future ones too) refuses appends and
+        reads, not just the one that hit the error: Kafka's maybeHandleIOException checks the
+        dir's offline state before each operation. The handler closes them later."""
+        for logs, dirs in ((self.logs, self.log_dir_of), (self.future_logs,
+                                                          self.future_log_dir_of)):
+            for tp, d in dirs.items():
+                if d == log_dir:
+                    logs[tp].failed = True
 
     def _io_error(self, log_dir: str, message: str) -> KafkaStorageError:
         """Report ``log_dir`` failed (as Kafka's OffsetCheckpointFile and LogManager do) and

@@ -101,7 +101,9 @@ def test_a_log_whose_clean_fails_is_left_uncleanable() -> None:
             cleaned.append(run_pass(cm))
         except OSError:
             cleaned.append("failed")
-    assert sorted(map(str, cleaned)) == ["None", "failed", "good"]
+    # The error reports the dir offline: its other log is not cleaned either (Kafka refuses
+    # every operation in the dir from its first report).
+    assert sorted(map(str, cleaned)) == ["None", "None", "failed"]
     assert cm.uncleanable == {("bad", 0): bad}
 
 
