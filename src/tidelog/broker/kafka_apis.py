@@ -521,6 +521,10 @@ class KafkaApis:
                 to_read, broker_epoch=broker_epoch, isolation_level=request.isolation_level,
                 fetch_only_leader=fetch_only_leader,
             ) if to_read else {}
+            if select is not None and not chosen and request.max_wait_ms > 0 and results:
+                # Kafka's DelayedFetch completes through readFromLog, which looks for a
+                # preferred read replica again: one named now replaces the read's answer.
+                chosen = select({tp: to_read[tp] for tp in results if tp in to_read})
             results.update(chosen)
         # Per partition: (error, HW, log start, records, LSO, aborted transactions); only the
         # answered ones become wire objects (an idle incremental fetch answers few of the

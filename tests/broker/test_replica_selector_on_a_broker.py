@@ -1,0 +1,86 @@
+"""KIP-392 on a real broker (real ZooKeeper, the test as controller and as the follower): a
+consumer's fetch held at the leader is looked at again for a preferred read replica when its
+wait ends, as Kafka's DelayedFetch completes through readFromLog."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import (
+    ActingController,
+    BrokerThread,
+    broker_props,
+    fetch_request,
+    produce,
+    send,
+    wait_until,
+)
+
+from tidelog.broker.replica_selector import RACK_AWARE_REPLICA_SELECTOR
+from tidelog.protocol.messages import update_metadata as m_um
+from tidelog.protocol.records.builder import build_values
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "nearby"
+
+
+@pytest.fixture
+def leader(zk_connect: str, tmp_path: Path) -> Iterator[BrokerThread]:
+    b = BrokerThread(broker_props(1, zk_connect, tmp_path / "broker1",
+                                  **{"replica.selector.class": RACK_AWARE_REPLICA_SELECTOR})
+                     ).start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def _announce_brokers(controller: ActingController, leader: BrokerThread,
+                      racks: dict[int, str]) -> None:
+    """UpdateMetadata naming brokers 1 (the leader) and 2 (played by the test) with ``racks``."""
+    brokers = [m_um.UpdateMetadataBroker(
+        id=bid, v0_host="127.0.0.1", v0_port=leader.port,
+        endpoints=[m_um.UpdateMetadataEndpoint(leader.port, "127.0.0.1", "PLAINTEXT", 0)],
+        rack=rack) for bid, rack in racks.items()]
+    resp = send(leader.port, m_um.UpdateMetadataRequest(
+        controller_id=controller.controller_id, controller_epoch=controller.controller_epoch,
+        broker_epoch=leader.server.broker_epoch, topic_states=[], live_brokers=brokers))
+    assert resp.error_code == 0, resp
+
+
+def test_a_held_sessionless_fetch_names_a_replica_that_became_eligible_while_it_waited(
+        leader: BrokerThread, zk_connect: str) -> None:
+    controller = ActingController(zk_connect, [leader])
+    try:
+        # Broker 2 (the test) follows in the ISR; the leader knows no endpoint for it yet.
+        controller.create_topic(TOPIC, {0: [1, 2]}, live=[1, 2])
+        _announce_brokers(controller, leader, {1: "a"})
+        assert produce(leader.port, TOPIC, 0, build_values([b"x", b"y", b"z"]), acks=1)[0] == 0
+        send(leader.port, fetch_request(TOPIC, 0, 3, replica_id=2), 12)
+        assert leader.partition(TOPIC, 0).high_watermark == 3
+
+        consumer = fetch_request(TOPIC, 0, 3, max_wait_ms=20_000)
+        consumer.rack_id = "b"
+        answer: dict[str, Any] = {}
+        t = threading.Thread(target=lambda: answer.update(resp=send(leader.port, consumer, 12)))
+        t.start()
+        purgatory = leader.server.replica_manager.core.fetch_purgatory
+        wait_until(lambda: leader.call(lambda: len(purgatory)) == 1,
+                   what="the consumer's fetch held with no replica named")
+        # Broker 2 now has an endpoint in the consumer's rack; a record it copies moves the HW
+        # and completes the fetch, whose read names broker 2 instead of answering the record.
+        _announce_brokers(controller, leader, {1: "a", 2: "b"})
+        assert produce(leader.port, TOPIC, 0, build_values([b"w"]), acks=1)[0] == 0
+        send(leader.port, fetch_request(TOPIC, 0, 4, replica_id=2), 12)
+        t.join(15)
+        data = answer["resp"].responses[0].partitions[0]
+        assert (data.error_code, data.preferred_read_replica, data.high_watermark) == (0, 2, 4)
+        assert not data.records
+    finally:
+        controller.close()
+
