@@ -182,6 +182,27 @@ def test_cleanup_and_flush_tasks_run_over_every_log() -> None:
     assert log.log_start_offset == log.log_end_offset == 6
 
 
+def test_retention_applies_to_a_future_log_too() -> None:
+    """Kafka's cleanupLogs cleans the future log of a replica moving between dirs right after
+    its current log: old segments copied into the future log go there too."""
+    fio = MemoryFileIO()
+    config = LogConfig.from_dict({"segment.bytes": "200", "retention.ms": "1000"})
+    m = LogManager(DIRS, config, fio)
+    log = m.get_or_create_log("t", 0)
+    m.maybe_update_preferred_log_dir("t", 0, next(d for d in DIRS if d != m.log_dir_of[("t", 0)]))
+    future = m.get_or_create_log("t", 0, is_future=True)
+    for i in range(6):
+        log.append_as_leader(batch(b"x" * 60, timestamp=i), 0, now_ms=i)
+    while future.log_end_offset < log.log_end_offset:  # the copy, a read at a time
+        future.append_as_follower(bytes(log.read(future.log_end_offset, 1 << 20).records), 6)
+    for each in (log, future):
+        each.update_high_watermark(each.log_end_offset)
+    assert len(future.segments) > 1
+    assert m.cleanup_logs(now_ms=5000) == [("t", 0)]
+    assert future.log_start_offset == future.log_end_offset == 6
+    assert len(future.segments) == 1
+
+
 def test_a_topic_config_change_reaches_its_logs() -> None:
     fio = MemoryFileIO()
     m = LogManager(["/d"], LogConfig(), fio)

@@ -548,10 +548,10 @@ class LogManager:
 
     # -- periodic tasks --------------------------------------------------------------------
     def cleanup_logs(self, now_ms: int) -> list[TopicPartition]:
-        """Retention for every log; returns the partitions whose log start offset moved (their
-        fetch sessions must answer it). The files of segments deleted earlier go here too once
-        their file.delete.delay.ms has passed (so at the first retention check after it:
-        log.retention.check.interval.ms bounds the extra wait). Retired dirs are
+        """Retention for every log, future logs too; returns the partitions whose current log's
+        start offset moved (their fetch sessions must answer it). The files of segments
+        deleted earlier go here too once their file.delete.delay.ms has passed (so at the
+        first retention check after it: log.retention.check.interval.ms bounds the extra wait). Retired dirs are
         `delete_logs`'s. A log's disk error ends the round, as in Kafka's cleanupLogs (the
         log reported its dir, which goes offline; the logs after it wait for the next round),
         but what moved before it is still returned."""
@@ -562,8 +562,14 @@ class LogManager:
             try:
                 log.delete_expired_files(now_ms)
                 log.delete_old_segments(now_ms)
+                # A replica moving between dirs: its future log's retention right after
+                # (Kafka's cleanupLogs, "clean future logs"). Nobody fetches from it.
+                future = self.future_logs.get(tp)
+                if future is not None:
+                    future.delete_expired_files(now_ms)
+                    future.delete_old_segments(now_ms)
             except StorageError as exc:
-                logger.error("Error in the retention of %s, round ended: %s", log.dir, exc)
+                logger.error("Error in the retention of %s, round ended: %s", tp, exc)
                 failed = True
             if log.log_start_offset != start:
                 moved.append(tp)
