@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,6 +35,26 @@ def one_broker(module_zk: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         yield b
     finally:
         b.stop()
+
+
+@pytest.fixture
+def start_brokers(zookeeper: ZooKeeperServer, tmp_path: Path
+                  ) -> Iterator[Callable[..., tuple[str, list[BrokerThread]]]]:
+    """``start_brokers(n, **props)``: brokers 1..n on a fresh chroot with ``props`` over
+    broker_props'; (the chroot, the brokers), stopped at the test's end."""
+    started: list[BrokerThread] = []
+
+    def start(n: int, **props: Any) -> tuple[str, list[BrokerThread]]:
+        zk = new_chroot(zookeeper)
+        for i in range(1, n + 1):
+            started.append(BrokerThread(broker_props(i, zk, tmp_path / f"b{i}", **props)).start())
+        return zk, started[-n:]
+
+    try:
+        yield start
+    finally:
+        for b in started:
+            b.stop()
 
 
 @pytest.fixture(scope="module")

@@ -4,30 +4,22 @@ so the first acks=all produce to a new topic is acknowledged well within its 10 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
-from harness import ActingController, BrokerThread, broker_props, produce, wait_until
-from zk_chroot import new_chroot
+from harness import ActingController, BrokerThread, produce, wait_until
 
-from tidelog.cluster.zookeeper import ZooKeeperServer
 from tidelog.protocol.records.builder import build_values
 
 HOLD_MS = 30_000
 
 
 @pytest.fixture
-def pair(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[tuple[str, list[BrokerThread]]]:
-    zk = new_chroot(zookeeper)
-    brokers = [BrokerThread(broker_props(i, zk, tmp_path / f"b{i}", **{
+def pair(start_brokers: Callable[..., tuple[str, list[BrokerThread]]]
+         ) -> tuple[str, list[BrokerThread]]:
+    return start_brokers(2, **{
         "replica.fetch.wait.max.ms": HOLD_MS, "replica.socket.timeout.ms": HOLD_MS + 10_000,
-        "replica.lag.time.max.ms": HOLD_MS + 10_000})).start() for i in (1, 2)]
-    try:
-        yield zk, brokers
-    finally:
-        for b in brokers:
-            b.stop()
+        "replica.lag.time.max.ms": HOLD_MS + 10_000})
 
 
 def test_the_first_acks_all_produce_to_a_new_topic_does_not_wait_out_the_followers_hold(

@@ -7,7 +7,7 @@ the ISR past replica.lag.time.max.ms."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,16 +34,9 @@ LAG_MS = 1000
 
 
 @pytest.fixture
-def pair(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[tuple[str, list[BrokerThread]]]:
-    zk = new_chroot(zookeeper)
-    brokers = [BrokerThread(broker_props(i, zk, tmp_path / f"b{i}",
-                                         **{"replica.lag.time.max.ms": LAG_MS})).start()
-               for i in (1, 2)]
-    try:
-        yield zk, brokers
-    finally:
-        for b in brokers:
-            b.stop()
+def pair(start_brokers: Callable[..., tuple[str, list[BrokerThread]]]
+         ) -> tuple[str, list[BrokerThread]]:
+    return start_brokers(2, **{"replica.lag.time.max.ms": LAG_MS})
 
 
 def test_a_held_incremental_fetch_wakes_for_a_partition_it_did_not_read(
