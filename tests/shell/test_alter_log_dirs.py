@@ -246,6 +246,9 @@ def test_a_new_destination_replaces_the_move_in_progress(tmp_path: Path) -> None
     b.clock.advance(1)
     assert b.alter(TP, dirs[2]) == ErrorCode.NONE
     assert not any(n.endswith(FUTURE_DIR_SUFFIX) for n in os.listdir(dirs[1]))
+    # The dropped copy is retired (Kafka's asyncDelete(isFuture = true)), removed later.
+    (retired,) = [n for n in os.listdir(dirs[1]) if n.startswith("t-0.")]
+    assert retired.endswith("-delete")
     b.clock.advance(100)
     assert b.lm.log_dir_of[TP] == dirs[2] and os.listdir(dirs[1]).count("t-0") == 0
 
@@ -259,10 +262,11 @@ def test_deleting_the_replica_mid_move_deletes_both_logs(dirs: list[str]) -> Non
     assert b.rm.stop_replicas(0, 1, 100, {TP: True}).error == 0
     b.clock.advance(100)
     assert b.moves.moving == {} and b.moves.swaps == 0
-    # The future log is gone, the current one retired (Kafka's asyncDelete) until
+    # Both logs are retired (Kafka's asyncDelete, the future one's too) until
     # file.delete.delay.ms has passed.
-    (retired,) = [n for d in dirs for n in os.listdir(d) if n.startswith("t-0")]
-    assert retired.endswith("-delete") and retired in os.listdir(dirs[0])
+    for d in dirs:
+        (retired,) = [n for n in os.listdir(d) if n.startswith("t-0")]
+        assert retired.endswith("-delete")
     b.lm.delete_logs(b.clock.now + b.lm.config.file_delete_delay_ms)
     assert [n for d in dirs for n in os.listdir(d) if n.startswith("t-0")] == []
 

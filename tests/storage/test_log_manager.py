@@ -155,6 +155,28 @@ def test_a_partition_deleted_and_created_again_gets_a_new_dir_beside_the_retired
     assert m.get_log("t", 0).read(0, 1 << 20).records
 
 
+def test_a_deleted_partitions_future_log_is_retired_too() -> None:
+    """Kafka's asyncDelete(isFuture = true): a replica moving between dirs when its partition
+    is deleted leaves its future dir renamed `<tp>.<uuid>-delete`, removed after
+    file.delete.delay.ms like the current one, not at once."""
+    fio = MemoryFileIO()
+    m = LogManager(DIRS, LogConfig(file_delete_delay_ms=60_000), fio)
+    m.get_or_create_log("t", 0).append_as_leader(batch(), 0, 0)
+    dest = next(d for d in DIRS if d != m.log_dir_of[("t", 0)])
+    m.maybe_update_preferred_log_dir("t", 0, dest)
+    m.get_or_create_log("t", 0, is_future=True).append_as_follower(batch(), 0)
+    assert m.delete_log("t", 0, now_ms=1000)
+    assert m.get_future_log("t", 0) is None and m.future_log_dir_of == {}
+    (retired,) = [n for n in fio.listdir(dest) if n.startswith("t-0")]
+    assert retired.endswith("-delete")
+    assert "00000000000000000000.log" in fio.listdir(f"{dest}/{retired}")
+    fio.crash()  # the rename was made durable
+    assert retired in fio.listdir(dest)
+    assert m.delete_logs(60_999) == 0
+    assert m.delete_logs(61_000) == 2  # the current log's dir and the future one's
+    assert not any(n.startswith("t-0") for d in DIRS for n in fio.listdir(d))
+
+
 def test_a_restart_removes_the_retired_dirs_of_deleted_partitions() -> None:
     fio = MemoryFileIO()
     m = LogManager(["/d"], LogConfig(), fio)

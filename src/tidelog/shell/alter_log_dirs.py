@@ -117,7 +117,7 @@ class ReplicaAlterLogDirsManager:
         if partition is not None and lm.future_log_dir_of.get(tp) not in (None, log_dir):
             # Redirected: the copy to the old destination stops and its future log goes.
             self._stop(tp)
-            lm.remove_future_log(tp.topic, tp.partition)
+            lm.remove_future_log(tp.topic, tp.partition, self.time.milliseconds())
         lm.maybe_update_preferred_log_dir(tp.topic, tp.partition, log_dir)
         if partition is None:
             return (ErrorCode.REPLICA_NOT_AVAILABLE if known(tp)

@@ -14,7 +14,8 @@ resumes once the partition is hosted, as Kafka's ZooKeeper-mode broker) or, betw
 renames, a future log with no current one anywhere: that future was complete (the swap starts
 only at equal log end offsets, after a flush), so the load finishes the swap.
 
-A deleted partition's log (StopReplica with delete) is retired the same way: its dir renamed
+A deleted partition's log (StopReplica with delete) is retired the same way, and so is a future
+log that goes (its partition deleted, its move redirected): its dir renamed
 `<topic>-<partition>.<uuid>-delete` at once (Kafka's asyncDelete). A retired dir goes
 file.delete.delay.ms later (`delete_logs`, the shell's `kafka-delete-logs` task), or at the next
 start.
@@ -383,20 +384,14 @@ class LogManager:
         self.preferred_log_dirs.pop(tp, None)
         return log
 
-    def remove_future_log(self, topic: str, partition: int) -> bool:
-        """Drop a replica's future log and its files (a move cancelled or redirected)."""
+    def remove_future_log(self, topic: str, partition: int, now_ms: int = 0) -> bool:
+        """Retire a replica's future log (a move cancelled or redirected, or its partition
+        deleted) as Kafka's asyncDelete(isFuture = true): see `_retire`."""
         tp = (topic, partition)
         log = self.future_logs.pop(tp, None)
         if log is None:
             return False
-        log_dir = self.future_log_dir_of.pop(tp)
-        log.delete()
-        try:
-            self.file_io.fsync_dir(log_dir)
-        except OSError as exc:
-            raise self._io_error(log_dir, f"cannot delete the future log of {topic}-{partition}: "
-                                          f"{exc}") from exc
-        self.checkpoint_logs([log_dir])
+        self._retire(log, self.future_log_dir_of.pop(tp), topic, partition, now_ms)
         return True
 
     def replace_current_with_future_log(self, topic: str, partition: int,
@@ -523,28 +518,37 @@ class LogManager:
         return gone
 
     def delete_log(self, topic: str, partition: int, now_ms: int = 0) -> bool:
-        """Kafka's asyncDelete: the log's files are closed (nothing more is written), its dir
-        renamed `<topic>-<partition>.<uuid>-delete` (made durable) and its dir's checkpoints
-        written without it; the dir's files go file.delete.delay.ms later (`delete_logs`), or
-        at the next start. The partition's name is free at once: a topic created again gets a
-        new dir beside the retired one."""
+        """Kafka's asyncDelete of a partition's logs (its future log too): see `_retire`. The
+        partition's name is free at once: a topic created again gets a new dir beside the
+        retired one."""
         tp = (topic, partition)
         # The future first: a future log without a current one counts as a finished move.
-        self.remove_future_log(topic, partition)
+        self.remove_future_log(topic, partition, now_ms)
         log = self.logs.pop(tp, None)
         if log is None:
             return False
-        log_dir = self.log_dir_of.pop(tp)
+        if self.cleaner is not None:
+            # A pass on the log ends first (Kafka's abortCleaning): its .cleaned file must
+            # not be written into the retired dir, nor its claim outlive the log.
+            self.cleaner.abort_cleaning(tp)
+        self._retire(log, self.log_dir_of.pop(tp), topic, partition, now_ms)
+        return True
+
+    def _retire(self, log: Log, log_dir: str, topic: str, partition: int, now_ms: int) -> None:
+        """Kafka's asyncDelete for a log already forgotten: its files closed (nothing more is
+        written), its dir renamed `<topic>-<partition>.<uuid>-delete` (made durable) and
+        ``log_dir``'s checkpoints written without it; the files go file.delete.delay.ms later
+        (`delete_logs`, so a large log's removal never holds the event loop), or at the next
+        start."""
         log.close_handlers()
         doomed = os.path.join(log_dir, _dir_name_with_suffix(topic, partition, DELETE_DIR_SUFFIX))
         try:
             self.file_io.rename(log.dir, doomed)
             self.file_io.fsync_dir(log_dir)
         except OSError as exc:
-            raise self._io_error(log_dir, f"cannot delete log {topic}-{partition}: {exc}") from exc
+            raise self._io_error(log_dir, f"cannot delete log {log.dir}: {exc}") from exc
         self.logs_to_be_deleted.append((now_ms + self.config.file_delete_delay_ms, doomed))
         self.checkpoint_logs([log_dir])
-        return True
 
     # -- periodic tasks --------------------------------------------------------------------
     def cleanup_logs(self, now_ms: int) -> list[TopicPartition]:

@@ -156,3 +156,27 @@ def test_a_replica_moved_to_another_log_dir_takes_its_cleaner_checkpoint_along(
     assert (entries(source), entries(dest)) == ({}, {("t", 0): 4})
     moved.truncate_to(2)
     assert cm.all_checkpoints() == {("t", 0): 2}
+
+
+def test_deleting_a_log_ends_its_cleaning_pass_and_leaves_no_cleaned_file() -> None:
+    """Kafka's asyncDelete aborts the log's cleaning first (abortCleaning): a pass mid-way
+    through its rewrite ends at the delete, its .cleaned file removed before the dir is
+    retired, and the partition is not left in progress."""
+    lm, cm = manager_with({"t": "compact"})
+    cleaner = cm.cleaners[0]
+    cleaner.step_bytes = 256
+    write(lm.get_or_create_log("t", 0), [b"k%d" % (i % 5) for i in range(100)])
+    log_dir = lm.get_log("t", 0).dir
+    steps = cm.clean_once(cleaner, 0)
+    assert steps is not None
+    for _ in range(100):  # into the rewrite of a segment group
+        next(steps)
+        if any(n.endswith(".cleaned") for n in lm.file_io.listdir(log_dir)):
+            break
+    else:
+        raise AssertionError("the pass never started its rewrite")
+    assert lm.delete_log("t", 0)
+    assert ("t", 0) not in cm.in_progress
+    assert next(steps, None) is None  # the pass is over
+    (retired,) = [n for n in lm.file_io.listdir("/d") if n.startswith("t-0")]
+    assert not any(n.endswith(".cleaned") for n in lm.file_io.listdir(f"/d/{retired}"))
