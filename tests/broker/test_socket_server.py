@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 import pytest
-from harness import BrokerThread, produce_request, send
+from harness import BrokerThread, fetch, produce_request, send
 
 from tidelog.broker import socket_server
 from tidelog.broker.socket_server import (
@@ -20,13 +20,17 @@ from tidelog.broker.socket_server import (
     RequestContext,
     SocketServer,
 )
+from tidelog.client.connection import BrokerConnection
 from tidelog.cluster.zookeeper import pick_free_port
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import decode_response, encode_request
 from tidelog.protocol.errors import ErrorCode
+from tidelog.protocol.framing import FrameReader
 from tidelog.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from tidelog.protocol.messages.metadata import MetadataRequest
+from tidelog.protocol.records.batch import iter_batches
 from tidelog.protocol.records.builder import build_values
+from tidelog.protocol.records.decoder import decode_records
 
 pytestmark = pytest.mark.integration
 
@@ -593,3 +597,86 @@ def test_large_requests_dribbled_in_pieces_are_read_whole_in_order(
     assert [c for c, _ in got] == list(range(6))
     assert all(size == len(records) for c, size in got if c % 2)
     assert max(offered) > 1_000_000  # a socket read straight into a 2 MB frame's buffer
+
+
+def _spy_frame_reuse(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Per large frame a connection reads (one at a time): was its buffer an earlier one's?"""
+    reused: list[bool] = []
+    reusable = FrameReader._reusable
+
+    def spy(self: FrameReader, size: int) -> bytearray | None:
+        buffer = reusable(self, size)
+        reused.append(buffer is not None)
+        return buffer
+
+    monkeypatch.setattr(FrameReader, "_reusable", spy)
+    return reused
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_connection_reuses_a_request_buffer_only_once_nothing_holds_its_records(
+        loop: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large produce requests on one connection are assembled in the buffer of the last one
+    once the server and its handler let go of it; a request whose records the handler still
+    holds (as a delayed produce or an appended batch kept as a view would) keeps its buffer,
+    and the held records stay byte for byte what was sent."""
+    reused = _spy_frame_reuse(monkeypatch)
+    batches = [build_values([bytes([65 + i]) * 1000] * 200) for i in range(6)]
+    held: dict[int, memoryview] = {}
+
+    async def handler(ctx: RequestContext, body: Any) -> Any:
+        corr = ctx.header.correlation_id
+        if corr in (0, 2):
+            held[corr] = body.topic_data[0].partition_data[0].records
+        return ApiVersionsResponse(error_code=0)
+
+    async def scenario() -> None:
+        server = SocketServer("127.0.0.1", pick_free_port(), handler)
+        port = await server.start()
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            for corr, records in enumerate(batches):  # one at a time: each answered first
+                w.write(_frame(produce_request("t", 0, records, acks=1), 3, corr))
+                await w.drain()
+                head = await asyncio.wait_for(r.readexactly(8), 10)
+                assert struct.unpack(">ii", head)[1] == corr
+                await r.readexactly(struct.unpack(">i", head[:4])[0] - 4)
+            w.close()
+        finally:
+            await server.shutdown()
+
+    if loop == "uvloop":
+        pytest.importorskip("uvloop").run(scenario())
+    else:
+        asyncio.run(scenario())
+    # 1: request 0's records are held; 2: request 1's buffer is free; 3: request 2's is held
+    assert reused == [False, False, True, False, True, True]
+    assert {corr: bytes(view) for corr, view in held.items()} == {0: batches[0], 2: batches[2]}
+
+
+def test_a_brokers_produce_path_lets_go_of_the_request_buffer(
+        one_broker: BrokerThread, controller: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a broker, the produce path (decode, append, answer) keeps no view of a request's
+    bytes once answered: the next large request on the connection is read into the same
+    buffer, and the log holds every batch as sent (none overwritten by a later request)."""
+    controller.create_topic("reused-request-buffers", {0: [1]})
+    reused = _spy_frame_reuse(monkeypatch)
+    values = [[bytes([97 + i]) * 1000] * 150 for i in range(4)]
+
+    async def scenario() -> None:
+        conn = BrokerConnection("127.0.0.1", one_broker.port)
+        await conn.connect()
+        try:
+            for batch in values:
+                response = await conn.send(
+                    produce_request("reused-request-buffers", 0, build_values(batch)))
+                error = response.responses[0].partition_responses[0].error_code
+                assert error == ErrorCode.NONE
+        finally:
+            await conn.close()
+
+    asyncio.run(scenario())
+    assert reused == [False, True, True, True]
+    part = fetch(one_broker.port, "reused-request-buffers", 0, 0, max_bytes=4 << 20)
+    got = [r.value for b in iter_batches(part.records) for r in decode_records(b)]
+    assert got == [v for batch in values for v in batch]

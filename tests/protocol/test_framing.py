@@ -188,6 +188,34 @@ def test_a_reused_larger_buffer_takes_no_byte_of_the_next_frame() -> None:
     assert len(frames[0]) == 100_000
 
 
+def _read_whole_into_scratch(reader: FrameReader, *payloads: bytes) -> list[memoryview]:
+    """One socket read holding whole frames, into get_buffer's scratch buffer."""
+    data = framed(*payloads)
+    buf = reader.get_buffer()
+    assert len(buf) >= len(data)  # between frames: the scratch buffer
+    buf[: len(data)] = data
+    return reader.buffer_updated(len(data))
+
+
+def test_whole_frames_read_into_the_scratch_buffer_are_copied_into_a_released_one() -> None:
+    reader = FrameReader(reuse_buffers=True)
+    first, small = _read_whole_into_scratch(reader, b"a" * 100_000, b"s")
+    held = first[10:20]  # a records field still held: its buffer must not be written
+    del first, small
+    second = _read_whole_into_scratch(reader, b"b" * 90_000)[0]
+    assert second.obj is not held.obj and bytes(held) == b"a" * 10
+    del held
+    third = _read_whole_into_scratch(reader, b"c" * 80_000)[0]
+    assert third.obj is not second.obj  # second's buffer is the spare now, and still held
+    del second
+    assert bytes(third) == b"c" * 80_000 and third.readonly
+    third_buffer = id(third.obj)
+    del third
+    fourth, tail = _read_whole_into_scratch(reader, b"d" * 70_000, b"tail")
+    assert id(fourth.obj) == third_buffer  # released: reused, no new allocation
+    assert (bytes(fourth), bytes(tail)) == (b"d" * 70_000, b"tail")
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     payloads=st.lists(st.binary(max_size=3_000), max_size=6),

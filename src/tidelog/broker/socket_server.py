@@ -307,13 +307,20 @@ class _Connection(WriteFlowControl, asyncio.BufferedProtocol):
     asyncio's FlowControlMixin, which is a plain Protocol, and uvloop hands a plain Protocol
     bytes (two copies of a large frame). Complete frames wait for the connection's serving
     task, and reading pauses while more than twice `_READ_CHUNK` of them wait (the
-    StreamReader limit this replaces). Writes go through a `StreamWriter` on it."""
+    StreamReader limit this replaces). Writes go through a `StreamWriter` on it.
+
+    A large request frame (a producer's batches) is assembled in the buffer of the last one
+    once nothing references that buffer (`FrameReader`'s ``reuse_buffers``): no zero-filled
+    allocation and first-touch page faults per produce request. A request whose records are
+    still held (a delayed produce, an appended batch kept as a view) keeps its buffer alive, so
+    the next frame gets a fresh one. The connection keeps one buffer as large as its largest
+    recent request (above 64 KiB) while it lives."""
 
     def __init__(self, server: SocketServer, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
         self._loop = loop
         self._server = server
-        self._frames = FrameReader(server.max_request_bytes)
+        self._frames = FrameReader(server.max_request_bytes, reuse_buffers=True)
         self._ready: list[memoryview] = []
         self._ready_bytes = 0
         self._eof = False
@@ -612,6 +619,10 @@ class SocketServer:
                         await flush()
                         await asyncio.sleep(0)
                         turn_start = time.perf_counter()
+                # No reference to the handled frames while the next ones are read: their
+                # buffers are then free to be reused (reuse_buffers).
+                del frame
+                batch.clear()
                 await flush()
                 if not owed:
                     idle()

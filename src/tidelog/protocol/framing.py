@@ -51,8 +51,11 @@ class FrameReader:
     last large one when nothing references that buffer any more (no frame, no slice of it is
     alive), instead of a new zero-filled allocation (a follower's 1 MB fetch answers: the
     zero fill, the heap growing and shrinking and the page faults of the first read into fresh
-    memory cost more than the kernel's copy into it). The reader then keeps one buffer as large
-    as its largest recent frame: for connections with few, large answers (a replica fetcher's).
+    memory cost more than the kernel's copy into it); whole frames read into the scratch
+    buffer are likewise copied into that buffer rather than a fresh one when they are large
+    together. The reader then keeps one buffer as large as its largest recent frame (or read):
+    for connections with few, large messages (a replica fetcher's answers, a producer's
+    requests).
     """
 
     __slots__ = ("max_frame_bytes", "_prefix", "_frame", "_size", "_fill", "_scratch",
@@ -93,15 +96,32 @@ class FrameReader:
         if size == 0:
             frames.append(memoryview(b""))
             return
-        frame = None
-        if self._reuse and size >= REUSE_MIN_BYTES:
-            spare = self._spare
-            if spare is not None and len(spare) >= size \
-                    and sys.getrefcount(spare) == _UNREFERENCED:
-                frame = spare
+        frame = self._reusable(size) if self._reuse and size >= REUSE_MIN_BYTES else None
         self._frame = bytearray(size) if frame is None else frame
         self._size = size
         self._fill = 0
+
+    def _reusable(self, size: int) -> bytearray | None:
+        """The spare buffer if it holds ``size`` bytes and nothing references it."""
+        spare = self._spare
+        if spare is not None and len(spare) >= size \
+                and sys.getrefcount(spare) == _UNREFERENCED:
+            return spare
+        return None
+
+    def _own(self, chunk: memoryview) -> memoryview:
+        """A copy of ``chunk`` (whole frames in the caller's mutable buffer); with
+        ``reuse_buffers`` a large one goes into the spare buffer when it is free (a producer's
+        requests read whole into get_buffer's scratch buffer) and else becomes the spare."""
+        size = len(chunk)
+        if not self._reuse or size < REUSE_MIN_BYTES:
+            return memoryview(bytes(chunk))
+        buffer = self._reusable(size)
+        if buffer is None:
+            buffer = self._spare = bytearray(chunk)  # a copy without a zero fill first
+        else:
+            buffer[:size] = chunk
+        return memoryview(buffer)[:size].toreadonly()
 
     def _complete(self) -> memoryview:
         """The frame assembled: handed out read-only (its buffer kept for reuse)."""
@@ -159,7 +179,7 @@ class FrameReader:
         elif (whole := self._split(view, pos, end, None)) > pos:
             # the caller may reuse its buffer: own the bytes of its whole frames (a frame it
             # only begins is copied into that frame's own buffer, once)
-            self._split(memoryview(bytes(view[pos:whole])), 0, whole - pos, frames)
+            self._split(self._own(view[pos:whole]), 0, whole - pos, frames)
             pos = whole
         if end - pos >= 4:  # a frame begun here
             self._start(_SIZE.unpack_from(view, pos)[0], frames)
