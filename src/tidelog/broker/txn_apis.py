@@ -40,6 +40,8 @@ from tidelog.coordinator.offsets import GROUP_METADATA_TOPIC_NAME, OffsetAndMeta
 from tidelog.coordinator.transaction.add_partitions_to_txn_manager import (
     VERIFY_VERSION,
     AddPartitionsToTxnManager,
+    topic_results,
+    unknown_partition_errors,
 )
 from tidelog.coordinator.transaction.asyncio_driver import (
     AsyncioTasks,
@@ -233,7 +235,7 @@ class TxnApis:
                 [TopicPartition(t.name, p) for t in request.v3_and_below_topics
                  for p in t.partitions])
             return m_apt.AddPartitionsToTxnResponse(
-                results_by_topic_v3_and_below=_topic_results(errors))
+                results_by_topic_v3_and_below=topic_results(errors))
         return await self.add_partitions_batch(request, ctx.api_version)
 
     async def add_partitions_batch(self, request: m_apt.AddPartitionsToTxnRequest,
@@ -248,17 +250,15 @@ class TxnApis:
             for t in request.transactions))
         return m_apt.AddPartitionsToTxnResponse(results_by_transaction=[
             m_apt.AddPartitionsToTxnResult(transactional_id=t.transactional_id,
-                                           topic_results=_topic_results(errors))
+                                           topic_results=topic_results(errors))
             for t, errors in zip(request.transactions, answers, strict=True)])
 
     async def _add_partitions(self, version: int, transactional_id: str, producer_id: int,
                               producer_epoch: int, verify_only: bool,
                               wanted: list[TopicPartition]) -> dict[TopicPartition, int]:
-        unknown = {tp for tp in wanted if self.cache.partition(tp) is None}
-        if unknown:
-            # Any unknown partition fails the whole transaction; the others were not attempted.
-            return {tp: int(E.UNKNOWN_TOPIC_OR_PARTITION) if tp in unknown
-                    else int(E.OPERATION_NOT_ATTEMPTED) for tp in wanted}
+        unknown = unknown_partition_errors(self.cache, wanted)
+        if unknown is not None:
+            return unknown
         if verify_only:
             return self.coordinator.handle_verify_partitions(
                 transactional_id, producer_id, producer_epoch, wanted)
@@ -390,16 +390,6 @@ class TxnApis:
             transaction_states=[m_ltx.TransactionState(
                 transactional_id=md.transactional_id, producer_id=md.producer_id,
                 transaction_state=md.state.kafka_name) for md in found])
-
-
-def _topic_results(errors: dict[TopicPartition, int]
-                   ) -> list[m_apt.AddPartitionsToTxnTopicResult]:
-    by_topic: dict[str, list[m_apt.AddPartitionsToTxnPartitionResult]] = defaultdict(list)
-    for tp, error in errors.items():
-        by_topic[tp.topic].append(m_apt.AddPartitionsToTxnPartitionResult(
-            partition_index=tp.partition, partition_error_code=error))
-    return [m_apt.AddPartitionsToTxnTopicResult(name=t, results_by_partition=rs)
-            for t, rs in by_topic.items()]
 
 
 async def write_txn_markers(

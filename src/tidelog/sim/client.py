@@ -580,7 +580,8 @@ class TxnProducer:
         self._request(leader, "produce", None, tp)
         if leader >= 0:
             self.network.send(self.node_id, leader, ProduceRequest(
-                self._corr, -1, self.request_timeout_ms, tp, self._batches[tp][0]))
+                self._corr, -1, self.request_timeout_ms, tp, self._batches[tp][0],
+                self.transactional_id))
 
     def _on_produce(self, tp: TopicPartition, error: int) -> None:
         if self.phase != "produce":

@@ -24,6 +24,8 @@ class ProduceRequest:
     timeout_ms: int
     tp: TopicPartition
     records: bytes
+    # A transactional producer's: the leader verifies its batch with the coordinator (KIP-890).
+    transactional_id: str | None = None
 
 
 @dataclass(slots=True)

@@ -22,7 +22,7 @@ zombie until it learns better.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +68,7 @@ from tidelog.sim.messages import (
 from tidelog.sim.txn_node import SimTxnHost
 from tidelog.storage.errors import KafkaStorageError
 from tidelog.storage.log_manager import LogManager
+from tidelog.storage.producer_state_manager import VerificationGuard
 
 if TYPE_CHECKING:  # pragma: no cover
     from tidelog.sim.cluster import SimCluster
@@ -428,6 +429,15 @@ class SimBroker:
 
     # -- produce / consume ---------------------------------------------------------------
     def _on_produce(self, src: int, msg: ProduceRequest) -> None:
+        if self.rm is not None and self.txn is not None and msg.transactional_id is not None:
+            # KIP-890 (transaction.partition.verification.enable, on as Kafka's default): the
+            # batch of a producer with no transaction open here waits for its coordinator.
+            self.txn.verify_produce(src, msg, lambda guards: self._append(src, msg, guards))
+        else:
+            self._append(src, msg, None)
+
+    def _append(self, src: int, msg: ProduceRequest,
+                guards: Mapping[TopicPartition, VerificationGuard] | None) -> None:
         rm = self.rm
         if rm is None:
             self.network.send(self.broker_id, src, ProduceResponse(
@@ -443,7 +453,7 @@ class SimBroker:
                                                                    int(r.error), r.base_offset))
 
         out = rm.append_records(msg.acks, {tp: msg.records}, msg.timeout_ms,
-                                ("p", src, msg.corr_id), answer)
+                                ("p", src, msg.corr_id), answer, verification_guards=guards)
         if out.delayed:
             return
         assert out.results is not None

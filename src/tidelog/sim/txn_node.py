@@ -4,8 +4,11 @@
 - `SimTasks` over the process's scheduler runs its coroutines (sim/tasks.py); the process's
   `Time` and `Scheduler` are the shell's (virtual time, gone with the process).
 - Appends go through the node's shell `ReplicaManager` (acks=all, as the coordinator's).
-- WriteTxnMarkers travel the simulated network (`MarkerRequest`); a partition leader writes
+- WriteTxnMarkers travel the simulated network (`BrokerRequest`); a partition leader writes
   them with the same `write_markers` the asyncio broker runs.
+- A transactional produce is verified (KIP-890) by the same `AddPartitionsToTxnManager` the
+  asyncio broker runs, its AddPartitionsToTxn v4 on the simulated network (`BrokerRequest`),
+  and appended only with the verification guard.
 - Partition leaders come from ZooKeeper's partition states, as the clients read them.
 
 `SimTxnHost.sync` follows the node's leadership of `__transaction_state` partitions after every
@@ -18,22 +21,29 @@ read_committed fetches are the node's consumer fetches with isolation level 1.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tidelog.coordinator.transaction.add_partitions_to_txn_manager import (
+    AddPartitionsToTxnManager,
+    answer_verifications,
+)
 from tidelog.coordinator.transaction.coordinator import TransactionCoordinator
 from tidelog.coordinator.transaction.log import TRANSACTION_STATE_TOPIC_NAME
 from tidelog.coordinator.transaction.marker_channel import write_markers
+from tidelog.protocol.messages import add_partitions_to_txn as m_apt
 from tidelog.protocol.messages import write_txn_markers as m_wtm
 from tidelog.replication.types import TopicPartition
+from tidelog.sim.messages import ProduceRequest, ProduceResponse
 from tidelog.sim.tasks import SimFuture, SimTasks
+from tidelog.storage.producer_state_manager import VerificationGuard
 from tidelog.storage.transactions import AppendOrigin
 
 if TYPE_CHECKING:  # pragma: no cover
     from tidelog.sim.node import SimBroker
 
-__all__ = ["MarkerRequest", "MarkerResponse", "SimTxnHost", "TxnRequest", "TxnResponse"]
+__all__ = ["BrokerRequest", "BrokerResponse", "SimTxnHost", "TxnRequest", "TxnResponse"]
 
 
 @dataclass(slots=True)
@@ -56,15 +66,18 @@ class TxnResponse:
 
 
 @dataclass(slots=True)
-class MarkerRequest:
+class BrokerRequest:
+    """A broker's request to another: WriteTxnMarkers (from a coordinator) or AddPartitionsToTxn
+    v4 verify_only (from a partition leader)."""
+
     corr_id: int
-    request: m_wtm.WriteTxnMarkersRequest
+    request: m_wtm.WriteTxnMarkersRequest | m_apt.AddPartitionsToTxnRequest
 
 
 @dataclass(slots=True)
-class MarkerResponse:
+class BrokerResponse:
     corr_id: int
-    response: m_wtm.WriteTxnMarkersResponse
+    response: m_wtm.WriteTxnMarkersResponse | m_apt.AddPartitionsToTxnResponse
 
 
 class _Appender:
@@ -110,7 +123,9 @@ class _Leaders:
 
 
 class SimTxnHost:
-    """One broker process's coordinator, marker transport and transactional request handling."""
+    """One broker process's coordinator, its transport of broker requests (`MarkerTransport`
+    and `VerificationTransport`), its partitions' transaction verification and the
+    transactional requests' handling."""
 
     def __init__(self, node: SimBroker) -> None:
         self.node = node
@@ -121,10 +136,13 @@ class SimTxnHost:
         proc = node.process
         self.tasks = SimTasks(proc)
         self.appender = _Appender(node.rm)
+        self.leaders = _Leaders(self.cluster)
         self.coordinator = TransactionCoordinator(
-            node.broker_id, self.appender, _Leaders(self.cluster), self,
+            node.broker_id, self.appender, self.leaders, self,
             self.workload.generate_producer_id, self.workload.config, time=proc,
             scheduler=proc, tasks=self.tasks)
+        self.verifier = AddPartitionsToTxnManager(
+            self.leaders, self.coordinator.state.partition_for, self, self.tasks)
         self._corr = itertools.count(1)
         self._inflight: dict[int, tuple[SimFuture, Any]] = {}
         self.coordinator.startup()
@@ -148,40 +166,68 @@ class SimTxnHost:
             else:
                 state.on_resignation(p)
 
-    # -- MarkerTransport ---------------------------------------------------------------------
-    def send(self, broker_id: int, request: m_wtm.WriteTxnMarkersRequest) -> Any:
+    # -- MarkerTransport, VerificationTransport ---------------------------------------------
+    def send(self, broker_id: int,
+             request: m_wtm.WriteTxnMarkersRequest | m_apt.AddPartitionsToTxnRequest) -> Any:
         if broker_id == self.node.broker_id:
-            return self._write_markers(request)
+            return self._answer(request)
         corr = next(self._corr)
         fut = SimFuture()
         timer = self.node.process.schedule(
-            "txn-marker-timeout", lambda: self._timed_out(corr),
+            "txn-broker-request-timeout", lambda: self._timed_out(corr),
             self.workload.config.request_timeout_ms)
         self._inflight[corr] = (fut, timer)
-        self.node.network.send(self.node.broker_id, broker_id, MarkerRequest(corr, request))
+        self.node.network.send(self.node.broker_id, broker_id, BrokerRequest(corr, request))
         return fut
 
     def _timed_out(self, corr: int) -> None:
         entry = self._inflight.pop(corr, None)
         if entry is not None:
-            entry[0].set_exception(TimeoutError("WriteTxnMarkers timed out"))
+            entry[0].set_exception(TimeoutError("broker request timed out"))
 
     async def close(self) -> None:
         return None
 
-    def _write_markers(self, request: m_wtm.WriteTxnMarkersRequest) -> Any:
+    def _answer(self, request: m_wtm.WriteTxnMarkersRequest | m_apt.AddPartitionsToTxnRequest
+                ) -> Any:
+        """This broker's answer, as the asyncio broker's handlers give it."""
+        if isinstance(request, m_apt.AddPartitionsToTxnRequest):
+            fut = SimFuture()
+            fut.set_result(answer_verifications(self.coordinator, self.leaders, request))
+            return fut
         return write_markers(self.appender, self.tasks, request,
                              self.workload.config.request_timeout_ms,
                              self.node.process.milliseconds())
+
+    # -- a transactional produce (Kafka's handleProduceAppend before the append) ------------
+    def verify_produce(self, src: int, msg: ProduceRequest,
+                       append: Callable[[Mapping[TopicPartition, VerificationGuard]], None]
+                       ) -> None:
+        """Verify `msg`'s batch with its coordinator; `append` it with the guards when
+        verified, else answer the producer the verification's error."""
+        self.tasks.spawn(self._verify_produce(src, msg, append))
+
+    async def _verify_produce(self, src: int, msg: ProduceRequest,
+                              append: Callable[[Mapping[TopicPartition, VerificationGuard]],
+                                               None]) -> None:
+        assert msg.transactional_id is not None
+        failed, guards = await self.verifier.verify_produce(
+            self.node.core, msg.transactional_id, {msg.tp: msg.records},
+            self.node.process.milliseconds())
+        if failed:
+            self.node.network.send(self.node.broker_id, src, ProduceResponse(
+                msg.corr_id, msg.tp, failed[msg.tp], -1))
+        else:
+            append(guards)
 
     # -- messages ----------------------------------------------------------------------------
     def receive(self, src: int, msg: Any) -> bool:
         """Handle `msg` if it is one of the transactional messages."""
         if isinstance(msg, TxnRequest):
             self.tasks.spawn(self._serve(src, msg))
-        elif isinstance(msg, MarkerRequest):
-            self.tasks.spawn(self._serve_markers(src, msg))
-        elif isinstance(msg, MarkerResponse):
+        elif isinstance(msg, BrokerRequest):
+            self.tasks.spawn(self._serve_broker(src, msg))
+        elif isinstance(msg, BrokerResponse):
             entry = self._inflight.pop(msg.corr_id, None)
             if entry is not None:
                 entry[1].cancel()
@@ -206,6 +252,6 @@ class SimTxnHost:
                                                                              commit))
         self.node.network.send(self.node.broker_id, src, answer)
 
-    async def _serve_markers(self, src: int, msg: MarkerRequest) -> None:
-        response = await self._write_markers(msg.request)
-        self.node.network.send(self.node.broker_id, src, MarkerResponse(msg.corr_id, response))
+    async def _serve_broker(self, src: int, msg: BrokerRequest) -> None:
+        response = await self._answer(msg.request)
+        self.node.network.send(self.node.broker_id, src, BrokerResponse(msg.corr_id, response))

@@ -46,8 +46,11 @@ from tidelog.storage.producer_state_manager import VerificationGuard
 __all__ = [
     "VERIFY_VERSION",
     "AddPartitionsToTxnManager",
+    "answer_verifications",
     "produce_error_of_verification",
     "start_transaction_verification",
+    "topic_results",
+    "unknown_partition_errors",
 ]
 
 logger = logging.getLogger(__name__)
@@ -244,3 +247,43 @@ def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
     for tp in partitions:
         by_topic[tp.topic].append(tp.partition)
     return by_topic
+
+
+def unknown_partition_errors(metadata_cache: Any, wanted: list[TopicPartition]
+                             ) -> dict[TopicPartition, int] | None:
+    """Kafka's AddPartitionsToTxn: any partition the metadata does not know fails the whole
+    transaction (UNKNOWN_TOPIC_OR_PARTITION, the others OPERATION_NOT_ATTEMPTED); None when
+    every one is known."""
+    unknown = {tp for tp in wanted if metadata_cache.partition(tp) is None}
+    if not unknown:
+        return None
+    return {tp: int(E.UNKNOWN_TOPIC_OR_PARTITION) if tp in unknown
+            else int(E.OPERATION_NOT_ATTEMPTED) for tp in wanted}
+
+
+def topic_results(errors: Mapping[TopicPartition, int]
+                  ) -> list[m_apt.AddPartitionsToTxnTopicResult]:
+    by_topic: dict[str, list[m_apt.AddPartitionsToTxnPartitionResult]] = defaultdict(list)
+    for tp, error in errors.items():
+        by_topic[tp.topic].append(m_apt.AddPartitionsToTxnPartitionResult(
+            partition_index=tp.partition, partition_error_code=error))
+    return [m_apt.AddPartitionsToTxnTopicResult(name=t, results_by_partition=rs)
+            for t, rs in by_topic.items()]
+
+
+def answer_verifications(coordinator: Any, metadata_cache: Any,
+                         request: m_apt.AddPartitionsToTxnRequest
+                         ) -> m_apt.AddPartitionsToTxnResponse:
+    """The coordinator broker's answer to the verify_only AddPartitionsToTxn v4 a partition
+    leader's manager sends: one result per transaction (the simulated broker's; the asyncio
+    broker's handler answers every v4 request, added or verified, alike)."""
+    assert all(t.verify_only for t in request.transactions)
+    results = []
+    for t in request.transactions:
+        wanted = [TopicPartition(tp.name, p) for tp in t.topics for p in tp.partitions]
+        errors = unknown_partition_errors(metadata_cache, wanted) or \
+            coordinator.handle_verify_partitions(t.transactional_id, t.producer_id,
+                                                 t.producer_epoch, wanted)
+        results.append(m_apt.AddPartitionsToTxnResult(transactional_id=t.transactional_id,
+                                                      topic_results=topic_results(errors)))
+    return m_apt.AddPartitionsToTxnResponse(results_by_transaction=results)
