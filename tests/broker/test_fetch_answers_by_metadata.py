@@ -89,3 +89,28 @@ def test_a_diverging_epoch_is_answered_in_a_fetch_session(
     again = _session_fetch(port, full.session_id, 2, [])
     assert [(q.diverging_epoch.epoch, q.diverging_epoch.end_offset)
             for q in again.responses[0].partitions] == [(0, 2)]
+
+
+def test_a_session_fetch_with_every_partition_unknown_to_the_cache_is_answered_at_once(
+        one_broker: BrokerThread, controller: ActingController) -> None:
+    """Kafka's handleFetchRequest answers at once when no partition is left to read (its
+    "interesting" is empty): a consumer's session whose partitions the metadata cache all
+    lacks is not held for max.wait.ms. The answer arriving at all is the barrier: held, it
+    would come after an hour, well past the client's 15 s request timeout."""
+    lead_without_update_metadata(controller, "no-meta-session", [1, 2], 1)
+    port = one_broker.port
+
+    def session_fetch(session_id: int, epoch: int, max_wait_ms: int,
+                      partitions: list[m_fetch.FetchPartition]) -> m_fetch.FetchResponse:
+        return send(port, m_fetch.FetchRequest(
+            max_wait_ms=max_wait_ms, min_bytes=1, session_id=session_id, session_epoch=epoch,
+            topics=[m_fetch.FetchTopic("no-meta-session", partitions=partitions)] if partitions
+            else []), 12)
+
+    full = session_fetch(0, 0, 0, [m_fetch.FetchPartition(0, fetch_offset=0,
+                                                          partition_max_bytes=1 << 20)])
+    (p,) = full.responses[0].partitions
+    assert full.session_id > 0 and p.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    held = session_fetch(full.session_id, 1, 3_600_000, [])
+    (p,) = held.responses[0].partitions
+    assert held.error_code == 0 and p.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

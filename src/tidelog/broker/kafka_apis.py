@@ -696,7 +696,7 @@ class KafkaApis:
         the partitions answered without one (``_partitions_to_read``)."""
         session = context.session
         core = self.rm.core
-        loop = asyncio.get_running_loop()
+        loop = self.rm.scheduler.loop  # (get_running_loop: a getpid system call per fetch)
         arrival = loop.time()
         deadline = arrival + max_wait_ms / 1000
         # A follower's wait is cut when it joins a partition its session lacks (below).
@@ -732,9 +732,9 @@ class KafkaApis:
             while True:
                 refused.update(no_read)
                 # A read error answers at once, as Kafka's; so does a session with nothing
-                # to read at all (every topic id unknown: Kafka's empty "interesting").
+                # to read at all (Kafka's empty "interesting").
                 any_error = any_error or ErrorCode.INCONSISTENT_TOPIC_ID in no_read.values() \
-                    or len(session.unresolved) == session.size
+                    or (not more and self._nothing_to_read(session, no_read, replica_id < 0))
                 if select is not None and more:
                     chosen = select(more)
                     results.update(chosen)
@@ -804,6 +804,20 @@ class KafkaApis:
             context.unsettled = [key for key in context.read
                                  if context.topic_partition(key) in unsettled]
         return results, refused
+
+    def _nothing_to_read(self, session: FetchSession, no_read: Mapping[SessionKey, int],
+                         consumer: bool) -> bool:
+        """Whether every partition of the session is answered without a read: each topic id
+        unknown, or for a ``consumer`` each partition the metadata cache lacks
+        (``_partitions_to_read``). Looks at the whole session (its clean partitions may be
+        readable) only when this fetch refused one and read none."""
+        if len(session.unresolved) == session.size:
+            return True
+        if not consumer or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION not in no_read.values():
+            return False
+        cache = self.cache
+        return all(cached.tp is None or cache.partition(cached.tp) is None
+                   for cached in session.partitions.values())
 
     def _cut_joining_follower_waits(self, started: Mapping[int, list[TopicPartition]]) -> None:
         """The replica manager came to lead ``started`` ({follower: partitions}): answer now
