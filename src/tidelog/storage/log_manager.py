@@ -527,11 +527,13 @@ class LogManager:
         log = self.logs.pop(tp, None)
         if log is None:
             return False
+        log_dir = self.log_dir_of.pop(tp)
         if self.cleaner is not None:
             # A pass on the log ends first (Kafka's abortCleaning): its .cleaned file must
             # not be written into the retired dir, nor its claim outlive the log.
             self.cleaner.abort_cleaning(tp)
-        self._retire(log, self.log_dir_of.pop(tp), topic, partition, now_ms)
+            self.cleaner.update_checkpoints(log_dir, partition_to_remove=tp)
+        self._retire(log, log_dir, topic, partition, now_ms)
         return True
 
     def _retire(self, log: Log, log_dir: str, topic: str, partition: int, now_ms: int) -> None:

@@ -180,3 +180,16 @@ def test_deleting_a_log_ends_its_cleaning_pass_and_leaves_no_cleaned_file() -> N
     assert next(steps, None) is None  # the pass is over
     (retired,) = [n for n in lm.file_io.listdir("/d") if n.startswith("t-0")]
     assert not any(n.endswith(".cleaned") for n in lm.file_io.listdir(f"/d/{retired}"))
+
+
+def test_deleting_a_log_drops_its_cleaner_checkpoint_entry() -> None:
+    """Kafka's asyncDelete calls updateCheckpoints(partitionToRemove): left in the file, the
+    entry would mark a partition created again under the name clean up to the old offset."""
+    lm, cm = manager_with({"t": "compact", "u": "compact"})
+    write(lm.get_or_create_log("t", 0), [b"a"] * 4)
+    write(lm.get_or_create_log("u", 0), [b"a"] * 4)
+    assert {run_pass(cm), run_pass(cm)} == {"t", "u"}
+    checkpoint = OffsetCheckpointFile.in_dir(lm.file_io, "/d", CLEANER_OFFSET_CHECKPOINT)
+    assert checkpoint.read() == {("t", 0): 4, ("u", 0): 4}
+    assert lm.delete_log("t", 0)
+    assert checkpoint.read() == {("u", 0): 4}

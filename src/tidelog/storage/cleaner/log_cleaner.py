@@ -525,6 +525,12 @@ class LogCleanerManager:
         """The channel logs it and queues the dir for the replica manager to take offline."""
         self.log_manager.log_dir_failure_channel.maybe_add_offline_log_dir(log_dir, message)
 
+    def update_checkpoints(self, log_dir: str, partition_to_remove: TopicPartition) -> None:
+        """Kafka's updateCheckpoints(dataDir, partitionToRemove): a deleted log's entry goes
+        (kept, a partition created again under its name would pass for clean up to it)."""
+        self._update_checkpoint(log_dir,
+                                lambda entries: entries.pop(partition_to_remove, None) is not None)
+
     def alter_checkpoint_dir(self, tp: TopicPartition, source_dir: str, dest_dir: str) -> None:
         """Kafka's LogCleaner.alterCheckpointDir: a replica moved to another log dir takes its
         checkpoint entry along (left behind, the moved log would be cleaned again from its
