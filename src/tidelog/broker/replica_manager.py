@@ -60,12 +60,25 @@ class AsyncioScheduler:
     """The shell's `Time` and `Scheduler` on the running event loop (Kafka's KafkaScheduler,
     without threads). A task that raises is logged and keeps its period."""
 
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop, looked up once while it runs: Python 3.11's
+        asyncio.get_running_loop checks the pid with a getpid system call each time (several
+        per request on the replication path)."""
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
+
     def milliseconds(self) -> int:
         return now_ms()
 
     def schedule(self, name: str, fn: Callable[[], Any], delay_ms: int,
                  period_ms: int = -1) -> asyncio.TimerHandle | _Periodic:
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         if period_ms <= 0:
             # +1 ms: the clock is read in whole ms, so a timer must not fire before its ms.
             return loop.call_later((delay_ms + 1) / 1000, self._run, name, fn)
@@ -85,7 +98,7 @@ class AsyncioScheduler:
             return
         self._run(name, fn)
         if not task.cancelled:
-            task.handle = asyncio.get_running_loop().call_later(
+            task.handle = self.loop.call_later(
                 period_ms / 1000, self._tick, name, fn, period_ms, task)
 
 
@@ -389,9 +402,8 @@ class BrokerReplicaManager:
         COORDINATOR: a coordinator's records or transaction markers (the log validates them
         as Kafka's AppendOrigin.Coordinator). ``verification_guards``: KIP-890's, None when
         transaction.partition.verification.enable is off (see the core's append_records)."""
-        loop = asyncio.get_running_loop()
         acknowledged: asyncio.Future[dict[TopicPartition, ProducePartitionResult]] = (
-            loop.create_future())
+            self.scheduler.loop.create_future())
 
         def completed(done: CompleteProduce) -> None:
             if not acknowledged.done():
@@ -419,9 +431,15 @@ class BrokerReplicaManager:
         isolation_level: int = 0,
         fetch_only_leader: bool = True,
     ) -> dict[TopicPartition, FetchPartitionData]:
-        fut: asyncio.Future[CompleteFetch] = asyncio.get_running_loop().create_future()
+        # The future of a held fetch, made only once the fetch waits: most are answered at
+        # once (its completion may still come inside shell.fetch_messages, which tries the
+        # purgatory after watching it).
+        fut: asyncio.Future[CompleteFetch] | None = None
 
         def completed(done: CompleteFetch) -> None:
+            nonlocal fut
+            if fut is None:
+                fut = self.scheduler.loop.create_future()
             if not fut.done():
                 fut.set_result(done)
 
@@ -431,6 +449,8 @@ class BrokerReplicaManager:
                                             isolation_level=isolation_level,
                                             fetch_only_leader=fetch_only_leader)
         if outcome.delayed:
+            if fut is None:
+                fut = self.scheduler.loop.create_future()
             self._waiters.add(fut)
             try:
                 done = await fut

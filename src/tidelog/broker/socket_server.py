@@ -167,7 +167,7 @@ class _ResponseQueue:
         """Wake up when the head is ready: its future's callback, or the next turn."""
         head = self._entries[0]
         if head.ready:
-            asyncio.get_running_loop().call_soon(self._on_ready)
+            self._protocol._loop.call_soon(self._on_ready)
         else:
             assert head.deferred is not None
             self._armed = head.deferred.result
@@ -204,8 +204,7 @@ class _ResponseQueue:
         if (self._protocol.paused or transport.is_closing()
                 or any(type(b) is FileSlice for b in buffers)):
             # This write must wait: a task does it (buffers encoded once, taken over as is).
-            self._task = asyncio.get_running_loop().create_task(
-                self._run((buffers, taken, close)))
+            self._task = self._protocol._loop.create_task(self._run((buffers, taken, close)))
             return
         if buffers:
             self._writer.writelines(buffers)

@@ -147,6 +147,9 @@ class BrokerConnection:
         self.closed = False
         self.node_id: int | None = None  # set by the cluster client; informational here
         self._transport: asyncio.Transport | None = None
+        # The loop connect() ran on (request_future: no get_running_loop per request, which
+        # costs a getpid system call on Python 3.11)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._protocol: _Protocol | None = None
         # A connection's answers are consumed one at a time: a large one's buffer is reused
         # for the next (a replica fetcher's 1 MB fetch answers, a consumer's).
@@ -174,7 +177,7 @@ class BrokerConnection:
         """Open the socket and negotiate API versions (bounded by ``timeout_s`` in total)."""
         if self._transport is not None or self.closed:
             raise KafkaConnectionError(f"{self.host}:{self.port}: connect() called twice")
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout_s):
                 try:
@@ -320,9 +323,10 @@ class BrokerConnection:
         connection stays up); a broken connection fails it with `KafkaConnectionError`;
         cancelling it abandons the request. The write is not drained: meant for small
         requests, one at a time."""
-        loop = asyncio.get_running_loop()
+        correlation_id = self._write(request, api_version)  # raises unless connected
+        loop = self._loop
+        assert loop is not None
         future: asyncio.Future[Any] = loop.create_future()
-        correlation_id = self._write(request, api_version)
         self._pending[correlation_id] = _Pending(request.API_KEY, api_version, future)
         timer = loop.call_later(timeout_ms / 1000, self._time_out, correlation_id, timeout_ms)
 
