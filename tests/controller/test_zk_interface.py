@@ -195,3 +195,73 @@ def test_the_execute_loop_replays_a_lost_compare_and_set_and_persists_kip966_mar
     assert successor.unclean_restarted == {tp: {3}}
     with pytest.raises(ControllerMovedError):  # the first controller is deposed now
         executor.execute(lambda: core.on_broker_failure(2))
+
+
+def count_partition_state_reads(zk: ZooKeeperClient, monkeypatch: pytest.MonkeyPatch
+                                ) -> list[tuple[str, int]]:
+    """The partition state znodes read through `get_partition_states` from now on."""
+    reads: list[tuple[str, int]] = []
+    read = zk.get_partition_states
+
+    def counting(tps: list[tuple[str, int]]) -> dict[tuple[str, int], LeaderIsrAndControllerEpoch]:
+        reads.extend(tps)
+        return read(tps)
+
+    monkeypatch.setattr(zk, "get_partition_states", counting)
+    return reads
+
+
+def three_brokers_with_topic(zk: ZooKeeperClient, assignment: dict[int, list[int]]
+                             ) -> tuple[ControllerCore, DecisionExecutor]:
+    fence = elect(zk)
+    create_topic(zk, "t", assignment)
+    core = ControllerCore(1, 1)
+    for p, replicas in assignment.items():
+        core.add_partition(TopicPartition("t", p), replicas)
+    for b in (1, 2, 3):
+        core.live_brokers[b] = 10 + b
+    executor = DecisionExecutor(zk, core, fence)
+    executor.execute(core.initial_leaders)
+    return core, executor
+
+
+def test_a_restarted_broker_is_brought_up_from_the_cached_states(
+        zk: ZooKeeperClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Kafka's onBrokerStartup: the broker's replicas go online with the ControllerContext's
+    # states; no partition with a live leader is read from ZooKeeper.
+    core, executor = three_brokers_with_topic(zk, {p: [1 + p % 3, 1 + (p + 1) % 3, 1 + (p + 2) % 3]
+                                                   for p in range(30)})
+    executor.broker_failure(3)
+    reads = count_partition_state_reads(zk, monkeypatch)
+    done = executor.broker_startup(3, 30)
+    assert reads == []
+    assert core.live_brokers[3] == 30
+    sent = [r for batch in done.requests for r in batch.get(3, [])
+            if isinstance(r, LeaderAndIsrRequest)]
+    assert sorted(s.partition for r in sent for s in r.partition_states) == list(range(30))
+    assert all(s.leader != 3 and s.zk_version == 1 for r in sent for s in r.partition_states)
+
+
+def test_a_started_broker_rereads_only_the_partitions_it_may_lead(
+        zk: ZooKeeperClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    # t-0 lives on broker 3 alone: offline while 3 is down, elected (after a re-read, as
+    # Kafka's electLeaderForPartitions reads the states) when it returns; t-1 keeps its leader.
+    core, executor = three_brokers_with_topic(zk, {0: [3], 1: [1, 3]})
+    executor.broker_failure(3)
+    assert core.partition_states[TopicPartition("t", 0)].leader == -1
+    reads = count_partition_state_reads(zk, monkeypatch)
+    executor.broker_startup(3, 30)
+    assert reads == [("t", 0)]
+    assert zk.get_partition_state(("t", 0)) == LeaderIsrAndControllerEpoch(3, 2, (3,), 1, 2)
+    assert core.partition_states[TopicPartition("t", 1)].leader == 1
+
+
+def test_a_bounced_broker_rereads_its_partitions_as_a_failure_does(
+        zk: ZooKeeperClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A registration under another broker epoch is a failure then a startup (KIP-380): the
+    # failure's ISR removals decide on ZooKeeper's states, as Kafka's removeReplicasFromIsr.
+    core, executor = three_brokers_with_topic(zk, {0: [1, 3], 1: [2, 1], 2: [3, 2]})
+    reads = count_partition_state_reads(zk, monkeypatch)
+    executor.broker_startup(3, 30)
+    assert sorted(reads) == [("t", 0), ("t", 2)]
+    assert core.partition_states[TopicPartition("t", 2)].leader == 2

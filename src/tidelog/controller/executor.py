@@ -131,8 +131,22 @@ class DecisionExecutor:
                             self.partitions_of(broker_id))
 
     def broker_startup(self, broker_id: int, broker_epoch: int) -> Executed:
-        return self.execute(lambda: self.core.on_broker_startup(broker_id, broker_epoch),
-                            self.partitions_of(broker_id))
+        """Kafka's onBrokerStartup decides on its ControllerContext: the started broker's
+        replicas go online with the cached states (their LeaderAndIsr), and only the partitions
+        to elect (offline: no leader or a dead one) are re-read, as electLeaderForPartitions
+        reads them. Leaders change only by this controller's own epoch-fenced writes, so the
+        cached leader says which ones need it; a cached ISR a leader changed since only travels
+        in the resent LeaderAndIsr / UpdateMetadata (as Kafka's), and any write of a stale
+        version loses its compare-and-set and is re-read and replayed. A bounce (a registration
+        under another broker epoch) is first a failure: every partition of the broker re-read,
+        as Kafka's onBrokerFailure (removeReplicasFromIsr) reads them."""
+        core = self.core
+        if core.live_brokers.get(broker_id, broker_epoch) != broker_epoch:
+            refresh = self.partitions_of(broker_id)
+        else:
+            refresh = [tp for tp in self.partitions_of(broker_id)
+                       if core.partition_states[tp].leader not in core.live_brokers]
+        return self.execute(lambda: core.on_broker_startup(broker_id, broker_epoch), refresh)
 
     # -- events ------------------------------------------------------------------------------
     def execute(self, event: Callable[[], Decision], refresh: Iterable[TopicPartition] = (),
