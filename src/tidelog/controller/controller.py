@@ -53,11 +53,11 @@ from tidelog.controller.core import (
     StopReplicaRequest,
     UpdateMetadataRequest,
 )
-from tidelog.controller.executor import MAX_EVENT_ATTEMPTS, DecisionExecutor, Executed
-from tidelog.controller.reassignment_manager import ControllerReassignments
+from tidelog.controller.executor import DecisionExecutor, Executed
+from tidelog.controller.reassignment_manager import ControllerReassignments, rewrite_topic_znode
 from tidelog.controller.zk_client import KafkaZkClient, WatchHandle
 from tidelog.controller.zk_data import BrokerInfo, LeaderIsrAndControllerEpoch
-from tidelog.controller.zk_interface import ControllerMovedError, ZnodeVersionError, from_zk_state
+from tidelog.controller.zk_interface import ControllerMovedError, from_zk_state
 from tidelog.protocol.errors import ErrorCode
 from tidelog.replication.types import NO_LEADER, LeaderAndIsrPartitionState, TopicPartition
 
@@ -467,25 +467,22 @@ class KafkaController:
         """A topic's assignment, its id noted in `topic_ids`. A topic written before topic ids
         gets one now, written back to its znode (as Kafka 2.8+'s controller does) on the
         version read: a partition addition written meanwhile is read again, not overwritten."""
-        path = zk_data.topic_path(topic)
-        for _ in range(MAX_EVENT_ATTEMPTS):
-            data, version = self.zk_client.get_data_and_version(path)
+
+        def read_and_name(data: bytes | None, version: int) -> dict[int, list[int]] | None:
             if data is None:
                 return None
             assignment, topic_id = zk_data.decode_topic_znode(topic, data)
             if topic_id is None:
                 topic_id = new_topic_id()
                 adding, removing = zk_data.decode_topic_reassignments(topic, data)
-                try:
-                    self.zk_client.set_topic_assignment(
-                        topic, assignment, expected_version=version, topic_id=topic_id,
-                        adding=adding, removing=removing,
-                        expected_epoch_zk_version=self.epoch_zk_version)
-                except ZnodeVersionError:
-                    continue
+                self.zk_client.set_topic_assignment(
+                    topic, assignment, expected_version=version, topic_id=topic_id,
+                    adding=adding, removing=removing,
+                    expected_epoch_zk_version=self.epoch_zk_version)
             self.topic_ids[topic] = topic_id
             return assignment
-        raise ZnodeVersionError(f"{path} kept changing: {MAX_EVENT_ATTEMPTS} writes lost")
+
+        return rewrite_topic_znode(self.zk_client, topic, read_and_name)
 
     def _read_unclean_overrides(self, topics: Iterable[str]) -> dict[str, bool]:
         out: dict[str, bool] = {}

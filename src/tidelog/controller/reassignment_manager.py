@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 from uuid import UUID
 
 from tidelog.controller import zk_data
@@ -42,7 +42,11 @@ from tidelog.controller.reassignment import (
     start_decision,
     validate_replicas,
 )
-from tidelog.controller.zk_interface import ControllerMovedError, ZnodeVersionError
+from tidelog.controller.zk_interface import (
+    ControllerMovedError,
+    ZnodeVersionError,
+    ZooKeeperClient,
+)
 from tidelog.protocol.errors import ErrorCode
 from tidelog.replication.types import TopicPartition
 
@@ -50,6 +54,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from tidelog.controller.controller import KafkaController
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 NONE = ApiError(0)
 _PARTITION_DOES_NOT_EXIST = ApiError(UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
@@ -311,28 +317,38 @@ class ReassignmentManager:
 
     def _write_topic(self, ex: DecisionExecutor, topic: str) -> None:
         parts, adding, removing = full_assignments(ex.core.assignments, self.reassigning, topic)
-        path = zk_data.topic_path(topic)
-        for _ in range(MAX_EVENT_ATTEMPTS):
-            # Partitions an admin's CreatePartitions wrote that the controller has not read yet
-            # (its PartitionModifications watch is pending) are kept: Kafka's ZK controller
-            # writes its context alone and so drops an acknowledged partition addition made
-            # just before. The write is conditional on the version read, so an addition landing
-            # between the read and the write is not dropped either: read and merge again.
-            data, version = ex.zk.get_data_and_version(path)
+
+        # Partitions an admin's CreatePartitions wrote that the controller has not read yet
+        # (its PartitionModifications watch is pending) are kept: Kafka's ZK controller
+        # writes its context alone and so drops an acknowledged partition addition made
+        # just before.
+        def merge_and_write(data: bytes | None, version: int) -> None:
             written = dict(parts)
             if data is not None:
                 for p, replicas in zk_data.decode_topic_znode(topic, data)[0].items():
                     written.setdefault(p, replicas)
-            try:
-                ex.zk.set_topic_assignment(topic, written, expected_version=version,
-                                           expected_epoch_zk_version=ex.epoch_zk_version,
-                                           topic_id=self.host.topic_id(topic), adding=adding,
-                                           removing=removing)
-                return
-            except ZnodeVersionError:
-                log.info("controller %d: %s changed while being rewritten; merging again",
-                         self.host.controller_label, path)
-        raise ZnodeVersionError(f"{path} kept changing: {MAX_EVENT_ATTEMPTS} writes lost")
+            ex.zk.set_topic_assignment(topic, written, expected_version=version,
+                                       expected_epoch_zk_version=ex.epoch_zk_version,
+                                       topic_id=self.host.topic_id(topic), adding=adding,
+                                       removing=removing)
+
+        rewrite_topic_znode(ex.zk, topic, merge_and_write)
+
+
+def rewrite_topic_znode(zk: ZooKeeperClient, topic: str,
+                        attempt: Callable[[bytes | None, int], T]) -> T:
+    """`attempt(data, version)` on the topic znode read, until it returns: it writes
+    conditioned on that version and raises `ZnodeVersionError` when the znode changed since
+    (a partition addition landing between the read and the write is read again, not
+    overwritten); given up after MAX_EVENT_ATTEMPTS lost writes."""
+    path = zk_data.topic_path(topic)
+    for _ in range(MAX_EVENT_ATTEMPTS):
+        data, version = zk.get_data_and_version(path)
+        try:
+            return attempt(data, version)
+        except ZnodeVersionError:
+            log.info("%s changed while being rewritten; reading it again", path)
+    raise ZnodeVersionError(f"{path} kept changing: {MAX_EVENT_ATTEMPTS} writes lost")
 
 
 class _Out:
