@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import ConnectionLoss, NodeExistsError
 
 from tidelog.controller.zk_client import (
     BrokerAlreadyRegisteredError,
@@ -19,7 +19,12 @@ from tidelog.controller.zk_client import (
     TopicExistsError,
     ZkClientError,
 )
-from tidelog.controller.zk_data import BrokerEndPoint, BrokerInfo, LeaderIsrAndControllerEpoch
+from tidelog.controller.zk_data import (
+    BrokerEndPoint,
+    BrokerInfo,
+    LeaderIsrAndControllerEpoch,
+    log_dir_event_sequence_number,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -559,3 +564,58 @@ def test_isr_writes_conditioned_on_the_registrations(
     assert leader.update_leader_and_isr(tp, grown, 0, registered=(version, [1])) == (True, 1)
     assert leader.update_leader_and_isr(
         tp, LeaderIsrAndControllerEpoch(1, 0, (1,), 1), 0, registered=(version, [1])) == (False, -1)
+
+
+def test_broker_epochs_are_read_in_one_pipelined_round_trip(
+        make_client: Callable[..., KafkaZkClient], monkeypatch: pytest.MonkeyPatch) -> None:
+    client = make_client()
+    epoch = client.register_broker(broker(1))
+    make_client().register_broker(broker(2))
+    waits: list[str] = []  # requests answered one at a time (each its own round trip)
+    retry = client._retry
+    monkeypatch.setattr(client, "_retry", lambda f, *a, **k: waits.append(a[0]) or retry(f, *a, **k))
+    version, epochs = client.get_broker_epochs([1, 2, 3])
+    assert waits == []
+    assert set(epochs) == {1, 2} and epochs[1] == epoch
+    assert version == client.kazoo.get("/brokers/ids")[1].version
+
+
+def test_broker_epochs_are_read_again_after_the_version_when_its_answer_is_lost(
+        make_client: Callable[..., KafkaZkClient], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Broker 2 registers after the members were read and before the version's answer is lost:
+    # the version read again includes its registration, so the members must be read again
+    # after it, or the version would vouch for member reads that missed broker 2.
+    client = make_client()
+    client.register_broker(broker(1))
+    other = make_client()
+    get_async = client.kazoo.get_async
+
+    class LostAnswer:
+        def get(self, timeout: float | None = None) -> Any:
+            other.register_broker(broker(2))
+            raise ConnectionLoss()
+
+    lost: list[str] = []
+
+    def lose_the_version(path: str, *args: Any, **kwargs: Any) -> Any:
+        if path == "/brokers/ids" and not lost:  # its first read only
+            lost.append(path)
+            return LostAnswer()
+        return get_async(path, *args, **kwargs)
+
+    monkeypatch.setattr(client.kazoo, "get_async", lose_the_version)
+    version, epochs = client.get_broker_epochs([1, 2])
+    assert lost and version == client.kazoo.get("/brokers/ids")[1].version
+    assert set(epochs) == {1, 2} and epochs[2] == other.broker_epoch
+
+
+def test_log_dir_events_are_read_pipelined_in_order_skipping_deleted_ones(
+        make_client: Callable[..., KafkaZkClient], monkeypatch: pytest.MonkeyPatch) -> None:
+    client = make_client()
+    seqs = [log_dir_event_sequence_number(client.propagate_log_dir_event(b)) for b in (3, 1, 2)]
+    client.delete_log_dir_event_notifications([seqs[1]])
+    waits: list[str] = []
+    retry = client._retry
+    monkeypatch.setattr(client, "_retry", lambda f, *a, **k: waits.append(a[0]) or retry(f, *a, **k))
+    assert client.get_broker_ids_from_log_dir_events(seqs) == [3, 2]
+    assert waits == []

@@ -359,11 +359,19 @@ class KafkaZkClient(KafkaZkReads):
         """(the registrations version, {broker id: broker epoch} of those registered): the
         version is read first, so a registration after it makes a write conditioned on it
         (`update_leader_and_isr(registered=)`) fail, also one between the two reads."""
-        _, stat = self._retry(self._zk.get, zk_data.BROKER_IDS_PATH)
-        # Pipelined after it (a session's requests are answered in order): every ISR write
-        # of a leader reads these, and one round trip per member added up under ISR churn.
+        # One round trip: the members' reads are pipelined after the version's, and ZooKeeper
+        # answers a session's requests in order, so they still read registrations made at or
+        # before that version (every ISR write of a leader reads these, under ISR churn).
+        version_read = self._zk.get_async(zk_data.BROKER_IDS_PATH)
         paths = {zk_data.broker_path(b): b for b in broker_ids}
         read = self._get_many(list(paths))
+        try:
+            _, stat = version_read.get(timeout=self.request_timeout_s)
+        except (ConnectionLoss, OperationTimeoutError, SessionExpiredError, KazooTimeoutError):
+            # Read again, and the members after it: read before the version, a member that
+            # registered again in between would keep its old epoch under the new version.
+            _, stat = self._retry(self._zk.get, zk_data.BROKER_IDS_PATH)
+            read = self._get_many(list(paths))
         epochs = {b: int(read[path][1].czxid) for path, b in paths.items() if path in read}
         return int(stat.version), epochs
 
@@ -1038,6 +1046,13 @@ class KafkaZkClient(KafkaZkReads):
         except NoNodeError:
             return []
         return _log_dir_event_sequence_numbers(children)
+
+    def get_broker_ids_from_log_dir_events(self, sequence_numbers: Iterable[str]) -> list[int]:
+        """The brokers the notifications name, oldest first, read pipelined (a notification
+        gone meanwhile was deleted by an earlier controller)."""
+        read = self._get_many([zk_data.log_dir_event_path(seq) for seq in sequence_numbers])
+        return [zk_data.decode_log_dir_event_notification(path, data)
+                for path, (data, _) in read.items()]
 
     def delete_log_dir_event_notifications(self, sequence_numbers: Iterable[str],
                                            expected_epoch_zk_version: int | None = None) -> None:
