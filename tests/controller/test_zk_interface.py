@@ -52,6 +52,22 @@ def state(leader: int, leader_epoch: int, isr: tuple[int, ...]) -> LeaderIsrAndC
     return LeaderIsrAndControllerEpoch(leader, leader_epoch, isr, controller_epoch=1)
 
 
+def three_brokers_with_topic(zk: ZooKeeperClient, assignment: dict[int, list[int]]
+                             ) -> tuple[ControllerCore, DecisionExecutor]:
+    """Topic t assigned as `assignment`, brokers 1-3 alive, its partitions' first leaders
+    written by the elected controller's executor."""
+    fence = elect(zk)
+    create_topic(zk, "t", assignment)
+    core = ControllerCore(1, 1)
+    for p, replicas in assignment.items():
+        core.add_partition(TopicPartition("t", p), replicas)
+    for b in (1, 2, 3):
+        core.live_brokers[b] = 10 + b
+    executor = DecisionExecutor(zk, core, fence)
+    executor.execute(core.initial_leaders)
+    return core, executor
+
+
 # --- partition states -------------------------------------------------------------------------
 
 
@@ -115,15 +131,7 @@ def test_hundreds_of_notifications_are_read_and_deleted_in_one_pass(zk: ZooKeepe
 
 
 def test_an_isr_change_event_sends_only_the_notified_partitions(zk: ZooKeeperClient) -> None:
-    fence = elect(zk)
-    create_topic(zk, "t", {p: [1, 2, 3] for p in range(4)})
-    core = ControllerCore(1, 1)
-    for p in range(4):
-        core.add_partition(TopicPartition("t", p), (1, 2, 3))
-    for b in (1, 2, 3):
-        core.live_brokers[b] = 10 + b
-    executor = DecisionExecutor(zk, core, fence)
-    executor.execute(core.initial_leaders)
+    _, executor = three_brokers_with_topic(zk, {p: [1, 2, 3] for p in range(4)})
     assert zk.update_leader_and_isr(("t", 2), state(1, 0, (1, 2)), 0) == (True, 1)
     zk.propagate_isr_changes([("t", 2)])
     done = executor.on_isr_change_notifications()
@@ -209,20 +217,6 @@ def count_partition_state_reads(zk: ZooKeeperClient, monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(zk, "get_partition_states", counting)
     return reads
-
-
-def three_brokers_with_topic(zk: ZooKeeperClient, assignment: dict[int, list[int]]
-                             ) -> tuple[ControllerCore, DecisionExecutor]:
-    fence = elect(zk)
-    create_topic(zk, "t", assignment)
-    core = ControllerCore(1, 1)
-    for p, replicas in assignment.items():
-        core.add_partition(TopicPartition("t", p), replicas)
-    for b in (1, 2, 3):
-        core.live_brokers[b] = 10 + b
-    executor = DecisionExecutor(zk, core, fence)
-    executor.execute(core.initial_leaders)
-    return core, executor
 
 
 def test_a_restarted_broker_is_brought_up_from_the_cached_states(
