@@ -112,6 +112,17 @@ def test_requests_translate_to_the_wire_and_back() -> None:
     assert (got[b].offset, got[b].leader_epoch) == (8, 1)
 
 
+def test_an_error_code_the_core_does_not_know_reads_as_unknown_server_error() -> None:
+    a = TopicPartition("a", 0)
+    ofle = OffsetsForLeaderEpochRequest(2, 2, 7, {a: (4, 3)})
+    got = from_wire(ofle, m_ofle.OffsetForLeaderEpochResponse(topics=[m_ofle.OffsetForLeaderTopicResult(
+        "a", [m_ofle.EpochEndOffset(error_code=32000, partition=0)])]))
+    assert got[a].error is Errors.UNKNOWN_SERVER_ERROR
+    fetch = FetchRequest(1, 2, 7, 99, 500, 1, 1 << 20, {a: FetchPartition(10, 4, 2, 4096)})
+    refused = from_wire(fetch, m_fetch.FetchResponse(error_code=-7))
+    assert refused.error is Errors.UNKNOWN_SERVER_ERROR
+
+
 def test_a_session_swaps_the_id_of_a_topic_created_again_and_forgets_under_the_held_id() -> None:
     """The leader keys a v13+ session by topic id (Kafka's FetchSessionHandler keeps each
     partition's id): a topic whose id changed under the same name is forgotten under the old id
