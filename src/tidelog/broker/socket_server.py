@@ -56,6 +56,9 @@ _READ_CHUNK = 256 * 1024
 # The longest a connection's reader handles frames of one read before it lets others run.
 _TURN_S = 0.001
 
+# What a read's list of frames holds in place of one handled (which must not stay referenced).
+_HANDLED = memoryview(b"")
+
 # Responses a connection may owe while it goes on reading requests: a memory bound (an owed
 # response holds its request's partition list and results, not its records, which are in the
 # log by then). A replication round trip stalled for 100 ms at 10,000 requests/s on one
@@ -594,7 +597,7 @@ class SocketServer:
                     await owed.finish()
                     return
                 turn_start = time.perf_counter()
-                for frame in batch:
+                for i, frame in enumerate(batch):
                     produce = len(frame) >= 2 and frame[0] == 0 and frame[1] == 0  # api key 0
                     if not produce:
                         await flush()  # this handler may wait (a long-polling fetch)
@@ -604,6 +607,10 @@ class SocketServer:
                     ok = await self._handle_frame(conn_id, frame, writer, owed, host, port,
                                                   corked if produce else None)
                     handling[0] = False
+                    # Nothing holds a handled frame while others run (a turn's flush, the wait
+                    # for space): its buffer is then free for the next requests (reuse_buffers).
+                    batch[i] = _HANDLED
+                    del frame
                     if not ok or owed.failed:
                         await flush()  # the answers before the one that closes
                         self.closed_by_error += 1
@@ -618,10 +625,6 @@ class SocketServer:
                         await flush()
                         await asyncio.sleep(0)
                         turn_start = time.perf_counter()
-                # No reference to the handled frames while the next ones are read: their
-                # buffers are then free to be reused (reuse_buffers).
-                del frame
-                batch.clear()
                 await flush()
                 if not owed:
                     idle()
