@@ -682,3 +682,39 @@ def test_a_brokers_produce_path_lets_go_of_the_request_buffer(
     part = fetch(one_broker.port, "reused-request-buffers", 0, 0, max_bytes=4 << 20)
     got = [r.value for b in iter_batches(part.records) for r in decode_records(b)]
     assert got == [v for batch in values for v in batch]
+
+
+def test_an_idle_connection_lets_go_of_the_request_buffer_it_kept_for_reuse() -> None:
+    """The buffer a connection keeps for its next large request goes once the connection has
+    been idle for one round of the idle reaper, long before the connection itself is closed:
+    memory held for reuse is bounded by the connections in use."""
+
+    async def handler(ctx: RequestContext, body: Any) -> Any:
+        return ApiVersionsResponse(error_code=0)
+
+    async def scenario() -> tuple[bool, bool, bool]:
+        # Reaper rounds of 2 s; the connection itself is closed after 8 s idle.
+        server = SocketServer("127.0.0.1", pick_free_port(), handler,
+                              connections_max_idle_ms=8000)
+        port = await server.start()
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            records = build_values([b"x" * 1000] * 200)  # a frame above REUSE_MIN_BYTES
+            w.write(_frame(produce_request("t", 0, records, acks=1), 3, 0))
+            await w.drain()
+            head = await asyncio.wait_for(r.readexactly(8), 10)
+            await r.readexactly(struct.unpack(">i", head[:4])[0] - 4)
+            (writer,) = server._writers.values()
+            frames = writer.transport.get_protocol()._frames
+            kept = frames._spare is not None
+            deadline = time.monotonic() + 7
+            while frames._spare is not None and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            released = frames._spare is None
+            still_open = not writer.is_closing()
+            w.close()
+            return kept, released, still_open
+        finally:
+            await server.shutdown()
+
+    assert asyncio.run(scenario()) == (True, True, True)

@@ -316,7 +316,8 @@ class _Connection(WriteFlowControl, asyncio.BufferedProtocol):
     allocation and first-touch page faults per produce request. A request whose records are
     still held (a delayed produce, an appended batch kept as a view) keeps its buffer alive, so
     the next frame gets a fresh one. The connection keeps one buffer as large as its largest
-    recent request (above 64 KiB) while it lives."""
+    recent request (above 64 KiB) while it is busy; the idle reaper takes it from a connection
+    with no request for one of its rounds (memory bounded by the connections in use)."""
 
     def __init__(self, server: SocketServer, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
@@ -383,6 +384,10 @@ class _Connection(WriteFlowControl, asyncio.BufferedProtocol):
         if self._lost:
             raise ConnectionResetError("Connection lost")
         await self.wait_writable()
+
+    def release_spare(self) -> None:
+        """Idle: let go of the request buffer kept for reuse."""
+        self._frames.release_spare()
 
     def _wake(self) -> None:
         waiter, self._waiter = self._waiter, None
@@ -461,25 +466,32 @@ class SocketServer:
         if not sockets:
             raise OSError(f"could not bind {self.host}:{self.port}")
         self.bound_port = int(sockets[0].getsockname()[1])
-        if self.connections_max_idle_ms > 0:
-            self._reaper = asyncio.get_running_loop().create_task(self._reap_idle())
+        self._reaper = asyncio.get_running_loop().create_task(self._reap_idle())
         return self.bound_port
 
     async def _reap_idle(self) -> None:
         """Kafka's idle-connection reaping: close connections with no request for
-        `connections.max.idle.ms` (never one whose request is still being handled)."""
+        `connections.max.idle.ms` (never one whose request is still being handled); and a
+        connection idle for one round lets go of the request buffer it keeps for reuse."""
+        reap = self.connections_max_idle_ms > 0
         idle_s = self.connections_max_idle_ms / 1000
-        interval = min(max(idle_s / 4, 0.02), 30.0)
+        interval = min(max(idle_s / 4, 0.02), 30.0) if reap else 30.0
         while True:
             await asyncio.sleep(interval)
             now = time.monotonic()
             for conn_id, last in list(self._last_active.items()):
-                if last is not None and now - last >= idle_s:
-                    writer = self._writers.get(conn_id)
+                if last is None or now - last < interval:
+                    continue
+                writer = self._writers.get(conn_id)
+                if reap and now - last >= idle_s:
                     logger.debug("closing idle connection %d", conn_id)
                     self._last_active.pop(conn_id, None)
                     if writer is not None:
                         writer.close()
+                elif writer is not None:
+                    conn = writer.transport.get_protocol()
+                    if isinstance(conn, _Connection):
+                        conn.release_spare()
 
     def stop_accepting(self) -> None:
         if self._server is not None:

@@ -109,6 +109,10 @@ class FrameReader:
             return spare
         return None
 
+    def release_spare(self) -> None:
+        """Let go of the buffer kept for reuse (an idle connection keeps no large buffer)."""
+        self._spare = None
+
     def _own(self, chunk: memoryview) -> memoryview:
         """A copy of ``chunk`` (whole frames in the caller's mutable buffer); with
         ``reuse_buffers`` a large one goes into the spare buffer when it is free (a producer's
