@@ -101,6 +101,17 @@ class RealCluster:
     def start(self, broker_id: int) -> None:
         tidelog("cluster", "start-broker", "--dir", str(self.dir), "--broker", str(broker_id))
 
+    def restart_stopped_brokers(self) -> list[int]:
+        """Start every broker that is not running (a test that failed between stopping one and
+        starting it again) and wait until all three are registered; returns those started."""
+        local = LocalCluster.load(self.dir)
+        started = [b for b in sorted(local.brokers) if not local.alive(b)]
+        for b in started:
+            self.start(b)
+        wait_for(lambda: sorted(self.zk.get_all_broker_ids()) == sorted(local.brokers),
+                 what="every broker registered")
+        return started
+
     def close(self) -> None:
         self.zk.close()
 
