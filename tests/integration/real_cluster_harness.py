@@ -249,6 +249,16 @@ def consume_all(bootstrap: str, topic: str, partitions: int, expected: int,
         c.close()
 
 
+def read_through_last_acked(bootstrap: str, topic: str, acked: list[tuple[int, bytes]],
+                            timeout_s: float = 60) -> list[tuple[bytes | None, bytes | None, int]]:
+    """Partition 0 of `topic` read up to the last of the `acked` (offset, value) pairs, not
+    len(acked) records: a produce the client saw fail (a timeout,
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND) may still be in the log, as on Kafka, and puts the acked
+    records past len(acked)."""
+    expected = max((o for o, _v in acked), default=-1) + 1
+    return consume_all(bootstrap, topic, 1, expected, timeout_s=timeout_s)[0]
+
+
 def produce_acked(p: Any, topic: str, values: list[tuple[bytes, bytes]],
                   partition: int | None = None) -> list[tuple[int, int, bytes]]:
     acked: list[tuple[int, int, bytes]] = []

@@ -27,7 +27,7 @@ from typing import Any
 
 import confluent_kafka
 import pytest
-from real_cluster_harness import RealCluster, consume_all, producer, wait_for
+from real_cluster_harness import RealCluster, producer, read_through_last_acked, wait_for
 
 from tidelog.cluster.local import LocalCluster, _pid_runs
 
@@ -113,11 +113,7 @@ class Stream:
     def check(self) -> None:
         """No acked write lost, offsets hold what was acked, one leader per epoch, HW
         monotonic for consumers."""
-        # Read up to the last acked offset, not len(acked) records: a produce the client saw
-        # fail (a timeout, NOT_ENOUGH_REPLICAS_AFTER_APPEND) may still be in the log, as on
-        # Kafka, and puts the acked records past len(acked).
-        expected = max((o for o, _v in self.acked), default=-1) + 1
-        got = consume_all(self.cluster.bootstrap, self.topic, 1, expected)[0]
+        got = read_through_last_acked(self.cluster.bootstrap, self.topic, self.acked)
         by_offset = {o: v for _k, v, o in got}
         lost = [(o, v) for o, v in self.acked if by_offset.get(o) != v]
         assert not lost, f"{len(lost)} acknowledged records lost or replaced, e.g. {lost[:3]}"

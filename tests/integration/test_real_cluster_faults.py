@@ -25,6 +25,7 @@ from real_cluster_harness import (
     consume_all,
     produce_acked,
     producer,
+    read_through_last_acked,
     tidelog,
     wait_for,
 )
@@ -148,7 +149,7 @@ def test_leader_kill9_during_acks_all_stream_loses_no_acked_write(real_cluster: 
         watcher.join(5)
     assert len(acked) >= t_kill + 300, f"only {len(acked)} acked; errors: {failed[:3]}"
 
-    got = consume_all(real_cluster.bootstrap, topic, 1, len(acked))[0]
+    got = read_through_last_acked(real_cluster.bootstrap, topic, acked)
     consumed = {v for _k, v, _o in got}
     lost = [v for _o, v in acked if v not in consumed]
     assert not lost, f"{len(lost)} acknowledged records lost, e.g. {lost[:5]}"

@@ -23,9 +23,9 @@ import pytest
 from frame_proxy import FrameProxy, HoldProxy, ProxiedRequest, replication_listener
 from real_cluster_harness import (
     assert_replicas_agree,
-    consume_all,
     high_watermark,
     producer,
+    read_through_last_acked,
     replica_leo,
     wait_for,
 )
@@ -172,7 +172,7 @@ def test_hw_waits_for_a_replica_being_added_to_the_isr(tmp_path: Path) -> None:
         p.flush(30)
         one_request.flush(30)
         three = f"127.0.0.1:{cluster.brokers[3].port}"
-        got = consume_all(three, TOPIC, 1, len(acked), timeout_s=30)[0]
+        got = read_through_last_acked(three, TOPIC, acked, timeout_s=30)
         by_offset = {o: v for _k, v, o in got}
         lost = [(o, v) for o, v in acked if by_offset.get(o) != v]
         assert not lost, f"acknowledged records lost: {lost[:5]}"
