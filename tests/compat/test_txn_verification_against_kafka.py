@@ -98,6 +98,10 @@ def unknown_ids(t: Target, txn: str, at: str) -> tuple[str, str]:
         else:
             elsewhere = elsewhere or candidate
         if here and elsewhere:
+            # The id coordinated here is answered as unknown only once its __transaction_state
+            # partition has loaded there (until then COORDINATOR_LOAD_IN_PROGRESS, on both).
+            settled(t, here, lambda a, x=here: raw(a, m_dtx.DescribeTransactionsRequest(
+                transactional_ids=[x]), 0).transaction_states[0])
             return here, elsewhere
     raise AssertionError(f"no unknown transactional ids on both sides of {at}")
 
@@ -135,11 +139,11 @@ def scenario(t: Target) -> dict[str, Any]:
     unknown_here, unknown_elsewhere = unknown_ids(t, txn, at)
     roles = {txn: txn, unknown_here: "unknown, coordinated here",
              unknown_elsewhere: "unknown, coordinated elsewhere"}
-    out["verify_only"] = [(roles[i], *rest) for i, *rest in verify(at, [
+    out["verify_only"] = sorted((roles[i], *rest) for i, *rest in verify(at, [
         (txn, pid, epoch, {topic: [0, 1]}),
         (unknown_here, pid, epoch, {topic: [0]}),
         (unknown_elsewhere, pid, epoch, {topic: [0]}),
-    ])]
+    ]))
     out["verify_only other epoch"] = verify(at, [(txn, pid, epoch + 1, {topic: [0]})])
     out["abort"] = raw(at, m_et.EndTxnRequest(transactional_id=txn, producer_id=pid,
                                               producer_epoch=epoch, committed=False),
