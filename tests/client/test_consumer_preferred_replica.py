@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from kafka_peer import CLOSE, ScriptedBroker, metadata_answer
+from test_consumer_fetch_session import poll_values
 
 from tidelog.client.cluster import KafkaClient
 from tidelog.client.consumer import Consumer
@@ -70,14 +71,6 @@ class NearbyScript:
         return answer
 
 
-async def poll_until(consumer: Consumer, count: int, timeout_s: float = 10) -> list[bytes]:
-    values: list[bytes] = []
-    deadline = time.monotonic() + timeout_s
-    while len(values) < count and time.monotonic() < deadline:
-        values += [r.value or b"" for r in await consumer.poll(timeout_ms=200)]
-    return values
-
-
 def run(script: NearbyScript, body: Any, **client: Any) -> None:
     async def main() -> None:
         async with script.nodes[LEADER], script.nodes[FOLLOWER], \
@@ -93,7 +86,7 @@ def test_a_consumer_in_the_followers_rack_reads_from_the_follower() -> None:
     async def body(kafka: KafkaClient) -> None:
         consumer = Consumer(kafka, client_rack="r1")
         consumer.assign([(TP, 0)])
-        assert await poll_until(consumer, 3) == [b"n1-0", b"n1-1", b"n1-2"]
+        assert await poll_values(consumer, 3) == [b"n1-0", b"n1-1", b"n1-2"]
         assert script.fetches(LEADER) == [(0, "r1")]  # named the follower, no records
         assert script.fetches(FOLLOWER)[0] == (0, "r1")
 
@@ -106,7 +99,7 @@ def test_a_consumer_without_a_rack_stays_on_the_leader() -> None:
     async def body(kafka: KafkaClient) -> None:
         consumer = Consumer(kafka)
         consumer.assign([(TP, 0)])
-        assert await poll_until(consumer, 3) == [b"n0-0", b"n0-1", b"n0-2"]
+        assert await poll_values(consumer, 3) == [b"n0-0", b"n0-1", b"n0-2"]
         assert script.fetches(LEADER)[0] == (0, "") and script.fetches(FOLLOWER) == []
 
     run(script, body)
@@ -120,7 +113,7 @@ def test_out_of_range_at_the_follower_goes_back_to_the_leader_without_a_reset() 
     async def body(kafka: KafkaClient) -> None:
         consumer = Consumer(kafka, client_rack="r1", auto_offset_reset="none")
         consumer.assign([(TP, 3)])
-        assert await poll_until(consumer, 2) == [b"n0-3", b"n0-4"]
+        assert await poll_values(consumer, 2) == [b"n0-3", b"n0-4"]
         assert script.fetches(FOLLOWER) == [(3, "r1")]
         assert script.fetches(LEADER)[:2] == [(3, "r1"), (3, "r1")]
         assert script.nodes[LEADER].received(ApiKey.LIST_OFFSETS) == []
@@ -137,7 +130,7 @@ def test_a_lost_follower_sends_the_consumer_back_to_the_leader() -> None:
     async def body(kafka: KafkaClient) -> None:
         consumer = Consumer(kafka, client_rack="r1")
         consumer.assign([(TP, 0)])
-        assert await poll_until(consumer, 3) == [b"n0-0", b"n0-1", b"n0-2"]
+        assert await poll_values(consumer, 3) == [b"n0-0", b"n0-1", b"n0-2"]
         assert script.fetches(FOLLOWER) == [(0, "r1")] * 3
         assert script.fetches(LEADER)[:4] == [(0, "r1")] * 4
 
@@ -150,7 +143,7 @@ def test_the_preferred_replica_expires_with_the_metadata() -> None:
     async def body(kafka: KafkaClient) -> None:
         consumer = Consumer(kafka, client_rack="r1", fetch_max_wait_ms=20)
         consumer.assign([(TP, 0)])
-        assert await poll_until(consumer, 3) == [b"n1-0", b"n1-1", b"n1-2"]
+        assert await poll_values(consumer, 3) == [b"n1-0", b"n1-1", b"n1-2"]
         named_at = time.monotonic()
         # Caught up at the follower: fetches go there until metadata.max.age.ms (300 ms)
         # has passed since the leader named it; then to the leader, which names it again.
