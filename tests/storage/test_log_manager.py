@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
+from pathlib import Path
 
 import pytest
 from storage_helpers import batch
@@ -11,6 +13,7 @@ from tidelog.sim.disk import MemoryFileIO
 from tidelog.storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from tidelog.storage.cleaner.log_cleaner import CLEANER_OFFSET_CHECKPOINT, cleanable_offsets
 from tidelog.storage.errors import KafkaStorageError
+from tidelog.storage.file_io import OsFileIO
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
 
@@ -175,6 +178,23 @@ def test_a_deleted_partitions_future_log_is_retired_too() -> None:
     assert m.delete_logs(60_999) == 0
     assert m.delete_logs(61_000) == 2  # the current log's dir and the future one's
     assert not any(n.startswith("t-0") for d in DIRS for n in fio.listdir(d))
+
+
+def test_a_partition_of_a_249_character_topic_is_retired_under_a_name_cut_to_255(
+        tmp_path: Path) -> None:
+    """Kafka's logDeleteDirName caps the name (the topic cut) so the rename fits the file
+    system's 255-character limit; uncut, `<tp>.<uuid>-delete` was 291 characters and the rename
+    failed, taking the log dir offline at the topic's deletion or a move's swap."""
+    topic = "t" * 249
+    log_dir = str(tmp_path / "d")
+    m = LogManager([log_dir], LogConfig(), OsFileIO())
+    m.get_or_create_log(topic, 10).append_as_leader(batch(), 0, 0)
+    assert m.delete_log(topic, 10)
+    (retired,) = [n for n in os.listdir(log_dir) if n.endswith("-delete")]
+    assert len(retired) == 255 and retired.startswith("t" * 212 + "-10.")
+    assert not m.log_dir_failure_channel.has_queued_dirs()
+    assert m.delete_logs(m.config.file_delete_delay_ms) == 1
+    assert not any(n.endswith("-delete") for n in os.listdir(log_dir))
 
 
 def test_a_restart_removes_the_retired_dirs_of_deleted_partitions() -> None:

@@ -36,13 +36,13 @@ from tidelog.replication.replication_quota import ReplicationQuotaManager
 from tidelog.replication.types import TopicPartition
 from tidelog.shell.interfaces import ScheduledTask, Scheduler, Time
 from tidelog.storage.errors import KafkaStorageError, StorageError
+from tidelog.storage.log_manager import MAX_DIR_NAME_LENGTH
 
 __all__ = ["MAX_DIR_NAME_LENGTH", "ReplicaAlterLogDirsManager"]
 
 logger = logging.getLogger(__name__)
 
 # A future dir's name must fit a file name (Kafka's KAFKA-4893 check on logFutureDirName).
-MAX_DIR_NAME_LENGTH = 255
 _FUTURE_NAME_EXTRA = len(".") + 32 + len("-future")  # .<uuid hex>-future
 
 

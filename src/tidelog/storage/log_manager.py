@@ -43,7 +43,8 @@ from tidelog.storage.log import Log, parse_topic_partition
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.log_dir_failure_channel import LogDirFailureChannel
 
-__all__ = ["CLEAN_SHUTDOWN_FILE", "FUTURE_DIR_SUFFIX", "LogManager", "parse_future_dir_name"]
+__all__ = ["CLEAN_SHUTDOWN_FILE", "FUTURE_DIR_SUFFIX", "MAX_DIR_NAME_LENGTH", "LogManager",
+           "parse_future_dir_name"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,13 +52,22 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")  # Kafka's Topic.validate
 DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"
-_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT)
+MAX_DIR_NAME_LENGTH = 255  # a file name's limit on the file systems Kafka runs on
 
 
 def _dir_name_with_suffix(topic: str, partition: int, suffix: str) -> str:
     """Kafka's UnifiedLog.logDirNameWithSuffix:
     `<topic>-<partition>.<uuid without dashes><suffix>`."""
     return f"{topic}-{partition}.{uuid.uuid4().hex}{suffix}"
+
+
+def _delete_dir_name(topic: str, partition: int) -> str:
+    """Kafka's logDeleteDirName (logDirNameWithSuffixCappedLength): `<tp>.<uuid>-delete` with
+    the topic cut so the name stays within 255 characters, as a file system requires: a
+    249-character topic's log must still be retired (AlterReplicaLogDirs refuses a future name
+    too long instead)."""
+    suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    return topic[: MAX_DIR_NAME_LENGTH - len(suffix)] + suffix
 
 
 def parse_future_dir_name(dir_name: str) -> TopicPartition | None:
@@ -426,8 +436,7 @@ class LogManager:
             raise self._io_error(dest, f"cannot flush {future.dir}: {exc}") from exc
         try:
             current.close()
-            doomed = os.path.join(source, _dir_name_with_suffix(topic, partition,
-                                                                DELETE_DIR_SUFFIX))
+            doomed = os.path.join(source, _delete_dir_name(topic, partition))
             fio.rename(current.dir, doomed)
             fio.fsync_dir(source)
         except (StorageError, OSError) as exc:
@@ -543,7 +552,7 @@ class LogManager:
         (`delete_logs`, so a large log's removal never holds the event loop), or at the next
         start."""
         log.close_handlers()
-        doomed = os.path.join(log_dir, _dir_name_with_suffix(topic, partition, DELETE_DIR_SUFFIX))
+        doomed = os.path.join(log_dir, _delete_dir_name(topic, partition))
         try:
             self.file_io.rename(log.dir, doomed)
             self.file_io.fsync_dir(log_dir)
