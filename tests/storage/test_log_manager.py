@@ -180,6 +180,28 @@ def test_a_deleted_partitions_future_log_is_retired_too() -> None:
     assert not any(n.startswith("t-0") for d in DIRS for n in fio.listdir(d))
 
 
+def test_a_deleted_partitions_current_log_is_retired_even_when_its_future_log_fails() -> None:
+    """Kafka's asyncDelete retires the current and the future log each on its own: the future
+    dir's disk error is the partition's error, the current log still goes. Kept registered, it
+    was the log a topic created again under the name got back, with the old topic's records."""
+    fio = MemoryFileIO()
+    m = LogManager(DIRS, LogConfig(), fio)
+    m.get_or_create_log("t", 0).append_as_leader(batch(), 0, 0)
+    source = m.log_dir_of[("t", 0)]
+    dest = next(d for d in DIRS if d != source)
+    m.maybe_update_preferred_log_dir("t", 0, dest)
+    m.get_or_create_log("t", 0, is_future=True)
+    fio.fail_io(dest)
+    with pytest.raises(KafkaStorageError, match="cannot delete log"):
+        m.delete_log("t", 0)
+    assert m.log_dir_failure_channel.take_next_offline_log_dir() == dest
+    assert m.get_log("t", 0) is None and ("t", 0) not in m.log_dir_of
+    assert [n for n in fio.listdir(source) if n.startswith("t-0")][0].endswith("-delete")
+    m.handle_log_dir_failure(dest)
+    again = m.get_or_create_log("t", 0, is_new=True)
+    assert again.dir == f"{source}/t-0" and again.log_end_offset == 0
+
+
 def test_a_partition_of_a_249_character_topic_is_retired_under_a_name_cut_to_255(
         tmp_path: Path) -> None:
     """Kafka's logDeleteDirName caps the name (the topic cut) so the rename fits the file

@@ -529,21 +529,27 @@ class LogManager:
     def delete_log(self, topic: str, partition: int, now_ms: int = 0) -> bool:
         """Kafka's asyncDelete of a partition's logs (its future log too): see `_retire`. The
         partition's name is free at once: a topic created again gets a new dir beside the
-        retired one."""
+        retired one. A disk error of either log is raised once both were tried (as Kafka's
+        asyncDelete of the two), so the current log goes even when its future's dir fails."""
         tp = (topic, partition)
-        # The future first: a future log without a current one counts as a finished move.
-        self.remove_future_log(topic, partition, now_ms)
+        future_error: KafkaStorageError | None = None
+        try:
+            # The future first: a future log without a current one counts as a finished move.
+            self.remove_future_log(topic, partition, now_ms)
+        except KafkaStorageError as exc:
+            future_error = exc
         log = self.logs.pop(tp, None)
-        if log is None:
-            return False
-        log_dir = self.log_dir_of.pop(tp)
-        if self.cleaner is not None:
-            # A pass on the log ends first (Kafka's abortCleaning): its .cleaned file must
-            # not be written into the retired dir, nor its claim outlive the log.
-            self.cleaner.abort_cleaning(tp)
-            self.cleaner.update_checkpoints(log_dir, partition_to_remove=tp)
-        self._retire(log, log_dir, topic, partition, now_ms)
-        return True
+        if log is not None:
+            log_dir = self.log_dir_of.pop(tp)
+            if self.cleaner is not None:
+                # A pass on the log ends first (Kafka's abortCleaning): its .cleaned file must
+                # not be written into the retired dir, nor its claim outlive the log.
+                self.cleaner.abort_cleaning(tp)
+                self.cleaner.update_checkpoints(log_dir, partition_to_remove=tp)
+            self._retire(log, log_dir, topic, partition, now_ms)
+        if future_error is not None:
+            raise future_error
+        return log is not None
 
     def _retire(self, log: Log, log_dir: str, topic: str, partition: int, now_ms: int) -> None:
         """Kafka's asyncDelete for a log already forgotten: its files closed (nothing more is
