@@ -221,3 +221,46 @@ def test_directory_rename_errors(fio: MemoryFileIO) -> None:
         fio.rename("/d/file", "/d/empty")
     fio.rename("/d/a", "/d/empty")  # over an empty directory, as POSIX rename
     assert fio.listdir("/d") == ["b", "empty", "file"] and fio.listdir("/d/empty") == ["f"]
+
+
+def test_rmdir_is_durable_only_after_the_parent_is_fsynced(fio: MemoryFileIO) -> None:
+    fio.write_file("/d/t-0.x-delete/0.log", b"data")
+    fio.remove("/d/t-0.x-delete/0.log")
+    fio.remove("/d/t-0.x-delete")
+    assert not fio.exists("/d/t-0.x-delete")
+    fio.crash()
+    # Neither the rmdir nor the file's removal was synced: both come back.
+    assert fio.read_file("/d/t-0.x-delete/0.log") == b"data"
+    fio.remove("/d/t-0.x-delete/0.log")
+    fio.fsync_dir("/d/t-0.x-delete")
+    fio.remove("/d/t-0.x-delete")
+    fio.crash()
+    assert fio.listdir("/d/t-0.x-delete") == []  # back, with only its synced entries
+    fio.remove("/d/t-0.x-delete")
+    fio.fsync_dir("/d")
+    fio.crash()
+    assert fio.listdir("/d") == []
+
+
+def test_a_retired_log_dir_removed_unsynced_comes_back_and_the_next_start_removes_it() -> None:
+    """LogManager.delete_logs removes a retired `-delete` dir without fsyncing its parent, as
+    Kafka's deleteLogs (LocalLog.deleteEmptyDir is a plain Utils.delete): a power loss may bring
+    it back, and the next start removes it again instead of loading it as a log."""
+    from tidelog.protocol.records.builder import build_values
+    from tidelog.storage.log_config import LogConfig
+    from tidelog.storage.log_manager import LogManager
+
+    fio = MemoryFileIO()
+    fio.makedirs("/d", durable=True)
+    m = LogManager(["/d"], LogConfig(file_delete_delay_ms=0), fio)
+    m.get_or_create_log("t", 0).append_as_leader(build_values([b"x"]), 0, 0)
+    m.get_or_create_log("t", 1).append_as_leader(build_values([b"y"]), 0, 0)
+    m.get_log("t", 1).flush()  # type: ignore[union-attr]
+    m.checkpoint_logs()
+    assert m.delete_log("t", 0, now_ms=0)
+    (retired,) = [n for n in fio.listdir("/d") if n.startswith("t-0")]
+    assert m.delete_logs(0) == 1 and retired not in fio.listdir("/d")
+    fio.crash()
+    assert retired in fio.listdir("/d")  # the rmdir was not durable
+    again = LogManager(["/d"], LogConfig(), fio)
+    assert list(again.logs) == [("t", 1)] and retired not in fio.listdir("/d")

@@ -10,7 +10,8 @@ Model (close to a journaling filesystem with data=ordered, minus reordering acro
   goes with it) change only the current entries: a crash brings back every directory's durable
   entries, so a checkpoint written as temp + fsync + rename + fsync_dir survives, without the
   dir fsync the old file comes back, and a new directory not yet named in a fsynced parent is
-  gone with everything in it. Removing an empty directory is durable at once. The root's
+  gone with everything in it. Removing an empty directory (rmdir) is durable only once its
+  parent is fsynced too: a crash before brings it back with its durable entries. The root's
   entries (`/d`, `/data`: the mount points) are durable at once; `makedirs(path, durable=True)`
   (and `write_file`) stand for what was on the disk before the process ran.
 - Handles opened before a crash are dead after it (any use raises OSError), like a killed process.
@@ -287,9 +288,8 @@ class MemoryFileIO:
         if isinstance(node, _Dir):
             if node.entries:
                 raise OSError(errno.ENOTEMPTY, "directory not empty", p)
-            # An empty directory's removal is durable at once, and its durable names go too.
-            if parent.durable.get(name) is node:
-                del parent.durable[name]
+        # As a file's: durable with the parent's next fsync_dir. Until then a crash brings the
+        # directory back with its own durable entries (files removed from it unsynced too).
         del parent.entries[name]
 
     def rename(self, src: str, dst: str) -> None:
