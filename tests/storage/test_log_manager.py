@@ -145,6 +145,25 @@ def test_delete_log_retires_its_dir_then_removes_it_after_the_delay() -> None:
     assert m.next_delete_delay_ms(61_000) == 60_000  # none waits
 
 
+def test_a_retired_dir_whose_removal_fails_reports_its_log_dir() -> None:
+    """Kafka's deleteLogs removes a retired log with UnifiedLog.delete, whose disk error
+    reports the log dir (maybeHandleIOException): the dir goes offline. Only logged before,
+    the failing dir stayed online."""
+    fio = MemoryFileIO()
+    m = LogManager(DIRS, LogConfig(), fio)
+    m.get_or_create_log("t", 0).append_as_leader(batch(), 0, 0)
+    m.get_or_create_log("t", 1).append_as_leader(batch(), 0, 0)
+    failing, other = m.log_dir_of[("t", 0)], m.log_dir_of[("t", 1)]
+    m.delete_log("t", 0)
+    m.delete_log("t", 1)
+    (retired,) = [n for n in fio.listdir(failing) if n.endswith("-delete")]
+    fio.fail_io(f"{failing}/{retired}")
+    assert m.delete_logs(m.config.file_delete_delay_ms) == 1  # the other dir's
+    assert m.log_dir_failure_channel.take_next_offline_log_dir() == failing
+    assert not m.log_dir_failure_channel.has_queued_dirs()
+    assert not any(n.endswith("-delete") for n in fio.listdir(other))
+
+
 def test_a_partition_deleted_and_created_again_gets_a_new_dir_beside_the_retired_one() -> None:
     fio = MemoryFileIO()
     m = LogManager(["/d"], LogConfig(), fio)

@@ -159,7 +159,10 @@ class LogManager:
         for name in names:
             path = os.path.join(log_dir, name)
             if name.endswith(DELETE_DIR_SUFFIX):
-                self._remove_tree(path)
+                try:
+                    self._remove_tree(path)
+                except OSError as exc:
+                    logger.warning("cannot remove %s: %s", path, exc)
                 continue
             future_tp = parse_future_dir_name(name)
             tp = future_tp or parse_topic_partition(name)
@@ -259,18 +262,17 @@ class LogManager:
         return log
 
     def _remove_tree(self, path: str) -> None:
+        """Remove ``path`` and everything in it; raises the disk's OSError."""
         fio = self.file_io
-        try:
-            for name in fio.listdir(path):
-                child = os.path.join(path, name)
-                try:
-                    fio.listdir(child)
-                    self._remove_tree(child)
-                except OSError:
-                    fio.remove(child)
-            fio.remove(path)
-        except OSError as exc:
-            logger.warning("cannot remove %s: %s", path, exc)
+        for name in fio.listdir(path):
+            child = os.path.join(path, name)
+            try:
+                fio.listdir(child)
+            except NotADirectoryError:
+                fio.remove(child)
+            else:
+                self._remove_tree(child)
+        fio.remove(path)
 
     # -- partitions ------------------------------------------------------------------------
     def config_for(self, topic: str) -> LogConfig:
@@ -601,13 +603,23 @@ class LogManager:
     def delete_logs(self, now_ms: int) -> int:
         """Kafka's deleteLogs: remove the retired dirs (deleted partitions, moved replicas'
         old dirs) whose file.delete.delay.ms has passed (those in an offline dir stay, for the
-        next start to remove); returns how many went."""
+        next start to remove); returns how many went. A removal's disk error reports the
+        dir, as Kafka's UnifiedLog.delete (maybeHandleIOException): the dir goes offline and
+        what is left of the retired dir waits for the next start."""
         due = [(t, p) for t, p in self.logs_to_be_deleted
                if t <= now_ms and os.path.dirname(p) not in self.offline_dirs]
+        removed = 0
         for entry in due:
             self.logs_to_be_deleted.remove(entry)
-            self._remove_tree(entry[1])
-        return len(due)
+            path = entry[1]
+            try:
+                self._remove_tree(path)
+                removed += 1
+            except FileNotFoundError:
+                removed += 1  # gone already (Kafka's Utils.delete ignores it too)
+            except OSError as exc:
+                self._io_error(os.path.dirname(path), f"Error while deleting log {path}: {exc}")
+        return removed
 
     def next_delete_delay_ms(self, now_ms: int) -> int:
         """When `delete_logs` has work next (Kafka's nextDeleteDelayMs): the earliest retired
