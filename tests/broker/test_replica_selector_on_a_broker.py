@@ -84,3 +84,79 @@ def test_a_held_sessionless_fetch_names_a_replica_that_became_eligible_while_it_
     finally:
         controller.close()
 
+
+
+def test_an_incremental_fetch_names_a_replica_for_a_partition_it_does_not_list(
+        leader: BrokerThread, zk_connect: str) -> None:
+    """Kafka's incremental fetch reads every partition of its session (readFromLog calls
+    findPreferredReadReplica for each): an idle partition the consumer does not list is named
+    a preferred read replica as soon as one is eligible, not only once new records come."""
+    controller = ActingController(zk_connect, [leader])
+    try:
+        controller.create_topic(TOPIC, {0: [1, 2]}, live=[1, 2])
+        _announce_brokers(controller, leader, {1: "a"})
+        assert produce(leader.port, TOPIC, 0, build_values([b"x", b"y", b"z"]), acks=1)[0] == 0
+        send(leader.port, fetch_request(TOPIC, 0, 3, replica_id=2), 12)
+        assert leader.partition(TOPIC, 0).high_watermark == 3
+
+        # The consumer's session: its full fetch names no replica (broker 2 has no endpoint).
+        full = fetch_request(TOPIC, 0, 3)
+        full.rack_id, full.session_id, full.session_epoch = "b", 0, 0
+        opened = send(leader.port, full, 12)
+        assert opened.responses[0].partitions[0].preferred_read_replica == -1
+        assert opened.session_id > 0
+        idle = fetch_request(TOPIC, 0, 3)
+        idle.topics = []
+        idle.rack_id = "b"
+        idle.session_id, idle.session_epoch = opened.session_id, 1
+        assert not send(leader.port, idle, 12).responses  # the partition is settled
+
+        # Broker 2 gets an endpoint in the consumer's rack; no record comes. The next
+        # incremental fetch lists nothing (the consumer's position did not move).
+        _announce_brokers(controller, leader, {1: "a", 2: "b"})
+        incremental = fetch_request(TOPIC, 0, 3, max_wait_ms=500)
+        incremental.topics = []
+        incremental.rack_id = "b"
+        incremental.session_id, incremental.session_epoch = opened.session_id, 2
+        resp = send(leader.port, incremental, 12)
+        assert resp.error_code == 0, resp
+        answered = [(t.topic, p.partition_index, p.error_code, p.preferred_read_replica)
+                    for t in resp.responses for p in t.partitions]
+        assert answered == [(TOPIC, 0, 0, 2)]
+    finally:
+        controller.close()
+
+
+def test_a_held_incremental_fetch_names_a_replica_that_became_eligible_at_its_deadline(
+        leader: BrokerThread, zk_connect: str) -> None:
+    """Kafka's DelayedFetch expires through readFromLog, which looks at every partition of the
+    session again: a follower that got an endpoint in the consumer's rack while the fetch was
+    held is named in its answer, without a new record."""
+    controller = ActingController(zk_connect, [leader])
+    try:
+        controller.create_topic(TOPIC, {0: [1, 2]}, live=[1, 2])
+        _announce_brokers(controller, leader, {1: "a"})
+        assert produce(leader.port, TOPIC, 0, build_values([b"x"]), acks=1)[0] == 0
+        send(leader.port, fetch_request(TOPIC, 0, 1, replica_id=2), 12)
+        full = fetch_request(TOPIC, 0, 1)
+        full.rack_id, full.session_id, full.session_epoch = "b", 0, 0
+        session_id = send(leader.port, full, 12).session_id
+        idle = fetch_request(TOPIC, 0, 1)
+        idle.topics, idle.rack_id, idle.session_id, idle.session_epoch = [], "b", session_id, 1
+        assert not send(leader.port, idle, 12).responses  # the partition is settled
+
+        held = fetch_request(TOPIC, 0, 1, max_wait_ms=3_000)
+        held.topics, held.rack_id, held.session_id, held.session_epoch = [], "b", session_id, 2
+        answer: dict[str, Any] = {}
+        t = threading.Thread(target=lambda: answer.update(resp=send(leader.port, held, 12)))
+        t.start()
+        session = leader.call(lambda: leader.server.apis.fetch_manager.cache.get(session_id))
+        wait_until(lambda: leader.call(lambda: session.waker is not None),
+                   what="the consumer's incremental fetch held")
+        _announce_brokers(controller, leader, {1: "a", 2: "b"})
+        t.join(15)
+        answered = [(p.partition_index, p.error_code, p.preferred_read_replica, bool(p.records))
+                    for tr in answer["resp"].responses for p in tr.partitions]
+        assert answered == [(0, 0, 2, False)]
+    finally:
+        controller.close()

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import struct
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Container, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.fetch_session import (
@@ -122,6 +122,11 @@ logger = logging.getLogger(__name__)
 
 # Kafka's debugging replica id: ListOffsets / Fetch allowed on followers, reading to the LEO.
 DEBUGGING_REPLICA_ID = -2
+
+# KIP-392 for a consumer's fetch (`KafkaApis._select_read_replicas`): takes the partitions a
+# follower is named for out of the dict and answers them.
+_SelectReadReplicas = Callable[[dict[TopicPartition, PartitionRequest]],
+                               dict[TopicPartition, FetchPartitionData]]
 # KIP-951: Fetch v16+ answers these with the leader this broker knows and its endpoint.
 _LEADER_HINT_ERRORS = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
 
@@ -686,8 +691,7 @@ class KafkaApis:
         self, context: IncrementalFetchContext, replica_id: int, broker_epoch: int | None,
         max_wait_ms: int, min_bytes: int, max_bytes: int, isolation_level: int,
         fetch_only_leader: bool,
-        select: Callable[[dict[TopicPartition, PartitionRequest]],
-                         dict[TopicPartition, FetchPartitionData]] | None = None,
+        select: _SelectReadReplicas | None = None,
     ) -> tuple[dict[TopicPartition, Any], dict[SessionKey, int]]:
         """An incremental fetch reads the partitions it lists and those changed since the last
         (broker/fetch_session.py), not every partition of its session. Held for ``min_bytes``,
@@ -723,6 +727,7 @@ class KafkaApis:
         refused: dict[SessionKey, int] = {}
         read_bytes = 0
         any_error = False
+        waited = looked = False  # held at least once; KIP-392 for the unread partitions
         # The partitions read first were unchanged up to the previous fetch of the session,
         # those turning dirty while this one waits up to this one's arrival.
         replay_ms = session.previous_used_ms
@@ -735,8 +740,12 @@ class KafkaApis:
                 # to read at all (Kafka's empty "interesting").
                 any_error = any_error or ErrorCode.INCONSISTENT_TOPIC_ID in no_read.values() \
                     or (not more and self._nothing_to_read(session, no_read, replica_id < 0))
-                if select is not None and more:
-                    chosen = select(more)
+                if select is not None and (more or not looked):
+                    chosen = select(more) if more else {}
+                    if not looked:  # the partitions this fetch does not read, once
+                        looked = True
+                        chosen.update(self._select_in_session(
+                            context, select, {*context.read, *refused}))
                     results.update(chosen)
                     # Kafka answers at once when it names a preferred read replica.
                     any_error = any_error or bool(chosen)
@@ -771,6 +780,7 @@ class KafkaApis:
                         break
                 if not session.dirty or (replica_id >= 0
                                          and self._nothing_for_follower(session)):
+                    waited = True
                     waiting = loop.create_future()
                     timer = loop.call_at(deadline, wake, False)
                     try:
@@ -783,6 +793,10 @@ class KafkaApis:
                         waiting = None
                 more, no_read = self._partitions_to_read(context, context.more_partitions(),
                                                          replica_id < 0)
+            if select is not None and waited:
+                # Kafka's DelayedFetch completes through readFromLog, which looks for a
+                # preferred read replica again for every partition of the session.
+                results.update(self._select_in_session(context, select, refused))
         except BaseException:
             context.abandon()
             raise
@@ -804,6 +818,30 @@ class KafkaApis:
             context.unsettled = [key for key in context.read
                                  if context.topic_partition(key) in unsettled]
         return results, refused
+
+    def _select_in_session(self, context: IncrementalFetchContext,
+                           select: _SelectReadReplicas, skip: Container[SessionKey],
+                           ) -> dict[TopicPartition, FetchPartitionData]:
+        """KIP-392 for the partitions of a consumer's session outside ``skip``: Kafka's
+        incremental fetch reads every partition of its session and readFromLog looks for a
+        preferred read replica for each, also for one the consumer does not list and that did
+        not change (its follower became eligible since: back in the ISR, an endpoint in the
+        consumer's rack). The partitions named a follower join the answer. O(session), as
+        Kafka's, and only with a ``replica.selector.class``."""
+        session = context.session
+        cache = self.cache
+        keys: dict[TopicPartition, SessionKey] = {}
+        wanted: dict[TopicPartition, PartitionRequest] = {}
+        for key, cached in session.partitions.items():
+            tp = cached.tp
+            if tp is not None and key not in skip and cache.partition(tp) is not None:
+                keys[tp] = key
+                wanted[tp] = cached.req_data
+        chosen = select(wanted)
+        for tp in chosen:
+            key = keys[tp]
+            context.read[key] = session.partitions[key].req_data
+        return chosen
 
     def _nothing_to_read(self, session: FetchSession, no_read: Mapping[SessionKey, int],
                          consumer: bool) -> bool:
