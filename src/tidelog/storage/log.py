@@ -1404,17 +1404,6 @@ class Log:
             except OSError as exc:
                 logger.warning("closing %s: %s", self.dir, exc)
 
-    def delete(self) -> None:
-        """Remove every file of this log and its directory."""
-        with self._io("delete"):
-            for segment in self.segments + [s for _, s in self.pending_deletes]:
-                segment.delete()
-            self.pending_deletes = []
-            for name in self.file_io.listdir(self.dir):
-                self.file_io.remove(os.path.join(self.dir, name))
-            self.file_io.remove(self.dir)
-        self.closed = True
-
     def __repr__(self) -> str:
         return (
             f"Log({self.dir!r}, log_start_offset={self.log_start_offset}, "
