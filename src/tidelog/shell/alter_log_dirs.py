@@ -10,9 +10,9 @@ watermark follow at each step. When both end at the same offset, the step swaps 
 (`LogManager.replace_current_with_future_log`) and the partition serves from the new log: the
 check and the swap happen in one call with nothing appended in between, so the swap is atomic
 with respect to produce and fetch. The log cleaner leaves a moving replica alone (a pass on it
-ends as the move starts), so nothing holds the swap back. A replica that does not exist yet keeps the dir as its
-preferred one and is created there by its LeaderAndIsr (the request answers
-REPLICA_NOT_AVAILABLE, as Kafka). A future log found on disk at start resumes copying once its
+ends as the move starts), so nothing holds the swap back. A replica that does not exist yet
+keeps the dir as its preferred one and is created there by its LeaderAndIsr (the request
+answers REPLICA_NOT_AVAILABLE, as Kafka). A future log found on disk at start resumes copying once its
 partition is hosted (`maybe_add_hosted`, after every LeaderAndIsr).
 
 The copy is bounded by ``quota`` (`replica.alter.log.dirs.io.max.bytes.per.second`, Kafka's
@@ -61,7 +61,8 @@ class ReplicaAlterLogDirsManager:
     ) -> None:
         """``partition_of``: the hosted replica (the core's `Partition`, whose ``log`` the swap
         replaces) or None; ``fetch_max_bytes``: bytes read per step (replica.fetch.max.bytes);
-        ``backoff_ms``: the wait after a failed step (replica.fetch.backoff.ms); ``quota``: the bound on the bytes copied per second (None: unbounded)."""
+        ``backoff_ms``: the wait after a failed step (replica.fetch.backoff.ms); ``quota``: the
+        bound on the bytes copied per second (None: unbounded)."""
         self.log_manager = log_manager
         self.partition_of = partition_of
         self.time = time

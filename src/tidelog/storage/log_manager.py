@@ -574,8 +574,8 @@ class LogManager:
         """Retention for every log, future logs too; returns the partitions whose current log's
         start offset moved (their fetch sessions must answer it). The files of segments
         deleted earlier go here too once their file.delete.delay.ms has passed (so at the
-        first retention check after it: log.retention.check.interval.ms bounds the extra wait). Retired dirs are
-        `delete_logs`'s. A log's disk error ends the round, as in Kafka's cleanupLogs (the
+        first retention check after it: log.retention.check.interval.ms bounds the extra
+        wait). Retired dirs are `delete_logs`'s. A log's disk error ends the round, as in Kafka's cleanupLogs (the
         log reported its dir, which goes offline; the logs after it wait for the next round),
         but what moved before it is still returned."""
         moved: list[TopicPartition] = []
