@@ -395,6 +395,29 @@ def test_a_log_dir_it_creates_is_made_durable_in_its_parent() -> None:
     assert again.logs[("t", 0)].log_end_offset == 1
 
 
+def test_log_dir_parents_it_creates_are_made_durable_too() -> None:
+    # log.dirs=/data/kafka/logs on a disk with only /data: /data/kafka is new as well, and its
+    # name must be durable in /data, or a power loss takes it with every log flushed below it.
+    fio = MemoryFileIO()
+    m = LogManager(["/data/kafka/logs"], LogConfig(), fio)
+    log = m.get_or_create_log("t", 0)
+    log.append_as_leader(batch(), 1, 0)
+    log.flush()
+    fio.crash()
+    again = LogManager(["/data/kafka/logs"], LogConfig(), fio)
+    assert again.logs[("t", 0)].log_end_offset == 1
+
+
+def test_a_relative_log_dir_it_creates_stays_online(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # log.dirs=kafka-logs: its parent is the working dir (Kafka's toAbsolutePath.getParent);
+    # the fsync of its dirname "" failed and the new dir went offline at once.
+    monkeypatch.chdir(tmp_path)
+    m = LogManager(["kafka-logs"], LogConfig(), OsFileIO())
+    assert m.live_log_dirs == ["kafka-logs"]
+    assert m.get_or_create_log("t", 0).dir == "kafka-logs/t-0"
+
+
 def test_after_an_unclean_stop_the_logs_found_are_made_durable_before_they_flush() -> None:
     # A log created (no fsync) by a process killed before anything made its names durable is
     # found by the next start, which flushes it: a power loss then must keep what was flushed.

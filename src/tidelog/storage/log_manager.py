@@ -137,10 +137,19 @@ class LogManager:
         fio = self.file_io
         try:
             if not fio.exists(log_dir):
+                # The dirs missing on the way down too (log.dirs=/data/kafka/logs on a disk
+                # with /data only), on the absolute path as Kafka's (a relative log dir's
+                # parent is the working dir, not "").
+                created = [os.path.abspath(log_dir)]
+                while not fio.exists(parent := os.path.dirname(created[-1])) \
+                        and parent != created[-1]:
+                    created.append(parent)
                 fio.makedirs(log_dir)
                 # Kafka's createAndValidateLogDirs: the new dir's name made durable in its
-                # parent, or a power loss takes it with every log flushed into it.
-                fio.fsync_dir(os.path.dirname(os.path.normpath(log_dir)))
+                # parent, or a power loss takes it with every log flushed into it; so is each
+                # new parent's (Kafka flushes only the innermost).
+                for new_dir in reversed(created):
+                    fio.fsync_dir(os.path.dirname(new_dir))
             clean = fio.exists(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE))
             names = fio.listdir(log_dir)
             if not clean and names:
