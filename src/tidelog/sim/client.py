@@ -434,6 +434,10 @@ class TxnProducer:
         self.running = True
         self._init(None)
 
+    def next_sequence(self, tp: TopicPartition) -> int:
+        """The sequence of this instance's next batch to `tp` under its current epoch."""
+        return self._seqs.get(tp, 0)
+
     def stop(self) -> None:
         """No new transactions; the one in progress runs to its end."""
         self.running = False

@@ -98,6 +98,10 @@ class SimConfig:
     # Transactional producers, read_committed consumers and the transaction coordinator
     # (sim/txn_workload.py): the `__transaction_state` topic exists from the start.
     transactions: bool = False
+    # Kafka's transaction.partition.verification.enable (KIP-890): off, a partition leader
+    # appends a transactional batch without asking the coordinator whether its transaction
+    # includes the partition (a late produce can then open a transaction nobody ends).
+    transaction_partition_verification_enable: bool = True
     trace: bool = True
     trace_limit: int | None = 5000
     check_invariants: bool = True

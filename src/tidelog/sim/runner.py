@@ -4,14 +4,18 @@
 a consumer per partition while the seed's faults play, for `steps` scheduler events; then it
 heals everything, lets the cluster settle and runs the end-of-run checks. One seed in
 `TXN_SEED_EVERY` also runs transactions (sim/txn_workload.py): two transactional ids, a
-read_committed consumer per partition, restarted producer instances fencing their zombies. One
-in `JBOD_SEED_EVERY` gives each broker two log dirs. The invariants are
+read_committed consumer per partition, restarted producer instances fencing their zombies (and
+now and then a zombie's late produce); one transactional seed in four (a draw from the seed,
+`runs_txn_verification`) turns KIP-890's transaction.partition.verification.enable off, giving
+up the exactly-once invariants a late produce can break then (`VERIFICATION_OFF_ALLOWED`). One
+in `JBOD_SEED_EVERY` gives each broker two log dirs, transactional seeds too. The invariants are
 checked after every event throughout. Same seed, same run: `RunSummary.trace_digest` is the hash
 of the whole trace.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -35,6 +39,11 @@ class RunSummary:
     acked: int = 0  # acks=all
     committed: int = 0  # transactions whose commit was answered
     aborted: int = 0  # transactions whose abort was answered
+    # transaction.partition.verification.enable in a transactional run (None: no transactions)
+    txn_verification: bool | None = None
+    late_produces: int = 0  # zombies' late produces sent (sim/txn_workload.py)
+    late_appended: int = 0  # of those, appended (error NONE)
+    log_dirs: int = 1  # per broker
     acked_leader_only: int = 0  # acks=1
     consumed: int = 0
     lost: int = 0  # acks=all writes missing at the end
@@ -114,8 +123,6 @@ def varied_config(seed: int, base: SimConfig | None = None) -> SimConfig:
     """`base` with timing knobs drawn from the seed (lag time, session timeout, fetch wait,
     link latency, checkpoint and page-cache intervals): safe to vary without touching
     NoAckedLoss's precondition (min.insync.replicas and acks stay as they are)."""
-    import random
-
     rng = random.Random(seed * 7919 + 17)
     base = base or SimConfig()
     lag_ms = rng.choice((300, 1000, 3000))
@@ -156,6 +163,20 @@ def runs_jbod(seed: int, config: SimConfig | None) -> bool:
     return config is None and seed % JBOD_SEED_EVERY == 1
 
 
+# What a transactional run with KIP-890's verification off gives up: a zombie's late produce may
+# open a transaction no coordinator ends (the LSO held: TransactionsDecided), or one a later
+# marker of its producer id commits (NoAbortedRead, and the counts of CommittedExactlyOnce /
+# AtomicVisibility where it lands inside another transaction).
+VERIFICATION_OFF_ALLOWED = ("NoAbortedRead", "TransactionsDecided", "CommittedExactlyOnce",
+                            "AtomicVisibility")
+
+
+def runs_txn_verification(seed: int) -> bool:
+    """The seed's transaction.partition.verification.enable: off in one transactional seed
+    in four (a draw of its own, independent of which seeds run transactions or two dirs)."""
+    return random.Random(f"transaction.partition.verification.enable {seed}").random() >= 0.25
+
+
 def runs_transactions(seed: int, config: SimConfig | None) -> bool:
     """The default share of seeds with transactions; never under unclean election, which may
     lose acknowledged `__transaction_state` records by design."""
@@ -167,19 +188,29 @@ def run_seed(seed: int, steps: int = 2000, *, brokers: int = 3, partitions: int 
              faults: Iterable[str] = DEFAULT_FAULTS, produce_interval_ms: int = 25,
              settle_ms: int = 60_000, config: SimConfig | None = None, trace: bool = True,
              tail: int = 60, full_trace: bool = False,
-             allowed: tuple[str, ...] = (), transactions: bool | None = None) -> RunSummary:
-    """`transactions`: None for the seed's default (`runs_transactions`)."""
+             allowed: tuple[str, ...] = (), transactions: bool | None = None,
+             txn_verification: bool | None = None) -> RunSummary:
+    """`transactions`: None for the seed's default (`runs_transactions`); `txn_verification`
+    (transaction.partition.verification.enable): None for the seed's (`runs_txn_verification`)."""
     t0 = time.perf_counter()
     if transactions is None:
         transactions = runs_transactions(seed, config)
     if runs_jbod(seed, config):
         config = SimConfig(log_dirs_per_broker=2)
+    verification = None
     if transactions:
-        config = replace(config or SimConfig(), transactions=True)
+        verification = runs_txn_verification(seed) if txn_verification is None \
+            else txn_verification
+        config = replace(config or SimConfig(), transactions=True,
+                         transaction_partition_verification_enable=verification)
+        if not verification:
+            allowed = (*allowed, *VERIFICATION_OFF_ALLOWED)
     if full_trace:
         config = replace(config or SimConfig(), trace_limit=None)
     cluster = build_cluster(seed, brokers=brokers, partitions=partitions, config=config,
                             trace=trace)
+    if verification is not None:
+        cluster.trace_add(("transaction.partition.verification.enable", None, verification))
     cluster.start()
     rng = cluster.rng
     for tp in cluster.tps:
@@ -231,7 +262,11 @@ def run_seed(seed: int, steps: int = 2000, *, brokers: int = 3, partitions: int 
     summary.acked_leader_only = sum(len(p.acked) for p in cluster.producers if p.acks == 1)
     if txn is not None:
         summary.committed = len(txn.ledger.committed)
-        summary.aborted = len(txn.ledger.aborted)
+        summary.aborted = len(txn.ledger.aborted) - txn.late_produces
+        summary.txn_verification = verification
+        summary.late_produces = txn.late_produces
+        summary.late_appended = txn.late_answers.get(0, 0)
+    summary.log_dirs = cluster.config.log_dirs_per_broker
     summary.consumed = sum(len(c.consumed) for c in cluster.consumers)
     summary.lost = sum(1 for v in final if v.invariant == "NoAckedLoss")
     summary.faults = dict(injector.stats.injected)

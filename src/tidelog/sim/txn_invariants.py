@@ -114,6 +114,12 @@ class TxnLedger:
         if committed and txn in self.aborted or not committed and txn in self.committed:
             self._violate(Violation(now_ms, "ConflictingOutcome", None, f"{txn}"))
 
+    def given_up(self, txn: TxnKey, tp: TopicPartition, count: int) -> None:
+        """A batch of `count` records whose producer gave up on it (a zombie's late produce):
+        it must never be read, as an aborted transaction's."""
+        self.wrote(txn, tp, count)
+        self.aborted.add(txn)
+
     def fresh_reader(self) -> TxnLedger:
         """A ledger for another reader: the same transactions and outcomes, nothing read yet
         (e.g. one reading the final logs from their start)."""

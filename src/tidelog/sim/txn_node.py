@@ -8,7 +8,9 @@
   them with the same `write_markers` the asyncio broker runs.
 - A transactional produce is verified (KIP-890) by the same `AddPartitionsToTxnManager` the
   asyncio broker runs, its AddPartitionsToTxn v4 on the simulated network (`BrokerRequest`),
-  and appended only with the verification guard.
+  and appended only with the verification guard; with the run's
+  `transaction_partition_verification_enable` off it is appended unverified, as the asyncio
+  broker's produce handler does with that config off.
 - Partition leaders come from ZooKeeper's partition states, as the clients read them.
 
 `SimTxnHost.sync` follows the node's leadership of `__transaction_state` partitions after every
@@ -201,15 +203,19 @@ class SimTxnHost:
 
     # -- a transactional produce (Kafka's handleProduceAppend before the append) ------------
     def verify_produce(self, src: int, msg: ProduceRequest,
-                       append: Callable[[Mapping[TopicPartition, VerificationGuard]], None]
-                       ) -> None:
+                       append: Callable[[Mapping[TopicPartition, VerificationGuard] | None],
+                                        None]) -> None:
         """Verify `msg`'s batch with its coordinator; `append` it with the guards when
-        verified, else answer the producer the verification's error."""
+        verified, else answer the producer the verification's error. With verification off,
+        `append` at once without guards (None: the log checks none)."""
+        if not self.cluster.config.transaction_partition_verification_enable:
+            append(None)
+            return
         self.tasks.spawn(self._verify_produce(src, msg, append))
 
     async def _verify_produce(self, src: int, msg: ProduceRequest,
-                              append: Callable[[Mapping[TopicPartition, VerificationGuard]],
-                                               None]) -> None:
+                              append: Callable[[Mapping[TopicPartition, VerificationGuard]
+                                                | None], None]) -> None:
         assert msg.transactional_id is not None
         failed, guards = await self.verifier.verify_produce(
             self.node.core, msg.transactional_id, {msg.tp: msg.records},

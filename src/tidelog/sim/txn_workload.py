@@ -11,7 +11,14 @@ ZooKeeper's producer-id blocks hand out ids no other broker hands out.
 Workload: `producers_per_run` transactional ids, each writing transactions over the data
 partitions (commit or abort at random, some left open past their timeout), a read_committed
 consumer per data partition; `restart` starts a new instance of an id while the old one runs
-on as a zombie (fenced by the new instance's InitProducerId). At the end, `finish` lets every
+on as a zombie (fenced by the new instance's InitProducerId); in `late_share` of the restarts a
+batch the zombie sent earlier reaches its partition's leader only after the new instance got its
+epoch (a produce request held in the network: same producer id, the zombie's epoch and next
+sequence), right after. With KIP-890 verification the leader asks the coordinator, which knows the newer
+epoch, and refuses it; without, the leader (whose log may not have seen the newer epoch) appends
+it as the first batch of a transaction no coordinator knows: it hangs, holding the LSO, until a
+marker of that producer id lands there, which may commit it (the ledger counts the batch as
+given up: reading it is a NoAbortedRead). At the end, `finish` lets every
 transaction be decided (the producers stop beginning new ones; the coordinators complete or
 time out the rest) and the consumers read to the last stable offset, then the ledger's end
 checks run.
@@ -25,10 +32,11 @@ from typing import TYPE_CHECKING
 from tidelog.coordinator.offsets import partition_for
 from tidelog.coordinator.transaction.log import TRANSACTION_STATE_TOPIC_NAME
 from tidelog.coordinator.transaction.state_manager import TransactionConfig
+from tidelog.protocol.records.builder import build_values
 from tidelog.replication.types import TopicPartition
 from tidelog.sim.client import TxnConsumer, TxnProducer
 from tidelog.sim.invariants import Violation
-from tidelog.sim.messages import CLIENT_BASE
+from tidelog.sim.messages import CLIENT_BASE, ProduceRequest, ProduceResponse
 from tidelog.sim.tasks import SimFuture
 from tidelog.sim.txn_invariants import TxnLedger
 
@@ -66,6 +74,11 @@ class TxnWorkload:
         # Crashes aimed at a coordinator completing a transaction (the run's fault injector).
         self.injector: FaultInjector | None = None
         self.aim_share = 0.1
+        # Restarts followed by a late produce of the zombie; their answers by error code.
+        self.late_share = 0.3
+        self.late_produces = 0
+        self.late_answers: dict[int, int] = {}
+        self._late_node: int | None = None
 
     def assignments(self) -> dict[TopicPartition, tuple[int, ...]]:
         n = self.cluster.config.brokers
@@ -138,7 +151,53 @@ class TxnWorkload:
             return None
         txn_id = self.rng.choice(sorted(self.current))
         self.cluster.trace_add(("txn_producer_restart", None, txn_id))
-        return self.add_producer(txn_id)
+        zombie = self.current[txn_id]
+        fresh = self.add_producer(txn_id)
+        if self.rng.random() < self.late_share:
+            self._late_produce(zombie, fresh, 1000)
+        return fresh
+
+    def _late_produce(self, zombie: TxnProducer, fresh: TxnProducer, tries: int) -> None:
+        """Once `fresh` has an epoch newer than `zombie`'s (checked every 5 ms, `tries`
+        times), a batch of the zombie is sent to a partition's leader 0-20 ms later (before
+        the new instance's first write there, mostly)."""
+        if zombie.producer_epoch < 0 or tries <= 0:
+            return
+        if fresh.producer_id != zombie.producer_id or fresh.producer_epoch <= \
+                zombie.producer_epoch:
+            self.cluster.scheduler.schedule(5, self._late_produce, zombie, fresh, tries - 1)
+            return
+        tp = self.rng.choice(self.cluster.tps)
+        count = self.rng.randint(1, 2)
+        txn = (zombie.transactional_id, self.ledger.next_number(zombie.transactional_id))
+        records = bytes(build_values(
+            [self.ledger.value(txn, i, count) for i in range(count)],
+            now_ms=self.cluster.scheduler.now_ms, producer_id=zombie.producer_id,
+            producer_epoch=zombie.producer_epoch, base_sequence=zombie.next_sequence(tp),
+            transactional=True))
+        self.ledger.given_up(txn, tp, count)
+        self.cluster.scheduler.schedule(self.rng.randint(0, 20), self._send_late, txn, tp,
+                                        records, zombie.producer_epoch)
+
+    def _send_late(self, txn: tuple[str, int], tp: TopicPartition, records: bytes,
+                   epoch: int) -> None:
+        c = self.cluster
+        if self._late_node is None:
+            self._late_node = self._node_id()
+            c.network.register(self._late_node, self._late_answer)
+        leader, _ = c.leader_of(tp)
+        self.late_produces += 1
+        c.trace_add(("txn_late_produce", str(tp), txn[0], ("txn", txn[1]), ("epoch", epoch),
+                     ("leader", leader)))
+        if leader >= 0:
+            c.network.send(self._late_node, leader, ProduceRequest(
+                self.late_produces, -1, c.config.request_timeout_ms, tp, records, txn[0]))
+
+    def _late_answer(self, src: int, msg: object) -> None:
+        if isinstance(msg, ProduceResponse):
+            self.late_answers[msg.error] = self.late_answers.get(msg.error, 0) + 1
+            self.cluster.trace_add(("txn_late_produce_answer", str(msg.tp),
+                                    ("error", msg.error), ("offset", msg.base_offset)))
 
     def restart_every(self, mean_ms: int) -> None:
         """Restart a random id's producer at exponential intervals of mean `mean_ms` while
