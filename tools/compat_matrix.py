@@ -49,6 +49,7 @@ MODULE_CLIENTS = {
     "test_fetch_epochs.py": "raw requests",
     "test_fetch_sessions_against_kafka.py": "raw Fetch and Metadata, confluent-kafka AdminClient",
     "test_group_offsets.py": "raw requests",
+    "test_held_fetches_against_kafka.py": "raw Fetch, AlterPartitionReassignments and Metadata, confluent-kafka AdminClient",
     "test_isr_broker_epochs_against_kafka.py": "raw Fetch, ZooKeeper registrations",
     "test_java_clients.py": "Kafka's Java clients",
     "test_java_transactions.py": "Kafka's Java clients",

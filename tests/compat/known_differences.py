@@ -75,6 +75,17 @@ DIFFERENCES: dict[str, Difference] = {
         test="tests/compat/test_dynamic_broker_keys_against_kafka.py::"
              "test_the_listener_keys_per_broker_differ_as_documented",
     ),
+    "held fetch fenced by the same leader's new epoch": Difference(
+        what="a Fetch held for min_bytes naming the leader epoch that a LeaderAndIsr keeping "
+             "the same leader moves past (e.g. a reassignment that only reorders the replicas)",
+        kafka="FENCED_LEADER_EPOCH at the fetch's max_wait_ms (ZooKeeper mode: makeLeader "
+              "re-checks held fetches only when the HW moves)",
+        tidelog="FENCED_LEADER_EPOCH at once",
+        why="the same answer, sooner: tidelog re-checks held fetches at every role change, "
+            "and a consumer with a stale epoch refreshes its metadata without waiting",
+        test="tests/compat/test_held_fetches_against_kafka.py::"
+             "test_held_fetches_fenced_by_a_new_epoch_of_the_same_leader",
+    ),
     "stale broker epoch in the isr": Difference(
         what="a replica's Fetch v15+ whose ReplicaState names a broker epoch older than its "
              "broker's current registration (the process before a restart), caught up",
