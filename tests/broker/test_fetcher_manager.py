@@ -112,6 +112,22 @@ def test_requests_translate_to_the_wire_and_back() -> None:
     assert (got[b].offset, got[b].leader_epoch) == (8, 1)
 
 
+def test_a_fetch_carries_the_last_fetched_epoch_and_its_answer_the_diverging_epoch() -> None:
+    # Fetch v12+ (KIP-595): what truncation on fetch needs both ways.
+    a, b = TopicPartition("a", 0), TopicPartition("a", 1)
+    fetch = FetchRequest(1, 2, 7, 99, 500, 1, 1 << 20, {a: FetchPartition(10, 4, 2, 4096, 3),
+                                                       b: FetchPartition(5, 4, 0, 4096)})
+    wire = _roundtrip(to_wire(fetch), 12)
+    assert {p.partition: p.last_fetched_epoch for t in wire.topics for p in t.partitions} == {
+        0: 3, 1: -1}
+    resp = m_fetch.FetchResponse(responses=[m_fetch.FetchableTopicResponse(topic="a", partitions=[
+        m_fetch.PartitionData(partition_index=0, high_watermark=9, records=None,
+                              diverging_epoch=m_fetch.EpochEndOffset(epoch=2, end_offset=8)),
+        m_fetch.PartitionData(partition_index=1, high_watermark=9, records=None)])])
+    got = from_wire(fetch, resp).partitions
+    assert (got[a].diverging_epoch, got[b].diverging_epoch) == ((2, 8), None)
+
+
 def test_an_error_code_the_core_does_not_know_reads_as_unknown_server_error() -> None:
     a = TopicPartition("a", 0)
     ofle = OffsetsForLeaderEpochRequest(2, 2, 7, {a: (4, 3)})

@@ -52,7 +52,8 @@ def test_a_full_fetch_opens_the_session_and_the_next_ones_list_only_changes() ->
     assert TP in result.appended and logs[TP].log_end_offset == 3
     nxt = only(f.poll_requests(2), FetchRequest)
     assert nxt.session_epoch == 2
-    assert dict(nxt.listed) == {TP: FetchPartition(3, 0, 0, CONFIG.replica_fetch_max_bytes)}
+    # (with the epoch of the records fetched as its last fetched epoch: truncation on fetch)
+    assert dict(nxt.listed) == {TP: FetchPartition(3, 0, 0, CONFIG.replica_fetch_max_bytes, 0)}
     assert nxt.to_forget == ()
     # An answer naming only the HW change moves the follower's HW.
     f.handle_response(nxt, answer(a=idle(hw=3)), 3)

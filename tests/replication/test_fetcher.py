@@ -1,4 +1,6 @@
-"""The replica fetcher (seed 002): fetch states, truncation (KIP-101/279) and the error table."""
+"""The replica fetcher (seed 002): fetch states, truncation through OffsetsForLeaderEpoch
+(KIP-101/279, a leader before IBP 2.7: ``truncation_on_fetch=False``) and the error table.
+Truncation on a fetch answer's diverging epoch: test_truncation_on_fetch.py."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from tidelog.storage.log import Log
 TP2 = TopicPartition("orders", 1)
 BACKOFF = 100
 CONFIG = ReplicationConfig(replica_fetch_backoff_ms=BACKOFF, replica_socket_timeout_ms=5_000)
+BEFORE_2_7 = CONFIG.with_(truncation_on_fetch=False)  # the KIP-279 OffsetsForLeaderEpoch exchange
 
 
 def leader_log(io: MemoryFileIO, sizes_by_epoch: list[tuple[int, int]], tp: TopicPartition = TP) -> Log:
@@ -127,7 +130,9 @@ def test_out_of_range_when_the_leader_is_behind_truncates_to_the_leaders_leo() -
     assert lo.partitions == {TP: (1, LATEST_TIMESTAMP)}
     f.handle_response(lo, {TP: ListOffsetsPartitionResult(Errors.NONE, 3, 1)}, 2)
     assert logs[TP].log_end_offset == 3
-    assert f.partition_states.state_value(TP) == PartitionFetchState(3, 1, ReplicaState.FETCHING)
+    # Fetching with its latest epoch as the last fetched one (Kafka's fetchOffsetAndTruncate).
+    assert f.partition_states.state_value(TP) == PartitionFetchState(
+        3, 1, ReplicaState.FETCHING, last_fetched_epoch=0)
 
 
 def test_out_of_range_below_the_leaders_log_start_restarts_the_log_there() -> None:
@@ -240,6 +245,7 @@ def test_truncate_to_hw_rule_cuts_to_the_hw_without_asking_the_leader() -> None:
     f.add_partitions({TP: (2, 1)}, 0)
     req = only(f.poll_requests(0), FetchRequest)
     assert logs[TP].log_end_offset == 2 and req.partitions[TP].fetch_offset == 2
+    assert req.partitions[TP].last_fetched_epoch == -1  # no truncation on fetch before KIP-101
 
 
 def test_with_epochs_a_follower_keeps_data_above_its_hw_that_the_leader_has() -> None:
@@ -247,7 +253,7 @@ def test_with_epochs_a_follower_keeps_data_above_its_hw_that_the_leader_has() ->
     io = MemoryFileIO()
     leader = Partition(TP, 1, leader_log(io, [(0, 2), (0, 3)]), CONFIG)
     leader.make_leader(state(1, 1, (1, 2), replicas=(1, 2)), 0)
-    f, logs = follower(io)
+    f, logs = follower(io, config=BEFORE_2_7)
     logs[TP].append_as_follower(bytes(leader.log.read(0, 1 << 20).records), 0)
     logs[TP].update_high_watermark(2)
     f.add_partitions({TP: (2, 1)}, 0)
@@ -268,7 +274,7 @@ def test_kip_279_the_exchange_repeats_until_the_fork_is_found() -> None:
     io = MemoryFileIO()
     leader = Partition(TP, 1, leader_log(io, [(0, 3), (1, 2), (3, 2)]), CONFIG)
     leader.make_leader(state(1, 4, (1, 2), replicas=(1, 2)), 0)
-    f, logs = follower(io)
+    f, logs = follower(io, config=BEFORE_2_7)
     diverged = leader_log(MemoryFileIO(), [(0, 3), (2, 5)])
     logs[TP].append_as_follower(bytes(diverged.read(0, 1 << 20).records), 0)
     f.add_partitions({TP: (0, 4)}, 0)
@@ -296,7 +302,7 @@ def test_kip_279_the_exchange_repeats_until_the_fork_is_found() -> None:
 
 def test_offsets_for_leader_epoch_errors_back_off_and_fenced_stops() -> None:
     io = MemoryFileIO()
-    f, logs = follower(io)
+    f, logs = follower(io, config=BEFORE_2_7)
     logs[TP].append_as_follower(bytes(leader_log(MemoryFileIO(), [(0, 2)]).read(0, 1 << 20).records), 0)
     f.add_partitions({TP: (0, 1)}, 0)
     req = only(f.poll_requests(0), OffsetsForLeaderEpochRequest)

@@ -112,6 +112,7 @@ def to_wire(request: FetcherRequest, topic_id_of: TopicIdLookup = _no_topic_id,
                             fetch_offset=listed[tp].fetch_offset,
                             log_start_offset=listed[tp].log_start_offset,
                             partition_max_bytes=listed[tp].max_bytes,
+                            last_fetched_epoch=listed[tp].last_fetched_epoch,
                         )
                         for tp in tps
                     ],
@@ -174,9 +175,12 @@ def from_wire(request: FetcherRequest, response: Any,
             if topic is None:
                 continue  # an id this fetch did not name
             for p in t.partitions:
+                de = p.diverging_epoch  # v12+; None or epoch -1: none
                 out[TopicPartition(topic, p.partition_index)] = FetchPartitionData(
                     error(p.error_code, _UNKNOWN), p.high_watermark, p.log_start_offset,
                     p.records if p.records is not None else b"", p.last_stable_offset,
+                    diverging_epoch=(None if de is None or de.epoch < 0
+                                     else (de.epoch, de.end_offset)),
                 )
         return FetchResponseData(error(response.error_code, _UNKNOWN), response.session_id, out)
     if isinstance(request, OffsetsForLeaderEpochRequest):

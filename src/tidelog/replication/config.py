@@ -54,6 +54,10 @@ class ReplicationConfig:
     # OFFSET_NOT_AVAILABLE until its HW reaches its epoch's start offset (KIP-207's rule, which
     # Kafka applies to ListOffsets only; False = Kafka's Fetch, where the HW may go back).
     consumer_hw_guard: bool = True
+    # Kafka's isTruncationOnFetchSupported (IBP >= 2.7, KIP-595): followers send their last
+    # fetched epoch and truncate on the leader's diverging epoch instead of asking
+    # OffsetsForLeaderEpoch first. False: a leader before 2.7 (the KIP-279 exchange).
+    truncation_on_fetch: bool = True
     # naive-rule switches (see the module docstring)
     truncate_to_hw: bool = False
     fence_leader_epochs: bool = True

@@ -12,12 +12,23 @@ Per partition (``PartitionFetchState``): the fetch offset, the current leader ep
 (Truncating / Fetching) and a back-off deadline. ``PartitionStates.update_and_move_to_end`` gives
 fairness: a partition that just received data goes to the back of the fetch order.
 
-Truncation (``maybe_truncate``): a partition starts in Truncating. With leader epochs it asks the
-leader OffsetsForLeaderEpoch(current leader epoch, its latest local epoch) and truncates to
+Truncation on fetch (KIP-595's DivergingEpoch, Kafka's replica fetcher since IBP 2.7:
+``ReplicationConfig.truncation_on_fetch``): a partition whose log has a leader epoch starts in
+Fetching at its LEO (Kafka's ``initialFetchOffset``) and sends its last fetched epoch (the log's
+latest epoch) with each fetch; when the leader's history diverges from it there, the answer
+carries ``diverging_epoch`` (epoch, end offset) and no records, and the fetcher truncates by the
+same rule as for an OffsetsForLeaderEpoch answer (``_truncate_to_epoch_end_offsets``), then
+fetches again from its new LEO with its new latest epoch (another diverging answer if the fork
+is further back). No OffsetsForLeaderEpoch is sent then.
+
+Truncation through OffsetsForLeaderEpoch (``maybe_truncate``; without truncation on fetch: a
+leader before IBP 2.7): a partition starts in Truncating. With leader epochs it asks the leader
+OffsetsForLeaderEpoch(current leader epoch, its latest local epoch) and truncates to
 min(its end offset for the epoch the leader answered, the leader's end offset); when it does
 not know the leader's epoch it truncates to the end of its own largest smaller epoch and asks
 again, until the fork is found (KIP-279). Without epochs (no epoch in the log, or
-``truncate_to_hw``: pre-KIP-101) it truncates to the HW (its initial fetch offset).
+``truncate_to_hw``: pre-KIP-101) it starts in Truncating either way and truncates to the HW
+(its initial fetch offset).
 
 Fetch response errors (seed 002's table):
 - NONE: append as follower; follower HW = min(own LEO, leader's HW) (seed 001); move to the end.
@@ -78,6 +89,9 @@ class PartitionFetchState:
     current_leader_epoch: int
     state: ReplicaState = ReplicaState.FETCHING
     delay_until_ms: int = 0
+    # The epoch of the last record fetched (the log's latest epoch), sent with each fetch when
+    # truncation on fetch is on; UNDEFINED_EPOCH: none (Kafka's Option.empty).
+    last_fetched_epoch: int = UNDEFINED_EPOCH
 
     def is_delayed(self, now_ms: int) -> bool:
         return now_ms < self.delay_until_ms
@@ -151,6 +165,9 @@ class FetchPartition:
     current_leader_epoch: int
     log_start_offset: int
     max_bytes: int
+    # Fetch v12+ (KIP-595): the leader answers a diverging epoch when it does not have this
+    # epoch ending at or after the fetch offset; UNDEFINED_EPOCH: not sent.
+    last_fetched_epoch: int = UNDEFINED_EPOCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,10 +194,11 @@ class FetchRequest:
         """The partitions the request lists on the wire."""
         return self.partitions if self.to_send is None else self.to_send
 
-    def fetch_args(self) -> dict[TopicPartition, tuple[int, int, int, int]]:
+    def fetch_args(self) -> dict[TopicPartition, tuple[int, int, int, int, int]]:
         """The ``partitions`` argument of ``ReplicaManager.fetch_messages``."""
         return {
-            tp: (p.fetch_offset, p.current_leader_epoch, p.log_start_offset, p.max_bytes)
+            tp: (p.fetch_offset, p.current_leader_epoch, p.log_start_offset, p.max_bytes,
+                 p.last_fetched_epoch)
             for tp, p in self.partitions.items()
         }
 
@@ -346,6 +364,11 @@ class ReplicaFetcher:
         self.config = config or ReplicationConfig()
         self.broker_epoch = broker_epoch
         self._logs = logs
+        # Kafka's isTruncationOnFetchSupported (2.7); never with the naive rules of the brokers
+        # before it: truncation to the HW (pre-KIP-101), no epoch fencing (pre-KIP-320).
+        self.truncation_on_fetch = (self.config.truncation_on_fetch
+                                    and not self.config.truncate_to_hw
+                                    and self.config.fence_leader_epochs)
         self.partition_states = PartitionStates()
         self.failed_partitions: set[TopicPartition] = set()
         # tp -> the ListOffsets timestamp being asked (out-of-range handling in progress)
@@ -367,8 +390,11 @@ class ReplicaFetcher:
     def add_partitions(
         self, initial: Mapping[TopicPartition, tuple[int, int]], now_ms: int
     ) -> None:
-        """``{tp: (fetch_offset, leader_epoch)}``: start each in Truncating (KIP-101/279). A
-        partition already here with the same leader epoch keeps its state (Kafka does the same)."""
+        """``{tp: (fetch_offset, leader_epoch)}`` (the fetch offset: the HW): Kafka's
+        ``partitionFetchState``. With truncation on fetch and a leader epoch in the log, Fetching
+        from the LEO with the log's latest epoch (Kafka's ``initialFetchOffset``); else
+        Truncating from the HW (KIP-101/279, or to the HW without epochs). A partition already
+        here with the same leader epoch keeps its state (Kafka does the same)."""
         for tp, (fetch_offset, leader_epoch) in initial.items():
             self.failed_partitions.discard(tp)
             current = self.partition_states.state_value(tp)
@@ -376,9 +402,14 @@ class ReplicaFetcher:
                 continue
             self._offset_resets.pop(tp, None)
             self._lag.pop(tp, None)
-            self.partition_states.update_and_move_to_end(
-                tp, PartitionFetchState(fetch_offset, leader_epoch, ReplicaState.TRUNCATING)
-            )
+            log = self._logs(tp) if self.truncation_on_fetch else None
+            latest_epoch = None if log is None else log.latest_epoch
+            if log is not None and latest_epoch is not None:
+                new = PartitionFetchState(log.log_end_offset, leader_epoch,
+                                          last_fetched_epoch=latest_epoch)
+            else:
+                new = PartitionFetchState(fetch_offset, leader_epoch, ReplicaState.TRUNCATING)
+            self.partition_states.update_and_move_to_end(tp, new)
 
     def remove_partitions(self, tps: Iterable[TopicPartition]) -> None:
         for tp in tps:
@@ -500,9 +531,21 @@ class ReplicaFetcher:
         offset = self._truncate(tp, log, min(state.fetch_offset, log.log_end_offset))
         if offset is None:
             return
-        self.partition_states.update(
-            tp, PartitionFetchState(offset, state.current_leader_epoch, ReplicaState.FETCHING)
-        )
+        self.partition_states.update(tp, self._fetching(offset, state, log))
+
+    def _fetching(self, offset: int, state: PartitionFetchState, log: Any,
+                  truncation_complete: bool = True) -> PartitionFetchState:
+        """The state after a truncation or an offset reset, at ``offset`` (Kafka's
+        updateFetchOffsetAndMaybeMarkTruncationComplete): Fetching, with the log's latest epoch
+        as the last fetched one; an incomplete KIP-279 truncation stays Truncating unless
+        truncation on fetch is on (its next fetch then finds the rest of the fork)."""
+        if not (truncation_complete or self.truncation_on_fetch):
+            return PartitionFetchState(offset, state.current_leader_epoch,
+                                       ReplicaState.TRUNCATING)
+        latest_epoch = log.latest_epoch if self.truncation_on_fetch else None
+        return PartitionFetchState(
+            offset, state.current_leader_epoch,
+            last_fetched_epoch=UNDEFINED_EPOCH if latest_epoch is None else latest_epoch)
 
     def _truncate(self, tp: TopicPartition, log: Any, offset: int) -> int | None:
         """Truncate to ``offset``; returns the offset to fetch from next (the new LEO: a batch
@@ -525,6 +568,7 @@ class ReplicaFetcher:
         if not self._take_in_flight(request):
             return
         with_error: set[TopicPartition] = set()
+        answers: dict[TopicPartition, tuple[int, EpochEndOffset]] = {}
         for tp, (request_epoch, _) in request.partitions.items():
             state = self.partition_states.state_value(tp)
             if (
@@ -536,6 +580,22 @@ class ReplicaFetcher:
             answer = response.get(tp)
             if answer is None:
                 with_error.add(tp)
+            else:
+                answers[tp] = (request_epoch, answer)
+        with_error |= self._truncate_to_epoch_end_offsets(answers)
+        self._delay_partitions(with_error, now_ms)
+
+    def _truncate_to_epoch_end_offsets(
+        self, answers: Mapping[TopicPartition, tuple[int, EpochEndOffset]]
+    ) -> set[TopicPartition]:
+        """Kafka's maybeTruncateToEpochEndOffsets + updateFetchOffsetAndMaybeMarkTruncationComplete,
+        for OffsetsForLeaderEpoch answers and a fetch answer's diverging epochs alike:
+        ``{tp: (the current leader epoch the request carried, the leader's epoch end offset)}``;
+        returns the partitions to back off."""
+        with_error: set[TopicPartition] = set()
+        for tp, (request_epoch, answer) in answers.items():
+            state = self.partition_states.state_value(tp)
+            if state is None:
                 continue
             if answer.error == Errors.FENCED_LEADER_EPOCH:
                 if self._on_partition_fenced(tp, request_epoch):
@@ -551,15 +611,8 @@ class ReplicaFetcher:
             offset = self._truncate(tp, log, target)
             if offset is None:
                 continue
-            self.partition_states.update(
-                tp,
-                PartitionFetchState(
-                    offset,
-                    state.current_leader_epoch,
-                    ReplicaState.FETCHING if completed else ReplicaState.TRUNCATING,
-                ),
-            )
-        self._delay_partitions(with_error, now_ms)
+            self.partition_states.update(tp, self._fetching(offset, state, log, completed))
+        return with_error
 
     @staticmethod
     def get_offset_truncation_state(
@@ -632,7 +685,7 @@ class ReplicaFetcher:
             if offset is None:
                 self._offset_resets[tp] = EARLIEST_TIMESTAMP  # the leader's start is needed too
             elif offset >= 0:
-                self._reset_done(tp, state, offset)
+                self._reset_done(tp, state, offset, log)
         self._delay_partitions(with_error, now_ms)
 
     def fetch_offset_and_truncate(
@@ -665,11 +718,10 @@ class ReplicaFetcher:
                 return -1
         return max(leader_start_offset, replica_end)
 
-    def _reset_done(self, tp: TopicPartition, state: PartitionFetchState, offset: int) -> None:
+    def _reset_done(self, tp: TopicPartition, state: PartitionFetchState, offset: int,
+                    log: Any) -> None:
         self._offset_resets.pop(tp, None)
-        self.partition_states.update_and_move_to_end(
-            tp, PartitionFetchState(offset, state.current_leader_epoch, ReplicaState.FETCHING)
-        )
+        self.partition_states.update_and_move_to_end(tp, self._fetching(offset, state, log))
 
     # ------------------------------------------------------------------ fetch
     def build_fetch(self, now_ms: int) -> FetchRequest | None:
@@ -733,14 +785,22 @@ class ReplicaFetcher:
         log = self._logs(tp)
         if log is None:
             return None
-        log_start = log.log_start_offset
-        max_bytes = self.config.replica_fetch_max_bytes
-        # The same object when nothing changed: the session's diff then compares by identity.
+        return self._partition_data(state, log.log_start_offset,
+                                    self.config.replica_fetch_max_bytes, prev)
+
+    def _partition_data(self, state: PartitionFetchState, log_start: int, max_bytes: int,
+                        prev: FetchPartition | None) -> FetchPartition:
+        """What the fetch asks of one partition; ``prev`` itself when nothing changed (the
+        session's diff then compares by identity)."""
+        # Kafka's buildFetch: the last fetched epoch only with truncation on fetch.
+        last_epoch = state.last_fetched_epoch if self.truncation_on_fetch else UNDEFINED_EPOCH
         if (prev is not None and prev.fetch_offset == state.fetch_offset
                 and prev.current_leader_epoch == state.current_leader_epoch
-                and prev.log_start_offset == log_start and prev.max_bytes == max_bytes):
+                and prev.log_start_offset == log_start and prev.max_bytes == max_bytes
+                and prev.last_fetched_epoch == last_epoch):
             return prev
-        return FetchPartition(state.fetch_offset, state.current_leader_epoch, log_start, max_bytes)
+        return FetchPartition(state.fetch_offset, state.current_leader_epoch, log_start,
+                              max_bytes, last_epoch)
 
     def _wanted_from_all(self, now_ms: int) -> dict[TopicPartition, FetchPartition]:
         self.partition_states.changed = set()
@@ -764,16 +824,7 @@ class ReplicaFetcher:
             log = self._logs(tp)
             if log is None:
                 continue
-            log_start = log.log_start_offset
-            prev = last.get(tp)
-            # The same object when nothing changed: the session's diff then compares by identity.
-            if (prev is not None and prev.fetch_offset == state.fetch_offset
-                    and prev.current_leader_epoch == state.current_leader_epoch
-                    and prev.log_start_offset == log_start and prev.max_bytes == max_bytes):
-                parts[tp] = prev
-            else:
-                parts[tp] = FetchPartition(
-                    state.fetch_offset, state.current_leader_epoch, log_start, max_bytes)
+            parts[tp] = self._partition_data(state, log.log_start_offset, max_bytes, last.get(tp))
         return parts
 
     def process_fetch_response(
@@ -798,6 +849,7 @@ class ReplicaFetcher:
         # Whatever happens to them here (log start, offset reset), look at them next build.
         self.partition_states.changed.update(response)
         with_error: set[TopicPartition] = set()
+        diverging: dict[TopicPartition, tuple[int, EpochEndOffset]] = {}
         for tp, data in response.items():
             sent = request.partitions.get(tp)
             state = self.partition_states.state_value(tp)
@@ -814,7 +866,14 @@ class ReplicaFetcher:
             error = data.error
             if error != Errors.NONE:
                 result.errors[tp] = error
-            if error == Errors.NONE:
+            if error == Errors.NONE and data.diverging_epoch is not None \
+                    and self.truncation_on_fetch:
+                # Kafka's processFetchRequest: no records then, and neither the HW nor the log
+                # start are taken from the answer until the log is truncated (the next fetch).
+                epoch, end_offset = data.diverging_epoch
+                diverging[tp] = (sent.current_leader_epoch,
+                                 EpochEndOffset(Errors.NONE, epoch, end_offset))
+            elif error == Errors.NONE:
                 self._handle_partition_data(tp, state, data, now_ms, result, with_error)
             elif error == Errors.OFFSET_OUT_OF_RANGE:
                 self._offset_resets[tp] = LATEST_TIMESTAMP
@@ -825,6 +884,8 @@ class ReplicaFetcher:
                     result.failed.add(tp)
             else:  # UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER, storage errors at the leader, ...
                 with_error.add(tp)
+        if diverging:  # Kafka's truncateOnFetchResponse
+            with_error |= self._truncate_to_epoch_end_offsets(diverging)
         self._delay_partitions(with_error, now_ms)
         return result
 
@@ -867,9 +928,13 @@ class ReplicaFetcher:
             self._lag[tp] = max(0, data.high_watermark - next_offset)
         if info is not None and info.valid_bytes > 0 and tp in self.partition_states:
             result.appended[tp] = info
+            # Kafka: the last appended batch's leader epoch, i.e. the log's latest epoch now.
+            latest_epoch = log.latest_epoch if self.truncation_on_fetch else None
             self.partition_states.update_and_move_to_end(
-                tp, PartitionFetchState(info.last_offset + 1, state.current_leader_epoch)
-            )
+                tp, PartitionFetchState(
+                    info.last_offset + 1, state.current_leader_epoch,
+                    last_fetched_epoch=(state.last_fetched_epoch if latest_epoch is None
+                                        else latest_epoch)))
 
     @staticmethod
     def process_partition_data(
