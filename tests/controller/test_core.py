@@ -130,6 +130,37 @@ def test_bounced_broker_with_new_epoch_is_a_failure_then_a_startup() -> None:
     assert lai and lai[0].broker_epoch == 99
 
 
+def test_a_bounce_writes_each_partition_once_and_its_elections_last() -> None:
+    # led: moves to 1 at the failure; alone: no other replica, so leaderless at the failure and
+    # led by the new registration after it; followed: 0 leaves the ISR.
+    led, alone, followed = (TopicPartition("t", p) for p in range(3))
+    core = ControllerCore(100, 1)
+    for tp, replicas in ((led, (0, 1, 2)), (alone, (0,)), (followed, (1, 0))):
+        core.add_partition(tp, replicas)
+    core.live_brokers.update({0: 10, 1: 11, 2: 12})
+    started(core)
+    d = core.on_broker_startup(0, 99)
+    assert [(w.tp, w.state.leader) for w in d.writes] == [(led, 1), (followed, 1), (alone, 0)]
+    assert d.writes[-1].expected_zk_version == 0  # the failure's write of it was replaced
+    assert d.writes[1].state.isr == (1,)
+    out = apply_all(core, d)
+    (lai,) = [r for r in out[0] if isinstance(r, LeaderAndIsrRequest)]
+    assert sorted(s.tp for s in lai.partition_states) == [led, alone, followed]
+
+
+def test_a_started_broker_hears_each_of_its_partitions_once() -> None:
+    core = spread(12)
+    apply_all(core, core.on_broker_failure(3))
+    core.add_partition(TopicPartition("u", 0), (3,))  # no replica alive until 3 starts
+    d = core.on_broker_startup(3, 23)
+    assert [w.tp for w in d.writes] == [TopicPartition("u", 0)]
+    out = apply_all(core, d)
+    (lai,) = [r for r in out[3] if isinstance(r, LeaderAndIsrRequest)]
+    named = [s.tp for s in lai.partition_states]
+    assert sorted(named) == sorted(tp for tp, rs in core.assignments.items() if 3 in rs)
+    assert len(named) == len(set(named))
+
+
 def test_controlled_shutdown_moves_leadership_and_stops_replicas() -> None:
     core = started(cluster())
     d = core.controlled_shutdown(0)
