@@ -110,6 +110,8 @@ def test_transactional_seeds_run_with_two_log_dirs_too() -> None:
 
     both = [s for s in range(48) if runs_transactions(s, None) and runs_jbod(s, None)]
     assert both == [7, 19, 31, 43]
-    s = run_seed(43, 3000)
+    s = run_seed(43, 3000, full_trace=True)
     assert s.log_dirs == 2 and s.txn_verification is not None and s.committed > 0
     assert s.ok, s.report()
+    moves = [line for line in s.trace_tail if "alter_log_dirs" in line]
+    assert any("__transaction_state" in line and "error=0" in line for line in moves)
