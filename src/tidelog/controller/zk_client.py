@@ -47,6 +47,7 @@ from kazoo.exceptions import (
     RolledBackError,
     RuntimeInconsistency,
     SessionExpiredError,
+    UnimplementedError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import Callback, ZnodeStat
@@ -77,6 +78,7 @@ from tidelog.controller.zk_interface import (
     ZkClientError,
     ZnodeVersionError,
 )
+from tidelog.controller.zk_multi_read import MULTI_READ_PATHS, multi_read_async
 
 __all__ = [
     "BrokerAlreadyRegisteredError",
@@ -171,6 +173,8 @@ class KafkaZkClient(KafkaZkReads):
         self._new_session_handlers: list[Callable[[int], None]] = []
         self._session_expired_handlers: list[Callable[[], None]] = []
         self._closed = False
+        # False once ZooKeeper answered a multiRead as unknown (a server before 3.6)
+        self._multi_read = True
         self._zk.add_listener(self._on_state)
 
     @classmethod
@@ -847,10 +851,37 @@ class KafkaZkClient(KafkaZkReads):
                 for path, tp in paths.items() if path in read}
 
     def _get_many(self, paths: Sequence[str]) -> dict[str, tuple[bytes, ZnodeStat]]:
-        """(data, stat) of each znode, read pipelined; a missing one is left out. A read whose
-        answer is lost to a connection problem is retried on its own."""
-        pending = [(path, self._zk.get_async(path)) for path in paths]
+        """(data, stat) of each znode, read pipelined; a missing one is left out. Read as
+        multiRead requests of `MULTI_READ_PATHS` znodes (zk_multi_read.py), or one getData per
+        znode from a ZooKeeper before 3.6; a read whose answer is lost to a connection problem
+        is retried on its own."""
         out: dict[str, tuple[bytes, ZnodeStat]] = {}
+        if self._multi_read:
+            chunks = [paths[i:i + MULTI_READ_PATHS] for i in range(0, len(paths), MULTI_READ_PATHS)]
+            sent = [(chunk, multi_read_async(self._zk, chunk)) for chunk in chunks]
+            unread: list[str] = []
+            for chunk, answer in sent:
+                try:
+                    reads = answer.get(timeout=self.request_timeout_s)
+                except UnimplementedError:
+                    if self._multi_read:
+                        log.info("ZooKeeper has no multiRead (before 3.6): reading znodes one "
+                                 "request each")
+                    self._multi_read = False
+                    unread.extend(chunk)
+                    continue
+                except (ConnectionLoss, OperationTimeoutError, SessionExpiredError,
+                        KazooTimeoutError):
+                    unread.extend(chunk)
+                    continue
+                for path, read in zip(chunk, reads, strict=True):
+                    if isinstance(read, NoNodeError):
+                        continue
+                    if isinstance(read, Exception):
+                        raise read
+                    out[path] = read
+            paths = unread
+        pending = [(path, self._zk.get_async(path)) for path in paths]
         for path, result in pending:
             try:
                 out[path] = result.get(timeout=self.request_timeout_s)
