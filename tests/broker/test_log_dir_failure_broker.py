@@ -7,9 +7,12 @@ Kafka too); here also that broker 1 runs on, serving its other dir."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +22,11 @@ from harness import BrokerThread, broker_props, wait_until
 from zk_chroot import new_chroot
 
 from tidelog.broker.log_dir_failure import set_halt_procedure
+from tidelog.client.connection import BrokerConnection
 from tidelog.controller.admin import AdminZkClient
 from tidelog.controller.controller import KafkaController
 from tidelog.controller.zk_client import KafkaZkClient
+from tidelog.protocol.messages import fetch as m_fetch
 from tidelog.replication.types import TopicPartition
 from tidelog.storage.file_io import OsFileHandle, OsFileIO
 
@@ -201,4 +206,71 @@ def test_a_broker_whose_only_log_dir_fails_halts(zookeeper: Any, tmp_path: Path)
             zk.close()
     finally:
         set_halt_procedure(None)
+        t.stop()
+
+
+def _held_fetch(port: int, topic: str, session: bool) -> tuple[float, list[int]]:
+    """A consumer's Fetch v12 of an empty partition 0, held up to 30 s for one byte (with
+    ``session``: the first incremental fetch of a session opened just before): (the seconds
+    until the answer, its partitions' error codes)."""
+    def request(max_wait_ms: int, session_id: int, epoch: int, listed: bool) -> Any:
+        return m_fetch.FetchRequest(
+            max_wait_ms=max_wait_ms, min_bytes=1, session_id=session_id, session_epoch=epoch,
+            topics=[m_fetch.FetchTopic(topic, partitions=[m_fetch.FetchPartition(
+                0, fetch_offset=0, partition_max_bytes=1 << 20)])] if listed else [])
+
+    async def go() -> tuple[float, list[int]]:
+        conn = BrokerConnection("127.0.0.1", port, request_timeout_ms=60_000)
+        await conn.connect()
+        try:
+            held = request(30_000, 0, -1, True)
+            if session:
+                opened = await conn.send(request(0, 0, 0, True), 12)
+                held = request(30_000, opened.session_id, 1, False)
+            sent = time.monotonic()
+            r = await conn.send(held, 12)
+            return time.monotonic() - sent, [p.error_code for t in r.responses
+                                             for p in t.partitions]
+        finally:
+            await conn.close()
+
+    return asyncio.run(go())
+
+
+def test_fetches_held_on_a_failed_dir_are_answered_at_the_failure(zookeeper: Any,
+                                                                  tmp_path: Path) -> None:
+    """Kafka's DelayedFetch case D: a partition gone offline with its log dir answers the fetch
+    waiting on it with KAFKA_STORAGE_ERROR, sessionless or in a fetch session, at once rather
+    than at the end of its 30 s wait."""
+    disk = FailingDisk()
+    dirs = [str(tmp_path / "d1"), str(tmp_path / "d2")]
+    t = BrokerThread(broker_props(1, new_chroot(zookeeper), tmp_path, **{
+        "log.dirs": ",".join(dirs)}), controller_factory=KafkaController)
+    t.server.file_io = disk
+    t.start()
+    zk = KafkaZkClient(t.server.config.get("zookeeper.connect"), session_timeout_ms=6000).start()
+    pool = ThreadPoolExecutor(max_workers=2)
+    try:
+        AdminZkClient(zk).create_topic("held-on-dir", 1, 1)
+        wait_until(lambda: (p := t.partition("held-on-dir", 0)) is not None and p.is_leader,
+                   what="held-on-dir-0 led")
+        failing = t.call(
+            lambda: t.server.log_manager.log_dir_of[TopicPartition("held-on-dir", 0)])
+        held = [pool.submit(_held_fetch, t.port, "held-on-dir", session)
+                for session in (False, True)]
+        # Both wait at the broker (a fetch answered before the failure would show nothing).
+        wait_until(lambda: t.call(lambda: len(t.server.replica_manager.core.fetch_purgatory))
+                   == 1 and t.call(lambda: sum(
+                       s.waker is not None
+                       for s in t.server.apis.fetch_manager.cache.sessions.values())) == 1,
+                   what="both fetches held")
+        disk.fail(failing)
+        assert log_dir_failure_scenario.produce_once(t.bootstrap, "held-on-dir") is not None
+        for f in held:
+            took, codes = f.result(60)
+            assert codes == [log_dir_failure_scenario.KAFKA_STORAGE_ERROR]
+            assert took < 20, took
+    finally:
+        pool.shutdown()
+        zk.close()
         t.stop()
