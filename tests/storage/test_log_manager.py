@@ -382,29 +382,18 @@ def test_a_power_loss_before_the_first_flush_brings_new_logs_back_empty_or_not_a
     assert {tp: log.log_end_offset for tp, log in third.logs.items()} == {("t", 0): 1, ("t", 1): 1}
 
 
-def test_a_log_dir_it_creates_is_made_durable_in_its_parent() -> None:
+@pytest.mark.parametrize("log_dir", ["/data/disk1", "/data/kafka/logs"])
+def test_a_log_dir_it_creates_is_made_durable_with_its_new_parents(log_dir: str) -> None:
     # Kafka's createAndValidateLogDirs flushes the parent of a log dir it had to create: the
-    # logs flushed into it later must not vanish with its name in a power loss.
+    # logs flushed into it later must not vanish with its name in a power loss. With
+    # /data/kafka/logs on a disk holding /data only, /data/kafka is new too: its name as well.
     fio = MemoryFileIO()
-    m = LogManager(["/data/disk1"], LogConfig(), fio)
+    m = LogManager([log_dir], LogConfig(), fio)
     log = m.get_or_create_log("t", 0)
     log.append_as_leader(batch(), 1, 0)
     log.flush()
     fio.crash()
-    again = LogManager(["/data/disk1"], LogConfig(), fio)
-    assert again.logs[("t", 0)].log_end_offset == 1
-
-
-def test_log_dir_parents_it_creates_are_made_durable_too() -> None:
-    # log.dirs=/data/kafka/logs on a disk with only /data: /data/kafka is new as well, and its
-    # name must be durable in /data, or a power loss takes it with every log flushed below it.
-    fio = MemoryFileIO()
-    m = LogManager(["/data/kafka/logs"], LogConfig(), fio)
-    log = m.get_or_create_log("t", 0)
-    log.append_as_leader(batch(), 1, 0)
-    log.flush()
-    fio.crash()
-    again = LogManager(["/data/kafka/logs"], LogConfig(), fio)
+    again = LogManager([log_dir], LogConfig(), fio)
     assert again.logs[("t", 0)].log_end_offset == 1
 
 
