@@ -51,6 +51,7 @@ from tidelog.sim.messages import ZK_NODE
 
 if TYPE_CHECKING:  # pragma: no cover
     from tidelog.sim.cluster import SimCluster
+    from tidelog.sim.node import SimBroker
 
 ALL_FAULTS = ("drop", "duplicate", "reorder", "delay", "partition", "crash", "pause", "slow",
               "burst", "controller", "disk", "reassign", "add_partitions", "elect",
@@ -417,7 +418,7 @@ class FaultInjector:
 
     def _alter_log_dirs(self) -> None:
         c = self.cluster
-        picks = []
+        picks: list[tuple[SimBroker, TopicPartition, list[str]]] = []
         for n in c.nodes:
             if not n.running or n.paused or n.rm is None or n.broker_id in self._stopping:
                 continue

@@ -148,7 +148,7 @@ class AddPartitionsToTxnManager:
         if not producers:
             return {}, {}
         producer_id, producer_epoch = producers.pop()
-        guards = {}
+        guards: dict[TopicPartition, VerificationGuard] = {}
         for tp in transactional:
             guard = start_transaction_verification(core, tp, producer_id, now_ms)
             if guard is not VerificationGuard.SENTINEL:
@@ -278,7 +278,7 @@ def answer_verifications(coordinator: Any, metadata_cache: Any,
     leader's manager sends: one result per transaction (the simulated broker's; the asyncio
     broker's handler answers every v4 request, added or verified, alike)."""
     assert all(t.verify_only for t in request.transactions)
-    results = []
+    results: list[m_apt.AddPartitionsToTxnResult] = []
     for t in request.transactions:
         wanted = [TopicPartition(tp.name, p) for tp in t.topics for p in tp.partitions]
         errors = unknown_partition_errors(metadata_cache, wanted) or \
