@@ -117,8 +117,8 @@ class LogManager:
         # Partitions the cleaner must not take (a replica being moved to another dir), with
         # how many pauses hold each (Kafka's LogCleaningPaused(count)).
         self.cleaning_paused: dict[TopicPartition, int] = {}
-        # Retired dirs of moved replicas, deleted once file.delete.delay.ms has passed (Kafka's
-        # logsToBeDeleted): (due time, path).
+        # Retired dirs (deleted partitions, dropped future logs, moved replicas' old dirs),
+        # removed once file.delete.delay.ms has passed (Kafka's logsToBeDeleted): (due, path).
         self.logs_to_be_deleted: list[tuple[int, str]] = []
         for log_dir in self.log_dirs:
             self._load_dir(log_dir, now_ms)
