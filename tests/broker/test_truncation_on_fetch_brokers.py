@@ -1,10 +1,15 @@
-"""Truncation on fetch between real brokers (KIP-595, Kafka's replica fetcher since IBP 2.7): a
-follower whose log has a tail the new leader never had (an unclean election) sends its last
-fetched epoch, gets the leader's diverging epoch and truncates there — no OffsetsForLeaderEpoch
-request reaches the leader."""
+"""Log truncation after an unclean election between real brokers. The follower (KIP-595,
+Kafka's replica fetcher since IBP 2.7): its log has a tail the new leader never had; it sends its
+last fetched epoch, gets the leader's diverging epoch and truncates there — no
+OffsetsForLeaderEpoch request reaches the leader. tidelog's consumer (KIP-320, as Kafka's Java
+consumer): it read that tail; after the leader change it validates its position with
+OffsetsForLeaderEpoch and goes back to the divergence point, or raises LogTruncationError with
+auto.offset.reset=none."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +17,10 @@ import pytest
 from harness import ActingController, BrokerThread, broker_props, produce, wait_until
 from zk_chroot import new_chroot
 
-from tidelog.cluster.zookeeper import ZooKeeperServer
+from tidelog.client.cluster import KafkaClient
+from tidelog.client.consumer import Consumer, LogTruncationError
+from tidelog.client.metadata import TopicPartition
+from tidelog.cluster.zookeeper import ZooKeeperServer, pick_free_port
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.records.builder import build_values
 
@@ -42,41 +50,112 @@ def batches(b: BrokerThread, topic: str) -> list[tuple[int, int, int]]:
                            for x in b.server.log_manager.get_log(topic, 0).batches()])
 
 
+class UncleanElection:
+    """Brokers 1 and 2 on fixed ports, topic ``div`` (replicas 1, 2). ``write_tail``: offset 0
+    on both, then broker 2 goes and broker 1 writes offsets 1-2 in epoch 0 alone (committed
+    once the ISR shrinks to 1: a consumer reads them).
+    ``elect_2``: broker 1 goes, broker 2 comes back and is elected uncleanly (epoch 1),
+    writing n1-n3 from offset 1. ``restart_1``: broker 1 comes back as its follower."""
+
+    def __init__(self, zk: str, tmp_path: Path) -> None:
+        self.props = {i: broker_props(i, zk, tmp_path / f"b{i}", **{
+            "listeners": f"PLAINTEXT://127.0.0.1:{pick_free_port()}",
+            "replica.lag.time.max.ms": 1000}) for i in (1, 2)}
+        self.b = {i: BrokerThread(self.props[i]).start() for i in (1, 2)}
+        self.ctl = ActingController(zk, list(self.b.values()))
+        self.bootstrap = ",".join(b.bootstrap for b in self.b.values())
+
+    def write_tail(self) -> None:
+        self.ctl.create_topic("div", {0: [1, 2]})
+        assert produce(self.b[1].port, "div", 0, build_values([b"both"]), acks=-1) == (0, 0)
+        self.b[2].stop()
+        assert produce(self.b[1].port, "div", 0, build_values([b"lost1", b"lost2"]),
+                       acks=1) == (0, 1)
+        wait_until(lambda: self.b[1].partition("div", 0).high_watermark == 3,
+                   what="the ISR shrunk to broker 1 and its HW at 3")
+
+    def elect_2(self) -> None:
+        self.b[1].stop()
+        self.b[2] = BrokerThread(self.props[2]).start()
+        self.ctl.brokers = {2: self.b[2]}
+        self.ctl.change_leader("div", 0, 2, [2])
+        assert produce(self.b[2].port, "div", 0, build_values([b"n1", b"n2", b"n3"]),
+                       acks=1) == (0, 1)
+
+    def restart_1(self) -> None:
+        self.b[1] = BrokerThread(self.props[1]).start()
+        self.ctl.brokers = dict(self.b)
+        self.ctl.send_leader_and_isr("div", [0])
+        self.ctl.send_update_metadata()
+
+    def close(self) -> None:
+        self.ctl.close()
+        for b in self.b.values():
+            b.stop()
+
+
+@pytest.fixture
+def unclean(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[UncleanElection]:
+    c = UncleanElection(new_chroot(zookeeper), tmp_path)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
 @pytest.mark.integration
 def test_after_an_unclean_election_the_old_leader_truncates_on_the_fetch_answer(
-    zookeeper: ZooKeeperServer, tmp_path: Path
+    unclean: UncleanElection
 ) -> None:
-    zk = new_chroot(zookeeper)
-    props = {i: broker_props(i, zk, tmp_path / f"b{i}") for i in (1, 2)}
-    b1, b2 = (BrokerThread(props[i]).start() for i in (1, 2))
-    ctl = ActingController(zk, [b1, b2])
-    try:
-        ctl.create_topic("div", {0: [1, 2]})
-        assert produce(b1.port, "div", 0, build_values([b"both"]), acks=-1) == (0, 0)
-        # Broker 2 goes; broker 1 writes a tail of epoch 0 nobody else has, then goes too.
-        b2.stop()
-        assert produce(b1.port, "div", 0, build_values([b"lost1", b"lost2"]), acks=1) == (0, 1)
-        b1.stop()
-        # Broker 2 comes back and is elected uncleanly (epoch 1), writing from offset 1.
-        b2 = BrokerThread(props[2]).start()
-        ctl.brokers = {2: b2}
-        ctl.change_leader("div", 0, 2, [2])
-        assert produce(b2.port, "div", 0, build_values([b"n1", b"n2", b"n3"]), acks=1) == (0, 1)
-        seen = count_requests(b2, (ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.FETCH))
-        # Broker 1 comes back as a follower with its epoch-0 tail (offsets 1-2).
-        b1 = BrokerThread(props[1]).start()
-        ctl.brokers = {1: b1, 2: b2}
-        ctl.send_leader_and_isr("div", [0])
-        ctl.send_update_metadata()
-        wait_until(lambda: batches(b1, "div") == batches(b2, "div"), what="logs converge")
-        assert batches(b1, "div") == [(0, 0, 0), (1, 3, 1)]
-        fetched = b2.call(lambda: [(p.fetch_offset, p.last_fetched_epoch)
-                                   for r in seen[ApiKey.FETCH] for t in r.topics
-                                   for p in t.partitions])
-        # Its first fetch: from its LEO (3) with its last epoch (0), answered (epoch 0, end 1).
-        assert fetched[0] == (3, 0) and (1, 0) in fetched, fetched
-        assert b2.call(lambda: len(seen[ApiKey.OFFSET_FOR_LEADER_EPOCH])) == 0
-    finally:
-        ctl.close()
-        for b in (b1, b2):
-            b.stop()
+    unclean.write_tail()
+    unclean.elect_2()
+    b2 = unclean.b[2]
+    seen = count_requests(b2, (ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.FETCH))
+    unclean.restart_1()  # broker 1 comes back with its epoch-0 tail (offsets 1-2)
+    b1 = unclean.b[1]
+    wait_until(lambda: batches(b1, "div") == batches(b2, "div"), what="logs converge")
+    assert batches(b1, "div") == [(0, 0, 0), (1, 3, 1)]
+    fetched = b2.call(lambda: [(p.fetch_offset, p.last_fetched_epoch)
+                               for r in seen[ApiKey.FETCH] for t in r.topics
+                               for p in t.partitions])
+    # Its first fetch: from its LEO (3) with its last epoch (0), answered (epoch 0, end 1).
+    assert fetched[0] == (3, 0) and (1, 0) in fetched, fetched
+    assert b2.call(lambda: len(seen[ApiKey.OFFSET_FOR_LEADER_EPOCH])) == 0
+
+
+async def read_values(consumer: Consumer, count: int, polls: int = 50) -> list[bytes]:
+    values: list[bytes] = []
+    for _ in range(polls):
+        if len(values) >= count:
+            break
+        values += [r.value or b"" for r in await consumer.poll(timeout_ms=200)]
+    return values
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("auto_offset_reset", ["earliest", "none"])
+def test_a_consumer_that_read_the_lost_tail_validates_its_position_after_the_election(
+    unclean: UncleanElection, auto_offset_reset: str
+) -> None:
+    unclean.write_tail()
+    tp = TopicPartition("div", 0)
+
+    async def main() -> None:
+        async with KafkaClient(unclean.bootstrap, retry_backoff_ms=50) as client:
+            await client.refresh_metadata(["div"])
+            consumer = Consumer(client, auto_offset_reset=auto_offset_reset,
+                                fetch_max_wait_ms=50)
+            consumer.assign([(tp, 0)])
+            assert await read_values(consumer, 3) == [b"both", b"lost1", b"lost2"]
+            assert consumer.position(tp) == 3
+            await asyncio.to_thread(unclean.elect_2)
+            if auto_offset_reset == "none":
+                with pytest.raises(LogTruncationError) as e:
+                    await read_values(consumer, 3)
+                # the first offset known to diverge and its epoch (Kafka's OffsetAndMetadata)
+                assert (e.value.offset, e.value.divergent_offset) == (3, (1, 0))
+            else:
+                # Back to offset 1, where the logs part: n1-n3, none skipped.
+                assert await read_values(consumer, 3) == [b"n1", b"n2", b"n3"]
+
+    asyncio.run(main())

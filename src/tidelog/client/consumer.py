@@ -23,6 +23,16 @@ a new session; INVALID_FETCH_SESSION_EPOCH, a response that does not fit the ses
 request make the next fetch full again (closing the session); the partitions of such a response
 are not used. ``close`` closes the sessions (epoch -1).
 
+Log truncation (KIP-320), as Kafka's Java consumer: each position keeps the leader epoch of the
+last batch consumed (or the one ListOffsets gave; none after a seek). When the metadata shows a
+newer leader epoch for the partition, the position is validated before its next fetch:
+OffsetsForLeaderEpoch(that epoch) at the leader, then ``SubscriptionState.maybeCompleteValidation``:
+an end offset below the position means the log was truncated there (an unclean election), and
+the position moves back to it, or with ``auto.offset.reset=none`` ``poll`` raises
+``LogTruncationError``; an epoch the leader cannot place resets the position per
+``auto.offset.reset``. Like the Java consumer (``AbstractFetch.prepareFetchRequests``), fetches
+carry no last fetched epoch, so no DivergingEpoch comes back to a consumer.
+
 Consumer groups can be layered on later: they only decide ``assign`` and commit ``position``.
 """
 
@@ -57,6 +67,7 @@ __all__ = [
     "OFFSET_END",
     "Consumer",
     "ConsumerRecord",
+    "LogTruncationError",
     "OffsetOutOfRangeError",
 ]
 
@@ -85,6 +96,17 @@ class OffsetOutOfRangeError(BrokerResponseError):
         super().__init__(ErrorCode.OFFSET_OUT_OF_RANGE, f"{tp} offset {offset}")
         self.topic_partition = tp
         self.offset = offset
+
+
+class LogTruncationError(OffsetOutOfRangeError):
+    """The log was truncated below the position (Kafka's LogTruncationException), with
+    ``auto.offset.reset=none``; ``divergent_offset``: (the first offset known to diverge, its
+    leader epoch), None when the leader could not place the position's epoch."""
+
+    def __init__(self, tp: TopicPartition, offset: int,
+                 divergent_offset: tuple[int, int] | None) -> None:
+        super().__init__(tp, offset)
+        self.divergent_offset = divergent_offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +152,10 @@ class Consumer:
         self._reset: dict[TopicPartition, int] = {}
         self._buffer: dict[TopicPartition, deque[ConsumerRecord]] = {}
         self._high_watermark: dict[TopicPartition, int] = {}
+        # KIP-320 (Kafka's FetchPosition): the leader epoch of the record before the position
+        # (offsetEpoch) and the leader epoch the position was last validated under.
+        self._offset_epoch: dict[TopicPartition, int] = {}
+        self._leader_epoch: dict[TopicPartition, int] = {}
         self._closed = False
         # KIP-227: the fetch session with each broker fetched from (broker id -> its handler)
         self._sessions: dict[int, FetchSessionHandler] = {}
@@ -149,6 +175,8 @@ class Consumer:
         self._buffer.clear()
         self._high_watermark.clear()
         self._preferred.clear()
+        self._offset_epoch.clear()
+        self._leader_epoch.clear()
         for entry in partitions:
             if isinstance(entry, TopicPartition):
                 tp, offset = entry, None
@@ -163,6 +191,7 @@ class Consumer:
         self._buffer.pop(tp, None)
         self._position.pop(tp, None)
         self._reset.pop(tp, None)
+        self._offset_epoch.pop(tp, None)  # a sought position has no epoch: never validated
         if offset is None:
             if self.auto_offset_reset == "none":
                 raise ValueError(f"{tp}: no offset given and auto.offset.reset is none")
@@ -250,8 +279,36 @@ class Consumer:
             if result.error == ErrorCode.NONE and result.offset >= 0:
                 del self._reset[tp]
                 self._position[tp] = result.offset
+                self._offset_epoch[tp] = result.leader_epoch
             elif not _retriable(result.error):
                 raise BrokerResponseError(result.error, f"ListOffsets for {tp}")
+
+    async def _validate(self, tp: TopicPartition, offset: int, part: PartitionMetadata) -> bool:
+        """Kafka's validatePositionsIfNeeded + maybeCompleteValidation for a position whose
+        leader epoch the metadata moved past: whether ``tp`` may be fetched at ``offset`` now
+        (False: it moved, or is validated again at a later poll)."""
+        answer = await self.client.offsets_for_leader_epoch(
+            tp, self._offset_epoch[tp], current_leader_epoch=part.leader_epoch)
+        if self._position.get(tp) != offset:
+            return False  # sought meanwhile
+        if answer.error != ErrorCode.NONE:
+            if _retriable(answer.error) or answer.error in _LEADER_ERRORS:
+                return False  # validated at a later poll, after a metadata refresh
+            raise BrokerResponseError(answer.error, f"OffsetsForLeaderEpoch for {tp}")
+        self._leader_epoch[tp] = part.leader_epoch
+        if answer.offset < 0 or answer.leader_epoch < 0:
+            if self.auto_offset_reset == "none":
+                raise LogTruncationError(tp, offset, None)
+            self._set(tp, None)  # reset per auto.offset.reset
+            return False
+        if answer.offset < offset:
+            if self.auto_offset_reset == "none":
+                raise LogTruncationError(tp, offset, (answer.offset, answer.leader_epoch))
+            # Kafka: seekValidated to the first offset known to diverge
+            self._position[tp] = answer.offset
+            self._offset_epoch[tp] = answer.leader_epoch
+            return False
+        return True
 
     def _read_replica(self, tp: TopicPartition, part: PartitionMetadata) -> int:
         """Kafka's selectReadReplica: the preferred read replica while it has not expired and
@@ -269,13 +326,19 @@ class Consumer:
     async def _fetch_once(self, max_wait_ms: int) -> None:
         by_node: dict[int, dict[TopicPartition, FetchPartition]] = {}
         missing: list[str] = []
-        for tp, offset in self._position.items():
+        for tp, offset in list(self._position.items()):
             if self._buffer.get(tp):
                 continue
             part = self.client.metadata.partition(tp)
             if part is None or part.leader < 0:
                 missing.append(tp.topic)
                 continue
+            known = self._leader_epoch.get(tp, part.leader_epoch)
+            if part.leader_epoch > known and self._offset_epoch.get(tp, -1) >= 0:
+                if not await self._validate(tp, offset, part):
+                    continue
+            elif part.leader_epoch != known or tp not in self._leader_epoch:
+                self._leader_epoch[tp] = max(part.leader_epoch, known)
             by_node.setdefault(self._read_replica(tp, part), {})[tp] = FetchPartition(
                 offset, part.leader_epoch, -1, self.max_partition_fetch_bytes)
         if self.client.metadata_stale:
@@ -367,10 +430,13 @@ class Consumer:
     def _append(self, tp: TopicPartition, position: int, records: bytes | memoryview) -> None:
         out: deque[ConsumerRecord] = deque()
         next_position = position
+        last_epoch = self._offset_epoch.get(tp, -1)
         try:
             for batch in iter_batches(records):
                 if batch.next_offset <= next_position:
                     continue  # a compressed batch the fetch started inside of
+                if batch.partition_leader_epoch >= 0:  # Kafka's CompletedFetch lastEpoch
+                    last_epoch = batch.partition_leader_epoch
                 if not batch.is_control_batch:
                     for rec in decode_records(batch, verify_crc=self.check_crcs):
                         if rec.offset >= next_position:
@@ -389,6 +455,7 @@ class Consumer:
         except CorruptRecordError as exc:
             raise BrokerResponseError(ErrorCode.CORRUPT_MESSAGE, f"{tp}: {exc}") from exc
         self._position[tp] = next_position
+        self._offset_epoch[tp] = last_epoch
         if out:
             self._buffer[tp] = out
 
