@@ -138,16 +138,23 @@ def test_a_diverging_answer_to_a_request_no_longer_current_is_ignored() -> None:
     assert result.ignored == {TP} and log.log_end_offset == 8
 
 
-def test_a_leader_change_with_unreplicated_records_truncates_without_offsets_for_leader_epoch(
-) -> None:
-    c = MiniCluster(3, CONFIG)
+def leader_change_with_an_unreplicated_tail(config: ReplicationConfig) -> MiniCluster:
+    """Offsets 0-2 on all three brokers; 3-4 (acks=1) on leader 1 alone when broker 2 is
+    elected (epoch 1) and writes 3-6."""
+    c = MiniCluster(3, config)
     c.elect(1, (1, 2, 3))
     c.produce(1, 3)
     c.run(10)
     assert c.log(2).log_end_offset == c.log(3).log_end_offset == 3
-    c.produce(1, 2)  # acks=1, not replicated: broker 1's tail of epoch 0
+    c.produce(1, 2)
     c.elect(2, (2, 3))
-    c.produce(2, 4)  # epoch 1 from offset 3
+    c.produce(2, 4)
+    return c
+
+
+def test_a_leader_change_with_unreplicated_records_truncates_without_offsets_for_leader_epoch(
+) -> None:
+    c = leader_change_with_an_unreplicated_tail(CONFIG)
     sent = []
     for _ in range(20):
         c.now += 10
@@ -160,13 +167,7 @@ def test_a_leader_change_with_unreplicated_records_truncates_without_offsets_for
 
 
 def test_before_ibp_2_7_the_same_change_truncates_through_offsets_for_leader_epoch() -> None:
-    c = MiniCluster(3, CONFIG.with_(truncation_on_fetch=False))
-    c.elect(1, (1, 2, 3))
-    c.produce(1, 3)
-    c.run(10)
-    c.produce(1, 2)
-    c.elect(2, (2, 3))
-    c.produce(2, 4)
+    c = leader_change_with_an_unreplicated_tail(CONFIG.with_(truncation_on_fetch=False))
     sent = []
     for _ in range(20):
         c.now += 10
