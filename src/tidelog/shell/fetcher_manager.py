@@ -4,8 +4,8 @@ the loop of `AbstractFetcherThread`), one for both drivers.
 Kafka runs `num.replica.fetchers` fetchers per source broker; a partition goes to fetcher
 `abs(31 * topic.hashCode() + partition) % num.replica.fetchers` (`getFetcherId`). Each
 (source broker, fetcher id) here is a `FetcherThread`: the pure `replication.ReplicaFetcher`
-(truncation by OffsetsForLeaderEpoch, fetching, the error table) and the `LeaderEndPoint` the
-driver made for it. Its loop, without a thread:
+(truncation on the leader's diverging epoch or by OffsetsForLeaderEpoch, fetching, the error
+table) and the `LeaderEndPoint` the driver made for it. Its loop, without a thread:
 
     pump: every request the fetcher has ready -> endpoint.send(request, on_done)
           then a timer at the fetcher's next wake-up (a back-off ending, a request timing out)
