@@ -622,74 +622,62 @@ def test_log_dir_events_are_read_pipelined_in_order_skipping_deleted_ones(
 
 
 def _sent_requests(client: KazooClient, monkeypatch: pytest.MonkeyPatch,
-                   answer: Callable[[Any, Any], bool] = lambda request, result: False) -> list[str]:
-    """The kinds of request the client sends from now on; `answer(request, result)` may answer
-    one itself instead of ZooKeeper (True)."""
+                   multi_read_error: Callable[[], Exception | None] = lambda: None) -> list[str]:
+    """The kinds of request the client sends from now on; a multiRead is answered with
+    `multi_read_error()` instead of ZooKeeper's answer when that is not None."""
     sent: list[str] = []
     call = client._call
 
     def record(request: Any, result: Any) -> Any:
         sent.append(type(request).__name__)
-        return None if answer(request, result) else call(request, result)
+        error = multi_read_error() if sent[-1] == "MultiRead" else None
+        if error is None:
+            return call(request, result)
+        result.set_exception(error)
+        return None
 
     monkeypatch.setattr(client, "_call", record)
     return sent
 
 
-def _many_states(client: KafkaZkClient, n: int) -> list[tuple[str, int]]:
+def _many_states(client: KafkaZkClient, n: int
+                 ) -> dict[tuple[str, int], LeaderIsrAndControllerEpoch]:
+    """Partitions many-0 .. many-(n-1) with their states: what a read of them gives."""
     client.create_topic("many", {p: [1] for p in range(n)})
     client.create_partition_states(
         {("many", p): LeaderIsrAndControllerEpoch(1, p, (1,), 1) for p in range(n)})
-    return [("many", p) for p in range(n)]
+    return {("many", p): LeaderIsrAndControllerEpoch(1, p, (1,), 1, 0) for p in range(n)}
 
 
 def test_partition_states_are_read_a_hundred_to_a_multi_read(
         make_client: Callable[..., KafkaZkClient], monkeypatch: pytest.MonkeyPatch) -> None:
     client = make_client()
-    tps = _many_states(client, 250)
+    expected = _many_states(client, 250)
     sent = _sent_requests(client.kazoo, monkeypatch)
-    read = client.get_partition_states([*tps, ("many", 250)])  # (no znode for 250)
+    assert client.get_partition_states([*expected, ("many", 250)]) == expected  # (no 250)
     assert sent == ["MultiRead"] * 3
-    assert read == {tp: LeaderIsrAndControllerEpoch(1, tp[1], (1,), 1, 0) for tp in tps}
 
 
 def test_a_zookeeper_without_multi_read_is_read_one_znode_a_request(
         make_client: Callable[..., KafkaZkClient], monkeypatch: pytest.MonkeyPatch) -> None:
     client = make_client()
-    tps = _many_states(client, 3)
-
-    def unimplemented(request: Any, result: Any) -> bool:  # ZooKeeper before 3.6
-        if type(request).__name__ == "MultiRead":
-            result.set_exception(UnimplementedError())
-            return True
-        return False
-
-    sent = _sent_requests(client.kazoo, monkeypatch, unimplemented)
-    expected = {tp: LeaderIsrAndControllerEpoch(1, tp[1], (1,), 1, 0) for tp in tps}
-    assert client.get_partition_states(tps) == expected
+    expected = _many_states(client, 3)
+    sent = _sent_requests(client.kazoo, monkeypatch, UnimplementedError)  # before 3.6
+    assert client.get_partition_states(expected) == expected
     assert sent == ["MultiRead", "GetData", "GetData", "GetData"]
     sent.clear()
-    assert client.get_partition_states(tps) == expected
+    assert client.get_partition_states(expected) == expected
     assert sent == ["GetData", "GetData", "GetData"]  # not asked again
 
 
 def test_a_multi_read_lost_to_the_connection_is_read_again_one_znode_at_a_time(
         make_client: Callable[..., KafkaZkClient], monkeypatch: pytest.MonkeyPatch) -> None:
     client = make_client()
-    tps = _many_states(client, 150)
-    lost: list[Any] = []
-
-    def lose_the_first(request: Any, result: Any) -> bool:
-        if type(request).__name__ == "MultiRead" and not lost:
-            lost.append(request)
-            result.set_exception(ConnectionLoss())
-            return True
-        return False
-
-    sent = _sent_requests(client.kazoo, monkeypatch, lose_the_first)
-    expected = {tp: LeaderIsrAndControllerEpoch(1, tp[1], (1,), 1, 0) for tp in tps}
-    assert client.get_partition_states(tps) == expected
+    expected = _many_states(client, 150)
+    lost = [ConnectionLoss()]  # the first multiRead's answer only
+    sent = _sent_requests(client.kazoo, monkeypatch, lambda: lost.pop() if lost else None)
+    assert client.get_partition_states(expected) == expected
     assert sent == ["MultiRead", "MultiRead"] + ["GetData"] * 100
     sent.clear()
-    assert client.get_partition_states(tps) == expected
+    assert client.get_partition_states(expected) == expected
     assert sent == ["MultiRead", "MultiRead"]
