@@ -23,9 +23,6 @@ _SCRATCH_BYTES = 256 * 1024
 # With ``reuse_buffers``, a frame of at least this size is assembled in the buffer of an earlier
 # one that nothing references any more (smaller ones come cheaply from the allocator).
 REUSE_MIN_BYTES = 64 * 1024
-# References to a spare buffer while ``_start`` looks at it: the reader's attribute, the local
-# name and getrefcount's argument. Any memoryview of it (a frame, a records slice) adds one.
-_UNREFERENCED = 3
 
 
 class FrameError(DecodeError):
@@ -59,7 +56,7 @@ class FrameReader:
     """
 
     __slots__ = ("max_frame_bytes", "_prefix", "_frame", "_size", "_fill", "_scratch",
-                 "_spare", "_reuse", "_failed")
+                 "_spare", "_probe", "_reuse", "_failed")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, *,
                  reuse_buffers: bool = False) -> None:
@@ -73,6 +70,8 @@ class FrameReader:
         self._fill = 0  # bytes of it received
         self._scratch: bytearray | None = None  # get_buffer's buffer between frames
         self._spare: bytearray | None = None  # the last large frame's buffer (reuse_buffers)
+        # Referenced only by this attribute: the spare's count when nothing else refers to it
+        self._probe = bytearray()
         self._reuse = reuse_buffers
         self._failed: FrameError | None = None
 
@@ -102,10 +101,15 @@ class FrameReader:
         self._fill = 0
 
     def _reusable(self, size: int) -> bytearray | None:
-        """The spare buffer if it holds ``size`` bytes and nothing references it."""
+        """The spare buffer if it holds ``size`` bytes and nothing references it: its
+        reference count is the probe's, read the same way (any memoryview of it, a frame or
+        a records slice, adds one). Not a constant: what getrefcount counts of the caller's
+        own references differs between interpreters (3.14 skips some reference count
+        changes, so it may report less: a held buffer would look free)."""
         spare = self._spare
+        probe = self._probe
         if spare is not None and len(spare) >= size \
-                and sys.getrefcount(spare) == _UNREFERENCED:
+                and sys.getrefcount(spare) == sys.getrefcount(probe):
             return spare
         return None
 
