@@ -75,7 +75,7 @@ class TxnWorkload:
         self.injector: FaultInjector | None = None
         self.aim_share = 0.1
         # Restarts followed by a late produce of the zombie; their answers by error code.
-        self.late_share = 0.3
+        self.late_share = 0.5
         self.late_produces = 0
         self.late_answers: dict[int, int] = {}
         self._late_node: int | None = None
