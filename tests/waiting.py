@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tidelog.client.consumer import Consumer
+
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float = 15, interval_s: float = 0.05,
                what: str = "condition") -> Any:
@@ -19,3 +21,12 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float = 15, interval_s: 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(interval_s)
+
+
+async def poll_values(consumer: Consumer, count: int, timeout_s: float = 10) -> list[bytes]:
+    """The values of up to ``count`` records a consumer's polls return within ``timeout_s``."""
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while len(values) < count and time.monotonic() < deadline:
+        values += [r.value or b"" for r in await consumer.poll(timeout_ms=200)]
+    return values

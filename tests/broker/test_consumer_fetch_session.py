@@ -6,11 +6,11 @@ the old one after INVALID_FETCH_SESSION_EPOCH) without losing or repeating recor
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from harness import ActingController, BrokerThread, produce
+from waiting import poll_values
 
 from tidelog.broker.fetch_session import FetchSession, next_epoch
 from tidelog.client.cluster import KafkaClient
@@ -37,14 +37,6 @@ def spy_fetches(client: KafkaClient) -> list[Call]:
 
     client.fetch_from = fetch_from  # type: ignore[method-assign]
     return calls
-
-
-async def poll_values(consumer: Consumer, count: int, timeout_s: float = 10) -> list[bytes]:
-    values: list[bytes] = []
-    deadline = time.monotonic() + timeout_s
-    while len(values) < count and time.monotonic() < deadline:
-        values += [r.value or b"" for r in await consumer.poll(timeout_ms=200)]
-    return values
 
 
 async def consumer_in_a_session(client: KafkaClient, topic: str

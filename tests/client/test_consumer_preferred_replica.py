@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from kafka_peer import CLOSE, ScriptedBroker, metadata_answer
-from test_consumer_fetch_session import poll_values
+from waiting import poll_values
 
 from tidelog.client.cluster import KafkaClient
 from tidelog.client.consumer import Consumer
