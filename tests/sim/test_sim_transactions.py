@@ -2,8 +2,9 @@
 sim/txn_node.py), transactional producers and read_committed consumers (sim/client.py,
 sim/txn_workload.py) and the exactly-once checks over them (sim/txn_invariants.py): commits
 and aborts end to end, a coordinator killed with a PrepareCommit in its log completed by its
-successor, a restarted producer fencing its zombie, the timeout abort, a late produce after
-its transaction ended refused by the leader's verification (KIP-890), random seeds."""
+successor, a restarted producer fencing its zombie, the timeout abort, random seeds (a late
+produce after its transaction ended, with and without KIP-890's verification:
+test_sim_txn_verification.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,7 @@ import logging
 import pytest
 
 from tidelog.coordinator.transaction.metadata import TransactionState
-from tidelog.protocol.records.builder import build_values
 from tidelog.sim.cluster import SimCluster, SimConfig
-from tidelog.sim.messages import CLIENT_BASE, ProduceRequest, ProduceResponse
 from tidelog.sim.runner import run_seed, runs_transactions
 from tidelog.sim.tasks import SimFuture, SimTasks
 
@@ -167,48 +166,6 @@ def test_a_transaction_left_open_past_its_timeout_is_aborted_and_never_read() ->
     assert txn.finish() == []
     assert cluster.checker.violations == []
     assert not any(txns.get(first) for txns in txn.ledger.seen.values())
-
-
-def test_a_zombie_produce_after_its_transaction_ended_is_refused_and_nothing_hangs() -> None:
-    """KIP-890: a late transactional batch of a producer whose transaction ended (a retry
-    delayed past the EndTxn; same epoch, the next sequence) would open a transaction at the
-    leader that no coordinator ends, holding the LSO below the HW for good. The leader
-    verifies it with the coordinator, which no longer has the partition in a transaction:
-    refused with INVALID_TXN_STATE, and every LSO reaches its HW."""
-    cluster = transactional_cluster(11, producers=1)
-    txn = cluster.txn
-    assert txn is not None
-    producer = txn.producers[0]
-    producer.stall_share = 0.0
-    cluster.run_for(3000)
-    txn.stop()
-    for _ in range(100):
-        if not producer.busy:
-            break
-        cluster.run_for(100)
-    assert producer.phase == "idle" and producer.stats.committed + producer.stats.aborted > 0
-    tp = sorted(producer._seqs)[0]  # a partition it wrote to
-    leader, _ = cluster.leader_of(tp)
-    zombie = CLIENT_BASE + 9000
-    answers: list[ProduceResponse] = []
-    cluster.network.register(zombie, lambda src, msg: answers.append(msg))
-    late = bytes(build_values([b"late"], now_ms=cluster.scheduler.now_ms,
-                              producer_id=producer.producer_id,
-                              producer_epoch=producer.producer_epoch,
-                              base_sequence=producer._seqs[tp], transactional=True))
-    cluster.network.send(zombie, leader, ProduceRequest(1, -1, 1500, tp, late,
-                                                        producer.transactional_id))
-    for _ in range(50):
-        if answers:
-            break
-        cluster.run_for(100)
-    answered = [(a.corr_id, a.error) for a in answers]
-    assert txn.finish() == []  # no transaction left open: every LSO reaches its HW
-    assert answered == [(1, 48)]  # INVALID_TXN_STATE
-    assert cluster.checker.violations == []
-    for t in cluster.tps:
-        part = cluster.acting_leader(t).partition(t)  # type: ignore[union-attr]
-        assert part.last_stable_offset == part.high_watermark
 
 
 def test_one_seed_in_four_runs_transactions_but_never_with_unclean_election() -> None:
