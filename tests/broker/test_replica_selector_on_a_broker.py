@@ -53,17 +53,41 @@ def _announce_brokers(controller: ActingController, leader: BrokerThread,
     assert resp.error_code == 0, resp
 
 
+def _follower_without_endpoint(controller: ActingController, leader: BrokerThread) -> None:
+    """Broker 2 (the test) follows in the ISR, caught up to 3 records; the leader knows no
+    endpoint for it yet."""
+    controller.create_topic(TOPIC, {0: [1, 2]}, live=[1, 2])
+    _announce_brokers(controller, leader, {1: "a"})
+    assert produce(leader.port, TOPIC, 0, build_values([b"x", b"y", b"z"]), acks=1)[0] == 0
+    send(leader.port, fetch_request(TOPIC, 0, 3, replica_id=2), 12)
+    assert leader.partition(TOPIC, 0).high_watermark == 3
+
+
+def _in_session(session_id: int, epoch: int, max_wait_ms: int = 0) -> Any:
+    """A consumer's fetch in rack "b" at offset 3; an incremental one (epoch > 0) lists no
+    partition (the consumer's position did not move)."""
+    request = fetch_request(TOPIC, 0, 3, max_wait_ms=max_wait_ms)
+    request.rack_id, request.session_id, request.session_epoch = "b", session_id, epoch
+    if epoch > 0:
+        request.topics = []
+    return request
+
+
+def _settled_session(leader: BrokerThread) -> int:
+    """A consumer's session whose full fetch named no replica, then one incremental fetch that
+    answered nothing (the partition settled in the session): its id."""
+    opened = send(leader.port, _in_session(0, 0), 12)
+    assert opened.responses[0].partitions[0].preferred_read_replica == -1
+    assert opened.session_id > 0
+    assert not send(leader.port, _in_session(opened.session_id, 1), 12).responses
+    return int(opened.session_id)
+
+
 def test_a_held_sessionless_fetch_names_a_replica_that_became_eligible_while_it_waited(
         leader: BrokerThread, zk_connect: str) -> None:
     controller = ActingController(zk_connect, [leader])
     try:
-        # Broker 2 (the test) follows in the ISR; the leader knows no endpoint for it yet.
-        controller.create_topic(TOPIC, {0: [1, 2]}, live=[1, 2])
-        _announce_brokers(controller, leader, {1: "a"})
-        assert produce(leader.port, TOPIC, 0, build_values([b"x", b"y", b"z"]), acks=1)[0] == 0
-        send(leader.port, fetch_request(TOPIC, 0, 3, replica_id=2), 12)
-        assert leader.partition(TOPIC, 0).high_watermark == 3
-
+        _follower_without_endpoint(controller, leader)
         consumer = fetch_request(TOPIC, 0, 3, max_wait_ms=20_000)
         consumer.rack_id = "b"
         answer: dict[str, Any] = {}
@@ -93,32 +117,11 @@ def test_an_incremental_fetch_names_a_replica_for_a_partition_it_does_not_list(
     a preferred read replica as soon as one is eligible, not only once new records come."""
     controller = ActingController(zk_connect, [leader])
     try:
-        controller.create_topic(TOPIC, {0: [1, 2]}, live=[1, 2])
-        _announce_brokers(controller, leader, {1: "a"})
-        assert produce(leader.port, TOPIC, 0, build_values([b"x", b"y", b"z"]), acks=1)[0] == 0
-        send(leader.port, fetch_request(TOPIC, 0, 3, replica_id=2), 12)
-        assert leader.partition(TOPIC, 0).high_watermark == 3
-
-        # The consumer's session: its full fetch names no replica (broker 2 has no endpoint).
-        full = fetch_request(TOPIC, 0, 3)
-        full.rack_id, full.session_id, full.session_epoch = "b", 0, 0
-        opened = send(leader.port, full, 12)
-        assert opened.responses[0].partitions[0].preferred_read_replica == -1
-        assert opened.session_id > 0
-        idle = fetch_request(TOPIC, 0, 3)
-        idle.topics = []
-        idle.rack_id = "b"
-        idle.session_id, idle.session_epoch = opened.session_id, 1
-        assert not send(leader.port, idle, 12).responses  # the partition is settled
-
-        # Broker 2 gets an endpoint in the consumer's rack; no record comes. The next
-        # incremental fetch lists nothing (the consumer's position did not move).
+        _follower_without_endpoint(controller, leader)
+        session_id = _settled_session(leader)
+        # Broker 2 gets an endpoint in the consumer's rack; no record comes.
         _announce_brokers(controller, leader, {1: "a", 2: "b"})
-        incremental = fetch_request(TOPIC, 0, 3, max_wait_ms=500)
-        incremental.topics = []
-        incremental.rack_id = "b"
-        incremental.session_id, incremental.session_epoch = opened.session_id, 2
-        resp = send(leader.port, incremental, 12)
+        resp = send(leader.port, _in_session(session_id, 2, max_wait_ms=500), 12)
         assert resp.error_code == 0, resp
         answered = [(t.topic, p.partition_index, p.error_code, p.preferred_read_replica)
                     for t in resp.responses for p in t.partitions]
@@ -134,19 +137,9 @@ def test_a_held_incremental_fetch_names_a_replica_that_became_eligible_at_its_de
     held is named in its answer, without a new record."""
     controller = ActingController(zk_connect, [leader])
     try:
-        controller.create_topic(TOPIC, {0: [1, 2]}, live=[1, 2])
-        _announce_brokers(controller, leader, {1: "a"})
-        assert produce(leader.port, TOPIC, 0, build_values([b"x"]), acks=1)[0] == 0
-        send(leader.port, fetch_request(TOPIC, 0, 1, replica_id=2), 12)
-        full = fetch_request(TOPIC, 0, 1)
-        full.rack_id, full.session_id, full.session_epoch = "b", 0, 0
-        session_id = send(leader.port, full, 12).session_id
-        idle = fetch_request(TOPIC, 0, 1)
-        idle.topics, idle.rack_id, idle.session_id, idle.session_epoch = [], "b", session_id, 1
-        assert not send(leader.port, idle, 12).responses  # the partition is settled
-
-        held = fetch_request(TOPIC, 0, 1, max_wait_ms=3_000)
-        held.topics, held.rack_id, held.session_id, held.session_epoch = [], "b", session_id, 2
+        _follower_without_endpoint(controller, leader)
+        session_id = _settled_session(leader)
+        held = _in_session(session_id, 2, max_wait_ms=3_000)
         answer: dict[str, Any] = {}
         t = threading.Thread(target=lambda: answer.update(resp=send(leader.port, held, 12)))
         t.start()
