@@ -20,6 +20,7 @@ from tidelog.controller.zk_interface import from_zk_state
 from tidelog.coordinator.transaction.log import TRANSACTION_STATE_TOPIC_NAME
 from tidelog.replication.config import ReplicationConfig
 from tidelog.replication.isr_eligibility import ineligible_replicas_for_isr
+from tidelog.replication.partition import Partition
 from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
 from tidelog.sim.client import Consumer, Producer
 from tidelog.sim.clock import Scheduler
@@ -268,15 +269,22 @@ class SimCluster:
         node = self.node(broker_id)
         return node is not None and node.running and node.readable(tp)
 
-    def member_log_end_offset(self, broker_id: int, tp: TopicPartition) -> int | None:
+    def _member_partition(self, broker_id: int, tp: TopicPartition) -> Partition | None:
         if not 0 <= broker_id < len(self.nodes):
             return None
         node = self.nodes[broker_id]
         core = node.core
         if core is None or not node.running or not node.readable(tp):
             return None
-        p = core.partitions.get(tp)
+        return core.partitions.get(tp)
+
+    def member_log_end_offset(self, broker_id: int, tp: TopicPartition) -> int | None:
+        p = self._member_partition(broker_id, tp)
         return None if p is None else p.log.log_end_offset
+
+    def member_leader_epoch(self, broker_id: int, tp: TopicPartition) -> int | None:
+        p = self._member_partition(broker_id, tp)
+        return None if p is None else p.leader_epoch
 
     def exempt(self, broker_id: int, tp: TopicPartition, leader_epoch: int) -> bool:
         return self.nodes[broker_id].is_dirty(tp, leader_epoch) or (

@@ -242,6 +242,7 @@ class SimController:
                                     ("epoch", s.leader_epoch), ("isr", tuple(s.isr))))
             if checking:
                 self._check_election(tp, before.get(tp), s.leader)
+                self.cluster.checker.note_partition_write(tp, before.get(tp), s)
         net = self.cluster.network
         for requests in done.requests:
             for broker, reqs in sorted(requests.items()):

@@ -28,6 +28,20 @@ whose epoch was decided before the controller handled its failure (`SimBroker.is
 page-cache loss on an ISR member breaks these in Kafka too; what must still hold then is
 NoAckedLoss, checked at the end.
 
+An unclean election (unclean.leader.election.enable, or an admin's UNCLEAN ElectLeaders) starts
+a history that need not hold what earlier leaders committed. A leader of an epoch before it that
+still acts (a zombie: paused, or cut off from ZooKeeper, so it has not yet learned of the new
+epochs) keeps its HW and its ISR, and a member of that ISR that has since followed a leader of
+the unclean epoch or later truncated to that leader's log, below the zombie's HW. Kafka does the
+same: the zombie's HW only moves up (Partition.maybeIncrementLeaderHW) until a LeaderAndIsr
+makes it a follower, and the follower truncates to the new leader's epoch end offset with no
+floor at any HW (AbstractFetcherThread.truncateOnFetchResponse / maybeTruncateToEpochEndOffsets,
+KIP-279) — that is the data loss unclean election allows. So ValidHighWatermark exempts exactly
+that pair: a leader of epoch e and a member now following epoch f, with an unclean election at an
+epoch u, e < u <= f (`note_partition_write` records u where the controller writes it). It stays
+strict for the unclean leader and every later one, for a zombie against members that still follow
+an epoch before the unclean election, and in runs without unclean elections.
+
 At the end, after healing (`SimCluster.final_checks`): NoAckedLoss (every acks=all write is in
 the log at its offset), acked ⊆ consumed, consumed data never changed, and every replica
 converged batch by batch.
@@ -76,6 +90,9 @@ class InvariantChecker:
     _checks: int = 0
     counts: dict[str, int] = field(default_factory=dict)  # every failed check, repeats included
     _seen: set[tuple[str, TopicPartition | None, str]] = field(default_factory=set)
+    # Leader epochs a controller decided by an unclean election, per partition (ascending).
+    unclean_epochs: dict[TopicPartition, list[int]] = field(default_factory=dict)
+    _written: dict[TopicPartition, Any] = field(default_factory=dict)
     enabled: bool = True
     # Stop recording after this many (a broken rule tends to repeat on every event).
     max_violations: int = 50
@@ -124,10 +141,36 @@ class InvariantChecker:
                 if m == bid:
                     continue
                 leo = member_leo(m, tp)
-                if leo is not None and leo < hw and not exempt(m, tp, epoch):
+                if (leo is not None and leo < hw and not exempt(m, tp, epoch)
+                        and not self._follows_unclean_history(tp, epoch, m)):
                     self.fail("ValidHighWatermark", tp,
                               f"leader {bid} HW {hw} > LEO {leo} of ISR member {m}")
             self._strong_isr(bid, tp, epoch, hw, full)
+
+    def note_partition_write(self, tp: TopicPartition, before: Any, state: Any) -> None:
+        """A controller wrote ``state`` (leader, leader_epoch, isr) for ``tp``; ``before`` is
+        ZooKeeper's state when the controller's event began (None: no znode, a new partition).
+        A leader outside the ISR it replaced is an unclean election: recorded at its epoch."""
+        if before is None:
+            self.unclean_epochs.pop(tp, None)  # a new partition (or one created again)
+            self._written.pop(tp, None)
+        last = self._written.get(tp)
+        # One event may write several states (an election and another): compare with the
+        # newest of ZooKeeper's state before the event and this event's earlier writes.
+        prev = before if last is None or (
+            before is not None and before.leader_epoch >= last.leader_epoch) else last
+        self._written[tp] = state
+        if prev is not None and state.leader >= 0 and state.leader not in prev.isr:
+            self.unclean_epochs.setdefault(tp, []).append(state.leader_epoch)
+
+    def _follows_unclean_history(self, tp: TopicPartition, epoch: int, member: int) -> bool:
+        """``member`` follows a leader of an epoch at or after an unclean election that the
+        leader of ``epoch`` predates (its HW counts data that history need not hold)."""
+        unclean = self.unclean_epochs.get(tp)
+        if not unclean:
+            return False
+        follows = self.view.member_leader_epoch(member, tp)
+        return follows is not None and any(epoch < u <= follows for u in unclean)
 
     def _strong_isr(self, bid: int, tp: TopicPartition, epoch: int, hw: int,
                     full: bool) -> None:
@@ -242,6 +285,10 @@ class LiveClusterView(ClusterView, Protocol):
 
     def member_log_end_offset(self, broker_id: int, tp: TopicPartition) -> int | None:
         """The LEO of the partition a working broker hosts now; None otherwise."""
+        ...
+
+    def member_leader_epoch(self, broker_id: int, tp: TopicPartition) -> int | None:
+        """The leader epoch a working broker's replica of ``tp`` is in now; None otherwise."""
         ...
 
     def exempt(self, broker_id: int, tp: TopicPartition, leader_epoch: int) -> bool:
