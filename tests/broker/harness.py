@@ -1,6 +1,7 @@
 """Test harness: real `BrokerServer`s on their own event loops (one thread each), and a test
 acting as the controller (writes partition states to ZooKeeper and sends LeaderAndIsr /
-UpdateMetadata over the wire, as Kafka's controller does).
+UpdateMetadata over the wire, as Kafka's controller does; the leaders' AlterPartition requests
+are decided by the controller's own code, `DecisionExecutor.alter_partition`).
 
 Brokers run in threads so that blocking clients (confluent-kafka, kafka-python) can be used from
 the test thread while the broker serves.
@@ -20,10 +21,13 @@ from waiting import wait_until as wait_until  # the broker tests' barrier, share
 from tidelog.broker.config import KafkaConfig
 from tidelog.broker.server import BrokerServer
 from tidelog.client.connection import BrokerConnection
+from tidelog.controller.core import ControllerCore
+from tidelog.controller.executor import AlterPartitionOutcome, DecisionExecutor
 from tidelog.controller.zk_client import KafkaZkClient
 from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch
 from tidelog.protocol.messages import leader_and_isr as m_lai
 from tidelog.protocol.messages import update_metadata as m_um
+from tidelog.replication.types import ProposeIsr, TopicPartition
 
 T = TypeVar("T")
 
@@ -111,6 +115,31 @@ def send(port: int, req: Any, api_version: int | None = None, timeout_ms: int = 
     return asyncio.run(request(port, req, api_version, timeout_ms))
 
 
+class _AlterPartitionHook:
+    """The controller hook of the broker the acting controller names as controller: its
+    AlterPartition requests (broker/alter_partition.py) go to `ActingController.alter_partition`."""
+
+    is_active = True
+
+    def __init__(self, acting: ActingController) -> None:
+        self.acting = acting
+        self.requests = 0
+
+    @property
+    def topic_ids(self) -> dict[str, uuid.UUID]:
+        return self.acting.topic_ids
+
+    def shutdown(self) -> None:
+        """The broker stops: the test's controller has nothing of its own to stop."""
+        self.is_active = False
+
+    async def alter_partition(self, broker_id: int, broker_epoch: int,
+                              proposals: list[ProposeIsr]) -> AlterPartitionOutcome:
+        self.requests += 1
+        return await asyncio.to_thread(self.acting.alter_partition, broker_id, broker_epoch,
+                                       proposals)
+
+
 class ActingController:
     """The test plays Kafka's controller: ZooKeeper state + LeaderAndIsr/UpdateMetadata."""
 
@@ -121,6 +150,32 @@ class ActingController:
         self.controller_id = min(self.brokers)
         self.states: dict[tuple[str, int], dict[str, Any]] = {}
         self.topic_ids: dict[str, uuid.UUID] = {}
+        self.alter_partition_hook = _AlterPartitionHook(self)
+        controller_broker = self.brokers[self.controller_id]
+        if controller_broker.server.controller is None:
+            controller_broker.server.controller = self.alter_partition_hook
+        self._lock = threading.Lock()
+
+    def alter_partition(self, broker_id: int, broker_epoch: int,
+                        proposals: Sequence[ProposeIsr]) -> AlterPartitionOutcome:
+        """A leader's AlterPartition, decided by the controller's code on the registrations and
+        partition states in ZooKeeper; the written states are announced by UpdateMetadata."""
+        with self._lock:
+            core = ControllerCore(self.controller_id, self.controller_epoch)
+            core.live_brokers = {b: epoch for b, (_, epoch)
+                                 in self.zk.get_all_brokers_and_epochs().items()}
+            for (topic, p), s in self.states.items():
+                core.add_partition(TopicPartition(topic, p), s["replicas"])
+            executor = DecisionExecutor(self.zk, core, None)
+            executor.refresh([prop.tp for prop in proposals])
+            outcome = executor.alter_partition(broker_id, broker_epoch, proposals)
+            for tp in outcome.written:
+                st = core.partition_states[tp]
+                self.states[(tp.topic, tp.partition)].update(
+                    leader=st.leader, isr=list(st.isr), zk_version=st.zk_version)
+            if outcome.written:  # to the brokers registered (a stopped one is not)
+                self.send_update_metadata(live=set(core.live_brokers))
+            return outcome
 
     def close(self) -> None:
         self.zk.close()

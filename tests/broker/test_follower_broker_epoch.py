@@ -20,6 +20,7 @@ from zk_chroot import new_chroot
 from tidelog.cluster.zookeeper import ZooKeeperServer
 from tidelog.controller.zk_client import KafkaZkClient
 from tidelog.controller.zk_data import BrokerEndPoint, BrokerInfo
+from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import fetch as m_fetch
 from tidelog.protocol.messages import update_metadata as m_um
 from tidelog.protocol.records.builder import build_values
@@ -122,13 +123,15 @@ def test_a_fetch_from_a_follower_s_previous_registration_does_not_add_it_to_the_
 def test_the_isr_writer_refuses_a_member_whose_registration_changed(setup: Setup) -> None:
     """The leader's metadata still names broker 2's old registration (the controller's
     UpdateMetadata for its restart has not arrived): the leader proposes the expansion with
-    the old epoch, and the ISR writer, reading /brokers/ids, refuses it (INELIGIBLE_REPLICA)."""
+    the old epoch in its AlterPartition, and the controller, which knows broker 2's new
+    registration, refuses it (INELIGIBLE_REPLICA, KIP-903)."""
     old_epoch = setup.register_follower()
     setup.update_metadata()
     setup.register_follower()  # restarted; no UpdateMetadata yet
     writer = setup.leader.server.replica_manager.alter_partition_manager
     assert setup.fetch_as_follower(old_epoch, 3).error_code == 0
-    wait_until(lambda: setup.leader.call(lambda: writer.ineligible_refused) == 1,
-               what="the ISR write refused")
+    wait_until(lambda: setup.leader.call(
+        lambda: writer.answered.get(ErrorCode.INELIGIBLE_REPLICA)) == 1,
+        what="the ISR change refused")
     assert setup.leader_isr() == (frozenset({1}), None)
     assert setup.controller.read_state(TOPIC, 0).isr == (1,)

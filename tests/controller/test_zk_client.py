@@ -12,7 +12,6 @@ from kazoo.exceptions import ConnectionLoss, NodeExistsError, UnimplementedError
 
 from tidelog.controller.zk_client import (
     BrokerAlreadyRegisteredError,
-    BrokerRegistrationsChangedError,
     ControllerMovedError,
     KafkaZkClient,
     NoTopicError,
@@ -540,73 +539,6 @@ def test_batched_writes_read_back_the_lost_compare_and_sets(
     read = client.get_partition_states([("cas", 0), ("cas", 3), ("cas", 9)])
     assert sorted(read) == [("cas", 0), ("cas", 3)]  # no znode for partition 9
     assert read[("cas", 0)] == LeaderIsrAndControllerEpoch(1, 1, (1,), 1, 1)
-
-
-def test_isr_writes_conditioned_on_the_registrations(
-        make_client: Callable[..., KafkaZkClient]) -> None:
-    leader = make_client()
-    leader.register_broker(broker(1))
-    _, _, epoch_version = leader.try_elect_controller(1)
-    leader.create_topic("orders", {0: [1, 2]})
-    tp = ("orders", 0)
-    leader.create_partition_state(tp, LeaderIsrAndControllerEpoch(1, 0, (1,), 1), epoch_version)
-    before, _ = leader.get_broker_epochs([1])
-    make_client().register_broker(broker(3))  # any registration bumps the version
-    version, epochs = leader.get_broker_epochs([1, 2])
-    assert version > before and set(epochs) == {1}
-    grown = LeaderIsrAndControllerEpoch(1, 0, (1, 2), 1)
-    with pytest.raises(BrokerRegistrationsChangedError):  # broker 2 is not registered
-        leader.update_leader_and_isr(tp, grown, 0, registered=(version, [1, 2]))
-    with pytest.raises(BrokerRegistrationsChangedError):  # a registration since the read
-        leader.update_leader_and_isr(tp, grown, 0, registered=(before, [1]))
-    assert leader.update_leader_and_isr(tp, grown, 0, registered=(version, [1])) == (True, 1)
-    # A retried write (its answer lost) is still recognised as ours.
-    assert leader.update_leader_and_isr(tp, grown, 0, registered=(version, [1])) == (True, 1)
-    assert leader.update_leader_and_isr(
-        tp, LeaderIsrAndControllerEpoch(1, 0, (1,), 1), 0, registered=(version, [1])) == (False, -1)
-
-
-def test_broker_epochs_are_read_in_one_pipelined_round_trip(
-        make_client: Callable[..., KafkaZkClient], monkeypatch: pytest.MonkeyPatch) -> None:
-    client = make_client()
-    epoch = client.register_broker(broker(1))
-    make_client().register_broker(broker(2))
-    waits: list[str] = []  # requests answered one at a time (each its own round trip)
-    retry = client._retry
-    monkeypatch.setattr(client, "_retry", lambda f, *a, **k: waits.append(a[0]) or retry(f, *a, **k))
-    version, epochs = client.get_broker_epochs([1, 2, 3])
-    assert waits == []
-    assert set(epochs) == {1, 2} and epochs[1] == epoch
-    assert version == client.kazoo.get("/brokers/ids")[1].version
-
-
-def test_broker_epochs_are_read_again_after_the_version_when_its_answer_is_lost(
-        make_client: Callable[..., KafkaZkClient], monkeypatch: pytest.MonkeyPatch) -> None:
-    # Broker 2 registers after the members were read and before the version's answer is lost:
-    # the version read again includes its registration, so the members must be read again
-    # after it, or the version would vouch for member reads that missed broker 2.
-    client = make_client()
-    client.register_broker(broker(1))
-    other = make_client()
-    get_async = client.kazoo.get_async
-
-    class LostAnswer:
-        def get(self, timeout: float | None = None) -> Any:
-            other.register_broker(broker(2))
-            raise ConnectionLoss()
-
-    lost: list[str] = []
-
-    def lose_the_version(path: str, *args: Any, **kwargs: Any) -> Any:
-        if path == "/brokers/ids" and not lost:  # its first read only
-            lost.append(path)
-            return LostAnswer()
-        return get_async(path, *args, **kwargs)
-
-    monkeypatch.setattr(client.kazoo, "get_async", lose_the_version)
-    version, epochs = client.get_broker_epochs([1, 2])
-    assert lost and version == client.kazoo.get("/brokers/ids")[1].version
-    assert set(epochs) == {1, 2} and epochs[2] == other.broker_epoch
 
 
 def test_log_dir_events_are_read_pipelined_in_order_skipping_deleted_ones(

@@ -71,14 +71,9 @@ class IsrWriter:
 
     def __init__(self) -> None:
         self.proposals: list[tuple[ProposeIsr, Callable[[bool, int], None]]] = []
-        self.notifications: list[list[TopicPartition]] = []
 
     def submit(self, proposal: ProposeIsr, on_result: Callable[[bool, int], None]) -> None:
         self.proposals.append((proposal, on_result))
-
-    def propagate_isr_changes(self, partitions: Any, on_result: Callable[[bool], None]) -> None:
-        self.notifications.append(list(partitions))
-        on_result(True)
 
 
 class EndPoint:
@@ -139,9 +134,9 @@ def test_the_periodic_tasks_are_scheduled_once_with_kafkas_names() -> None:
     b = Broker(1)
     b.rm.startup()
     # The log manager's too (the flusher only with a finite log.flush.scheduler.interval.ms).
+    # No isr-change-propagation: the controller announces the ISR changes it writes (KIP-497).
     assert sorted(t.name for t in b.clock.tasks) == [
-        "PeriodicProducerExpirationCheck", "highwatermark-checkpoint", "isr-change-propagation",
-        "isr-expiration", "kafka-delete-logs", "kafka-log-retention",
+        "PeriodicProducerExpirationCheck", "highwatermark-checkpoint", "isr-expiration", "kafka-delete-logs", "kafka-log-retention",
         "kafka-recovery-point-checkpoint"]
     b.rm.shutdown()
     assert all(t.cancelled for t in b.clock.tasks)
@@ -181,8 +176,7 @@ def test_a_delayed_produce_expires_at_its_deadline_through_the_shells_timer() ->
 
 
 def test_isr_proposals_go_to_the_writer_and_its_answer_back_to_the_core() -> None:
-    b = Broker(1, config=ReplicationConfig(replica_lag_time_max_ms=1000,
-                                           isr_change_propagation_blackout_ms=200))
+    b = Broker(1, config=ReplicationConfig(replica_lag_time_max_ms=1000))
     b.rm.startup()
     b.rm.become_leader_or_follower(0, 1, 100, [state(1, 0, (1, 2))], {1, 2})
     b.rm.append_records(1, {TP: build_values([b"a"])}, 5000, "p1", lambda _: None)
@@ -191,8 +185,6 @@ def test_isr_proposals_go_to_the_writer_and_its_answer_back_to_the_core() -> Non
     assert prop.new_isr == (1,)
     answer(True, 1)
     assert b.rm.core.partition(TP).isr == {1} and b.rm.isr_updates_ok == 1
-    b.clock.advance(2500)  # isr-change-propagation, after the blackout
-    assert b.isr.notifications == [[TP]] and b.rm.isr_notifications_written == 1
 
 
 def test_one_fetcher_per_source_and_fetcher_id_and_the_next_request_follows_each_answer() -> None:

@@ -59,7 +59,9 @@ def test_larger_clusters_and_several_partitions() -> None:
 
 def test_without_faults_nothing_is_lost_and_everything_converges() -> None:
     s = run_seed(7, STEPS, faults=())
-    assert s.ok and s.faults == {} and s.acked > 50 and s.lost == 0
+    # (48 acked at 2,000 steps since the brokers run no isr-change-propagation task: the
+    # seed's draws changed; 44-98 over seeds 1-10)
+    assert s.ok and s.faults == {} and s.acked > 40 and s.lost == 0
 
 
 def test_replay_is_identical_across_processes_and_hash_seeds() -> None:
@@ -186,7 +188,8 @@ def test_regression_a_broker_stopped_after_the_heal_is_brought_back() -> None:
 
 
 def test_consumers_never_see_the_hw_go_back_and_the_check_catches_kafkas_fetch() -> None:
-    """Seed 2: a leader change where the new leader's HW starts below the one consumers saw.
+    """Seed 4 (seed 2 before leaders sent AlterPartition, which changed the runs' draws): a
+    leader change where the new leader's HW starts below the one consumers saw.
     With the consumer HW guard the run is clean; with Kafka's Fetch (no guard) the strict
     MonotonicHighWatermark check of DESIGN.md fails."""
     from dataclasses import replace
@@ -197,6 +200,6 @@ def test_consumers_never_see_the_hw_go_back_and_the_check_catches_kafkas_fetch()
     kafka_fetch = replace(base, replication=replace(base.replication, consumer_hw_guard=False))
     # The fault kinds of its time (the lifecycle faults came later and change the schedule).
     kinds = ALL_FAULTS[:11]
-    assert run_seed(2, 3000, config=base, trace=False, faults=kinds).ok
-    naive = run_seed(2, 3000, config=kafka_fetch, trace=False, faults=kinds)
+    assert run_seed(4, 3000, config=base, trace=False, faults=kinds).ok
+    naive = run_seed(4, 3000, config=kafka_fetch, trace=False, faults=kinds)
     assert [v.invariant for v in naive.violations] == ["MonotonicHighWatermark"]

@@ -1,6 +1,7 @@
-"""The simulator's ISR writer (a node's AlterPartitionManager over its simulated ZooKeeper)
-refuses an ISR whose member is unregistered or named with another broker epoch than its
-registration's, as the broker's ZooKeeper writer does (replication/isr_eligibility.py)."""
+"""The simulator's ISR writer (a node's AlterPartitionManager, AlterPartition to the simulated
+controller) is refused an ISR whose member is unregistered or named with another broker epoch
+than its registration's: the controller's INELIGIBLE_REPLICA (KIP-841/903), the code the real
+controller runs (ControllerCore.alter_partition)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ def _propose(c: SimCluster, members: tuple[tuple[int, int], ...]) -> list[tuple[
     s = c.zk_state(tp)
     assert s is not None and s.leader == 0
     answers: list[tuple[bool, int]] = []
-    c.nodes[0].submit(ProposeIsr(tp, 0, s.leader_epoch, tuple(m for m, _ in members),
+    manager = c.nodes[0].alter_partition
+    assert manager is not None
+    manager.submit(ProposeIsr(tp, 0, s.leader_epoch, tuple(m for m, _ in members),
                                  s.zk_version, s.controller_epoch, members),
                       lambda ok, version: answers.append((ok, version)))
     c.run_for(100)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Container, Mapping
 from typing import TYPE_CHECKING, Any
 
+from tidelog.broker.alter_partition import handle_alter_partition
 from tidelog.broker.fetch_session import (
     FetchContext,
     FetchManager,
@@ -45,6 +46,9 @@ from tidelog.protocol.api_versions import (
     api_versions_response,
 )
 from tidelog.protocol.errors import ErrorCode
+from tidelog.protocol.messages import (
+    alter_partition as m_ap,
+)
 from tidelog.protocol.messages import (
     controlled_shutdown as m_cs,
 )
@@ -228,6 +232,7 @@ class KafkaApis:
             ApiKey.UPDATE_METADATA: self.handle_update_metadata,
             ApiKey.STOP_REPLICA: self.handle_stop_replica,
             ApiKey.CONTROLLED_SHUTDOWN: self.handle_controlled_shutdown,
+            ApiKey.ALTER_PARTITION: self.handle_alter_partition,
             ApiKey.FIND_COORDINATOR: self.handle_find_coordinator_unavailable,
             ApiKey.DESCRIBE_ACLS: self.handle_describe_acls,
             ApiKey.CREATE_ACLS: self.handle_create_acls,
@@ -1438,6 +1443,12 @@ class KafkaApis:
             m_sr.StopReplicaPartitionError(tp.topic, tp.partition, errors.get(tp, 0))
             for tp in [*wanted, *fenced]
         ])
+
+    async def handle_alter_partition(
+        self, ctx: RequestContext, request: m_ap.AlterPartitionRequest
+    ) -> m_ap.AlterPartitionResponse:
+        """A leader's ISR change (KIP-497), for this broker's controller (broker/alter_partition.py)."""
+        return await handle_alter_partition(self.server.controller, request, ctx.api_version)
 
     async def handle_controlled_shutdown(
         self, ctx: RequestContext, request: m_cs.ControlledShutdownRequest

@@ -1,9 +1,10 @@
 """The asyncio broker's driver of the shared `shell.ReplicaManager` (seed 004).
 
 The shell decides when and what; this module supplies what it asks of a driver and nothing
-else: the wall clock and an asyncio `Scheduler`, the `AlterPartitionManager` (ZooKeeper through
-`KafkaZkClient`, in worker threads: the ISR compare-and-set on the partition state's zk version,
-and `/isr_change_notification` writes) and a `BrokerLeaderEndPoint` per fetcher. It turns the
+else: the wall clock and an asyncio `Scheduler`, the transport of the shell's
+`AlterPartitionManager` (AlterPartition to the active controller,
+`broker.alter_partition.ControllerAlterPartitionTransport`) and a `BrokerLeaderEndPoint` per
+fetcher. It turns the
 shell's callbacks into futures for `KafkaApis`. The log manager's tasks (retention, flusher,
 recovery-point checkpoint, producer-id expiration) are the shell's (shell/log_tasks.py), given
 this broker's intervals.
@@ -11,7 +12,8 @@ this broker's intervals.
 Idempotent producers: each partition's log keeps their state (storage/producer_state_manager.py)
 and answers a retried batch with its original offsets; the shell passes the answer back.
 
-Everything runs on the event loop thread; only ZooKeeper calls go to threads.
+Everything runs on the event loop thread; only ZooKeeper calls go to threads (the log dir
+event notification, the controller's id).
 """
 
 from __future__ import annotations
@@ -20,17 +22,16 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
+from tidelog.broker.alter_partition import ControllerAlterPartitionTransport
 from tidelog.broker.fetcher_manager import BrokerLeaderEndPoint, EndpointLookup, TopicIdLookup
 from tidelog.broker.log_dir_failure import ZkLogDirFailureHandling
 from tidelog.broker.replication_events import ReplicationEventPublisher
-from tidelog.controller.zk_client import BrokerRegistrationsChangedError
-from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch
+from tidelog.protocol.primitives import ZERO_UUID
 from tidelog.replication.config import ReplicationConfig
 from tidelog.replication.errors import Errors
-from tidelog.replication.isr_eligibility import IneligibleReplica, ineligible_replicas_for_isr
 from tidelog.replication.replica_manager import LeaderAndIsrResult, StopReplicaResult
 from tidelog.replication.types import (
     CompleteFetch,
@@ -38,16 +39,16 @@ from tidelog.replication.types import (
     FetchPartitionData,
     LeaderAndIsrPartitionState,
     ProducePartitionResult,
-    ProposeIsr,
     TopicPartition,
 )
+from tidelog.shell.alter_partition_manager import AlterPartitionAnswer, AlterPartitionManager
 from tidelog.shell.fetcher_manager import ReplicaFetcherManager
 from tidelog.shell.log_tasks import LogTaskIntervals
 from tidelog.shell.replica_manager import ReplicaManager
 from tidelog.storage.producer_state_manager import VerificationGuard
 from tidelog.storage.transactions import AppendOrigin
 
-__all__ = ["AsyncioScheduler", "BrokerReplicaManager", "ZkAlterPartitionManager", "now_ms"]
+__all__ = ["AsyncioScheduler", "BrokerReplicaManager", "now_ms"]
 
 logger = logging.getLogger(__name__)
 
@@ -115,146 +116,6 @@ class _Periodic:
             self.handle.cancel()
 
 
-class ZkAlterPartitionManager:
-    """ZooKeeper mode's ISR writer: `KafkaZkClient` calls in worker threads, answered on the
-    loop. Without a ZooKeeper client every write fails (the ISR stays as the controller set it).
-
-    Proposals are written in batches, as Kafka's AlterPartitionManager sends them: those made
-    while a batch is being written wait and go together in the next, one registrations read
-    for all and their compare-and-sets pipelined (`KafkaZkClient.update_isrs_registered`).
-    One write per worker thread, each two or three round trips, spread the 500 writes of a
-    restarted follower rejoining the ISRs of its leader over 3-4 s."""
-
-    def __init__(self, zk_client: Any | None) -> None:
-        self.zk_client = zk_client
-        self.events: ReplicationEventPublisher | None = None
-        self.core: Any = None  # the shell's core, for the telemetry's before/after view
-        self.ineligible_refused = 0  # ISR writes refused for an ineligible member (KIP-841/903)
-        # ISR writes not made because a broker registered between the check and the write
-        # (proposed again against the new registrations)
-        self.registration_changed_refused = 0
-        self.batches_written = 0
-        self._background: set[asyncio.Task[Any]] = set()
-        self._unsent: list[tuple[ProposeIsr, Callable[[bool, int], None]]] = []
-        self._writing = False
-
-    def _spawn(self, coro: Awaitable[Any]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    def submit(self, proposal: ProposeIsr, on_result: Callable[[bool, int], None]) -> None:
-        self._unsent.append((proposal, on_result))
-        if not self._writing:
-            # (the task starts in a later turn: this turn's proposals go in its first batch)
-            self._writing = True
-            self._spawn(self._write_batches())
-
-    async def _write_batches(self) -> None:
-        try:
-            while self._unsent:
-                batch, self._unsent = self._unsent, []
-                await self._write_batch(batch)
-        finally:
-            self._writing = False
-
-    def _check_and_write(self, props: list[ProposeIsr]
-                         ) -> list[tuple[bool, int] | list[IneligibleReplica] | Exception]:
-        """In a worker thread: the ISR writer's KIP-841/903 check against the registrations in
-        /brokers/ids, then the compare-and-sets, each conditioned on no broker having
-        registered since the check and each of its members still being registered (so the
-        check holds at the write; the simulator's ZooKeeper checks and writes in one step).
-        Per proposal: (ok, version), the ineligible members, or the write's error."""
-        zk = self.zk_client
-        members = sorted({b for prop in props for b, _ in prop.isr_with_broker_epochs})
-        registrations_version, epochs = zk.get_broker_epochs(members)
-        out: list[tuple[bool, int] | list[IneligibleReplica] | Exception] = []
-        writes: list[tuple[Any, LeaderIsrAndControllerEpoch, int, list[int]]] = []
-        for prop in props:
-            ineligible = ineligible_replicas_for_isr(prop.isr_with_broker_epochs, epochs.get)
-            out.append(ineligible)
-            if not ineligible:
-                writes.append(((prop.tp.topic, prop.tp.partition), LeaderIsrAndControllerEpoch(
-                    prop.leader, prop.leader_epoch, tuple(prop.new_isr), prop.controller_epoch),
-                    prop.zk_version, [b for b, _ in prop.isr_with_broker_epochs]))
-        written = iter(zk.update_isrs_registered(writes, registrations_version) if writes
-                       else [])
-        return [next(written) if not o else o for o in out]
-
-    async def _write_batch(self, batch: list[tuple[ProposeIsr, Callable[[bool, int], None]]]
-                           ) -> None:
-        if self.zk_client is None:
-            for _, on_result in batch:
-                on_result(False, -1)
-            return
-        try:
-            outcomes = await asyncio.to_thread(self._check_and_write, [p for p, _ in batch])
-        except Exception as e:
-            # Proposed again at a later fetch or ISR check.
-            logger.warning("ISR update of %d partitions failed: %s", len(batch), e)
-            outcomes = [e] * len(batch)
-        self.batches_written += 1
-        for (prop, on_result), outcome in zip(batch, outcomes, strict=True):
-            self._on_written(prop, on_result, outcome)
-
-    def _on_written(self, prop: ProposeIsr, on_result: Callable[[bool, int], None],
-                    outcome: tuple[bool, int] | list[IneligibleReplica] | Exception) -> None:
-        if isinstance(outcome, BrokerRegistrationsChangedError):
-            # Proposed again at a later fetch or ISR check, against the new registrations.
-            self.registration_changed_refused += 1
-            logger.info("%s: ISR update to %s not made: %s", prop.tp, list(prop.new_isr), outcome)
-            on_result(False, -1)
-            return
-        if isinstance(outcome, Exception):
-            logger.warning("ISR update of %s to %s failed: %s", prop.tp, prop.new_isr, outcome)
-            on_result(False, -1)
-            return
-        if isinstance(outcome, list):
-            # Kafka's INELIGIBLE_REPLICA: not attempted; the committed ISR stays.
-            self.ineligible_refused += 1
-            logger.info("%s: ISR update to %s refused (INELIGIBLE_REPLICA): ineligible replicas "
-                        "%s", prop.tp, list(prop.new_isr), ", ".join(map(str, outcome)))
-            on_result(False, -1)
-            return
-        ok, version = outcome
-        if ok:
-            logger.info("%s: ISR is now %s (zk version %d)", prop.tp, list(prop.new_isr), version)
-            p = self.core.partition(prop.tp) if self.core is not None else None
-            if self.events is not None and p is not None:
-                # p.isr is still the committed ISR: the core adopts new_isr in on_result.
-                self.events.isr_changed(prop.tp.topic, prop.tp.partition, prop.leader_epoch,
-                                        p.isr, prop.new_isr, p.log_end_offset, p.high_watermark)
-        else:
-            logger.info("%s: ISR update to %s refused (stale zk version %d); waiting for the "
-                        "controller", prop.tp, list(prop.new_isr), prop.zk_version)
-        on_result(ok, version)
-
-    def propagate_isr_changes(self, partitions: Collection[TopicPartition],
-                              on_result: Callable[[bool], None]) -> None:
-        self._spawn(self._propagate(partitions, on_result))
-
-    async def _propagate(self, partitions: Collection[TopicPartition],
-                         on_result: Callable[[bool], None]) -> None:
-        if self.zk_client is None:
-            on_result(False)
-            return
-        try:
-            await asyncio.to_thread(self.zk_client.propagate_isr_changes,
-                                    [(tp.topic, tp.partition) for tp in partitions])
-        except Exception as e:
-            logger.warning("writing an ISR change notification for %d partitions failed: %s",
-                           len(partitions), e)
-            on_result(False)
-            return
-        on_result(True)
-
-    async def shutdown(self) -> None:
-        if self._background:
-            await asyncio.wait(list(self._background), timeout=5)
-        for t in list(self._background):
-            t.cancel()
-
-
 class BrokerReplicaManager:
     def __init__(
         self,
@@ -271,12 +132,22 @@ class BrokerReplicaManager:
         log_flush_scheduler_interval_ms: int = 2**63 - 1,
         recovery_point_checkpoint_interval_ms: int = 60_000,
         log_initial_task_delay_ms: int = 30_000,
+        controller_socket_timeout_ms: int = 30_000,
+        controller_id: Callable[[], int | None] | None = None,
     ) -> None:
+        """``controller_id()``: the active controller's id as the metadata cache has it (where
+        AlterPartition goes); None: no controller (ISR changes are never made)."""
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.config = config
         self.scheduler = AsyncioScheduler()
-        self.alter_partition_manager = ZkAlterPartitionManager(zk_client)
+        self.alter_partition_transport = ControllerAlterPartitionTransport(
+            broker_id, controller_id or (lambda: None), endpoint_of, topic_id_of or (lambda _topic: ZERO_UUID),
+            request_timeout_ms=controller_socket_timeout_ms)
+        self.alter_partition_transport.on_answer = self._on_alter_partition_answer
+        self.alter_partition_manager = AlterPartitionManager(
+            broker_id, self.alter_partition_transport, self.scheduler,
+            lambda: self.shell.broker_epoch)
         self.log_dir_failure = ZkLogDirFailureHandling(broker_id, zk_client)
         self.shell = ReplicaManager(
             broker_id, log_manager, config, time=self.scheduler, scheduler=self.scheduler,
@@ -293,7 +164,6 @@ class BrokerReplicaManager:
             log_dir_failure=self.log_dir_failure,
         )
         self.core = self.shell.core
-        self.alter_partition_manager.core = self.core
         self.shell.on_high_watermark_checkpoint = self._on_hw_checkpoint
         self.fetcher_manager: ReplicaFetcherManager = self.shell.fetcher_manager
         self._keys = itertools.count(1)
@@ -309,7 +179,19 @@ class BrokerReplicaManager:
     @events.setter
     def events(self, publisher: ReplicationEventPublisher | None) -> None:
         self._events = publisher
-        self.alter_partition_manager.events = publisher
+
+    def _on_alter_partition_answer(self, answer: AlterPartitionAnswer) -> None:
+        """The controller's answer, before the core adopts it: each ISR change it wrote (the
+        telemetry's before/after view)."""
+        for tp, part in answer.partitions.items():
+            if part.error:
+                continue
+            logger.info("%s: ISR is now %s (zk version %d)", tp, list(part.isr),
+                        part.partition_epoch)
+            p = self.core.partition(tp)
+            if self.events is not None and p is not None and p.pending_isr is not None:
+                self.events.isr_changed(tp.topic, tp.partition, part.leader_epoch, p.isr,
+                                        part.isr, p.log_end_offset, p.high_watermark)
 
     @property
     def broker_epoch(self) -> int:
@@ -326,17 +208,14 @@ class BrokerReplicaManager:
     def isr_updates_failed(self) -> int:
         return self.shell.isr_updates_failed
 
-    @property
-    def isr_notifications_written(self) -> int:
-        return self.shell.isr_notifications_written
-
     def start(self) -> None:
         """The shell's tasks, the log manager's among them."""
         self.shell.startup()
 
     async def shutdown(self) -> None:
         self.shell.shutdown()
-        await self.alter_partition_manager.shutdown()
+        self.alter_partition_manager.shutdown()
+        await self.alter_partition_transport.shutdown()
         await self.log_dir_failure.shutdown()
         for fut in self._waiters:
             if not fut.done():

@@ -207,6 +207,8 @@ class BrokerServer:
                 zero_copy_min_bytes=SENDFILE_MIN_BYTES),
             zk_client=zk, endpoint_of=self.endpoint_of,
             topic_id_of=lambda topic: self.metadata_cache.hosted_topic_id(topic),
+            controller_id=lambda: self.metadata_cache.controller_id,
+            controller_socket_timeout_ms=cfg.get("controller.socket.timeout.ms"),
             num_replica_fetchers=self.dynamic_config.current.get("num.replica.fetchers"),
             high_watermark_checkpoint_interval_ms=cfg.get("replica.high.watermark.checkpoint.interval.ms"),
             log_retention_check_interval_ms=cfg.get("log.retention.check.interval.ms"),

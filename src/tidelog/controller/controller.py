@@ -53,13 +53,18 @@ from tidelog.controller.core import (
     StopReplicaRequest,
     UpdateMetadataRequest,
 )
-from tidelog.controller.executor import DecisionExecutor, Executed
+from tidelog.controller.executor import AlterPartitionOutcome, DecisionExecutor, Executed
 from tidelog.controller.reassignment_manager import ControllerReassignments, rewrite_topic_znode
 from tidelog.controller.zk_client import KafkaZkClient, WatchHandle
 from tidelog.controller.zk_data import BrokerInfo, LeaderIsrAndControllerEpoch
 from tidelog.controller.zk_interface import ControllerMovedError, from_zk_state
 from tidelog.protocol.errors import ErrorCode
-from tidelog.replication.types import NO_LEADER, LeaderAndIsrPartitionState, TopicPartition
+from tidelog.replication.types import (
+    NO_LEADER,
+    LeaderAndIsrPartitionState,
+    ProposeIsr,
+    TopicPartition,
+)
 
 __all__ = ["KafkaController"]
 
@@ -872,6 +877,37 @@ class KafkaController:
             tp for tp, s in core.partition_states.items()
             if s.leader == broker_id and len(core.assignments.get(tp, ())) > 1)
         return int(ErrorCode.NONE), remaining
+
+    # -- AlterPartition (KIP-497) ------------------------------------------------------------------
+    async def alter_partition(self, broker_id: int, broker_epoch: int,
+                              proposals: list[ProposeIsr]) -> AlterPartitionOutcome | None:
+        """A leader's AlterPartition, one event (Kafka's AlterPartitionReceived): checked,
+        written and UpdateMetadata sent by `DecisionExecutor.alter_partition`. None: not the
+        active controller (NOT_CONTROLLER)."""
+        if not self.is_active:
+            return None
+        try:
+            return await self.enqueue(
+                "AlterPartitionReceived",
+                lambda: self._on_alter_partition(broker_id, broker_epoch, proposals))
+        except ControllerMovedError:
+            return None
+
+    async def _on_alter_partition(self, broker_id: int, broker_epoch: int,
+                                  proposals: list[ProposeIsr]) -> AlterPartitionOutcome | None:
+        core, executor = self.core, self.executor
+        if core is None or executor is None or not self.is_active:
+            return None
+        outcome = await self._zk(executor.alter_partition, broker_id, broker_epoch, proposals)
+        if self.core is not core:
+            return None
+        for requests in outcome.executed.requests:
+            self._send(requests)
+        if any(tp in self.reassignments.reassigning for tp in outcome.written):
+            # After the answer, as Kafka's maybeCompleteReassignment: a moving partition whose
+            # ISR now holds its target replicas completes.
+            self.enqueue("PartitionReassignmentIsrChange", self.reassignments.on_isr_change)
+        return outcome
 
     # -- preferred leaders -------------------------------------------------------------------------
     async def elect_preferred_leaders(self) -> int:

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field, replace
 
 from tidelog.protocol.errors import ErrorCode
 from tidelog.replication import election
-from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
+from tidelog.replication.isr_eligibility import ineligible_replicas_for_isr
+from tidelog.replication.types import LeaderAndIsrPartitionState, ProposeIsr, TopicPartition
 
 NO_LEADER = -1
 # ElectLeadersRequest's election_type (Kafka's ElectionType)
@@ -38,6 +39,12 @@ ELECTION_NOT_NEEDED = int(ErrorCode.ELECTION_NOT_NEEDED)
 PREFERRED_LEADER_NOT_AVAILABLE = int(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE)
 ELIGIBLE_LEADERS_NOT_AVAILABLE = int(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE)
 KAFKA_STORAGE_ERROR = int(ErrorCode.KAFKA_STORAGE_ERROR)
+NONE = int(ErrorCode.NONE)
+STALE_BROKER_EPOCH = int(ErrorCode.STALE_BROKER_EPOCH)
+NOT_CONTROLLER = int(ErrorCode.NOT_CONTROLLER)
+FENCED_LEADER_EPOCH = int(ErrorCode.FENCED_LEADER_EPOCH)
+INVALID_UPDATE_VERSION = int(ErrorCode.INVALID_UPDATE_VERSION)
+INELIGIBLE_REPLICA = int(ErrorCode.INELIGIBLE_REPLICA)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +110,10 @@ class Decision:
     full_metadata_to: set[int] = field(default_factory=set)
     # Partitions that stay offline (no eligible leader): for the shell's statistics.
     offline: list[TopicPartition] = field(default_factory=list)
+    # False: the written states go to the replicas in no LeaderAndIsr (an AlterPartition: the
+    # leader has the answer, the followers need nothing; Kafka's processAlterPartition sends
+    # UpdateMetadata only).
+    leader_and_isr: bool = True
 
 
 @dataclass(slots=True)
@@ -337,6 +348,52 @@ class ControllerCore:
             self._note_caught_up(tp, state)
         return Decision(update_metadata=True, metadata_partitions=set(states))
 
+    def alter_partition(self, broker_id: int, broker_epoch: int,
+                        proposals: Iterable[ProposeIsr], *, check_eligibility: bool = True
+                        ) -> tuple[Decision, int, dict[TopicPartition, int]]:
+        """A leader's AlterPartition (KIP-497; Kafka's tryProcessAlterPartition on its
+        ControllerContext): (the writes, the request's error, each partition's error: NONE for
+        one answered with its state after the writes). Each proposal is checked against the
+        cached state, which only this controller's writes change: a broker epoch not the
+        sender's registration -> STALE_BROKER_EPOCH for the whole request; an unknown partition
+        -> UNKNOWN_TOPIC_OR_PARTITION; a leader or partition epoch (zk version) above the
+        cache's -> NOT_CONTROLLER (this controller is behind); a lower leader epoch ->
+        FENCED_LEADER_EPOCH; the state already as proposed -> answered as it is (a retry);
+        a lower zk version -> INVALID_UPDATE_VERSION; a member not registered, shutting down
+        or registered under another broker epoch than the leader names -> INELIGIBLE_REPLICA
+        (KIP-841/903; ``check_eligibility`` False only in the simulator's scenarios without
+        the rule). The rest is written with this controller's epoch."""
+        d = Decision(update_metadata=True, leader_and_isr=False)
+        if self.live_brokers.get(broker_id) != broker_epoch:
+            return d, STALE_BROKER_EPOCH, {}
+        errors: dict[TopicPartition, int] = {}
+        for prop in proposals:
+            tp = prop.tp
+            state = self.partition_states.get(tp)
+            if state is None or tp not in self.assignments:
+                errors[tp] = UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            d.metadata_partitions.add(tp)
+            new_isr = tuple(sorted(prop.new_isr))
+            if prop.zk_version > state.zk_version or prop.leader_epoch > state.leader_epoch:
+                errors[tp] = NOT_CONTROLLER
+            elif prop.leader_epoch < state.leader_epoch:
+                errors[tp] = FENCED_LEADER_EPOCH
+            elif broker_id == state.leader and new_isr == tuple(sorted(state.isr)):
+                errors[tp] = NONE
+            elif prop.zk_version < state.zk_version:
+                errors[tp] = INVALID_UPDATE_VERSION
+            elif check_eligibility and ineligible_replicas_for_isr(
+                    prop.isr_with_broker_epochs or tuple((b, -1) for b in new_isr),
+                    lambda b: None if b in self.shutting_down else self.live_brokers.get(b)):
+                errors[tp] = INELIGIBLE_REPLICA
+            else:
+                errors[tp] = NONE
+                d.writes.append(PartitionWrite(tp, replace(
+                    state, leader=broker_id, isr=new_isr,
+                    controller_epoch=self.controller_epoch, is_new=False), state.zk_version))
+        return d, NONE, errors
+
     def elect_offline_leaders(self, topics: Collection[str]) -> Decision:
         """Elect a leader for every partition of `topics` without a live one (Kafka's
         triggerOnlinePartitionStateChange after unclean.leader.election.enable was turned on
@@ -428,6 +485,8 @@ class ControllerCore:
             state = replace(w.state, zk_version=version)
             self.partition_states[w.tp] = state
             self._note_caught_up(w.tp, state)
+            if not decision.leader_and_isr:
+                continue
             for r in self.assignments.get(w.tp, ()):
                 if self.is_replica_online(r, w.tp) and r not in self.shutting_down:
                     leader_and_isr.setdefault(r, []).append(state)

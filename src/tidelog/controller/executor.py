@@ -19,7 +19,7 @@ it did not shut down cleanly; the caller then runs `broker_failure` / `broker_st
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tidelog.controller.core import ControllerCore, ControllerRequest, Decision
@@ -31,9 +31,10 @@ from tidelog.controller.zk_interface import (
     to_zk_state,
 )
 from tidelog.protocol.errors import ErrorCode
-from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
+from tidelog.replication.types import LeaderAndIsrPartitionState, ProposeIsr, TopicPartition
 
-__all__ = ["MAX_EVENT_ATTEMPTS", "BrokerChanges", "DecisionExecutor", "Executed"]
+__all__ = ["MAX_EVENT_ATTEMPTS", "AlterPartitionOutcome", "BrokerChanges", "DecisionExecutor",
+           "Executed"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,21 @@ class Executed:
     decision: Decision
     requests: list[dict[int, list[ControllerRequest]]] = field(default_factory=list)
     written: list[LeaderAndIsrPartitionState] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class AlterPartitionOutcome:
+    """An AlterPartition handled: what was done, the request's error, each partition's error
+    and, for those answered NONE, the state they now have."""
+
+    executed: Executed
+    error: int
+    errors: dict[TopicPartition, int]
+    states: dict[TopicPartition, LeaderAndIsrPartitionState]
+
+    @property
+    def written(self) -> list[TopicPartition]:
+        return [TopicPartition(s.topic, s.partition) for s in self.executed.written]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +84,8 @@ class DecisionExecutor:
 
     def __init__(self, zk: ZooKeeperClient, core: ControllerCore, epoch_zk_version: int | None,
                  *, on_topic_gone: Callable[[str], object] = lambda topic: None,
-                 kip966_unclean_restart_rule: bool = True) -> None:
+                 kip966_unclean_restart_rule: bool = True,
+                 kip841_eligibility: bool = True) -> None:
         self.zk = zk
         self.core = core
         self.epoch_zk_version = epoch_zk_version
@@ -77,6 +94,8 @@ class DecisionExecutor:
         self._persisted_marks: dict[TopicPartitionT, tuple[int, ...]] = {}
         # Off only in the simulator's scenarios that show what goes wrong without the rule.
         self.kip966_unclean_restart_rule = kip966_unclean_restart_rule
+        # AlterPartition's INELIGIBLE_REPLICA check (KIP-841/903); off as the line above.
+        self.kip841_eligibility = kip841_eligibility
 
     # -- failover ----------------------------------------------------------------------------
     def load_unclean_marks(self) -> None:
@@ -233,6 +252,31 @@ class DecisionExecutor:
                                                      core.assignments[TopicPartition(*tp)])
                   for tp, s in zk.get_partition_states(known).items()}
         return self.execute(lambda: core.on_isr_change(states))
+
+    def alter_partition(self, broker_id: int, broker_epoch: int,
+                        proposals: Sequence[ProposeIsr]) -> AlterPartitionOutcome:
+        """A leader's AlterPartition (KIP-497, Kafka's processAlterPartition): the core checks
+        each proposal against its cached states and the accepted ones are written, a
+        compare-and-set on the zk version the leader named; UpdateMetadata of the named
+        partitions goes to every live broker, no LeaderAndIsr. A write that lost its
+        compare-and-set is re-read and checked again (then INVALID_UPDATE_VERSION, as Kafka's
+        badVersion answer). The answer names every partition: its error, or the state it now
+        has (the new zk version is the partition epoch)."""
+        core = self.core
+        errors: dict[TopicPartition, int] = {}
+        top: list[int] = []
+
+        def event() -> Decision:
+            decision, error, answers = core.alter_partition(
+                broker_id, broker_epoch, proposals, check_eligibility=self.kip841_eligibility)
+            top.append(error)
+            errors.update(answers)
+            return decision
+
+        done = self.execute(event)
+        states = {tp: core.partition_states[tp] for tp, e in errors.items()
+                  if e == 0 and tp in core.partition_states}
+        return AlterPartitionOutcome(done, top[-1], errors, states)
 
     # -- log dir failures (Kafka's JBOD handling in ZooKeeper mode) ----------------------------
     def on_log_dir_event_notifications(self) -> Executed | None:

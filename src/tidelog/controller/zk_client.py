@@ -13,14 +13,8 @@ Fencing, as in Kafka:
   version; that version (`epoch_zk_version`) is then checked by every controller write
   (`checkControllerAndUpdate`), so a deposed controller's writes fail with
   `ControllerMovedError`;
-- partition state writes are compare-and-set on the state znode's version (`zk_version`);
-- every registration also bumps the data version of `/brokers/ids` (tidelog's own addition:
-  Kafka's brokers do not) in the transaction that creates the ephemeral znode, so a leader's
-  ISR write can be conditioned on no broker having registered since it read the members'
-  epochs (KIP-903's check made atomic with the write: `update_leader_and_isr(registered=)`).
-  A version check on `/brokers/ids/<id>` itself cannot see a re-registration: the new
-  ephemeral znode starts at data version 0 like the old one; only its czxid differs, and
-  ZooKeeper checks versions, not czxids.
+- partition state writes are compare-and-set on the state znode's version (`zk_version`),
+  made by the controller only (leaders send AlterPartition, KIP-497).
 """
 
 from __future__ import annotations
@@ -82,7 +76,6 @@ from tidelog.controller.zk_multi_read import MULTI_READ_PATHS, multi_read_async
 
 __all__ = [
     "BrokerAlreadyRegisteredError",
-    "BrokerRegistrationsChangedError",
     "ControllerElection",
     "ControllerMovedError",
     "KafkaZkClient",
@@ -107,11 +100,6 @@ FENCED_OPS_PER_MULTI = 100
 
 class BrokerAlreadyRegisteredError(ZkClientError):
     """Another live session holds /brokers/ids/<id>."""
-
-
-class BrokerRegistrationsChangedError(ZkClientError):
-    """A conditional ISR write was not made: a broker registered since the registrations were
-    read, or a member's registration is gone."""
 
 
 class TopicExistsError(ZkClientError):
@@ -308,18 +296,11 @@ class KafkaZkClient(KafkaZkReads):
         path = zk_data.broker_path(info.broker_id)
         data = info.encode()
 
-        def attempt() -> list[Any]:
-            tx = self._zk.transaction()
-            tx.create(path, data, ephemeral=True)
-            tx.set_data(zk_data.BROKER_IDS_PATH, b"")  # the registrations version (docstring)
-            return list(tx.commit())
-
         with self._lock:
-            created = self._retry(attempt)[0]
-            if isinstance(created, NodeExistsError):
+            try:
+                self._retry(self._zk.create, path, data, ephemeral=True)
+            except NodeExistsError:
                 pass  # below: ours (a retried create) or another session's
-            elif isinstance(created, Exception):
-                raise ZkClientError(f"registering broker {info.broker_id} failed: {created!r}")
             stat = self._retry(self._zk.exists, path)
             if stat is None or stat.ephemeralOwner != self.session_id:
                 raise BrokerAlreadyRegisteredError(
@@ -358,26 +339,6 @@ class KafkaZkClient(KafkaZkReads):
         except NoNodeError:
             return None
         return BrokerInfo.decode(broker_id, data), int(stat.czxid)
-
-    def get_broker_epochs(self, broker_ids: Iterable[int]) -> tuple[int, dict[int, int]]:
-        """(the registrations version, {broker id: broker epoch} of those registered): the
-        version is read first, so a registration after it makes a write conditioned on it
-        (`update_leader_and_isr(registered=)`) fail, also one between the two reads."""
-        # One round trip: the members' reads are pipelined after the version's, and ZooKeeper
-        # answers a session's requests in order, so they still read registrations made at or
-        # before that version (every ISR write of a leader reads these, under ISR churn).
-        version_read = self._zk.get_async(zk_data.BROKER_IDS_PATH)
-        paths = {zk_data.broker_path(b): b for b in broker_ids}
-        read = self._get_many(list(paths))
-        try:
-            _, stat = version_read.get(timeout=self.request_timeout_s)
-        except (ConnectionLoss, OperationTimeoutError, SessionExpiredError, KazooTimeoutError):
-            # Read again, and the members after it: read before the version, a member that
-            # registered again in between would keep its old epoch under the new version.
-            _, stat = self._retry(self._zk.get, zk_data.BROKER_IDS_PATH)
-            read = self._get_many(list(paths))
-        epochs = {b: int(read[path][1].czxid) for path, b in paths.items() if path in read}
-        return int(stat.version), epochs
 
     def get_all_broker_ids(self) -> list[int]:
         children = self._retry(self._zk.get_children, zk_data.BROKER_IDS_PATH)
@@ -900,8 +861,6 @@ class KafkaZkClient(KafkaZkReads):
         state: LeaderIsrAndControllerEpoch,
         expected_zk_version: int,
         expected_epoch_zk_version: int | None = None,
-        *,
-        registered: tuple[int, Sequence[int]] | None = None,
     ) -> tuple[bool, int]:
         """Compare-and-set the partition state; returns (ok, new zk version).
 
@@ -912,47 +871,12 @@ class KafkaZkClient(KafkaZkReads):
 
         The controller passes `expected_epoch_zk_version` (from `try_elect_controller`): the
         write is then checked against /controller_epoch in the same transaction and raises
-        `ControllerMovedError` when another controller was elected since. A leader's ISR
-        update (seed 000's `updateIsr`) passes None and relies on the zk version alone.
-
-        `registered` = (registrations version, broker ids), from `get_broker_epochs`: the write
-        is also conditioned on no broker having registered since and on each of those brokers
-        still being registered, else `BrokerRegistrationsChangedError` (a leader's ISR write:
-        the KIP-903 check of its members' epochs then holds at the write, not only at the read).
+        `ControllerMovedError` when another controller was elected since (None: the zk
+        version alone).
         """
-        build = _conditional_state_write(tp, state, expected_zk_version, registered)
-        outcome = self._conditional_write_result(
-            tp, state, self._fenced(expected_epoch_zk_version, build))
-        if isinstance(outcome, BrokerRegistrationsChangedError):
-            raise outcome
-        return outcome
-
-    def update_isrs_registered(
-        self,
-        updates: Sequence[tuple[TopicPartitionT, LeaderIsrAndControllerEpoch, int, Sequence[int]]],
-        registrations_version: int,
-    ) -> list[tuple[bool, int] | BrokerRegistrationsChangedError]:
-        """Leaders' ISR writes, many at once: `update_leader_and_isr(tp, state, expected,
-        registered=(registrations_version, members))` for each (tp, state, expected, members),
-        pipelined, 100 to a multi (a failed compare-and-set in one replays its writes one by
-        one, so each answer is its own write's). Per update, in order: (ok, new zk version), or
-        the `BrokerRegistrationsChangedError` that write would have raised. A restarted
-        follower rejoins the ISR of every partition it follows at once: one round trip per
-        write, each in its own worker thread, spread 500 writes over 3-4 s."""
-        builds = [(i, _conditional_state_write(tp, state, expected,
-                                               (registrations_version, members)))
-                  for i, (tp, state, expected, members) in enumerate(updates)]
-        results = self._fenced_many(None, builds)
-        return [self._conditional_write_result(tp, state, results[i])
-                for i, (tp, state, _, _) in enumerate(updates)]
-
-    def _conditional_write_result(
-        self, tp: TopicPartitionT, state: LeaderIsrAndControllerEpoch, results: list[Any]
-    ) -> tuple[bool, int] | BrokerRegistrationsChangedError:
-        if any(isinstance(r, BadVersionError | NoNodeError) for r in results[1:]):
-            return BrokerRegistrationsChangedError(
-                f"ISR write of {zk_data.partition_state_path(tp)} not made: a broker registered "
-                "since its members were read, or a member is no longer registered")
+        path, data = zk_data.partition_state_path(tp), state.encode()
+        results = self._fenced(expected_epoch_zk_version,
+                               lambda tx: tx.set_data(path, data, expected_zk_version))
         return self._state_update_result(tp, state, results[0])
 
     def update_leader_and_isr_many(
@@ -1354,26 +1278,6 @@ class KafkaZkClient(KafkaZkReads):
 
         DataWatch(self._zk, zk_data.topic_path(topic), on_data)
         return handle
-
-
-def _conditional_state_write(
-    tp: TopicPartitionT, state: LeaderIsrAndControllerEpoch, expected_zk_version: int,
-    registered: tuple[int, Sequence[int]] | None,
-) -> Callable[[Any], None]:
-    """A transaction's build for `update_leader_and_isr`: the state's compare-and-set, then
-    (with `registered`) the checks of the registrations version and of each member."""
-    path = zk_data.partition_state_path(tp)
-    data = state.encode()
-
-    def build(tx: Any) -> None:
-        tx.set_data(path, data, expected_zk_version)  # first: its own error tells a lost CAS
-        if registered is not None:
-            version, broker_ids = registered
-            tx.check(zk_data.BROKER_IDS_PATH, version)
-            for broker_id in broker_ids:
-                tx.check(zk_data.broker_path(broker_id), MATCH_ANY_VERSION)
-
-    return build
 
 
 def _raise_first(

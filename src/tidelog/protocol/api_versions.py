@@ -89,9 +89,9 @@ BROKER_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_ACLS: (0, 3),
 }
 
-# The inter-broker and controller channel (tidelog <-> tidelog): every schema version. No
-# AlterPartition (KIP-497): as in Kafka's ZooKeeper mode before 2.7, a leader writes its ISR
-# changes to ZooKeeper itself (a compare-and-set on the partition state, seed 000).
+# The inter-broker and controller channel (tidelog <-> tidelog): every schema version.
+# AlterPartition (KIP-497, v0-3 as Kafka 3.9's ZooKeeper-mode controller serves it): a leader's
+# ISR changes go to the controller, which writes them (v2+ topic ids, v3 members' broker epochs).
 CONTROLLER_API_VERSIONS: dict[int, tuple[int, int]] = {
     key: (api_spec(key).min_version, api_spec(key).max_version)
     for key in (
@@ -99,6 +99,7 @@ CONTROLLER_API_VERSIONS: dict[int, tuple[int, int]] = {
         ApiKey.STOP_REPLICA,
         ApiKey.UPDATE_METADATA,
         ApiKey.CONTROLLED_SHUTDOWN,
+        ApiKey.ALTER_PARTITION,
     )
 }
 

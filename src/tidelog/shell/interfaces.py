@@ -3,11 +3,11 @@ and `LeaderEndPoint`): a clock, timers, the ISR writer and the transport to a le
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from tidelog.replication.fetcher import FetcherRequest
-from tidelog.replication.types import ProposeIsr, TopicPartition
+from tidelog.replication.types import ProposeIsr
 
 __all__ = ["AlterPartitionManager", "LeaderEndPoint", "LeaderEndPointFactory",
            "LogDirFailureHandling", "ScheduledTask", "Scheduler", "Time"]
@@ -32,20 +32,16 @@ class Scheduler(Protocol):
 
 
 class AlterPartitionManager(Protocol):
-    """The ISR writer. ZooKeeper mode: a compare-and-set on the partition state's zk version,
-    and ISR-change notifications for the controller."""
+    """The ISR writer: AlterPartition to the controller (KIP-497), which validates and writes
+    the change (`shell.alter_partition_manager`, over the driver's transport)."""
 
     def submit(self, proposal: ProposeIsr, on_result: Callable[[bool, int], None]) -> None:
-        """Write ``proposal``; later ``on_result(written, new zk version or -1)``. Not written
-        (as Kafka's INELIGIBLE_REPLICA) when a member is not registered in /brokers/ids or its
-        broker epoch in ``proposal.isr_with_broker_epochs`` is not its registration's
-        (`replication.isr_eligibility`, KIP-841/903), the check holding at the write (ZooKeeper:
-        not written when a broker registered in between); nor on a stale zk version."""
-        ...
-
-    def propagate_isr_changes(self, partitions: Collection[TopicPartition],
-                              on_result: Callable[[bool], None]) -> None:
-        """Tell the controller these partitions' ISRs changed; later ``on_result(written)``."""
+        """Propose ``proposal``; later ``on_result(True, the new zk version)`` when the
+        controller wrote it, ``on_result(False, -1)`` when it refused it and the leader goes
+        back to its committed ISR (INELIGIBLE_REPLICA: a member not registered, shutting down
+        or registered under another broker epoch than ``proposal.isr_with_broker_epochs``
+        says, KIP-841/903). Not called while the proposal awaits the controller's LeaderAndIsr
+        (a stale leader epoch or zk version)."""
         ...
 
 

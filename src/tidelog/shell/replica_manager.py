@@ -9,15 +9,15 @@ The core decides; this class performs and schedules, with everything outside inj
   an earlier registration of this broker (-1: not sent, as by a controller older than 2.4).
   The fetcher actions the core returns go to the one `ReplicaFetcherManager`.
 - **ISR changes**: every `ProposeIsr` the core returns (expand on a follower's fetch, shrink from
-  `isr-expiration`) goes to the `AlterPartitionManager`; its answer goes back to the core with
+  `isr-expiration`) goes to the `AlterPartitionManager` (AlterPartition to the controller,
+  KIP-497, which writes it and tells every broker); its answer goes back to the core with
   `on_isr_update_result`.
 - **Delayed operations**: an acks=all produce or a long-polling fetch the core cannot answer at
   once keeps its callback; after every state change the shell asks the core which delayed
   operations completed (`poll_completed`), calls theirs, and keeps one timer at the core's
   `next_deadline_ms` for the ones that expire.
 - **Scheduled tasks** (Kafka's names, scheduled once in `startup`): `isr-expiration` every
-  `replica.lag.time.max.ms / 2`, `isr-change-propagation` (the core applies seed 000's blackout
-  and interval rules), `highwatermark-checkpoint` (`LogManager.checkpoint_high_watermarks`: the
+  `replica.lag.time.max.ms / 2`, `highwatermark-checkpoint` (`LogManager.checkpoint_high_watermarks`: the
   `replication-offset-checkpoint` file the LogManager reads back when it loads the logs).
 """
 
@@ -59,12 +59,10 @@ from tidelog.storage.errors import StorageError
 from tidelog.storage.producer_state_manager import VerificationGuard
 from tidelog.storage.transactions import AppendOrigin
 
-__all__ = ["ISR_CHANGE_PROPAGATION_INTERVAL_MS", "UNKNOWN_BROKER_EPOCH", "ReplicaManager"]
+__all__ = ["UNKNOWN_BROKER_EPOCH", "ReplicaManager"]
 
 logger = logging.getLogger(__name__)
 
-# Kafka's ReplicaManager.IsrChangePropagationInterval (the task's period).
-ISR_CHANGE_PROPAGATION_INTERVAL_MS = 2500
 # AbstractControlRequest.UNKNOWN_BROKER_EPOCH: a control request without a broker epoch.
 UNKNOWN_BROKER_EPOCH = -1
 
@@ -89,7 +87,6 @@ class ReplicaManager:
         leader_end_point: LeaderEndPointFactory,
         num_replica_fetchers: int = 1,
         high_watermark_checkpoint_interval_ms: int = 5000,
-        isr_change_propagation_interval_ms: int = ISR_CHANGE_PROPAGATION_INTERVAL_MS,
         logs_for_fetcher: LogLookup | None = None,
         log_task_intervals: LogTaskIntervals | None = None,
         log_dir_failure: LogDirFailureHandling | None = None,
@@ -120,7 +117,6 @@ class ReplicaManager:
             fetch_max_bytes=config.replica_fetch_max_bytes,
             backoff_ms=config.replica_fetch_backoff_ms)
         self._hw_interval_ms = high_watermark_checkpoint_interval_ms
-        self._isr_propagation_ms = isr_change_propagation_interval_ms
         self._log_task_intervals = log_task_intervals or LogTaskIntervals()
         self._waiting: dict[Hashable, Callable[[Any], None]] = {}
         self._deadline: ScheduledTask | None = None
@@ -128,11 +124,8 @@ class ReplicaManager:
         self._tasks: list[ScheduledTask] = []
         self._stopped = False
         self._log_dir_failure = log_dir_failure
-        self._isr_changes_unwritten: set[TopicPartition] = set()
-        self._isr_changes_writing = False
         self.isr_updates_ok = 0
         self.isr_updates_failed = 0
-        self.isr_notifications_written = 0
         self.stale_broker_epoch_refused = 0
         # A driver's observer of each HW checkpoint (the broker's telemetry).
         self.on_high_watermark_checkpoint: Callable[[], None] | None = None
@@ -157,8 +150,6 @@ class ReplicaManager:
         self._tasks = [
             s.schedule("isr-expiration", self._isr_expiration, 0,
                        max(1, self.config.replica_lag_time_max_ms // 2)),
-            s.schedule("isr-change-propagation", self._isr_change_propagation, 0,
-                       self._isr_propagation_ms),
             s.schedule("highwatermark-checkpoint", self.checkpoint_high_watermarks, 0,
                        self._hw_interval_ms),
             # The log manager's (Kafka's LogManager.startup), on the same scheduler and clock.
@@ -208,23 +199,6 @@ class ReplicaManager:
         for prop in self.core.maybe_shrink_isr(self.time.milliseconds()):
             self._propose_isr(prop)
         self.complete_delayed()
-
-    def _isr_change_propagation(self) -> None:
-        self._isr_changes_unwritten |= self.core.isr_changes_to_propagate(
-            self.time.milliseconds())
-        if not self._isr_changes_unwritten or self._isr_changes_writing:
-            return
-        written = frozenset(self._isr_changes_unwritten)
-        self._isr_changes_writing = True
-
-        def done(ok: bool) -> None:
-            self._isr_changes_writing = False
-            if ok:
-                # Kept otherwise for the next run, as Kafka keeps its isrChangeSet.
-                self.isr_notifications_written += 1
-                self._isr_changes_unwritten -= written
-
-        self.alter_partition_manager.propagate_isr_changes(sorted(written), done)
 
     # ------------------------------------------------------------------ log dir failure
     def _on_offline_log_dir(self) -> None:

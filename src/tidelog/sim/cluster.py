@@ -19,7 +19,6 @@ from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch
 from tidelog.controller.zk_interface import from_zk_state
 from tidelog.coordinator.transaction.log import TRANSACTION_STATE_TOPIC_NAME
 from tidelog.replication.config import ReplicationConfig
-from tidelog.replication.isr_eligibility import ineligible_replicas_for_isr
 from tidelog.replication.partition import Partition
 from tidelog.replication.types import LeaderAndIsrPartitionState, TopicPartition
 from tidelog.sim.client import Consumer, Producer
@@ -37,6 +36,8 @@ from tidelog.sim.messages import (
     CLIENT_BASE,
     CONTROLLER_NODE,
     ZK_NODE,
+    AlterPartitionMessage,
+    AlterPartitionReply,
     ControllerResponse,
     ZkRequest,
     ZkResponse,
@@ -70,7 +71,6 @@ class SimConfig:
     session_timeout_ms: int = 1500
     request_timeout_ms: int = 1000
     hw_checkpoint_ms: int = 500
-    isr_propagation_tick_ms: int = 100
     os_flush_ms: int = 1000
     # The log manager's tasks (shell/log_tasks.py), short enough to run many times in a run:
     # log.retention.check.interval.ms, log.flush.scheduler.interval.ms (flush.ms is the topic's),
@@ -498,6 +498,11 @@ class SimCluster:
     def _controller_receive(self, src: int, msg: Any) -> None:
         if isinstance(msg, ControllerResponse) and self.controller is not None:
             self.controller.on_response(src, msg)
+        elif isinstance(msg, AlterPartitionMessage):
+            answer = (self.controller.alter_partition(src, msg.broker_epoch, msg.proposals)
+                      if self.controller is not None else None)
+            if answer is not None:  # no controller: no answer, the leader's request times out
+                self.network.send(CONTROLLER_NODE, src, AlterPartitionReply(msg.corr_id, answer))
 
     # -- ZooKeeper server ---------------------------------------------------------------------
     def _zk_receive(self, src: int, msg: Any) -> None:
@@ -526,30 +531,6 @@ class SimCluster:
                 code = ZkCode.OK
             result = stat.czxid if code is ZkCode.OK and stat is not None else None
             self.network.send(ZK_NODE, src, ZkResponse(msg.corr_id, sid, op, code.value, result))
-        elif kind == "update_isr":
-            # seed 000's updateIsr: a compare-and-set on the state znode's version (a lost
-            # answer to our own earlier write counts as success: checkLeaderAndIsrZkData).
-            prop = op[1]
-            if zk.get_partition_state(prop.tp) is None:
-                self.network.send(ZK_NODE, src, ZkResponse(msg.corr_id, sid, op, "no_node"))
-                return
-            # KIP-841/903: the ISR writer's check against /brokers/ids, as the broker's.
-            if self.config.kip841_eligibility and ineligible_replicas_for_isr(
-                    prop.isr_with_broker_epochs,
-                    lambda b: None if (st := zk.exists(zk_data.broker_path(b))) is None
-                    else st.czxid):
-                self.network.send(ZK_NODE, src, ZkResponse(msg.corr_id, sid, op,
-                                                           "ineligible_replica"))
-                return
-            new = LeaderIsrAndControllerEpoch(prop.leader, prop.leader_epoch,
-                                              tuple(prop.new_isr), prop.controller_epoch)
-            ok, version = zk.update_leader_and_isr(prop.tp, new, prop.zk_version,
-                                                   session_id=sid)
-            self.network.send(ZK_NODE, src, ZkResponse(
-                msg.corr_id, sid, op, "ok" if ok else ZkCode.BAD_VERSION.value, version))
-        elif kind == "isr_change":
-            zk.propagate_isr_changes(op[1], session_id=sid)
-            self.network.send(ZK_NODE, src, ZkResponse(msg.corr_id, sid, op, "ok"))
         elif kind == "log_dir_event":
             zk.propagate_log_dir_event(src, session_id=sid)
             self.network.send(ZK_NODE, src, ZkResponse(msg.corr_id, sid, op, "ok"))

@@ -3,7 +3,8 @@ ZooKeeper and network, by the execute loop the real controller runs (controller/
 
 As Kafka's ZooKeeper-mode controller it watches `/brokers/ids` (a registration that appears,
 disappears or changes its creation zxid — the broker epoch — is a startup, a failure or a bounce)
-and `/isr_change_notification` (then re-reads those partitions' states and sends UpdateMetadata),
+and `/isr_change_notification` (then re-reads those partitions' states and sends UpdateMetadata;
+no simulated broker writes one: their leaders send AlterPartition, `alter_partition`),
 `/log_dir_event_notification` (then LeaderAndIsr to the broker whose log dir failed) and the
 brokers' LeaderAndIsr answers (replicas answered KAFKA_STORAGE_ERROR are offline: leaders
 elected elsewhere), each handled by the real controller's code in `DecisionExecutor`.
@@ -18,24 +19,41 @@ after that fails with `ControllerMovedError` and it resigns.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from tidelog.controller import zk_data
 from tidelog.controller.core import ControllerCore, Decision, StopReplicaRequest
-from tidelog.controller.executor import DecisionExecutor, Executed
+from tidelog.controller.executor import (
+    AlterPartitionOutcome,
+    DecisionExecutor,
+    Executed,
+)
 from tidelog.controller.reassignment import ApiError
 from tidelog.controller.reassignment_manager import ReassignmentManager
 from tidelog.controller.zk_interface import ControllerMovedError
 from tidelog.coordinator.transaction.log import TRANSACTION_STATE_TOPIC_NAME
-from tidelog.replication.types import TopicPartition
+from tidelog.protocol.errors import ErrorCode
+from tidelog.replication.types import ProposeIsr, TopicPartition
+from tidelog.shell.alter_partition_manager import AlterPartitionAnswer, PartitionAnswer
 from tidelog.sim.messages import CONTROLLER_NODE, ControllerMessage, ControllerResponse
 
 if TYPE_CHECKING:  # pragma: no cover
     from tidelog.sim.cluster import SimCluster
 
 BROKERS = zk_data.BROKER_IDS_PATH
+
+
+def alter_partition_answer(outcome: AlterPartitionOutcome) -> AlterPartitionAnswer:
+    """The controller's outcome as the leader's manager reads it (what the wire carries)."""
+    parts: dict[TopicPartition, PartitionAnswer] = {}
+    for tp, error in outcome.errors.items():
+        s = outcome.states.get(tp) if error == 0 else None
+        parts[tp] = (PartitionAnswer(error or int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                     if s is None else PartitionAnswer(
+            0, s.leader, s.leader_epoch, tuple(s.isr), s.zk_version))
+    return AlterPartitionAnswer(outcome.error, parts)
 
 
 class SimController:
@@ -56,7 +74,8 @@ class SimController:
             unclean_leader_election_enable=cluster.config.replication.unclean_leader_election_enable)
         self.executor = DecisionExecutor(
             self.zk, self.core, self.zk.get_data_and_version(path)[1],
-            kip966_unclean_restart_rule=cluster.config.kip966_unclean_restart_rule)
+            kip966_unclean_restart_rule=cluster.config.kip966_unclean_restart_rule,
+            kip841_eligibility=cluster.config.kip841_eligibility)
         self.active = True
         self.sent_requests = 0
         # KIP-455 moves: the real controller's phases (controller/reassignment_manager.py).
@@ -129,6 +148,31 @@ class SimController:
         self._carry_out(self.executor.on_isr_change_notifications)
         # A moving partition whose ISR now holds its target replicas completes.
         self._carry_out(lambda: self.reassignments.on_isr_change(self.executor))
+
+    def alter_partition(self, broker_id: int, broker_epoch: int,
+                        proposals: Sequence[ProposeIsr]) -> AlterPartitionAnswer:
+        """A leader's AlterPartition (KIP-497), the real controller's event
+        (`DecisionExecutor.alter_partition`): the answer goes back to the leader; a moving
+        partition whose ISR now holds its target replicas completes (Kafka's
+        maybeCompleteReassignment after the answer)."""
+        outcome: AlterPartitionOutcome | None = None
+
+        def run() -> Executed:
+            nonlocal outcome
+            outcome = self.executor.alter_partition(broker_id, broker_epoch, proposals)
+            return outcome.executed
+
+        if self.active:
+            self.cluster.trace_add(("alter_partition", None, ("broker", broker_id),
+                                    ("partitions", len(proposals))))
+            self._carry_out(run, kind="isr")
+        if outcome is None or not self.active:
+            return AlterPartitionAnswer(int(ErrorCode.NOT_CONTROLLER))
+        answer = alter_partition_answer(outcome)
+        written = outcome.written
+        if written:
+            self._carry_out(lambda: self.reassignments.on_isr_change(self.executor, written))
+        return answer
 
     def _on_log_dir_events(self, event: str, path: str) -> None:
         """A broker's log dir failed: LeaderAndIsr for its replicas, whose answers say which
@@ -223,7 +267,7 @@ class SimController:
         # by a leader (not yet notified) may have made stale: every partition is re-read.
         self._carry_out(lambda: self.executor.execute(event, self.core.assignments))
 
-    def _carry_out(self, run: Callable[[], Executed | None]) -> None:
+    def _carry_out(self, run: Callable[[], Executed | None], kind: str | None = None) -> None:
         checking = self.cluster.checker.enabled
         # ZooKeeper's states before the event (what the executor re-reads and decides on).
         before = ({tp: self.cluster.zk_state(tp) for tp in self.core.assignments}
@@ -237,7 +281,8 @@ class SimController:
             return
         for s in done.written:
             tp = TopicPartition(s.topic, s.partition)
-            self.cluster.trace_add(("elect" if s.leader != -1 else "offline", None, str(tp),
+            self.cluster.trace_add((kind or ("elect" if s.leader != -1 else "offline"), None,
+                                    str(tp),
                                     ("leader", s.leader),
                                     ("epoch", s.leader_epoch), ("isr", tuple(s.isr))))
             if checking:

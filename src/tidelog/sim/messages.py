@@ -105,9 +105,26 @@ class ControllerResponse:
 
 
 @dataclass(slots=True)
+class AlterPartitionMessage:
+    """A leader's AlterPartition (KIP-497) to the controller: its ISR proposals, from its
+    registration `broker_epoch`."""
+
+    corr_id: int
+    broker_epoch: int
+    proposals: tuple[Any, ...]  # replication.types.ProposeIsr
+
+
+@dataclass(slots=True)
+class AlterPartitionReply:
+    """The controller's answer: a shell.alter_partition_manager.AlterPartitionAnswer."""
+
+    corr_id: int
+    answer: Any
+
+
+@dataclass(slots=True)
 class ZkRequest:
     """An operation a broker asks of ZooKeeper: ('ping',), ('register', id, data),
-    ('update_isr', tp, state_dict, expected_version), ('isr_change', [tps]),
     ('log_dir_event',)."""
 
     corr_id: int

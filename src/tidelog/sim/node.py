@@ -1,9 +1,10 @@
 """A simulated broker: the shared shell (`shell.ReplicaManager` and its
 `ReplicaFetcherManager`, the broker that ships) over the real storage engine (`LogManager`) on a
 crash-able `MemoryFileIO`. The node supplies only what the shell asks of a driver: a clock and a
-scheduler (virtual time, frozen while the process is paused, gone with the process), ZooKeeper
-(the ISR writer: compare-and-sets and ISR-change notifications over the simulated network) and
-the transport to leaders (one `LeaderEndPoint` per fetcher).
+scheduler (virtual time, frozen while the process is paused, gone with the process), the
+transport of the shell's `AlterPartitionManager` to the controller (AlterPartition over the
+simulated network, `SimAlterPartitionTransport`) and the transport to leaders (one
+`LeaderEndPoint` per fetcher).
 
 Besides, it routes requests to the shell and answers them, keeps its ZooKeeper session alive
 and runs the page cache's writeback (every `os_flush_ms`, which decides what a lossy crash
@@ -22,7 +23,7 @@ zombie until it learns better.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,7 @@ from tidelog.replication.types import (
     ProposeIsr,
     TopicPartition,
 )
+from tidelog.shell.alter_partition_manager import AlterPartitionAnswer, AlterPartitionManager
 from tidelog.shell.log_tasks import LogTaskIntervals
 from tidelog.shell.replica_manager import ReplicaManager
 from tidelog.sim.clock import Timer
@@ -54,6 +56,8 @@ from tidelog.sim.disk import MemoryFileIO
 from tidelog.sim.messages import (
     CONTROLLER_NODE,
     ZK_NODE,
+    AlterPartitionMessage,
+    AlterPartitionReply,
     ConsumerFetchRequest,
     ConsumerFetchResponse,
     ControllerMessage,
@@ -217,6 +221,10 @@ class SimBroker:
         self._corr = 0
         # corr -> (endpoint, on_done, timer) of a fetcher's request
         self._inflight: dict[int, tuple[SimLeaderEndPoint, Callable[[Any | None], None], Any]] = {}
+        # corr -> (on_done, timer) of an AlterPartition to the controller
+        self._alter_inflight: dict[int, tuple[Callable[[AlterPartitionAnswer | None], None],
+                                              Any]] = {}
+        self.alter_partition: AlterPartitionManager | None = None
         # corr -> (op, timer, on_result) of a ZooKeeper request
         self._zk_inflight: dict[int, tuple[tuple[Any, ...], Any, Callable[[Any], None] | None]] = {}
         self.stats = BrokerStats()
@@ -246,18 +254,21 @@ class SimBroker:
         self.network.set_up(self.broker_id, True)
         self.log_manager = log_manager
         self._inflight.clear()
+        self._alter_inflight.clear()
         self._zk_inflight.clear()
         self._backlog.clear()
         self.broker_epoch = -1
         self.session_id = 0
         # The replica manager serves before the broker is registered, as Kafka's does; the
         # broker epoch is filled in when the registration's answer comes back.
+        self.alter_partition = AlterPartitionManager(
+            self.broker_id, SimAlterPartitionTransport(self), self.process,
+            lambda: self.broker_epoch)
         self.rm = ReplicaManager(
             self.broker_id, self.log_manager, self.config, time=self.process,
-            scheduler=self.process, alter_partition_manager=self,
+            scheduler=self.process, alter_partition_manager=self.alter_partition,
             leader_end_point=lambda source, _fetcher_id: SimLeaderEndPoint(self, source),
             high_watermark_checkpoint_interval_ms=cfg.hw_checkpoint_ms,
-            isr_change_propagation_interval_ms=cfg.isr_propagation_tick_ms,
             log_task_intervals=LogTaskIntervals(
                 log_retention_check_interval_ms=cfg.log_retention_check_ms,
                 log_flush_scheduler_interval_ms=cfg.log_flush_scheduler_ms,
@@ -285,6 +296,9 @@ class SimBroker:
             self.txn = None
         if self.rm is not None:
             self.rm.shutdown()
+        if self.alter_partition is not None:
+            self.alter_partition.shutdown()
+            self.alter_partition = None
         if kind == "clean" and self.log_manager is not None:
             self.log_manager.shutdown()  # flushes, writes the checkpoints, then the marker
             if self.session_id:
@@ -420,6 +434,8 @@ class SimBroker:
             self._on_consumer_fetch(src, msg)
         elif isinstance(msg, ZkResponse):
             self._on_zk_response(msg)
+        elif isinstance(msg, AlterPartitionReply):
+            self._on_alter_partition_reply(msg)
         elif isinstance(msg, ControllerMessage):
             self._on_controller(msg.request)
         elif isinstance(msg, _Retry):
@@ -586,41 +602,31 @@ class SimBroker:
             self.stats.stale_requests_refused += 1
             self.trace("stale_broker_epoch", type(req).__name__, req.broker_epoch)
 
-    # -- ZooKeeper: the session, and the shell's AlterPartitionManager ----------------------
-    def submit(self, proposal: ProposeIsr, on_result: Callable[[bool, int], None]) -> None:
-        self.trace("propose_isr", str(proposal.tp), ("isr", tuple(proposal.new_isr)),
-                   ("zkv", proposal.zk_version))
-        self._zk_send(("update_isr", proposal),
-                      lambda response: self._isr_written(proposal, response, on_result))
+    # -- AlterPartition: the transport of the shell's AlterPartitionManager -----------------
+    def _on_alter_partition_reply(self, msg: AlterPartitionReply) -> None:
+        entry = self._alter_inflight.pop(msg.corr_id, None)
+        if entry is None:
+            return  # a late answer (the request timed out and was sent again)
+        on_done, timer = entry
+        timer.cancel()
+        answer: AlterPartitionAnswer = msg.answer
+        for tp, part in sorted(answer.partitions.items()):
+            if part.error == 0:
+                p = self.partition(tp)
+                old = set(p.isr) if p is not None else set()
+                new = set(part.isr)
+                if new - old:
+                    self.stats.isr_expands += 1
+                if old - new:
+                    self.stats.isr_shrinks += 1
+                self.trace("isr_update", str(tp), ("isr", tuple(part.isr)),
+                           ("zkv", part.partition_epoch))
+            else:
+                self.stats.isr_update_failures += 1
+                self.trace("isr_update_failed", str(tp), ("err", part.error))
+        on_done(answer)
 
-    def _isr_written(self, prop: ProposeIsr, msg: ZkResponse | None,
-                     on_result: Callable[[bool, int], None]) -> None:
-        ok = msg is not None and msg.code == "ok"
-        if ok:
-            assert msg is not None
-            p = self.partition(prop.tp)
-            old = set(p.isr) if p is not None else set()
-            new = set(prop.new_isr)
-            if new - old:
-                self.stats.isr_expands += 1
-            if old - new:
-                self.stats.isr_shrinks += 1
-            self.trace("isr_update", str(prop.tp), ("isr", tuple(prop.new_isr)),
-                       ("zkv", msg.result))
-        else:
-            self.stats.isr_update_failures += 1
-            self.trace("isr_update_failed", str(prop.tp), ("isr", tuple(prop.new_isr)),
-                       msg.code if msg is not None else "session_expired")
-        on_result(ok, msg.result if ok and msg is not None else -1)
-
-    def propagate_isr_changes(self, partitions: Collection[TopicPartition],
-                              on_result: Callable[[bool], None]) -> None:
-        if not self.session_id:
-            on_result(False)
-            return
-        self._zk_send(("isr_change", tuple(partitions)),
-                      lambda response: on_result(response is not None))
-
+    # -- ZooKeeper: the session ------------------------------------------------------------
     def _zk_send(self, op: tuple[Any, ...],
                  on_result: Callable[[Any], None] | None = None) -> None:
         self._corr += 1
@@ -637,7 +643,7 @@ class SimBroker:
         if entry is None:
             return
         op, _, on_result = entry
-        if op[0] in ("connect", "register", "update_isr", "isr_change", "log_dir_event"):
+        if op[0] in ("connect", "register", "log_dir_event"):
             if self.paused:
                 self._backlog.append((-1, _Retry(op, on_result)))
             else:
@@ -723,6 +729,36 @@ class SimBroker:
                 log.flush()
             except KafkaStorageError:
                 pass  # a failed disk: what is not flushed is what a power loss would take
+
+
+class SimAlterPartitionTransport:
+    """AlterPartition to the controller over the simulated network (the controller's node is
+    always the same: a failover changes who answers there); an answer not back within
+    `request_timeout_ms` fails the request (the manager sends it again)."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: SimBroker) -> None:
+        self.node = node
+
+    def send(self, broker_epoch: int, items: Sequence[ProposeIsr],
+             on_done: Callable[[AlterPartitionAnswer | None], None]) -> None:
+        node = self.node
+        node._corr += 1
+        corr = node._corr
+        for prop in items:
+            node.trace("propose_isr", str(prop.tp), ("isr", tuple(prop.new_isr)),
+                       ("zkv", prop.zk_version))
+        timer = node.process.schedule("alter-partition-timeout", lambda: self._timeout(corr),
+                                      node.cluster.config.request_timeout_ms)
+        node._alter_inflight[corr] = (on_done, timer)
+        node.network.send(node.broker_id, CONTROLLER_NODE,
+                          AlterPartitionMessage(corr, broker_epoch, tuple(items)))
+
+    def _timeout(self, corr: int) -> None:
+        entry = self.node._alter_inflight.pop(corr, None)
+        if entry is not None:
+            entry[0](None)
 
 
 class SimLogDirFailureHandling:

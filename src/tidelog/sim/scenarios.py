@@ -437,8 +437,8 @@ def kafka7164(sc: ScenarioRun) -> None:
 
 
 def maximal_isr(sc: ScenarioRun) -> None:
-    """ISR [0,1]; 2 catches up and the leader proposes ISR [0,1,2] (the ZooKeeper write is
-    slow). Meanwhile 10 records reach 1 but not 2. With the maximal ISR the HW waits for 2;
+    """ISR [0,1]; 2 catches up and the leader proposes ISR [0,1,2] (its AlterPartition to the
+    controller is slow). Meanwhile 10 records reach 1 but not 2. With the maximal ISR the HW waits for 2;
     without it the HW advances over [0,1] and the records are acked. The write lands; 0 and 1
     die; 2 is elected: the acked records are gone."""
     sc.boot()
@@ -446,7 +446,7 @@ def maximal_isr(sc: ScenarioRun) -> None:
     sc.run_until(lambda: sc.isr_is({0, 1}))
     sc.produce(5)
     sc.snapshot("2 out of the ISR")
-    sc.cluster.network.link(0, ZK_NODE).extra_delay_ms = 600
+    sc.cluster.network.link(0, CONTROLLER_NODE).extra_delay_ms = 600
     leader = sc.part(0)
     sc.rule(lambda s, d, m: (s == 0 and d == 2 and isinstance(m, ReplicaFetchResponse)
                              and leader.pending_isr is not None))
