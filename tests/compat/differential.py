@@ -15,12 +15,18 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tidelog.client.connection import BrokerConnection
+from tidelog.protocol.messages.alter_partition_reassignments import (
+    AlterPartitionReassignmentsRequest,
+    ReassignablePartition,
+    ReassignableTopic,
+)
 from tidelog.protocol.messages.find_coordinator import FindCoordinatorRequest
 from tidelog.protocol.messages.list_offsets import (
     ListOffsetsPartition,
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
+from tidelog.protocol.messages.metadata import MetadataRequest, MetadataRequestTopic
 
 T = TypeVar("T")
 
@@ -246,3 +252,21 @@ def coordinator(t: Target, group: str, timeout_s: float = 60.0, key_type: int = 
             return f"{r.host}:{r.port}"
         assert time.monotonic() < deadline, f"no coordinator for {group}: {r}"
         time.sleep(0.5)
+
+
+def topic_id_of(address: str, topic: str) -> uuid.UUID:
+    """The topic's id in that broker's Metadata (v12), ZERO_UUID once it does not know it."""
+    r = raw(address, MetadataRequest(topics=[MetadataRequestTopic(name=topic)],
+                                     allow_auto_topic_creation=False), 12)
+    topic_id = r.topics[0].topic_id
+    assert isinstance(topic_id, uuid.UUID)
+    return topic_id
+
+
+def reassign(target: Target, topic: str, replicas: list[int], partition: int = 0) -> None:
+    """AlterPartitionReassignments of one partition at the controller (it must be accepted)."""
+    md = target.admin().list_topics(timeout=10)
+    ctl = md.brokers[md.controller_id]
+    r = raw(f"{ctl.host}:{ctl.port}", AlterPartitionReassignmentsRequest(topics=[
+        ReassignableTopic(topic, [ReassignablePartition(partition, replicas)])]), 0)
+    assert r.error_code == 0 and r.responses[0].partitions[0].error_code == 0, r

@@ -86,6 +86,19 @@ DIFFERENCES: dict[str, Difference] = {
         test="tests/compat/test_held_fetches_against_kafka.py::"
              "test_held_fetches_fenced_by_a_new_epoch_of_the_same_leader",
     ),
+    "new leader's hw not caught up": Difference(
+        what="a consumer's Fetch at a new leader whose HW is still below its epoch's start "
+             "offset (a follower of the ISR has not fetched from it yet)",
+        kafka="NONE, read up to that lower HW; for a consumer in another replica's rack "
+              "(KIP-392) that replica is named as preferred_read_replica, with the lower HW",
+        tidelog="OFFSET_NOT_AVAILABLE (retriable) until the HW reaches the epoch's start, as "
+                "both answer ListOffsets LATEST (KIP-207)",
+        why="a consumer never sees the HW go back from one the old leader showed "
+            "(DESIGN's MonotonicHighWatermark; the core's `consumer_hw_guard=False` answers "
+            "as Kafka)",
+        test="tests/compat/test_preferred_read_replica_against_kafka.py::"
+             "test_a_new_leader_whose_hw_has_not_caught_up",
+    ),
     "stale broker epoch in the isr": Difference(
         what="a replica's Fetch v15+ whose ReplicaState names a broker epoch older than its "
              "broker's current registration (the process before a restart), caught up",

@@ -23,24 +23,16 @@ from differential import (
     outcome,
     partition_metadata,
     raw,
+    topic_id_of,
     topic_shape,
     until,
 )
 
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import fetch as m_fetch
-from tidelog.protocol.messages.metadata import MetadataRequest, MetadataRequestTopic
 from tidelog.protocol.primitives import ZERO_UUID
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def _topic_id(address: str, topic: str) -> uuid.UUID:
-    r = raw(address, MetadataRequest(topics=[MetadataRequestTopic(name=topic)],
-                                     allow_auto_topic_creation=False), 12)
-    topic_id = r.topics[0].topic_id
-    assert isinstance(topic_id, uuid.UUID)
-    return topic_id
 
 
 def _fetch(address: str, version: int, session_id: int, epoch: int,
@@ -76,7 +68,7 @@ def test_a_session_opened_by_id_refuses_a_fetch_by_name_and_the_reverse(pair: Pa
     def scenario(t: Target) -> object:
         create_ready(t, topic, 1, 1)
         address = leader_address(t, topic)
-        topic_id = _topic_id(address, topic)
+        topic_id = topic_id_of(address, topic)
         ids = {topic_id: "t"}
         seen = []
         for opened, then in ((13, 12), (12, 13), (17, 12)):
@@ -97,7 +89,7 @@ def test_an_unknown_topic_id_stays_in_the_session(pair: Pair) -> None:
     def scenario(t: Target) -> object:
         create_ready(t, topic, 1, 1)
         address = leader_address(t, topic)
-        topic_id, unknown = _topic_id(address, topic), uuid.uuid4()
+        topic_id, unknown = topic_id_of(address, topic), uuid.uuid4()
         ids = {topic_id: "t", unknown: "unknown"}
         full = _fetch(address, 17, 0, 0, [(topic, topic_id, 0), ("", unknown, 0)])
         seen = [_seen(full, ids)]
@@ -120,7 +112,7 @@ def test_a_topic_created_again_during_a_session(pair: Pair) -> None:
     def scenario(t: Target) -> object:
         create_ready(t, topic, 1, 3)
         address = leader_address(t, topic)
-        old = _topic_id(address, topic)
+        old = topic_id_of(address, topic)
         full = _fetch(address, 17, 0, 0, [(topic, old, 0)])
         sid, seen = full.session_id, [("open", _seen(full, {old: "old"}))]
         admin = t.admin()
@@ -128,7 +120,7 @@ def test_a_topic_created_again_during_a_session(pair: Pair) -> None:
         until(lambda: topic_shape(t, topic, timeout_s=0) == "UNKNOWN_TOPIC_OR_PART",
                "the topic deleted")
         # Every broker (this one too) has dropped it: the old id's partition is unknown.
-        until(lambda: _topic_id(address, topic) == ZERO_UUID, "the broker dropped the topic")
+        until(lambda: topic_id_of(address, topic) == ZERO_UUID, "the broker dropped the topic")
         seen.append(("deleted", _seen(_fetch(address, 17, sid, 1), {old: "old"})))
         deadline = time.monotonic() + 30
         while (created := create_topic(t, topic, 1, 3)) == "TOPIC_ALREADY_EXISTS":
@@ -136,9 +128,9 @@ def test_a_topic_created_again_during_a_session(pair: Pair) -> None:
             time.sleep(0.2)
         assert created is None, created
         assert isinstance(topic_shape(t, topic), tuple)
-        until(lambda: _topic_id(address, topic) not in (old, ZERO_UUID),
+        until(lambda: topic_id_of(address, topic) not in (old, ZERO_UUID),
                "the broker knows the new topic")
-        new = _topic_id(address, topic)
+        new = topic_id_of(address, topic)
         until(lambda: _fetch(address, 17, 0, -1, [(topic, new, 0)]).responses[0]
                .partitions[0].error_code == 0, "the new topic readable at the session's broker")
         ids = {old: "old", new: "new"}
@@ -169,7 +161,7 @@ def test_fetch_v16_names_the_leader_on_not_leader_or_follower(pair: Pair) -> Non
             other = next(i for i in sorted(addresses) if i != p.leader
                          and (rf == 1 or i in p.replicas))
             address = addresses[other]
-            topic_id = _topic_id(address, name)
+            topic_id = topic_id_of(address, name)
             # At the follower a replica fetch (as broker `other`'s peer); at a broker without
             # the partition, a consumer's.
             replica_id = next(i for i in p.replicas if i not in (p.leader, other)) \

@@ -28,12 +28,13 @@ from differential import (
     outcome,
     partition_metadata,
     raw,
+    reassign,
+    topic_id_of,
     until,
 )
 
 from tidelog.client.connection import BrokerConnection
 from tidelog.protocol.errors import ErrorCode
-from tidelog.protocol.messages import alter_partition_reassignments as m_apr
 from tidelog.protocol.messages import fetch as m_fetch
 from tidelog.protocol.messages.metadata import MetadataRequest, MetadataRequestTopic
 from tidelog.protocol.primitives import ZERO_UUID
@@ -74,26 +75,6 @@ def _leader_epoch(address: str, topic: str) -> int:
     r = raw(address, MetadataRequest(topics=[MetadataRequestTopic(name=topic)],
                                      allow_auto_topic_creation=False), 9)
     return int(r.topics[0].partitions[0].leader_epoch)
-
-
-def _topic_id(address: str, topic: str) -> uuid.UUID:
-    r = raw(address, MetadataRequest(topics=[MetadataRequestTopic(name=topic)],
-                                     allow_auto_topic_creation=False), 12)
-    topic_id = r.topics[0].topic_id
-    assert isinstance(topic_id, uuid.UUID)
-    return topic_id
-
-
-def _controller(t: Target) -> str:
-    md = t.admin().list_topics(timeout=10)
-    ctl = md.brokers[md.controller_id]
-    return f"{ctl.host}:{ctl.port}"
-
-
-def _reassign(t: Target, topic: str, replicas: list[int]) -> None:
-    r = raw(_controller(t), m_apr.AlterPartitionReassignmentsRequest(topics=[
-        m_apr.ReassignableTopic(topic, [m_apr.ReassignablePartition(0, replicas)])]), 0)
-    assert r.error_code == 0 and r.responses[0].partitions[0].error_code == 0, r
 
 
 class HeldFetches:
@@ -182,7 +163,7 @@ def test_held_fetches_fenced_by_a_new_epoch_of_the_same_leader(pair: Pair) -> No
         held.hold("v12 session", topic, epoch, session=True)
         held.hold("v10 without an epoch", topic, -1, version=10, max_wait_ms=HELD_MS // 3)
         reordered = [p.leader, *reversed([r for r in p.replicas if r != p.leader])]
-        held.event(lambda: _reassign(t, topic, reordered))
+        held.event(lambda: reassign(t, topic, reordered))
         answers = held.answers()
         return answers, _leader_epoch(address, topic) > epoch
 
@@ -210,7 +191,7 @@ def test_held_fetches_end_when_this_broker_stops_leading(pair: Pair) -> None:
         address = leader_address(t, topic)
         successor = next(r for r in p.replicas if r != p.leader)
         # First the preferred replica changes (the leader stays, its epoch moves on) ...
-        _reassign(t, topic, [successor, *[r for r in p.replicas if r != successor]])
+        reassign(t, topic, [successor, *[r for r in p.replicas if r != successor]])
         until(lambda: _leader_epoch(address, topic) > 0, "the reordered replicas' epoch")
         epoch = _leader_epoch(address, topic)
         held = HeldFetches(address)
@@ -259,7 +240,7 @@ def test_a_session_with_a_partition_answered_without_a_read(pair: Pair) -> None:
         create_ready(t, topic, 3, 1)  # one partition on each broker
         address = leader_address(t, topic, 0)
         elsewhere = next(i for i in (1, 2) if leader_address(t, topic, i) != address)
-        topic_id = _topic_id(address, topic)
+        topic_id = topic_id_of(address, topic)
         unknown = uuid.uuid4()
         names: dict[Any, str] = {topic: "here", topic_id: "here", "held-missing": "missing",
                                  unknown: "unknown id"}
