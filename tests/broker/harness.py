@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from waiting import wait_until as wait_until  # the broker tests' barrier, shared
 
+from tidelog.broker.alter_partition import handle_alter_partition
 from tidelog.broker.config import KafkaConfig
 from tidelog.broker.server import BrokerServer
 from tidelog.client.connection import BrokerConnection
@@ -25,6 +26,7 @@ from tidelog.controller.core import ControllerCore
 from tidelog.controller.executor import AlterPartitionOutcome, DecisionExecutor
 from tidelog.controller.zk_client import KafkaZkClient
 from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.messages import leader_and_isr as m_lai
 from tidelog.protocol.messages import update_metadata as m_um
 from tidelog.replication.types import ProposeIsr, TopicPartition
@@ -116,8 +118,9 @@ def send(port: int, req: Any, api_version: int | None = None, timeout_ms: int = 
 
 
 class _AlterPartitionHook:
-    """The controller hook of the broker the acting controller names as controller: its
-    AlterPartition requests (broker/alter_partition.py) go to `ActingController.alter_partition`."""
+    """What the broker the acting controller names as controller does with AlterPartition
+    (its KafkaApis handler: broker/alter_partition.py over this in place of a controller):
+    `ActingController.alter_partition`. Its other controller requests are not served."""
 
     is_active = True
 
@@ -128,10 +131,6 @@ class _AlterPartitionHook:
     @property
     def topic_ids(self) -> dict[str, uuid.UUID]:
         return self.acting.topic_ids
-
-    def shutdown(self) -> None:
-        """The broker stops: the test's controller has nothing of its own to stop."""
-        self.is_active = False
 
     async def alter_partition(self, broker_id: int, broker_epoch: int,
                               proposals: list[ProposeIsr]) -> AlterPartitionOutcome:
@@ -153,7 +152,13 @@ class ActingController:
         self.alter_partition_hook = _AlterPartitionHook(self)
         controller_broker = self.brokers[self.controller_id]
         if controller_broker.server.controller is None:
-            controller_broker.server.controller = self.alter_partition_hook
+            hook = self.alter_partition_hook
+
+            async def alter_partition(ctx: Any, request: Any) -> Any:
+                return await handle_alter_partition(hook, request, ctx.api_version)
+
+            controller_broker.server.apis.register_handler(ApiKey.ALTER_PARTITION,
+                                                           alter_partition)
         self._lock = threading.Lock()
 
     def alter_partition(self, broker_id: int, broker_epoch: int,

@@ -458,41 +458,6 @@ def test_stop_replicas_removes_fetchers_and_deletes_when_asked() -> None:
     assert rm2.partition(TP) is None and c.brokers[2][0].get_log(TP.topic, TP.partition) is None
 
 
-# ---------------------------------------------------------------- ISR changes
-
-
-def test_isr_changes_propagate_after_a_quiet_blackout_or_the_interval() -> None:
-    c = MiniCluster(config=ReplicationConfig(replica_fetch_wait_max_ms=0, replica_lag_time_max_ms=1_000))
-    c.elect(1, (1, 2, 3))
-    rm = c.rm(1)
-    c.stop(3)
-    c.run(steps=11, dt=100)  # 3 shrunk out at ~1100
-    assert c.zk[TP].isr == (1, 2)
-    changed_at = c.now
-    assert rm.isr_changes_to_propagate(changed_at + 5_000) == set()  # within the 5 s blackout
-    assert rm.isr_changes_to_propagate(changed_at + 5_001) == {TP}
-    assert rm.isr_changes_to_propagate(changed_at + 6_000) == set()  # cleared
-
-
-def test_isr_changes_propagate_at_least_every_interval_under_constant_change() -> None:
-    rm = manager(1, ReplicationConfig(replica_lag_time_max_ms=100))
-    rm.become_leader_or_follower(0, 1, [state(1, 0, (1, 2, 3))], {1, 2, 3}, 0)
-    whole_log = {TP: (0, 0, 0, 1 << 20)}
-    propagated_at = []
-    version = 0
-    for now in range(1_000, 70_000, 1_000):  # 3 leaves or rejoins every second: never quiet
-        rm.fetch_messages(2, 0, 1, 1 << 20, whole_log, now)
-        if 3 in rm.partition(TP).isr:
-            [proposal] = rm.maybe_shrink_isr(now)
-        else:
-            [proposal] = rm.fetch_messages(3, 0, 1, 1 << 20, whole_log, now).isr_proposals
-        version += 1
-        rm.on_isr_update_result(TP, True, version, proposal.new_isr, now)
-        if rm.isr_changes_to_propagate(now):
-            propagated_at.append(now)
-    assert propagated_at == [61_000]
-
-
 def test_a_debugging_fetch_is_answered_by_any_replica_with_its_own_high_watermark() -> None:
     c = MiniCluster()
     c.elect(1, (1, 2, 3))

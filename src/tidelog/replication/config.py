@@ -44,9 +44,6 @@ class ReplicationConfig:
     replica_fetch_min_bytes: int = 1
     # a fetcher request with no answer after this long counts as failed (lost request/response)
     replica_socket_timeout_ms: int = 30_000
-    # seed 000: ReplicaManager.IsrChangePropagationBlackOut / IsrChangePropagationInterval
-    isr_change_propagation_blackout_ms: int = 5_000
-    isr_change_propagation_interval_ms: int = 60_000
     # KIP-966: the HW does not advance while the ISR is smaller than min.insync.replicas.
     # (min.insync.replicas itself is a topic config: each partition reads its log's LogConfig.)
     hw_requires_min_isr: bool = True

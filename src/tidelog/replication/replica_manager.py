@@ -3,9 +3,9 @@
 A dict of ``Partition`` objects over the ``Log`` objects of a ``LogManager``, answering the
 controller (LeaderAndIsr, StopReplica), producers (Produce), followers and consumers (Fetch,
 OffsetsForLeaderEpoch, ListOffsets), plus the periodic tasks' logic (``isr-expiration``:
-``maybe_shrink_isr``; ``highwatermark-checkpoint``: ``high_watermarks``;
-``isr-change-propagation``: ``isr_changes_to_propagate``). The shell decides when things run and
-carries out the returned actions: ISR proposals to write to ZooKeeper, fetcher changes, and the
+``maybe_shrink_isr``; ``highwatermark-checkpoint``: ``high_watermarks``). The shell decides when
+things run and carries out the returned actions: ISR proposals for the controller (AlterPartition,
+KIP-497: it writes them and announces them to every broker), fetcher changes, and the
 completions of delayed produce/fetch requests (``poll_completed``).
 
 Delayed operations are re-checked whenever a partition's LEO, HW, ISR or role changes (seed 000's
@@ -162,9 +162,6 @@ class ReplicaManager:
         # tp -> the partition state in which every delayed produce watched on it was last tried
         self._produce_checked: dict[TopicPartition, tuple[Any, ...]] = {}
         self._draining = False
-        self._isr_change_set: set[TopicPartition] = set()
-        self._last_isr_change_ms = now_ms
-        self._last_isr_propagation_ms = now_ms
 
     # ------------------------------------------------------------------ lookups
     def partition(self, tp: TopicPartition) -> Partition | None:
@@ -765,11 +762,7 @@ class ReplicaManager:
         p = self.partitions.get(tp)
         if p is None or p.pending_isr is None:
             return
-        before = p.isr
         hw_moved = p.on_isr_update_result(ok, new_zk_version, isr, leader_epoch)
-        if p.isr != before:
-            self._isr_change_set.add(tp)  # seed 000's recordIsrChange
-            self._last_isr_change_ms = now_ms
         if hw_moved:
             self._dirty[tp] = None
         else:
@@ -782,19 +775,6 @@ class ReplicaManager:
                 listener(tp)
             self._check_delayed_produce(tp, now_ms)
         self._drain(now_ms)
-
-    def isr_changes_to_propagate(self, now_ms: int) -> set[TopicPartition]:
-        """seed 000's maybePropagateIsrChanges: hand out the changed partitions once no change
-        came for the blackout (5 s) or the last propagation is older than the interval (60 s)."""
-        if self._isr_change_set and (
-            self._last_isr_change_ms + self.config.isr_change_propagation_blackout_ms < now_ms
-            or self._last_isr_propagation_ms + self.config.isr_change_propagation_interval_ms < now_ms
-        ):
-            out = set(self._isr_change_set)
-            self._isr_change_set.clear()
-            self._last_isr_propagation_ms = now_ms
-            return out
-        return set()
 
     def mark_changed(self, tp: TopicPartition, now_ms: int) -> None:
         """Something of ``tp`` changed outside the core (DeleteRecords moved its log start)."""

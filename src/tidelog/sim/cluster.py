@@ -60,8 +60,7 @@ class SimConfig:
     replication_factor: int = 3
     replication: ReplicationConfig = field(default_factory=lambda: ReplicationConfig(
         replica_lag_time_max_ms=1000, replica_fetch_backoff_ms=100,
-        replica_fetch_wait_max_ms=100, isr_change_propagation_blackout_ms=200,
-        isr_change_propagation_interval_ms=1000))
+        replica_fetch_wait_max_ms=100))
     # The brokers' log defaults, as topic keys (Kafka's copyKafkaConfigToLog): the broker's
     # min.insync.replicas is here.
     log_properties: dict[str, Any] = field(default_factory=lambda: {

@@ -280,8 +280,7 @@ def _base(min_insync_replicas: int = 2, **replication: Any) -> SimConfig:
     """`min_insync_replicas`: the brokers' default (a topic may override it)."""
     defaults: dict[str, Any] = dict(
         replica_lag_time_max_ms=1000, replica_fetch_backoff_ms=100,
-        replica_fetch_wait_max_ms=100, isr_change_propagation_blackout_ms=200,
-        isr_change_propagation_interval_ms=1000)
+        replica_fetch_wait_max_ms=100)
     defaults.update(replication)
     return SimConfig(replication=ReplicationConfig(**defaults), trace_limit=None,
                      log_properties={"segment.bytes": 64 * 1024,
