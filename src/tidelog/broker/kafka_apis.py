@@ -1375,7 +1375,7 @@ class KafkaApis:
         # UpdateMetadata carries no other broker's epoch: read them from /brokers/ids (the
         # czxid), where the simulator's controller takes those it sends.
         # Liveness applies at once, the registration epochs once read: a follower catching up
-        # meanwhile is not kept out (the ISR writer checks its epoch against /brokers/ids).
+        # meanwhile is not kept out (the controller checks its epoch on AlterPartition).
         live = [b.broker_id for b in brokers]
         error = self.rm.shell.update_metadata(request.broker_epoch, dict.fromkeys(live, -1))
         if error != Errors.NONE:

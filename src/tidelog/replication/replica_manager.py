@@ -209,8 +209,8 @@ class ReplicaManager:
         """KIP-841: a live broker; KIP-903 (Kafka's isBrokerEpochIsrEligible): its last fetch
         came from its current registration, when both epochs are known. A fetch from a newer
         registration than the metadata names counts too (broker epochs, czxids, only grow: it
-        re-registered since, and this fetch is its current process's); the ISR writer checks
-        the member's epoch against the registration itself."""
+        re-registered since, and this fetch is its current process's); the controller checks
+        the member's epoch against its registration on AlterPartition."""
         if self._eligible is None:
             return True
         epoch = self._eligible.get(broker_id)
