@@ -32,6 +32,7 @@ from tidelog.protocol.messages import describe_log_dirs as m_dld
 from tidelog.protocol.messages import fetch as m_fetch
 from tidelog.protocol.messages import list_offsets as m_lo
 from tidelog.protocol.messages import produce as m_produce
+from tidelog.protocol.records.batch import iter_batches
 from tidelog.protocol.records.builder import Record, build_batch
 from tidelog.testing.kafka_cluster import KafkaCluster, KafkaClusterError, wait_for_metadata
 
@@ -181,7 +182,7 @@ def test_a_new_leader_whose_hw_has_not_caught_up(racked: Pair) -> None:
     with no rack; tidelog answers OFFSET_NOT_AVAILABLE to both until the HW reaches the epoch
     start (its consumer_hw_guard, docs/replication.md: a consumer never sees the HW go back
     from the 6 the old leader may have shown). ListOffsets LATEST is OFFSET_NOT_AVAILABLE on
-    both (KIP-207)."""
+    both (KIP-207), and a Fetch with Kafka's debugging replica id reads to the HW on both."""
     topic = "fresh-leader"
 
     def scenario(t: Target) -> object:
@@ -229,6 +230,7 @@ def test_a_new_leader_whose_hw_has_not_caught_up(racked: Pair) -> None:
                     time.sleep(0.1)
             seen["ListOffsets LATEST"] = _latest(at_new, topic)
             seen["new leader's HW"] = _replica_hw(at_new, topic)
+            seen["debug fetch, batches"] = _debug_batches(at_new, topic)
             return seen
         finally:
             os.kill(pid, signal.SIGCONT)
@@ -238,12 +240,14 @@ def test_a_new_leader_whose_hw_has_not_caught_up(racked: Pair) -> None:
         "the old leader's rack": ("NONE", 3, 3, 0, b"", "the old leader"),
         "no rack": ("NONE", 3, 3, 0, BATCH[16:], "none"),
         "ListOffsets LATEST": "OFFSET_NOT_AVAILABLE",
-        "new leader's HW": 3}, on_kafka
+        "new leader's HW": 3,
+        "debug fetch, batches": 1}, on_kafka
     assert on_tidelog == {
         "the old leader's rack": ("OFFSET_NOT_AVAILABLE", -1, -1, -1, b"", "none"),
         "no rack": ("OFFSET_NOT_AVAILABLE", -1, -1, -1, b"", "none"),
         "ListOffsets LATEST": "OFFSET_NOT_AVAILABLE",
-        "new leader's HW": 3}, on_tidelog
+        "new leader's HW": 3,
+        "debug fetch, batches": 1}, on_tidelog
 
 
 def _produce(address: str, topic: str, acks: int) -> None:
@@ -256,6 +260,18 @@ def _produce(address: str, topic: str, acks: int) -> None:
         assert time.monotonic() < deadline, "the leader did not take the batch in time"
         time.sleep(0.2)
     assert answer.error_code == 0, answer
+
+
+def _debug_batches(address: str, topic: str) -> int:
+    """The batches a Fetch v12 with Kafka's debugging replica id (-2) reads from offset 0:
+    Kafka 3.9 reads it as a consumer's (FetchIsolation.of: up to the HW)."""
+    request = m_fetch.FetchRequest(
+        replica_id=-2, max_wait_ms=0, min_bytes=0, topics=[m_fetch.FetchTopic(
+            topic, partitions=[m_fetch.FetchPartition(0, fetch_offset=0,
+                                                      partition_max_bytes=1 << 20)])])
+    p = raw(address, request, 12).responses[0].partitions[0]
+    assert p.error_code == 0, p
+    return sum(1 for _ in iter_batches(bytes(p.records or b"")))
 
 
 def _replica_bytes(address: str, topic: str) -> int:

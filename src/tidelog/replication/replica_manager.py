@@ -537,11 +537,11 @@ class ReplicaManager:
         """Read every partition; for a follower, record its fetch (ISR expand, HW) unless
         ``update_fetch_state`` is off (a held fetch completing: Kafka's DelayedFetch)."""
         is_follower = params.replica_id >= 0
-        # Kafka's debugging replica id: any replica (leader or follower) answers, up to its
-        # LEO, with its own HW (tools read a follower's HW this way).
+        # Kafka's debugging replica id: any replica (leader or follower) answers with its own
+        # HW (tools read a follower's HW this way), reading as a consumer does, up to that HW
+        # (Kafka's FetchIsolation.of: -2 is a consumer id).
         debugging = params.replica_id == DEBUGGING_REPLICA_ID
-        read_committed = (params.isolation_level == READ_COMMITTED and not is_follower
-                          and not debugging)
+        read_committed = params.isolation_level == READ_COMMITTED and not is_follower
         results: dict[TopicPartition, FetchPartitionData] = {}
         proposals: list[ProposeIsr] = []
         zero_copy = self.config.zero_copy_min_bytes
@@ -581,7 +581,7 @@ class ReplicaManager:
                     any_error = True
                     continue
                 read_args = (st.fetch_offset, max(0, min(st.max_bytes, limit)),
-                             None if is_follower or debugging else lso if read_committed else hw,
+                             None if is_follower else lso if read_committed else hw,
                              min_one_message)
                 info = (p.log.read(*read_args) if zero_copy is None
                         else p.log.read_slice(*read_args, min_slice_bytes=zero_copy))

@@ -21,7 +21,7 @@ NO_LEADER = -1
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
 CONSUMER_REPLICA_ID = -1
-DEBUGGING_REPLICA_ID = -2  # Kafka's debugging consumer: reads any replica, to its LEO
+DEBUGGING_REPLICA_ID = -2  # Kafka's debugging consumer: reads any replica, to its HW
 # Fetch and ListOffsets isolation levels (KIP-98)
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
