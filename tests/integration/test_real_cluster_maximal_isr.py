@@ -5,10 +5,12 @@ watermark over the current and the proposed members. Counterexample without it: 
 leader starts adding 3; the HW advances on [1,2] while 3 has nothing; the write lands ISR
 [1,2,3]; 1 and 2 die; 3 is elected; the acknowledged records are lost.
 
-Here the leader's (broker 1) ZooKeeper connection goes through a proxy that holds the write
-`"isr":[1,2,3]` in flight, and a frame-aware proxy on its replication listener starves broker
-3 of data; records produced meanwhile must not be acknowledged, and after 1 and 2 are killed
-and 3 leads, every acknowledged record is there.
+The leader (broker 1) proposes the expansion to the controller (AlterPartition, KIP-497), which
+writes it to ZooKeeper: every broker's ZooKeeper connection goes through a proxy, and the
+controller's write `"isr":[1,2,3]` is held in flight (the leader's proposal stays pending until
+it lands and the answer comes back), while a frame-aware proxy on broker 1's replication
+listener starves broker 3 of data; records produced meanwhile must not be acknowledged, and
+after 1 and 2 are killed and 3 leads, every acknowledged record is there.
 """
 
 from __future__ import annotations
@@ -81,22 +83,22 @@ def answered_fetch_past(proxy: FrameProxy, broker_id: int, offset: int) -> threa
 def test_hw_waits_for_a_replica_being_added_to_the_isr(tmp_path: Path) -> None:
     proxies: dict[int, FrameProxy] = {}
     cluster = LocalCluster(tmp_path / "maxisr")
-    zk_hold: list[HoldProxy] = []
+    zk_hold: dict[int, HoldProxy] = {}
 
     def overrides(broker_id: int, client_port: int) -> dict[str, str]:
         real = pick_free_port()
         proxies[broker_id] = FrameProxy(real).start()
         out = replication_listener(proxies[broker_id], real, client_port)
-        if broker_id == 1:
-            zk_port = int(cluster.zookeeper.rsplit(":", 1)[1])
-            zk_hold.append(HoldProxy(zk_port).start())
-            out["zookeeper.connect"] = f"127.0.0.1:{zk_hold[0].port}"
+        # Whichever broker is the controller, its ZooKeeper writes go through a hold proxy.
+        zk_port = int(cluster.zookeeper.rsplit(":", 1)[1])
+        zk_hold[broker_id] = HoldProxy(zk_port).start()
+        out["zookeeper.connect"] = f"127.0.0.1:{zk_hold[broker_id].port}"
         return out
 
     zk: KafkaZkClient | None = None
     try:
         cluster.up(3, SETTINGS, broker_overrides=overrides)
-        hold, to_1 = zk_hold[0], proxies[1]
+        to_1 = proxies[1]
         zk = KafkaZkClient(cluster.zookeeper).start(create_top_level_paths=False)
 
         def state() -> Any:
@@ -131,12 +133,14 @@ def test_hw_waits_for_a_replica_being_added_to_the_isr(tmp_path: Path) -> None:
         send(b"second", 20)
         assert p.flush(30) == 0 and len(acked) == 40
 
-        # 3 may fetch again: it catches up and the leader proposes ISR [1,2,3]; that write is
-        # held on its way to ZooKeeper.
-        hold.arm(b'"isr":[1,2,3]')
+        # 3 may fetch again: it catches up and the leader proposes ISR [1,2,3] to the
+        # controller; the controller's write is held on its way to ZooKeeper.
+        for h in zk_hold.values():
+            h.arm(b'"isr":[1,2,3]')
         to_1.drop_responses = None
         to_1.cut_connections()
-        assert hold.holding.wait(30), "the leader never proposed adding 3"
+        wait_for(lambda: any(h.holding.is_set() for h in zk_hold.values()), 30,
+                 "the controller writing the ISR [1,2,3] the leader proposed")
         # 3 gets nothing more from now on; records produced now are on 1 and 2 only.
         to_1.drop_responses = starve(3)
         before = len(acked)
@@ -162,7 +166,8 @@ def test_hw_waits_for_a_replica_being_added_to_the_isr(tmp_path: Path) -> None:
         with lock:
             during = len(acked) - before
         assert during == 0, f"{during} records acknowledged without the replica being added"
-        hold.release()
+        for h in zk_hold.values():
+            h.release()
         wait_for(lambda: (s := state()) and s.isr == (1, 2, 3), 30, "ISR [1,2,3] written")
 
         # 1 and 2 die; 3 is the only one left in the ISR: it leads.
@@ -181,7 +186,7 @@ def test_hw_waits_for_a_replica_being_added_to_the_isr(tmp_path: Path) -> None:
     finally:
         if zk is not None:
             zk.close()
-        for h in zk_hold:
+        for h in zk_hold.values():
             h.release()
         if (cluster.dir / "cluster.json").exists():
             cluster.down(timeout_s=10)
@@ -190,5 +195,5 @@ def test_hw_waits_for_a_replica_being_added_to_the_isr(tmp_path: Path) -> None:
                 os.kill(b.pid, signal.SIGKILL)  # type: ignore[arg-type]
         for proxy in proxies.values():
             proxy.stop()
-        for h in zk_hold:
+        for h in zk_hold.values():
             h.stop()
