@@ -159,3 +159,30 @@ def test_a_consumer_that_read_the_lost_tail_validates_its_position_after_the_ele
                 assert await read_values(consumer, 3) == [b"n1", b"n2", b"n3"]
 
     asyncio.run(main())
+
+
+@pytest.mark.integration
+def test_a_detected_truncation_is_raised_again_until_the_position_is_sought(
+    unclean: UncleanElection
+) -> None:
+    """As the Java consumer: a LogTruncationException leaves the partition awaiting
+    validation (SubscriptionState.maybeCompleteValidation does not complete it), so it is not
+    fetched from the unvalidated position until the application seeks."""
+    unclean.write_tail()
+    tp = TopicPartition("div", 0)
+
+    async def main() -> None:
+        async with KafkaClient(unclean.bootstrap, retry_backoff_ms=50) as client:
+            await client.refresh_metadata(["div"])
+            consumer = Consumer(client, auto_offset_reset="none", fetch_max_wait_ms=50)
+            consumer.assign([(tp, 0)])
+            assert await read_values(consumer, 3) == [b"both", b"lost1", b"lost2"]
+            await asyncio.to_thread(unclean.elect_2)
+            with pytest.raises(LogTruncationError):
+                await read_values(consumer, 3)
+            with pytest.raises(LogTruncationError):  # not n3, read from the diverged offset 3
+                await read_values(consumer, 1)
+            consumer.seek(tp, 1)
+            assert await read_values(consumer, 3) == [b"n1", b"n2", b"n3"]
+
+    asyncio.run(main())

@@ -295,15 +295,17 @@ class Consumer:
             if _retriable(answer.error) or answer.error in _LEADER_ERRORS:
                 return False  # validated at a later poll, after a metadata refresh
             raise BrokerResponseError(answer.error, f"OffsetsForLeaderEpoch for {tp}")
+        unplaced = answer.offset < 0 or answer.leader_epoch < 0
+        if (unplaced or answer.offset < offset) and self.auto_offset_reset == "none":
+            # Kafka's maybeCompleteValidation leaves the position awaiting validation: raised
+            # again at the next polls, never fetched from, until the application seeks.
+            raise LogTruncationError(
+                tp, offset, None if unplaced else (answer.offset, answer.leader_epoch))
         self._leader_epoch[tp] = part.leader_epoch
-        if answer.offset < 0 or answer.leader_epoch < 0:
-            if self.auto_offset_reset == "none":
-                raise LogTruncationError(tp, offset, None)
+        if unplaced:
             self._set(tp, None)  # reset per auto.offset.reset
             return False
         if answer.offset < offset:
-            if self.auto_offset_reset == "none":
-                raise LogTruncationError(tp, offset, (answer.offset, answer.leader_epoch))
             # Kafka: seekValidated to the first offset known to diverge
             self._position[tp] = answer.offset
             self._offset_epoch[tp] = answer.leader_epoch
