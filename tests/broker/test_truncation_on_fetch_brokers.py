@@ -9,6 +9,8 @@ auto.offset.reset=none."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -184,5 +186,51 @@ def test_a_detected_truncation_is_raised_again_until_the_position_is_sought(
                 await read_values(consumer, 1)
             consumer.seek(tp, 1)
             assert await read_values(consumer, 3) == [b"n1", b"n2", b"n3"]
+
+    asyncio.run(main())
+
+
+@pytest.mark.integration
+def test_a_validation_fenced_by_a_newer_leader_epoch_is_retried_at_a_later_poll(
+    unclean: UncleanElection
+) -> None:
+    """The leader has an epoch the consumer's metadata does not show yet: its
+    OffsetsForLeaderEpoch is FENCED_LEADER_EPOCH. As the Java consumer (validatePositionsAsync:
+    the partitions to retry get a metadata update and a back-off), one request per validation:
+    poll keeps to its timeout, and the next validation carries the epoch of the new metadata.
+    Before, the client's retry loop held poll(timeout_ms=200) 4.4 s, every attempt with the
+    epoch it started with (still fenced after the metadata moved on)."""
+    unclean.write_tail()
+    tp = TopicPartition("div", 0)
+    ctl = unclean.ctl
+
+    def elect_2_then_epoch_2_unannounced() -> None:
+        unclean.elect_2()
+        # epoch 2 at the leader, its metadata cache still at epoch 1 (no UpdateMetadata)
+        current = ctl.zk.get_partition_state(("div", 0))
+        assert current is not None and current.leader_epoch == 1
+        ok, version = ctl.zk.update_leader_and_isr(
+            ("div", 0), dataclasses.replace(current, leader_epoch=2), current.zk_version)
+        assert ok
+        ctl.states[("div", 0)].update(leader_epoch=2, zk_version=version)
+        ctl.send_leader_and_isr("div", [0])
+
+    async def timed_poll(consumer: Consumer) -> tuple[list[bytes], float]:
+        start = time.monotonic()
+        values = [r.value or b"" for r in await consumer.poll(timeout_ms=200)]
+        return values, time.monotonic() - start
+
+    async def main() -> None:
+        async with KafkaClient(unclean.bootstrap, retry_backoff_ms=50) as client:
+            await client.refresh_metadata(["div"])
+            consumer = Consumer(client, auto_offset_reset="earliest", fetch_max_wait_ms=50)
+            consumer.assign([(tp, 0)])
+            assert await read_values(consumer, 3) == [b"both", b"lost1", b"lost2"]
+            await asyncio.to_thread(elect_2_then_epoch_2_unannounced)
+            for _ in range(3):  # broker 1 gone, then fenced: the metadata shows epoch 1
+                values, took = await timed_poll(consumer)
+                assert values == [] and took < 2.0, took
+            await asyncio.to_thread(ctl.send_update_metadata)
+            assert await read_values(consumer, 3, polls=3) == [b"n1", b"n2", b"n3"]
 
     asyncio.run(main())

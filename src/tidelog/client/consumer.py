@@ -283,17 +283,20 @@ class Consumer:
             elif not _retriable(result.error):
                 raise BrokerResponseError(result.error, f"ListOffsets for {tp}")
 
-    async def _validate(self, tp: TopicPartition, offset: int, part: PartitionMetadata) -> bool:
+    async def _validate(self, tp: TopicPartition, offset: int,
+                        part: PartitionMetadata) -> bool | None:
         """Kafka's validatePositionsIfNeeded + maybeCompleteValidation for a position whose
         leader epoch the metadata moved past: whether ``tp`` may be fetched at ``offset`` now
-        (False: it moved, or is validated again at a later poll)."""
+        (False: it moved; None: validated again at a later poll, after new metadata). One
+        request, as Kafka's validatePositionsAsync: the client's retries would hold poll past
+        its timeout, each with the leader epoch of the metadata it started with."""
         answer = await self.client.offsets_for_leader_epoch(
-            tp, self._offset_epoch[tp], current_leader_epoch=part.leader_epoch)
+            tp, self._offset_epoch[tp], current_leader_epoch=part.leader_epoch, retry=False)
         if self._position.get(tp) != offset:
             return False  # sought meanwhile
         if answer.error != ErrorCode.NONE:
             if _retriable(answer.error) or answer.error in _LEADER_ERRORS:
-                return False  # validated at a later poll, after a metadata refresh
+                return None
             raise BrokerResponseError(answer.error, f"OffsetsForLeaderEpoch for {tp}")
         unplaced = answer.offset < 0 or answer.leader_epoch < 0
         if (unplaced or answer.offset < offset) and self.auto_offset_reset == "none":
@@ -337,7 +340,10 @@ class Consumer:
                 continue
             known = self._leader_epoch.get(tp, part.leader_epoch)
             if part.leader_epoch > known and self._offset_epoch.get(tp, -1) >= 0:
-                if not await self._validate(tp, offset, part):
+                validated = await self._validate(tp, offset, part)
+                if validated is None:  # Kafka: metadata.requestUpdate, then a back-off
+                    missing.append(tp.topic)
+                if not validated:
                     continue
             elif part.leader_epoch != known or tp not in self._leader_epoch:
                 self._leader_epoch[tp] = max(part.leader_epoch, known)
