@@ -226,11 +226,11 @@ def until(condition: Callable[[], Any], what: str, timeout_s: float = 60.0) -> N
         time.sleep(0.2)
 
 
-def raw(address: str, request: Any, api_version: int) -> Any:
+def raw(address: str, request: Any, api_version: int, request_timeout_ms: int = 30000) -> Any:
     """One request at a fixed version (the same on both clusters) to one broker; the response."""
     async def go() -> Any:
         host, port = address.rsplit(":", 1)
-        conn = BrokerConnection(host, int(port), request_timeout_ms=30000)
+        conn = BrokerConnection(host, int(port), request_timeout_ms=request_timeout_ms)
         await conn.connect(timeout_s=10)
         try:
             return await conn.send(request, api_version)

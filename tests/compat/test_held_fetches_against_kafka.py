@@ -11,7 +11,6 @@ holding a partition led elsewhere answered at once, as Kafka's KafkaApis splits 
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Callable
@@ -33,7 +32,6 @@ from differential import (
     until,
 )
 
-from tidelog.client.connection import BrokerConnection
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import fetch as m_fetch
 from tidelog.protocol.messages.metadata import MetadataRequest, MetadataRequestTopic
@@ -49,16 +47,7 @@ MARGIN_S = 5.0
 
 def _send(address: str, request: Any, version: int) -> Any:
     """``raw`` with a request timeout longer than the fetch's wait."""
-    async def go() -> Any:
-        host, port = address.rsplit(":", 1)
-        conn = BrokerConnection(host, int(port), request_timeout_ms=HELD_MS + 30_000)
-        await conn.connect(timeout_s=10)
-        try:
-            return await conn.send(request, version)
-        finally:
-            await conn.close()
-
-    return asyncio.run(go())
+    return raw(address, request, version, request_timeout_ms=HELD_MS + 30_000)
 
 
 def _fetch_request(topic: str, epoch: int, max_wait_ms: int, session_id: int = 0,

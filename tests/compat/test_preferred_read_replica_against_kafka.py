@@ -13,6 +13,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import pytest
 from confluent_kafka import ElectionType, TopicPartition
@@ -127,20 +128,7 @@ def test_the_leader_names_the_follower_in_the_consumers_rack(racked: Pair) -> No
         roles = {leader: "leader", near: "the follower in the rack", far: "the other follower",
                  -1: "none"}
         at_leader, at_near = address_of(brokers, leader), address_of(brokers, near)
-        produce = m_produce.ProduceRequest(acks=-1, timeout_ms=10000, topic_data=[
-            m_produce.TopicProduceData(TOPIC, [m_produce.PartitionProduceData(0, BATCH)])])
-        deadline = time.monotonic() + 30
-        while (answer := raw(at_leader, produce, 8).responses[0].partition_responses[0]
-               ).error_code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                ErrorCode.NOT_LEADER_OR_FOLLOWER):
-            assert time.monotonic() < deadline, "the leader did not take the batch in time"
-            time.sleep(0.2)
-        assert answer.error_code == 0
-        # Both followers hold the batch and its HW (learnt on their next fetch).
-        for follower in (near, far):
-            while _replica_hw(address_of(brokers, follower)) < 3:
-                assert time.monotonic() < deadline, "a follower's HW did not reach 3"
-                time.sleep(0.1)
+        _produce_replicated(brokers, leader, (near, far), TOPIC)
         rack = f"rack-{near}"
 
         def fetch(address: str, rack_id: str, version: int = 12, **kw: int) -> object:
@@ -196,12 +184,8 @@ def test_a_new_leader_whose_hw_has_not_caught_up(racked: Pair) -> None:
         roles = {old: "the old leader", new: "the new leader", stopped: "the stopped follower",
                  -1: "none"}
         at_old, at_new = address_of(brokers, old), address_of(brokers, new)
-        _produce(at_old, topic, -1)
+        _produce_replicated(brokers, old, (new, stopped), topic)
         deadline = time.monotonic() + 30
-        for follower in (new, stopped):
-            while _replica_hw(address_of(brokers, follower), topic) < 3:
-                assert time.monotonic() < deadline, "a follower's HW did not reach 3"
-                time.sleep(0.1)
         pid = PID_OF[t.name](stopped)
         os.kill(pid, signal.SIGSTOP)
         try:
@@ -250,7 +234,20 @@ def test_a_new_leader_whose_hw_has_not_caught_up(racked: Pair) -> None:
         "debug fetch, batches": 1}, on_tidelog
 
 
+def _produce_replicated(brokers: Any, leader: int, followers: tuple[int, ...],
+                        topic: str) -> None:
+    """BATCH with acks=-1, then until both followers hold it and its HW (learnt on their next
+    fetch)."""
+    _produce(address_of(brokers, leader), topic, -1)
+    deadline = time.monotonic() + 30
+    for follower in followers:
+        while _replica_hw(address_of(brokers, follower), topic) < 3:
+            assert time.monotonic() < deadline, "a follower's HW did not reach 3"
+            time.sleep(0.1)
+
+
 def _produce(address: str, topic: str, acks: int) -> None:
+    """BATCH to partition 0 at its leader, once that leader takes it."""
     request = m_produce.ProduceRequest(acks=acks, timeout_ms=10000, topic_data=[
         m_produce.TopicProduceData(topic, [m_produce.PartitionProduceData(0, BATCH)])])
     deadline = time.monotonic() + 30
