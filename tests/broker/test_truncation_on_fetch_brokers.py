@@ -134,22 +134,29 @@ async def read_values(consumer: Consumer, count: int, polls: int = 50) -> list[b
     return values
 
 
+DIV = TopicPartition("div", 0)
+
+
+async def consumer_past_the_lost_tail(client: KafkaClient, auto_offset_reset: str) -> Consumer:
+    """A consumer of div-0 that read offsets 0-2 (epoch 0: both, lost1, lost2) at broker 1."""
+    await client.refresh_metadata(["div"])
+    consumer = Consumer(client, auto_offset_reset=auto_offset_reset, fetch_max_wait_ms=50)
+    consumer.assign([(DIV, 0)])
+    assert await read_values(consumer, 3) == [b"both", b"lost1", b"lost2"]
+    assert consumer.position(DIV) == 3
+    return consumer
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("auto_offset_reset", ["earliest", "none"])
 def test_a_consumer_that_read_the_lost_tail_validates_its_position_after_the_election(
     unclean: UncleanElection, auto_offset_reset: str
 ) -> None:
     unclean.write_tail()
-    tp = TopicPartition("div", 0)
 
     async def main() -> None:
         async with KafkaClient(unclean.bootstrap, retry_backoff_ms=50) as client:
-            await client.refresh_metadata(["div"])
-            consumer = Consumer(client, auto_offset_reset=auto_offset_reset,
-                                fetch_max_wait_ms=50)
-            consumer.assign([(tp, 0)])
-            assert await read_values(consumer, 3) == [b"both", b"lost1", b"lost2"]
-            assert consumer.position(tp) == 3
+            consumer = await consumer_past_the_lost_tail(client, auto_offset_reset)
             await asyncio.to_thread(unclean.elect_2)
             if auto_offset_reset == "none":
                 with pytest.raises(LogTruncationError) as e:
@@ -171,20 +178,16 @@ def test_a_detected_truncation_is_raised_again_until_the_position_is_sought(
     validation (SubscriptionState.maybeCompleteValidation does not complete it), so it is not
     fetched from the unvalidated position until the application seeks."""
     unclean.write_tail()
-    tp = TopicPartition("div", 0)
 
     async def main() -> None:
         async with KafkaClient(unclean.bootstrap, retry_backoff_ms=50) as client:
-            await client.refresh_metadata(["div"])
-            consumer = Consumer(client, auto_offset_reset="none", fetch_max_wait_ms=50)
-            consumer.assign([(tp, 0)])
-            assert await read_values(consumer, 3) == [b"both", b"lost1", b"lost2"]
+            consumer = await consumer_past_the_lost_tail(client, "none")
             await asyncio.to_thread(unclean.elect_2)
             with pytest.raises(LogTruncationError):
                 await read_values(consumer, 3)
             with pytest.raises(LogTruncationError):  # not n3, read from the diverged offset 3
                 await read_values(consumer, 1)
-            consumer.seek(tp, 1)
+            consumer.seek(DIV, 1)
             assert await read_values(consumer, 3) == [b"n1", b"n2", b"n3"]
 
     asyncio.run(main())
@@ -201,7 +204,6 @@ def test_a_validation_fenced_by_a_newer_leader_epoch_is_retried_at_a_later_poll(
     Before, the client's retry loop held poll(timeout_ms=200) 4.4 s, every attempt with the
     epoch it started with (still fenced after the metadata moved on)."""
     unclean.write_tail()
-    tp = TopicPartition("div", 0)
     ctl = unclean.ctl
 
     def elect_2_then_epoch_2_unannounced() -> None:
@@ -222,10 +224,7 @@ def test_a_validation_fenced_by_a_newer_leader_epoch_is_retried_at_a_later_poll(
 
     async def main() -> None:
         async with KafkaClient(unclean.bootstrap, retry_backoff_ms=50) as client:
-            await client.refresh_metadata(["div"])
-            consumer = Consumer(client, auto_offset_reset="earliest", fetch_max_wait_ms=50)
-            consumer.assign([(tp, 0)])
-            assert await read_values(consumer, 3) == [b"both", b"lost1", b"lost2"]
+            consumer = await consumer_past_the_lost_tail(client, "earliest")
             await asyncio.to_thread(elect_2_then_epoch_2_unannounced)
             for _ in range(3):  # broker 1 gone, then fenced: the metadata shows epoch 1
                 values, took = await timed_poll(consumer)
