@@ -181,3 +181,38 @@ def test_checker_reports_a_consumer_served_at_or_above_the_hw() -> None:
                                                                                base_offset=hw)))
     leader._reply_consumer(2999, 1, tp, data)
     assert any(v.invariant == "ConsumersBelowHw" for v in c.checker.violations)
+
+
+def test_a_failover_takes_a_leader_that_died_unseen_offline_and_kip966_keeps_it_offline() -> None:
+    # Seed 75 (transactional): the old controller resigned as the last ISR member's session
+    # expired. The new one sent the dead leader's cached epoch to a follower that registered
+    # later (it never fetched again) and, when the leader came back from its unclean shutdown,
+    # let it lead that epoch while KIP-966's rule kept the partition "offline": its log and the
+    # follower's never converged. Kafka's failover moves a dead broker's replicas to
+    # OfflineReplica: the partition has no leader (-1) in a new epoch.
+    c = booted()
+    tp = c.tps[0]
+    for b in (1, 2):
+        c.nodes[b].stop("clean")
+    c.run_for(3 * c.config.session_timeout_ms)
+    before = c.zk_state(tp)
+    assert before is not None and before.leader == 0 and before.isr == (0,)
+    assert c.controller is not None
+    c.controller.resign()  # the old controller misses broker 0's failure
+    c.nodes[0].stop("kill")
+    c.run_for(3 * c.config.session_timeout_ms)
+    c.failover_controller()
+    c.run_for(200)
+    s = c.zk_state(tp)
+    assert s is not None and s.leader == -1 and s.isr == (0,)
+    assert s.leader_epoch == before.leader_epoch + 1
+    c.nodes[2].start()
+    c.run_for(500)
+    told = c.nodes[2].partition(tp)
+    assert told is not None and told.leader_epoch == s.leader_epoch and not told.is_leader
+    c.nodes[0].start()  # back from a kill: no clean leader candidate (KIP-966)
+    c.run_for(1000)
+    assert c.offline_by_kip966(tp)
+    led = c.nodes[0].partition(tp)
+    assert led is None or not led.is_leader
+    assert c.checker.violations == []

@@ -405,10 +405,7 @@ class KafkaController:
             if tp in core.partition_states:
                 resend.resend[tp] = {r for r in replicas if r in core.live_brokers}
         self._send(core.commit(resend, {}))
-        dead = sorted({b for tp, s in core.partition_states.items()
-                       for b in (s.leader, *s.isr, *core.assignments[tp])
-                       if b >= 0 and b not in core.live_brokers})
-        for b in dead:
+        for b in core.offline_brokers():
             await self._carry_out(lambda ex, b=b: ex.broker_failure(b))
         await self._execute(core.initial_leaders)
         # Watches fire at once with the current children: changes since the load are events.

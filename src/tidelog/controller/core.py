@@ -256,6 +256,16 @@ class ControllerCore:
                     d.writes.append(w)
         return d
 
+    def offline_brokers(self) -> list[int]:
+        """The brokers not alive that a partition state or assignment names. A new controller
+        fails each one (Kafka's failover: replicaStateMachine.startup moves their replicas to
+        OfflineReplica), so that a partition whose leader died unseen by the old controller gets
+        a leader or none (-1), and no replica is told to follow, or lead, a dead leader's
+        cached epoch."""
+        return sorted({b for tp, s in self.partition_states.items()
+                       for b in (s.leader, *s.isr, *self.assignments.get(tp, ()))
+                       if b >= 0 and b not in self.live_brokers})
+
     def is_replica_online(self, broker_id: int, tp: TopicPartition) -> bool:
         """Kafka's isReplicaOnline: a live broker whose log dir holding ``tp`` has not failed."""
         return (broker_id in self.live_brokers

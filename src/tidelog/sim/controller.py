@@ -13,8 +13,9 @@ as compare-and-sets on the zk version, fenced by `/controller_epoch`'s version, 
 KIP-966 marks in ZooKeeper; the requests it returns (LeaderAndIsr / UpdateMetadata /
 StopReplica) travel the network like any other message. The controller is modelled as
 co-located with ZooKeeper (its reads and writes are immediate). A controller failover is a new
-`SimController` with a higher controller epoch, which re-reads everything; a write of the old one
-after that fails with `ControllerMovedError` and it resigns.
+`SimController` with a higher controller epoch, which re-reads everything, starts the registered
+brokers and fails the dead ones the partition states still name (as the real controller's
+failover); a write of the old one after that fails with `ControllerMovedError` and it resigns.
 """
 
 from __future__ import annotations
@@ -110,6 +111,10 @@ class SimController:
         self.executor.load_unclean_marks()
         self.executor.refresh(core.assignments)
         self._on_brokers_change("init", BROKERS)
+        # Brokers that died unseen by the old controller (its watch came too late): failed now,
+        # as the real controller's failover does.
+        for b in core.offline_brokers():
+            self._broker_failure(b)
         self._execute(core.initial_leaders)
         self._on_isr_changes("init", zk_data.ISR_CHANGE_NOTIFICATION_PATH)
         self._on_log_dir_events("init", zk_data.LOG_DIR_EVENT_NOTIFICATION_PATH)
@@ -129,9 +134,7 @@ class SimController:
         current = zk.get_all_brokers_and_epochs()
         changes = executor.on_broker_registrations(current)
         for b in changes.dead:
-            self.cluster.trace_add(("broker_failure", None, ("broker", b)))
-            self._carry_out(lambda b=b: executor.broker_failure(b))
-            self.cluster.nodes[b].failure_handled()
+            self._broker_failure(b)
         for b in sorted((*changes.started, *changes.bounced)):
             epoch = current[b][1]
             self.cluster.trace_add(("broker_startup", None, ("broker", b), ("epoch", epoch)))
@@ -140,6 +143,11 @@ class SimController:
                 self.cluster.nodes[b].failure_handled()  # a bounce: failure, then startup
             if event != "init":
                 self._carry_out(lambda b=b: self.reassignments.on_broker_startup(executor, b))
+
+    def _broker_failure(self, broker_id: int) -> None:
+        self.cluster.trace_add(("broker_failure", None, ("broker", broker_id)))
+        self._carry_out(lambda: self.executor.broker_failure(broker_id))
+        self.cluster.nodes[broker_id].failure_handled()
 
     def _on_isr_changes(self, event: str, path: str) -> None:
         if not self.active:
