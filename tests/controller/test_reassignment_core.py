@@ -179,3 +179,34 @@ def test_a_move_never_elects_a_replica_on_a_failed_log_dir():
     core.add_partition(TP, a.replicas)
     d = complete_decision(core, TP, a)
     assert d.writes[0].state.leader == 3
+
+
+def cancelled_with_only_adding_replicas_in_sync(live: tuple[int, ...]) -> ControllerCore:
+    """t-0 moving [2,1] -> [0,2] (RS [0,2,1], adding 0) when 1 and 2 died and 0 was elected
+    uncleanly (ISR [0]); the move is cancelled: the core's assignment is back to [2,1] and the
+    adding replica 0 leaves (sim seed 600 --unclean)."""
+    core = started(replicas=(0, 2, 1), live=(0, 1, 2))
+    core.unclean_leader_election_enable = True
+    core.refresh_partition(TP, replace(core.partition_states[TP], leader=0, isr=(0,)))
+    core.assignments[TP] = (2, 1)
+    for b in set(core.live_brokers) - set(live):
+        del core.live_brokers[b]
+    return core
+
+
+def test_a_cancel_whose_adding_replicas_were_the_whole_isr_restarts_it_from_an_original_one():
+    # KRaft's PartitionReassignmentRevert: ISR [first original replica]. Kafka's ZooKeeper
+    # controller keeps the deleted replica 0 as the ISR, outside the assignment [2,1].
+    core = cancelled_with_only_adding_replicas_in_sync(live=(0, 1, 2))
+    (w,) = complete_decision(core, TP, ReplicaAssignment((2, 1), (), (0,))).writes
+    assert (w.state.leader, w.state.isr, w.state.replicas) == (2, (2,), (2, 1))
+
+
+def test_without_the_first_original_replica_the_cancel_elects_another_one_uncleanly():
+    core = cancelled_with_only_adding_replicas_in_sync(live=(0, 1))
+    (w,) = complete_decision(core, TP, ReplicaAssignment((2, 1), (), (0,))).writes
+    assert (w.state.leader, w.state.isr) == (1, (1,))
+    # with no original replica alive, the partition waits offline for the first one
+    core = cancelled_with_only_adding_replicas_in_sync(live=(0,))
+    (w,) = complete_decision(core, TP, ReplicaAssignment((2, 1), (), (0,))).writes
+    assert (w.state.leader, w.state.isr) == (NO_LEADER, (2,))

@@ -10,6 +10,7 @@ from tidelog.controller.reassignment_manager import ReassignmentManager
 from tidelog.sim.cluster import SimCluster, SimConfig
 from tidelog.sim.controller import SimController
 from tidelog.sim.messages import ReplicaFetchRequest
+from tidelog.sim.runner import UNCLEAN_ALLOWED, run_seed, unclean_config
 
 
 def booted(**kw: object) -> SimCluster:
@@ -79,6 +80,15 @@ def test_cancelling_reverts_to_the_original_replicas() -> None:
     assert set(c.assignments[tp]) == {0, 1, 2} and tp not in c.moving
     assert c.nodes[3].log(tp) is None
     assert c.checker.violations == []
+
+
+def test_regression_unclean_seed_600_cancels_a_move_whose_adding_replica_was_the_whole_isr(
+        ) -> None:
+    # t-0 moving [2,1] -> [0,2]; 1 and 2 died and 0 (adding) was elected uncleanly, ISR [0];
+    # the cancel at 4,856 ms left ISR [0] with replicas [2,1] (IsrWithinAssigned) until the
+    # revert restarted the ISR from an original replica as KRaft's does.
+    s = run_seed(600, 3000, config=unclean_config(), allowed=UNCLEAN_ALLOWED)
+    assert s.ok, s.report()
 
 
 def test_a_partition_added_to_the_topic_znode_is_created_by_the_controller() -> None:

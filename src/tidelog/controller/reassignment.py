@@ -15,7 +15,8 @@ adding = RS - ORS and removing = RS - TRS:
 
 A new reassignment of a partition already moving replaces the old one, from the whole current
 RS (KRaft's rule, see `build_reassignment`); cancelling reverts to ORS, its adding replicas
-stopped and deleted at once. This module
+stopped and deleted at once (when they were the whole ISR, the ISR restarts from an original
+replica, KRaft's revert: `reassignment_write`). This module
 holds the assignment arithmetic, the request validation and the partition-state writes; the
 shell (`controller.py`) does the ZooKeeper and channel I/O in Kafka's order.
 """
@@ -128,7 +129,8 @@ def reassignment_write(core: ControllerCore, tp: TopicPartition, replicas: tuple
     of the ISR, leader epoch bumped (Kafka's updateLeaderEpochAndSendRequest, then the
     OfflineReplica transition's removeReplicasFromIsr). The leader stays unless it leaves, is
     not in `replicas` or is not online: then Kafka's ReassignPartitionLeaderElectionStrategy
-    picks the first of `replicas` online and in the ISR. None for a partition without state."""
+    picks the first of `replicas` online and in the ISR. When every ISR member leaves (a
+    cancellation), the ISR is that of KRaft's revert. None for a partition without state."""
     state = core.partition_states.get(tp)
     if state is None:
         return None
@@ -140,9 +142,19 @@ def reassignment_write(core: ControllerCore, tp: TopicPartition, replicas: tuple
     # Kafka's isReplicaOnline: a live broker whose log dir holding the partition has not
     # failed (a replica answered KAFKA_STORAGE_ERROR for is not alive to lead).
     online = {r for r in replicas if core.is_replica_online(r, tp)} - core.shutting_down
-    if leader == NO_LEADER or leader not in replicas or leader not in online:
-        # Never a replica back from an unclean shutdown (KIP-966's rule, as every election).
-        dirty = core.unclean_restarted.get(tp, ())
+    # Never a replica back from an unclean shutdown (KIP-966's rule, as every election).
+    dirty = core.unclean_restarted.get(tp, ())
+    if isr and set(isr) <= set(leave):
+        # A cancelled move whose adding replicas were the whole ISR (accepted only with unclean
+        # election on): KRaft's PartitionReassignmentRevert restarts the ISR from the first
+        # original replica, by an unclean election if it cannot lead. Kafka's ZooKeeper
+        # controller keeps the deleted replica as the ISR outside the assignment (sim seed
+        # 600 --unclean: ISR [0] with replicas [2, 1]).
+        result = election.offline_partition_leader_election(
+            replicas, replicas[:1], online, core.unclean_enabled_for(tp.topic), dirty)
+        leader = NO_LEADER if result.leader is None else result.leader
+        isr = list(result.isr)
+    elif leader == NO_LEADER or leader not in replicas or leader not in online:
         leader = next((r for r in replicas if r in online and r in isr and r not in dirty),
                       NO_LEADER)
     new = replace(state, leader=leader, leader_epoch=state.leader_epoch + 1, isr=tuple(isr),
