@@ -82,6 +82,22 @@ def test_cancelling_reverts_to_the_original_replicas() -> None:
     assert c.checker.violations == []
 
 
+def test_a_cancel_completes_at_once_while_an_original_replica_is_out_of_the_isr() -> None:
+    # Kafka's isReassignmentComplete: the revert has no adding/removing replicas, so it is
+    # done; it was left moving (listed, its topic not deletable) until 0 came back.
+    c, ctl = moving_to_3()
+    tp = c.tps[0]
+    c.nodes[0].stop("kill")
+    c.run_for(3000)
+    s = c.zk_state(tp)
+    assert s is not None and 0 not in s.isr
+    assert ctl.reassign({tp: None}) == {tp: ApiError(0)}
+    c.run_for(300)
+    assert tp not in c.moving and ctl.reassignments.list(None) == {}
+    assert set(c.assignments[tp]) == {0, 1, 2} and c.nodes[3].log(tp) is None
+    assert c.checker.violations == []
+
+
 def test_regression_unclean_seed_600_cancels_a_move_whose_adding_replica_was_the_whole_isr(
         ) -> None:
     # t-0 moving [2,1] -> [0,2]; 1 and 2 died and 0 (adding) was elected uncleanly, ISR [0];

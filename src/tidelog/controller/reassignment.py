@@ -120,7 +120,9 @@ def build_reassignment(current: ReplicaAssignment,
 
 
 def is_reassignment_complete(assignment: ReplicaAssignment, isr: Iterable[int]) -> bool:
-    return set(assignment.target_replicas) <= set(isr)
+    """Kafka's isReassignmentComplete: a cancellation's revert (no adding/removing replicas)
+    completes at once, whatever the ISR holds of the original replicas."""
+    return not assignment.is_being_reassigned or set(assignment.target_replicas) <= set(isr)
 
 
 def reassignment_write(core: ControllerCore, tp: TopicPartition, replicas: tuple[int, ...],
