@@ -244,23 +244,23 @@ def test_a_change_wakes_only_the_sessions_holding_the_partition() -> None:
     fm = manager()
     one = settled_session(fm, {A: req(0), B: req(0)})
     other = settled_session(fm, {C: req(0)})
-    woken: list[int] = []
+    woken: list[tuple[int, tuple[object, ...]]] = []
     for sid in (one, other):
         session = fm.cache.get(sid)
         assert session is not None
-        session.waker = lambda sid=sid: woken.append(sid)
+        session.waker = lambda keys, sid=sid: woken.append((sid, keys))
     fm.mark_changed(A)
     # Already dirty, woken again: a held follower fetch waits out a change of the HW alone
-    # and must hear of the records that come next (its waker decides).
+    # and must hear of the records that come next (its waker decides, told which partition).
     fm.mark_changed(A)
-    assert woken == [one, one]
+    assert woken == [(one, (A,)), (one, (A,))]
     # A forgotten partition, or a closed session, is no longer marked.
     fm.new_context(one, 2, {}, [B], True, 2).update_and_generate_response({}, 2)
     fm.mark_changed(B)
-    assert woken == [one, one] and B not in fm.cache.holders
+    assert len(woken) == 2 and B not in fm.cache.holders
     fm.new_context(other, INITIAL_EPOCH, {C: req(0)}, [], True, 3)  # a full fetch closes it
     fm.mark_changed(C)
-    assert woken == [one, one] and C not in fm.cache.holders
+    assert len(woken) == 2 and C not in fm.cache.holders
 
 
 def test_unsettled_partitions_and_a_duplicate_fetch_keep_what_was_to_be_read() -> None:

@@ -106,3 +106,66 @@ def test_a_held_fetch_that_saw_only_hw_moves_answers_them_at_its_deadline(
     assert answer, "the held fetch was not answered at its deadline"
     part = _partition(answer[0])
     assert part.error_code == 0 and part.high_watermark == 1 and values_of(part.records) == []
+
+
+def _fetch_all(port: int, topic: str, partitions: int, replica_id: int, offset: int, *,
+               max_wait_ms: int = 0, session_id: int = 0, session_epoch: int = -1) -> Any:
+    from tidelog.protocol.messages.fetch import FetchPartition
+
+    req = fetch_request(topic, 0, offset, replica_id=replica_id, max_wait_ms=max_wait_ms,
+                        current_leader_epoch=0)
+    [fetch_topic] = req.topics
+    fetch_topic.partitions = [
+        FetchPartition(partition=p, fetch_offset=offset, current_leader_epoch=0,
+                       partition_max_bytes=1 << 20) for p in range(partitions)]
+    req.session_id, req.session_epoch = session_id, session_epoch
+    return send(port, req, FETCH_VERSION, timeout_ms=max_wait_ms + 15_000)
+
+
+class _CountingGets(dict[Any, Any]):
+    """A session's partitions, counting the lookups of one partition (.get)."""
+
+    gets = 0
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self.gets += 1
+        return super().get(key, default)
+
+
+def test_many_partitions_changing_at_once_are_each_looked_at_once_for_a_held_fetch(
+        one_broker: BrokerThread, controller: ActingController) -> None:
+    """One answer that changes n partitions of a held follower fetch's session in a row (here
+    follower 3's fetch moving n HWs; an ISR update or an UpdateMetadata alike) looks at each
+    changed partition once for that fetch. Looking at every dirty one at each change took
+    n(n+1)/2 lookups: at 10,000 partitions (3,333 led per broker) an AlterPartition answer
+    held a broker ~30 s, followers fell out of the ISR and the idle cluster never settled."""
+    n = 100
+    topic = "held-many"
+    controller.create_topic(topic, {p: [1, 2, 3] for p in range(n)}, live=[1, 2, 3],
+                            isr=[1, 2, 3])
+    for p in range(n):
+        assert produce(one_broker.port, topic, p, build_values([b"a"]), acks=1) == (0, 0)
+    opened = _fetch_all(one_broker.port, topic, n, 2, 1, session_epoch=0)
+    assert opened.error_code == 0 and opened.session_id != 0
+    answer: list[Any] = []
+    held = threading.Thread(target=lambda: answer.append(_fetch_all(
+        one_broker.port, topic, n, 2, 1, max_wait_ms=2_000, session_id=opened.session_id,
+        session_epoch=1)))
+    held.start()
+    apis = one_broker.server.apis
+    session = apis.fetch_manager.cache.get(opened.session_id)
+    assert session is not None
+    wait_until(lambda: one_broker.call(lambda: session.waker is not None),
+               what="follower 2's fetch is held")
+    counting = _CountingGets(session.partitions)
+    one_broker.call(lambda: setattr(session, "partitions", counting))
+    # Follower 3 catches up on every partition: n HWs move, each marks the session.
+    fetched = _fetch_all(one_broker.port, topic, n, 3, 1)
+    assert all(p.error_code == 0 for t in fetched.responses for p in t.partitions)
+    core = one_broker.server.replica_manager.core
+    assert one_broker.call(lambda: all(
+        core.partitions[TopicPartition(topic, p)].high_watermark == 1 for p in range(n)))
+    looked = one_broker.call(lambda: counting.gets)
+    assert looked <= n  # the old code: n(n+1)/2 = 5,050
+    held.join(timeout=20)
+    assert answer and answer[0].error_code == 0  # answered at its deadline, the HWs with it

@@ -187,8 +187,9 @@ class FetchSession:
             self._index(key, cached)
         # Partitions to read at the next fetch (every one at first: see the module docstring).
         self.dirty: dict[SessionKey, None] = dict.fromkeys(partitions)
-        # Called when a partition turns dirty (a held fetch of this session waits on it).
-        self.waker: Callable[[], None] | None = None
+        # Called with a partition's keys when it turns dirty (a held fetch of this session
+        # waits on it).
+        self.waker: Callable[[tuple[SessionKey, ...]], None] | None = None
         self.creation_ms = now_ms
         self.last_used_ms = now_ms
         # The arrival of the fetch before the last one: when the partitions read now were last
@@ -247,7 +248,7 @@ class FetchSession:
         # Every change, also of a partition dirty already: a follower's held fetch waits
         # while its partitions' HW alone changed, and must wake for their next records.
         if self.waker is not None:
-            self.waker()
+            self.waker(keys)
 
     def take_dirty(self) -> dict[SessionKey, PartitionRequest]:
         """The dirty partitions' request data in read order; they count as clean from now on
