@@ -236,6 +236,25 @@ def test_whole_frames_read_into_the_scratch_buffer_are_copied_into_a_released_on
     assert (bytes(fourth), bytes(tail)) == (b"d" * 70_000, b"tail")
 
 
+def test_a_frame_read_whole_reuses_the_buffer_of_the_same_size_frame_read_in_parts() -> None:
+    """Whether a request arrives in one socket read or several is the kernel's timing: a
+    frame of the same size must reuse the released buffer either way (read whole into the
+    scratch buffer, it is copied with its size prefix: 4 bytes more than the frame)."""
+    reader = FrameReader(reuse_buffers=True)
+    data = framed(b"a" * 100_000)
+    buf = reader.get_buffer()
+    buf[:1000] = data[:1000]
+    assert reader.buffer_updated(1000) == []  # the rest goes straight into the frame's buffer
+    buf = reader.get_buffer()
+    buf[: len(data) - 1000] = data[1000:]
+    first = reader.buffer_updated(len(data) - 1000)[0]
+    buffer = id(first.obj)
+    del first, buf
+    second = _read_whole_into_scratch(reader, b"b" * 100_000)[0]
+    assert id(second.obj) == buffer  # no new allocation
+    assert bytes(second) == b"b" * 100_000 and second.readonly
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     payloads=st.lists(st.binary(max_size=3_000), max_size=6),

@@ -95,8 +95,14 @@ class FrameReader:
         if size == 0:
             frames.append(memoryview(b""))
             return
-        frame = self._reusable(size) if self._reuse and size >= REUSE_MIN_BYTES else None
-        self._frame = bytearray(size) if frame is None else frame
+        if self._reuse and size >= REUSE_MIN_BYTES:
+            # 4 bytes more: as the spare, it must also hold the next frame of this size read
+            # whole into the scratch buffer (copied with its size prefix, by _own); whether a
+            # request comes in one read or several is the kernel's timing
+            frame = self._reusable(size) or bytearray(size + _SIZE.size)
+        else:
+            frame = bytearray(size)
+        self._frame = frame
         self._size = size
         self._fill = 0
 
