@@ -216,3 +216,21 @@ def test_a_failover_takes_a_leader_that_died_unseen_offline_and_kip966_keeps_it_
     led = c.nodes[0].partition(tp)
     assert led is None or not led.is_leader
     assert c.checker.violations == []
+
+
+def test_a_failover_keeps_the_leaders_and_isrs_of_live_brokers() -> None:
+    # A new controller loads every registered broker before it decides: started one at a time,
+    # broker 0's startup found leader 1 not loaded yet and elected 0 in its place, the ISR
+    # shrunk to (0,) with 1 and 2 alive and in sync.
+    c = booted()
+    tp = c.tps[0]
+    c.nodes[0].stop("clean")
+    c.run_for(3 * c.config.session_timeout_ms)
+    c.nodes[0].start()
+    assert c.settle(20_000)
+    before = c.zk_state(tp)
+    assert before is not None and before.leader == 1 and set(before.isr) == {0, 1, 2}
+    c.failover_controller()
+    c.run_for(200)
+    assert c.zk_state(tp) == before
+    assert c.controller is not None and c.controller.core.live_brokers.keys() == {0, 1, 2}

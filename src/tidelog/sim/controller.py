@@ -133,6 +133,12 @@ class SimController:
         zk.get_children(BROKERS, watch=self._on_brokers_change)
         current = zk.get_all_brokers_and_epochs()
         changes = executor.on_broker_registrations(current)
+        if event == "init":
+            # A failover loads every registered broker as live before deciding anything (as the
+            # real controller's): started one at a time, a partition led by a broker not loaded
+            # yet was re-elected off it, its ISR shrunk to the brokers loaded so far.
+            for b in changes.started:
+                self.core.live_brokers[b] = current[b][1]
         for b in changes.dead:
             self._broker_failure(b)
         for b in sorted((*changes.started, *changes.bounced)):
