@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from harness import BrokerThread, broker_props, wait_until
+from kazoo.client import KazooClient
 from zk_chroot import new_chroot
 
 from tidelog.controller.controller import KafkaController
@@ -22,11 +23,17 @@ pytestmark = pytest.mark.integration
 
 
 def start(zk: str, log_dir: Path, delete_delay_ms: int) -> BrokerThread:
-    return BrokerThread(broker_props(
+    broker = BrokerThread(broker_props(
         1, zk, log_dir, **{"log.segment.delete.delay.ms": delete_delay_ms,
                            "log.initial.task.delay.ms": 0,
                            "offsets.topic.replication.factor": 1}),
         controller_factory=KafkaController).start()
+    # librdkafka's AdminClient looks the controller up in its first metadata answers only: one
+    # naming none (controller -1 until the controller's first UpdateMetadata, which comes
+    # after the broker starts, later under load) left create_topics waiting past its 30 s.
+    wait_until(lambda: broker.call(lambda: broker.server.metadata_cache.controller_id) == 1,
+               timeout_s=60, what="the broker's metadata to name its controller")
+    return broker
 
 
 @pytest.fixture
@@ -54,6 +61,19 @@ def create(admin: AdminClient, topic: str) -> None:
 
 def delete(admin: AdminClient, topic: str) -> None:
     admin.delete_topics([topic])[topic].result(30)
+
+
+def deletion_completed(zk: str, topic: str) -> bool:
+    """The controller has finished deleting the topic: its znodes are gone (Kafka's
+    TopicDeletionManager.completeDeleteTopic, after every replica's StopReplica answer)."""
+    client = KazooClient(hosts=zk, timeout=10.0)
+    client.start(timeout=15)
+    try:
+        return client.exists(f"/brokers/topics/{topic}") is None \
+            and client.exists(f"/admin/delete_topics/{topic}") is None
+    finally:
+        client.stop()
+        client.close()
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
@@ -112,6 +132,11 @@ def test_a_restart_removes_a_retired_dir_before_its_delay(zk: str, tmp_path: Pat
         delete(admin, "bounced")
         wait_until(lambda: [n for n in entries(tmp_path, "bounced") if n.endswith("-delete")],
                    what="the retired dir")
+        # The broker retires the dir at StopReplica, before the controller ends the deletion:
+        # stopped in between, the next controller resumes it and leads the partition again
+        # (a new bounced-0) until its StopReplica comes.
+        wait_until(lambda: deletion_completed(zk, "bounced"), timeout_s=30,
+                   interval_s=0.2, what="the deletion completed")
     finally:
         broker.stop()
     assert any(n.endswith("-delete") for n in entries(tmp_path, "bounced"))
