@@ -11,10 +11,13 @@ holding a partition led elsewhere answered at once, as Kafka's KafkaApis splits 
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +35,7 @@ from differential import (
     until,
 )
 
+from tidelog.client.connection import BrokerConnection
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import fetch as m_fetch
 from tidelog.protocol.messages.metadata import MetadataRequest, MetadataRequestTopic
@@ -50,6 +54,46 @@ def _send(address: str, request: Any, version: int) -> Any:
     return raw(address, request, version, request_timeout_ms=HELD_MS + 30_000)
 
 
+def _send_noting_the_port(address: str, request: Any, version: int,
+                          written: Callable[[int], None]) -> Any:
+    """``_send``, calling ``written(local port)`` once the request is handed to the socket."""
+    async def go() -> Any:
+        host, port = address.rsplit(":", 1)
+        conn = BrokerConnection(host, int(port), request_timeout_ms=HELD_MS + 30_000)
+        await conn.connect(timeout_s=10)
+        try:
+            sending = asyncio.ensure_future(conn.send(request, version))
+            await asyncio.sleep(0)  # the send writes the request before its first wait
+            assert conn._transport is not None
+            written(conn._transport.get_extra_info("sockname")[1])
+            return await sending
+        finally:
+            await conn.close()
+
+    return asyncio.run(go())
+
+
+def _tcp_queues() -> dict[tuple[int, int], tuple[int, int]]:
+    """Every IPv4 TCP socket here: (local port, remote port) -> (send queue, receive queue)
+    (/proc/net/tcp: bytes not yet acknowledged by the peer, not yet read by the owner)."""
+    queues = {}
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote, tx_rx = fields[1], fields[2], fields[4]
+        tx, rx = (int(q, 16) for q in tx_rx.split(":"))
+        queues[int(local.split(":")[1], 16), int(remote.split(":")[1], 16)] = (tx, rx)
+    return queues
+
+
+def _read_by_the_broker(broker_port: int, client_port: int) -> bool:
+    """The request on that connection reached the broker, and the broker read it off its
+    socket: nothing unacknowledged on the client's side, nothing unread on the broker's."""
+    queues = _tcp_queues()
+    client, server = (client_port, broker_port), (broker_port, client_port)
+    return client in queues and server in queues \
+        and queues[client][0] == 0 and queues[server][1] == 0
+
+
 def _fetch_request(topic: str, epoch: int, max_wait_ms: int, session_id: int = 0,
                    session_epoch: int = -1, listed: bool = True) -> m_fetch.FetchRequest:
     return m_fetch.FetchRequest(
@@ -66,13 +110,20 @@ def _leader_epoch(address: str, topic: str) -> int:
     return int(r.topics[0].partitions[0].leader_epoch)
 
 
+# Held at once by one HeldFetches (each in its own thread: with fewer threads than fetches,
+# the last ones were sent only once an earlier one was answered, after the event).
+_MOST_HELD = 8
+
+
 class HeldFetches:
     """Fetches sent to one broker and held there, each timed from an event."""
 
     def __init__(self, address: str) -> None:
         self.address = address
-        self.pool = ThreadPoolExecutor(max_workers=4)
+        self.pool = ThreadPoolExecutor(max_workers=_MOST_HELD)  # a thread per held fetch
         self.held: dict[str, Future[Any]] = {}
+        self._lock = threading.Lock()
+        self._sent_from: list[int] = []  # the local ports of the held fetches, once sent
 
     def hold(self, label: str, topic: str, epoch: int, version: int = 12,
              session: bool = False, max_wait_ms: int = HELD_MS) -> None:
@@ -86,17 +137,34 @@ class HeldFetches:
         else:
             request = _fetch_request(topic, epoch, max_wait_ms)
 
+        def written(port: int) -> None:
+            with self._lock:
+                self._sent_from.append(port)
+
         def timed() -> Any:
             sent = time.monotonic()
-            r = _send(self.address, request, version)
+            r = _send_noting_the_port(self.address, request, version, written)
             return r, time.monotonic() < sent + max_wait_ms / 1000 - MARGIN_S
 
+        assert len(self.held) < _MOST_HELD, "one more would wait for a thread, not be held"
         self.held[label] = self.pool.submit(timed)
 
     def event(self, action: Callable[[], None]) -> None:
         # Every fetch reached the broker and waits there before the event happens (an answer
-        # given at once, before it, would not show the event answering it).
-        time.sleep(1.0)
+        # given at once, before it, would not show the event answering it; a fetch arriving
+        # after it would be answered by what the event left, e.g. Kafka fences a stale epoch
+        # at once). The barrier: the broker read each request off its socket (neither cluster
+        # shows its purgatory from outside: Kafka's only through JMX); from there to the
+        # purgatory is the request's handling, far shorter than the event's controller round.
+        broker_port = int(self.address.rsplit(":", 1)[1])
+
+        def all_read() -> bool:
+            with self._lock:
+                ports = list(self._sent_from)
+            return len(ports) == len(self.held) \
+                and all(_read_by_the_broker(broker_port, p) for p in ports)
+
+        until(all_read, "every held fetch read by the broker")
         assert not any(f.done() for f in self.held.values()), "a fetch was not held"
         action()
 
