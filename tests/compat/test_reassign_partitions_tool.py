@@ -187,10 +187,17 @@ def _partition_dirs(cluster: LocalCluster, broker: int, topic: str) -> list[Path
     return list((cluster.dir / f"broker-{broker}" / "data").glob(f"{topic}-0"))
 
 
+THROTTLE = "100000"  # bytes/s, of the moves a controller kill interrupts
+
+
 def _move_under_load(cluster: LocalCluster, topic: str, start_move: Any) -> None:
     bs = cluster.bootstrap_servers
     create(bs, topic)
-    # 3 MB of history so that a 300 kB/s throttle keeps the move going for seconds
+    # 3 MB of history so that a 100 kB/s throttle keeps the move going for ~20 s: the quota
+    # (replication.quota.window.num 11 windows of 1 s, counted as at least 10 s) lets the first
+    # ~1 MB through at once. At 300 kB/s that first ~3 MB was the whole history, so the new
+    # replica could catch up in one round and, with AlterPartition (KIP-497), the controller
+    # completes the move at once: the kill came after the move
     assert len(produce_acked(bs, topic, [os.urandom(1000) for _ in range(3000)])) == 3000
     history = 3000
     stop, acked = threading.Event(), []  # type: ignore[var-annotated]
@@ -223,7 +230,7 @@ def test_a_move_under_acks_all_survives_the_controller_killed_with_the_tool(
 
         def start() -> None:
             code, out = tool(bs, "--execute", "--reassignment-json-file", plan,
-                             "--throttle", "300000")
+                             "--throttle", THROTTLE)
             assert code == 0 and "Successfully started" in out, out
 
         _move_under_load(tidelog4, "proof", start)
@@ -240,8 +247,8 @@ def test_a_move_through_the_legacy_znode_survives_the_controller_killed(
             # the throttle the tool would set, by hand: the move lasts while the controller dies
             for b in (1, 2, 3, 4):
                 _configs(tidelog4, "--broker", str(b), "--add-config",
-                         "leader.replication.throttled.rate=300000,"
-                         "follower.replication.throttled.rate=300000")
+                         f"leader.replication.throttled.rate={THROTTLE},"
+                         f"follower.replication.throttled.rate={THROTTLE}")
             _configs(tidelog4, "--topic", "znode", "--add-config",
                      "leader.replication.throttled.replicas=[0:1,0:2,0:3],"
                      "follower.replication.throttled.replicas=0:4")
