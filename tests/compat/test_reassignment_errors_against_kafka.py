@@ -73,7 +73,9 @@ def test_a_replica_dropped_by_a_reassignment(pair: Pair) -> None:
         deadline = time.monotonic() + 60
         while _list(ctl)[1] and time.monotonic() < deadline:
             time.sleep(0.2)
-        shape = topic_shape(t, "reassign-drop")
+        # the dropped replica leaves the ISR in a last UpdateMetadata (Kafka's may come after
+        # the reassignment is no longer listed)
+        shape = topic_shape(t, "reassign-drop", isr_size=2)
         return result, _list(ctl), shape
 
     pair.same(scenario)
