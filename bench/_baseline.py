@@ -44,18 +44,24 @@ def baseline_source(spec: str, into: Path) -> Path:
 
 
 @contextlib.contextmanager
-def tidelog_from(src: Path | None) -> Iterator[None]:
-    """Processes started inside import tidelog from `src` (PYTHONPATH comes before the
-    virtualenv's editable install on sys.path); None: from this working tree."""
-    if src is None:
-        yield
-        return
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = str(src)
+def environment(**variables: str) -> Iterator[None]:
+    """Processes started inside get these environment variables; this process's environment
+    is as before afterwards."""
+    saved = {k: os.environ.get(k) for k in variables}
+    os.environ.update(variables)
     try:
         yield
     finally:
-        if saved is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = saved
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def tidelog_from(src: Path | None) -> Iterator[None]:
+    """Processes started inside import tidelog from `src` (PYTHONPATH comes before the
+    virtualenv's editable install on sys.path); None: from this working tree."""
+    with environment(**({} if src is None else {"PYTHONPATH": str(src)})):
+        yield

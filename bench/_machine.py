@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 
@@ -50,17 +51,39 @@ def load_average() -> str:
         return "?"
 
 
+def cpu_ticks(*pids: int) -> tuple[int, int]:
+    """(user, system) clock ticks the processes (all their threads) used so far
+    (/proc/<pid>/stat); a process that is gone raises OSError."""
+    user = system = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        user += int(fields[11])  # utime
+        system += int(fields[12])  # stime
+    return user, system
+
+
 def cpu_seconds(*pids: int) -> float:
     """User + system CPU seconds the processes (all their threads) used so far
     (/proc/<pid>/stat); a process that is gone counts 0."""
     total = 0
     for pid in pids:
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
+            total += sum(cpu_ticks(pid))
         except (OSError, IndexError, ValueError):
             pass
     return total / os.sysconf("SC_CLK_TCK")
+
+
+def thread_files(pids: Iterable[int], name: str) -> Iterator[str]:
+    """The text of /proc/<pid>/task/<tid>/`name` of each thread of the processes (a JVM or
+    Python broker works in threads other than its first); a thread that ended meanwhile is
+    passed over."""
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                yield (task / name).read_text()
+            except OSError:
+                continue
 
 
 def machine_info(data_path: str | None = None) -> dict[str, str]:

@@ -56,7 +56,7 @@ from typing import Any
 import confluent_kafka
 from _baseline import baseline_source, tidelog_from
 from _doc import append_run
-from _machine import cpu_seconds, load_average, machine_description
+from _machine import cpu_seconds, load_average, machine_description, thread_files
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tidelog.cluster.local import LocalCluster
@@ -402,12 +402,11 @@ def run_queue_wait_s(pids: list[int]) -> float:
     """Seconds the processes spent runnable but waiting for a CPU, summed over their threads
     (/proc/<pid>/task/<tid>/schedstat: a JVM broker works in threads other than its first)."""
     total = 0
-    for pid in pids:
-        for task in Path(f"/proc/{pid}/task").glob("*"):
-            try:
-                total += int((task / "schedstat").read_text().split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
+    for schedstat in thread_files(pids, "schedstat"):
+        try:
+            total += int(schedstat.split()[1])
+        except (IndexError, ValueError):
+            pass
     return total / 1e9
 
 
@@ -609,13 +608,19 @@ def measure_failover(cluster: LocalCluster, bootstrap: str, rate: float = 1000.0
 # -- a baseline tidelog ---------------------------------------------------------------------------
 
 
-def start_baseline(src: Path, workdir: Path) -> LocalCluster:
-    """A second 3-broker tidelog cluster whose brokers import tidelog from `src`."""
+def start_tidelog(workdir: Path, src: Path | None = None) -> LocalCluster:
+    """A 3-broker tidelog cluster with the bench's overrides in `workdir` (wiped first), whose
+    brokers import tidelog from `src` (a baseline's; None: this working tree)."""
     shutil.rmtree(workdir, ignore_errors=True)
     cluster = LocalCluster(workdir)
     with tidelog_from(src):
         cluster.up(3, OVERRIDES, timeout_s=90)
     return cluster
+
+
+def broker_pids(cluster: LocalCluster) -> dict[int, int]:
+    """Broker id -> pid of the cluster's running broker processes."""
+    return {b: broker.pid for b, broker in cluster.brokers.items() if broker.pid}
 
 
 # -- tansu -------------------------------------------------------------------------------------
@@ -861,12 +866,12 @@ def main() -> int:
             print(f"tidelog at {rev}: exporting and building ...", flush=True)
             src = baseline_source(rev, base_dir / "source")
             print(f"tidelog at {rev}: ZooKeeper and 3 brokers ...", flush=True)
-            baselines.append((rev, start_baseline(src, base_dir / "cluster"), base_dir))
+            baselines.append((rev, start_tidelog(base_dir / "cluster", src), base_dir))
         peers: list[Target] = [
             Target(f"tidelog {rev} RF=3", c.bootstrap_servers, 3, RF3_CONFIG,
-                   [b.pid for b in c.brokers.values() if b.pid]) for rev, c, _ in baselines]
+                   list(broker_pids(c).values())) for rev, c, _ in baselines]
         if cluster is not None:
-            pids = [b.pid for b in cluster.brokers.values() if b.pid]
+            pids = list(broker_pids(cluster).values())
             if "rf3" in targets:
                 peers.append(Target("tidelog RF=3", cluster.bootstrap_servers, 3, RF3_CONFIG,
                                     pids))

@@ -47,7 +47,7 @@ from cluster import (
     RF3_CONFIG,
     create_topic,
     prime_topic,
-    start_baseline,
+    start_tidelog,
 )
 from confluent_kafka import ElectionType, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -221,7 +221,7 @@ def main() -> int:
             base = workdir / f"tidelog-{n}"
             print(f"tidelog at {rev}: exporting, building, 3 brokers ...", flush=True)
             src = baseline_source(rev, base / "source")
-            c = start_baseline(src, base / "cluster")
+            c = start_tidelog(base / "cluster", src)
             clusters.append((c, base))
 
             def start(b: int, c: LocalCluster = c, src: Path = src) -> None:

@@ -38,17 +38,17 @@ from pathlib import Path
 
 import confluent_kafka
 from _baseline import baseline_source
-from _machine import cpu_seconds, load_average, machine_description
+from _machine import cpu_seconds, cpu_ticks, load_average, machine_description, thread_files
 from cluster import (
-    OVERRIDES,
     RF3_CONFIG,
     STAMP,
+    broker_pids,
     create_topic,
     delete_topic,
     payload,
     prime_topic,
     producer_config,
-    start_baseline,
+    start_tidelog,
 )
 
 from tidelog.cluster.local import LocalCluster
@@ -80,30 +80,13 @@ class Target:
 
     @property
     def pids(self) -> list[int]:
-        return [b.pid for b in self.cluster.brokers.values() if b.pid]
-
-
-def _cpu_ticks(pids: list[int]) -> tuple[int, int]:
-    """(user, system) clock ticks of the processes, all threads."""
-    user = system = 0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        user += int(fields[11])
-        system += int(fields[12])
-    return user, system
+        return list(broker_pids(self.cluster).values())
 
 
 def _context_switches(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        for task in Path(f"/proc/{pid}/task").glob("*"):
-            try:
-                lines = (task / "status").read_text().splitlines()
-            except OSError:
-                continue  # a thread that ended meanwhile
-            total += sum(int(line.split()[1]) for line in lines
-                         if line.startswith(("voluntary_ctxt", "nonvoluntary_ctxt")))
-    return total
+    return sum(int(line.split()[1]) for status in thread_files(pids, "status")
+               for line in status.splitlines()
+               if line.startswith(("voluntary_ctxt", "nonvoluntary_ctxt")))
 
 
 def _producer_cpu_s() -> float:
@@ -139,13 +122,13 @@ def one_round(target: Target, records: int) -> Round:
 
     send(WARMUP_RECORDS)  # connections, metadata, the followers' sessions
     pids = target.pids
-    ticks0, switches0, cpu0 = _cpu_ticks(pids), _context_switches(pids), cpu_seconds(*pids)
+    ticks0, switches0, cpu0 = cpu_ticks(*pids), _context_switches(pids), cpu_seconds(*pids)
     producer0, wall0 = _producer_cpu_s(), time.monotonic()
     latencies = sorted(send(records))
     wall = time.monotonic() - wall0
     producer_s = _producer_cpu_s() - producer0
     used = cpu_seconds(*pids) - cpu0
-    ticks1, switches = _cpu_ticks(pids), _context_switches(pids) - switches0
+    ticks1, switches = cpu_ticks(*pids), _context_switches(pids) - switches0
     delete_topic(bootstrap, topic)
     if failed:
         raise RuntimeError(f"{target.name}: {len(failed)} records failed: {failed[0]}")
@@ -204,14 +187,13 @@ def main() -> int:
     targets: list[Target] = []
     try:
         shutil.rmtree(workdir, ignore_errors=True)
-        cluster = LocalCluster(workdir / "cluster")
-        clusters.append(cluster)
         print(f"tidelog: ZooKeeper and 3 brokers in {workdir / 'cluster'} ...", flush=True)
-        cluster.up(3, OVERRIDES, timeout_s=90)
+        cluster = start_tidelog(workdir / "cluster")
+        clusters.append(cluster)
         if args.baseline:
             print(f"tidelog at {args.baseline}: exporting, building, 3 brokers ...", flush=True)
             src = baseline_source(args.baseline, workdir / "baseline-source")
-            base = start_baseline(src, workdir / "baseline")
+            base = start_tidelog(workdir / "baseline", src)
             clusters.append(base)
             targets.append(Target(f"tidelog {args.baseline} RF=3", base, 3))
         targets += [Target("tidelog RF=3", cluster, 3), Target("tidelog RF=1", cluster, 1)]

@@ -36,19 +36,19 @@ import time
 from pathlib import Path
 
 import confluent_kafka
+from _baseline import environment
 from _machine import cpu_seconds, load_average, machine_description
 from cluster import (
-    OVERRIDES,
     RF3_CONFIG,
     STAMP,
+    broker_pids,
     create_topic,
     leader_of,
     payload,
     prime_topic,
     producer_config,
+    start_tidelog,
 )
-
-from tidelog.cluster.local import LocalCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 WARMUP_RECORDS = 300
@@ -154,13 +154,12 @@ class Run:
     """A cluster with the topic, its leader and a producer keeping one record in flight."""
 
     def __init__(self, workdir: Path) -> None:
-        self.cluster = LocalCluster(workdir)
-        self.cluster.up(3, OVERRIDES, timeout_s=90)
+        self.cluster = start_tidelog(workdir)
         bootstrap = self.cluster.bootstrap_servers
         create_topic(bootstrap, "steps", 1, 3, RF3_CONFIG)
         prime_topic(bootstrap, "steps", 1)
         self.leader = leader_of(bootstrap, "steps", 0)
-        self.pids = {b: broker.pid for b, broker in self.cluster.brokers.items() if broker.pid}
+        self.pids = broker_pids(self.cluster)
         self.producer = confluent_kafka.Producer(producer_config(bootstrap, **{"linger.ms": 0}))
         self.record = STAMP.pack(0) + payload(1024)
 
@@ -191,20 +190,11 @@ def by_role(leader: int, per_broker: dict[int, float]) -> list[tuple[str, float]
 def start_instrumented(workdir: Path, site: Path, out: Path) -> Run:
     """A cluster whose brokers import the step counters (`SITECUSTOMIZE`)."""
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "ROUND_TRIP_STEPS",
-                                            "ROUND_TRIP_STEPS_OUT")}
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(site), saved["PYTHONPATH"]) if p)
-    os.environ["ROUND_TRIP_STEPS"] = json.dumps(STEPS)
-    os.environ["ROUND_TRIP_STEPS_OUT"] = str(out)
-    try:
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
+    # (the brokers only: this process and the producer stay uninstrumented)
+    with environment(PYTHONPATH=path, ROUND_TRIP_STEPS=json.dumps(STEPS),
+                     ROUND_TRIP_STEPS_OUT=str(out)):
         return Run(workdir)
-    finally:
-        for k, v in saved.items():  # this process and the producer stay uninstrumented
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def instrumented_round(run: Run, out: Path, records: int
