@@ -145,7 +145,7 @@ class MiniCluster:
         io = self.ios.setdefault(b, MemoryFileIO())
         lm = LogManager([f"/broker-{b}"], self.log_config, io, now_ms=self.now)
         # The LogManager loads each log's HW from replication-offset-checkpoint.
-        rm = ReplicaManager(b, lm, self.config, now_ms=self.now)
+        rm = ReplicaManager(b, lm, self.config)
         self.outbox[b] = []
         fm = ReplicaFetcherManager(b, rm.logs_for_fetcher, self.config, time=self.clock,
                                    scheduler=self.clock, broker_epoch=0,

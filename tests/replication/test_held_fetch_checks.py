@@ -30,7 +30,7 @@ TPS = [TopicPartition("orders", p) for p in range(N)]
 def _leader() -> ReplicaManager:
     """Broker 1 leading N partitions, replicas (1, 2), ISR (1): broker 2 restarted."""
     lm = LogManager(["/broker-1"], LogConfig(), MemoryFileIO(), now_ms=0)
-    rm = ReplicaManager(1, lm, ReplicationConfig(), now_ms=0)
+    rm = ReplicaManager(1, lm, ReplicationConfig())
     rm.become_leader_or_follower(
         0, 1, [state(1, 1, (1,), replicas=(1, 2), tp=tp) for tp in TPS], {1, 2}, 0)
     return rm

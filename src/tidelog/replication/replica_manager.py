@@ -131,7 +131,6 @@ class ReplicaManager:
         config: ReplicationConfig | None = None,
         *,
         broker_epoch: int = 0,
-        now_ms: int = 0,
     ) -> None:
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch

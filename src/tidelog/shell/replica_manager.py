@@ -102,8 +102,7 @@ class ReplicaManager:
         self.time = time
         self.scheduler = scheduler
         self.alter_partition_manager = alter_partition_manager
-        self.core = ReplicaManagerCore(broker_id, log_manager, config, broker_epoch=-1,
-                                       now_ms=time.milliseconds())
+        self.core = ReplicaManagerCore(broker_id, log_manager, config, broker_epoch=-1)
         self.fetcher_manager = ReplicaFetcherManager(
             broker_id, logs_for_fetcher or self.core.logs_for_fetcher, config, time=time, scheduler=scheduler,
             leader_end_point=leader_end_point, num_fetchers=num_replica_fetchers,
