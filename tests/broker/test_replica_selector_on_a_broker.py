@@ -53,14 +53,20 @@ def _announce_brokers(controller: ActingController, leader: BrokerThread,
     assert resp.error_code == 0, resp
 
 
-def _follower_without_endpoint(controller: ActingController, leader: BrokerThread) -> None:
-    """Broker 2 (the test) follows in the ISR, caught up to 3 records; the leader knows no
-    endpoint for it yet."""
-    controller.create_topic(TOPIC, {0: [1, 2]}, live=[1, 2])
-    _announce_brokers(controller, leader, {1: "a"})
-    assert produce(leader.port, TOPIC, 0, build_values([b"x", b"y", b"z"]), acks=1)[0] == 0
-    send(leader.port, fetch_request(TOPIC, 0, 3, replica_id=2), 12)
-    assert leader.partition(TOPIC, 0).high_watermark == 3
+@pytest.fixture
+def acting(leader: BrokerThread, zk_connect: str) -> Iterator[ActingController]:
+    """The test as controller and as broker 2, which follows in the ISR, caught up to 3
+    records; the leader knows no endpoint for it yet."""
+    controller = ActingController(zk_connect, [leader])
+    try:
+        controller.create_topic(TOPIC, {0: [1, 2]}, live=[1, 2])
+        _announce_brokers(controller, leader, {1: "a"})
+        assert produce(leader.port, TOPIC, 0, build_values([b"x", b"y", b"z"]), acks=1)[0] == 0
+        send(leader.port, fetch_request(TOPIC, 0, 3, replica_id=2), 12)
+        assert leader.partition(TOPIC, 0).high_watermark == 3
+        yield controller
+    finally:
+        controller.close()
 
 
 def _in_session(session_id: int, epoch: int, max_wait_ms: int = 0) -> Any:
@@ -84,72 +90,56 @@ def _settled_session(leader: BrokerThread) -> int:
 
 
 def test_a_held_sessionless_fetch_names_a_replica_that_became_eligible_while_it_waited(
-        leader: BrokerThread, zk_connect: str) -> None:
-    controller = ActingController(zk_connect, [leader])
-    try:
-        _follower_without_endpoint(controller, leader)
-        consumer = fetch_request(TOPIC, 0, 3, max_wait_ms=20_000)
-        consumer.rack_id = "b"
-        answer: dict[str, Any] = {}
-        t = threading.Thread(target=lambda: answer.update(resp=send(leader.port, consumer, 12)))
-        t.start()
-        purgatory = leader.server.replica_manager.core.fetch_purgatory
-        wait_until(lambda: leader.call(lambda: len(purgatory)) == 1,
-                   what="the consumer's fetch held with no replica named")
-        # Broker 2 now has an endpoint in the consumer's rack; a record it copies moves the HW
-        # and completes the fetch, whose read names broker 2 instead of answering the record.
-        _announce_brokers(controller, leader, {1: "a", 2: "b"})
-        assert produce(leader.port, TOPIC, 0, build_values([b"w"]), acks=1)[0] == 0
-        send(leader.port, fetch_request(TOPIC, 0, 4, replica_id=2), 12)
-        t.join(15)
-        data = answer["resp"].responses[0].partitions[0]
-        assert (data.error_code, data.preferred_read_replica, data.high_watermark) == (0, 2, 4)
-        assert not data.records
-    finally:
-        controller.close()
-
+        leader: BrokerThread, acting: ActingController) -> None:
+    consumer = fetch_request(TOPIC, 0, 3, max_wait_ms=20_000)
+    consumer.rack_id = "b"
+    answer: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: answer.update(resp=send(leader.port, consumer, 12)))
+    t.start()
+    purgatory = leader.server.replica_manager.core.fetch_purgatory
+    wait_until(lambda: leader.call(lambda: len(purgatory)) == 1,
+               what="the consumer's fetch held with no replica named")
+    # Broker 2 now has an endpoint in the consumer's rack; a record it copies moves the HW
+    # and completes the fetch, whose read names broker 2 instead of answering the record.
+    _announce_brokers(acting, leader, {1: "a", 2: "b"})
+    assert produce(leader.port, TOPIC, 0, build_values([b"w"]), acks=1)[0] == 0
+    send(leader.port, fetch_request(TOPIC, 0, 4, replica_id=2), 12)
+    t.join(15)
+    data = answer["resp"].responses[0].partitions[0]
+    assert (data.error_code, data.preferred_read_replica, data.high_watermark) == (0, 2, 4)
+    assert not data.records
 
 
 def test_an_incremental_fetch_names_a_replica_for_a_partition_it_does_not_list(
-        leader: BrokerThread, zk_connect: str) -> None:
+        leader: BrokerThread, acting: ActingController) -> None:
     """Kafka's incremental fetch reads every partition of its session (readFromLog calls
     findPreferredReadReplica for each): an idle partition the consumer does not list is named
     a preferred read replica as soon as one is eligible, not only once new records come."""
-    controller = ActingController(zk_connect, [leader])
-    try:
-        _follower_without_endpoint(controller, leader)
-        session_id = _settled_session(leader)
-        # Broker 2 gets an endpoint in the consumer's rack; no record comes.
-        _announce_brokers(controller, leader, {1: "a", 2: "b"})
-        resp = send(leader.port, _in_session(session_id, 2, max_wait_ms=500), 12)
-        assert resp.error_code == 0, resp
-        answered = [(t.topic, p.partition_index, p.error_code, p.preferred_read_replica)
-                    for t in resp.responses for p in t.partitions]
-        assert answered == [(TOPIC, 0, 0, 2)]
-    finally:
-        controller.close()
+    session_id = _settled_session(leader)
+    # Broker 2 gets an endpoint in the consumer's rack; no record comes.
+    _announce_brokers(acting, leader, {1: "a", 2: "b"})
+    resp = send(leader.port, _in_session(session_id, 2, max_wait_ms=500), 12)
+    assert resp.error_code == 0, resp
+    answered = [(t.topic, p.partition_index, p.error_code, p.preferred_read_replica)
+                for t in resp.responses for p in t.partitions]
+    assert answered == [(TOPIC, 0, 0, 2)]
 
 
 def test_a_held_incremental_fetch_names_a_replica_that_became_eligible_at_its_deadline(
-        leader: BrokerThread, zk_connect: str) -> None:
+        leader: BrokerThread, acting: ActingController) -> None:
     """Kafka's DelayedFetch expires through readFromLog, which looks at every partition of the
     session again: a follower that got an endpoint in the consumer's rack while the fetch was
     held is named in its answer, without a new record."""
-    controller = ActingController(zk_connect, [leader])
-    try:
-        _follower_without_endpoint(controller, leader)
-        session_id = _settled_session(leader)
-        held = _in_session(session_id, 2, max_wait_ms=3_000)
-        answer: dict[str, Any] = {}
-        t = threading.Thread(target=lambda: answer.update(resp=send(leader.port, held, 12)))
-        t.start()
-        session = leader.call(lambda: leader.server.apis.fetch_manager.cache.get(session_id))
-        wait_until(lambda: leader.call(lambda: session.waker is not None),
-                   what="the consumer's incremental fetch held")
-        _announce_brokers(controller, leader, {1: "a", 2: "b"})
-        t.join(15)
-        answered = [(p.partition_index, p.error_code, p.preferred_read_replica, bool(p.records))
-                    for tr in answer["resp"].responses for p in tr.partitions]
-        assert answered == [(0, 0, 2, False)]
-    finally:
-        controller.close()
+    session_id = _settled_session(leader)
+    held = _in_session(session_id, 2, max_wait_ms=3_000)
+    answer: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: answer.update(resp=send(leader.port, held, 12)))
+    t.start()
+    session = leader.call(lambda: leader.server.apis.fetch_manager.cache.get(session_id))
+    wait_until(lambda: leader.call(lambda: session.waker is not None),
+               what="the consumer's incremental fetch held")
+    _announce_brokers(acting, leader, {1: "a", 2: "b"})
+    t.join(15)
+    answered = [(p.partition_index, p.error_code, p.preferred_read_replica, bool(p.records))
+                for tr in answer["resp"].responses for p in tr.partitions]
+    assert answered == [(0, 0, 2, False)]
