@@ -26,8 +26,9 @@ from differential import (
     raw,
     reassign,
 )
+from tidelog_clusters import running_local_cluster
 
-from tidelog.cluster.local import ClusterError, LocalCluster, _pid_runs
+from tidelog.cluster.local import ClusterError, LocalCluster
 from tidelog.protocol.errors import ErrorCode
 from tidelog.protocol.messages import describe_log_dirs as m_dld
 from tidelog.protocol.messages import fetch as m_fetch
@@ -35,7 +36,7 @@ from tidelog.protocol.messages import list_offsets as m_lo
 from tidelog.protocol.messages import produce as m_produce
 from tidelog.protocol.records.batch import iter_batches
 from tidelog.protocol.records.builder import Record, build_batch
-from tidelog.testing.kafka_cluster import KafkaCluster, KafkaClusterError, wait_for_metadata
+from tidelog.testing.kafka_cluster import KafkaCluster, KafkaClusterError
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -69,23 +70,16 @@ def _noop(_broker_id: int) -> None:
 @pytest.fixture(scope="module")
 def racked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     kafka = RackedKafkaCluster(tmp_path_factory.mktemp("kafka-racks"))
-    tidelog = LocalCluster(tmp_path_factory.mktemp("tidelog-racks"), die_with_parent=True)
     try:
         kafka.up(3, overrides=SETTINGS)
-        tidelog.up(3, overrides=SETTINGS, timeout_s=120,
-                   broker_overrides=lambda broker_id, _port: rack_of(broker_id))
-        wait_for_metadata([b.address for b in tidelog.brokers.values()], 3,
-                          time.monotonic() + 60)
-        PID_OF["kafka"] = lambda b: kafka.brokers[b].proc.pid  # type: ignore[union-attr]
-        PID_OF["tidelog"] = lambda b: tidelog.brokers[b].pid  # type: ignore[return-value]
-        yield Pair(Target("kafka", kafka.bootstrap_servers, _noop, _noop),
-                   Target("tidelog", tidelog.bootstrap_servers, _noop, _noop))
+        with running_local_cluster(tmp_path_factory.mktemp("tidelog-racks"), 3, SETTINGS,
+                                   lambda broker_id, _port: rack_of(broker_id)) as tidelog:
+            PID_OF["kafka"] = lambda b: kafka.brokers[b].proc.pid  # type: ignore[union-attr]
+            PID_OF["tidelog"] = lambda b: tidelog.brokers[b].pid  # type: ignore[return-value]
+            yield Pair(Target("kafka", kafka.bootstrap_servers, _noop, _noop),
+                       Target("tidelog", tidelog.bootstrap_servers, _noop, _noop))
     finally:
         kafka.down()
-        tidelog.down(timeout_s=15)
-        for b in tidelog.brokers.values():  # backstop, by PID, only if it still runs that broker
-            if _pid_runs(b.pid, b.config):
-                os.kill(b.pid, signal.SIGKILL)  # type: ignore[arg-type]
 
 
 def _request(rack_id: str, *, offset: int = 0, epoch: int = 0, session_epoch: int = -1,

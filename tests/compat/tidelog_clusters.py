@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -17,11 +17,14 @@ __all__ = ["running_local_cluster"]
 
 
 @contextmanager
-def running_local_cluster(base: Path, brokers: int,
-                          overrides: Mapping[str, str]) -> Iterator[LocalCluster]:
+def running_local_cluster(
+        base: Path, brokers: int, overrides: Mapping[str, str],
+        broker_overrides: Callable[[int, int], Mapping[str, str]] | None = None
+) -> Iterator[LocalCluster]:
+    """``broker_overrides(broker_id, client_port)``: settings of one broker (LocalCluster.up)."""
     cluster = LocalCluster(base, die_with_parent=True)  # gone with pytest, even on kill -9
     try:
-        cluster.up(brokers, overrides=overrides, timeout_s=120)
+        cluster.up(brokers, overrides=overrides, timeout_s=120, broker_overrides=broker_overrides)
         wait_for_metadata([b.address for b in cluster.brokers.values()], brokers,
                           time.monotonic() + 60)
         yield cluster
