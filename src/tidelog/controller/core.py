@@ -372,10 +372,11 @@ class ControllerCore:
         a lower zk version -> INVALID_UPDATE_VERSION; a member not registered, shutting down
         or registered under another broker epoch than the leader names -> INELIGIBLE_REPLICA
         (KIP-841/903; ``check_eligibility`` False only in the simulator's scenarios without
-        the rule). The rest is written with this controller's epoch."""
-        d = Decision(update_metadata=True, leader_and_isr=False)
+        the rule). The rest is written with this controller's epoch; every partition named
+        goes in an UpdateMetadata, except for a refused request (Kafka answers it at once)."""
         if self.live_brokers.get(broker_id) != broker_epoch:
-            return d, STALE_BROKER_EPOCH, {}
+            return Decision(), STALE_BROKER_EPOCH, {}
+        d = Decision(update_metadata=True, leader_and_isr=False)
         errors: dict[TopicPartition, int] = {}
         for prop in proposals:
             tp = prop.tp
