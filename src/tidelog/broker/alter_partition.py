@@ -154,7 +154,8 @@ async def handle_alter_partition(controller: Any, request: m_ap.AlterPartitionRe
                                  version: int) -> m_ap.AlterPartitionResponse:
     """The controller broker's side (Kafka's KafkaApis.handleAlterPartitionRequest and
     KafkaController.processAlterPartition): NOT_CONTROLLER unless this broker's controller is
-    active; topics by name (v0-1) or id (v2+, an unknown id UNKNOWN_TOPIC_ID)."""
+    active; topics by name (v0-1) or id (v2+, an unknown id UNKNOWN_TOPIC_ID); a member not
+    eligible (KIP-841) INELIGIBLE_REPLICA from v2, OPERATION_NOT_ATTEMPTED before."""
     if controller is None or not getattr(controller, "is_active", False):
         return m_ap.AlterPartitionResponse(error_code=ErrorCode.NOT_CONTROLLER)
     by_id = version > _BY_NAME_MAX_VERSION
@@ -175,21 +176,25 @@ async def handle_alter_partition(controller: Any, request: m_ap.AlterPartitionRe
                 TopicPartition(topic, p.partition_index), request.broker_id, p.leader_epoch,
                 tuple(sorted(b for b, _ in members)), p.partition_epoch, -1,
                 tuple(sorted(members))))
+    # Through the controller even when no topic is known: it checks the broker epoch first
+    # (STALE_BROKER_EPOCH for the whole request, whatever it names).
     outcome = await controller.alter_partition(request.broker_id, request.broker_epoch,
-                                               proposals) if proposals else None
-    if proposals and outcome is None:
+                                               proposals)
+    if outcome is None:
         return m_ap.AlterPartitionResponse(error_code=ErrorCode.NOT_CONTROLLER)
-    if outcome is not None and outcome.error:
+    if outcome.error:
         return m_ap.AlterPartitionResponse(error_code=outcome.error)
     topics: dict[str, m_ap.AlterPartitionResponseTopicData] = {}
-    for tp, error in (outcome.errors.items() if outcome is not None else ()):
+    for tp, error in outcome.errors.items():
+        if error == ErrorCode.INELIGIBLE_REPLICA and version <= _BY_NAME_MAX_VERSION:
+            error = int(ErrorCode.OPERATION_NOT_ATTEMPTED)  # v0-1 know no INELIGIBLE_REPLICA
         t = topics.get(tp.topic)
         if t is None:
             t = topics[tp.topic] = (
                 m_ap.AlterPartitionResponseTopicData(
                     topic_id=controller.topic_ids.get(tp.topic, ZERO_UUID))
                 if by_id else m_ap.AlterPartitionResponseTopicData(topic_name=tp.topic))
-        s = outcome.states.get(tp) if error == 0 and outcome is not None else None
+        s = outcome.states.get(tp) if error == 0 else None
         t.partitions.append(
             m_ap.AlterPartitionResponsePartitionData(
                 tp.partition, error or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) if s is None else
