@@ -344,6 +344,26 @@ def test_broker_startup_sends_the_new_broker_everything_and_the_others_its_parti
         assert metadata_partitions(out, b) == hosted
 
 
+def test_a_started_broker_hears_the_metadata_first_then_its_leader_and_isr() -> None:
+    """Kafka's onBrokerStartup: first an UpdateMetadata to every live broker (to the started
+    one every partition state as cached before the event, to the others none), then the
+    LeaderAndIsr of its replicas and elections, then the UpdateMetadata of what changed."""
+    core = started(cluster({0: 10, 1: 11, 2: 12, 3: 13}))
+    for b in (1, 2, 0):
+        apply_all(core, core.on_broker_failure(b))
+    assert core.partition_states[TP].leader == NO_LEADER
+    out = apply_all(core, core.on_broker_startup(0, 20))
+    first, lai, last = out[0]
+    assert isinstance(first, UpdateMetadataRequest) and isinstance(lai, LeaderAndIsrRequest)
+    assert isinstance(last, UpdateMetadataRequest)
+    assert dict(first.live_brokers) == {0: 20, 3: 13}
+    # as cached before the election, which only the LeaderAndIsr announces
+    assert [(s.tp, s.leader) for s in first.partition_states] == [(TP, NO_LEADER)]
+    assert [s.leader for s in lai.partition_states] == [0]
+    assert [(s.tp, s.leader) for s in last.partition_states] == [(TP, 0)]
+    assert [[s.tp for s in r.partition_states] for r in out[3]] == [[], [TP]]
+
+
 def test_controlled_shutdown_names_the_partitions_of_the_broker_only() -> None:
     core = spread()
     hosted = {tp for tp, rs in core.assignments.items() if 0 in rs}

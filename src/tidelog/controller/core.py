@@ -105,8 +105,10 @@ class Decision:
     # touched): a dead broker's partitions (their offline replicas changed), the partitions of
     # ISR-change notifications, a moving partition whose assignment changed.
     metadata_partitions: set[TopicPartition] = field(default_factory=set)
-    # Brokers whose UpdateMetadata carries every partition's state (Kafka's onBrokerStartup: a
-    # started broker's metadata cache begins empty).
+    # Started brokers (Kafka's onBrokerStartup): before any other request of the event, every
+    # live broker gets an UpdateMetadata naming the live brokers, these ones with every
+    # partition's state as cached before the event's writes (a started broker's metadata cache
+    # begins empty), the others with none.
     full_metadata_to: set[int] = field(default_factory=set)
     # Partitions that stay offline (no eligible leader): for the shell's statistics.
     offline: list[TopicPartition] = field(default_factory=list)
@@ -488,6 +490,17 @@ class ControllerCore:
         """Apply the writes that succeeded (`results[tp]` = new zk version, None = failed) and
         build the requests to send per broker."""
         out: dict[int, list[ControllerRequest]] = {}
+        live = tuple(sorted(self.live_brokers.items()))
+        offline = self._offline_replicas()
+        if decision.full_metadata_to:
+            # Kafka's onBrokerStartup sends this UpdateMetadata before the started broker's
+            # LeaderAndIsr: the broker knows the live brokers and this controller (where its
+            # leaders send AlterPartition) and has a metadata cache when its replicas start.
+            everything = tuple(s for _, s in sorted(self.partition_states.items()))
+            for broker, epoch in live:
+                out[broker] = [UpdateMetadataRequest(
+                    self.controller_id, self.controller_epoch, epoch,
+                    everything if broker in decision.full_metadata_to else (), live, offline)]
         leader_and_isr: dict[int, list[LeaderAndIsrPartitionState]] = {}
         for w in decision.writes:
             version = results.get(w.tp)
@@ -532,22 +545,19 @@ class ControllerCore:
                 touched.update(stopped)
             changed = tuple(self.partition_states[tp] for tp in sorted(touched)
                             if tp in self.partition_states)
-            everything: tuple[LeaderAndIsrPartitionState, ...] | None = None
-            live = tuple(sorted(self.live_brokers.items()))
-            offline_dirs: dict[TopicPartition, list[int]] = {}
-            for broker, tps in sorted(self.replicas_on_offline_dirs.items()):
-                for tp in tps:
-                    offline_dirs.setdefault(tp, []).append(broker)
-            offline = tuple((tp, tuple(bs)) for tp, bs in sorted(offline_dirs.items()))
             for broker, epoch in live:
-                states = changed
-                if broker in decision.full_metadata_to:
-                    if everything is None:
-                        everything = tuple(s for _, s in sorted(self.partition_states.items()))
-                    states = everything
                 out.setdefault(broker, []).append(UpdateMetadataRequest(
-                    self.controller_id, self.controller_epoch, epoch, states, live, offline))
+                    self.controller_id, self.controller_epoch, epoch, changed, live, offline))
         return out
+
+    def _offline_replicas(self) -> tuple[tuple[TopicPartition, tuple[int, ...]], ...]:
+        """UpdateMetadata's offline replicas: per partition, the brokers whose log dir holding
+        it failed."""
+        offline_dirs: dict[TopicPartition, list[int]] = {}
+        for broker, tps in sorted(self.replicas_on_offline_dirs.items()):
+            for tp in tps:
+                offline_dirs.setdefault(tp, []).append(broker)
+        return tuple((tp, tuple(bs)) for tp, bs in sorted(offline_dirs.items()))
 
     def _with_reassignment(self, state: LeaderAndIsrPartitionState,
                            broker: int) -> LeaderAndIsrPartitionState:
