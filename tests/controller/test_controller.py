@@ -327,6 +327,36 @@ async def test_failover_to_a_second_controller_with_a_higher_epoch(cluster: Clus
 
 
 @with_cluster
+async def test_brokers_hear_the_metadata_before_the_leader_and_isr(cluster: Cluster) -> None:
+    """Kafka's order: a started broker gets an UpdateMetadata of every partition before the
+    LeaderAndIsr of its replicas (onBrokerStartup); after a failover every broker gets one
+    naming no partition, then the new controller's LeaderAndIsr (onControllerFailover)."""
+    await three_brokers(cluster)
+    second = await cluster.start_controller(2)
+    await create_topic(cluster, "f", {0: [1, 2, 3]})
+    b3 = cluster.brokers[3]
+    await b3.deregister()
+    await wait_for(lambda: (s := cluster.state("f", 0)) and 3 not in s.isr and s,
+                   what="3 out of the ISR")
+    await b3.register()
+
+    def control(since: int, controller_epoch: int) -> list[Received]:
+        got = [r for r in b3.received[since:] if r.body.controller_epoch == controller_epoch
+               and r.body.broker_epoch == b3.broker_epoch]
+        return got if any(r.api_key == ApiKey.LEADER_AND_ISR for r in got) else []
+
+    got = await wait_for(lambda: control(0, 1), what="LeaderAndIsr to the started broker")
+    assert [r.api_key for r in got[:2]] == [ApiKey.UPDATE_METADATA, ApiKey.LEADER_AND_ISR]
+    assert set(lai_states(got[0].body)) == {TopicPartition("f", 0)}
+    await wait_for(lambda: second.active_controller_id == 1, what="standby sees controller 1")
+    since = len(b3.received)
+    await cluster.stop_controller(1)
+    got = await wait_for(lambda: control(since, 2), what="LeaderAndIsr from controller 2")
+    assert [r.api_key for r in got[:2]] == [ApiKey.UPDATE_METADATA, ApiKey.LEADER_AND_ISR]
+    assert lai_states(got[0].body) == {} and got[0].body.controller_id == 2
+
+
+@with_cluster
 async def test_stale_controller_write_is_refused_and_it_resigns(cluster: Cluster) -> None:
     ctl = await three_brokers(cluster)
     # Another controller was elected (the epoch znode moved on) before this one noticed.

@@ -397,9 +397,12 @@ class KafkaController:
             s = states.get(tp)
             if s is not None:
                 core.refresh_partition(tp, from_zk_state(tp, s, replicas))
-        # Kafka's failover: UpdateMetadata to every live broker, LeaderAndIsr with the current
-        # state to every live replica (a broker that missed a change catches up), then elect
-        # leaders for offline and new partitions.
+        # Kafka's failover: UpdateMetadata to every live broker, naming no partition (each
+        # learns this controller, where its leaders send AlterPartition, before its
+        # LeaderAndIsr: at 10,000 partitions that takes seconds to apply), LeaderAndIsr with the
+        # current state to every live replica (a broker that missed a change catches up) and
+        # the UpdateMetadata of every partition, then elect leaders for offline and new ones.
+        self._send(core.commit(Decision(update_metadata=True), {}))
         resend = Decision(update_metadata=True)
         for tp, replicas in core.assignments.items():
             if tp in core.partition_states:
