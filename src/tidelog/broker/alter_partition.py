@@ -88,12 +88,32 @@ class ControllerAlterPartitionTransport:
         self.connections = 0
         # Sees each answer before the manager hands it out (the broker's log and telemetry).
         self.on_answer: Callable[[AlterPartitionAnswer], None] | None = None
+        # The proposals of the last request, each with the topic id it was first sent with.
+        self._sent_ids: dict[TopicPartition, tuple[ProposeIsr, UUID]] = {}
 
     def send(self, broker_epoch: int, items: Sequence[ProposeIsr],
              on_done: Callable[[AlterPartitionAnswer | None], None]) -> None:
-        task = asyncio.get_running_loop().create_task(self._send(broker_epoch, items, on_done))
+        topic_ids = self._topic_ids(items)
+        task = asyncio.get_running_loop().create_task(
+            self._send(broker_epoch, items, topic_ids, on_done))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _topic_ids(self, items: Sequence[ProposeIsr]) -> dict[str, UUID]:
+        """Each topic's id as its proposals were first sent with (Kafka's AlterPartitionItem
+        keeps the TopicIdPartition of its submission; a topic names the id of its first item):
+        a proposal sent again after its topic was deleted and created again names the old id
+        (UNKNOWN_TOPIC_ID), not the new topic's, whose partition state it would else be
+        checked against and written to."""
+        sent, self._sent_ids = self._sent_ids, {}
+        by_topic: dict[str, UUID] = {}
+        for prop in items:
+            first = sent.get(prop.tp)
+            topic_id = (first[1] if first is not None and first[0] is prop
+                        else self.topic_id_of(prop.tp.topic))
+            self._sent_ids[prop.tp] = (prop, topic_id)
+            by_topic.setdefault(prop.tp.topic, topic_id)
+        return by_topic
 
     async def _connection(self) -> BrokerConnection | None:
         conn = self._conn
@@ -116,13 +136,14 @@ class ControllerAlterPartitionTransport:
             await conn.close()
 
     async def _send(self, broker_epoch: int, items: Sequence[ProposeIsr],
+                    topic_ids: dict[str, UUID],
                     on_done: Callable[[AlterPartitionAnswer | None], None]) -> None:
         answer: AlterPartitionAnswer | None = None
         try:
             conn = await self._connection()
             if conn is not None:
                 request, names = _to_request(self.broker_id, broker_epoch, items,
-                                             self.topic_id_of)
+                                             topic_ids.__getitem__)
                 version = conn.pick_version(ApiKey.ALTER_PARTITION)
                 if ZERO_UUID in names:
                     version = conn.pick_version(ApiKey.ALTER_PARTITION,
