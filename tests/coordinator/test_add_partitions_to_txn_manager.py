@@ -31,10 +31,13 @@ class OneCoordinator:
 
 class Coordinator:
     """The transport to the coordinator at its boundary: answers `codes` per partition once
-    released; records the requests."""
+    released (leaving out of its answer a partition with no code and the transactions in
+    `unanswered`); records the requests."""
 
-    def __init__(self, codes: dict[TopicPartition, int]) -> None:
+    def __init__(self, codes: dict[TopicPartition, int],
+                 unanswered: frozenset[str] = frozenset()) -> None:
         self.codes = codes
+        self.unanswered = unanswered
         self.requests: list[list[str]] = []
         self.release = asyncio.Event()
 
@@ -53,9 +56,9 @@ class Coordinator:
                     m_apt.AddPartitionsToTxnPartitionResult(
                         partition_index=p,
                         partition_error_code=self.codes[TopicPartition(topic.name, p)])
-                    for p in topic.partitions])
+                    for p in topic.partitions if TopicPartition(topic.name, p) in self.codes])
                 for topic in t.topics])
-            for t in request.transactions])
+            for t in request.transactions if t.transactional_id not in self.unanswered])
 
 
 def manager(coordinator: Coordinator) -> AddPartitionsToTxnManager:
@@ -106,6 +109,26 @@ def test_a_second_verification_of_a_transactional_id_replaces_the_waiting_one() 
     assert older == {TP0: int(E.INVALID_PRODUCER_EPOCH)}
     # the coordinator's PRODUCER_FENCED is INVALID_PRODUCER_EPOCH to the producer
     assert newer == blocker == {TP0: int(E.INVALID_PRODUCER_EPOCH)}
+
+
+def test_what_the_answer_leaves_out_of_a_transaction_is_verified() -> None:
+    """Kafka's handleResponse: only the partitions answered with an error are unverified. A
+    transaction the answer leaves out is answered as a request that got no answer (Kafka
+    never answers its produce; the producer retries after its request timeout)."""
+    async def go() -> list[dict[TopicPartition, int]]:
+        coordinator = Coordinator({TP0: int(E.TRANSACTION_ABORTABLE)},
+                                  unanswered=frozenset({"b"}))
+        coordinator.release.set()
+        m = manager(coordinator)
+        answers = await asyncio.gather(m.verify_transaction("a", 1, 0, [TP0, TP1]),
+                                       m.verify_transaction("b", 2, 0, [TP1]))
+        await m.shutdown()
+        return list(answers)
+
+    a, b = asyncio.run(go())
+    assert a == {TP0: int(E.INVALID_TXN_STATE), TP1: int(E.NONE)}
+    assert b == {TP1: int(E.NETWORK_EXCEPTION)}
+    assert produce_error_of_verification(b[TP1]) == E.NOT_ENOUGH_REPLICAS
 
 
 def test_no_coordinator_and_retriable_errors_answer_the_produce_retriably() -> None:

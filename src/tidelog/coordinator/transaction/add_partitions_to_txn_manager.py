@@ -217,8 +217,6 @@ class AddPartitionsToTxnManager:
                 topics=[m_apt.AddPartitionsToTxnTopic(name=t, partitions=sorted(ps))
                         for t, ps in _by_topic(p.partitions).items()])
             for txn_id, p in batch.items()])
-        out = {txn_id: dict.fromkeys(p.partitions, int(E.UNKNOWN_SERVER_ERROR))
-               for txn_id, p in batch.items()}
         try:
             response = await self.transport.send(node, request)
             self.requests_sent += 1
@@ -229,10 +227,18 @@ class AddPartitionsToTxnManager:
         if response.error_code:
             return {txn_id: dict.fromkeys(p.partitions, response.error_code)
                     for txn_id, p in batch.items()}
+        # Kafka's handleResponse: only a partition answered with an error is unverified, so
+        # one the answer leaves out of its transaction's result is verified. A transaction the
+        # answer leaves out entirely Kafka never calls back (its produce is never answered,
+        # the producer times out and retries); here it gets the retriable error of an answer
+        # that never came, so its produce is answered (NOT_ENOUGH_REPLICAS) and retried.
+        out = {txn_id: dict.fromkeys(p.partitions, int(E.NETWORK_EXCEPTION))
+               for txn_id, p in batch.items()}
         for result in response.results_by_transaction:
             errors = out.get(result.transactional_id)
             if errors is None:
                 continue
+            errors.update(dict.fromkeys(errors, int(E.NONE)))
             for topic in result.topic_results:
                 for r in topic.results_by_partition:
                     tp = TopicPartition(topic.name, r.partition_index)
