@@ -24,7 +24,7 @@ request make the next fetch full again (closing the session); the partitions of 
 are not used. ``close`` closes the sessions (epoch -1).
 
 Log truncation (KIP-320), as Kafka's Java consumer: each position keeps the leader epoch of the
-last batch consumed (or the one ListOffsets gave; none after a seek). When the metadata shows a
+last batch consumed (none after a seek or a reset by ListOffsets). When the metadata shows a
 newer leader epoch for the partition, the position is validated before its next fetch:
 OffsetsForLeaderEpoch(that epoch) at the leader, then ``SubscriptionState.maybeCompleteValidation``:
 an end offset below the position means the log was truncated there (an unclean election), and
@@ -279,7 +279,9 @@ class Consumer:
             if result.error == ErrorCode.NONE and result.offset >= 0:
                 del self._reset[tp]
                 self._position[tp] = result.offset
-                self._offset_epoch[tp] = result.leader_epoch
+                # No offset epoch, as Kafka's resetPositionIfNeeded ("This will ensure we skip
+                # validation"): a reset position is not validated at the next leader change.
+                self._offset_epoch.pop(tp, None)
             elif not _retriable(result.error):
                 raise BrokerResponseError(result.error, f"ListOffsets for {tp}")
 
@@ -295,9 +297,11 @@ class Consumer:
         if self._position.get(tp) != offset:
             return False  # sought meanwhile
         if answer.error != ErrorCode.NONE:
-            if _retriable(answer.error) or answer.error in _LEADER_ERRORS:
-                return None
-            raise BrokerResponseError(answer.error, f"OffsetsForLeaderEpoch for {tp}")
+            # Kafka's OffsetsForLeaderEpochClient.handleResponse: only a topic authorization
+            # failure is raised; any other partition error is retried (partitionsToRetry).
+            if answer.error == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                raise BrokerResponseError(answer.error, f"OffsetsForLeaderEpoch for {tp}")
+            return None
         unplaced = answer.offset < 0 or answer.leader_epoch < 0
         if (unplaced or answer.offset < offset) and self.auto_offset_reset == "none":
             # Kafka's maybeCompleteValidation leaves the position awaiting validation: raised
