@@ -8,6 +8,8 @@ from __future__ import annotations
 from replication_helpers import TP, MiniCluster, records, state
 
 from tidelog.replication import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
     Errors,
     FetchPartitionData,
     FetchRequest,
@@ -175,3 +177,75 @@ def test_before_ibp_2_7_the_same_change_truncates_through_offsets_for_leader_epo
         sent += [type(r) for r in c.step_broker(1)]
     assert OffsetsForLeaderEpochRequest in sent
     assert c.batches(1) == c.batches(2)
+
+
+def serve(f: ReplicaFetcher, leader: ReplicaManager, rounds: int = 8
+          ) -> list[tuple[str, int, int]]:
+    """Answer every request of the follower from the leader, ``rounds`` times; returns what it
+    asked: ("fetch", offset, last fetched epoch) or ("list_offsets", timestamp, 0)."""
+    asked = []
+    for now in range(1, rounds + 1):
+        for r in f.poll_requests(now):
+            assert not isinstance(r, OffsetsForLeaderEpochRequest)
+            if isinstance(r, FetchRequest):
+                p = r.partitions[TP]
+                asked.append(("fetch", p.fetch_offset, p.last_fetched_epoch))
+                f.handle_response(r, leader.fetch(r, now).results, now)
+            else:
+                [(_, timestamp)] = r.partitions.values()
+                asked.append(("list_offsets", timestamp, 0))
+                f.handle_response(r, leader.list_offsets(r.replica_id, r.partitions), now)
+    return asked
+
+
+def leading_one_epoch(*appends: int) -> ReplicaManager:
+    """Broker 1 leading TP: each append a batch written in epoch 0; then led in epoch 2."""
+    rm = ReplicaManager(1, LogManager(["/b1"], LogConfig(), MemoryFileIO()), CONFIG)
+    rm.become_leader_or_follower(0, 1, [state(1, 0, (1,), replicas=(1, 2))], {1, 2}, 0)
+    for n in appends:
+        assert rm.append_records(1, {TP: records(n)}, 1000, 0).results[TP].error == Errors.NONE
+    rm.become_leader_or_follower(
+        0, 1, [state(1, 2, (1,), replicas=(1, 2), zk_version=1)], {1, 2}, 0)
+    return rm
+
+
+def test_a_diverging_epoch_ending_past_the_leo_drops_only_an_epoch_never_written_in() -> None:
+    # The follower led epoch 1 from offset 3 and lost the lead before any append; the leader
+    # has epoch 0 up to 5. Its answer to (3, last epoch 1) is (0, 5), above the follower's
+    # LEO: nothing is cut but the empty epoch 1, and (3, 0) then reads 3-4.
+    leader = leading_one_epoch(3, 2)
+    log = follower_log([(0, 3)])
+    log.assign_epoch_start_offset(1, 3)
+    f = ReplicaFetcher(2, 1, {TP: log}.get, CONFIG)
+    f.add_partitions({TP: (0, 2)}, 0)
+    seen = exchange(f, leader)
+    assert seen[:2] == [(3, 1, (0, 5)), (3, 0, None)]
+    assert batches(log) == batches(leader.partition(TP).log) == [(0, 2, 0), (3, 4, 0)]
+
+
+def test_a_fetch_below_the_leaders_log_start_resets_and_fetches_without_an_epoch() -> None:
+    # The leader's log starts at 3 (DeleteRecords); the follower has 0-1 in epoch 0. Its
+    # fetch (2, 0) is OFFSET_OUT_OF_RANGE; ListOffsets latest, then earliest: its log restarts
+    # at 3, with no epoch left, so the next fetch carries none (Kafka's latestEpoch: empty).
+    leader = leading_one_epoch(3, 3)
+    assert leader.partition(TP).log.maybe_increment_log_start_offset(3)
+    log = follower_log([(0, 2)])
+    f = ReplicaFetcher(2, 1, {TP: log}.get, CONFIG)
+    f.add_partitions({TP: (0, 2)}, 0)
+    asked = serve(f, leader)
+    assert asked[:4] == [("fetch", 2, 0), ("list_offsets", LATEST_TIMESTAMP, 0),
+                         ("list_offsets", EARLIEST_TIMESTAMP, 0), ("fetch", 3, -1)]
+    assert batches(log) == [(3, 5, 0)]
+    assert f.partition_states.state_value(TP).last_fetched_epoch == 0
+
+
+def test_a_truncation_on_a_diverging_answer_that_fails_marks_the_partition_failed() -> None:
+    log = follower_log([(0, 3), (2, 5)])
+    f = ReplicaFetcher(2, 1, {TP: log}.get, CONFIG)
+    f.add_partitions({TP: (0, 4)}, 0)
+    [req] = f.poll_requests(0)
+    log.file_io.fail_io("/b2")
+    result = f.handle_response(req, {TP: FetchPartitionData(Errors.NONE, 7, 0, b"",
+                                                            diverging_epoch=(0, 3))}, 1)
+    assert result is not None and TP in f.failed_partitions
+    assert TP not in f.partition_states and f.poll_requests(2) == []

@@ -868,8 +868,11 @@ class ReplicaFetcher:
                 result.errors[tp] = error
             if error == Errors.NONE and data.diverging_epoch is not None \
                     and self.truncation_on_fetch:
-                # Kafka's processFetchRequest: no records then, and neither the HW nor the log
-                # start are taken from the answer until the log is truncated (the next fetch).
+                # No records come with it (Kafka's Partition.readRecords). Kafka's follower
+                # still takes the answer's HW and log start before truncating
+                # (processPartitionData); tidelog takes neither until the next answer: when
+                # the follower lacks the leader's epoch (KIP-279's intermediate cut) the HW
+                # would cover records that still diverge until that answer.
                 epoch, end_offset = data.diverging_epoch
                 diverging[tp] = (sent.current_leader_epoch,
                                  EpochEndOffset(Errors.NONE, epoch, end_offset))
