@@ -17,6 +17,7 @@ from tidelog.replication.types import (
     TopicPartition,
 )
 from tidelog.shell.fetcher_manager import fetcher_id_for
+from tidelog.shell.interfaces import DiskExecutor
 from tidelog.shell.replica_manager import ReplicaManager
 from tidelog.sim.disk import MemoryFileIO
 from tidelog.storage.log_config import LogConfig
@@ -91,7 +92,8 @@ class EndPoint:
 
 class Broker:
     def __init__(self, broker_id: int, io: MemoryFileIO | None = None,
-                 config: ReplicationConfig | None = None, fetchers: int = 1) -> None:
+                 config: ReplicationConfig | None = None, fetchers: int = 1,
+                 disk: DiskExecutor | None = None) -> None:
         self.io = io or MemoryFileIO()
         self.clock = Clock()
         self.isr = IsrWriter()
@@ -102,7 +104,7 @@ class Broker:
             broker_id, self.lm, config or ReplicationConfig(replica_fetch_wait_max_ms=0),
             time=self.clock, scheduler=self.clock, alter_partition_manager=self.isr,
             leader_end_point=self._endpoint, num_replica_fetchers=fetchers,
-            high_watermark_checkpoint_interval_ms=500)
+            high_watermark_checkpoint_interval_ms=500, disk=disk)
         self.rm.set_broker_epoch(100)
 
     def _endpoint(self, source: int, fetcher_id: int) -> EndPoint:

@@ -12,8 +12,9 @@ this broker's intervals.
 Idempotent producers: each partition's log keeps their state (storage/producer_state_manager.py)
 and answers a retried batch with its original offsets; the shell passes the answer back.
 
-Everything runs on the event loop thread; only ZooKeeper calls go to threads (the log dir
-event notification, the controller's id).
+Everything runs on the event loop thread except blocking calls: ZooKeeper's (the log dir
+event notification, the controller's id) and the checkpoint files' writes (`ThreadDiskExecutor`,
+the shell's `DiskExecutor`: one worker thread, Kafka's KafkaScheduler thread).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from tidelog.broker.alter_partition import ControllerAlterPartitionTransport
 from tidelog.broker.fetcher_manager import BrokerLeaderEndPoint, EndpointLookup, TopicIdLookup
@@ -48,9 +50,11 @@ from tidelog.shell.replica_manager import ReplicaManager
 from tidelog.storage.producer_state_manager import VerificationGuard
 from tidelog.storage.transactions import AppendOrigin
 
-__all__ = ["AsyncioScheduler", "BrokerReplicaManager", "now_ms"]
+__all__ = ["AsyncioScheduler", "BrokerReplicaManager", "ThreadDiskExecutor", "now_ms"]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def now_ms() -> int:
@@ -116,6 +120,37 @@ class _Periodic:
             self.handle.cancel()
 
 
+class ThreadDiskExecutor:
+    """The shell's `DiskExecutor` on the asyncio broker: the work on one worker thread (in
+    submission order, so two writes of one file never interleave), its continuation back on
+    the event loop. An fsync holds only the worker: it releases the GIL while it waits for
+    the disk."""
+
+    def __init__(self, scheduler: AsyncioScheduler) -> None:
+        self._scheduler = scheduler
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-scheduler")
+
+    def run(self, name: str, work: Callable[[], T], then: Callable[[T | None], None]) -> None:
+        done = self._scheduler.loop.run_in_executor(self._pool, work)
+        done.add_done_callback(lambda f: self._finish(name, f, then))
+
+    @staticmethod
+    def _finish(name: str, done: asyncio.Future[T], then: Callable[[T | None], None]) -> None:
+        if done.cancelled():
+            return
+        error = done.exception()
+        if error is not None:
+            logger.error("%s failed", name, exc_info=error)
+            then(None)
+            return
+        then(done.result())
+
+    async def shutdown(self) -> None:
+        """Wait for the work submitted (a checkpoint being written finishes before the log
+        manager's shutdown writes its own)."""
+        await asyncio.to_thread(self._pool.shutdown, wait=True)
+
+
 class BrokerReplicaManager:
     def __init__(
         self,
@@ -149,6 +184,7 @@ class BrokerReplicaManager:
             broker_id, self.alter_partition_transport, self.scheduler,
             lambda: self.shell.broker_epoch)
         self.log_dir_failure = ZkLogDirFailureHandling(broker_id, zk_client)
+        self.disk = ThreadDiskExecutor(self.scheduler)
         self.shell = ReplicaManager(
             broker_id, log_manager, config, time=self.scheduler, scheduler=self.scheduler,
             alter_partition_manager=self.alter_partition_manager,
@@ -162,9 +198,10 @@ class BrokerReplicaManager:
                 recovery_point_checkpoint_interval_ms=recovery_point_checkpoint_interval_ms,
                 log_initial_task_delay_ms=log_initial_task_delay_ms),
             log_dir_failure=self.log_dir_failure,
+            disk=self.disk,
         )
         self.core = self.shell.core
-        self.shell.on_high_watermark_checkpoint = self._on_hw_checkpoint
+        self.shell.high_watermark_checkpoint.on_written = self._on_hw_checkpoint
         self.fetcher_manager: ReplicaFetcherManager = self.shell.fetcher_manager
         self._keys = itertools.count(1)
         self._waiters: set[asyncio.Future[Any]] = set()
@@ -217,13 +254,11 @@ class BrokerReplicaManager:
         self.alter_partition_manager.shutdown()
         await self.alter_partition_transport.shutdown()
         await self.log_dir_failure.shutdown()
+        await self.disk.shutdown()
         for fut in self._waiters:
             if not fut.done():
                 fut.cancel()
         self._waiters.clear()
-
-    def checkpoint_high_watermarks(self) -> None:
-        self.shell.checkpoint_high_watermarks()
 
     def _on_hw_checkpoint(self) -> None:
         if self.events is not None:

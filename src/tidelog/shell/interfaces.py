@@ -1,16 +1,19 @@
 """What a driver supplies to the shell (Kafka's `Time`, `Scheduler`, `AlterPartitionManager`
-and `LeaderEndPoint`): a clock, timers, the ISR writer and the transport to a leader."""
+and `LeaderEndPoint`): a clock, timers, where blocking file writes run, the ISR writer and the
+transport to a leader."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from tidelog.replication.fetcher import FetcherRequest
 from tidelog.replication.types import ProposeIsr
 
-__all__ = ["AlterPartitionManager", "LeaderEndPoint", "LeaderEndPointFactory",
-           "LogDirFailureHandling", "ScheduledTask", "Scheduler", "Time"]
+__all__ = ["AlterPartitionManager", "DiskExecutor", "LeaderEndPoint", "LeaderEndPointFactory",
+           "LogDirFailureHandling", "RunInline", "ScheduledTask", "Scheduler", "Time"]
+
+T = TypeVar("T")
 
 
 class Time(Protocol):
@@ -29,6 +32,28 @@ class Scheduler(Protocol):
         """Run ``fn`` after ``delay_ms``, then every ``period_ms`` if that is positive (Kafka's
         `Scheduler.schedule`). A task's exception is the scheduler's to report, never fatal."""
         ...
+
+
+class DiskExecutor(Protocol):
+    """Where the shell's periodic file writes run (the checkpoints: a write, an fsync, a
+    rename and a dir fsync per file), off the thread that answers requests, as Kafka runs
+    those tasks on its KafkaScheduler threads, not on its request handler threads."""
+
+    def run(self, name: str, work: Callable[[], T], then: Callable[[T | None], None]) -> None:
+        """Run ``work`` where it may block, then ``then(its result)`` on the shell's thread.
+        ``work`` does file I/O on values taken before: it must not read or change what the
+        shell's thread changes. When ``work`` raises, a worker thread reports it and calls
+        ``then(None)``; `RunInline` lets it propagate."""
+        ...
+
+
+class RunInline:
+    """The `DiskExecutor` of a disk that never blocks (the simulator's memory disk): the work
+    and its continuation at once, on the caller's thread (an exception of the work is the
+    caller's, as a simulated task's)."""
+
+    def run(self, name: str, work: Callable[[], T], then: Callable[[T | None], None]) -> None:
+        then(work())
 
 
 class AlterPartitionManager(Protocol):

@@ -17,8 +17,9 @@ The core decides; this class performs and schedules, with everything outside inj
   operations completed (`poll_completed`), calls theirs, and keeps one timer at the core's
   `next_deadline_ms` for the ones that expire.
 - **Scheduled tasks** (Kafka's names, scheduled once in `startup`): `isr-expiration` every
-  `replica.lag.time.max.ms / 2`, `highwatermark-checkpoint` (`LogManager.checkpoint_high_watermarks`: the
-  `replication-offset-checkpoint` file the LogManager reads back when it loads the logs).
+  `replica.lag.time.max.ms / 2`, `highwatermark-checkpoint` (the `replication-offset-checkpoint`
+  file the LogManager reads back when it loads the logs: its values read on the shell's thread,
+  the file written on the driver's `DiskExecutor`, `shell.log_tasks.CheckpointTask`).
 """
 
 from __future__ import annotations
@@ -48,14 +49,21 @@ from tidelog.shell.alter_log_dirs import ReplicaAlterLogDirsManager
 from tidelog.shell.fetcher_manager import ReplicaFetcherManager
 from tidelog.shell.interfaces import (
     AlterPartitionManager,
+    DiskExecutor,
     LeaderEndPointFactory,
     LogDirFailureHandling,
+    RunInline,
     ScheduledTask,
     Scheduler,
     Time,
 )
-from tidelog.shell.log_tasks import LogTaskIntervals, schedule_log_tasks
-from tidelog.storage.errors import StorageError
+from tidelog.shell.log_tasks import (
+    CheckpointTask,
+    LogTaskIntervals,
+    schedule_checkpoint,
+    schedule_log_tasks,
+)
+from tidelog.storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT
 from tidelog.storage.producer_state_manager import VerificationGuard
 from tidelog.storage.transactions import AppendOrigin
 
@@ -90,12 +98,14 @@ class ReplicaManager:
         logs_for_fetcher: LogLookup | None = None,
         log_task_intervals: LogTaskIntervals | None = None,
         log_dir_failure: LogDirFailureHandling | None = None,
+        disk: DiskExecutor | None = None,
     ) -> None:
         """``logs_for_fetcher``: how the fetchers see a follower's log (default: the core's
         `logs_for_fetcher`); ``log_task_intervals``: the log manager's tasks (Kafka's defaults
         when None); ``log_dir_failure``: what the driver does once a log dir failed at
         runtime (None: log dirs are not taken offline; a failed log only answers
-        KAFKA_STORAGE_ERROR)."""
+        KAFKA_STORAGE_ERROR); ``disk``: where the checkpoint files are written (None: at
+        once, on the shell's thread: a disk that never blocks)."""
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.config = config
@@ -123,11 +133,15 @@ class ReplicaManager:
         self._tasks: list[ScheduledTask] = []
         self._stopped = False
         self._log_dir_failure = log_dir_failure
+        self._disk = disk or RunInline()
+        # `highwatermark-checkpoint`; ``on_written``: a driver's observer of each checkpoint
+        # written (the broker's telemetry).
+        self.high_watermark_checkpoint = CheckpointTask(
+            "highwatermark-checkpoint", log_manager, (REPLICATION_OFFSET_CHECKPOINT,),
+            self._disk)
         self.isr_updates_ok = 0
         self.isr_updates_failed = 0
         self.stale_broker_epoch_refused = 0
-        # A driver's observer of each HW checkpoint (the broker's telemetry).
-        self.on_high_watermark_checkpoint: Callable[[], None] | None = None
         # Run before each ISR check: a driver whose fetch sessions skip unchanged partitions
         # records those fetches' times here (ReplicaManager.replay_follower_fetches).
         self.before_isr_expiration: Callable[[], None] | None = None
@@ -149,11 +163,10 @@ class ReplicaManager:
         self._tasks = [
             s.schedule("isr-expiration", self._isr_expiration, 0,
                        max(1, self.config.replica_lag_time_max_ms // 2)),
-            s.schedule("highwatermark-checkpoint", self.checkpoint_high_watermarks, 0,
-                       self._hw_interval_ms),
+            schedule_checkpoint(s, self.high_watermark_checkpoint, 0, self._hw_interval_ms),
             # The log manager's (Kafka's LogManager.startup), on the same scheduler and clock.
             *schedule_log_tasks(self.log_manager, s, self.time, self._log_task_intervals,
-                                self.log_start_moved),
+                                self.log_start_moved, self._disk),
         ]
         if self._log_dir_failure is not None:
             self.log_manager.log_dir_failure_channel.on_offline_log_dir = (
@@ -180,18 +193,6 @@ class ReplicaManager:
         self._waiting.clear()
 
     # ------------------------------------------------------------------ scheduled tasks
-    def checkpoint_high_watermarks(self) -> None:
-        """`highwatermark-checkpoint`: the `replication-offset-checkpoint` file of each dir."""
-        try:
-            self.log_manager.checkpoint_high_watermarks()
-        except (StorageError, OSError) as e:
-            # Kafka logs it (and takes the dir offline); the previous checkpoint stays valid.
-            logger.error("broker %d: writing the high watermark checkpoint failed: %s",
-                         self.broker_id, e)
-            return
-        if self.on_high_watermark_checkpoint is not None:
-            self.on_high_watermark_checkpoint()
-
     def _isr_expiration(self) -> None:
         if self.before_isr_expiration is not None:
             self.before_isr_expiration()

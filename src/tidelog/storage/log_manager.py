@@ -26,8 +26,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tidelog.storage.checkpoint import (
@@ -53,6 +54,12 @@ _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")  # Kafka's Topic.validate
 DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"
 MAX_DIR_NAME_LENGTH = 255  # a file name's limit on the file systems Kafka runs on
+# Each checkpoint file of a log dir: the value of each log it holds.
+_CHECKPOINTED: dict[str, Callable[[Log], int]] = {
+    REPLICATION_OFFSET_CHECKPOINT: lambda log: log.high_watermark,
+    RECOVERY_POINT_CHECKPOINT: lambda log: log.recovery_point,
+    LOG_START_OFFSET_CHECKPOINT: lambda log: log.log_start_offset,
+}
 
 
 def _dir_name_with_suffix(topic: str, partition: int, suffix: str) -> str:
@@ -120,6 +127,10 @@ class LogManager:
         # Retired dirs (deleted partitions, dropped future logs, moved replicas' old dirs),
         # removed once file.delete.delay.ms has passed (Kafka's logsToBeDeleted): (due, path).
         self.logs_to_be_deleted: list[tuple[int, str]] = []
+        # Held by every checkpoint file write (Kafka's CheckpointFile lock): a broker writes
+        # its periodic checkpoints on a worker thread (`write_checkpoint_files`), a deletion
+        # or a shutdown the same files on its own.
+        self._checkpoint_lock = threading.Lock()
         for log_dir in self.log_dirs:
             self._load_dir(log_dir, now_ms)
         self._complete_interrupted_swaps(now_ms)
@@ -669,34 +680,57 @@ class LogManager:
                 grouped[d][tp] = log
         return grouped
 
-    def _write_checkpoints(self, log_dirs: Iterable[str] | None,
-                           files: dict[str, Callable[[Log], int]]) -> None:
-        """Each online dir's checkpoint ``files`` (name -> the log's value). A dir that fails
-        is reported offline and the other dirs are still written; the first failure is raised
-        afterwards (a shutdown must not mark such a dir clean)."""
-        failure: KafkaStorageError | None = None
-        for log_dir, logs in self._by_dir(log_dirs).items():
+    def checkpoint_values(self, names: Iterable[str], log_dirs: Iterable[str] | None = None
+                          ) -> dict[str, dict[str, dict[TopicPartition, int]]]:
+        """What the checkpoint files ``names`` of each online dir (of ``log_dirs`` only, when
+        given) hold now: dir -> file name -> entries."""
+        values = [(name, _CHECKPOINTED[name]) for name in names]
+        return {log_dir: {name: {tp: value(log) for tp, log in logs.items()}
+                          for name, value in values}
+                for log_dir, logs in self._by_dir(log_dirs).items()}
+
+    def write_checkpoint_files(self, values: Mapping[str, Mapping[str, Mapping[TopicPartition, int]]]
+                               ) -> dict[str, str]:
+        """Write `checkpoint_values`' files; returns dir -> what failed there (a dir's first
+        failure ends its files). File I/O only, on values taken before: safe on a worker
+        thread while the broker's own thread runs (`checkpoint_write_failed` reports the
+        failures there)."""
+        failed: dict[str, str] = {}
+        for log_dir, files in values.items():
             try:
-                for name, value in files.items():
-                    OffsetCheckpointFile.in_dir(self.file_io, log_dir, name).write(
-                        {tp: value(log) for tp, log in logs.items()})
+                for name, entries in files.items():
+                    with self._checkpoint_lock:
+                        OffsetCheckpointFile.in_dir(self.file_io, log_dir, name).write(entries)
             except KafkaStorageError as exc:
-                reported = self._io_error(
-                    log_dir, f"Disk error while writing checkpoints in directory {log_dir}: {exc}")
-                failure = failure or reported
+                failed[log_dir] = f"Disk error while writing checkpoints in directory {log_dir}: {exc}"
+        return failed
+
+    def checkpoint_write_failed(self, failed: Mapping[str, str]) -> KafkaStorageError | None:
+        """Report each dir `write_checkpoint_files` failed in offline (as Kafka's
+        OffsetCheckpointFile does); the first error, None when none failed."""
+        first: KafkaStorageError | None = None
+        for log_dir, message in failed.items():
+            reported = self._io_error(log_dir, message)
+            first = first or reported
+        return first
+
+    def _write_checkpoints(self, names: Iterable[str], log_dirs: Iterable[str] | None) -> None:
+        """Each online dir's checkpoint files ``names``, now. A dir that fails is reported
+        offline and the other dirs are still written; the first failure is raised afterwards
+        (a shutdown must not mark such a dir clean)."""
+        failure = self.checkpoint_write_failed(
+            self.write_checkpoint_files(self.checkpoint_values(names, log_dirs)))
         if failure is not None:
             raise failure
 
     def checkpoint_logs(self, log_dirs: Iterable[str] | None = None) -> None:
         """Write the recovery points and log start offsets of every log (per log dir)."""
-        self._write_checkpoints(log_dirs, {
-            RECOVERY_POINT_CHECKPOINT: lambda log: log.recovery_point,
-            LOG_START_OFFSET_CHECKPOINT: lambda log: log.log_start_offset})
+        self._write_checkpoints((RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT),
+                                log_dirs)
 
     def checkpoint_high_watermarks(self, log_dirs: Iterable[str] | None = None) -> None:
         """Write `replication-offset-checkpoint` from each log's `high_watermark`."""
-        self._write_checkpoints(log_dirs, {
-            REPLICATION_OFFSET_CHECKPOINT: lambda log: log.high_watermark})
+        self._write_checkpoints((REPLICATION_OFFSET_CHECKPOINT,), log_dirs)
 
     def shutdown(self) -> None:
         """Flush and close every log, write the checkpoints, then the clean-shutdown marker."""
