@@ -242,10 +242,11 @@ def test_rmdir_is_durable_only_after_the_parent_is_fsynced(fio: MemoryFileIO) ->
     assert fio.listdir("/d") == []
 
 
-def test_a_retired_log_dir_removed_unsynced_comes_back_and_the_next_start_removes_it() -> None:
+def test_a_retired_log_dir_removed_unsynced_comes_back_and_the_next_start_retires_it() -> None:
     """LogManager.delete_logs removes a retired `-delete` dir without fsyncing its parent, as
     Kafka's deleteLogs (LocalLog.deleteEmptyDir is a plain Utils.delete): a power loss may bring
-    it back, and the next start removes it again instead of loading it as a log."""
+    it back, and the next start queues it for removal again (Kafka's loadLog) instead of loading
+    it as a log."""
     from tidelog.protocol.records.builder import build_values
     from tidelog.storage.log_config import LogConfig
     from tidelog.storage.log_manager import LogManager
@@ -262,5 +263,6 @@ def test_a_retired_log_dir_removed_unsynced_comes_back_and_the_next_start_remove
     assert m.delete_logs(0) == 1 and retired not in fio.listdir("/d")
     fio.crash()
     assert retired in fio.listdir("/d")  # the rmdir was not durable
-    again = LogManager(["/d"], LogConfig(), fio)
-    assert list(again.logs) == [("t", 1)] and retired not in fio.listdir("/d")
+    again = LogManager(["/d"], LogConfig(file_delete_delay_ms=0), fio)
+    assert list(again.logs) == [("t", 1)] and again.delete_logs(0) == 1
+    assert retired not in fio.listdir("/d")

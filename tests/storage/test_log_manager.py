@@ -93,7 +93,7 @@ def test_broken_checkpoints_and_garbage_do_not_stop_the_start() -> None:
     again = LogManager(DIRS, LogConfig(), fio)
     assert list(again.logs) == [("t", 0)]
     assert again.get_log("t", 0).log_end_offset == 1  # type: ignore[union-attr]
-    assert not fio.exists("/disk1/gone-1-delete")
+    assert [p for _, p in again.logs_to_be_deleted] == ["/disk1/gone-1-delete"]
 
 
 def test_a_failing_partition_is_skipped_and_a_failing_dir_goes_offline() -> None:
@@ -238,16 +238,24 @@ def test_a_partition_of_a_249_character_topic_is_retired_under_a_name_cut_to_255
     assert not any(n.endswith("-delete") for n in os.listdir(log_dir))
 
 
-def test_a_restart_removes_the_retired_dirs_of_deleted_partitions() -> None:
+def test_a_retired_dir_found_at_start_goes_file_delete_delay_ms_after_the_start() -> None:
+    """Kafka's loadLog puts a `-delete` dir found at start in logsToBeDeleted with the start's
+    time: kafka-delete-logs removes it file.delete.delay.ms later, not the load."""
     fio = MemoryFileIO()
     m = LogManager(["/d"], LogConfig(), fio)
     m.get_or_create_log("t", 0).append_as_leader(batch(), 0, 0)
     m.delete_log("t", 0)
     m.shutdown()  # before file.delete.delay.ms passed
-    assert any(n.endswith("-delete") for n in fio.listdir("/d"))
-    restarted = LogManager(["/d"], LogConfig(), fio)
-    assert not any(n.endswith("-delete") for n in fio.listdir("/d"))
+    (retired,) = [n for n in fio.listdir("/d") if n.endswith("-delete")]
+    fio.write_file("/d/notes-delete", b"a file so named: not a log")
+    restarted = LogManager(["/d"], LogConfig(file_delete_delay_ms=30_000), fio, now_ms=5000)
     assert restarted.get_log("t", 0) is None and restarted.skipped == []
+    assert retired in fio.listdir("/d")
+    assert restarted.logs_to_be_deleted == [(35_000, f"/d/{retired}")]
+    assert restarted.next_delete_delay_ms(5000) == 30_000
+    assert restarted.delete_logs(34_999) == 0 and retired in fio.listdir("/d")
+    assert restarted.delete_logs(35_000) == 1
+    assert retired not in fio.listdir("/d") and "notes-delete" in fio.listdir("/d")
 
 
 def test_cleanup_and_flush_tasks_run_over_every_log() -> None:

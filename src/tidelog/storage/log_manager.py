@@ -17,8 +17,8 @@ only at equal log end offsets, after a flush), so the load finishes the swap.
 A deleted partition's log (StopReplica with delete) is retired the same way, and so is a future
 log that goes (its partition deleted, its move redirected): its dir renamed
 `<topic>-<partition>.<uuid>-delete` at once (Kafka's asyncDelete). A retired dir goes
-file.delete.delay.ms later (`delete_logs`, the shell's `kafka-delete-logs` task), or at the next
-start.
+file.delete.delay.ms later (`delete_logs`, the shell's `kafka-delete-logs` task); one found at
+start (the broker stopped before its delay passed) likewise file.delete.delay.ms after the start.
 """
 
 from __future__ import annotations
@@ -179,10 +179,14 @@ class LogManager:
         for name in names:
             path = os.path.join(log_dir, name)
             if name.endswith(DELETE_DIR_SUFFIX):
+                # Kafka's loadLog: a retired dir found at start joins logsToBeDeleted with the
+                # start's time, so kafka-delete-logs removes it file.delete.delay.ms later (a
+                # file so named is not a log: Kafka loads directories only).
                 try:
-                    self._remove_tree(path)
-                except OSError as exc:
-                    logger.warning("cannot remove %s: %s", path, exc)
+                    fio.listdir(path)
+                except OSError:
+                    continue
+                self.logs_to_be_deleted.append((now_ms + self.config.file_delete_delay_ms, path))
                 continue
             future_tp = parse_future_dir_name(name)
             tp = future_tp or parse_topic_partition(name)
@@ -577,8 +581,8 @@ class LogManager:
         """Kafka's asyncDelete for a log already forgotten: its files closed (nothing more is
         written), its dir renamed `<topic>-<partition>.<uuid>-delete` (made durable) and
         ``log_dir``'s checkpoints written without it; the files go file.delete.delay.ms later
-        (`delete_logs`, so a large log's removal never holds the event loop), or at the next
-        start."""
+        (`delete_logs`, so a large log's removal never holds the event loop), or that long
+        after the next start."""
         log.close_handlers()
         doomed = os.path.join(log_dir, _delete_dir_name(topic, partition))
         try:
@@ -623,7 +627,7 @@ class LogManager:
     def delete_logs(self, now_ms: int) -> int:
         """Kafka's deleteLogs: remove the retired dirs (deleted partitions, moved replicas'
         old dirs) whose file.delete.delay.ms has passed (those in an offline dir stay, for the
-        next start to remove); returns how many went. A removal's disk error reports the
+        next start to queue again); returns how many went. A removal's disk error reports the
         dir, as Kafka's UnifiedLog.delete (maybeHandleIOException): the dir goes offline and
         what is left of the retired dir waits for the next start."""
         due = [(t, p) for t, p in self.logs_to_be_deleted
