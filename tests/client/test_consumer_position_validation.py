@@ -80,6 +80,18 @@ class Leader:
         return None
 
 
+async def past_five_records(kafka: KafkaClient, leader: Leader, validation: tuple[int, int, int]
+                            ) -> Consumer:
+    """A consumer that read offsets 0-4 (epoch 0); then the metadata shows leader epoch 1,
+    whose OffsetsForLeaderEpoch the leader answers ``validation``."""
+    consumer = Consumer(kafka, auto_offset_reset="earliest")
+    consumer.assign([(TP, 0)])
+    assert [r.offset for r in await consumer.poll(timeout_ms=1000)] == [0, 1, 2, 3, 4]
+    leader.leader_epoch, leader.validation = 1, validation
+    await kafka.refresh_metadata(["t"])
+    return consumer
+
+
 def run(leader: Leader, body: Callable[[KafkaClient], Awaitable[None]]) -> None:
     async def main() -> None:
         async with leader.node, KafkaClient(leader.node.address, retry_backoff_ms=5) as kafka:
@@ -113,11 +125,7 @@ def test_a_consumed_position_is_validated_at_a_leader_change() -> None:
     leader = Leader(end=5)
 
     async def body(kafka: KafkaClient) -> None:
-        consumer = Consumer(kafka, auto_offset_reset="earliest")
-        consumer.assign([(TP, 0)])
-        assert [r.offset for r in await consumer.poll(timeout_ms=1000)] == [0, 1, 2, 3, 4]
-        leader.leader_epoch, leader.validation = 1, (ErrorCode.NONE, 0, 2)
-        await kafka.refresh_metadata(["t"])
+        consumer = await past_five_records(kafka, leader, (ErrorCode.NONE, 0, 2))
         assert [r.offset for r in await consumer.poll(timeout_ms=1000)] == [2, 3, 4]
         assert leader.validations() == [(1, 0)]
 
@@ -129,12 +137,8 @@ def test_a_validation_answered_with_a_partition_error_is_retried(error: ErrorCod
     leader = Leader(end=5)
 
     async def body(kafka: KafkaClient) -> None:
-        consumer = Consumer(kafka, auto_offset_reset="earliest")
-        consumer.assign([(TP, 0)])
-        assert len(await consumer.poll(timeout_ms=1000)) == 5
-        leader.leader_epoch, leader.validation = 1, (error, -1, -1)
+        consumer = await past_five_records(kafka, leader, (error, -1, -1))
         leader.end = 7
-        await kafka.refresh_metadata(["t"])
         assert await consumer.poll(timeout_ms=100) == []  # not raised, nothing fetched
         assert len(leader.validations()) >= 1
         assert leader.fetch_offsets()[-1] == 0
@@ -148,12 +152,8 @@ def test_a_validation_refused_by_topic_authorization_is_raised() -> None:
     leader = Leader(end=5)
 
     async def body(kafka: KafkaClient) -> None:
-        consumer = Consumer(kafka, auto_offset_reset="earliest")
-        consumer.assign([(TP, 0)])
-        assert len(await consumer.poll(timeout_ms=1000)) == 5
-        leader.leader_epoch = 1
-        leader.validation = (ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, -1)
-        await kafka.refresh_metadata(["t"])
+        consumer = await past_five_records(
+            kafka, leader, (ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, -1))
         with pytest.raises(BrokerResponseError) as info:
             await consumer.poll(timeout_ms=100)
         assert info.value.code == ErrorCode.TOPIC_AUTHORIZATION_FAILED

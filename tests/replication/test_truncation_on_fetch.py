@@ -117,11 +117,18 @@ def test_diverging_answers_truncate_to_the_fork_found_by_the_kip_279_rule() -> N
     assert f.partition_states.state_value(TP).last_fetched_epoch == 3
 
 
-def test_a_diverging_answer_appends_nothing_and_takes_no_hw_from_it() -> None:
+def fetching_a_forked_tail() -> tuple[Log, ReplicaFetcher, FetchRequest]:
+    """A follower with epoch 0 at 0-2 and epoch 2 at 3-7, its fetch (8, last epoch 2) sent."""
     log = follower_log([(0, 3), (2, 5)])
     f = ReplicaFetcher(2, 1, {TP: log}.get, CONFIG)
     f.add_partitions({TP: (0, 4)}, 0)
     [req] = f.poll_requests(0)
+    assert isinstance(req, FetchRequest)
+    return log, f, req
+
+
+def test_a_diverging_answer_appends_nothing_and_takes_no_hw_from_it() -> None:
+    log, f, req = fetching_a_forked_tail()
     f.handle_response(req, {TP: FetchPartitionData(Errors.NONE, 7, 1, b"",
                                                    diverging_epoch=(0, 3))}, 1)
     assert (log.log_end_offset, log.high_watermark, log.log_start_offset) == (3, 0, 0)
@@ -130,10 +137,7 @@ def test_a_diverging_answer_appends_nothing_and_takes_no_hw_from_it() -> None:
 
 
 def test_a_diverging_answer_to_a_request_no_longer_current_is_ignored() -> None:
-    log = follower_log([(0, 3), (2, 5)])
-    f = ReplicaFetcher(2, 1, {TP: log}.get, CONFIG)
-    f.add_partitions({TP: (0, 4)}, 0)
-    [req] = f.poll_requests(0)
+    log, f, req = fetching_a_forked_tail()
     f.add_partitions({TP: (0, 5)}, 1)  # a new leader epoch meanwhile
     result = f.handle_response(req, {TP: FetchPartitionData(Errors.NONE, 7, 0, b"",
                                                             diverging_epoch=(0, 3))}, 2)
@@ -240,10 +244,7 @@ def test_a_fetch_below_the_leaders_log_start_resets_and_fetches_without_an_epoch
 
 
 def test_a_truncation_on_a_diverging_answer_that_fails_marks_the_partition_failed() -> None:
-    log = follower_log([(0, 3), (2, 5)])
-    f = ReplicaFetcher(2, 1, {TP: log}.get, CONFIG)
-    f.add_partitions({TP: (0, 4)}, 0)
-    [req] = f.poll_requests(0)
+    log, f, req = fetching_a_forked_tail()
     log.file_io.fail_io("/b2")
     result = f.handle_response(req, {TP: FetchPartitionData(Errors.NONE, 7, 0, b"",
                                                             diverging_epoch=(0, 3))}, 1)
