@@ -28,6 +28,7 @@ import os
 import re
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -377,12 +378,14 @@ class LogManager:
             candidates = [preferred]
         elif not online:
             raise KafkaStorageError("every log dir is offline")
+        elif len(online) == 1:
+            # Kafka's nextLogDirs: the only live dir, without counting its logs (a count per
+            # new log, in Python, made a LeaderAndIsr creating 10,000 logs quadratic: 50
+            # million steps, 13 of its 33 s in-process)
+            candidates = online
         else:
-            # Kafka's nextLogDirs: the fewest logs first
-            counts = {d: 0 for d in online}
-            for d in self.log_dir_of.values():
-                if d in counts:
-                    counts[d] += 1
+            # ... else the fewest logs first (counted in C)
+            counts = Counter(self.log_dir_of.values())
             candidates = sorted(online, key=lambda d: (counts[d], online.index(d)))
         name = (_dir_name_with_suffix(topic, partition, FUTURE_DIR_SUFFIX) if is_future
                 else f"{topic}-{partition}")
