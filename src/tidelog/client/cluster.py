@@ -423,16 +423,13 @@ class KafkaClient:
         self,
         topics: Iterable[str],
         attempt_fn: Callable[[], Awaitable[tuple[int, T]]],
-        retries: int | None = None,
     ) -> tuple[int, T]:
         """Run ``attempt_fn`` (returning (error code, result)) until it succeeds, returns a
-        non-retriable error, or the retries (``retries``, else the client's) run out; refresh
-        metadata between attempts."""
+        non-retriable error, or the retries run out; refresh metadata between attempts."""
         topic_list = list(topics)
         code: int = ErrorCode.NONE
         result: Any = None
-        retries = self.retries if retries is None else retries
-        for attempt in range(retries + 1):
+        for attempt in range(self.retries + 1):
             try:
                 code, result = await attempt_fn()
             except (KafkaConnectionError, RequestTimedOutError) as exc:
@@ -444,7 +441,7 @@ class KafkaClient:
                 result = None
             except BrokerResponseError as exc:  # no leader / unknown topic from metadata
                 code, result = exc.code_value, None
-            if code == ErrorCode.NONE or not _is_retriable(code) or attempt == retries:
+            if code == ErrorCode.NONE or not _is_retriable(code) or attempt == self.retries:
                 break
             await self._backoff(attempt)
             try:
@@ -701,13 +698,10 @@ class KafkaClient:
         current_leader_epoch: int = -1,
         replica_id: int = -2,
         broker_id: int | None = None,
-        retry: bool = True,
     ) -> OffsetAndEpoch:
         """The end offset of ``leader_epoch`` on the leader (KIP-101/279): (error, end offset,
         the largest epoch <= the one asked). ``broker_id`` overrides the leader (followers ask
-        their source broker); replica_id -2 is a consumer, a follower passes its broker id.
-        ``retry=False``: one attempt, its error returned (a consumer's position validation
-        retries at a later poll, with the leader epoch of the metadata then)."""
+        their source broker); replica_id -2 is a consumer, a follower passes its broker id."""
 
         async def attempt() -> tuple[int, OffsetAndEpoch]:
             target = broker_id if broker_id is not None else (await self._leader(tp)).leader
@@ -728,7 +722,7 @@ class KafkaClient:
             p = response.topics[0].partitions[0]
             return p.error_code, OffsetAndEpoch(_code(p.error_code), p.end_offset, p.leader_epoch)
 
-        code, result = await self._with_retries([tp.topic], attempt, None if retry else 0)
+        code, result = await self._with_retries([tp.topic], attempt)
         return result if result is not None else OffsetAndEpoch(_code(code))
 
     async def init_producer_id(

@@ -10,9 +10,13 @@ next fetch goes to the new leader.
 Fetching from the closest replica (KIP-392), as Kafka's Java consumer: the consumer sends its
 ``client_rack`` (``client.rack``) with each Fetch; a leader whose ``replica.selector.class``
 names a follower answers with ``preferred_read_replica``, and the consumer fetches that partition
-from the follower until ``metadata.max.age.ms`` passes, the follower leaves the metadata, or a
-fetch from it fails (any partition error, OFFSET_OUT_OF_RANGE included, or a lost connection):
-then from the leader again, which may name the follower again.
+from the follower until ``metadata.max.age.ms`` passes, the follower leaves the metadata, the
+metadata names a new leader or leader epoch (``SubscriptionState.maybeValidatePosition``), or a
+fetch from it fails (``FetchCollector.handleInitializeErrors``: an error that asks for new
+metadata, OFFSET_OUT_OF_RANGE, or a lost connection): then from the leader again, which may
+name the follower again. UNKNOWN_LEADER_EPOCH (the replica has not heard of the epoch yet) and
+UNKNOWN_SERVER_ERROR keep it: the partition is fetched again from the same replica, with no new
+metadata, as the Java consumer (which only logs them).
 
 Fetch sessions (KIP-227), as Kafka's Java consumer: one session per leader
 (``FetchSessionHandler``, shared with the replica fetchers). The first fetch to a leader is full
@@ -26,7 +30,9 @@ are not used. ``close`` closes the sessions (epoch -1).
 Log truncation (KIP-320), as Kafka's Java consumer: each position keeps the leader epoch of the
 last batch consumed (none after a seek or a reset by ListOffsets). When the metadata shows a
 newer leader epoch for the partition, the position is validated before its next fetch:
-OffsetsForLeaderEpoch(that epoch) at the leader, then ``SubscriptionState.maybeCompleteValidation``:
+OffsetsForLeaderEpoch(that epoch) at the leader — one request per leader for all its partitions
+to validate, sent together (``OffsetFetcher.validatePositionsAsync``) — then
+``SubscriptionState.maybeCompleteValidation``:
 an end offset below the position means the log was truncated there (an unclean election), and
 the position moves back to it, or with ``auto.offset.reset=none`` ``poll`` raises
 ``LogTruncationError``; an epoch the leader cannot place resets the position per
@@ -58,6 +64,12 @@ from tidelog.client.errors import (
 )
 from tidelog.client.metadata import PartitionMetadata, TopicPartition
 from tidelog.protocol.errors import ErrorCode
+from tidelog.protocol.messages.offset_for_leader_epoch import (
+    EpochEndOffset,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+)
 from tidelog.protocol.records import CorruptRecordError, decode_records, iter_batches
 from tidelog.replication.errors import Errors
 from tidelog.replication.fetcher import FetchPartition, FetchResponseData, FetchSessionHandler
@@ -79,7 +91,6 @@ _LEADER_ERRORS = {
     ErrorCode.NOT_LEADER_OR_FOLLOWER,
     ErrorCode.LEADER_NOT_AVAILABLE,
     ErrorCode.FENCED_LEADER_EPOCH,
-    ErrorCode.UNKNOWN_LEADER_EPOCH,
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     ErrorCode.REPLICA_NOT_AVAILABLE,
     ErrorCode.KAFKA_STORAGE_ERROR,
@@ -87,6 +98,9 @@ _LEADER_ERRORS = {
     ErrorCode.NETWORK_EXCEPTION,
     ErrorCode.REQUEST_TIMED_OUT,
 }
+# Fetch errors Kafka's FetchCollector only logs: the partition is fetched again from the same
+# replica (a preferred read replica kept), with no metadata update.
+_FETCH_AGAIN = {ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.UNKNOWN_SERVER_ERROR}
 
 
 class OffsetOutOfRangeError(BrokerResponseError):
@@ -100,13 +114,18 @@ class OffsetOutOfRangeError(BrokerResponseError):
 
 class LogTruncationError(OffsetOutOfRangeError):
     """The log was truncated below the position (Kafka's LogTruncationException), with
-    ``auto.offset.reset=none``; ``divergent_offset``: (the first offset known to diverge, its
-    leader epoch), None when the leader could not place the position's epoch."""
+    ``auto.offset.reset=none``. ``truncations``: each partition one validation found truncated,
+    with (its position, the divergent offset: (the first offset known to diverge, its leader
+    epoch), None when the leader could not place the position's epoch);
+    ``topic_partition``, ``offset`` and ``divergent_offset`` are the first one's."""
 
-    def __init__(self, tp: TopicPartition, offset: int,
-                 divergent_offset: tuple[int, int] | None) -> None:
+    def __init__(
+        self, truncations: dict[TopicPartition, tuple[int, tuple[int, int] | None]]
+    ) -> None:
+        tp, (offset, divergent_offset) = next(iter(truncations.items()))
         super().__init__(tp, offset)
         self.divergent_offset = divergent_offset
+        self.truncations = truncations
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,39 +304,81 @@ class Consumer:
             elif not _retriable(result.error):
                 raise BrokerResponseError(result.error, f"ListOffsets for {tp}")
 
-    async def _validate(self, tp: TopicPartition, offset: int,
-                        part: PartitionMetadata) -> bool | None:
-        """Kafka's validatePositionsIfNeeded + maybeCompleteValidation for a position whose
-        leader epoch the metadata moved past: whether ``tp`` may be fetched at ``offset`` now
-        (False: it moved; None: validated again at a later poll, after new metadata). One
-        request, as Kafka's validatePositionsAsync: the client's retries would hold poll past
-        its timeout, each with the leader epoch of the metadata it started with."""
-        answer = await self.client.offsets_for_leader_epoch(
-            tp, self._offset_epoch[tp], current_leader_epoch=part.leader_epoch, retry=False)
-        if self._position.get(tp) != offset:
-            return False  # sought meanwhile
-        if answer.error != ErrorCode.NONE:
-            # Kafka's OffsetsForLeaderEpochClient.handleResponse: only a topic authorization
-            # failure is raised; any other partition error is retried (partitionsToRetry).
-            if answer.error == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
-                raise BrokerResponseError(answer.error, f"OffsetsForLeaderEpoch for {tp}")
-            return None
-        unplaced = answer.offset < 0 or answer.leader_epoch < 0
-        if (unplaced or answer.offset < offset) and self.auto_offset_reset == "none":
-            # Kafka's maybeCompleteValidation leaves the position awaiting validation: raised
-            # again at the next polls, never fetched from, until the application seeks.
-            raise LogTruncationError(
-                tp, offset, None if unplaced else (answer.offset, answer.leader_epoch))
-        self._leader_epoch[tp] = part.leader_epoch
-        if unplaced:
-            self._set(tp, None)  # reset per auto.offset.reset
-            return False
-        if answer.offset < offset:
-            # Kafka: seekValidated to the first offset known to diverge
-            self._position[tp] = answer.offset
-            self._offset_epoch[tp] = answer.leader_epoch
-            return False
-        return True
+    async def _validate_positions(
+        self, wanted: dict[TopicPartition, tuple[int, PartitionMetadata]]
+    ) -> tuple[list[TopicPartition], list[TopicPartition]]:
+        """Kafka's validatePositionsAsync + maybeCompleteValidation for the positions whose
+        leader epoch the metadata moved past: one OffsetsForLeaderEpoch per leader for all of
+        its partitions, the leaders asked together (regroupFetchPositionsByLeader). Returns the
+        partitions that may be fetched at their position now, and those to validate again at a
+        later poll, after new metadata (Kafka's partitionsToRetry and a failed request's
+        requestFailed). One attempt each: the client's retries would hold poll past its
+        timeout, each with the leader epoch of the metadata it started with."""
+        by_leader: dict[int, dict[TopicPartition, tuple[int, PartitionMetadata]]] = {}
+        for tp, (offset, part) in wanted.items():
+            by_leader.setdefault(part.leader, {})[tp] = (offset, part)
+        leaders = list(by_leader)
+        answers = await asyncio.gather(
+            *(self._end_offsets(node, by_leader[node]) for node in leaders),
+            return_exceptions=True,
+        )
+        validated: list[TopicPartition] = []
+        retry: list[TopicPartition] = []
+        truncations: dict[TopicPartition, tuple[int, tuple[int, int] | None]] = {}
+        for node, answer in zip(leaders, answers, strict=True):
+            asked = by_leader[node]
+            if isinstance(answer, BaseException):
+                if isinstance(answer, KafkaClientError) and answer.retriable:
+                    retry += asked
+                    continue
+                raise answer
+            for tp, (offset, part) in asked.items():
+                if self._position.get(tp) != offset:
+                    continue  # sought meanwhile
+                end = answer.get(tp)
+                if end is None or end.error_code != ErrorCode.NONE:
+                    # Kafka's OffsetsForLeaderEpochUtils.handleResponse: only a topic
+                    # authorization failure is raised; any other error, or no answer for the
+                    # partition, is retried (partitionsToRetry).
+                    if end is not None and end.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                        raise BrokerResponseError(end.error_code, f"OffsetsForLeaderEpoch for {tp}")
+                    retry.append(tp)
+                    continue
+                unplaced = end.end_offset < 0 or end.leader_epoch < 0
+                if (unplaced or end.end_offset < offset) and self.auto_offset_reset == "none":
+                    # Kafka's maybeCompleteValidation leaves the position awaiting validation:
+                    # raised again at the next polls, never fetched from, until the
+                    # application seeks.
+                    truncations[tp] = (
+                        offset, None if unplaced else (end.end_offset, end.leader_epoch))
+                    continue
+                self._leader_epoch[tp] = part.leader_epoch
+                if unplaced:
+                    self._set(tp, None)  # reset per auto.offset.reset
+                elif end.end_offset < offset:
+                    # Kafka: seekValidated to the first offset known to diverge
+                    self._position[tp] = end.end_offset
+                    self._offset_epoch[tp] = end.leader_epoch
+                else:
+                    validated.append(tp)
+        if truncations:  # the others of the answers are done first, as Kafka's
+            raise LogTruncationError(truncations)
+        return validated, retry
+
+    async def _end_offsets(
+        self, node: int, asked: dict[TopicPartition, tuple[int, PartitionMetadata]]
+    ) -> dict[TopicPartition, EpochEndOffset]:
+        """One OffsetsForLeaderEpoch to ``node`` (Kafka's OffsetsForLeaderEpochUtils
+        .prepareRequest): each position's offset epoch under the metadata's leader epoch."""
+        topics: dict[str, list[OffsetForLeaderPartition]] = {}
+        for tp, (_, part) in asked.items():
+            topics.setdefault(tp.topic, []).append(OffsetForLeaderPartition(
+                partition=tp.partition, current_leader_epoch=part.leader_epoch,
+                leader_epoch=self._offset_epoch[tp]))
+        response = await self.client.send(node, OffsetForLeaderEpochRequest(
+            topics=[OffsetForLeaderTopic(topic, ps) for topic, ps in topics.items()]))
+        return {TopicPartition(t.topic, p.partition): p
+                for t in response.topics for p in t.partitions}
 
     def _read_replica(self, tp: TopicPartition, part: PartitionMetadata) -> int:
         """Kafka's selectReadReplica: the preferred read replica while it has not expired and
@@ -335,6 +396,8 @@ class Consumer:
     async def _fetch_once(self, max_wait_ms: int) -> None:
         by_node: dict[int, dict[TopicPartition, FetchPartition]] = {}
         missing: list[str] = []
+        fetchable: list[tuple[TopicPartition, int, PartitionMetadata]] = []
+        to_validate: dict[TopicPartition, tuple[int, PartitionMetadata]] = {}
         for tp, offset in list(self._position.items()):
             if self._buffer.get(tp):
                 continue
@@ -343,14 +406,22 @@ class Consumer:
                 missing.append(tp.topic)
                 continue
             known = self._leader_epoch.get(tp, part.leader_epoch)
+            if part.leader_epoch != known:
+                # Kafka's maybeValidatePosition: a new leader or epoch drops the replica the
+                # old one named.
+                self._preferred.pop(tp, None)
             if part.leader_epoch > known and self._offset_epoch.get(tp, -1) >= 0:
-                validated = await self._validate(tp, offset, part)
-                if validated is None:  # Kafka: metadata.requestUpdate, then a back-off
-                    missing.append(tp.topic)
-                if not validated:
-                    continue
-            elif part.leader_epoch != known or tp not in self._leader_epoch:
+                to_validate[tp] = (offset, part)
+                continue
+            if part.leader_epoch != known or tp not in self._leader_epoch:
                 self._leader_epoch[tp] = max(part.leader_epoch, known)
+            fetchable.append((tp, offset, part))
+        if to_validate:
+            validated, retry = await self._validate_positions(to_validate)
+            # Kafka: metadata.requestUpdate for the partitions to retry, then a back-off
+            missing += [tp.topic for tp in retry]
+            fetchable += [(tp, *to_validate[tp]) for tp in validated]
+        for tp, offset, part in fetchable:
             by_node.setdefault(self._read_replica(tp, part), {})[tp] = FetchPartition(
                 offset, part.leader_epoch, -1, self.max_partition_fetch_bytes)
         if self.client.metadata_stale:
@@ -417,8 +488,10 @@ class Consumer:
         if self._position.get(tp) != fetch_offset:
             return  # sought or reassigned while the fetch was out
         code = result.error
+        if code in _FETCH_AGAIN:
+            return
         if code != ErrorCode.NONE:
-            # A failed fetch from a preferred read replica goes back to the leader.
+            # Kafka's requestMetadataUpdate (or OFFSET_OUT_OF_RANGE): back to the leader.
             if self._preferred.pop(tp, None) is not None and code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 return  # the follower may only lag: the leader decides
         if code == ErrorCode.NONE:
