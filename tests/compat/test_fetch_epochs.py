@@ -213,18 +213,22 @@ def test_a_stale_leader_epoch_is_fenced_after_a_leader_change(pair: Pair) -> Non
                 "end of epoch 0": _end_offset_for_epoch(leader, 1, 0, topic="fenced"),
                 "end of epoch 1": _end_offset_for_epoch(leader, 1, 1, topic="fenced"),
                 "epochs, old current": _end_offset_for_epoch(leader, 0, 0, topic="fenced"),
+                # the debugging replica id's fetch is fenced too (localLogWithEpochOrThrow)
+                "debugging fetch, old epoch": _replica_fetch(leader, -2, "fenced", 0),
+                "debugging fetch, new epoch": _replica_fetch(leader, -2, "fenced", 1),
             }
         finally:
             t.start_broker(old_leader)
         return seen
 
     got = pair.same(scenario)
-    assert got["fetch, old epoch"] == "FENCED_LEADER_EPOCH"
+    assert got["fetch, old epoch"] == got["debugging fetch, old epoch"] == "FENCED_LEADER_EPOCH"
 
 
 def _replica_fetch(address: str, replica_id: int, topic: str,
                    current_leader_epoch: int = -1) -> str:
-    """A follower's Fetch v12 (replica_id >= 0) of partition 0: the error's name."""
+    """A follower's Fetch v12 (replica_id >= 0; -2: Kafka's debugging id) of partition 0: the
+    error's name."""
     request = m_fetch.FetchRequest(
         replica_id=replica_id, max_wait_ms=0, min_bytes=0, topics=[m_fetch.FetchTopic(
             topic, partitions=[m_fetch.FetchPartition(

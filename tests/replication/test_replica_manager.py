@@ -496,3 +496,22 @@ def test_a_held_follower_fetch_is_recorded_once_when_it_arrives_not_again_when_i
     assert done.request_key == "held" and done.results[TP].error == Errors.NONE
     follower = rm.partition(TP).remote_replicas[2]
     assert (follower.last_fetch_time_ms, follower.last_caught_up_time_ms) == (100, 100)
+
+
+def test_a_debugging_fetch_is_fenced_by_its_leader_epoch_as_any_fetch() -> None:
+    # Kafka's Partition.fetchRecords checks the request's current leader epoch for every
+    # fetch (localLogWithEpochOrThrow), the debugging replica id's too.
+    c = MiniCluster()
+    c.elect(1, (1, 2, 3))
+    c.elect(1, (1, 2, 3))  # epoch 1 on every replica
+    for b in (1, 2):
+        rm = c.rm(b)
+        assert rm.partition(TP).leader_epoch == 1
+
+        def fetch(epoch: int, rm: ReplicaManager = rm) -> Errors:
+            out = rm.fetch_messages(DEBUGGING_REPLICA_ID, 0, 0, 1 << 20,
+                                    {TP: (0, epoch, -1, 1 << 20)}, c.now)
+            return out.results[TP].error
+
+        assert (fetch(0), fetch(2)) == (Errors.FENCED_LEADER_EPOCH, Errors.UNKNOWN_LEADER_EPOCH)
+        assert fetch(1) == fetch(-1) == Errors.NONE

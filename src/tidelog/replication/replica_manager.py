@@ -495,12 +495,6 @@ class ReplicaManager:
             request.fetch_args(), now_ms, request_key, request.broker_epoch,
         )
 
-    def _local_partition(self, tp: TopicPartition) -> Partition:
-        p = self.partitions.get(tp)
-        if p is None:
-            raise ReplicationError(self._missing_error(tp), str(tp))
-        return p
-
     def _leader_partition(self, tp: TopicPartition, current_leader_epoch: int,
                           require_leader: bool = True) -> Partition:
         """Kafka's localLogWithEpochOrThrow: the epoch checked, then (if required) the lead."""
@@ -550,9 +544,11 @@ class ReplicaManager:
         any_error = False
         for tp, st in params.partitions.items():
             try:
-                p = (self._local_partition(tp) if debugging
-                     else self._leader_partition(tp, st.current_leader_epoch,
-                                                 require_leader=params.fetch_only_leader))
+                # The epoch checked for every fetch, the debugging one's too (Kafka's
+                # localLogWithEpochOrThrow); only the lead is not required of that one.
+                p = self._leader_partition(tp, st.current_leader_epoch,
+                                           require_leader=params.fetch_only_leader
+                                           and not debugging)
                 if is_follower and params.replica_id not in p.remote_replicas:
                     # Kafka's followerReplicaOrThrow: with an epoch that matches ours, the
                     # (replica, epoch) pair is not known yet (a replica being added): retriable.
