@@ -7,6 +7,7 @@ partition error is retried at a later poll, only TOPIC_AUTHORIZATION_FAILED is r
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from kafka_peer import ScriptedBroker, metadata_answer
 
 from tidelog.client.cluster import KafkaClient
-from tidelog.client.consumer import Consumer
+from tidelog.client.consumer import Consumer, LogTruncationError
 from tidelog.client.errors import BrokerResponseError
 from tidelog.client.metadata import TopicPartition
 from tidelog.protocol.api_keys import ApiKey
@@ -80,11 +81,11 @@ class Leader:
         return None
 
 
-async def past_five_records(kafka: KafkaClient, leader: Leader, validation: tuple[int, int, int]
-                            ) -> Consumer:
+async def past_five_records(kafka: KafkaClient, leader: Leader, validation: tuple[int, int, int],
+                            auto_offset_reset: str = "earliest") -> Consumer:
     """A consumer that read offsets 0-4 (epoch 0); then the metadata shows leader epoch 1,
     whose OffsetsForLeaderEpoch the leader answers ``validation``."""
-    consumer = Consumer(kafka, auto_offset_reset="earliest")
+    consumer = Consumer(kafka, auto_offset_reset=auto_offset_reset)
     consumer.assign([(TP, 0)])
     assert [r.offset for r in await consumer.poll(timeout_ms=1000)] == [0, 1, 2, 3, 4]
     leader.leader_epoch, leader.validation = 1, validation
@@ -92,9 +93,10 @@ async def past_five_records(kafka: KafkaClient, leader: Leader, validation: tupl
     return consumer
 
 
-def run(leader: Leader, body: Callable[[KafkaClient], Awaitable[None]]) -> None:
+def run(leader: Leader, body: Callable[[KafkaClient], Awaitable[None]], **client: Any) -> None:
     async def main() -> None:
-        async with leader.node, KafkaClient(leader.node.address, retry_backoff_ms=5) as kafka:
+        async with leader.node, KafkaClient(leader.node.address, retry_backoff_ms=5,
+                                            **client) as kafka:
             await kafka.refresh_metadata(["t"])
             await body(kafka)
 
@@ -159,3 +161,35 @@ def test_a_validation_refused_by_topic_authorization_is_raised() -> None:
         assert info.value.code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
     run(leader, body)
+
+
+def test_a_truncation_found_is_raised_once_then_again_after_the_request_timeout() -> None:
+    # Kafka's validatePositionsAsync sets the partition's next retry at the request's send
+    # time + request.timeout.ms; a LogTruncationException leaves it awaiting validation, so
+    # the polls until then neither fetch it nor ask again, and the next validation raises
+    # again. A newer leader epoch validates at once (maybeValidatePosition).
+    leader = Leader(end=5)
+    timeout_s = 0.6
+
+    async def body(kafka: KafkaClient) -> None:
+        consumer = await past_five_records(kafka, leader, (ErrorCode.NONE, 0, 2), "none")
+        with pytest.raises(LogTruncationError):
+            await consumer.poll(timeout_ms=100)
+        raised_at = time.monotonic()
+        fetches = len(leader.fetch_offsets())
+        assert await consumer.poll(timeout_ms=100) == []
+        assert (len(leader.validations()), len(leader.fetch_offsets())) == (1, fetches)
+        with pytest.raises(LogTruncationError):
+            for _ in range(20):
+                await consumer.poll(timeout_ms=100)
+        assert time.monotonic() - raised_at >= timeout_s - 0.05
+        assert (len(leader.validations()), len(leader.fetch_offsets())) == (2, fetches)
+        leader.leader_epoch = 2
+        await kafka.refresh_metadata(["t"])
+        with pytest.raises(LogTruncationError):
+            await consumer.poll(timeout_ms=100)
+        assert leader.validations()[-1] == (2, 0)
+        consumer.seek(TP, 2)
+        assert [r.offset for r in await consumer.poll(timeout_ms=1000)] == [2, 3, 4]
+
+    run(leader, body, request_timeout_ms=int(timeout_s * 1000))

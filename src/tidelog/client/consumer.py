@@ -35,9 +35,11 @@ to validate, sent together (``OffsetFetcher.validatePositionsAsync``) — then
 ``SubscriptionState.maybeCompleteValidation``:
 an end offset below the position means the log was truncated there (an unclean election), and
 the position moves back to it, or with ``auto.offset.reset=none`` ``poll`` raises
-``LogTruncationError``; an epoch the leader cannot place resets the position per
-``auto.offset.reset``. Like the Java consumer (``AbstractFetch.prepareFetchRequests``), fetches
-carry no last fetched epoch, so no DivergingEpoch comes back to a consumer.
+``LogTruncationError`` (the position is then not fetched from until a seek, and validated and
+raised again once ``request.timeout.ms`` has passed); an epoch the leader cannot place resets
+the position per ``auto.offset.reset``. Like the Java consumer
+(``AbstractFetch.prepareFetchRequests``), fetches carry no last fetched epoch, so no
+DivergingEpoch comes back to a consumer.
 
 Consumer groups can be layered on later: they only decide ``assign`` and commit ``position``.
 """
@@ -175,6 +177,11 @@ class Consumer:
         # (offsetEpoch) and the leader epoch the position was last validated under.
         self._offset_epoch: dict[TopicPartition, int] = {}
         self._leader_epoch: dict[TopicPartition, int] = {}
+        # Positions found truncated with auto.offset.reset=none: awaiting validation, neither
+        # fetched nor validated again under the same leader epoch before this monotonic time
+        # (Kafka's nextRetryTimeMs: the validation's send time + request.timeout.ms), unless
+        # sought: (that time, the leader epoch validated under).
+        self._validate_after: dict[TopicPartition, tuple[float, int]] = {}
         self._closed = False
         # KIP-227: the fetch session with each broker fetched from (broker id -> its handler)
         self._sessions: dict[int, FetchSessionHandler] = {}
@@ -196,6 +203,7 @@ class Consumer:
         self._preferred.clear()
         self._offset_epoch.clear()
         self._leader_epoch.clear()
+        self._validate_after.clear()
         for entry in partitions:
             if isinstance(entry, TopicPartition):
                 tp, offset = entry, None
@@ -211,6 +219,7 @@ class Consumer:
         self._position.pop(tp, None)
         self._reset.pop(tp, None)
         self._offset_epoch.pop(tp, None)  # a sought position has no epoch: never validated
+        self._validate_after.pop(tp, None)
         if offset is None:
             if self.auto_offset_reset == "none":
                 raise ValueError(f"{tp}: no offset given and auto.offset.reset is none")
@@ -318,6 +327,7 @@ class Consumer:
         for tp, (offset, part) in wanted.items():
             by_leader.setdefault(part.leader, {})[tp] = (offset, part)
         leaders = list(by_leader)
+        retry_at = time.monotonic() + self.client.request_timeout_ms / 1000
         answers = await asyncio.gather(
             *(self._end_offsets(node, by_leader[node]) for node in leaders),
             return_exceptions=True,
@@ -347,11 +357,13 @@ class Consumer:
                 unplaced = end.end_offset < 0 or end.leader_epoch < 0
                 if (unplaced or end.end_offset < offset) and self.auto_offset_reset == "none":
                     # Kafka's maybeCompleteValidation leaves the position awaiting validation:
-                    # raised again at the next polls, never fetched from, until the
-                    # application seeks.
+                    # never fetched from until the application seeks, validated again (and
+                    # raised again) once the request timeout after this validation has passed.
                     truncations[tp] = (
                         offset, None if unplaced else (end.end_offset, end.leader_epoch))
+                    self._validate_after[tp] = (retry_at, part.leader_epoch)
                     continue
+                self._validate_after.pop(tp, None)
                 self._leader_epoch[tp] = part.leader_epoch
                 if unplaced:
                     self._set(tp, None)  # reset per auto.offset.reset
@@ -411,7 +423,10 @@ class Consumer:
                 # old one named.
                 self._preferred.pop(tp, None)
             if part.leader_epoch > known and self._offset_epoch.get(tp, -1) >= 0:
-                to_validate[tp] = (offset, part)
+                # A newer leader epoch validates again at once (maybeValidatePosition).
+                after, epoch = self._validate_after.get(tp, (0.0, -1))
+                if time.monotonic() >= after or part.leader_epoch != epoch:
+                    to_validate[tp] = (offset, part)
                 continue
             if part.leader_epoch != known or tp not in self._leader_epoch:
                 self._leader_epoch[tp] = max(part.leader_epoch, known)
@@ -431,6 +446,10 @@ class Consumer:
             if not by_node:
                 return
         if not by_node:
+            if self._validate_after:
+                # Only positions awaiting validation: wait as a fetch would, not spin.
+                until = min(after for after, _ in self._validate_after.values())
+                await asyncio.sleep(max(0.0, min(max_wait_ms / 1000, until - time.monotonic())))
             return
         nodes = list(by_node)
         answers = await asyncio.gather(
