@@ -96,3 +96,31 @@ def test_its_isr_additions_being_written_do_not_try_the_held_fetch_again(
     rm.append_records(1, {TPS[3]: records(2)}, 1000, 30, request_key="produce")
     assert [c.request_key for c in rm.poll_completed(30)
             if getattr(c, "request_key", None) == "held"] == ["held"]
+
+
+def test_a_followers_first_fetch_does_not_try_the_other_followers_held_fetch_per_partition(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A new topic (ISR 1, 2, 3): follower 2's fetch is held over all N partitions when
+    # follower 3's first fetch moves each partition's low watermark (3's log start was
+    # unknown). What waits on the low watermark (DeleteRecords) is told; 2's fetch, whose
+    # bytes do not depend on it, is not tried again once per partition, each try reading all
+    # N (3,333^2 partition checks per first fetch at 10,000 partitions, RF=3).
+    lm = LogManager(["/broker-1"], LogConfig(), MemoryFileIO(), now_ms=0)
+    rm = ReplicaManager(1, lm, ReplicationConfig())
+    rm.become_leader_or_follower(
+        0, 1, [state(1, 0, (1, 2, 3), replicas=(1, 2, 3), tp=tp) for tp in TPS], {1, 2, 3}, 0)
+    told: list[TopicPartition] = []
+    rm.partition_listeners.append(told.append)
+    tries = _count_tries(rm, monkeypatch)
+    fetch = {tp: (0, 0, 0, 1 << 20) for tp in TPS}
+    assert rm.fetch_messages(2, 500, 1, 1 << 20, fetch, now_ms=10, request_key="2").delayed
+    assert tries == [N] and sorted(told) == TPS
+    told.clear()
+    assert rm.fetch_messages(3, 500, 1, 1 << 20, fetch, now_ms=20, request_key="3").delayed
+    assert tries == [N, N]  # 3's own try only (the old code: N more tries of 2's, N each)
+    assert sorted(told) == TPS  # the low watermark of each moved
+    assert all(rm.partition(tp).remote_replicas[3].log_start_offset == 0 for tp in TPS)
+    # the held fetches still complete on records
+    rm.append_records(1, {TPS[5]: records(1)}, 1000, 30, request_key="produce")
+    assert sorted(c.request_key for c in rm.poll_completed(30)
+                  if getattr(c, "request_key", None) in ("2", "3")) == ["2", "3"]

@@ -542,6 +542,7 @@ class ReplicaManager:
         min_one_message = True
         total = 0
         any_error = False
+        low_watermark_moved: list[TopicPartition] = []
         for tp, st in params.partitions.items():
             try:
                 # The epoch checked for every fetch, the debugging one's too (Kafka's
@@ -620,10 +621,20 @@ class ReplicaManager:
                 )
                 if proposal is not None:
                     proposals.append(proposal)
-                # A follower's log start moving may raise the low watermark a DeleteRecords
-                # waits for (Kafka's leaderLWIncremented -> tryCompleteDelayedRequests).
-                if p.high_watermark != before or replica.log_start_offset != start_before:
+                if p.high_watermark != before:
                     self._dirty[tp] = None
+                elif replica.log_start_offset != start_before:
+                    low_watermark_moved.append(tp)
+        # A follower's log start moving may raise the low watermark a DeleteRecords waits for
+        # (Kafka's leaderLWIncremented -> tryCompleteDelayedRequests): the listeners are told,
+        # not the held fetches, whose bytes do not depend on it (as after an ISR update that
+        # moved no HW). A new leader's first fetch from each follower moves it (from unknown)
+        # on every partition: each held fetch of the other follower, over all its partitions,
+        # was tried again once per partition (3,333^2 partition checks per first fetch at
+        # 10,000 partitions, RF=3: half a leader's CPU while the partitions were created).
+        for tp in low_watermark_moved:
+            for listener in self.partition_listeners:
+                listener(tp)
         return results, proposals, total, any_error
 
     def _readable_bytes(self, params: FetchParams) -> tuple[int, bool]:
