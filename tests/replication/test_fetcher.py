@@ -312,3 +312,20 @@ def test_offsets_for_leader_epoch_errors_back_off_and_fenced_stops() -> None:
     f.handle_response(req, {TP: EpochEndOffset(Errors.FENCED_LEADER_EPOCH)}, 200)
     assert f.failed_partitions == {TP}
     assert logs[TP].log_end_offset == 2  # nothing truncated without an answer (KIP-101)
+
+
+def test_an_error_within_the_backoff_keeps_the_first_deadline() -> None:
+    # Kafka's delayPartitions leaves a partition that is still delayed as it is: a second error
+    # within the back-off does not push the retry later.
+    io = MemoryFileIO()
+    f, logs = follower(io, config=BEFORE_2_7)
+    logs[TP].append_as_follower(bytes(leader_log(MemoryFileIO(), [(0, 2)]).read(0, 1 << 20).records), 0)
+    f.partition_states.update_and_move_to_end(TP, PartitionFetchState(2, 0))
+    fetch = only(f.poll_requests(0), FetchRequest)
+    f.add_partitions({TP: (0, 1)}, 1)  # a new leader epoch while the fetch is out
+    req = only(f.poll_requests(1), OffsetsForLeaderEpochRequest)
+    f.handle_response(req, {TP: EpochEndOffset(Errors.NOT_LEADER_OR_FOLLOWER)}, 2)
+    f.on_request_failed(fetch, 50)  # the fetch's connection is lost within the back-off
+    assert f.partition_states.state_value(TP).delay_until_ms == 2 + BACKOFF
+    assert f.poll_requests(2 + BACKOFF - 1) == []
+    assert only(f.poll_requests(2 + BACKOFF), OffsetsForLeaderEpochRequest).partitions.keys() == {TP}

@@ -487,7 +487,8 @@ class ReplicaFetcher:
         until = now_ms + self.config.replica_fetch_backoff_ms
         for tp in tps:
             state = self.partition_states.state_value(tp)
-            if state is not None:
+            # Kafka's delayPartitions: a partition still backing off keeps its first deadline.
+            if state is not None and not state.is_delayed(now_ms):
                 self._delayed[tp] = until
                 self.partition_states.update_and_move_to_end(tp, replace(state, delay_until_ms=until))
 
