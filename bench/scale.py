@@ -306,6 +306,7 @@ def create(admin: AdminClient, address: str, partitions: int, timeout_s: float) 
     futures = admin.create_topics([NewTopic(TOPIC, partitions, 3)], operation_timeout=0,
                                   request_timeout=120)
     futures[TOPIC].result(timeout=timeout_s)
+    print(f"  CreateTopics answered after {time.monotonic() - t0:.1f} s", flush=True)
     took = wait_metadata(address, lambda ps: len(ps) == partitions and all(
         leader >= 0 for leader, _, _ in ps.values()), timeout_s, t0)
     if took is None:
@@ -348,6 +349,17 @@ class Profiler:
         self.target = target
         self.partitions = partitions
         self.procs: list[subprocess.Popen[bytes]] = []
+
+    def keep_logs(self, label: str, out: Path | None) -> None:
+        """Copy each tidelog broker's server.log (the controller logs its slow events and
+        requests) into ``out`` before the cluster's dir is removed."""
+        if out is None or not isinstance(self.target, Tidelog):
+            return
+        out.mkdir(parents=True, exist_ok=True)
+        tag = "".join(c if c.isalnum() else "_" for c in label)
+        for b, broker in self.target.cluster.brokers.items():
+            if broker.log_file and Path(broker.log_file).exists():
+                shutil.copyfile(broker.log_file, out / f"{self.partitions}-{tag}-broker{b}.log")
 
     def start(self, step: str, *broker_ids: int) -> None:
         if self.out is None:
@@ -443,10 +455,15 @@ def measure(kind: str, partitions: int, args: argparse.Namespace, label: str = "
             assert controller is not None
             observer = target.address(controller)
             admin = AdminClient({"bootstrap.servers": target.bootstrap_servers, "log_level": 0})
+            # With --profile, every broker from the creation to full ISR (no cycle needed).
+            prof = Profiler(args.profile, target, partitions)
+            prof.start(f"create-{label.replace(' ', '_')}", *target.broker_ids())
             create_s = create(admin, observer, partitions, args.step_timeout)
             print(f"  created in {create_s:.1f} s", flush=True)
             full_isr_s = wait_metadata(observer, full_isr(partitions), args.step_timeout)
-            print(f"  full ISR after {full_isr_s} s", flush=True)
+            prof.stop()
+            print(f"  full ISR after {full_isr_s} s ({create_s + (full_isr_s or 0):.1f} s after "
+                  "the CreateTopics request)", flush=True)
             time.sleep(args.settle_seconds)  # let the first fetch rounds and checkpoints pass
             pids = [target.pid(b) for b in target.broker_ids()]
             load_before = load_average()
@@ -479,6 +496,7 @@ def measure(kind: str, partitions: int, args: argparse.Namespace, label: str = "
     finally:
         if target is not None:
             target.down()
+            Profiler(args.profile, target, partitions).keep_logs(label, args.logs or args.profile)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -583,8 +601,13 @@ def main() -> int:
                          "those commits' changes to src reverted), after the working tree at "
                          "each partition count: before/after in the same run")
     ap.add_argument("--profile", type=Path, metavar="DIR",
-                    help="py-spy the tidelog brokers through the first cycle's steps (the "
-                         "controller and the stopped broker), collapsed stacks into DIR")
+                    help="py-spy the tidelog brokers from the topic's creation to full ISR (all "
+                         "three) and through the first cycle's steps (the controller and the "
+                         "stopped broker), collapsed stacks into DIR; the brokers' logs are "
+                         "copied there too")
+    ap.add_argument("--logs", type=Path, metavar="DIR",
+                    help="copy each tidelog broker's server.log into DIR before its cluster's "
+                         "dir is removed")
     ap.add_argument("--no-write-doc", action="store_true")
     args = ap.parse_args()
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
