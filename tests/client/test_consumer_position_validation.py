@@ -38,12 +38,14 @@ TP = TopicPartition("t", 0)
 
 class Leader:
     """Node 0 leads ("t", 0) in ``leader_epoch`` (its metadata), holding offsets [0, end)
-    written in epoch 0. ListOffsets answers ``end`` with epoch 0; OffsetsForLeaderEpoch
-    answers ``validation`` (error code, epoch, end offset)."""
+    written in epoch 0, fetched as one batch stamped ``batch_epoch``. ListOffsets answers
+    ``end`` with epoch 0; OffsetsForLeaderEpoch answers ``validation`` (error code, epoch, end
+    offset)."""
 
     def __init__(self, end: int) -> None:
         self.end = end
         self.leader_epoch = 0
+        self.batch_epoch = 0
         self.validation = (ErrorCode.NONE, 0, end)
         self.node = ScriptedBroker(self.answer)
 
@@ -74,7 +76,7 @@ class Leader:
                 return FetchResponse(responses=[])
             offset = request.topics[0].partitions[0].fetch_offset
             records = (build_batch([Record(b"v%d" % o) for o in range(offset, self.end)],
-                                   base_offset=offset, partition_leader_epoch=0)
+                                   base_offset=offset, partition_leader_epoch=self.batch_epoch)
                        if offset < self.end else None)
             return FetchResponse(responses=[FetchableTopicResponse("t", partitions=[
                 PartitionData(0, ErrorCode.NONE, high_watermark=self.end, records=records)])])
@@ -130,6 +132,28 @@ def test_a_consumed_position_is_validated_at_a_leader_change() -> None:
         consumer = await past_five_records(kafka, leader, (ErrorCode.NONE, 0, 2))
         assert [r.offset for r in await consumer.poll(timeout_ms=1000)] == [2, 3, 4]
         assert leader.validations() == [(1, 0)]
+
+    run(leader, body)
+
+
+def test_a_batch_without_a_leader_epoch_clears_the_positions_epoch() -> None:
+    # Kafka's CompletedFetch: lastEpoch = maybeLeaderEpoch(batch.partitionLeaderEpoch()), empty
+    # for NO_PARTITION_LEADER_EPOCH: a position read past such a batch has no offset epoch,
+    # so it is not validated at the next leader change.
+    leader = Leader(end=5)
+
+    async def body(kafka: KafkaClient) -> None:
+        consumer = Consumer(kafka, auto_offset_reset="earliest")
+        consumer.assign([(TP, 0)])
+        assert [r.offset for r in await consumer.poll(timeout_ms=1000)] == [0, 1, 2, 3, 4]
+        leader.end, leader.batch_epoch = 7, -1
+        assert [r.offset for r in await consumer.poll(timeout_ms=1000)] == [5, 6]
+        # A new leader epoch whose validation would move the position back to 2.
+        leader.leader_epoch, leader.validation = 1, (ErrorCode.NONE, 0, 2)
+        await kafka.refresh_metadata(["t"])
+        leader.end = 8
+        assert [r.offset for r in await consumer.poll(timeout_ms=1000)] == [7]
+        assert leader.validations() == []
 
     run(leader, body)
 

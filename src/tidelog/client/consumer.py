@@ -539,8 +539,8 @@ class Consumer:
             for batch in iter_batches(records):
                 if batch.next_offset <= next_position:
                     continue  # a compressed batch the fetch started inside of
-                if batch.partition_leader_epoch >= 0:  # Kafka's CompletedFetch lastEpoch
-                    last_epoch = batch.partition_leader_epoch
+                # Kafka's CompletedFetch lastEpoch: each batch's, empty when it has none (-1).
+                last_epoch = batch.partition_leader_epoch
                 if not batch.is_control_batch:
                     for rec in decode_records(batch, verify_crc=self.check_crcs):
                         if rec.offset >= next_position:
@@ -559,7 +559,10 @@ class Consumer:
         except CorruptRecordError as exc:
             raise BrokerResponseError(ErrorCode.CORRUPT_MESSAGE, f"{tp}: {exc}") from exc
         self._position[tp] = next_position
-        self._offset_epoch[tp] = last_epoch
+        if last_epoch >= 0:
+            self._offset_epoch[tp] = last_epoch
+        else:
+            self._offset_epoch.pop(tp, None)  # no epoch: not validated at a leader change
         if out:
             self._buffer[tp] = out
 
