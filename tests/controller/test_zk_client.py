@@ -541,6 +541,39 @@ def test_batched_writes_read_back_the_lost_compare_and_sets(
     assert read[("cas", 0)] == LeaderIsrAndControllerEpoch(1, 1, (1,), 1, 1)
 
 
+def test_a_new_topics_partition_znodes_are_created_a_multi_per_hundred_not_one_request_each(
+        make_client: Callable[..., KafkaZkClient], monkeypatch: pytest.MonkeyPatch) -> None:
+    # One request per /partitions/<p> znode cost a turn of kazoo's connection loop each: most
+    # of the controller's ZooKeeper work when a topic of thousands of partitions is created.
+    client = make_client()
+    _, _, epoch_version = client.try_elect_controller(1)
+    client.create_topic("many", {p: [1, 2] for p in range(250)})
+    singles: list[str] = []
+    create_async = client.kazoo.create_async
+
+    def counting(path: str, *args: Any, **kwargs: Any) -> Any:
+        singles.append(path)
+        return create_async(path, *args, **kwargs)
+
+    monkeypatch.setattr(client.kazoo, "create_async", counting)
+    states = {("many", p): LeaderIsrAndControllerEpoch(1, 0, (1, 2), 1) for p in range(250)}
+    assert client.create_partition_states(states, epoch_version) == {tp: True for tp in states}
+    assert singles == []
+    assert len(client.get_partition_states(states)) == 250
+    # a multi holding a znode that exists is redone one create each; a missing topic still
+    # answers NoTopicError
+    client.create_topic("some", {p: [1, 2] for p in range(3)})
+    client.kazoo.create("/brokers/topics/some/partitions", b"")
+    client.kazoo.create("/brokers/topics/some/partitions/1", b"")
+    singles.clear()
+    some = {("some", p): LeaderIsrAndControllerEpoch(1, 0, (1, 2), 1) for p in range(3)}
+    assert client.create_partition_states(some, epoch_version) == {tp: True for tp in some}
+    assert sorted(singles) == ["/brokers/topics/some/partitions",
+                               *(f"/brokers/topics/some/partitions/{p}" for p in range(3))]
+    with pytest.raises(NoTopicError):
+        client.create_partition_states({("nope", 0): states[("many", 0)]}, epoch_version)
+
+
 def test_log_dir_events_are_read_pipelined_in_order_skipping_deleted_ones(
         make_client: Callable[..., KafkaZkClient], monkeypatch: pytest.MonkeyPatch) -> None:
     client = make_client()
