@@ -81,25 +81,30 @@ def run(script: TwoLeaders, body: Callable[[KafkaClient], Awaitable[None]]) -> N
     asyncio.run(main())
 
 
-async def read_everything(consumer: Consumer) -> None:
+async def at_a_new_leader_epoch(kafka: KafkaClient, script: TwoLeaders, auto_offset_reset: str,
+                                epoch_0_ends: dict[TopicPartition, int]) -> Consumer:
+    """A consumer that read every record (written in leader epoch 0), then the metadata's
+    leader epoch 1 everywhere, with ``epoch_0_ends`` where epoch 0 ends on the leaders now."""
+    consumer = Consumer(kafka, auto_offset_reset=auto_offset_reset)
+    consumer.assign([(tp, 0) for tp in (T0, T1, T2)])
     got = 0
     for _ in range(50):
         got += len(await consumer.poll(timeout_ms=100))
         if got == 9:
-            return
-    raise AssertionError(f"read {got} of 9 records")
+            break
+    assert got == 9
+    script.leader_epoch = 1
+    script.epoch_0_ends.update(epoch_0_ends)
+    await kafka.refresh_metadata(["t"])
+    return consumer
 
 
 def test_one_validation_request_per_leader() -> None:
     script = TwoLeaders()
 
     async def body(kafka: KafkaClient) -> None:
-        consumer = Consumer(kafka, auto_offset_reset="earliest")
-        consumer.assign([(tp, 0) for tp in (T0, T1, T2)])
-        await read_everything(consumer)
-        # A new leader epoch everywhere; t-1's epoch 0 ended at 1 on its leader (truncated).
-        script.leader_epoch, script.epoch_0_ends[T1] = 1, 1
-        await kafka.refresh_metadata(["t"])
+        # t-1's epoch 0 ended at 1 on its leader (truncated there)
+        consumer = await at_a_new_leader_epoch(kafka, script, "earliest", {T1: 1})
         records = await consumer.poll(timeout_ms=1000)
         assert [(r.partition, r.offset) for r in records] == [(1, 1), (1, 2)]
         assert [sorted(v) for v in script.validations(0)] == [[T0, T1]]
@@ -112,12 +117,7 @@ def test_every_truncation_an_answer_shows_is_raised_together() -> None:
     script = TwoLeaders()
 
     async def body(kafka: KafkaClient) -> None:
-        consumer = Consumer(kafka, auto_offset_reset="none")
-        consumer.assign([(tp, 0) for tp in (T0, T1, T2)])
-        await read_everything(consumer)
-        script.leader_epoch = 1
-        script.epoch_0_ends.update({T0: 2, T1: 1})
-        await kafka.refresh_metadata(["t"])
+        consumer = await at_a_new_leader_epoch(kafka, script, "none", {T0: 2, T1: 1})
         with pytest.raises(LogTruncationError) as info:
             await consumer.poll(timeout_ms=1000)
         assert info.value.truncations == {T0: (3, (2, 0)), T1: (3, (1, 0))}
