@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,9 +27,11 @@ from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.records.builder import build_values
 
 
-def count_requests(b: BrokerThread, keys: tuple[ApiKey, ...]) -> dict[ApiKey, list[Any]]:
-    """Every request of these kinds broker b handles from now on (in its loop's order)."""
-    seen: dict[ApiKey, list[Any]] = {k: [] for k in keys}
+def count_requests(b: BrokerThread, keys: tuple[ApiKey, ...]
+                   ) -> dict[ApiKey, list[tuple[float, Any]]]:
+    """Every request of these kinds broker b handles from now on (in its loop's order), with
+    the monotonic time it arrived (the brokers are threads of the test's process)."""
+    seen: dict[ApiKey, list[tuple[float, Any]]] = {k: [] for k in keys}
 
     def install() -> None:
         apis = b.server.apis
@@ -37,7 +40,7 @@ def count_requests(b: BrokerThread, keys: tuple[ApiKey, ...]) -> dict[ApiKey, li
 
             async def recording(ctx: Any, request: Any, key: ApiKey = key,
                                 handle: Any = handle) -> Any:
-                seen[key].append(request)
+                seen[key].append((time.monotonic(), request))
                 return await handle(ctx, request)
 
             apis.register_handler(key, recording)
@@ -117,7 +120,7 @@ def test_after_an_unclean_election_the_old_leader_truncates_on_the_fetch_answer(
     wait_until(lambda: batches(b1, "div") == batches(b2, "div"), what="logs converge")
     assert batches(b1, "div") == [(0, 0, 0), (1, 3, 1)]
     fetched = b2.call(lambda: [(p.fetch_offset, p.last_fetched_epoch)
-                               for r in seen[ApiKey.FETCH] for t in r.topics
+                               for _, r in seen[ApiKey.FETCH] for t in r.topics
                                for p in t.partitions])
     # Its first fetch: from its LEO (3) with its last epoch (0), answered (epoch 0, end 1).
     assert fetched[0] == (3, 0) and (1, 0) in fetched, fetched
@@ -176,20 +179,34 @@ def test_a_detected_truncation_is_not_fetched_from_until_the_position_is_sought(
     """As the Java consumer: a LogTruncationException leaves the partition awaiting
     validation (SubscriptionState.maybeCompleteValidation does not complete it), so it is not
     fetched from the unvalidated position until the application seeks; it is validated (and
-    raised) again only once request.timeout.ms has passed since the validation."""
+    raised) again only once request.timeout.ms has passed since the validation was sent.
+    Checked by counts and a lower bound, so a slow machine cannot fail it: each raise has its
+    own OffsetsForLeaderEpoch, the second arrives at the leader no sooner than the timeout
+    after the poll that raised the first began, and no fetch at offset 3 reaches the leader."""
     unclean.write_tail()
+    timeout_s = 1.5
 
     async def main() -> None:
         async with KafkaClient(unclean.bootstrap, retry_backoff_ms=50,
-                               request_timeout_ms=4000) as client:
+                               request_timeout_ms=int(timeout_s * 1000)) as client:
             consumer = await consumer_past_the_lost_tail(client, "none")
             await asyncio.to_thread(unclean.elect_2)
-            with pytest.raises(LogTruncationError):
-                await read_values(consumer, 3)
-            # not n3, read from the diverged offset 3; not raised again within the timeout
-            assert await consumer.poll(timeout_ms=200) == []
-            with pytest.raises(LogTruncationError):
-                await read_values(consumer, 1)
+            seen = await asyncio.to_thread(count_requests, unclean.b[2],
+                                           (ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.FETCH))
+            validations = seen[ApiKey.OFFSET_FOR_LEADER_EPOCH]
+            raised_at: list[tuple[float, int]] = []  # (the raising poll's start, validations)
+            for _ in range(100):  # at least 20 s of polls: well past the timeout
+                started = time.monotonic()
+                try:
+                    assert await consumer.poll(timeout_ms=200) == []
+                except LogTruncationError:
+                    raised_at.append((started, len(validations)))
+                    if len(raised_at) == 2:
+                        break
+            assert [n for _, n in raised_at] == [1, 2]
+            assert validations[1][0] >= raised_at[0][0] + timeout_s
+            assert [p.fetch_offset for _, r in seen[ApiKey.FETCH] for t in r.topics
+                    for p in t.partitions if t.topic == "div"] == []
             consumer.seek(DIV, 1)
             assert await read_values(consumer, 3) == [b"n1", b"n2", b"n3"]
 
