@@ -170,7 +170,9 @@ def test_unclean_election_runs_still_converge() -> None:
     from tidelog.sim.runner import UNCLEAN_ALLOWED, unclean_config
 
     unclean = 0
-    for seed in range(8):
+    # Seeds 0-11: since AlterPartition has its own channel to the controller, faulty in random
+    # runs, the draws moved and of these only seed 11 elects uncleanly (0-7 did before).
+    for seed in range(12):
         s = run_seed(seed, 3000, config=unclean_config(), partitions=1 + seed % 2,
                      allowed=UNCLEAN_ALLOWED)
         assert s.ok, s.report()

@@ -146,14 +146,14 @@ def test_scripted_a_paused_leader_outlives_an_unclean_election() -> None:
     assert [str(v) for v in result.violations] == []
 
 
-@pytest.mark.parametrize("seed", [336, 394, 416])
+@pytest.mark.parametrize("seed", [263, 390, 436])
 def test_regression_unclean_seeds_where_a_zombie_leader_outlived_the_unclean_election(
         seed: int) -> None:
-    # The three of seeds 1-500 (3,000 events) where the exemption applies since the ISR goes
-    # by AlterPartition; each failed ValidHighWatermark before it (a leader of epoch 2, 1 and 4
-    # against a member that followed the unclean leader down to LEO 0). At 7d1a751 (leaders
-    # writing the ISR to ZooKeeper) the seeds were 95, 113 and 159: a trajectory change moves
-    # them, the scripted test above does not.
+    # The three of seeds 1-500 (3,000 events) where the exemption applies (7 of 1-1,000: also
+    # 832, 891, 899, 989) since AlterPartition has its own channel to the controller, faulty in
+    # random runs; each would fail ValidHighWatermark without it. Before, 336, 394 and 416;
+    # at 7d1a751 (leaders writing the ISR to ZooKeeper) 95, 113 and 159: a trajectory change
+    # moves them, the scripted test above does not.
     s = run_seed(seed, 3000, config=unclean_config(), allowed=UNCLEAN_ALLOWED)
     assert s.unclean_elections > 0
     assert s.ok, s.report()

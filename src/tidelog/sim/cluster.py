@@ -34,6 +34,7 @@ from tidelog.sim.invariants import (
 from tidelog.sim.lifecycle_invariants import LifecycleChecker
 from tidelog.sim.messages import (
     CLIENT_BASE,
+    CONTROLLER_CHANNEL_NODE,
     CONTROLLER_NODE,
     ZK_NODE,
     AlterPartitionMessage,
@@ -139,6 +140,7 @@ class SimCluster:
                                     {tp.partition: rs for tp, rs in txn_assignments.items()}))
         self.network.register(ZK_NODE, self._zk_receive)
         self.network.register(CONTROLLER_NODE, self._controller_receive)
+        self.network.register(CONTROLLER_CHANNEL_NODE, self._controller_channel_receive)
         self.nodes = [SimBroker(self, b) for b in range(n)]
         self.controller: SimController | None = None
         self.producers: list[Producer] = []
@@ -304,6 +306,10 @@ class SimCluster:
         old = self.controller
         if old is not None:
             old.resign()
+            # The brokers' connections to the old controller die with it: an AlterPartition
+            # on its way there is lost (its leader sends it again to the new one after
+            # request_timeout_ms); answers already sent still arrive.
+            self.network.set_up(CONTROLLER_CHANNEL_NODE, True)
         self.controller = SimController(self)
         self.controller.on_delete_sent = self.lifecycle.on_delete_sent
         if old is not None:
@@ -497,11 +503,14 @@ class SimCluster:
     def _controller_receive(self, src: int, msg: Any) -> None:
         if isinstance(msg, ControllerResponse) and self.controller is not None:
             self.controller.on_response(src, msg)
-        elif isinstance(msg, AlterPartitionMessage):
+
+    def _controller_channel_receive(self, src: int, msg: Any) -> None:
+        if isinstance(msg, AlterPartitionMessage):
             answer = (self.controller.alter_partition(src, msg.broker_epoch, msg.proposals)
                       if self.controller is not None else None)
             if answer is not None:  # no controller: no answer, the leader's request times out
-                self.network.send(CONTROLLER_NODE, src, AlterPartitionReply(msg.corr_id, answer))
+                self.network.send(CONTROLLER_CHANNEL_NODE, src,
+                                  AlterPartitionReply(msg.corr_id, answer))
 
     # -- ZooKeeper server ---------------------------------------------------------------------
     def _zk_receive(self, src: int, msg: Any) -> None:

@@ -183,9 +183,10 @@ class SimController:
         if outcome is None or not self.active:
             return AlterPartitionAnswer(int(ErrorCode.NOT_CONTROLLER))
         answer = alter_partition_answer(outcome)
-        written = outcome.written
-        if written:
-            self._carry_out(lambda: self.reassignments.on_isr_change(self.executor, written))
+        if any(tp in self.reassignments.reassigning for tp in outcome.written):
+            # As the real controller (Controller._on_alter_partition): every moving partition
+            # is looked at once a moving one's ISR was written.
+            self._carry_out(lambda: self.reassignments.on_isr_change(self.executor))
         return answer
 
     def _on_log_dir_events(self, event: str, path: str) -> None:

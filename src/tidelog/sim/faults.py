@@ -2,9 +2,12 @@
 
 `FaultInjector` wakes up at random intervals and picks one fault among the enabled kinds:
 
-- `drop`, `duplicate`, `reorder`, `delay`: a fault on one directed link between brokers for a
-  while (message loss, duplication, reordering, extra latency);
-- `partition`: cut one broker off from the other brokers, or from ZooKeeper, or from everyone;
+- `drop`, `duplicate`, `reorder`, `delay`: a fault on one directed link for a while (message
+  loss, duplication, reordering, extra latency): between two brokers, or (one in `brokers`)
+  between a broker and the controller's end of its AlterPartition channel, either way;
+- `partition`: cut one broker off from the other brokers, or from ZooKeeper and the controller
+  co-located with it (its AlterPartition channel; the controller's own requests are modelled
+  as reliable, as Kafka's controller sends each again until answered), or from everyone;
 - `crash`: stop a broker — clean (controlled shutdown first), kill -9 (the page cache survives)
   or lossy (power loss: unflushed writes are lost) — and restart it later;
 - `pause`: freeze a broker for longer than the ZooKeeper session timeout (a zombie);
@@ -47,7 +50,7 @@ from typing import TYPE_CHECKING
 
 from tidelog.controller.core import ELECTION_PREFERRED, ELECTION_UNCLEAN
 from tidelog.replication.types import TopicPartition
-from tidelog.sim.messages import ZK_NODE
+from tidelog.sim.messages import CONTROLLER_CHANNEL_NODE, ZK_NODE
 
 if TYPE_CHECKING:  # pragma: no cover
     from tidelog.sim.cluster import SimCluster
@@ -157,15 +160,18 @@ class FaultInjector:
         self.cluster.trace_add(("fault", None, kind, *details))
 
     def _link_pair(self) -> tuple[int, int]:
+        """Two brokers, or (one time in n) a broker and its AlterPartition channel's other end,
+        in either direction."""
+        rng = self.rng
         n = self.cluster.config.brokers
-        a = self.rng.randrange(n)
-        b = self.rng.randrange(n - 1)
-        return a, b if b < a else b + 1
+        a = rng.randrange(n)
+        b = rng.randrange(n)
+        if b != a:
+            return a, b
+        return (a, CONTROLLER_CHANNEL_NODE) if rng.random() < 0.5 else (CONTROLLER_CHANNEL_NODE, a)
 
     # -- the faults -------------------------------------------------------------------------
     def _link_fault(self, kind: str, **settings: float | int) -> None:
-        if self.cluster.config.brokers < 2:
-            return
         src, dst = self._link_pair()
         cfg = self.cluster.network.link(src, dst)
         old = (cfg.drop, cfg.duplicate, cfg.reorder, cfg.extra_delay_ms)
@@ -212,8 +218,9 @@ class FaultInjector:
         net = self.cluster.network
         brokers = {n.broker_id for n in self.cluster.nodes} - {b}
         shape = self.rng.choice(("brokers", "zookeeper", "all"))
-        others = brokers if shape == "brokers" else {ZK_NODE} if shape == "zookeeper" else (
-            brokers | {ZK_NODE})
+        controller = {ZK_NODE, CONTROLLER_CHANNEL_NODE}
+        others = brokers if shape == "brokers" else controller if shape == "zookeeper" else (
+            brokers | controller)
         net.partition({b}, others)
         self._note("partition", ("broker", b), shape)
 

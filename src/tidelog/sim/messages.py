@@ -14,6 +14,13 @@ from tidelog.replication.types import TopicPartition
 
 ZK_NODE = 1000
 CONTROLLER_NODE = 1001
+# The controller's end of the brokers' own connections to it (Kafka's
+# NodeToControllerChannelManager: AlterPartition and its answer), apart from the controller's
+# connections to the brokers (LeaderAndIsr, UpdateMetadata, StopReplica and their answers): the
+# two fail and reorder independently, and the first is faulty in random runs (a lost or late
+# AlterPartition is sent again), while the controller's requests are modelled as reliable
+# (Kafka's ControllerChannelManager sends each again until it is answered).
+CONTROLLER_CHANNEL_NODE = 1002
 CLIENT_BASE = 2000
 
 

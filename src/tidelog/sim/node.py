@@ -54,6 +54,7 @@ from tidelog.shell.replica_manager import ReplicaManager
 from tidelog.sim.clock import Timer
 from tidelog.sim.disk import MemoryFileIO
 from tidelog.sim.messages import (
+    CONTROLLER_CHANNEL_NODE,
     CONTROLLER_NODE,
     ZK_NODE,
     AlterPartitionMessage,
@@ -732,8 +733,9 @@ class SimBroker:
 
 
 class SimAlterPartitionTransport:
-    """AlterPartition to the controller over the simulated network (the controller's node is
-    always the same: a failover changes who answers there); an answer not back within
+    """AlterPartition to the controller over the simulated network, on the brokers' own
+    channel to it (`CONTROLLER_CHANNEL_NODE`: always the same node, a failover changes who
+    answers there and loses what was on its way); an answer not back within
     `request_timeout_ms` fails the request (the manager sends it again)."""
 
     __slots__ = ("node",)
@@ -752,7 +754,7 @@ class SimAlterPartitionTransport:
         timer = node.process.schedule("alter-partition-timeout", lambda: self._timeout(corr),
                                       node.cluster.config.request_timeout_ms)
         node._alter_inflight[corr] = (on_done, timer)
-        node.network.send(node.broker_id, CONTROLLER_NODE,
+        node.network.send(node.broker_id, CONTROLLER_CHANNEL_NODE,
                           AlterPartitionMessage(corr, broker_epoch, tuple(items)))
 
     def _timeout(self, corr: int) -> None:

@@ -28,7 +28,13 @@ from tidelog.replication.config import ReplicationConfig
 from tidelog.sim.client import Producer
 from tidelog.sim.cluster import SimCluster, SimConfig
 from tidelog.sim.invariants import Violation
-from tidelog.sim.messages import CONTROLLER_NODE, ZK_NODE, ReplicaFetchRequest, ReplicaFetchResponse
+from tidelog.sim.messages import (
+    CONTROLLER_CHANNEL_NODE,
+    CONTROLLER_NODE,
+    ZK_NODE,
+    ReplicaFetchRequest,
+    ReplicaFetchResponse,
+)
 
 Rule = Callable[[int, int, Any], bool]
 
@@ -383,7 +389,9 @@ def kip320(sc: ScenarioRun) -> None:
     sc.run_until(lambda: sc.leo(1) >= 50)
     sc.snapshot("0,1 at 50; 2 at 40")
     # 1 loses ZooKeeper and the controller, but not broker 0.
-    zk_cut = sc.rule(lambda s, d, m: (s, d) in ((1, ZK_NODE), (ZK_NODE, 1), (CONTROLLER_NODE, 1)))
+    zk_cut = sc.rule(lambda s, d, m: (s, d) in (
+        (1, ZK_NODE), (ZK_NODE, 1), (CONTROLLER_NODE, 1), (1, CONTROLLER_CHANNEL_NODE),
+        (CONTROLLER_CHANNEL_NODE, 1)))
     sc.wait_gone(1)
     sc.snapshot("1 lost its session")
     sc.stop(0, "kill")
@@ -445,7 +453,7 @@ def maximal_isr(sc: ScenarioRun) -> None:
     sc.run_until(lambda: sc.isr_is({0, 1}))
     sc.produce(5)
     sc.snapshot("2 out of the ISR")
-    sc.cluster.network.link(0, CONTROLLER_NODE).extra_delay_ms = 600
+    sc.cluster.network.link(0, CONTROLLER_CHANNEL_NODE).extra_delay_ms = 600
     leader = sc.part(0)
     sc.rule(lambda s, d, m: (s == 0 and d == 2 and isinstance(m, ReplicaFetchResponse)
                              and leader.pending_isr is not None))
