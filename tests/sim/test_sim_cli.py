@@ -55,3 +55,31 @@ def test_sim_single_seed_trace_replays_with_the_same_digest() -> None:
     assert res.exit_code == 0, res.output
     assert "leader_and_isr" in res.output and "trace digest" in res.output
     assert "DIFFERS" not in res.output
+
+
+def test_sim_table_marks_each_seeds_transaction_verification() -> None:
+    from tidelog.sim.runner import runs_txn_verification
+
+    off = next(s for s in range(3, 400, 4) if not runs_txn_verification(s))
+    res = CliRunner().invoke(cli, ["sim", "--seed", str(off - 1), "--seeds", "2", "--steps",
+                                   "300"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    rows = {cells[0]: cells for cells in map(str.split, res.output.splitlines())
+            if len(cells) == 11 and cells[0].isdigit() and cells[1].isdigit()}
+    assert rows[str(off - 1)][8] == "-" and rows[str(off)][8] == "off"
+    assert "txn: 1 runs (0 failed); verification off: 1 (0 failed)" in res.output
+    forced = CliRunner().invoke(cli, ["sim", "--seed", "1", "--steps", "300", "--transactions",
+                                      "--txn-verification", "on"], env={"COLUMNS": "200"})
+    assert forced.exit_code == 0, forced.output
+    assert "txn: 1 runs (0 failed); verification off: 0 (0 failed)" in forced.output
+
+
+def test_a_failing_seeds_report_names_its_verification_setting_and_replay_options() -> None:
+    from tidelog.sim.runner import RunSummary
+
+    report = RunSummary(seed=7, txn_verification=False, log_dirs=2, converged=False,
+                        replay_args=" --transactions").report()
+    first = report.splitlines()[0]
+    assert first.startswith("seed 7 (transactions, transaction.partition.verification.enable="
+                            "false, 2 log dirs):")
+    assert first.endswith("--steps <same steps> --transactions")

@@ -3,6 +3,7 @@
     tidelog sim --seed 7 --steps 5000                 one seed, summary table
     tidelog sim --seed 1 --seeds 50 --steps 2000      seeds 1..50, progress bar, one row each
     tidelog sim --faults crash,pause --brokers 5      only these faults, five brokers
+    tidelog sim --seeds 100 --transactions            the transactional workload on every seed
     tidelog sim --scenario kip101 --trace             a scripted scenario, step by step
     tidelog sim --scenario kip101 --naive --trace     the same with the rule it replaced
     tidelog sim --scenario all                        every scenario, fixed and naive
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 import click
 from rich.console import Console
@@ -60,12 +62,20 @@ def _parse_faults(value: str) -> tuple[str, ...]:
 @click.option("--unclean", is_flag=True,
               help="Random runs with unclean leader election and min.insync.replicas=1: acked "
                    "data may be lost (allowed), replicas must still converge.")
+@click.option("--transactions/--no-transactions", default=None,
+              help="Run the transactional workload on every seed (or on none); default: one "
+                   "seed in four, never with --unclean.")
+@click.option("--txn-verification", type=click.Choice(["seed", "on", "off"]), default="seed",
+              show_default=True,
+              help="transaction.partition.verification.enable in transactional runs: drawn "
+                   "from the seed (off in one in four), or on / off for every one.")
 @click.option("--trace", "show_trace", is_flag=True,
               help="Print the step table (scenarios) or the run's trace (single seed).")
 @click.option("--list-scenarios", is_flag=True, help="List the scenarios and exit.")
 def sim(seed: int, seeds: int, steps: int, brokers: int, partitions: int, faults: str,
         scenario: str | None, naive: bool, naive_rule: str | None, unclean: bool,
-        show_trace: bool, list_scenarios: bool) -> None:
+        transactions: bool | None, txn_verification: str, show_trace: bool,
+        list_scenarios: bool) -> None:
     """Deterministic simulation of a tidelog cluster: the real replication core and storage
     engine under a virtual clock, with seeded faults and invariant checks after every event."""
     console = Console()
@@ -123,27 +133,35 @@ def sim(seed: int, seeds: int, steps: int, brokers: int, partitions: int, faults
         config = unclean_config(config)
         allowed = UNCLEAN_ALLOWED
 
+    verification = None if txn_verification == "seed" else txn_verification == "on"
+    run_options: dict[str, Any] = dict(
+        brokers=brokers, partitions=partitions, faults=kinds, config=config, allowed=allowed,
+        transactions=transactions, txn_verification=verification)
     summaries = []
     with Progress(TextColumn("[bold]sim"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=console,
                   disable=seeds == 1, transient=True) as progress:
         task = progress.add_task("seeds", total=seeds, status="")
         for s in range(seed, seed + seeds):
-            summary = run_seed(s, steps, brokers=brokers, partitions=partitions, faults=kinds,
-                               config=config, allowed=allowed)
+            summary = run_seed(s, steps, **run_options)
             summaries.append(summary)
             failed = sum(1 for x in summaries if not x.ok)
             progress.update(task, advance=1, status=f"failed {failed}")
     # A plain fixed-width table: it must stay readable in an 80-column terminal and in CI logs.
-    head = ("seed", "events", "elect", "shrink", "expand", "acked", "lost", "viol", "result",
-            "ev/s")
-    fmt = "{:<8} {:>8} {:>6} {:>6} {:>6} {:>7} {:>5} {:>5}  {:<8} {:>7}"
+    # txn: the transactional workload with KIP-890's verification on / off, "-" without it.
+    head = ("seed", "events", "elect", "shrink", "expand", "acked", "lost", "viol", "txn",
+            "result", "ev/s")
+    fmt = "{:<8} {:>8} {:>5} {:>6} {:>6} {:>7} {:>4} {:>4} {:>3}  {:<8} {:>6}"
     lines = [fmt.format(*head), "-" * 78]
     shown = summaries if len(summaries) <= 200 else [x for x in summaries if not x.ok]
+
+    def txn(x: Any) -> str:
+        return "-" if x.txn_verification is None else "on" if x.txn_verification else "off"
+
     for x in shown:
         result = "FAIL" if not x.ok else "offline" if x.offline else "ok"
         lines.append(fmt.format(x.seed, x.events, x.elections, x.isr_shrinks, x.isr_expands,
-                                x.acked, x.lost, len(x.violations), result,
+                                x.acked, x.lost, len(x.violations), txn(x), result,
                                 f"{x.events_per_s:,.0f}"))
     total_events = sum(x.events for x in summaries)
     total_wall = sum(x.wall_s for x in summaries)
@@ -153,8 +171,16 @@ def sim(seed: int, seeds: int, steps: int, brokers: int, partitions: int, faults
         f"{len(summaries)} runs", total_events, sum(x.elections for x in summaries),
         sum(x.isr_shrinks for x in summaries), sum(x.isr_expands for x in summaries),
         sum(x.acked for x in summaries), sum(x.lost for x in summaries),
-        sum(len(x.violations) for x in summaries), f"{failed} FAIL" if failed else "all ok",
+        sum(len(x.violations) for x in summaries), "",
+        f"{failed} FAIL" if failed else "all ok",
         f"{total_events / total_wall:,.0f}" if total_wall else "-"))
+    txn_runs = [x for x in summaries if x.txn_verification is not None]
+    if txn_runs:
+        off = [x for x in txn_runs if not x.txn_verification]
+        lines.append(
+            f"txn: {len(txn_runs)} runs ({sum(not x.ok for x in txn_runs)} failed); "
+            f"verification off: {len(off)} ({sum(not x.ok for x in off)} failed), late "
+            f"appended {sum(x.late_appended for x in off)}/{sum(x.late_produces for x in off)}")
     console.print("tidelog sim", style="bold")
     for line in lines:
         console.print(line, markup=False, highlight=False)
@@ -163,8 +189,7 @@ def sim(seed: int, seeds: int, steps: int, brokers: int, partitions: int, faults
         console.print(x.report(), markup=False, highlight=False)
     if show_trace and seeds == 1:
         # Replay the seed (same seed, same run) keeping its whole trace.
-        replay = run_seed(seed, steps, brokers=brokers, partitions=partitions, faults=kinds,
-                          config=config, full_trace=True, allowed=allowed)
+        replay = run_seed(seed, steps, full_trace=True, **run_options)
         for line in replay.trace_tail:
             console.print(line, markup=False, highlight=False)
         console.print(f"trace digest {replay.trace_digest}"

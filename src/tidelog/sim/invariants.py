@@ -38,9 +38,13 @@ makes it a follower, and the follower truncates to the new leader's epoch end of
 floor at any HW (AbstractFetcherThread.truncateOnFetchResponse / maybeTruncateToEpochEndOffsets,
 KIP-279) — that is the data loss unclean election allows. So ValidHighWatermark exempts exactly
 that pair: a leader of epoch e and a member now following epoch f, with an unclean election at an
-epoch u, e < u <= f (`note_partition_write` records u where the controller writes it). It stays
-strict for the unclean leader and every later one, for a zombie against members that still follow
-an epoch before the unclean election, and in runs without unclean elections.
+epoch u, e < u <= f (`note_partition_write` records u where the controller writes it) — and
+only while the zombie's HW stays within what that member held before it moved on (the highest
+LEO the checks saw it with under the zombie; the zombie counts a member's LEO only as its fetches
+reported it, and the member fetches from it no more): a zombie's HW that rises above that is
+still a violation. It stays strict for the unclean leader and every later one, for a zombie
+against members that still follow an epoch before the unclean election, and in runs without
+unclean elections.
 
 At the end, after healing (`SimCluster.final_checks`): NoAckedLoss (every acks=all write is in
 the log at its offset), acked ⊆ consumed, consumed data never changed, and every replica
@@ -93,6 +97,13 @@ class InvariantChecker:
     # Leader epochs a controller decided by an unclean election, per partition (ascending).
     unclean_epochs: dict[TopicPartition, list[int]] = field(default_factory=dict)
     _written: dict[TopicPartition, Any] = field(default_factory=dict)
+    # (partition, leader epoch, member): the highest LEO a check saw the member with while the
+    # leader of that epoch counted it (the exemption above is bounded by it).
+    member_leo_seen: dict[tuple[TopicPartition, int, int], int] = field(default_factory=dict)
+    _zombie_hw_bound: dict[tuple[TopicPartition, int, int], int] = field(default_factory=dict)
+    # Checks where the exemption let a zombie's HW stand above a member's LEO (pinned seeds
+    # must reach it).
+    zombie_hw_exemptions: int = 0
     enabled: bool = True
     # Stop recording after this many (a broken rule tends to repeat on every event).
     max_violations: int = 50
@@ -120,6 +131,7 @@ class InvariantChecker:
         exempt = view.exempt
         leaders_by_epoch = self.leaders_by_epoch
         last_hw = self.last_hw
+        member_leo_seen = self.member_leo_seen
         for bid, tp, epoch, hw, isr, pending in view.acting_leaders():
             if bid not in isr:
                 self.fail("LeaderInIsr", tp, f"leader {bid} not in its ISR {sorted(isr)}")
@@ -141,8 +153,15 @@ class InvariantChecker:
                 if m == bid:
                     continue
                 leo = member_leo(m, tp)
-                if (leo is not None and leo < hw and not exempt(m, tp, epoch)
-                        and not self._follows_unclean_history(tp, epoch, m)):
+                if leo is None:
+                    continue
+                if self._follows_unclean_history(tp, epoch, m):
+                    self._check_zombie_hw(bid, tp, epoch, hw, m, leo)
+                    continue
+                mkey = (tp, epoch, m)
+                if leo > member_leo_seen.get(mkey, -1):
+                    member_leo_seen[mkey] = leo
+                if leo < hw and not exempt(m, tp, epoch):
                     self.fail("ValidHighWatermark", tp,
                               f"leader {bid} HW {hw} > LEO {leo} of ISR member {m}")
             self._strong_isr(bid, tp, epoch, hw, full)
@@ -171,6 +190,26 @@ class InvariantChecker:
             return False
         follows = self.view.member_leader_epoch(member, tp)
         return follows is not None and any(epoch < u <= follows for u in unclean)
+
+    def _check_zombie_hw(self, bid: int, tp: TopicPartition, epoch: int, hw: int,
+                         member: int, leo: int) -> None:
+        """The HW of the leader of ``epoch`` may stand above the LEO of ``member``, which follows
+        the unclean history now, but not rise above what ``member`` held while it still
+        followed an earlier epoch: the leader's HW counts a member's LEO only as that member's
+        fetches reported it (Partition.maybeIncrementLeaderHW), and it fetches from this leader
+        no more. The bound is fixed at the first check that exempts the pair: the highest LEO
+        the checks saw it with under this leader, or the HW then if they saw none (a member
+        that came back straight into the unclean history)."""
+        if leo < hw:
+            self.zombie_hw_exemptions += 1
+        key = (tp, epoch, member)
+        bound = self._zombie_hw_bound.get(key)
+        if bound is None:
+            bound = self._zombie_hw_bound[key] = max(self.member_leo_seen.get(key, -1), hw)
+        if hw > bound and not self.view.exempt(member, tp, epoch):
+            self.fail("ValidHighWatermark", tp,
+                      f"leader {bid} HW {hw} rose above {bound}, the most ISR member {member} "
+                      "held before it followed the unclean election")
 
     def _strong_isr(self, bid: int, tp: TopicPartition, epoch: int, hw: int,
                     full: bool) -> None:

@@ -34,6 +34,9 @@ class RunSummary:
     virtual_ms: int = 0
     elections: int = 0
     unclean_elections: int = 0
+    # Checks where a zombie leader's HW stood above a member that follows an unclean election
+    # (ValidHighWatermark's exemption, sim/invariants.py).
+    zombie_hw_exemptions: int = 0
     isr_shrinks: int = 0
     isr_expands: int = 0
     acked: int = 0  # acks=all
@@ -57,6 +60,8 @@ class RunSummary:
     trace_tail: list[str] = field(default_factory=list)
     # Invariants this run's configuration gives up (e.g. NoAckedLoss under unclean election).
     allowed: tuple[str, ...] = ()
+    # The `tidelog sim` options a replay needs beyond the seed and steps (--unclean, ...).
+    replay_args: str = ""
 
     @property
     def ok(self) -> bool:
@@ -67,10 +72,23 @@ class RunSummary:
     def events_per_s(self) -> float:
         return self.events / self.wall_s if self.wall_s > 0 else 0.0
 
+    @property
+    def setup(self) -> str:
+        """What the seed drew besides its faults, where a replay must match it: transactions
+        with KIP-890's verification on or off, two log dirs."""
+        parts = []
+        if self.txn_verification is not None:
+            parts.append("transactions, transaction.partition.verification.enable="
+                         + ("true" if self.txn_verification else "false"))
+        if self.log_dirs > 1:
+            parts.append(f"{self.log_dirs} log dirs")
+        return ", ".join(parts)
+
     def report(self) -> str:
-        lines = [f"seed {self.seed}: {len(self.violations)} violation(s), converged="
+        setup = f" ({self.setup})" if self.setup else ""
+        lines = [f"seed {self.seed}{setup}: {len(self.violations)} violation(s), converged="
                  f"{self.converged}; replay with: tidelog sim --seed {self.seed} "
-                 f"--steps <same steps>"]
+                 f"--steps <same steps>{self.replay_args}"]
         lines += [f"  {v}" for v in self.violations[:20]]
         if self.trace_tail:
             lines.append("  last trace entries:")
@@ -193,8 +211,13 @@ def run_seed(seed: int, steps: int = 2000, *, brokers: int = 3, partitions: int 
     """`transactions`: None for the seed's default (`runs_transactions`); `txn_verification`
     (transaction.partition.verification.enable): None for the seed's (`runs_txn_verification`)."""
     t0 = time.perf_counter()
+    replay = []
+    if config is not None and config.replication.unclean_leader_election_enable:
+        replay.append("--unclean")
     if transactions is None:
         transactions = runs_transactions(seed, config)
+    elif transactions != runs_transactions(seed, config):
+        replay.append("--transactions" if transactions else "--no-transactions")
     if runs_jbod(seed, config):
         config = SimConfig(log_dirs_per_broker=2)
     verification = None
@@ -249,7 +272,11 @@ def run_seed(seed: int, steps: int = 2000, *, brokers: int = 3, partitions: int 
     # Let consumers read up to the final HW before comparing (bounded).
     cluster.drain_consumers()
     final = cluster.final_checks() + txn_final
-    summary = RunSummary(seed=seed, allowed=allowed)
+    if txn_verification is not None and transactions and \
+            txn_verification != runs_txn_verification(seed):
+        replay.append("--txn-verification " + ("on" if txn_verification else "off"))
+    summary = RunSummary(seed=seed, allowed=allowed,
+                         replay_args="".join(f" {a}" for a in replay))
     summary.events = cluster.scheduler.events_run
     summary.virtual_ms = cluster.scheduler.now_ms
     ctl = cluster.controller
@@ -272,6 +299,7 @@ def run_seed(seed: int, steps: int = 2000, *, brokers: int = 3, partitions: int 
     summary.faults = dict(injector.stats.injected)
     summary.violations = list(cluster.checker.violations) + final
     summary.event_violations = len(cluster.checker.violations)
+    summary.zombie_hw_exemptions = cluster.checker.zombie_hw_exemptions
     summary.converged = converged
     summary.offline = sum(1 for tp in cluster.tps if cluster.offline_by_kip966(tp))
     summary.trace_digest = cluster.trace.digest()
