@@ -1,7 +1,9 @@
 """The consumer validates its positions (KIP-320) as Kafka's Java consumer does: one
 OffsetsForLeaderEpoch per leader for all of its partitions to validate, the leaders asked
 together (OffsetFetcher.validatePositionsAsync / regroupFetchPositionsByLeader), and the log
-truncations one answer shows raised together (LogTruncationException)."""
+truncations one answer shows raised together (LogTruncationException); another leader's
+answer's truncations wait for their next validation (the first exception is kept, a later one
+dropped: maybeSetOffsetForLeaderException)."""
 
 from __future__ import annotations
 
@@ -71,10 +73,11 @@ class TwoLeaders:
                              if partitions else [])
 
 
-def run(script: TwoLeaders, body: Callable[[KafkaClient], Awaitable[None]]) -> None:
+def run(script: TwoLeaders, body: Callable[[KafkaClient], Awaitable[None]], **client: Any
+        ) -> None:
     async def main() -> None:
         async with script.nodes[0], script.nodes[1], \
-                KafkaClient(script.nodes[0].address, retry_backoff_ms=5) as kafka:
+                KafkaClient(script.nodes[0].address, retry_backoff_ms=5, **client) as kafka:
             await kafka.refresh_metadata(["t"])
             await body(kafka)
 
@@ -125,3 +128,25 @@ def test_every_truncation_an_answer_shows_is_raised_together() -> None:
         assert consumer.position(T2) == 3 and consumer.position(T0) == 3
 
     run(script, body)
+
+
+def test_another_leaders_truncations_are_raised_at_their_next_validation() -> None:
+    script = TwoLeaders()
+
+    async def body(kafka: KafkaClient) -> None:
+        consumer = await at_a_new_leader_epoch(kafka, script, "none", {T0: 2, T2: 1})
+        raised: list[dict[TopicPartition, Any]] = []
+        for _ in range(30):  # at least 3 s of polls: past the 300 ms timeout
+            try:
+                await consumer.poll(timeout_ms=100)
+            except LogTruncationError as e:
+                raised.append(e.truncations)
+                for tp, (_, divergent) in e.truncations.items():
+                    consumer.seek(tp, divergent[0])  # as an application would
+                if len(raised) == 2:
+                    break
+        # one leader's answer each time: the other's truncation waited for its next validation
+        assert sorted(raised, key=lambda r: min(r)) == [{T0: (3, (2, 0))}, {T2: (3, (1, 0))}]
+        assert len(script.validations(0)) + len(script.validations(1)) == 3
+
+    run(script, body, request_timeout_ms=300)

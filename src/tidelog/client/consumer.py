@@ -28,8 +28,9 @@ request make the next fetch full again (closing the session); the partitions of 
 are not used. ``close`` closes the sessions (epoch -1).
 
 Log truncation (KIP-320), as Kafka's Java consumer: each position keeps the leader epoch of the
-last batch consumed (none after a seek or a reset by ListOffsets). When the metadata shows a
-newer leader epoch for the partition, the position is validated before its next fetch:
+last batch consumed (none when that batch has none, after a seek or a reset by ListOffsets).
+When the metadata shows a newer leader epoch for the partition, the position is validated
+before its next fetch:
 OffsetsForLeaderEpoch(that epoch) at the leader — one request per leader for all its partitions
 to validate, sent together (``OffsetFetcher.validatePositionsAsync``) — then
 ``SubscriptionState.maybeCompleteValidation``:
@@ -116,9 +117,9 @@ class OffsetOutOfRangeError(BrokerResponseError):
 
 class LogTruncationError(OffsetOutOfRangeError):
     """The log was truncated below the position (Kafka's LogTruncationException), with
-    ``auto.offset.reset=none``. ``truncations``: each partition one validation found truncated,
-    with (its position, the divergent offset: (the first offset known to diverge, its leader
-    epoch), None when the leader could not place the position's epoch);
+    ``auto.offset.reset=none``. ``truncations``: each partition one leader's answer found
+    truncated, with (its position, the divergent offset: (the first offset known to diverge,
+    its leader epoch), None when the leader could not place the position's epoch);
     ``topic_partition``, ``offset`` and ``divergent_offset`` are the first one's."""
 
     def __init__(
@@ -342,6 +343,7 @@ class Consumer:
                     retry += asked
                     continue
                 raise answer
+            found: dict[TopicPartition, tuple[int, tuple[int, int] | None]] = {}
             for tp, (offset, part) in asked.items():
                 if self._position.get(tp) != offset:
                     continue  # sought meanwhile
@@ -359,7 +361,7 @@ class Consumer:
                     # Kafka's maybeCompleteValidation leaves the position awaiting validation:
                     # never fetched from until the application seeks, validated again (and
                     # raised again) once the request timeout after this validation has passed.
-                    truncations[tp] = (
+                    found[tp] = (
                         offset, None if unplaced else (end.end_offset, end.leader_epoch))
                     self._validate_after[tp] = (retry_at, part.leader_epoch)
                     continue
@@ -373,6 +375,10 @@ class Consumer:
                     self._offset_epoch[tp] = end.leader_epoch
                 else:
                     validated.append(tp)
+            if not truncations:
+                # Kafka raises one answer's truncations (maybeSetOffsetForLeaderException keeps
+                # the first and drops a later one): another answer's await their next validation.
+                truncations = found
         if truncations:  # the others of the answers are done first, as Kafka's
             raise LogTruncationError(truncations)
         return validated, retry
