@@ -30,3 +30,20 @@ async def poll_values(consumer: Consumer, count: int, timeout_s: float = 10) -> 
     while len(values) < count and time.monotonic() < deadline:
         values += [r.value or b"" for r in await consumer.poll(timeout_ms=200)]
     return values
+
+
+async def raising_polls(consumer: Consumer, error: type[Exception], times: int, polls: int,
+                        timeout_ms: int, count: Callable[[], int]) -> list[tuple[float, int]]:
+    """Polls (at most ``polls``, each returning no record) until ``error`` was raised ``times``
+    times; for each raise, when the poll that raised began and ``count()`` then. Bounded by
+    count, not time: a slow machine only makes the polls span longer."""
+    raised: list[tuple[float, int]] = []
+    for _ in range(polls):
+        started = time.monotonic()
+        try:
+            assert await consumer.poll(timeout_ms=timeout_ms) == []
+        except error:
+            raised.append((started, count()))
+            if len(raised) == times:
+                break
+    return raised

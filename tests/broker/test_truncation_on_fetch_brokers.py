@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from harness import ActingController, BrokerThread, broker_props, produce, wait_until
+from waiting import raising_polls
 from zk_chroot import new_chroot
 
 from tidelog.client.cluster import KafkaClient
@@ -194,15 +195,9 @@ def test_a_detected_truncation_is_not_fetched_from_until_the_position_is_sought(
             seen = await asyncio.to_thread(count_requests, unclean.b[2],
                                            (ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.FETCH))
             validations = seen[ApiKey.OFFSET_FOR_LEADER_EPOCH]
-            raised_at: list[tuple[float, int]] = []  # (the raising poll's start, validations)
-            for _ in range(100):  # at least 20 s of polls: well past the timeout
-                started = time.monotonic()
-                try:
-                    assert await consumer.poll(timeout_ms=200) == []
-                except LogTruncationError:
-                    raised_at.append((started, len(validations)))
-                    if len(raised_at) == 2:
-                        break
+            # (the raising poll's start, validations); 100 polls: at least 20 s, past the timeout
+            raised_at = await raising_polls(consumer, LogTruncationError, 2, 100, 200,
+                                            lambda: len(validations))
             assert [n for _, n in raised_at] == [1, 2]
             assert validations[1][0] >= raised_at[0][0] + timeout_s
             assert [p.fetch_offset for _, r in seen[ApiKey.FETCH] for t in r.topics

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from kafka_peer import ScriptedBroker, metadata_answer
+from waiting import raising_polls
 
 from tidelog.client.cluster import KafkaClient
 from tidelog.client.consumer import Consumer, LogTruncationError
@@ -97,6 +98,19 @@ async def past_five_records(kafka: KafkaClient, leader: Leader, validation: tupl
     return consumer
 
 
+async def reads_on_unvalidated_at_a_leader_change(kafka: KafkaClient, leader: Leader,
+                                                  consumer: Consumer) -> None:
+    """A new leader epoch whose validation would move the position back to 2, and one more
+    record: read next, no OffsetsForLeaderEpoch sent (the position has no offset epoch)."""
+    position = consumer.position(TP)
+    assert position is not None
+    leader.leader_epoch, leader.validation = 1, (ErrorCode.NONE, 0, 2)
+    await kafka.refresh_metadata(["t"])
+    leader.end = position + 1
+    assert [r.offset for r in await consumer.poll(timeout_ms=1000)] == [position]
+    assert leader.validations() == []
+
+
 def run(leader: Leader, body: Callable[[KafkaClient], Awaitable[None]], **client: Any) -> None:
     async def main() -> None:
         async with leader.node, KafkaClient(leader.node.address, retry_backoff_ms=5,
@@ -115,12 +129,7 @@ def test_a_position_reset_by_list_offsets_is_not_validated_at_a_leader_change() 
         consumer.assign([TP])
         assert await consumer.poll(timeout_ms=50) == []
         assert consumer.position(TP) == 5
-        # A new leader epoch whose validation would move the position back to 2.
-        leader.leader_epoch, leader.validation = 1, (ErrorCode.NONE, 0, 2)
-        await kafka.refresh_metadata(["t"])
-        leader.end = 6
-        assert [r.offset for r in await consumer.poll(timeout_ms=1000)] == [5]
-        assert leader.validations() == []
+        await reads_on_unvalidated_at_a_leader_change(kafka, leader, consumer)
 
     run(leader, body)
 
@@ -150,12 +159,7 @@ def test_a_batch_without_a_leader_epoch_clears_the_positions_epoch() -> None:
         assert [r.offset for r in await consumer.poll(timeout_ms=1000)] == [0, 1, 2, 3, 4]
         leader.end, leader.batch_epoch = 7, -1
         assert [r.offset for r in await consumer.poll(timeout_ms=1000)] == [5, 6]
-        # A new leader epoch whose validation would move the position back to 2.
-        leader.leader_epoch, leader.validation = 1, (ErrorCode.NONE, 0, 2)
-        await kafka.refresh_metadata(["t"])
-        leader.end = 8
-        assert [r.offset for r in await consumer.poll(timeout_ms=1000)] == [7]
-        assert leader.validations() == []
+        await reads_on_unvalidated_at_a_leader_change(kafka, leader, consumer)
 
     run(leader, body)
 
@@ -202,15 +206,9 @@ def test_a_truncation_found_is_raised_once_then_again_after_the_request_timeout(
     async def body(kafka: KafkaClient) -> None:
         consumer = await past_five_records(kafka, leader, (ErrorCode.NONE, 0, 2), "none")
         fetches = len(leader.fetch_offsets())
-        raised_at: list[tuple[float, int]] = []  # (the raising poll's start, validations)
-        for _ in range(30):  # at least 3 s of polls: well past the timeout
-            started = time.monotonic()
-            try:
-                assert await consumer.poll(timeout_ms=100) == []
-            except LogTruncationError:
-                raised_at.append((started, len(leader.validations())))
-                if len(raised_at) == 2:
-                    break
+        # (the raising poll's start, validations); 30 polls: at least 3 s, past the timeout
+        raised_at = await raising_polls(consumer, LogTruncationError, 2, 30, 100,
+                                        lambda: len(leader.validations()))
         assert [n for _, n in raised_at] == [1, 2]
         assert leader.validated_at[1] >= raised_at[0][0] + timeout_s
         assert len(leader.fetch_offsets()) == fetches
