@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from storage_helpers import batch
@@ -213,11 +214,52 @@ def test_an_interrupted_swap_failing_at_start_takes_the_future_logs_dir_offline(
         tmp_path: Path) -> None:
     dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
     m = LogManager(dirs, LogConfig(), OsFileIO())
+    m.get_or_create_log("t", 0).append_as_follower(batch(), 0)
     m.maybe_update_preferred_log_dir("t", 0, dirs[1])
     m.get_or_create_log("t", 0, is_future=True).append_as_follower(batch(), 0)
-    m.shutdown()  # a future log and no current one: the swap stopped between its renames
+    # The swap stopped between its renames: the current retired, the future not yet renamed.
+    future_dir = m.future_logs[("t", 0)].dir
+    m.file_io.rename = _stop_at_future(m.file_io.rename)  # type: ignore[method-assign]
+    with pytest.raises(_Stopped):
+        m.replace_current_with_future_log("t", 0)
+    assert os.path.isdir(future_dir) and not os.path.exists(os.path.join(dirs[0], "t-0"))
     again = LogManager(dirs, LogConfig(), _FailingMakedirs(os.path.join(dirs[1], "t-0")))
     assert again.offline_dirs == {dirs[1]}
+
+
+class _Stopped(Exception):
+    """The process stopped here."""
+
+
+def _stop_at_future(rename: Any) -> Any:
+    """`rename`, except that renaming a future log stops the process."""
+    def stopping(src: str, dst: str) -> Any:
+        if src.endswith("-future"):
+            raise _Stopped
+        return rename(src, dst)
+    return stopping
+
+
+def test_a_deleted_partitions_future_log_left_by_a_failed_dir_is_not_its_replica_at_start(
+        ) -> None:
+    """The partition is deleted while its future log's dir fails: the current log is retired,
+    the future one stays on the failed disk. At the next start it is no interrupted swap (no
+    retired dir of that move beside it) and must not come back as the partition's log."""
+    fio = MemoryFileIO()
+    m = LogManager(DIRS, LogConfig(), fio)
+    m.maybe_update_preferred_log_dir("t", 0, DIRS[0])
+    m.get_or_create_log("t", 0).append_as_leader(batch(), 0, 0)
+    m.maybe_update_preferred_log_dir("t", 0, DIRS[1])
+    m.get_or_create_log("t", 0, is_future=True).append_as_follower(batch(), 0)
+    m.checkpoint_logs()
+    fio.fail_io(DIRS[1], errno.EIO)
+    with pytest.raises(KafkaStorageError):
+        m.delete_log("t", 0)
+    assert ("t", 0) not in m.logs
+    fio.heal()
+    again = LogManager(DIRS, LogConfig(), fio)
+    assert ("t", 0) not in again.logs and ("t", 0) not in again.future_logs
+    assert [n for n in fio.listdir(DIRS[1]) if n.startswith("t-0")][0].endswith("-delete")
 
 
 def test_a_log_failing_its_flush_does_not_keep_the_other_dirs_logs_unflushed() -> None:

@@ -69,13 +69,18 @@ def _dir_name_with_suffix(topic: str, partition: int, suffix: str) -> str:
     return f"{topic}-{partition}.{uuid.uuid4().hex}{suffix}"
 
 
-def _delete_dir_name(topic: str, partition: int) -> str:
+def _delete_dir_name(topic: str, partition: int, unique: str | None = None) -> str:
     """Kafka's logDeleteDirName (logDirNameWithSuffixCappedLength): `<tp>.<uuid>-delete` with
     the topic cut so the name stays within 255 characters, as a file system requires: a
     249-character topic's log must still be retired (AlterReplicaLogDirs refuses a future name
-    too long instead)."""
-    suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    too long instead). ``unique``: the uuid to use (a swap's: its future log's)."""
+    suffix = f"-{partition}.{unique or uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
     return topic[: MAX_DIR_NAME_LENGTH - len(suffix)] + suffix
+
+
+def _future_uuid(future_dir: str) -> str:
+    """`<tp>.<uuid>-future` -> the uuid, which a swap gives the current log it retires."""
+    return os.path.basename(future_dir)[: -len(FUTURE_DIR_SUFFIX)].rsplit(".", 1)[1]
 
 
 def parse_future_dir_name(dir_name: str) -> TopicPartition | None:
@@ -241,15 +246,27 @@ class LogManager:
 
     def _complete_interrupted_swaps(self, now_ms: int) -> None:
         """A future log with no current log: the broker stopped between the swap's two renames
-        (the current was already renamed for deletion), so the future is the replica. Not done
-        while a dir is offline or a log failed to load: the current may be there."""
+        (the current was already renamed for deletion, with the future's uuid), so the future
+        is the replica. Without that retired dir it is a deleted partition's future log whose
+        own deletion failed with its dir (`delete_log`): retired now, not the replica. Not
+        done while a dir is offline or a log failed to load: the current may be there."""
         if self.offline_dirs:
             return
+        retired = {os.path.basename(p) for _, p in self.logs_to_be_deleted}
         for tp in [tp for tp in self.future_logs if tp not in self.logs]:
             name = f"{tp[0]}-{tp[1]}"
             if any(os.path.basename(p) == name for p in self.skipped):
                 continue
             log_dir = self.future_log_dir_of[tp]  # (the promotion forgets it before the open)
+            evidence = f"-{tp[1]}.{_future_uuid(self.future_logs[tp].dir)}{DELETE_DIR_SUFFIX}"
+            if not any(n.endswith(evidence) for n in retired):
+                logger.warning("retiring the future log of %s: its partition was deleted", name)
+                try:
+                    self.remove_future_log(tp[0], tp[1], now_ms)
+                except KafkaStorageError as exc:
+                    logger.error("cannot retire the future log of %s: %s", name, exc)
+                    self.offline_dirs.add(log_dir)
+                continue
             logger.warning("completing the interrupted move of %s to %s", name, log_dir)
             try:
                 self._promote_future_log(tp, self.future_logs[tp].high_watermark, now_ms)
@@ -465,7 +482,10 @@ class LogManager:
             raise self._io_error(dest, f"cannot flush {future.dir}: {exc}") from exc
         try:
             current.close()
-            doomed = os.path.join(source, _delete_dir_name(topic, partition))
+            # Named after the future log: a stop before the future's rename leaves the evidence
+            # `_complete_interrupted_swaps` looks for.
+            doomed = os.path.join(source, _delete_dir_name(topic, partition,
+                                                           _future_uuid(future.dir)))
             fio.rename(current.dir, doomed)
             fio.fsync_dir(source)
         except (StorageError, OSError) as exc:
