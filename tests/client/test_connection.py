@@ -48,12 +48,23 @@ def echo_metadata(header: RequestHeader, request: Any) -> MetadataResponse | Non
     return None
 
 
-async def slow_metadata(header: RequestHeader, request: Any) -> Any:
-    """`echo_metadata`, but a Metadata request for the topic "slow" is answered only after
-    0.3 s (after the client gave up on it)."""
-    if header.request_api_key == ApiKey.METADATA and request.topics[0].name == "slow":
-        await asyncio.sleep(0.3)
-    return echo_metadata(header, request)
+class SlowMetadata:
+    """`echo_metadata`, but a Metadata request for the topic "slow" is answered only once
+    ``release`` is set (after the client gave up on it); ``answered`` is set as the last of
+    ``slow_requests`` answers goes out."""
+
+    def __init__(self, slow_requests: int = 1) -> None:
+        self.release = asyncio.Event()
+        self.answered = asyncio.Event()
+        self._left = slow_requests
+
+    async def __call__(self, header: RequestHeader, request: Any) -> Any:
+        if header.request_api_key == ApiKey.METADATA and request.topics[0].name == "slow":
+            await self.release.wait()
+            self._left -= 1
+            if self._left == 0:
+                self.answered.set()
+        return echo_metadata(header, request)
 
 
 def ask(name: str) -> MetadataRequest:
@@ -147,17 +158,22 @@ def test_answers_of_megabytes_pipelined_with_small_ones_arrive_whole() -> None:
 
 def test_a_timed_out_request_fails_alone_and_its_late_answer_is_dropped() -> None:
     async def main() -> None:
+        slow_metadata = SlowMetadata()
         async with ScriptedBroker(slow_metadata) as broker:
             conn = BrokerConnection("127.0.0.1", broker.port, request_timeout_ms=100)
             await conn.connect()
             slow = asyncio.ensure_future(conn.send(ask("slow")))
-            fast = await conn.send(ask("fast"))
+            # (a generous timeout for the others: only "slow" is to time out, on any load)
+            fast = await conn.send(ask("fast"), timeout_ms=30_000)
             assert fast.topics[0].name == "fast"
             with pytest.raises(RequestTimedOutError, match="Metadata"):
                 await slow
             assert not conn.closed
-            await asyncio.sleep(0.35)  # the late answer arrives and is discarded
-            after = await conn.send(ask("after"), timeout_ms=2000)
+            # The late answer goes out before "after" is asked, so it reaches the connection
+            # first, and is discarded.
+            slow_metadata.release.set()
+            await slow_metadata.answered.wait()
+            after = await conn.send(ask("after"), timeout_ms=30_000)
             assert after.topics[0].name == "after"
             assert not conn.closed
             await conn.close()
@@ -388,19 +404,22 @@ def test_request_futures_answer_time_out_alone_and_drop_late_or_cancelled_answer
     its own answer; one that times out fails alone with RequestTimedOutError, as does a
     cancelled one, and their late answers are dropped with the connection kept."""
     async def main() -> None:
+        slow_metadata = SlowMetadata(slow_requests=2)
         async with ScriptedBroker(slow_metadata) as broker:
             conn = BrokerConnection("127.0.0.1", broker.port)
             await conn.connect()
             version = conn.pick_version(ApiKey.METADATA)
             slow = conn.request_future(ask("slow"), version, 100)
-            dropped = conn.request_future(ask("slow"), version, 5000)
+            dropped = conn.request_future(ask("slow"), version, 30_000)
             dropped.cancel()
-            fast = conn.request_future(ask("fast"), version, 5000)
+            fast = conn.request_future(ask("fast"), version, 30_000)
             with pytest.raises(RequestTimedOutError, match="Metadata"):
                 await slow
             assert (await fast).topics[0].name == "fast"
-            await asyncio.sleep(0.35)  # both late answers arrive and are discarded
-            after = conn.request_future(ask("after"), version, 2000)
+            # Both late answers go out before "after" is asked, and are discarded.
+            slow_metadata.release.set()
+            await slow_metadata.answered.wait()
+            after = conn.request_future(ask("after"), version, 30_000)
             assert (await after).topics[0].name == "after"
             assert not conn.closed
             await conn.close()
