@@ -652,21 +652,41 @@ class LogManager:
         old dirs) whose file.delete.delay.ms has passed (those in an offline dir stay, for the
         next start to queue again); returns how many went. A removal's disk error reports the
         dir, as Kafka's UnifiedLog.delete (maybeHandleIOException): the dir goes offline and
-        what is left of the retired dir waits for the next start."""
+        what is left of the retired dir waits for the next start. In three steps for a broker
+        that removes the files on a worker thread: `take_due_deletions`,
+        `remove_retired_dirs`, `retired_dirs_failed`."""
+        removed, failed = self.remove_retired_dirs(self.take_due_deletions(now_ms))
+        self.retired_dirs_failed(failed)
+        return removed
+
+    def take_due_deletions(self, now_ms: int) -> list[str]:
+        """The retired dirs due now, taken off the queue (those in an offline dir stay)."""
         due = [(t, p) for t, p in self.logs_to_be_deleted
                if t <= now_ms and os.path.dirname(p) not in self.offline_dirs]
-        removed = 0
         for entry in due:
             self.logs_to_be_deleted.remove(entry)
-            path = entry[1]
+        return [p for _, p in due]
+
+    def remove_retired_dirs(self, paths: Iterable[str]) -> tuple[int, dict[str, str]]:
+        """Remove `take_due_deletions`' dirs: (how many went, path -> what failed). File I/O
+        only, in dirs nothing else uses: safe on a worker thread while the broker's own runs
+        (`retired_dirs_failed` reports the failures there)."""
+        removed = 0
+        failed: dict[str, str] = {}
+        for path in paths:
             try:
                 self._remove_tree(path)
                 removed += 1
             except FileNotFoundError:
                 removed += 1  # gone already (Kafka's Utils.delete ignores it too)
             except OSError as exc:
-                self._io_error(os.path.dirname(path), f"Error while deleting log {path}: {exc}")
-        return removed
+                failed[path] = f"Error while deleting log {path}: {exc}"
+        return removed, failed
+
+    def retired_dirs_failed(self, failed: Mapping[str, str]) -> None:
+        """Report the dir of each retired dir `remove_retired_dirs` failed to remove."""
+        for path, message in failed.items():
+            self._io_error(os.path.dirname(path), message)
 
     def next_delete_delay_ms(self, now_ms: int) -> int:
         """When `delete_logs` has work next (Kafka's nextDeleteDelayMs): the earliest retired
