@@ -290,6 +290,10 @@ def stall_table(c: Instrumented, data: dict[int, dict[str, list[dict[str, Any]]]
     lines.append(f"| all | | {len(every)} | {sum(h):,.0f} | "
                  f"{sum(e['cpu_ms'] for e in every):,.0f} | "
                  f"{statistics.median(h) if h else 0:.1f} | {max(h, default=0):.1f} |")
+    files = [e for e in every if any(":write_file_atomically:" in f for f in e["stack"])]
+    lines += ["", f"Of these, inside a file's atomic write (write_file_atomically: a checkpoint, "
+              f"a snapshot; the fsyncs on the loop): {len(files)}, held "
+              f"{sum(held(files)):,.0f} ms."]
     lines += ["", f"Besides: {len(starved)} episodes >= {min_ms:g} ms of wall time that were "
               f"mostly waiting for a CPU ({sum(e['wait_ms'] for e in starved):,.0f} ms "
               "waiting in all).",
