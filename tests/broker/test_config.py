@@ -338,3 +338,31 @@ def test_log_defaults_of_unimplemented_features_are_refused_by_their_broker_key(
         line: str, key: str) -> None:
     with pytest.raises(ConfigError, match=f"^{key}: "):
         KafkaConfig.from_text(line)
+
+
+
+@pytest.mark.parametrize(("dirs", "listed"), [
+    ("{d}/a,{d}/a", "{d}/a, {d}/a"),
+    ("{d}/a,{d}/a/", "{d}/a, {d}/a"),
+    ("{d}//a,{d}/b,{d}/./a", "{d}/a, {d}/b, {d}/./a"),
+    ("{d}/a,{d}/link", "{d}/a, {d}/link"),
+])
+def test_the_same_log_dir_twice_is_refused_as_kafka_refuses_it(
+        tmp_path: Path, dirs: str, listed: str) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    for key in ("log.dirs", "log.dir"):
+        with pytest.raises(ConfigError) as info:
+            KafkaConfig.from_text(f"{key}={dirs.format(d=tmp_path)}\n")
+        assert info.value.key is None
+        assert str(info.value) == f"Duplicate log directory found: {listed.format(d=tmp_path)}"
+
+
+def test_a_relative_log_dir_and_its_absolute_path_are_the_same_dir(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        KafkaConfig.from_text(f"log.dirs=logs,{tmp_path}/logs\n")
+    assert str(info.value) == f"Duplicate log directory found: {tmp_path}/logs, {tmp_path}/logs"
+    assert KafkaConfig.from_text(f"log.dirs=logs,{tmp_path}/logs2\n").log_dirs == [
+        "logs", f"{tmp_path}/logs2"]

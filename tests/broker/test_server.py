@@ -173,6 +173,11 @@ def test_server_command_config_errors_are_one_line(tmp_path: Path) -> None:
     assert r.returncode == 1 and r.stderr.startswith("error: num.partitions:")
     r = _tidelog("server", str(tmp_path / "missing.properties"))
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+    cfg.write_text(f"broker.id=1\nzookeeper.connect=127.0.0.1:1\nlog.dirs={tmp_path}/d,{tmp_path}/d/\n")
+    r = _tidelog("server", str(cfg))
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        f"error: Duplicate log directory found: {tmp_path}/d, {tmp_path}/d"]
 
 
 def test_server_command_runs_and_stops_on_sigterm(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ Defaults are Kafka's (checked against apache/kafka `KafkaConfig`/`Defaults`, 3.x
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -63,6 +64,24 @@ class ConfigError(ValueError):
         self.key = key
         text = f"{key}: {message}" if key else message
         super().__init__(" ".join(text.split("\n")))
+
+
+def _java_absolute_file(path: str) -> str:
+    """java.io.File(path).getAbsoluteFile(): repeated and trailing separators dropped, a
+    relative path put under the working dir, nothing else resolved."""
+    path = re.sub("/+", "/", path)
+    if len(path) > 1:
+        path = path.rstrip("/")
+    return path if path.startswith("/") else os.path.join(os.getcwd(), path)
+
+
+def _refuse_duplicate_log_dirs(log_dirs: list[str]) -> None:
+    """Kafka's LogManager.createAndValidateLogDirs: two log dirs with the same canonical path
+    (`a` and `a/`, a relative and an absolute path, a symlink and its target) stop the broker,
+    the message listing every dir as an absolute path."""
+    dirs = [_java_absolute_file(d) for d in log_dirs]
+    if len({os.path.realpath(d) for d in dirs}) < len(dirs):
+        raise ConfigError(None, f"Duplicate log directory found: {', '.join(dirs)}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -750,6 +769,7 @@ class KafkaConfig:
             raise ConfigError("broker.id", "must be set when broker.id.generation.enable is false")
         if not self.log_dirs:
             raise ConfigError("log.dirs", "at least one log directory is required")
+        _refuse_duplicate_log_dirs(self.log_dirs)
         protocol_map = self.listener_security_protocol_map
         listeners = self.listeners
         if not listeners:
