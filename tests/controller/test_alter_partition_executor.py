@@ -11,7 +11,7 @@ from test_zk_interface import three_brokers_with_topic
 from test_zk_interface import zk as zk  # the fixture: both ZooKeepers
 
 from tidelog.controller.core import ControllerCore, LeaderAndIsrRequest, UpdateMetadataRequest
-from tidelog.controller.executor import DecisionExecutor
+from tidelog.controller.executor import AlterPartitionOutcome, DecisionExecutor
 from tidelog.controller.zk_data import LeaderIsrAndControllerEpoch
 from tidelog.controller.zk_interface import ZooKeeperClient
 from tidelog.protocol.errors import ErrorCode
@@ -135,3 +135,15 @@ def test_the_partitions_answer_independently(zk: ZooKeeperClient) -> None:
     # Kafka's UpdateMetadata names every partition of the request
     assert {(s.topic, s.partition) for s in updates[0].partition_states} == {("t", 0), ("t", 1)}
     assert core.partition_states[TP].isr == (1, 2) and core.partition_states[tp1].isr == (1, 2, 3)
+
+
+def test_each_partition_is_answered_with_its_error_or_its_new_state(zk: ZooKeeperClient) -> None:
+    core, executor = three_brokers_with_topic(zk, {0: [1, 2, 3], 1: [1, 2, 3]})
+    tp1, tp2 = TopicPartition("t", 1), TopicPartition("t", 2)
+    out = executor.alter_partition(1, 11, [propose(isr=(1, 2), zk_version=0),
+                                           propose(isr=(1, 4), zk_version=0, tp=tp1)])
+    assert list(out.partition_answers()) == [
+        (TP, 0, core.partition_states[TP]), (tp1, ErrorCode.INELIGIBLE_REPLICA, None)]
+    # A NONE whose state the controller does not know (the partition gone meanwhile).
+    gone = AlterPartitionOutcome(out.executed, 0, {tp2: 0}, {})
+    assert list(gone.partition_answers()) == [(tp2, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)]

@@ -206,7 +206,7 @@ async def handle_alter_partition(controller: Any, request: m_ap.AlterPartitionRe
     if outcome.error:
         return m_ap.AlterPartitionResponse(error_code=outcome.error)
     topics: dict[str, m_ap.AlterPartitionResponseTopicData] = {}
-    for tp, error in outcome.errors.items():
+    for tp, error, s in outcome.partition_answers():
         if error == ErrorCode.INELIGIBLE_REPLICA and version <= _BY_NAME_MAX_VERSION:
             error = int(ErrorCode.OPERATION_NOT_ATTEMPTED)  # v0-1 know no INELIGIBLE_REPLICA
         t = topics.get(tp.topic)
@@ -215,10 +215,8 @@ async def handle_alter_partition(controller: Any, request: m_ap.AlterPartitionRe
                 m_ap.AlterPartitionResponseTopicData(
                     topic_id=controller.topic_ids.get(tp.topic, ZERO_UUID))
                 if by_id else m_ap.AlterPartitionResponseTopicData(topic_name=tp.topic))
-        s = outcome.states.get(tp) if error == 0 else None
         t.partitions.append(
-            m_ap.AlterPartitionResponsePartitionData(
-                tp.partition, error or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) if s is None else
+            m_ap.AlterPartitionResponsePartitionData(tp.partition, error) if s is None else
             m_ap.AlterPartitionResponsePartitionData(
                 tp.partition, 0, s.leader, s.leader_epoch, list(s.isr), 0, s.zk_version))
     return m_ap.AlterPartitionResponse(topics=[*topics.values(), *unknown_ids])

@@ -19,7 +19,7 @@ it did not shut down cleanly; the caller then runs `broker_failure` / `broker_st
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tidelog.controller.core import ControllerCore, ControllerRequest, Decision
@@ -64,6 +64,17 @@ class AlterPartitionOutcome:
     @property
     def written(self) -> list[TopicPartition]:
         return [TopicPartition(s.topic, s.partition) for s in self.executed.written]
+
+    def partition_answers(
+            self) -> Iterator[tuple[TopicPartition, int, LeaderAndIsrPartitionState | None]]:
+        """Each partition's answer: its error and no state, or NONE and the state it now has
+        (a NONE with no state known is UNKNOWN_TOPIC_OR_PARTITION)."""
+        for tp, error in self.errors.items():
+            state = self.states.get(tp) if error == 0 else None
+            if state is None:
+                yield tp, error or int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), None
+            else:
+                yield tp, 0, state
 
 
 @dataclass(frozen=True, slots=True)

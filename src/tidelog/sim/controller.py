@@ -48,13 +48,10 @@ BROKERS = zk_data.BROKER_IDS_PATH
 
 def alter_partition_answer(outcome: AlterPartitionOutcome) -> AlterPartitionAnswer:
     """The controller's outcome as the leader's manager reads it (what the wire carries)."""
-    parts: dict[TopicPartition, PartitionAnswer] = {}
-    for tp, error in outcome.errors.items():
-        s = outcome.states.get(tp) if error == 0 else None
-        parts[tp] = (PartitionAnswer(error or int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-                     if s is None else PartitionAnswer(
-            0, s.leader, s.leader_epoch, tuple(s.isr), s.zk_version))
-    return AlterPartitionAnswer(outcome.error, parts)
+    return AlterPartitionAnswer(outcome.error, {
+        tp: PartitionAnswer(error) if s is None else PartitionAnswer(
+            0, s.leader, s.leader_epoch, tuple(s.isr), s.zk_version)
+        for tp, error, s in outcome.partition_answers()})
 
 
 class SimController:
