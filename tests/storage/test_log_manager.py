@@ -11,7 +11,12 @@ import pytest
 from storage_helpers import batch
 
 from tidelog.sim.disk import MemoryFileIO
-from tidelog.storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
+from tidelog.storage.checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    OffsetCheckpointFile,
+)
 from tidelog.storage.cleaner.log_cleaner import CLEANER_OFFSET_CHECKPOINT, cleanable_offsets
 from tidelog.storage.errors import KafkaStorageError
 from tidelog.storage.file_io import OsFileIO
@@ -174,6 +179,30 @@ def test_delete_log_retires_its_dir_then_removes_it_after_the_delay() -> None:
     assert fio.listdir("/d") == ["log-start-offset-checkpoint", "recovery-point-offset-checkpoint",
                                  "t-1"]
     assert m.next_delete_delay_ms(61_000) == 60_000  # none waits
+
+
+def test_values_taken_before_a_deletions_checkpoint_do_not_bring_the_partition_back() -> None:
+    """A periodic checkpoint takes its values on the broker's thread and writes them later on
+    a worker; a deletion meanwhile writes the same files without the partition. The older
+    values, written last, must not put the deleted partition's entries back: a topic created
+    again under the name would start from the old log start (records hidden) after a crash."""
+    fio = MemoryFileIO()
+    m = LogManager(["/d"], LogConfig(), fio)
+    log = m.get_or_create_log("t", 0)
+    log.append_as_leader(batch(), 0, 0)
+    m.get_or_create_log("t", 1)
+    taken = m.checkpoint_values((LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT))
+    assert ("t", 0) in taken.by_dir["/d"][LOG_START_OFFSET_CHECKPOINT]
+    assert m.delete_log("t", 0)
+    assert m.write_checkpoint_files(taken) == {}
+    for name in (LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT):
+        assert OffsetCheckpointFile(fio, f"/d/{name}").read() == {("t", 1): 0}
+    # Values taken after that write are written as usual.
+    assert m.write_checkpoint_files(m.checkpoint_values((RECOVERY_POINT_CHECKPOINT,))) == {}
+    m.get_or_create_log("t", 2)
+    m.write_checkpoint_files(m.checkpoint_values((RECOVERY_POINT_CHECKPOINT,)))
+    assert OffsetCheckpointFile(fio, f"/d/{RECOVERY_POINT_CHECKPOINT}").read() == {
+        ("t", 1): 0, ("t", 2): 0}
 
 
 def test_a_retired_dir_whose_removal_fails_reports_its_log_dir() -> None:

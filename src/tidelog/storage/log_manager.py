@@ -23,6 +23,7 @@ start (the broker stopped before its delay passed) likewise file.delete.delay.ms
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
@@ -30,6 +31,7 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from tidelog.storage.checkpoint import (
@@ -45,8 +47,8 @@ from tidelog.storage.log import Log, parse_topic_partition
 from tidelog.storage.log_config import LogConfig
 from tidelog.storage.log_dir_failure_channel import LogDirFailureChannel
 
-__all__ = ["CLEAN_SHUTDOWN_FILE", "FUTURE_DIR_SUFFIX", "MAX_DIR_NAME_LENGTH", "LogManager",
-           "parse_future_dir_name"]
+__all__ = ["CLEAN_SHUTDOWN_FILE", "FUTURE_DIR_SUFFIX", "MAX_DIR_NAME_LENGTH", "CheckpointValues",
+           "LogManager", "parse_future_dir_name"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +63,15 @@ _CHECKPOINTED: dict[str, Callable[[Log], int]] = {
     RECOVERY_POINT_CHECKPOINT: lambda log: log.recovery_point,
     LOG_START_OFFSET_CHECKPOINT: lambda log: log.log_start_offset,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointValues:
+    """Checkpoint files' contents as taken at one moment (`LogManager.checkpoint_values`):
+    ``capture`` orders the takings, ``by_dir`` is dir -> file name -> entries."""
+
+    capture: int
+    by_dir: Mapping[str, Mapping[str, Mapping[TopicPartition, int]]]
 
 
 def _dir_name_with_suffix(topic: str, partition: int, suffix: str) -> str:
@@ -137,6 +148,13 @@ class LogManager:
         # its periodic checkpoints on a worker thread (`write_checkpoint_files`), a deletion
         # or a shutdown the same files on its own.
         self._checkpoint_lock = threading.Lock()
+        # Values are taken in order (`checkpoint_values`, on the broker's thread) and written
+        # later, maybe on a worker: per (dir, file) the capture last written, so that values
+        # taken before a newer write (a deletion's) never replace it — a deleted partition's
+        # log start or recovery point left in the file would be a re-created one's at the next
+        # start.
+        self._checkpoint_captures = itertools.count(1)
+        self._checkpoint_written: dict[tuple[str, str], int] = {}
         for log_dir in self.log_dirs:
             self._load_dir(log_dir, now_ms)
         self._complete_interrupted_swaps(now_ms)
@@ -728,26 +746,29 @@ class LogManager:
         return grouped
 
     def checkpoint_values(self, names: Iterable[str], log_dirs: Iterable[str] | None = None
-                          ) -> dict[str, dict[str, dict[TopicPartition, int]]]:
+                          ) -> CheckpointValues:
         """What the checkpoint files ``names`` of each online dir (of ``log_dirs`` only, when
         given) hold now: dir -> file name -> entries."""
         values = [(name, _CHECKPOINTED[name]) for name in names]
-        return {log_dir: {name: {tp: value(log) for tp, log in logs.items()}
-                          for name, value in values}
-                for log_dir, logs in self._by_dir(log_dirs).items()}
+        return CheckpointValues(next(self._checkpoint_captures), {
+            log_dir: {name: {tp: value(log) for tp, log in logs.items()}
+                      for name, value in values}
+            for log_dir, logs in self._by_dir(log_dirs).items()})
 
-    def write_checkpoint_files(self, values: Mapping[str, Mapping[str, Mapping[TopicPartition, int]]]
-                               ) -> dict[str, str]:
+    def write_checkpoint_files(self, values: CheckpointValues) -> dict[str, str]:
         """Write `checkpoint_values`' files; returns dir -> what failed there (a dir's first
         failure ends its files). File I/O only, on values taken before: safe on a worker
         thread while the broker's own thread runs (`checkpoint_write_failed` reports the
-        failures there)."""
+        failures there). A file already written from values taken later is left as it is."""
         failed: dict[str, str] = {}
-        for log_dir, files in values.items():
+        for log_dir, files in values.by_dir.items():
             try:
                 for name, entries in files.items():
                     with self._checkpoint_lock:
+                        if self._checkpoint_written.get((log_dir, name), 0) > values.capture:
+                            continue
                         OffsetCheckpointFile.in_dir(self.file_io, log_dir, name).write(entries)
+                        self._checkpoint_written[(log_dir, name)] = values.capture
             except KafkaStorageError as exc:
                 failed[log_dir] = f"Disk error while writing checkpoints in directory {log_dir}: {exc}"
         return failed
