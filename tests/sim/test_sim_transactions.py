@@ -9,10 +9,14 @@ test_sim_txn_verification.py)."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
+from tidelog.coordinator.transaction.marker_channel import TransactionMarkerChannel
 from tidelog.coordinator.transaction.metadata import TransactionState
+from tidelog.protocol.errors import ErrorCode
+from tidelog.protocol.topic_partition import TopicPartition
 from tidelog.sim.cluster import SimCluster, SimConfig
 from tidelog.sim.runner import run_seed, runs_transactions
 from tidelog.sim.tasks import SimFuture, SimTasks
@@ -188,11 +192,28 @@ def test_random_transactional_seeds_keep_every_invariant(first: int) -> None:
     assert committed > 100
 
 
-def test_regression_a_marker_refused_by_a_leader_not_hosting_the_partition_yet_is_retried() -> None:
-    # Seed 131: a crash aimed at a coordinator; the COMMIT marker for t-0 went to a broker that
-    # did not host t-0 yet, whose UNKNOWN_TOPIC_OR_PARTITION the marker channel took for a
-    # deleted topic: CompleteCommit was written without the marker, and the producer's next
-    # epoch bump aborted the committed records (CommittedExactlyOnce: 0 of 2 records read).
-    s = run_seed(131, 2000)
+def test_a_run_whose_marker_is_refused_by_a_leader_not_hosting_the_partition_yet_commits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found on seed 131: a crash aimed at a coordinator; the COMMIT marker for t-0 went to a
+    # broker that did not host t-0 yet, whose UNKNOWN_TOPIC_OR_PARTITION the marker channel took
+    # for a deleted topic: CompleteCommit was written without the marker, and the producer's
+    # next epoch bump aborted the committed records (CommittedExactlyOnce: 0 of 2 records read).
+    # Since the simulator's AlterPartition channel became faulty (40a6df1) every seed draws
+    # differently and no transactional seed of 0-4,000 at 2,000 steps fails under the old rule
+    # any more (the rule itself: tests/coordinator/test_marker_channel.py,
+    # test_a_leader_not_hosting_the_partition_yet_is_asked_again). Seed 103 still has a marker
+    # answered UNKNOWN_TOPIC_OR_PARTITION (counted here) in a run that commits and keeps every
+    # invariant.
+    refused: list[TopicPartition] = []
+    send = TransactionMarkerChannel._send
+
+    async def counting_send(self: TransactionMarkerChannel, *args: Any) -> dict[TopicPartition, int]:
+        answer = await send(self, *args)
+        refused.extend(tp for tp, e in answer.items() if e == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return answer
+
+    monkeypatch.setattr(TransactionMarkerChannel, "_send", counting_send)
+    s = run_seed(103, 2000)
     assert s.ok, s.report()
+    assert refused
     assert s.committed > 0
